@@ -1,0 +1,83 @@
+/* args.c — parsing option values for the CLI; every bad value names the option and what it accepts. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "lamina%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n(see 'lamina%s%s --help')\n", cmd ? " " : "", cmd ? cmd : "");
+  return EXIT_USAGE;
+}
+
+/* Digits, optionally a K/M/G suffix (powers of 1000) or an exponent (1e8). */
+int cli_parse_count(const char *cmd, const char *opt, const char *s, size_t max, size_t *out) {
+  const char *p = s;
+  while (*p == ' ') p++;
+  if (*p == '-' || *p == '+' || !*p) goto bad;
+  errno = 0;
+  char *end = NULL;
+  double v;
+  if (strpbrk(p, "eE.")) {
+    v = strtod(p, &end);
+    if (end == p || errno) goto bad;
+  } else {
+    unsigned long long u = strtoull(p, &end, 10);
+    if (end == p || errno == ERANGE) goto big;
+    v = (double)u;
+    if (!*end && u <= max) { *out = (size_t)u; return 0; }
+  }
+  double mult = 1;
+  if (*end == 'K' || *end == 'k') mult = 1e3, end++;
+  else if (*end == 'M' || *end == 'm') mult = 1e6, end++;
+  else if (*end == 'G' || *end == 'g') mult = 1e9, end++;
+  if (*end) goto bad;
+  v *= mult;
+  if (!(v >= 0) || v != floor(v)) goto bad;
+  if (v > (double)max) goto big;
+  *out = (size_t)v;
+  return 0;
+bad:
+  cli_usage_error(cmd, "%s: '%s' is not a count (use digits, 1e8, or a K/M/G suffix such as 100M)", opt, s);
+  return -1;
+big:
+  cli_usage_error(cmd, "%s: '%s' is larger than the maximum %zu", opt, s, max);
+  return -1;
+}
+
+int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out) {
+  errno = 0;
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno) {
+    cli_usage_error(cmd, "%s: '%s' is not a whole number", opt, s);
+    return -1;
+  }
+  if (v < lo || v > hi) {
+    cli_usage_error(cmd, "%s: %ld is out of range (%ld to %ld)", opt, v, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out) {
+  errno = 0;
+  char *end = NULL;
+  if (*s == '-') goto bad;
+  unsigned long long v = strtoull(s, &end, 0);
+  if (end == s || *end || errno) goto bad;
+  *out = v;
+  return 0;
+bad:
+  cli_usage_error(cmd, "%s: '%s' is not a non-negative whole number", opt, s);
+  return -1;
+}

@@ -1,0 +1,38 @@
+/* cli.h — pieces shared by the lamina CLI's subcommands: option-value parsing (a bad value is a message
+ * naming the option and exit code 2), input generation, checking and statistics. */
+#ifndef LAMINA_CLI_H
+#define LAMINA_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lamina.h"
+
+enum { EXIT_USAGE = 2 };
+
+/* Each returns 0 on success; on a bad value prints "lamina <cmd>: <opt>: ..." to stderr and returns -1. */
+int cli_parse_count(const char *cmd, const char *opt, const char *s, size_t max, size_t *out);
+int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out);
+int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
+/* "lamina <cmd>: <message>" plus a hint to --help on stderr; returns EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* The course's inputs, deterministic for a seed whatever the thread count: greys = floor(uniform(0,
+ * 255)) and weights = normal(0.5, 0.1). Either of g32/g8 may be NULL. */
+void cli_make_inputs(uint64_t seed, size_t n, float *g32, uint8_t *g8, float *w);
+/* Largest |out[i] - tanh(g[i] / 255 * w[i])| against a float64 reference; NaN if any out is NaN. */
+double cli_max_abs_err(size_t n, const float *g32, const uint8_t *g8, const float *w, const float *out);
+/* Fills with NaN (so an element nothing wrote cannot pass the check). */
+void cli_poison(float *p, size_t n);
+double cli_now_ms(void); /* monotonic clock */
+double cli_median(double *v, int n); /* sorts v */
+double cli_min(const double *v, int n);
+
+int cmd_hidden(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+#endif

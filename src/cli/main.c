@@ -1,0 +1,38 @@
+/* main.c — the lamina CLI: subcommands with long options; a bad option is a message and exit code 2. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: lamina <command> [options]\n"
+          "lamina %s — a neural-network engine in C and CUDA.\n"
+          "\n"
+          "commands:\n"
+          "  hidden   the hidden layer out = tanh(grey / 255 * w): run, check, time\n"
+          "  info     build features, devices and memory\n"
+          "\n"
+          "'lamina <command> --help' shows a command's options. Global: --help, --version.\n"
+          "The device is chosen by --device or LAMINA_DEVICE (auto|cpu|cuda); auto takes CUDA when present.\n",
+          LAMINA_VERSION);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("lamina %s\n", LAMINA_VERSION);
+    return 0;
+  }
+  if (!strcmp(cmd, "hidden")) return cmd_hidden(argc - 1, argv + 1);
+  if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, info)", cmd);
+}

@@ -1,0 +1,208 @@
+/* context.c — creating a context, and the one place where the backend is chosen: AUTO takes CUDA
+ * when a device is present, else the CPU; LAMINA_DEVICE overrides AUTO. Also the memory API, which
+ * routes through the context's caching allocator and backend. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#ifdef LAMINA_WITH_CUDA
+#define HAVE_CUDA 1
+#else
+#define HAVE_CUDA 0
+/* Built without the CUDA backend: these answer "none" with a reason. */
+int cuda_device_count(const char **why) {
+  if (why) *why = "this lamina was built without CUDA (rebuild with the CUDA toolkit present, cmake -DLAMINA_CUDA=ON)";
+  return 0;
+}
+lam_status cuda_ctx_init(lam_ctx *ctx) {
+  (void)ctx;
+  return LAM_FAIL(LAM_ERR_NO_DEVICE,
+                  "CUDA was asked for, but this lamina was built without CUDA; rebuild with the CUDA toolkit "
+                  "(cmake -DLAMINA_CUDA=ON) or use --device cpu");
+}
+lam_status cuda_device_info_get(int device, lam_cuda_device_info *info) {
+  (void)device;
+  (void)info;
+  return LAM_FAIL(LAM_ERR_NO_DEVICE, "no CUDA device: this lamina was built without CUDA");
+}
+const char *cuda_archs(void) { return ""; }
+int cuda_runtime_version(void) { return 0; }
+#endif
+
+static lam_status cache_raw_alloc(void *owner, void **p, size_t bytes) {
+  lam_ctx *ctx = owner;
+  return ctx->be->raw_alloc(ctx, p, bytes);
+}
+static void cache_raw_free(void *owner, void *p) {
+  lam_ctx *ctx = owner;
+  ctx->be->raw_free(ctx, p);
+}
+
+lam_status lam_device_parse(const char *s, lam_device *out) {
+  LAM_CHECK_ARG(s && out, "lam_device_parse: NULL argument");
+  if (!strcmp(s, "auto")) *out = LAM_DEVICE_AUTO;
+  else if (!strcmp(s, "cpu")) *out = LAM_DEVICE_CPU;
+  else if (!strcmp(s, "cuda")) *out = LAM_DEVICE_CUDA;
+  else return LAM_FAIL(LAM_ERR_INVALID_ARG, "unknown device '%s': expected auto, cpu or cuda", s);
+  return LAM_OK;
+}
+
+const char *lam_device_str(lam_device d) {
+  switch (d) {
+    case LAM_DEVICE_AUTO: return "auto";
+    case LAM_DEVICE_CPU: return "cpu";
+    case LAM_DEVICE_CUDA: return "cuda";
+  }
+  return "?";
+}
+
+lam_status lam_dtype_parse(const char *s, lam_dtype *out) {
+  LAM_CHECK_ARG(s && out, "lam_dtype_parse: NULL argument");
+  if (!strcmp(s, "f32")) *out = LAM_DTYPE_F32;
+  else if (!strcmp(s, "u8")) *out = LAM_DTYPE_U8;
+  else return LAM_FAIL(LAM_ERR_INVALID_ARG, "unknown dtype '%s': expected f32 or u8", s);
+  return LAM_OK;
+}
+
+const char *lam_dtype_str(lam_dtype t) { return t == LAM_DTYPE_U8 ? "u8" : t == LAM_DTYPE_F32 ? "f32" : "?"; }
+size_t lam_dtype_size(lam_dtype t) { return t == LAM_DTYPE_U8 ? 1 : t == LAM_DTYPE_F32 ? 4 : 0; }
+
+int lam_cuda_device_count(const char **why) { return cuda_device_count(why); }
+
+lam_status lam_cuda_device_info_get(int device, lam_cuda_device_info *info) {
+  LAM_CHECK_ARG(info, "lam_cuda_device_info_get: info is NULL");
+  return cuda_device_info_get(device, info);
+}
+
+lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
+  LAM_CHECK_ARG(out, "lam_ctx_create: ctx is NULL");
+  *out = NULL;
+  LAM_CHECK_ARG(want == LAM_DEVICE_AUTO || want == LAM_DEVICE_CPU || want == LAM_DEVICE_CUDA,
+                "lam_ctx_create: device %d is not one of LAM_DEVICE_AUTO, _CPU, _CUDA", (int)want);
+  lam_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_ctx_create: no host memory for a context");
+
+  lam_device d = want;
+  if (d == LAM_DEVICE_AUTO) {
+    const char *env = getenv("LAMINA_DEVICE");
+    if (env && *env) {
+      if (lam_device_parse(env, &d) != LAM_OK) {
+        free(ctx);
+        return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_DEVICE='%s' is not a device: set it to auto, cpu or cuda", env);
+      }
+      if (d != LAM_DEVICE_AUTO) snprintf(ctx->reason, sizeof ctx->reason, "LAMINA_DEVICE=%s", env);
+    }
+  }
+  if (d == LAM_DEVICE_AUTO) {
+    const char *why = NULL;
+    if (cuda_device_count(&why) > 0) {
+      d = LAM_DEVICE_CUDA;
+      snprintf(ctx->reason, sizeof ctx->reason, "auto: a CUDA device is present");
+    } else {
+      d = LAM_DEVICE_CPU;
+      snprintf(ctx->reason, sizeof ctx->reason, "auto: no CUDA device (%s), using the CPU", why ? why : "none found");
+    }
+  }
+  lam_status s = d == LAM_DEVICE_CUDA ? cuda_ctx_init(ctx) : cpu_ctx_init(ctx);
+  if (s != LAM_OK) {
+    free(ctx);
+    return s;
+  }
+  ctx->device = d;
+  lam_cache_init(&ctx->cache, ctx, cache_raw_alloc, cache_raw_free,
+                 d == LAM_DEVICE_CUDA ? "device memory" : "host memory");
+  *out = ctx;
+  return LAM_OK;
+}
+
+void lam_ctx_free(lam_ctx *ctx) {
+  if (!ctx) return;
+  if (ctx->be->sync) ctx->be->sync(ctx); /* nothing may still be using the memory we free */
+  lam_cache_destroy(&ctx->cache);
+  ctx->be->destroy(ctx);
+  free(ctx);
+}
+
+lam_device lam_ctx_device(const lam_ctx *ctx) { return ctx ? ctx->device : LAM_DEVICE_AUTO; }
+const char *lam_ctx_device_name(const lam_ctx *ctx) { return ctx ? ctx->name : ""; }
+const char *lam_ctx_choice_reason(const lam_ctx *ctx) { return ctx ? ctx->reason : ""; }
+
+lam_status lam_ctx_sync(lam_ctx *ctx) {
+  LAM_CHECK_ARG(ctx, "lam_ctx_sync: ctx is NULL");
+  return ctx->be->sync(ctx);
+}
+
+void lam_build_info_get(lam_build_info *info) {
+  if (!info) return;
+  info->version = LAMINA_VERSION;
+  info->with_cuda = HAVE_CUDA;
+  info->cuda_runtime = cuda_runtime_version();
+  info->cuda_archs = cuda_archs();
+#ifdef _OPENMP
+  info->with_openmp = 1;
+#else
+  info->with_openmp = 0;
+#endif
+  info->omp_max_threads = lam_omp_max_threads();
+}
+
+/* ---- memory ---- */
+
+lam_status lam_mem_stats_get(const lam_ctx *ctx, lam_mem_stats *out) {
+  LAM_CHECK_ARG(ctx && out, "lam_mem_stats_get: %s is NULL", ctx ? "out" : "ctx");
+  const lam_cache *c = &ctx->cache;
+  *out = (lam_mem_stats){.in_use = c->in_use,
+                         .reserved = c->reserved,
+                         .peak = c->peak,
+                         .cached = c->reserved - c->in_use,
+                         .pinned_host = ctx->pinned_staging,
+                         .allocs = c->allocs,
+                         .cache_hits = c->hits};
+  return LAM_OK;
+}
+
+lam_status lam_mem_alloc(lam_ctx *ctx, void **ptr, size_t bytes) {
+  LAM_CHECK_ARG(ctx && ptr, "lam_mem_alloc: %s is NULL", ctx ? "ptr" : "ctx");
+  return lam_cache_alloc(&ctx->cache, ptr, bytes);
+}
+
+lam_status lam_mem_free(lam_ctx *ctx, void *ptr) {
+  LAM_CHECK_ARG(ctx, "lam_mem_free: ctx is NULL");
+  return lam_cache_free(&ctx->cache, ptr);
+}
+
+lam_status lam_mem_release_cached(lam_ctx *ctx, size_t *released) {
+  LAM_CHECK_ARG(ctx, "lam_mem_release_cached: ctx is NULL");
+  LAM_TRY(ctx->be->sync(ctx)); /* a cached block may still be read by queued work */
+  size_t r = lam_cache_release(&ctx->cache);
+  if (released) *released = r;
+  return LAM_OK;
+}
+
+lam_status lam_mem_upload(lam_ctx *ctx, void *dst, const void *src_host, size_t bytes) {
+  LAM_CHECK_ARG(ctx, "lam_mem_upload: ctx is NULL");
+  if (bytes == 0) return LAM_OK;
+  LAM_CHECK_ARG(dst && src_host, "lam_mem_upload: %s is NULL", dst ? "src_host" : "dst");
+  return ctx->be->upload(ctx, dst, src_host, bytes);
+}
+
+lam_status lam_mem_download(lam_ctx *ctx, void *dst_host, const void *src, size_t bytes) {
+  LAM_CHECK_ARG(ctx, "lam_mem_download: ctx is NULL");
+  if (bytes == 0) return LAM_OK;
+  LAM_CHECK_ARG(dst_host && src, "lam_mem_download: %s is NULL", dst_host ? "src" : "dst_host");
+  return ctx->be->download(ctx, dst_host, src, bytes);
+}
+
+lam_status lam_host_alloc(lam_ctx *ctx, void **ptr, size_t bytes) {
+  LAM_CHECK_ARG(ctx && ptr, "lam_host_alloc: %s is NULL", ctx ? "ptr" : "ctx");
+  *ptr = NULL;
+  return ctx->be->host_alloc(ctx, ptr, bytes ? bytes : 1);
+}
+
+lam_status lam_host_free(lam_ctx *ctx, void *ptr) {
+  LAM_CHECK_ARG(ctx, "lam_host_free: ctx is NULL");
+  if (!ptr) return LAM_OK;
+  return ctx->be->host_free(ctx, ptr);
+}

@@ -1,0 +1,182 @@
+/* backend.cu — the CUDA backend's table: device discovery, context set-up, device and pinned memory,
+ * copies, and the error checks every CUDA call goes through. The ops are in hidden.cu. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda.h"
+
+#ifndef LAMINA_CUDA_ARCHS
+#define LAMINA_CUDA_ARCHS "unknown"
+#endif
+
+extern "C" lam_status cuda_status(cudaError_t e, const char *expr, const char *file, int line) {
+  if (e == cudaSuccess) return LAM_OK;
+  cudaGetLastError(); /* clear a non-sticky error so the context stays usable */
+  lam_status s = e == cudaErrorMemoryAllocation ? LAM_ERR_OUT_OF_MEMORY : LAM_ERR_CUDA;
+  return lam_fail_at(s, file, line, "%s failed: %s (%s)", expr, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+extern "C" lam_status cuda_after_launch(cuda_state *st, cudaStream_t s, const char *kernel, const char *file,
+                                        int line) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return lam_fail_at(LAM_ERR_CUDA, file, line, "launching %s failed: %s (%s)", kernel, cudaGetErrorString(e),
+                       cudaGetErrorName(e));
+  if (st->sync_debug) {
+    e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess)
+      return lam_fail_at(LAM_ERR_CUDA, file, line, "%s failed while running: %s (%s)", kernel, cudaGetErrorString(e),
+                         cudaGetErrorName(e));
+  }
+  return LAM_OK;
+}
+
+extern "C" int cuda_device_count(const char **why) {
+  static thread_local char reason[256];
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    snprintf(reason, sizeof reason, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    if (why) *why = reason;
+    return 0;
+  }
+  if (count == 0 && why) *why = "cudaGetDeviceCount found no device";
+  return count;
+}
+
+extern "C" const char *cuda_archs(void) { return LAMINA_CUDA_ARCHS; }
+extern "C" int cuda_runtime_version(void) { return CUDART_VERSION; }
+
+extern "C" lam_status cuda_device_info_get(int device, lam_cuda_device_info *info) {
+  int count = cuda_device_count(NULL);
+  if (device < 0 || device >= count)
+    return LAM_FAIL(LAM_ERR_NO_DEVICE, "no CUDA device %d (%d present)", device, count);
+  cudaDeviceProp p;
+  CUDA_TRY(cudaGetDeviceProperties(&p, device));
+  snprintf(info->name, sizeof info->name, "%s", p.name);
+  info->cc_major = p.major;
+  info->cc_minor = p.minor;
+  info->sm_count = p.multiProcessorCount;
+  info->l2_bytes = (size_t)p.l2CacheSize;
+  info->mem_total = p.totalGlobalMem;
+  info->mem_free = 0;
+  int cur = -1;
+  CUDA_TRY(cudaGetDevice(&cur));
+  if (cur == device) CUDA_TRY(cudaMemGetInfo(&info->mem_free, &info->mem_total));
+  int clock_khz = 0, bus_bits = 0;
+  CUDA_TRY(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device));
+  CUDA_TRY(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  info->mem_bus_gbps = 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9; /* double data rate */
+  return LAM_OK;
+}
+
+/* ---- memory ---- */
+
+static lam_status cuda_raw_alloc(lam_ctx *ctx, void **p, size_t bytes) {
+  (void)ctx;
+  cudaError_t e = cudaMalloc(p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "cudaMalloc(%zu bytes) failed: the device has %zu of %zu bytes free", bytes,
+                    free_b, total_b);
+  }
+  CUDA_TRY(e);
+  return LAM_OK;
+}
+
+static void cuda_raw_free(lam_ctx *ctx, void *p) {
+  (void)ctx;
+  cudaFree(p); /* nothing to report to: freeing happens on release and teardown */
+}
+
+static lam_status cuda_upload(lam_ctx *ctx, void *dst, const void *src, size_t bytes) {
+  cuda_state *st = cuda_st(ctx);
+  CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st->stream));
+  CUDA_TRY(cudaStreamSynchronize(st->stream));
+  return LAM_OK;
+}
+
+static lam_status cuda_host_alloc(lam_ctx *ctx, void **p, size_t bytes) {
+  (void)ctx;
+  CUDA_TRY(cudaHostAlloc(p, bytes, cudaHostAllocDefault));
+  return LAM_OK;
+}
+
+static lam_status cuda_host_free(lam_ctx *ctx, void *p) {
+  (void)ctx;
+  CUDA_TRY(cudaFreeHost(p));
+  return LAM_OK;
+}
+
+static lam_status cuda_sync(lam_ctx *ctx) {
+  cuda_state *st = cuda_st(ctx);
+  CUDA_TRY(cudaStreamSynchronize(st->stream));
+  for (int i = 0; i < LAM_CUDA_SLOTS; i++) CUDA_TRY(cudaStreamSynchronize(st->slot[i].stream));
+  return LAM_OK;
+}
+
+static void cuda_destroy(lam_ctx *ctx) {
+  cuda_state *st = cuda_st(ctx);
+  if (!st) return;
+  cuda_staging_free(ctx);
+  for (int i = 0; i < LAM_CUDA_SLOTS; i++) {
+    for (int j = 0; j < 4; j++)
+      if (st->slot[i].ev[j]) cudaEventDestroy(st->slot[i].ev[j]);
+    if (st->slot[i].stream) cudaStreamDestroy(st->slot[i].stream);
+  }
+  if (st->ev_start) cudaEventDestroy(st->ev_start);
+  if (st->ev_stop) cudaEventDestroy(st->ev_stop);
+  if (st->stream) cudaStreamDestroy(st->stream);
+  free(st);
+  ctx->state = NULL;
+}
+
+static const lam_backend cuda_backend = {
+    "cuda",       cuda_raw_alloc, cuda_raw_free, cuda_upload,          cuda_upload,    cuda_host_alloc, cuda_host_free,
+    cuda_sync,    cuda_destroy,   cuda_hidden,   cuda_staging_floor,   cuda_normalize, cuda_weigh,      cuda_tanh,
+};
+
+extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
+  const char *why = NULL;
+  if (cuda_device_count(&why) == 0)
+    return LAM_FAIL(LAM_ERR_NO_DEVICE,
+                    "CUDA was asked for, but there is no CUDA device (%s); use --device cpu (or LAMINA_DEVICE=cpu), "
+                    "or run on a machine with an NVIDIA GPU and driver",
+                    why);
+  cuda_state *st = (cuda_state *)calloc(1, sizeof *st);
+  if (!st) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for the CUDA backend state");
+  ctx->state = st;
+  ctx->be = &cuda_backend;
+  const char *dbg = getenv("LAMINA_CUDA_SYNC");
+  st->sync_debug = dbg && *dbg && *dbg != '0';
+  st->device = 0;
+  lam_status s = LAM_OK;
+  cudaDeviceProp p;
+#define INIT_TRY(expr)                                             \
+  do {                                                             \
+    s = cuda_status((expr), #expr, __FILE__, __LINE__);            \
+    if (s != LAM_OK) goto fail;                                    \
+  } while (0)
+  INIT_TRY(cudaSetDevice(st->device));
+  INIT_TRY(cudaFree(0)); /* creates the CUDA context now, not inside the first timed call */
+  INIT_TRY(cudaGetDeviceProperties(&p, st->device));
+  st->sm_count = p.multiProcessorCount;
+  st->max_threads_per_sm = p.maxThreadsPerMultiProcessor;
+  INIT_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+  INIT_TRY(cudaEventCreate(&st->ev_start));
+  INIT_TRY(cudaEventCreate(&st->ev_stop));
+  for (int i = 0; i < LAM_CUDA_SLOTS; i++) {
+    INIT_TRY(cudaStreamCreateWithFlags(&st->slot[i].stream, cudaStreamNonBlocking));
+    for (int j = 0; j < 4; j++) INIT_TRY(cudaEventCreate(&st->slot[i].ev[j]));
+  }
+#undef INIT_TRY
+  snprintf(ctx->name, sizeof ctx->name, "cuda:%d %s (sm_%d%d, %d SMs, %.0f GiB)", st->device, p.name, p.major, p.minor,
+           p.multiProcessorCount, p.totalGlobalMem / 1073741824.0);
+  return LAM_OK;
+fail:
+  cuda_destroy(ctx);
+  return s;
+}

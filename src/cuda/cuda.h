@@ -1,0 +1,62 @@
+/* cuda.h — the CUDA backend's state and its error checks. Every CUDA call goes through CUDA_TRY (or
+ * cuda_status), every launch through CUDA_LAUNCH_TRY, so a failure names the call, file and line.
+ * With LAMINA_CUDA_SYNC=1 in the environment each launch is followed by a synchronize, so an
+ * asynchronous fault is reported at the kernel that caused it. */
+#ifndef LAMINA_CUDA_H
+#define LAMINA_CUDA_H
+
+#include <cuda_runtime.h>
+
+#include "../internal.h"
+
+/* Streams (and staging slots) the host-array path cycles through: with 4, three chunks are in flight
+ * on the GPU while the host threads stage the fourth. */
+#define LAM_CUDA_SLOTS 4
+
+typedef struct cuda_slot {
+  cudaStream_t stream;
+  cudaEvent_t ev[4]; /* before copy in, after copy in, after kernel, after copy out */
+  void *h_grey;      /* pinned staging, staging_cap elements of up to 4 bytes */
+  float *h_w, *h_out;
+} cuda_slot;
+
+typedef struct cuda_state {
+  int device;
+  int sm_count;
+  int max_threads_per_sm;
+  cudaStream_t stream; /* the context's stream: device-resident ops are queued here */
+  cudaEvent_t ev_start, ev_stop;
+  cuda_slot slot[LAM_CUDA_SLOTS];
+  size_t staging_cap; /* elements per pinned staging buffer (0: none yet) */
+  int sync_debug;
+} cuda_state;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* LAM_OK for cudaSuccess; else records "<expr> failed: <error>" at file:line and returns
+ * LAM_ERR_CUDA (LAM_ERR_OUT_OF_MEMORY for an allocation failure). */
+lam_status cuda_status(cudaError_t e, const char *expr, const char *file, int line);
+/* Checks the launch just made (and, in sync-debug mode, its execution). */
+lam_status cuda_after_launch(cuda_state *st, cudaStream_t s, const char *kernel, const char *file, int line);
+#ifdef __cplusplus
+}
+#endif
+
+#define CUDA_TRY(expr) LAM_TRY(cuda_status((expr), #expr, __FILE__, __LINE__))
+#define CUDA_LAUNCH_TRY(st, stream, kernel) LAM_TRY(cuda_after_launch((st), (stream), (kernel), __FILE__, __LINE__))
+
+static inline cuda_state *cuda_st(lam_ctx *ctx) { return (cuda_state *)ctx->state; }
+
+/* The CUDA twins of the CPU ops (cpu/cpu.h), cuda_ prefix. */
+lam_status cuda_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
+                       lam_hidden_timing *timing);
+lam_status cuda_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
+                              double *ms);
+lam_status cuda_normalize(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out);
+lam_status cuda_weigh(lam_ctx *ctx, size_t n, const float *a, const float *w, float *out);
+lam_status cuda_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
+/* Frees the pinned staging buffers (after the slots' work is done). */
+void cuda_staging_free(lam_ctx *ctx);
+
+#endif

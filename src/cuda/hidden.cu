@@ -1,0 +1,379 @@
+/* hidden.cu — the hidden layer on CUDA, out = tanh(grey / 255 * w), and the course's three separate
+ * steps. Device-resident arrays: one fused, grid-stride kernel with 16-byte loads. Host arrays: the
+ * call cuts the work into chunks that cycle through LAM_CUDA_SLOTS streams, so that host threads
+ * staging pageable data, copies in, the kernel and copies out of different chunks overlap. */
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda.h"
+
+#define THREADS 256
+
+/* ---- kernels ---- */
+
+__device__ __forceinline__ float hidden1(float g, float w) { return tanhf(g / 255.0f * w); }
+
+__device__ __forceinline__ float4 hidden4(float4 g, float4 w) {
+  return make_float4(hidden1(g.x, w.x), hidden1(g.y, w.y), hidden1(g.z, w.z), hidden1(g.w, w.w));
+}
+
+/* All three pointers 16-byte aligned: float4 loads and stores; the n % 4 tail by the first threads.
+ * Loads go through __ldg: inputs are read once, and out may alias w element for element. */
+__global__ void hidden_f32_vec(const float *g, const float *w, float *out, size_t n) {
+  size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x;
+  size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (size_t i = tid; i < n4; i += stride)
+    reinterpret_cast<float4 *>(out)[i] =
+        hidden4(__ldg(reinterpret_cast<const float4 *>(g) + i), __ldg(reinterpret_cast<const float4 *>(w) + i));
+  if (tid < n - n4 * 4) out[n4 * 4 + tid] = hidden1(__ldg(g + n4 * 4 + tid), __ldg(w + n4 * 4 + tid));
+}
+
+/* uint8 greys: 4 greys (one 4-byte load) per float4 of weights, so each warp reads 128 contiguous
+ * bytes of greys and 512 of weights per step. */
+__global__ void hidden_u8_vec(const uint8_t *g, const float *w, float *out, size_t n) {
+  size_t n4 = n / 4, stride = (size_t)gridDim.x * blockDim.x;
+  size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (size_t i = tid; i < n4; i += stride) {
+    uchar4 a = __ldg(reinterpret_cast<const uchar4 *>(g) + i);
+    float4 b = __ldg(reinterpret_cast<const float4 *>(w) + i);
+    reinterpret_cast<float4 *>(out)[i] = hidden4(make_float4(a.x, a.y, a.z, a.w), b);
+  }
+  if (tid < n - n4 * 4) out[n4 * 4 + tid] = hidden1((float)__ldg(g + n4 * 4 + tid), __ldg(w + n4 * 4 + tid));
+}
+
+/* Any alignment: one element per thread and step. */
+template <typename G>
+__global__ void hidden_scalar(const G *g, const float *w, float *out, size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = hidden1((float)g[i], w[i]);
+}
+
+template <typename G>
+__global__ void normalize_kernel(const G *g, float *out, size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = (float)g[i] / 255.0f;
+}
+
+__global__ void weigh_kernel(const float *a, const float *w, float *out, size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = a[i] * w[i];
+}
+
+__global__ void tanh_kernel(const float *x, float *out, size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = tanhf(x[i]);
+}
+
+/* ---- launching ---- */
+
+/* Enough blocks to fill every SM (a resident grid), fewer when there is less work than that. */
+static unsigned grid_for(const cuda_state *st, size_t items) {
+  size_t full = (size_t)st->sm_count * (size_t)(st->max_threads_per_sm / THREADS);
+  size_t need = (items + THREADS - 1) / THREADS;
+  size_t g = need < full ? need : full;
+  return (unsigned)(g ? g : 1);
+}
+
+static int aligned(const void *p, size_t a) { return ((uintptr_t)p % a) == 0; }
+
+static lam_status launch_hidden(cuda_state *st, cudaStream_t s, size_t n, const void *g, lam_dtype gt,
+                                const float *w, float *out) {
+  int vec = aligned(w, 16) && aligned(out, 16) && aligned(g, gt == LAM_DTYPE_U8 ? 4 : 16);
+  if (gt == LAM_DTYPE_U8) {
+    if (vec) hidden_u8_vec<<<grid_for(st, n / 4 + 1), THREADS, 0, s>>>((const uint8_t *)g, w, out, n);
+    else hidden_scalar<uint8_t><<<grid_for(st, n), THREADS, 0, s>>>((const uint8_t *)g, w, out, n);
+  } else {
+    if (vec) hidden_f32_vec<<<grid_for(st, n / 4 + 1), THREADS, 0, s>>>((const float *)g, w, out, n);
+    else hidden_scalar<float><<<grid_for(st, n), THREADS, 0, s>>>((const float *)g, w, out, n);
+  }
+  CUDA_LAUNCH_TRY(st, s, vec ? "hidden kernel (vectorized)" : "hidden kernel (scalar)");
+  return LAM_OK;
+}
+
+lam_status cuda_normalize(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out) {
+  cuda_state *st = cuda_st(ctx);
+  if (gt == LAM_DTYPE_U8) normalize_kernel<uint8_t><<<grid_for(st, n), THREADS, 0, st->stream>>>((const uint8_t *)grey, out, n);
+  else normalize_kernel<float><<<grid_for(st, n), THREADS, 0, st->stream>>>((const float *)grey, out, n);
+  CUDA_LAUNCH_TRY(st, st->stream, "normalize_kernel");
+  return LAM_OK;
+}
+
+lam_status cuda_weigh(lam_ctx *ctx, size_t n, const float *a, const float *w, float *out) {
+  cuda_state *st = cuda_st(ctx);
+  weigh_kernel<<<grid_for(st, n), THREADS, 0, st->stream>>>(a, w, out, n);
+  CUDA_LAUNCH_TRY(st, st->stream, "weigh_kernel");
+  return LAM_OK;
+}
+
+lam_status cuda_tanh(lam_ctx *ctx, size_t n, const float *x, float *out) {
+  cuda_state *st = cuda_st(ctx);
+  tanh_kernel<<<grid_for(st, n), THREADS, 0, st->stream>>>(x, out, n);
+  CUDA_LAUNCH_TRY(st, st->stream, "tanh_kernel");
+  return LAM_OK;
+}
+
+/* ---- where an array lives ---- */
+
+typedef enum mem_kind { MEM_PAGEABLE, MEM_PINNED, MEM_DEVICE } mem_kind;
+
+static lam_status where_is(cuda_state *st, const void *p, const char *name, mem_kind *k) {
+  cudaPointerAttributes a;
+  LAM_TRY(cuda_status(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes", __FILE__, __LINE__));
+  switch (a.type) {
+    case cudaMemoryTypeDevice:
+    case cudaMemoryTypeManaged:
+      if (a.device != st->device)
+        return LAM_FAIL(LAM_ERR_INVALID_ARG, "lam_hidden: %s is memory of CUDA device %d, but the context uses device %d",
+                        name, a.device, st->device);
+      *k = MEM_DEVICE;
+      return LAM_OK;
+    case cudaMemoryTypeHost: *k = MEM_PINNED; return LAM_OK;
+    default: *k = MEM_PAGEABLE; return LAM_OK;
+  }
+}
+
+/* ---- pinned staging ---- */
+
+void cuda_staging_free(lam_ctx *ctx) {
+  cuda_state *st = cuda_st(ctx);
+  for (int i = 0; i < LAM_CUDA_SLOTS; i++) {
+    cuda_slot *sl = &st->slot[i];
+    if (sl->stream) cudaStreamSynchronize(sl->stream);
+    if (sl->h_grey) cudaFreeHost(sl->h_grey);
+    if (sl->h_w) cudaFreeHost(sl->h_w);
+    if (sl->h_out) cudaFreeHost(sl->h_out);
+    sl->h_grey = sl->h_w = sl->h_out = NULL;
+  }
+  st->staging_cap = 0;
+  ctx->pinned_staging = 0;
+}
+
+/* Pinned buffers for `elems` values in every slot; kept for later calls, grown when too small. */
+static lam_status staging_reserve(lam_ctx *ctx, size_t elems) {
+  cuda_state *st = cuda_st(ctx);
+  if (st->staging_cap >= elems) return LAM_OK;
+  cuda_staging_free(ctx);
+  size_t bytes = elems * sizeof(float);
+  for (int i = 0; i < LAM_CUDA_SLOTS; i++) {
+    cuda_slot *sl = &st->slot[i];
+    lam_status s = cuda_status(cudaHostAlloc(&sl->h_grey, bytes, cudaHostAllocDefault), "cudaHostAlloc(staging)", __FILE__, __LINE__);
+    if (s == LAM_OK) s = cuda_status(cudaHostAlloc((void **)&sl->h_w, bytes, cudaHostAllocDefault), "cudaHostAlloc(staging)", __FILE__, __LINE__);
+    if (s == LAM_OK) s = cuda_status(cudaHostAlloc((void **)&sl->h_out, bytes, cudaHostAllocDefault), "cudaHostAlloc(staging)", __FILE__, __LINE__);
+    if (s != LAM_OK) {
+      cuda_staging_free(ctx);
+      return s;
+    }
+  }
+  st->staging_cap = elems;
+  ctx->pinned_staging = 3 * bytes * LAM_CUDA_SLOTS;
+  return LAM_OK;
+}
+
+/* Chunk size: about n/16 so the pipeline fills and drains quickly, at least 256 Ki values so each copy
+ * runs near full PCIe speed, at most 4 Mi so the staging stays small (48 MiB a slot). A multiple of
+ * 4096 values keeps every chunk's pointers as aligned as the arrays themselves. */
+static size_t chunk_elems(size_t n) {
+  size_t c = n / 16;
+  if (c < ((size_t)1 << 18)) c = (size_t)1 << 18;
+  if (c > ((size_t)1 << 22)) c = (size_t)1 << 22;
+  return (c + 4095) / 4096 * 4096;
+}
+
+/* ---- the host-array pipeline ---- */
+
+typedef struct pipe {
+  lam_ctx *ctx;
+  cuda_state *st;
+  size_t n, c, gsz;
+  const char *grey;
+  const float *w;
+  float *out;
+  mem_kind kg, kw, ko;
+  int nslots;
+  int dry; /* staging only: the host copies, no GPU work (lam_hidden_staging_floor) */
+  void *dg[LAM_CUDA_SLOTS];
+  float *dw[LAM_CUDA_SLOTS], *dout[LAM_CUDA_SLOTS];
+  double staging, copy_in, kernel, copy_out;
+} pipe;
+
+#define PIPE_TRY(expr)                                   \
+  do {                                                   \
+    s = cuda_status((expr), #expr, __FILE__, __LINE__);  \
+    if (s != LAM_OK) return s;                           \
+  } while (0)
+
+/* Queues chunk k on its slot's stream: copies in (where an input is on the host), the kernel, the copy
+ * out (where out is on the host). Pageable inputs must already be staged in the slot. */
+static lam_status enqueue_chunk(pipe *p, size_t k) {
+  lam_status s;
+  int i = (int)(k % (size_t)p->nslots);
+  cuda_slot *sl = &p->st->slot[i];
+  size_t off = k * p->c, len = p->n - off < p->c ? p->n - off : p->c;
+  const void *g = p->grey + off * p->gsz;
+  const float *w = p->w + off;
+  float *o = p->out + off;
+  PIPE_TRY(cudaEventRecord(sl->ev[0], sl->stream));
+  if (p->kg != MEM_DEVICE) {
+    PIPE_TRY(cudaMemcpyAsync(p->dg[i], p->kg == MEM_PINNED ? g : sl->h_grey, len * p->gsz, cudaMemcpyHostToDevice, sl->stream));
+    g = p->dg[i];
+  }
+  if (p->kw != MEM_DEVICE) {
+    PIPE_TRY(cudaMemcpyAsync(p->dw[i], p->kw == MEM_PINNED ? w : sl->h_w, len * 4, cudaMemcpyHostToDevice, sl->stream));
+    w = p->dw[i];
+  }
+  PIPE_TRY(cudaEventRecord(sl->ev[1], sl->stream));
+  LAM_TRY(launch_hidden(p->st, sl->stream, len, g, p->gsz == 1 ? LAM_DTYPE_U8 : LAM_DTYPE_F32, w,
+                        p->ko == MEM_DEVICE ? o : p->dout[i]));
+  PIPE_TRY(cudaEventRecord(sl->ev[2], sl->stream));
+  if (p->ko != MEM_DEVICE)
+    PIPE_TRY(cudaMemcpyAsync(p->ko == MEM_PINNED ? o : sl->h_out, p->dout[i], len * 4, cudaMemcpyDeviceToHost, sl->stream));
+  PIPE_TRY(cudaEventRecord(sl->ev[3], sl->stream));
+  return LAM_OK;
+}
+
+/* Waits for chunk k, adds its event times, and (pageable out) adds the copy of its result to jobs. */
+static lam_status finish_chunk(pipe *p, size_t k, lam_copy_job *jobs, int *njobs) {
+  lam_status s;
+  cuda_slot *sl = &p->st->slot[k % (size_t)p->nslots];
+  float a = 0, b = 0, c = 0;
+  if (!p->dry) {
+    PIPE_TRY(cudaEventSynchronize(sl->ev[3]));
+    PIPE_TRY(cudaEventElapsedTime(&a, sl->ev[0], sl->ev[1]));
+    PIPE_TRY(cudaEventElapsedTime(&b, sl->ev[1], sl->ev[2]));
+    PIPE_TRY(cudaEventElapsedTime(&c, sl->ev[2], sl->ev[3]));
+  }
+  p->copy_in += a;
+  p->kernel += b;
+  p->copy_out += c;
+  if (p->ko == MEM_PAGEABLE) {
+    size_t off = k * p->c, len = p->n - off < p->c ? p->n - off : p->c;
+    jobs[(*njobs)++] = (lam_copy_job){p->out + off, sl->h_out, len * 4};
+  }
+  return LAM_OK;
+}
+
+static void stage_inputs(pipe *p, size_t k, lam_copy_job *jobs, int *njobs) {
+  cuda_slot *sl = &p->st->slot[k % (size_t)p->nslots];
+  size_t off = k * p->c, len = p->n - off < p->c ? p->n - off : p->c;
+  if (p->kg == MEM_PAGEABLE) jobs[(*njobs)++] = (lam_copy_job){sl->h_grey, p->grey + off * p->gsz, len * p->gsz};
+  if (p->kw == MEM_PAGEABLE) jobs[(*njobs)++] = (lam_copy_job){sl->h_w, p->w + off, len * 4};
+}
+
+static void run_copies(pipe *p, lam_copy_job *jobs, int njobs) {
+  if (!njobs) return;
+  double t0 = lam_now_ms();
+  lam_parallel_copy(jobs, njobs);
+  p->staging += lam_now_ms() - t0;
+}
+
+static lam_status pipeline_run(pipe *p) {
+  lam_status s;
+  size_t nchunks = (p->n + p->c - 1) / p->c;
+  /* Work queued earlier on the context's stream (an upload, an op writing an input) comes first. */
+  PIPE_TRY(cudaEventRecord(p->st->ev_start, p->st->stream));
+  for (int i = 0; i < p->nslots; i++) PIPE_TRY(cudaStreamWaitEvent(p->st->slot[i].stream, p->st->ev_start, 0));
+  for (size_t k = 0; k < nchunks; k++) {
+    lam_copy_job jobs[3];
+    int njobs = 0;
+    /* The slot's previous chunk must be done before its staging buffers are reused; its result
+     * leaves the slot in the same parallel copy that stages this chunk's inputs. */
+    if (k >= (size_t)p->nslots) LAM_TRY(finish_chunk(p, k - (size_t)p->nslots, jobs, &njobs));
+    stage_inputs(p, k, jobs, &njobs);
+    run_copies(p, jobs, njobs);
+    if (!p->dry) LAM_TRY(enqueue_chunk(p, k));
+  }
+  size_t first = nchunks > (size_t)p->nslots ? nchunks - (size_t)p->nslots : 0;
+  for (size_t k = first; k < nchunks; k++) {
+    lam_copy_job jobs[1];
+    int njobs = 0;
+    LAM_TRY(finish_chunk(p, k, jobs, &njobs));
+    run_copies(p, jobs, njobs);
+  }
+  return LAM_OK;
+}
+
+static lam_status hidden_host(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
+                              mem_kind kg, mem_kind kw, mem_kind ko, int dry, lam_hidden_timing *timing) {
+  cuda_state *st = cuda_st(ctx);
+  pipe p;
+  memset(&p, 0, sizeof p);
+  p.ctx = ctx;
+  p.st = st;
+  p.n = n;
+  p.c = chunk_elems(n);
+  p.gsz = lam_dtype_size(gt);
+  p.grey = (const char *)grey;
+  p.w = w;
+  p.out = out;
+  p.kg = kg;
+  p.kw = kw;
+  p.ko = ko;
+  p.dry = dry;
+  size_t nchunks = (n + p.c - 1) / p.c;
+  p.nslots = nchunks < LAM_CUDA_SLOTS ? (int)nchunks : LAM_CUDA_SLOTS;
+  if (kg == MEM_PAGEABLE || kw == MEM_PAGEABLE || ko == MEM_PAGEABLE) LAM_TRY(staging_reserve(ctx, p.c));
+
+  lam_status s = LAM_OK;
+  for (int i = 0; i < p.nslots && s == LAM_OK && !dry; i++) {
+    if (kg != MEM_DEVICE) s = lam_cache_alloc(&ctx->cache, &p.dg[i], p.c * p.gsz);
+    if (s == LAM_OK && kw != MEM_DEVICE) s = lam_cache_alloc(&ctx->cache, (void **)&p.dw[i], p.c * 4);
+    if (s == LAM_OK && ko != MEM_DEVICE) s = lam_cache_alloc(&ctx->cache, (void **)&p.dout[i], p.c * 4);
+  }
+  if (s == LAM_OK) s = pipeline_run(&p);
+  if (s != LAM_OK) /* nothing queued may outlive the call: it would touch the caller's arrays */
+    for (int i = 0; i < p.nslots; i++) cudaStreamSynchronize(st->slot[i].stream);
+  for (int i = 0; i < p.nslots; i++) {
+    lam_cache_free(&ctx->cache, p.dg[i]);
+    lam_cache_free(&ctx->cache, p.dw[i]);
+    lam_cache_free(&ctx->cache, p.dout[i]);
+  }
+  if (timing) {
+    timing->staging = p.staging;
+    timing->copy_in = p.copy_in;
+    timing->kernel = p.kernel;
+    timing->copy_out = p.copy_out;
+    timing->chunks = (int)nchunks;
+  }
+  return s;
+}
+
+lam_status cuda_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
+                       lam_hidden_timing *timing) {
+  cuda_state *st = cuda_st(ctx);
+  double t0 = lam_now_ms();
+  mem_kind kg, kw, ko;
+  LAM_TRY(where_is(st, grey, "grey", &kg));
+  LAM_TRY(where_is(st, w, "w", &kw));
+  LAM_TRY(where_is(st, out, "out", &ko));
+  if (kg == MEM_DEVICE && kw == MEM_DEVICE && ko == MEM_DEVICE) {
+    if (!timing) return launch_hidden(st, st->stream, n, grey, gt, w, out);
+    /* Timed: events around the kernel, and wait, so the figures are complete on return. */
+    CUDA_TRY(cudaEventRecord(st->ev_start, st->stream));
+    LAM_TRY(launch_hidden(st, st->stream, n, grey, gt, w, out));
+    CUDA_TRY(cudaEventRecord(st->ev_stop, st->stream));
+    CUDA_TRY(cudaEventSynchronize(st->ev_stop));
+    float ms = 0;
+    CUDA_TRY(cudaEventElapsedTime(&ms, st->ev_start, st->ev_stop));
+    timing->kernel = ms;
+    timing->chunks = 1;
+    timing->total = lam_now_ms() - t0;
+    return LAM_OK;
+  }
+  LAM_TRY(hidden_host(ctx, n, grey, gt, w, out, kg, kw, ko, 0, timing));
+  if (timing) timing->total = lam_now_ms() - t0;
+  return LAM_OK;
+}
+
+lam_status cuda_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
+                              double *ms) {
+  cuda_state *st = cuda_st(ctx);
+  mem_kind kg, kw, ko;
+  LAM_TRY(where_is(st, grey, "grey", &kg));
+  LAM_TRY(where_is(st, w, "w", &kw));
+  LAM_TRY(where_is(st, out, "out", &ko));
+  LAM_TRY(ctx->be->sync(ctx)); /* the staging buffers must be idle */
+  double t0 = lam_now_ms();
+  LAM_TRY(hidden_host(ctx, n, grey, gt, w, out, kg, kw, ko, 1, NULL));
+  *ms = lam_now_ms() - t0;
+  return LAM_OK;
+}

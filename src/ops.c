@@ -1,0 +1,66 @@
+/* ops.c — the public entry points of the ops: argument checks that every backend shares, then the
+ * backend's own implementation. */
+#include "internal.h"
+
+static lam_status check_common(const char *fn, lam_ctx *ctx, size_t n) {
+  LAM_CHECK_ARG(ctx, "%s: ctx is NULL", fn);
+  LAM_CHECK_ARG(n <= LAM_HIDDEN_MAX_N, "%s: n = %zu is larger than the maximum %zu (LAM_HIDDEN_MAX_N)", fn, n,
+                LAM_HIDDEN_MAX_N);
+  return LAM_OK;
+}
+
+static lam_status check_dtype(const char *fn, lam_dtype t) {
+  LAM_CHECK_ARG(t == LAM_DTYPE_F32 || t == LAM_DTYPE_U8, "%s: grey_dtype %d is not LAM_DTYPE_F32 or LAM_DTYPE_U8", fn,
+                (int)t);
+  return LAM_OK;
+}
+
+lam_status lam_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
+                      lam_hidden_timing *timing) {
+  LAM_TRY(check_common("lam_hidden", ctx, n));
+  LAM_TRY(check_dtype("lam_hidden", gt));
+  if (timing) *timing = (lam_hidden_timing){.chunks = 1};
+  if (n == 0) return LAM_OK;
+  LAM_CHECK_ARG(grey && w && out, "lam_hidden: %s is NULL (n = %zu)", !grey ? "grey" : !w ? "w" : "out", n);
+  /* Overlap that is not exact aliasing with w would read values already overwritten. */
+  const char *o = (const char *)out, *g = grey, *wc = (const char *)w;
+  size_t gb = n * lam_dtype_size(gt), fb = n * sizeof(float);
+  LAM_CHECK_ARG(!(o < g + gb && g < o + fb), "lam_hidden: out overlaps grey; use a separate output buffer");
+  LAM_CHECK_ARG(o == wc || !(o < wc + fb && wc < o + fb), "lam_hidden: out partly overlaps w; use out == w or a separate buffer");
+  return ctx->be->hidden(ctx, n, grey, gt, w, out, timing);
+}
+
+lam_status lam_hidden_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w,
+                                    float *out, double *ms) {
+  LAM_TRY(check_common("lam_hidden_staging_floor", ctx, n));
+  LAM_TRY(check_dtype("lam_hidden_staging_floor", gt));
+  LAM_CHECK_ARG(ms, "lam_hidden_staging_floor: ms is NULL");
+  *ms = 0;
+  if (!ctx->be->staging_floor)
+    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "lam_hidden_staging_floor: the %s backend stages nothing", ctx->be->name);
+  if (n == 0) return LAM_OK;
+  LAM_CHECK_ARG(grey && w && out, "lam_hidden_staging_floor: %s is NULL (n = %zu)", !grey ? "grey" : !w ? "w" : "out", n);
+  return ctx->be->staging_floor(ctx, n, grey, gt, w, out, ms);
+}
+
+lam_status lam_normalize(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out) {
+  LAM_TRY(check_common("lam_normalize", ctx, n));
+  LAM_TRY(check_dtype("lam_normalize", gt));
+  if (n == 0) return LAM_OK;
+  LAM_CHECK_ARG(grey && out, "lam_normalize: %s is NULL (n = %zu)", !grey ? "grey" : "out", n);
+  return ctx->be->normalize(ctx, n, grey, gt, out);
+}
+
+lam_status lam_weigh(lam_ctx *ctx, size_t n, const float *a, const float *w, float *out) {
+  LAM_TRY(check_common("lam_weigh", ctx, n));
+  if (n == 0) return LAM_OK;
+  LAM_CHECK_ARG(a && w && out, "lam_weigh: %s is NULL (n = %zu)", !a ? "a" : !w ? "w" : "out", n);
+  return ctx->be->weigh(ctx, n, a, w, out);
+}
+
+lam_status lam_tanh(lam_ctx *ctx, size_t n, const float *x, float *out) {
+  LAM_TRY(check_common("lam_tanh", ctx, n));
+  if (n == 0) return LAM_OK;
+  LAM_CHECK_ARG(x && out, "lam_tanh: %s is NULL (n = %zu)", !x ? "x" : "out", n);
+  return ctx->be->tanh_(ctx, n, x, out);
+}

@@ -1,0 +1,39 @@
+/* status.c — the thread-local last-error message and the names of status codes. */
+#include "status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char g_last_error[1024];
+
+const char *lam_last_error(void) { return g_last_error; }
+
+void lam_clear_error(void) { g_last_error[0] = '\0'; }
+
+lam_status lam_fail_at(lam_status s, const char *file, int line, const char *fmt, ...) {
+  /* Keep only the part of the path from "src/" on: enough to find the line, short to read. */
+  const char *short_file = strstr(file, "src/");
+  short_file = short_file ? short_file : file;
+  va_list ap;
+  va_start(ap, fmt);
+  int len = vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
+  va_end(ap);
+  if (len < 0) len = 0;
+  if ((size_t)len < sizeof g_last_error)
+    snprintf(g_last_error + len, sizeof g_last_error - (size_t)len, " [%s:%d]", short_file, line);
+  return s;
+}
+
+const char *lam_status_str(lam_status s) {
+  switch (s) {
+    case LAM_OK: return "ok";
+    case LAM_ERR_INVALID_ARG: return "invalid argument";
+    case LAM_ERR_NO_DEVICE: return "no CUDA device";
+    case LAM_ERR_CUDA: return "CUDA error";
+    case LAM_ERR_OUT_OF_MEMORY: return "out of memory";
+    case LAM_ERR_UNSUPPORTED: return "unsupported";
+    case LAM_ERR_IO: return "I/O error";
+  }
+  return "unknown status";
+}
