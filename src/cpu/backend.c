@@ -1,5 +1,6 @@
 /* backend.c — the CPU backend's table: its memory is host memory, its copies are (parallel) memcpy,
  * and its ops are in the other files of this folder. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,8 @@
 
 static lam_status cpu_raw_alloc(lam_ctx *ctx, void **p, size_t bytes) {
   (void)ctx;
+  if (bytes > SIZE_MAX - CPU_ALIGN) /* the round-up below would wrap to a tiny block */
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of host memory", bytes);
   size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
   *p = aligned_alloc(CPU_ALIGN, rounded);
   if (!*p) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "aligned_alloc(%d, %zu) failed: out of host memory", CPU_ALIGN, rounded);

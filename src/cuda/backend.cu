@@ -101,7 +101,7 @@ static lam_status cuda_upload(lam_ctx *ctx, void *dst, const void *src, size_t b
 
 static lam_status cuda_host_alloc(lam_ctx *ctx, void **p, size_t bytes) {
   (void)ctx;
-  CUDA_TRY(cudaHostAlloc(p, bytes, cudaHostAllocDefault));
+  CUDA_TRY(cudaHostAlloc(p, bytes, cudaHostAllocMapped)); /* mapped: kernels may read it directly */
   return LAM_OK;
 }
 

@@ -3,6 +3,7 @@
  * call cuts the work into chunks that cycle through LAM_CUDA_SLOTS streams, so that host threads
  * staging pageable data, copies in, the kernel and copies out of different chunks overlap. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda.h"
@@ -116,9 +117,11 @@ lam_status cuda_tanh(lam_ctx *ctx, size_t n, const float *x, float *out) {
 
 typedef enum mem_kind { MEM_PAGEABLE, MEM_PINNED, MEM_DEVICE } mem_kind;
 
-static lam_status where_is(cuda_state *st, const void *p, const char *name, mem_kind *k) {
+/* Classifies p; for pinned host memory *dev gets the address the GPU reads it by (NULL if unmapped). */
+static lam_status where_is(cuda_state *st, const void *p, const char *name, mem_kind *k, const void **dev) {
   cudaPointerAttributes a;
   LAM_TRY(cuda_status(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes", __FILE__, __LINE__));
+  if (dev) *dev = NULL;
   switch (a.type) {
     case cudaMemoryTypeDevice:
     case cudaMemoryTypeManaged:
@@ -127,7 +130,10 @@ static lam_status where_is(cuda_state *st, const void *p, const char *name, mem_
                         name, a.device, st->device);
       *k = MEM_DEVICE;
       return LAM_OK;
-    case cudaMemoryTypeHost: *k = MEM_PINNED; return LAM_OK;
+    case cudaMemoryTypeHost:
+      *k = MEM_PINNED;
+      if (dev) *dev = a.devicePointer;
+      return LAM_OK;
     default: *k = MEM_PAGEABLE; return LAM_OK;
   }
 }
@@ -156,9 +162,9 @@ static lam_status staging_reserve(lam_ctx *ctx, size_t elems) {
   size_t bytes = elems * sizeof(float);
   for (int i = 0; i < LAM_CUDA_SLOTS; i++) {
     cuda_slot *sl = &st->slot[i];
-    lam_status s = cuda_status(cudaHostAlloc(&sl->h_grey, bytes, cudaHostAllocDefault), "cudaHostAlloc(staging)", __FILE__, __LINE__);
-    if (s == LAM_OK) s = cuda_status(cudaHostAlloc((void **)&sl->h_w, bytes, cudaHostAllocDefault), "cudaHostAlloc(staging)", __FILE__, __LINE__);
-    if (s == LAM_OK) s = cuda_status(cudaHostAlloc((void **)&sl->h_out, bytes, cudaHostAllocDefault), "cudaHostAlloc(staging)", __FILE__, __LINE__);
+    lam_status s = cuda_status(cudaHostAlloc(&sl->h_grey, bytes, cudaHostAllocMapped), "cudaHostAlloc(staging)", __FILE__, __LINE__);
+    if (s == LAM_OK) s = cuda_status(cudaHostAlloc((void **)&sl->h_w, bytes, cudaHostAllocMapped), "cudaHostAlloc(staging)", __FILE__, __LINE__);
+    if (s == LAM_OK) s = cuda_status(cudaHostAlloc((void **)&sl->h_out, bytes, cudaHostAllocMapped), "cudaHostAlloc(staging)", __FILE__, __LINE__);
     if (s != LAM_OK) {
       cuda_staging_free(ctx);
       return s;
@@ -191,6 +197,12 @@ typedef struct pipe {
   mem_kind kg, kw, ko;
   int nslots;
   int dry; /* staging only: the host copies, no GPU work (lam_hidden_staging_floor) */
+  /* Zero-copy: the kernel reads and writes pinned host memory itself over PCIe (no copy engines, no
+   * device buffers); gdev/wdev/odev are the device-side addresses of pinned arrays. */
+  int zero_copy;
+  const char *gdev;
+  const float *wdev;
+  float *odev;
   void *dg[LAM_CUDA_SLOTS];
   float *dw[LAM_CUDA_SLOTS], *dout[LAM_CUDA_SLOTS];
   double staging, copy_in, kernel, copy_out;
@@ -213,6 +225,16 @@ static lam_status enqueue_chunk(pipe *p, size_t k) {
   const float *w = p->w + off;
   float *o = p->out + off;
   PIPE_TRY(cudaEventRecord(sl->ev[0], sl->stream));
+  if (p->zero_copy) {
+    float *dst = p->ko == MEM_DEVICE ? o : p->ko == MEM_PINNED ? p->odev + off : sl->h_out;
+    if (p->kg != MEM_DEVICE) g = p->kg == MEM_PINNED ? (const void *)(p->gdev + off * p->gsz) : sl->h_grey;
+    if (p->kw != MEM_DEVICE) w = p->kw == MEM_PINNED ? p->wdev + off : sl->h_w;
+    PIPE_TRY(cudaEventRecord(sl->ev[1], sl->stream));
+    LAM_TRY(launch_hidden(p->st, sl->stream, len, g, p->gsz == 1 ? LAM_DTYPE_U8 : LAM_DTYPE_F32, w, dst));
+    PIPE_TRY(cudaEventRecord(sl->ev[2], sl->stream));
+    PIPE_TRY(cudaEventRecord(sl->ev[3], sl->stream));
+    return LAM_OK;
+  }
   if (p->kg != MEM_DEVICE) {
     PIPE_TRY(cudaMemcpyAsync(p->dg[i], p->kg == MEM_PINNED ? g : sl->h_grey, len * p->gsz, cudaMemcpyHostToDevice, sl->stream));
     g = p->dg[i];
@@ -292,11 +314,29 @@ static lam_status pipeline_run(pipe *p) {
   return LAM_OK;
 }
 
+/* Which way host arrays travel: LAMINA_HOST_PATH=copy (copy engines, the default) or zerocopy (the
+ * kernel reads and writes pinned memory over PCIe). Zero-copy needs every pinned array mapped. */
+static int want_zero_copy(void) {
+  const char *e = getenv("LAMINA_HOST_PATH");
+  return e && !strcmp(e, "zerocopy");
+}
+
+typedef struct host_arrays {
+  mem_kind kg, kw, ko;
+  const void *gdev, *wdev, *odev; /* device-side addresses of pinned arrays */
+} host_arrays;
+
 static lam_status hidden_host(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
-                              mem_kind kg, mem_kind kw, mem_kind ko, int dry, lam_hidden_timing *timing) {
+                              const host_arrays *ha, int dry, lam_hidden_timing *timing) {
   cuda_state *st = cuda_st(ctx);
+  mem_kind kg = ha->kg, kw = ha->kw, ko = ha->ko;
   pipe p;
   memset(&p, 0, sizeof p);
+  p.zero_copy = want_zero_copy() && (kg != MEM_PINNED || ha->gdev) && (kw != MEM_PINNED || ha->wdev) &&
+                (ko != MEM_PINNED || ha->odev);
+  p.gdev = (const char *)ha->gdev;
+  p.wdev = (const float *)ha->wdev;
+  p.odev = (float *)ha->odev;
   p.ctx = ctx;
   p.st = st;
   p.n = n;
@@ -314,7 +354,7 @@ static lam_status hidden_host(lam_ctx *ctx, size_t n, const void *grey, lam_dtyp
   if (kg == MEM_PAGEABLE || kw == MEM_PAGEABLE || ko == MEM_PAGEABLE) LAM_TRY(staging_reserve(ctx, p.c));
 
   lam_status s = LAM_OK;
-  for (int i = 0; i < p.nslots && s == LAM_OK && !dry; i++) {
+  for (int i = 0; i < p.nslots && s == LAM_OK && !dry && !p.zero_copy; i++) {
     if (kg != MEM_DEVICE) s = lam_cache_alloc(&ctx->cache, &p.dg[i], p.c * p.gsz);
     if (s == LAM_OK && kw != MEM_DEVICE) s = lam_cache_alloc(&ctx->cache, (void **)&p.dw[i], p.c * 4);
     if (s == LAM_OK && ko != MEM_DEVICE) s = lam_cache_alloc(&ctx->cache, (void **)&p.dout[i], p.c * 4);
@@ -337,15 +377,20 @@ static lam_status hidden_host(lam_ctx *ctx, size_t n, const void *grey, lam_dtyp
   return s;
 }
 
+static lam_status classify(cuda_state *st, const void *grey, const float *w, const float *out, host_arrays *ha) {
+  LAM_TRY(where_is(st, grey, "grey", &ha->kg, &ha->gdev));
+  LAM_TRY(where_is(st, w, "w", &ha->kw, &ha->wdev));
+  LAM_TRY(where_is(st, out, "out", &ha->ko, &ha->odev));
+  return LAM_OK;
+}
+
 lam_status cuda_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
                        lam_hidden_timing *timing) {
   cuda_state *st = cuda_st(ctx);
   double t0 = lam_now_ms();
-  mem_kind kg, kw, ko;
-  LAM_TRY(where_is(st, grey, "grey", &kg));
-  LAM_TRY(where_is(st, w, "w", &kw));
-  LAM_TRY(where_is(st, out, "out", &ko));
-  if (kg == MEM_DEVICE && kw == MEM_DEVICE && ko == MEM_DEVICE) {
+  host_arrays ha;
+  LAM_TRY(classify(st, grey, w, out, &ha));
+  if (ha.kg == MEM_DEVICE && ha.kw == MEM_DEVICE && ha.ko == MEM_DEVICE) {
     if (!timing) return launch_hidden(st, st->stream, n, grey, gt, w, out);
     /* Timed: events around the kernel, and wait, so the figures are complete on return. */
     CUDA_TRY(cudaEventRecord(st->ev_start, st->stream));
@@ -359,7 +404,7 @@ lam_status cuda_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, c
     timing->total = lam_now_ms() - t0;
     return LAM_OK;
   }
-  LAM_TRY(hidden_host(ctx, n, grey, gt, w, out, kg, kw, ko, 0, timing));
+  LAM_TRY(hidden_host(ctx, n, grey, gt, w, out, &ha, 0, timing));
   if (timing) timing->total = lam_now_ms() - t0;
   return LAM_OK;
 }
@@ -367,13 +412,11 @@ lam_status cuda_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, c
 lam_status cuda_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
                               double *ms) {
   cuda_state *st = cuda_st(ctx);
-  mem_kind kg, kw, ko;
-  LAM_TRY(where_is(st, grey, "grey", &kg));
-  LAM_TRY(where_is(st, w, "w", &kw));
-  LAM_TRY(where_is(st, out, "out", &ko));
+  host_arrays ha;
+  LAM_TRY(classify(st, grey, w, out, &ha));
   LAM_TRY(ctx->be->sync(ctx)); /* the staging buffers must be idle */
   double t0 = lam_now_ms();
-  LAM_TRY(hidden_host(ctx, n, grey, gt, w, out, kg, kw, ko, 1, NULL));
+  LAM_TRY(hidden_host(ctx, n, grey, gt, w, out, &ha, 1, NULL));
   *ms = lam_now_ms() - t0;
   return LAM_OK;
 }

@@ -1,0 +1,37 @@
+# lamina — the two commands a user needs on a fresh Debian 12 machine (CUDA toolkit at /usr/local/cuda):
+#   make demo   installs missing Debian packages, builds, runs the main job on the best device
+#   make test   installs missing Debian packages, builds, runs every test (GPU tests skip without a GPU)
+# Other targets: make build, make deps, make bench, make clean.
+
+BUILD ?= build
+CMAKE_FLAGS ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# Debian packages the build, the tests and the benchmarks need.
+DEB_PACKAGES := build-essential cmake pkg-config libcmocka-dev zlib1g-dev python3-numpy
+
+.PHONY: all deps build test demo bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps $(DEB_PACKAGES)
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The main job: the course's hidden layer at n = 100M from pageable host arrays, on the best device.
+demo: build
+	$(BUILD)/lamina info
+	$(BUILD)/lamina hidden --n 100M --repeat 5
+
+bench: build
+	/usr/bin/python3 bench/hidden.py
+
+clean:
+	rm -rf $(BUILD)
