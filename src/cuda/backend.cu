@@ -122,11 +122,10 @@ static void cuda_destroy(lam_ctx *ctx) {
   cuda_state *st = cuda_st(ctx);
   if (!st) return;
   cuda_staging_free(ctx);
-  for (int i = 0; i < LAM_CUDA_SLOTS; i++) {
-    for (int j = 0; j < 4; j++)
-      if (st->slot[i].ev[j]) cudaEventDestroy(st->slot[i].ev[j]);
+  for (size_t i = 0; i < 4 * st->ev_pool_chunks; i++) cudaEventDestroy(st->ev_pool[i]);
+  free(st->ev_pool);
+  for (int i = 0; i < LAM_CUDA_SLOTS; i++)
     if (st->slot[i].stream) cudaStreamDestroy(st->slot[i].stream);
-  }
   if (st->ev_start) cudaEventDestroy(st->ev_start);
   if (st->ev_stop) cudaEventDestroy(st->ev_stop);
   if (st->stream) cudaStreamDestroy(st->stream);
@@ -153,6 +152,27 @@ extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
   const char *dbg = getenv("LAMINA_CUDA_SYNC");
   st->sync_debug = dbg && *dbg && *dbg != '0';
   st->device = 0;
+  st->slots = LAM_CUDA_SLOTS_DEFAULT;
+  const char *e = getenv("LAMINA_STREAMS");
+  if (e && *e) {
+    int v = atoi(e);
+    if (v < 1 || v > LAM_CUDA_SLOTS) {
+      ctx->state = NULL;
+      free(st);
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_STREAMS='%s': expected a whole number from 1 to %d", e, LAM_CUDA_SLOTS);
+    }
+    st->slots = v;
+  }
+  e = getenv("LAMINA_CHUNK");
+  if (e && *e) {
+    long long v = atoll(e);
+    if (v < 4096 || v > (1LL << 28)) {
+      ctx->state = NULL;
+      free(st);
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_CHUNK='%s': expected values per chunk from 4096 to 2^28", e);
+    }
+    st->chunk_env = (size_t)(v + 4095) / 4096 * 4096;
+  }
   lam_status s = LAM_OK;
   cudaDeviceProp p;
 #define INIT_TRY(expr)                                             \
@@ -168,10 +188,8 @@ extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
   INIT_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
   INIT_TRY(cudaEventCreate(&st->ev_start));
   INIT_TRY(cudaEventCreate(&st->ev_stop));
-  for (int i = 0; i < LAM_CUDA_SLOTS; i++) {
+  for (int i = 0; i < LAM_CUDA_SLOTS; i++)
     INIT_TRY(cudaStreamCreateWithFlags(&st->slot[i].stream, cudaStreamNonBlocking));
-    for (int j = 0; j < 4; j++) INIT_TRY(cudaEventCreate(&st->slot[i].ev[j]));
-  }
 #undef INIT_TRY
   snprintf(ctx->name, sizeof ctx->name, "cuda:%d %s (sm_%d%d, %d SMs, %.0f GiB)", st->device, p.name, p.major, p.minor,
            p.multiProcessorCount, p.totalGlobalMem / 1073741824.0);

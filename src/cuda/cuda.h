@@ -9,13 +9,13 @@
 
 #include "../internal.h"
 
-/* Streams (and staging slots) the host-array path cycles through: with 4, three chunks are in flight
- * on the GPU while the host threads stage the fourth. */
-#define LAM_CUDA_SLOTS 4
+/* Streams (and staging slots) the host-array path cycles through: with 4 (the default), three chunks
+ * are in flight on the GPU while the host threads stage the fourth. LAMINA_STREAMS (1..8) overrides. */
+#define LAM_CUDA_SLOTS 8
+#define LAM_CUDA_SLOTS_DEFAULT 4
 
 typedef struct cuda_slot {
   cudaStream_t stream;
-  cudaEvent_t ev[4]; /* before copy in, after copy in, after kernel, after copy out */
   void *h_grey;      /* pinned staging, staging_cap elements of up to 4 bytes */
   float *h_w, *h_out;
 } cuda_slot;
@@ -28,6 +28,12 @@ typedef struct cuda_state {
   cudaEvent_t ev_start, ev_stop;
   cuda_slot slot[LAM_CUDA_SLOTS];
   size_t staging_cap; /* elements per pinned staging buffer (0: none yet) */
+  /* Four events per chunk of the host path (before copy in, after copy in, after the kernel, after
+   * copy out), kept between calls and grown as needed: chunks may all be in flight at once. */
+  cudaEvent_t *ev_pool;
+  size_t ev_pool_chunks;
+  int slots;          /* slots in use, LAM_CUDA_SLOTS_DEFAULT or LAMINA_STREAMS */
+  size_t chunk_env;   /* LAMINA_CHUNK (values per chunk), 0: chosen by size */
   int sync_debug;
 } cuda_state;
 

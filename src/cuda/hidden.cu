@@ -1,6 +1,6 @@
 /* hidden.cu — the hidden layer on CUDA, out = tanh(grey / 255 * w), and the course's three separate
  * steps. Device-resident arrays: one fused, grid-stride kernel with 16-byte loads. Host arrays: the
- * call cuts the work into chunks that cycle through LAM_CUDA_SLOTS streams, so that host threads
+ * call cuts the work into chunks that cycle through several streams (4 by default), so that host threads
  * staging pageable data, copies in, the kernel and copies out of different chunks overlap. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -160,7 +160,7 @@ static lam_status staging_reserve(lam_ctx *ctx, size_t elems) {
   if (st->staging_cap >= elems) return LAM_OK;
   cuda_staging_free(ctx);
   size_t bytes = elems * sizeof(float);
-  for (int i = 0; i < LAM_CUDA_SLOTS; i++) {
+  for (int i = 0; i < st->slots; i++) {
     cuda_slot *sl = &st->slot[i];
     lam_status s = cuda_status(cudaHostAlloc(&sl->h_grey, bytes, cudaHostAllocMapped), "cudaHostAlloc(staging)", __FILE__, __LINE__);
     if (s == LAM_OK) s = cuda_status(cudaHostAlloc((void **)&sl->h_w, bytes, cudaHostAllocMapped), "cudaHostAlloc(staging)", __FILE__, __LINE__);
@@ -171,14 +171,33 @@ static lam_status staging_reserve(lam_ctx *ctx, size_t elems) {
     }
   }
   st->staging_cap = elems;
-  ctx->pinned_staging = 3 * bytes * LAM_CUDA_SLOTS;
+  ctx->pinned_staging = 3 * bytes * (size_t)st->slots;
+  return LAM_OK;
+}
+
+/* Events for `chunks` chunks (four each), created once and kept. */
+static lam_status events_reserve(cuda_state *st, size_t chunks) {
+  if (st->ev_pool_chunks >= chunks) return LAM_OK;
+  cudaEvent_t *pool = (cudaEvent_t *)realloc(st->ev_pool, 4 * chunks * sizeof *pool);
+  if (!pool) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for %zu CUDA events", 4 * chunks);
+  st->ev_pool = pool;
+  for (size_t i = 4 * st->ev_pool_chunks; i < 4 * chunks; i++) {
+    lam_status s = cuda_status(cudaEventCreate(&pool[i]), "cudaEventCreate", __FILE__, __LINE__);
+    if (s != LAM_OK) {
+      st->ev_pool_chunks = i / 4; /* whole chunk-sets only; a partial set is destroyed */
+      for (size_t j = 4 * (i / 4); j < i; j++) cudaEventDestroy(pool[j]);
+      return s;
+    }
+  }
+  st->ev_pool_chunks = chunks;
   return LAM_OK;
 }
 
 /* Chunk size: about n/16 so the pipeline fills and drains quickly, at least 256 Ki values so each copy
  * runs near full PCIe speed, at most 4 Mi so the staging stays small (48 MiB a slot). A multiple of
  * 4096 values keeps every chunk's pointers as aligned as the arrays themselves. */
-static size_t chunk_elems(size_t n) {
+static size_t chunk_elems(const cuda_state *st, size_t n) {
+  if (st->chunk_env) return st->chunk_env;
   size_t c = n / 16;
   if (c < ((size_t)1 << 18)) c = (size_t)1 << 18;
   if (c > ((size_t)1 << 22)) c = (size_t)1 << 22;
@@ -224,15 +243,16 @@ static lam_status enqueue_chunk(pipe *p, size_t k) {
   const void *g = p->grey + off * p->gsz;
   const float *w = p->w + off;
   float *o = p->out + off;
-  PIPE_TRY(cudaEventRecord(sl->ev[0], sl->stream));
+  cudaEvent_t *ev = p->st->ev_pool + 4 * k;
+  PIPE_TRY(cudaEventRecord(ev[0], sl->stream));
   if (p->zero_copy) {
     float *dst = p->ko == MEM_DEVICE ? o : p->ko == MEM_PINNED ? p->odev + off : sl->h_out;
     if (p->kg != MEM_DEVICE) g = p->kg == MEM_PINNED ? (const void *)(p->gdev + off * p->gsz) : sl->h_grey;
     if (p->kw != MEM_DEVICE) w = p->kw == MEM_PINNED ? p->wdev + off : sl->h_w;
-    PIPE_TRY(cudaEventRecord(sl->ev[1], sl->stream));
+    PIPE_TRY(cudaEventRecord(ev[1], sl->stream));
     LAM_TRY(launch_hidden(p->st, sl->stream, len, g, p->gsz == 1 ? LAM_DTYPE_U8 : LAM_DTYPE_F32, w, dst));
-    PIPE_TRY(cudaEventRecord(sl->ev[2], sl->stream));
-    PIPE_TRY(cudaEventRecord(sl->ev[3], sl->stream));
+    PIPE_TRY(cudaEventRecord(ev[2], sl->stream));
+    PIPE_TRY(cudaEventRecord(ev[3], sl->stream));
     return LAM_OK;
   }
   if (p->kg != MEM_DEVICE) {
@@ -243,13 +263,13 @@ static lam_status enqueue_chunk(pipe *p, size_t k) {
     PIPE_TRY(cudaMemcpyAsync(p->dw[i], p->kw == MEM_PINNED ? w : sl->h_w, len * 4, cudaMemcpyHostToDevice, sl->stream));
     w = p->dw[i];
   }
-  PIPE_TRY(cudaEventRecord(sl->ev[1], sl->stream));
+  PIPE_TRY(cudaEventRecord(ev[1], sl->stream));
   LAM_TRY(launch_hidden(p->st, sl->stream, len, g, p->gsz == 1 ? LAM_DTYPE_U8 : LAM_DTYPE_F32, w,
                         p->ko == MEM_DEVICE ? o : p->dout[i]));
-  PIPE_TRY(cudaEventRecord(sl->ev[2], sl->stream));
+  PIPE_TRY(cudaEventRecord(ev[2], sl->stream));
   if (p->ko != MEM_DEVICE)
     PIPE_TRY(cudaMemcpyAsync(p->ko == MEM_PINNED ? o : sl->h_out, p->dout[i], len * 4, cudaMemcpyDeviceToHost, sl->stream));
-  PIPE_TRY(cudaEventRecord(sl->ev[3], sl->stream));
+  PIPE_TRY(cudaEventRecord(ev[3], sl->stream));
   return LAM_OK;
 }
 
@@ -259,10 +279,11 @@ static lam_status finish_chunk(pipe *p, size_t k, lam_copy_job *jobs, int *njobs
   cuda_slot *sl = &p->st->slot[k % (size_t)p->nslots];
   float a = 0, b = 0, c = 0;
   if (!p->dry) {
-    PIPE_TRY(cudaEventSynchronize(sl->ev[3]));
-    PIPE_TRY(cudaEventElapsedTime(&a, sl->ev[0], sl->ev[1]));
-    PIPE_TRY(cudaEventElapsedTime(&b, sl->ev[1], sl->ev[2]));
-    PIPE_TRY(cudaEventElapsedTime(&c, sl->ev[2], sl->ev[3]));
+    cudaEvent_t *ev = p->st->ev_pool + 4 * k;
+    PIPE_TRY(cudaEventSynchronize(ev[3]));
+    PIPE_TRY(cudaEventElapsedTime(&a, ev[0], ev[1]));
+    PIPE_TRY(cudaEventElapsedTime(&b, ev[1], ev[2]));
+    PIPE_TRY(cudaEventElapsedTime(&c, ev[2], ev[3]));
   }
   p->copy_in += a;
   p->kernel += b;
@@ -291,6 +312,12 @@ static void run_copies(pipe *p, lam_copy_job *jobs, int njobs) {
 static lam_status pipeline_run(pipe *p) {
   lam_status s;
   size_t nchunks = (p->n + p->c - 1) / p->c;
+  /* With pageable arrays the host must wait for a slot's previous chunk before it restages the slot;
+   * otherwise every chunk is queued at once (a slot's device buffers are reused in stream order), so
+   * the copy engines never wait for the host. */
+  int paced = p->kg == MEM_PAGEABLE || p->kw == MEM_PAGEABLE || p->ko == MEM_PAGEABLE;
+  size_t window = paced ? (size_t)p->nslots : nchunks;
+  if (!p->dry) LAM_TRY(events_reserve(p->st, nchunks));
   /* Work queued earlier on the context's stream (an upload, an op writing an input) comes first. */
   PIPE_TRY(cudaEventRecord(p->st->ev_start, p->st->stream));
   for (int i = 0; i < p->nslots; i++) PIPE_TRY(cudaStreamWaitEvent(p->st->slot[i].stream, p->st->ev_start, 0));
@@ -299,13 +326,12 @@ static lam_status pipeline_run(pipe *p) {
     int njobs = 0;
     /* The slot's previous chunk must be done before its staging buffers are reused; its result
      * leaves the slot in the same parallel copy that stages this chunk's inputs. */
-    if (k >= (size_t)p->nslots) LAM_TRY(finish_chunk(p, k - (size_t)p->nslots, jobs, &njobs));
+    if (k >= window) LAM_TRY(finish_chunk(p, k - window, jobs, &njobs));
     stage_inputs(p, k, jobs, &njobs);
     run_copies(p, jobs, njobs);
     if (!p->dry) LAM_TRY(enqueue_chunk(p, k));
   }
-  size_t first = nchunks > (size_t)p->nslots ? nchunks - (size_t)p->nslots : 0;
-  for (size_t k = first; k < nchunks; k++) {
+  for (size_t k = nchunks > window ? nchunks - window : 0; k < nchunks; k++) {
     lam_copy_job jobs[1];
     int njobs = 0;
     LAM_TRY(finish_chunk(p, k, jobs, &njobs));
@@ -340,7 +366,7 @@ static lam_status hidden_host(lam_ctx *ctx, size_t n, const void *grey, lam_dtyp
   p.ctx = ctx;
   p.st = st;
   p.n = n;
-  p.c = chunk_elems(n);
+  p.c = chunk_elems(st, n);
   p.gsz = lam_dtype_size(gt);
   p.grey = (const char *)grey;
   p.w = w;
@@ -350,7 +376,7 @@ static lam_status hidden_host(lam_ctx *ctx, size_t n, const void *grey, lam_dtyp
   p.ko = ko;
   p.dry = dry;
   size_t nchunks = (n + p.c - 1) / p.c;
-  p.nslots = nchunks < LAM_CUDA_SLOTS ? (int)nchunks : LAM_CUDA_SLOTS;
+  p.nslots = nchunks < (size_t)st->slots ? (int)nchunks : st->slots;
   if (kg == MEM_PAGEABLE || kw == MEM_PAGEABLE || ko == MEM_PAGEABLE) LAM_TRY(staging_reserve(ctx, p.c));
 
   lam_status s = LAM_OK;

@@ -1,0 +1,262 @@
+#!/usr/bin/env bash
+# test_cli.sh — the lamina command line against docs/cli-spec.md: --help/--version/info, a CPU run of
+# `hidden` with --json for both dtypes (the JSON must say ok:true, device cpu, a small non-zero
+# max_abs_err), the size suffixes, LAMINA_DEVICE, usage errors (exit 2, a message on stderr naming
+# the option), and --device cuda without a GPU (exit 1 with a message).
+#
+# Usage: test_cli.sh path/to/lamina. Prints "ok - ..." / "not ok - ..." per check and a summary;
+# exits 0 when everything passed, 1 otherwise. Needs only bash, grep, sed and awk.
+set -u
+
+LAMINA=${1:-}
+if [ -z "$LAMINA" ] || [ ! -x "$LAMINA" ]; then
+  echo "usage: $0 path/to/lamina (got '${LAMINA}', not an executable)" >&2
+  exit 1
+fi
+unset LAMINA_DEVICE # the checks choose the device themselves
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+rc=0
+
+# Each run gets a time limit so a hang fails the check instead of the whole suite.
+if command -v timeout >/dev/null 2>&1; then LIMIT=(timeout 300); else LIMIT=(); fi
+
+run() { # run ARGS...: sets rc; stdout in $TMP/out, stderr in $TMP/err
+  "${LIMIT[@]}" "$LAMINA" "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+}
+
+ok() {
+  echo "ok - $1"
+  passed=$((passed + 1))
+}
+not_ok() { # not_ok DESC REASON: prints what the command gave, to see why
+  echo "not ok - $1: $2"
+  echo "#   exit $rc; stdout: $(head -c 600 "$TMP/out" | tr '\n' ' ')"
+  echo "#   stderr: $(head -c 600 "$TMP/err" | tr '\n' ' ')"
+  failed=$((failed + 1))
+}
+
+# expect_ok DESC ARGS...: exit 0
+expect_ok() {
+  local desc=$1
+  shift
+  run "$@"
+  if [ "$rc" -eq 0 ]; then ok "$desc"; else not_ok "$desc" "want exit 0"; fi
+}
+
+# has FILE FIXED-STRING: the file contains the string
+has() { grep -qF -e "$2" "$1"; }
+
+# json_field KEY: the raw value of "KEY": in stdout (each key appears once), spaces trimmed
+json_field() {
+  tr -d '\n' <"$TMP/out" | sed -nE "s/.*\"$1\"[[:space:]]*:[[:space:]]*(\"[^\"]*\"|[^,}[:space:]]+).*/\1/p" | head -n 1
+}
+
+# expect_json DESC KEY=VALUE...: exit 0, stdout is one JSON object, each key has exactly that value,
+# and max_abs_err is a number <= 1e-6 (the spec's tolerance).
+expect_json() {
+  local desc=$1
+  shift
+  if [ "$rc" -ne 0 ]; then
+    not_ok "$desc" "want exit 0"
+    return
+  fi
+  local body
+  body=$(tr -d '\n' <"$TMP/out" | sed -E 's/^[[:space:]]+//; s/[[:space:]]+$//')
+  case $body in
+  \{*\}) ;;
+  *)
+    not_ok "$desc" "stdout is not one JSON object"
+    return
+    ;;
+  esac
+  local kv key want got
+  for kv in "$@"; do
+    key=${kv%%=*}
+    want=${kv#*=}
+    got=$(json_field "$key")
+    if [ "$got" != "$want" ]; then
+      not_ok "$desc" "\"$key\" is '${got}', want '$want'"
+      return
+    fi
+  done
+  local err
+  err=$(json_field max_abs_err)
+  if ! awk -v e="$err" 'BEGIN { exit !(e ~ /^[-+0-9.eE]+$/ && e + 0 >= 0 && e + 0 <= 1e-6) }'; then
+    not_ok "$desc" "max_abs_err '${err}' is not a number in [0, 1e-6]"
+    return
+  fi
+  ok "$desc"
+}
+
+# usage_error DESC WORD... -- ARGS...: exit 2 and stderr mentions every WORD (the option, and where
+# the spec asks for it, the accepted values).
+usage_error() {
+  local desc=$1
+  shift
+  local words=()
+  while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
+    words+=("$1")
+    shift
+  done
+  shift
+  run "$@"
+  if [ "$rc" -ne 2 ]; then
+    not_ok "$desc" "want exit 2 (usage error)"
+    return
+  fi
+  if [ ! -s "$TMP/err" ]; then
+    not_ok "$desc" "nothing on stderr"
+    return
+  fi
+  local w
+  for w in "${words[@]}"; do
+    if ! has "$TMP/err" "$w"; then
+      not_ok "$desc" "stderr does not mention '$w'"
+      return
+    fi
+  done
+  ok "$desc"
+}
+
+# ---- help, version, info ----------------------------------------------------------------------
+
+run --help
+if [ "$rc" -eq 0 ] && has "$TMP/out" hidden && has "$TMP/out" info; then
+  ok "lamina --help exits 0 and lists the commands"
+else
+  not_ok "lamina --help" "want exit 0 and 'hidden' and 'info' on stdout"
+fi
+
+run --version
+if [ "$rc" -eq 0 ] && grep -qE '[0-9]+\.[0-9]+\.[0-9]+' "$TMP/out"; then
+  ok "lamina --version exits 0 and prints a version"
+else
+  not_ok "lamina --version" "want exit 0 and x.y.z on stdout"
+fi
+
+run hidden --help
+if [ "$rc" -eq 0 ] && has "$TMP/out" --dtype && has "$TMP/out" --device && has "$TMP/out" --n; then
+  ok "lamina hidden --help exits 0 and mentions --dtype, --device, --n"
+else
+  not_ok "lamina hidden --help" "want exit 0 and the options on stdout"
+fi
+# "prints usage with defaults": n's default, 10000000, in some spelling
+if grep -qE '10000000|10M|1e7' "$TMP/out"; then
+  ok "lamina hidden --help shows the default n"
+else
+  not_ok "lamina hidden --help shows the default n" "no 10000000 / 10M / 1e7 on stdout"
+fi
+
+run info --help
+if [ "$rc" -eq 0 ] && [ -s "$TMP/out" ]; then ok "lamina info --help exits 0"; else not_ok "lamina info --help" "want exit 0 and usage"; fi
+
+run info
+if [ "$rc" -eq 0 ] && [ -s "$TMP/out" ]; then ok "lamina info exits 0"; else not_ok "lamina info" "want exit 0 and output"; fi
+
+run info --json
+body=$(tr -d '\n' <"$TMP/out" | sed -E 's/^[[:space:]]+//; s/[[:space:]]+$//')
+case $rc:$body in
+0:\{*\}) ok "lamina info --json prints a JSON object" ;;
+*) not_ok "lamina info --json" "want exit 0 and one JSON object" ;;
+esac
+
+# ---- hidden on the CPU ------------------------------------------------------------------------
+
+run hidden --n 1000 --device cpu --repeat 2 --json
+expect_json "hidden --n 1000 --device cpu --repeat 2 --json (f32)" \
+  ok=true device='"cpu"' n=1000 dtype='"f32"' repeat=2 fused=true resident='"none"' pinned=false chunks=1
+# A float64 reference never matches float32 results exactly: 0 would mean nothing was compared.
+err=$(json_field max_abs_err)
+if [ "$rc" -eq 0 ] && awk -v e="$err" 'BEGIN { exit !(e + 0 > 0) }'; then
+  ok "max_abs_err is above zero (a real comparison)"
+else
+  not_ok "max_abs_err is above zero" "got '${err}'"
+fi
+if has "$TMP/out" '"ms"' && has "$TMP/out" '"total"' && has "$TMP/out" '"device_name"'; then
+  ok "the JSON has ms.total and device_name"
+else
+  not_ok "the JSON has ms.total and device_name" "missing"
+fi
+# When a Python is at hand, the JSON must also parse (optional: the grep checks above stand alone).
+if command -v python3 >/dev/null 2>&1 && python3 -c 'import json' >/dev/null 2>&1; then
+  if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["ok"] is True and d["device"]=="cpu" and isinstance(d["ms"]["total"], (int, float)) else 1)' "$TMP/out" 2>>"$TMP/err"; then
+    ok "the JSON parses (python3 json.load) with ok true, device cpu"
+  else
+    not_ok "the JSON parses with python3" "json.load failed or fields wrong"
+  fi
+fi
+
+run hidden --n 1000 --device cpu --repeat 2 --dtype u8 --json
+expect_json "hidden --dtype u8 on the CPU" ok=true device='"cpu"' n=1000 dtype='"u8"'
+
+run hidden --n 1001 --device cpu --repeat 1 --unfused --json
+expect_json "hidden --unfused on the CPU" ok=true fused=false n=1001
+
+run hidden --n 1000 --device cpu --repeat 1 --warmup 0 --seed 7 --json
+expect_json "hidden --warmup 0 --seed 7" ok=true n=1000
+
+# Size spellings: suffixes are decimal (1K = 1000) and the 1e3 form.
+run hidden --n 2K --device cpu --repeat 1 --json
+expect_json "--n 2K means 2000" ok=true n=2000
+run hidden --n 1e3 --device cpu --repeat 1 --json
+expect_json "--n 1e3 means 1000" ok=true n=1000
+run hidden --n 0 --device cpu --repeat 1 --json
+expect_json "--n 0 is allowed" ok=true n=0
+
+# LAMINA_DEVICE chooses for the default device (auto).
+LAMINA_DEVICE=cpu run hidden --n 1000 --repeat 1 --json
+expect_json "LAMINA_DEVICE=cpu makes auto the CPU" ok=true device='"cpu"'
+
+run hidden --n 1000 --device cpu --repeat 1
+if [ "$rc" -eq 0 ] && [ -s "$TMP/out" ]; then ok "hidden without --json prints a report"; else not_ok "hidden without --json" "want exit 0 and output"; fi
+
+# ---- usage errors: exit 2, stderr names the option --------------------------------------------
+
+usage_error "--n -5 is rejected" --n -- hidden --n -5 --device cpu
+usage_error "--n abc is rejected" --n -- hidden --n abc --device cpu
+usage_error "--n 10x is rejected" --n -- hidden --n 10x --device cpu
+usage_error "--n '' is rejected" --n -- hidden --n "" --device cpu
+usage_error "--n 2000000000000000 (over 2^40) is rejected" --n -- hidden --n 2000000000000000 --device cpu
+usage_error "--n 1099511627777 (2^40 + 1) is rejected" --n -- hidden --n 1099511627777 --device cpu
+usage_error "--dtype f64 is rejected, naming f32 and u8" --dtype f32 u8 -- hidden --dtype f64 --device cpu
+usage_error "--device gpu is rejected, naming cpu, cuda, auto" --device cpu cuda auto -- hidden --device gpu
+usage_error "--repeat 0 is rejected" --repeat -- hidden --repeat 0 --device cpu
+usage_error "--warmup -1 is rejected" --warmup -- hidden --warmup -1 --device cpu
+usage_error "--seed abc is rejected" --seed -- hidden --seed abc --device cpu
+usage_error "--resident=bogus is rejected" --resident -- hidden --resident=bogus --device cpu
+usage_error "an unknown option --bogus is rejected" --bogus -- hidden --bogus --device cpu
+usage_error "info --bogus is rejected" --bogus -- info --bogus
+usage_error "an unknown subcommand is rejected" frobnicate -- frobnicate
+usage_error "--n without a value is rejected" --n -- hidden --n
+
+# ---- CUDA where there may be none ---------------------------------------------------------------
+
+run hidden --device cuda --n 10 --repeat 1
+have_gpu=0
+if [ "$rc" -eq 0 ]; then
+  have_gpu=1
+  ok "hidden --device cuda: exit 0 (a GPU is present)"
+elif [ "$rc" -eq 1 ] && [ -s "$TMP/err" ]; then
+  ok "hidden --device cuda without a GPU: exit 1 with a message ($(head -n 1 "$TMP/err"))"
+else
+  not_ok "hidden --device cuda" "want exit 0 (GPU) or exit 1 with a message on stderr (no GPU)"
+fi
+
+# With a GPU, each memory placement through the CLI (the C tests cover them in depth).
+if [ "$have_gpu" -eq 1 ]; then
+  for extra in "" "--dtype u8" "--pinned" "--resident" "--resident=weights" "--unfused --resident"; do
+    # shellcheck disable=SC2086 # $extra is a list of words on purpose
+    run hidden --device cuda --n 3000017 --repeat 2 $extra --json
+    expect_json "hidden --device cuda $extra" ok=true device='"cuda"' n=3000017
+  done
+  LAMINA_DEVICE=auto run hidden --n 1000 --repeat 1 --json
+  expect_json "auto picks CUDA when a GPU is present" ok=true device='"cuda"'
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
