@@ -158,6 +158,125 @@ lam_status lam_hidden_staging_floor(lam_ctx *ctx, size_t n, const void *grey, la
 /* Largest n the hidden layer accepts (2^40 values): larger sizes are rejected as invalid. */
 #define LAM_HIDDEN_MAX_N ((size_t)1 << 40)
 
+
+/* ==== issue #3: data, models, training ====================================================== */
+
+/* ---- data: MNIST-format image sets (IDX files, plain or gzip) -------------------------------- */
+
+/* An image set in host memory: n images of h×w uint8 pixels (one channel) and their labels. */
+typedef struct lam_dataset {
+  size_t n;
+  int h, w;
+  int classes;     /* labels are 0 .. classes-1 */
+  uint8_t *images; /* (n, h, w) */
+  uint8_t *labels; /* (n) */
+} lam_dataset;
+
+/* Reads an IDX image file (magic 0x00000803, dims n×h×w) and an IDX label file (0x00000801, n), each
+ * plain or gzip-compressed (detected by content). Checks magic, dimensions, sizes against the file
+ * length, that the two counts agree and that every label is < classes; any mismatch is
+ * LAM_ERR_IO/LAM_ERR_INVALID_ARG naming the file and what was expected. */
+lam_status lam_dataset_load_idx(const char *images_path, const char *labels_path, int classes, lam_dataset **out);
+/* Loads the training (train = 1) or test (train = 0) part of a set given by name or folder:
+ * "fashion-mnist" is Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist, or
+ * $LAMINA_DATA_DIR/fashion-mnist); any other value is a folder in the MNIST file layout
+ * (train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte,
+ * each optionally with .gz). 10 classes. */
+lam_status lam_dataset_load(const char *name_or_dir, int train, lam_dataset **out);
+void lam_dataset_free(lam_dataset *d); /* NULL is fine */
+
+/* ---- models ----------------------------------------------------------------------------------- */
+
+typedef struct lam_model lam_model;
+
+/* Builds a model from a one-line spec, layers separated by commas:
+ *   conv OUT K [stride S] [pad P]  |  dense OUT  |  maxpool K [stride S]  |  relu | tanh | sigmoid | flatten
+ * or a preset: "cnn" (conv 32 3, relu, maxpool 2, conv 64 3, relu, maxpool 2, flatten, dense 10) or
+ * "mlp" (flatten, dense 256, tanh, dense 10). Inputs are (in_c, in_h, in_w) per sample. Parameters are
+ * initialized as PyTorch's defaults (uniform(±1/sqrt(fan_in)) for weights and biases) from seed. A bad
+ * spec is LAM_ERR_INVALID_ARG with a message that quotes the word that is wrong and its position. */
+lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, int in_w, uint64_t seed,
+                            lam_model **out);
+void lam_model_free(lam_model *m); /* NULL is fine */
+const char *lam_model_spec(const lam_model *m); /* the spec, presets expanded */
+size_t lam_model_param_count(const lam_model *m);
+int lam_model_outputs(const lam_model *m); /* features of the last layer (the classes) */
+/* One line per layer: kind, output shape, parameters. */
+lam_status lam_model_describe(const lam_model *m, char *buf, size_t size);
+
+/* Parameters and gradients are each one flat float32 buffer: layer by layer, weight then bias, in
+ * PyTorch's layouts (conv weight (out, in, k, k), dense weight (out, in)). These copy to and from host. */
+lam_status lam_model_params_get(lam_model *m, float *host, size_t count);
+lam_status lam_model_params_set(lam_model *m, const float *host, size_t count);
+lam_status lam_model_grads_get(lam_model *m, float *host, size_t count);
+
+/* Host-array forms for tests and small uses. x is (batch, in_c, in_h, in_w) float32.
+ * forward: logits (batch, outputs). loss_backward: zeroes the gradients, runs forward, the mean
+ * softmax cross-entropy over the batch into *loss, and backward (gradients of the mean loss). */
+lam_status lam_model_forward(lam_model *m, int batch, const float *x, float *logits);
+lam_status lam_model_loss_backward(lam_model *m, int batch, const float *x, const uint8_t *labels, float *loss);
+
+/* ---- optimizers ------------------------------------------------------------------------------- */
+
+typedef enum lam_opt_kind { LAM_OPT_SGD = 0, LAM_OPT_ADAM, LAM_OPT_ADAMW } lam_opt_kind;
+typedef struct lam_opt {
+  lam_opt_kind kind;
+  float lr;
+  float momentum;     /* SGD */
+  float weight_decay; /* SGD and Adam: L2 added to the gradient; AdamW: decoupled */
+  float beta1, beta2, eps;
+} lam_opt;
+/* PyTorch's defaults for the kind (SGD lr 0.01; Adam/AdamW lr 1e-3, betas 0.9/0.999, eps 1e-8,
+ * AdamW weight decay 0.01). */
+lam_opt lam_opt_default(lam_opt_kind kind);
+lam_status lam_opt_parse(const char *s, lam_opt_kind *out); /* "sgd", "adam", "adamw" */
+/* One optimizer step over the flat parameter buffer from the current gradients (one fused kernel);
+ * the optimizer state (momentum, Adam moments, step count) lives in the model. */
+lam_status lam_model_step(lam_model *m, const lam_opt *opt);
+
+/* The textbook elementwise backprop step as an op of its own: gradient = error · input;
+ * w -= lr · gradient, over n values of backend memory. */
+lam_status lam_backprop_step(lam_ctx *ctx, size_t n, const float *error, const float *input, float lr, float *w);
+
+/* ---- training and evaluation ------------------------------------------------------------------ */
+
+typedef struct lam_trainer lam_trainer;
+typedef struct lam_epoch_stats {
+  int epoch;          /* 1-based */
+  double train_loss;  /* mean over the epoch's samples */
+  double train_acc;
+  double seconds;
+  double images_per_s;
+} lam_epoch_stats;
+/* Called after every `every` steps (from lam_trainer_epoch, on the calling thread) with the steps done
+ * and in all; loss is the running mean so far (reading it waits for the device: keep `every` large). */
+typedef void (*lam_progress_fn)(void *user, int step, int steps, double loss, double images_per_s);
+
+/* A trainer owns the data on the device (uint8, the whole set when it fits), the batch buffers, and
+ * the shuffling generator; nothing is allocated per step. */
+lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint64_t seed, const lam_dataset *train,
+                              lam_trainer **out);
+void lam_trainer_free(lam_trainer *t);
+lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out);
+int lam_trainer_epochs_done(const lam_trainer *t);
+
+/* Accuracy (and mean loss, and a classes×classes confusion matrix, rows = true label) of the model on a
+ * data set; confusion and loss may be NULL. */
+lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *accuracy, double *loss,
+                        uint64_t *confusion);
+
+/* ---- checkpoints ------------------------------------------------------------------------------ */
+
+/* Writes model spec, input shape, parameters, optimizer (kind, hyper-parameters, state, step), epochs
+ * done and the shuffling generator's state, with a CRC-32, atomically (temporary file, fsync, rename).
+ * t may be NULL to save the model alone. */
+lam_status lam_checkpoint_save(const char *path, lam_model *m, const lam_trainer *t);
+/* Reads a checkpoint into a new model on ctx. A truncated, corrupted (CRC) or wrong-version file is
+ * LAM_ERR_IO with a message saying which. If trainer is not NULL and the file has training state, a
+ * trainer on `train` continues exactly where the saved one stopped (batch from the file). */
+lam_status lam_checkpoint_load(lam_ctx *ctx, const char *path, lam_model **model, const lam_dataset *train,
+                               lam_trainer **trainer);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,17 @@
 extern "C" {
 #endif
 
+/* Geometry of a convolution and of a max-pool, per sample (NCHW). */
+typedef struct lam_conv_geom {
+  int C, H, W;    /* input */
+  int K, stride, pad;
+  int OH, OW;     /* output */
+} lam_conv_geom;
+typedef struct lam_pool_geom {
+  int C, H, W, K, stride, OH, OW;
+} lam_pool_geom;
+enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID };
+
 typedef struct lam_backend {
   const char *name; /* "cpu" or "cuda" */
   /* Raw backend memory, behind the caching allocator. */
@@ -31,6 +42,45 @@ typedef struct lam_backend {
   lam_status (*normalize)(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out);
   lam_status (*weigh)(lam_ctx *ctx, size_t n, const float *a, const float *w, float *out);
   lam_status (*tanh_)(lam_ctx *ctx, size_t n, const float *x, float *out);
+
+  /* ---- nn primitives over backend memory (nn/ builds the layers from these). Matrices are
+   * row-major; "+=" means the primitive accumulates into its output. ---- */
+  /* C = alpha * op(A) * op(B) + beta * C, op(A) is M×K, op(B) is K×N; ta/tb: 1 = transposed. */
+  lam_status (*gemm)(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc);
+  lam_status (*zero)(lam_ctx *ctx, void *p, size_t bytes);
+  lam_status (*copy)(lam_ctx *ctx, void *dst, const void *src, size_t bytes);
+  /* x (B, C, H, W) -> col (C*K*K, B*OH*OW): column b*OH*OW + p holds the patch of output p of sample b. */
+  lam_status (*im2col)(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col);
+  /* dx (B, C, H, W) += the patches of col scattered back (dx must be zeroed first by the caller). */
+  lam_status (*col2im)(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx);
+  /* dst (B, C, P) = src (C, B*P) transposed per sample, plus bias[c] (bias may be NULL). */
+  lam_status (*cbp_to_bcp)(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst);
+  /* dst (C, B*P) = src (B, C, P); and bias_grad[c] += the sum of src over b and p (may be NULL). */
+  lam_status (*bcp_to_cbp)(lam_ctx *ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad);
+  /* y (rows, cols) += b[c] on every row; db[c] += the sum of dy over the rows. */
+  lam_status (*add_bias)(lam_ctx *ctx, int rows, int cols, float *y, const float *b);
+  lam_status (*bias_grad)(lam_ctx *ctx, int rows, int cols, const float *dy, float *db);
+  lam_status (*maxpool_fwd)(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg);
+  /* dx (B, C, H, W) = the gradient routed to each max (dx is zeroed here). */
+  lam_status (*maxpool_bwd)(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx);
+  lam_status (*act_fwd)(lam_ctx *ctx, int act, size_t n, const float *x, float *y);
+  /* dx = dy * act'(x), from the output y (relu: y > 0; tanh: 1 - y^2; sigmoid: y (1 - y)). */
+  lam_status (*act_bwd)(lam_ctx *ctx, int act, size_t n, const float *y, const float *dy, float *dx);
+  /* Softmax cross-entropy per sample of logits (B, C): stats[0] += loss, stats[1] += correct,
+   * stats[2] += B; pred[b] = argmax (pred may be NULL); dlogits = scale * (softmax - onehot) unless NULL. */
+  lam_status (*xent)(lam_ctx *ctx, int B, int C, const float *logits, const uint8_t *labels, float *dlogits,
+                     float scale, float *stats, uint8_t *pred);
+  /* x (B, sample) = (images[idx[b]] / 255 - mean) / std as float; y[b] = labels[idx[b]]. */
+  lam_status (*gather)(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
+                       const int32_t *idx, float mean, float std, float *x, uint8_t *y);
+  /* One fused pass over the flat buffers. step is 1-based (bias correction). */
+  lam_status (*adam)(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1,
+                     float b2, float eps, float wd, int decoupled, long step);
+  lam_status (*sgd)(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
+                    int first);
+  /* gradient = error * input; w -= lr * gradient. */
+  lam_status (*backprop_step)(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
 } lam_backend;
 
 struct lam_ctx {

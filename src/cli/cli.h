@@ -34,5 +34,7 @@ double cli_min(const double *v, int n);
 
 int cmd_hidden(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 #endif

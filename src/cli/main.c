@@ -11,6 +11,8 @@ static void usage(FILE *f) {
           "\n"
           "commands:\n"
           "  hidden   the hidden layer out = tanh(grey / 255 * w): run, check, time\n"
+          "  train    train a model (e.g. the reference CNN on Fashion-MNIST)\n"
+          "  eval     evaluate a saved model: accuracy and confusion matrix\n"
           "  info     build features, devices and memory\n"
           "\n"
           "'lamina <command> --help' shows a command's options. Global: --help, --version.\n"
@@ -34,5 +36,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "hidden")) return cmd_hidden(argc - 1, argv + 1);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
-  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, info)", cmd);
+  if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+  if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
+  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, train, eval, info)", cmd);
 }

@@ -14,4 +14,30 @@ lam_status cpu_normalize(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt,
 lam_status cpu_weigh(lam_ctx *ctx, size_t n, const float *a, const float *w, float *out);
 lam_status cpu_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 
+
+
+/* nn primitives (cpu/nn.c, cpu/gemm.c); see internal.h for what each does. */
+lam_status cpu_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc);
+lam_status cpu_zero(lam_ctx *ctx, void *p, size_t bytes);
+lam_status cpu_copy_mem(lam_ctx *ctx, void *dst, const void *src, size_t bytes);
+lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col);
+lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx);
+lam_status cpu_cbp_to_bcp(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst);
+lam_status cpu_bcp_to_cbp(lam_ctx *ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad);
+lam_status cpu_add_bias(lam_ctx *ctx, int rows, int cols, float *y, const float *b);
+lam_status cpu_bias_grad(lam_ctx *ctx, int rows, int cols, const float *dy, float *db);
+lam_status cpu_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg);
+lam_status cpu_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx);
+lam_status cpu_act_fwd(lam_ctx *ctx, int act, size_t n, const float *x, float *y);
+lam_status cpu_act_bwd(lam_ctx *ctx, int act, size_t n, const float *y, const float *dy, float *dx);
+lam_status cpu_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint8_t *labels, float *dlogits, float scale,
+                    float *stats, uint8_t *pred);
+lam_status cpu_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
+                      const int32_t *idx, float mean, float std, float *x, uint8_t *y);
+lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
+                    float eps, float wd, int decoupled, long step);
+lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
+                   int first);
+lam_status cpu_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
 #endif

@@ -35,6 +35,7 @@ typedef struct cuda_state {
   int slots;          /* slots in use, LAM_CUDA_SLOTS_DEFAULT or LAMINA_STREAMS */
   size_t chunk_env;   /* LAMINA_CHUNK (values per chunk), 0: chosen by size */
   int sync_debug;
+  void *cublas; /* cublasHandle_t, made at the first matrix product (nn.cu) */
 } cuda_state;
 
 #ifdef __cplusplus
@@ -62,6 +63,32 @@ lam_status cuda_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtyp
 lam_status cuda_normalize(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out);
 lam_status cuda_weigh(lam_ctx *ctx, size_t n, const float *a, const float *w, float *out);
 lam_status cuda_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
+/* The nn primitives (nn.cu); see internal.h. */
+lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc);
+lam_status cuda_zero(lam_ctx *ctx, void *p, size_t bytes);
+lam_status cuda_copy_mem(lam_ctx *ctx, void *dst, const void *src, size_t bytes);
+lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col);
+lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx);
+lam_status cuda_cbp_to_bcp(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst);
+lam_status cuda_bcp_to_cbp(lam_ctx *ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad);
+lam_status cuda_add_bias(lam_ctx *ctx, int rows, int cols, float *y, const float *b);
+lam_status cuda_bias_grad(lam_ctx *ctx, int rows, int cols, const float *dy, float *db);
+lam_status cuda_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg);
+lam_status cuda_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx);
+lam_status cuda_act_fwd(lam_ctx *ctx, int act, size_t n, const float *x, float *y);
+lam_status cuda_act_bwd(lam_ctx *ctx, int act, size_t n, const float *y, const float *dy, float *dx);
+lam_status cuda_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint8_t *labels, float *dlogits, float scale,
+                     float *stats, uint8_t *pred);
+lam_status cuda_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
+                       const int32_t *idx, float mean, float std, float *x, uint8_t *y);
+lam_status cuda_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
+                     float eps, float wd, int decoupled, long step);
+lam_status cuda_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
+                    int first);
+lam_status cuda_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
+void cuda_nn_destroy(cuda_state *st);
+
 /* Frees the pinned staging buffers (after the slots' work is done). */
 void cuda_staging_free(lam_ctx *ctx);
 

@@ -1,0 +1,312 @@
+/* cmd_train.c — `lamina train` and `lamina eval`: train a model on an MNIST-format data set with a live
+ * progress line and one summary line per epoch (or one JSON object), save and resume checkpoints, and
+ * evaluate a saved model with a confusion matrix. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+typedef struct train_opts {
+  const char *data, *model, *save, *resume, *load;
+  int epochs, batch, json, progress;
+  lam_opt_kind opt_kind;
+  double lr, momentum, weight_decay;
+  int lr_set, wd_set;
+  lam_device device;
+  uint64_t seed;
+} train_opts;
+
+static void train_usage(FILE *f) {
+  fprintf(f,
+          "usage: lamina train [options]\n"
+          "Trains a model on an MNIST-format data set (uint8 images go to the device once and are normalized\n"
+          "there), printing a progress line and one summary line per epoch.\n"
+          "\n"
+          "  --data fashion-mnist|DIR  the data set: Debian's Fashion-MNIST, or a folder in the MNIST file layout\n"
+          "                         (default fashion-mnist)\n"
+          "  --model SPEC           a preset (cnn, mlp) or layers, e.g. \"conv 32 3, relu, maxpool 2, flatten,\n"
+          "                         dense 10\" (default cnn)\n"
+          "  --epochs N             train until N epochs are done (default 5; with --resume, in all)\n"
+          "  --batch B              images per step (default 64)\n"
+          "  --opt sgd|adam|adamw   optimizer (default adam)\n"
+          "  --lr LR                learning rate (default: 1e-3 for adam/adamw, 0.01 for sgd)\n"
+          "  --momentum M           SGD momentum (default 0)\n"
+          "  --weight-decay W       (default 0; adamw 0.01)\n"
+          "  --device auto|cpu|cuda backend (default auto)\n"
+          "  --seed S               initialization and shuffling seed (default 1)\n"
+          "  --save FILE            write a checkpoint after every epoch (atomically)\n"
+          "  --resume FILE          continue from a checkpoint exactly where it stopped\n"
+          "  --no-progress          no live progress line\n"
+          "  --json                 print one JSON object at the end instead of text\n"
+          "  --help                 this text\n"
+          "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
+}
+
+static void eval_usage(FILE *f) {
+  fprintf(f,
+          "usage: lamina eval --load FILE [--data fashion-mnist|DIR] [--batch B] [--device D] [--json]\n"
+          "Evaluates a saved model on the test part of the data set: accuracy, loss and the confusion matrix\n"
+          "(rows: true class, columns: predicted).\n"
+          "  --load FILE   a checkpoint from lamina train --save (required)\n"
+          "  --data        as for train (default fashion-mnist)\n"
+          "  --batch B     images per step (default 1000)\n"
+          "  --device      auto|cpu|cuda (default auto)\n"
+          "  --json        one JSON object instead of text\n"
+          "  --help        this text\n");
+}
+
+enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
+       O_LOAD, O_JSON, O_NOPROGRESS, O_HELP };
+
+static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
+  *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
+                    .seed = 1, .progress = 1};
+  int is_eval = !strcmp(cmd, "eval");
+  if (is_eval) o->batch = 1000;
+  static const struct option longopts[] = {
+      {"data", required_argument, 0, O_DATA},         {"model", required_argument, 0, O_MODEL},
+      {"epochs", required_argument, 0, O_EPOCHS},     {"batch", required_argument, 0, O_BATCH},
+      {"opt", required_argument, 0, O_OPT},           {"lr", required_argument, 0, O_LR},
+      {"momentum", required_argument, 0, O_MOMENTUM}, {"weight-decay", required_argument, 0, O_WD},
+      {"device", required_argument, 0, O_DEVICE},     {"seed", required_argument, 0, O_SEED},
+      {"save", required_argument, 0, O_SAVE},         {"resume", required_argument, 0, O_RESUME},
+      {"load", required_argument, 0, O_LOAD},         {"json", no_argument, 0, O_JSON},
+      {"no-progress", no_argument, 0, O_NOPROGRESS},  {"help", no_argument, 0, O_HELP},
+      {0, 0, 0, 0}};
+  opterr = 0;
+  optind = 1;
+  int c;
+  long v;
+  char *end;
+  while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    /* eval takes only some of the options */
+    if (is_eval && (c == O_MODEL || c == O_EPOCHS || c == O_OPT || c == O_LR || c == O_MOMENTUM || c == O_WD ||
+                    c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS))
+      return cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+    if (!is_eval && c == O_LOAD) return cli_usage_error(cmd, "--load is for 'lamina eval'; to continue training use --resume");
+    switch (c) {
+      case O_DATA: o->data = optarg; break;
+      case O_MODEL: o->model = optarg; break;
+      case O_EPOCHS:
+        if (cli_parse_int(cmd, "--epochs", optarg, 1, 100000, &v)) return EXIT_USAGE;
+        o->epochs = (int)v;
+        break;
+      case O_BATCH:
+        if (cli_parse_int(cmd, "--batch", optarg, 1, 65536, &v)) return EXIT_USAGE;
+        o->batch = (int)v;
+        break;
+      case O_OPT:
+        if (lam_opt_parse(optarg, &o->opt_kind) != LAM_OK)
+          return cli_usage_error(cmd, "--opt: '%s' is not an optimizer (use sgd, adam or adamw)", optarg);
+        break;
+      case O_LR:
+      case O_MOMENTUM:
+      case O_WD: {
+        double d = strtod(optarg, &end);
+        const char *name = c == O_LR ? "--lr" : c == O_MOMENTUM ? "--momentum" : "--weight-decay";
+        if (end == optarg || *end || !(d >= 0) || d > 1e3)
+          return cli_usage_error(cmd, "%s: '%s' is not a number from 0 to 1000", name, optarg);
+        if (c == O_LR) o->lr = d, o->lr_set = 1;
+        else if (c == O_MOMENTUM) o->momentum = d;
+        else o->weight_decay = d, o->wd_set = 1;
+        break;
+      }
+      case O_DEVICE:
+        if (lam_device_parse(optarg, &o->device) != LAM_OK)
+          return cli_usage_error(cmd, "--device: '%s' is not a device (use auto, cpu or cuda)", optarg);
+        break;
+      case O_SEED:
+        if (cli_parse_u64(cmd, "--seed", optarg, &o->seed)) return EXIT_USAGE;
+        break;
+      case O_SAVE: o->save = optarg; break;
+      case O_RESUME: o->resume = optarg; break;
+      case O_LOAD: o->load = optarg; break;
+      case O_JSON: o->json = 1; break;
+      case O_NOPROGRESS: o->progress = 0; break;
+      case O_HELP: is_eval ? eval_usage(stdout) : train_usage(stdout); return -1;
+      case ':': return cli_usage_error(cmd, "%s needs a value", argv[optind - 1]);
+      default: return cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if (is_eval && !o->load) return cli_usage_error(cmd, "--load FILE is required (a checkpoint from lamina train --save)");
+  return 0;
+}
+
+typedef struct progress_state {
+  int epoch, epochs;
+  double t0;
+} progress_state;
+
+static void progress(void *user, int step, int steps, double loss, double ips) {
+  progress_state *p = user;
+  double elapsed = (cli_now_ms() - p->t0) / 1e3, eta = step ? elapsed * (steps - step) / step : 0;
+  int width = 30, filled = steps ? width * step / steps : 0;
+  char bar[64];
+  for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+  bar[width] = '\0';
+  fprintf(stderr, "\r  epoch %d/%d [%s] %3d%%  loss %.4f  %7.0f img/s  ETA %4.0fs ", p->epoch, p->epochs, bar,
+          steps ? 100 * step / steps : 0, loss, ips, eta);
+  if (step == steps) fprintf(stderr, "\r%*s\r", 100, "");
+  fflush(stderr);
+}
+
+static int fail(const char *cmd, const char *what) {
+  fprintf(stderr, "lamina %s: %s%s%s\n", cmd, what ? what : "", what ? ": " : "", lam_last_error());
+  return 1;
+}
+
+int cmd_train(int argc, char **argv) {
+  train_opts o;
+  int rc = parse("train", argc, argv, &o);
+  if (rc) return rc < 0 ? 0 : rc;
+  lam_dataset *train = NULL, *test = NULL;
+  lam_ctx *ctx = NULL;
+  lam_model *m = NULL;
+  lam_trainer *t = NULL;
+  lam_epoch_stats *hist = calloc((size_t)o.epochs, sizeof *hist);
+  double *test_acc = calloc((size_t)o.epochs, sizeof *test_acc);
+  int nhist = 0, ret = 1;
+  if (!hist || !test_acc) {
+    fprintf(stderr, "lamina train: out of host memory\n");
+    goto out;
+  }
+  if (lam_dataset_load(o.data, 1, &train) != LAM_OK || lam_dataset_load(o.data, 0, &test) != LAM_OK) {
+    ret = fail("train", "loading the data");
+    goto out;
+  }
+  if (lam_ctx_create(&ctx, o.device) != LAM_OK) {
+    ret = fail("train", NULL);
+    goto out;
+  }
+  lam_opt opt = lam_opt_default(o.opt_kind);
+  if (o.lr_set) opt.lr = (float)o.lr;
+  opt.momentum = (float)o.momentum;
+  if (o.wd_set) opt.weight_decay = (float)o.weight_decay;
+  if (o.resume) {
+    if (lam_checkpoint_load(ctx, o.resume, &m, train, &t) != LAM_OK) {
+      ret = fail("train", "resuming");
+      goto out;
+    }
+  } else {
+    if (lam_model_create(ctx, o.model, 1, train->h, train->w, o.seed, &m) != LAM_OK ||
+        lam_trainer_create(m, &opt, o.batch, o.seed, train, &t) != LAM_OK) {
+      ret = fail("train", NULL);
+      goto out;
+    }
+  }
+  int show = o.progress && !o.json && isatty(2);
+  if (!o.json) {
+    printf("lamina train: %s on %s\n", lam_model_spec(m), lam_ctx_device_name(ctx));
+    printf("  data %s: %zu training, %zu test images of %dx%d; %zu parameters; batch %d\n", o.data, train->n, test->n,
+           train->h, train->w, lam_model_param_count(m), o.batch);
+    if (o.resume) printf("  resumed from %s after epoch %d\n", o.resume, lam_trainer_epochs_done(t));
+    fflush(stdout);
+  }
+  while (lam_trainer_epochs_done(t) < o.epochs) {
+    progress_state ps = {lam_trainer_epochs_done(t) + 1, o.epochs, cli_now_ms()};
+    lam_epoch_stats es;
+    int steps = (int)((train->n + (size_t)o.batch - 1) / (size_t)o.batch);
+    if (lam_trainer_epoch(t, show ? progress : NULL, &ps, steps / 50 > 0 ? steps / 50 : 1, &es) != LAM_OK) {
+      ret = fail("train", "training");
+      goto out;
+    }
+    double acc = 0;
+    if (lam_evaluate(m, test, 1000, &acc, NULL, NULL) != LAM_OK) {
+      ret = fail("train", "evaluating");
+      goto out;
+    }
+    hist[nhist] = es;
+    test_acc[nhist++] = acc;
+    if (!o.json) {
+      printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  test acc %.2f%%  %.2f s  %.0f img/s\n", es.epoch,
+             o.epochs, es.train_loss, 100 * es.train_acc, 100 * acc, es.seconds, es.images_per_s);
+      fflush(stdout);
+    }
+    if (o.save && lam_checkpoint_save(o.save, m, t) != LAM_OK) {
+      ret = fail("train", "saving");
+      goto out;
+    }
+  }
+  if (o.json) {
+    printf("{\"device\":\"%s\",\"device_name\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"batch\":%d,\"data\":\"%s\","
+           "\"epochs\":[",
+           lam_device_str(lam_ctx_device(ctx)), lam_ctx_device_name(ctx), lam_model_spec(m), lam_model_param_count(m),
+           o.batch, o.data);
+    for (int i = 0; i < nhist; i++)
+      printf("%s{\"epoch\":%d,\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_acc\":%.6f,\"seconds\":%.4f,"
+             "\"images_per_s\":%.1f}",
+             i ? "," : "", hist[i].epoch, hist[i].train_loss, hist[i].train_acc, test_acc[i], hist[i].seconds,
+             hist[i].images_per_s);
+    printf("],\"test_acc\":%.6f}\n", nhist ? test_acc[nhist - 1] : 0.0);
+  } else if (o.save) {
+    printf("saved %s\n", o.save);
+  }
+  ret = 0;
+out:
+  lam_trainer_free(t);
+  lam_model_free(m);
+  lam_ctx_free(ctx);
+  lam_dataset_free(train);
+  lam_dataset_free(test);
+  free(hist);
+  free(test_acc);
+  return ret;
+}
+
+int cmd_eval(int argc, char **argv) {
+  train_opts o;
+  int rc = parse("eval", argc, argv, &o);
+  if (rc) return rc < 0 ? 0 : rc;
+  lam_dataset *test = NULL;
+  lam_ctx *ctx = NULL;
+  lam_model *m = NULL;
+  uint64_t *conf = NULL;
+  int ret = 1;
+  if (lam_dataset_load(o.data, 0, &test) != LAM_OK) {
+    ret = fail("eval", "loading the data");
+    goto out;
+  }
+  if (lam_ctx_create(&ctx, o.device) != LAM_OK || lam_checkpoint_load(ctx, o.load, &m, NULL, NULL) != LAM_OK) {
+    ret = fail("eval", NULL);
+    goto out;
+  }
+  int C = test->classes;
+  conf = calloc((size_t)C * C, sizeof *conf);
+  double acc = 0, loss = 0;
+  if (!conf || lam_evaluate(m, test, o.batch, &acc, &loss, conf) != LAM_OK) {
+    ret = fail("eval", NULL);
+    goto out;
+  }
+  if (o.json) {
+    printf("{\"device\":\"%s\",\"model\":\"%s\",\"n\":%zu,\"accuracy\":%.6f,\"loss\":%.6f,\"confusion\":[",
+           lam_device_str(lam_ctx_device(ctx)), lam_model_spec(m), test->n, acc, loss);
+    for (int r = 0; r < C; r++) {
+      printf("%s[", r ? "," : "");
+      for (int c = 0; c < C; c++) printf("%s%llu", c ? "," : "", (unsigned long long)conf[(size_t)r * C + c]);
+      printf("]");
+    }
+    printf("]}\n");
+  } else {
+    printf("lamina eval: %s on %s\n", lam_model_spec(m), lam_ctx_device_name(ctx));
+    printf("  %zu test images: accuracy %.2f%%, loss %.4f\n", test->n, 100 * acc, loss);
+    printf("  confusion (rows: true class, columns: predicted)\n        ");
+    for (int c = 0; c < C; c++) printf("%6d", c);
+    printf("\n");
+    for (int r = 0; r < C; r++) {
+      printf("  %4d  ", r);
+      for (int c = 0; c < C; c++) printf("%6llu", (unsigned long long)conf[(size_t)r * C + c]);
+      printf("\n");
+    }
+  }
+  ret = 0;
+out:
+  free(conf);
+  lam_model_free(m);
+  lam_ctx_free(ctx);
+  lam_dataset_free(test);
+  return ret;
+}

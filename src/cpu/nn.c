@@ -1,0 +1,305 @@
+/* nn.c — the CPU twins of the nn primitives (internal.h): im2col/col2im, layout changes with bias,
+ * max-pool, activations, softmax cross-entropy, the batch gather and the optimizers. The CUDA twins
+ * are in cuda/nn.cu under the same names. Loops are plain so the compiler vectorizes them; OpenMP
+ * splits the outer loop with a static schedule, which keeps results bitwise the same run to run. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+
+lam_status cpu_zero(lam_ctx *ctx, void *p, size_t bytes) {
+  (void)ctx;
+  memset(p, 0, bytes);
+  return LAM_OK;
+}
+
+lam_status cpu_copy_mem(lam_ctx *ctx, void *dst, const void *src, size_t bytes) {
+  (void)ctx;
+  memmove(dst, src, bytes);
+  return LAM_OK;
+}
+
+/* The output columns ow whose input column ow*stride - pad + kj lies inside [0, W): [*lo, *hi). */
+static void valid_cols(const lam_conv_geom *g, int kj, int *lo, int *hi) {
+  int a = g->pad - kj; /* ow*stride >= a */
+  *lo = a <= 0 ? 0 : (a + g->stride - 1) / g->stride;
+  int b = g->W + g->pad - kj; /* ow*stride < b */
+  *hi = b <= 0 ? 0 : (b + g->stride - 1) / g->stride;
+  if (*hi > g->OW) *hi = g->OW;
+  if (*lo > *hi) *lo = *hi;
+}
+
+lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col) {
+  (void)ctx;
+  const int P = g->OH * g->OW, KK = g->K * g->K;
+  const size_t ncols = (size_t)B * P;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int c = 0; c < g->C; c++)
+    for (int b = 0; b < B; b++) {
+      const float *xs = x + ((size_t)b * g->C + c) * g->H * g->W;
+      for (int kk = 0; kk < KK; kk++) {
+        int ki = kk / g->K, kj = kk % g->K, lo, hi;
+        valid_cols(g, kj, &lo, &hi);
+        float *dst = col + ((size_t)c * KK + kk) * ncols + (size_t)b * P;
+        for (int oh = 0; oh < g->OH; oh++) {
+          int ih = oh * g->stride - g->pad + ki;
+          float *d = dst + oh * g->OW;
+          if (ih < 0 || ih >= g->H) {
+            for (int ow = 0; ow < g->OW; ow++) d[ow] = 0.0f;
+            continue;
+          }
+          const float *srow = xs + (size_t)ih * g->W - g->pad + kj;
+          for (int ow = 0; ow < lo; ow++) d[ow] = 0.0f;
+          if (g->stride == 1)
+            for (int ow = lo; ow < hi; ow++) d[ow] = srow[ow];
+          else
+            for (int ow = lo; ow < hi; ow++) d[ow] = srow[ow * g->stride];
+          for (int ow = hi; ow < g->OW; ow++) d[ow] = 0.0f;
+        }
+      }
+    }
+  return LAM_OK;
+}
+
+lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx) {
+  (void)ctx;
+  const int P = g->OH * g->OW, KK = g->K * g->K;
+  const size_t ncols = (size_t)B * P;
+  /* Each (b, c) image plane is written by one thread only. */
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int c = 0; c < g->C; c++) {
+      float *xs = dx + ((size_t)b * g->C + c) * g->H * g->W;
+      for (int kk = 0; kk < KK; kk++) {
+        int ki = kk / g->K, kj = kk % g->K, lo, hi;
+        valid_cols(g, kj, &lo, &hi);
+        const float *src = col + ((size_t)c * KK + kk) * ncols + (size_t)b * P;
+        for (int oh = 0; oh < g->OH; oh++) {
+          int ih = oh * g->stride - g->pad + ki;
+          if (ih < 0 || ih >= g->H) continue;
+          float *drow = xs + (size_t)ih * g->W - g->pad + kj;
+          const float *s = src + oh * g->OW;
+          if (g->stride == 1)
+            for (int ow = lo; ow < hi; ow++) drow[ow] += s[ow];
+          else
+            for (int ow = lo; ow < hi; ow++) drow[ow * g->stride] += s[ow];
+        }
+      }
+    }
+  return LAM_OK;
+}
+
+lam_status cpu_cbp_to_bcp(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst) {
+  (void)ctx;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int c = 0; c < C; c++) {
+      const float *s = src + (size_t)c * B * P + (size_t)b * P;
+      float *d = dst + ((size_t)b * C + c) * P;
+      float bc = bias ? bias[c] : 0.0f;
+      for (int p = 0; p < P; p++) d[p] = s[p] + bc;
+    }
+  return LAM_OK;
+}
+
+lam_status cpu_bcp_to_cbp(lam_ctx *ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad) {
+  (void)ctx;
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < C; c++) {
+    float sum = 0.0f;
+    for (int b = 0; b < B; b++) {
+      const float *s = src + ((size_t)b * C + c) * P;
+      float *d = dst + (size_t)c * B * P + (size_t)b * P;
+      for (int p = 0; p < P; p++) {
+        d[p] = s[p];
+        sum += s[p];
+      }
+    }
+    if (bias_grad) bias_grad[c] += sum;
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_add_bias(lam_ctx *ctx, int rows, int cols, float *y, const float *b) {
+  (void)ctx;
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) y[(size_t)r * cols + c] += b[c];
+  return LAM_OK;
+}
+
+lam_status cpu_bias_grad(lam_ctx *ctx, int rows, int cols, const float *dy, float *db) {
+  (void)ctx;
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) db[c] += dy[(size_t)r * cols + c];
+  return LAM_OK;
+}
+
+lam_status cpu_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg) {
+  (void)ctx;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int c = 0; c < g->C; c++) {
+      const float *xs = x + ((size_t)b * g->C + c) * g->H * g->W;
+      size_t o = ((size_t)b * g->C + c) * g->OH * g->OW;
+      if (g->K == 2 && g->stride == 2) { /* the common case, without branches in the inner loop */
+        for (int oh = 0; oh < g->OH; oh++) {
+          const float *r0 = xs + (size_t)(2 * oh) * g->W, *r1 = r0 + g->W;
+          for (int ow = 0; ow < g->OW; ow++) {
+            float a = r0[2 * ow], bb = r0[2 * ow + 1], cc = r1[2 * ow], d = r1[2 * ow + 1];
+            int i = 0;
+            float m = a;
+            /* Same choice as the loop below: the first maximum in row order wins; NaN wins. */
+            int t = bb > m || bb != bb;
+            m = t ? bb : m, i = t ? 1 : i;
+            t = cc > m || cc != cc;
+            m = t ? cc : m, i = t ? g->W : i;
+            t = d > m || d != d;
+            m = t ? d : m, i = t ? g->W + 1 : i;
+            y[o + oh * g->OW + ow] = m;
+            arg[o + oh * g->OW + ow] = 2 * oh * g->W + 2 * ow + i;
+          }
+        }
+        continue;
+      }
+      for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < g->OW; ow++) {
+          int base = (oh * g->stride) * g->W + ow * g->stride, best = base;
+          float m = xs[best];
+          for (int i = 0; i < g->K; i++) {
+            const float *r = xs + base + i * g->W;
+            for (int j = 0; j < g->K; j++)
+              if (r[j] > m || r[j] != r[j]) m = r[j], best = base + i * g->W + j; /* NaN wins, as in PyTorch */
+          }
+          y[o + oh * g->OW + ow] = m;
+          arg[o + oh * g->OW + ow] = best;
+        }
+    }
+  return LAM_OK;
+}
+
+lam_status cpu_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx) {
+  (void)ctx;
+  size_t plane_in = (size_t)g->H * g->W, plane_out = (size_t)g->OH * g->OW;
+#pragma omp parallel for schedule(static)
+  for (size_t bc = 0; bc < (size_t)B * g->C; bc++) {
+    float *d = dx + bc * plane_in;
+    memset(d, 0, plane_in * sizeof *d);
+    for (size_t o = 0; o < plane_out; o++) d[arg[bc * plane_out + o]] += dy[bc * plane_out + o];
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_act_fwd(lam_ctx *ctx, int act, size_t n, const float *x, float *y) {
+  (void)ctx;
+  if (act == LAM_ACT_RELU) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  } else if (act == LAM_ACT_TANH) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+  } else {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_act_bwd(lam_ctx *ctx, int act, size_t n, const float *y, const float *dy, float *dx) {
+  (void)ctx;
+  if (act == LAM_ACT_RELU) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  } else if (act == LAM_ACT_TANH) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+  } else {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint8_t *labels, float *dlogits, float scale,
+                    float *stats, uint8_t *pred) {
+  (void)ctx;
+  double loss = 0.0, correct = 0.0; /* summed in order: the same bits every run */
+  for (int b = 0; b < B; b++) {
+    const float *l = logits + (size_t)b * C;
+    int am = 0;
+    for (int c = 1; c < C; c++)
+      if (l[c] > l[am]) am = c;
+    float mx = l[am], sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += expf(l[c] - mx);
+    float lse = mx + logf(sum);
+    loss += (double)(lse - l[labels[b]]);
+    correct += am == labels[b];
+    if (pred) pred[b] = (uint8_t)am;
+    if (dlogits)
+      for (int c = 0; c < C; c++) dlogits[(size_t)b * C + c] = scale * (expf(l[c] - lse) - (c == labels[b] ? 1.0f : 0.0f));
+  }
+  stats[0] += (float)loss;
+  stats[1] += (float)correct;
+  stats[2] += (float)B;
+  return LAM_OK;
+}
+
+lam_status cpu_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
+                      const int32_t *idx, float mean, float std, float *x, uint8_t *y) {
+  (void)ctx;
+  const float a = 1.0f / (255.0f * std), c = -mean / std; /* (u / 255 - mean) / std = u * a + c */
+#pragma omp parallel for schedule(static)
+  for (int b = 0; b < B; b++) {
+    const uint8_t *src = images + (size_t)idx[b] * sample;
+    float *dst = x + (size_t)b * sample;
+    for (size_t i = 0; i < sample; i++) dst[i] = (float)src[i] * a + c;
+    y[b] = labels[idx[b]];
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
+                    float eps, float wd, int decoupled, long step) {
+  (void)ctx;
+  /* As torch.optim.Adam/AdamW (single-tensor): the bias corrections are computed in double precision
+   * and folded into the step size, then the element loop runs in float. */
+  const float step_size = (float)(lr / (1.0 - pow(b1, (double)step)));
+  const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)step));
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i], pi = p[i];
+    if (decoupled) pi *= 1.0f - lr * wd;
+    else gi += wd * pi;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
+                   int first) {
+  (void)ctx;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] + wd * p[i];
+    if (momentum != 0.0f) {
+      float bi = first ? gi : momentum * buf[i] + gi; /* torch: the first step takes the gradient as is */
+      buf[i] = bi;
+      gi = bi;
+    }
+    p[i] -= lr * gi;
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w) {
+  (void)ctx;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; i++) {
+    float gradient = err[i] * in[i];
+    w[i] -= lr * gradient;
+  }
+  return LAM_OK;
+}

@@ -1,0 +1,406 @@
+/* nn.cu — the CUDA twins of the nn primitives (internal.h; CPU versions in cpu/nn.c under the same
+ * names). Everything is queued on the context's stream; nothing here waits for the device. GEMMs go to
+ * cuBLAS (row-major calls mapped onto its column-major API); the rest are simple one-thread-per-output
+ * kernels — the fused versions are issue #5's work. */
+#include <cublas_v2.h>
+#include <stdio.h>
+
+#include "cuda.h"
+
+#define NT 256
+
+static unsigned blocks_for(size_t n) {
+  size_t b = (n + NT - 1) / NT;
+  if (b > 1u << 30) b = 1u << 30;
+  return (unsigned)(b ? b : 1);
+}
+
+#define LAUNCH_CHECK(st, name) CUDA_LAUNCH_TRY((st), (st)->stream, name)
+
+static const char *cublas_err(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "cuBLAS error";
+  }
+}
+#define CUBLAS_TRY(expr)                                                                                   \
+  do {                                                                                                     \
+    cublasStatus_t cs_ = (expr);                                                                           \
+    if (cs_ != CUBLAS_STATUS_SUCCESS)                                                                      \
+      return lam_fail_at(LAM_ERR_CUDA, __FILE__, __LINE__, "%s failed: %s", #expr, cublas_err(cs_));       \
+  } while (0)
+
+/* The cuBLAS handle is made at the first matrix product (creating it takes a while), on the context's
+ * stream. */
+static lam_status handle(cuda_state *st, cublasHandle_t *h) {
+  if (!st->cublas) {
+    cublasHandle_t hh;
+    CUBLAS_TRY(cublasCreate(&hh));
+    CUBLAS_TRY(cublasSetStream(hh, st->stream));
+    st->cublas = hh;
+  }
+  *h = (cublasHandle_t)st->cublas;
+  return LAM_OK;
+}
+
+void cuda_nn_destroy(cuda_state *st) {
+  if (st->cublas) cublasDestroy((cublasHandle_t)st->cublas);
+  st->cublas = NULL;
+}
+
+lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc) {
+  cublasHandle_t h;
+  LAM_TRY(handle(cuda_st(ctx), &h));
+  /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+  CUBLAS_TRY(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A,
+                         lda, &beta, C, ldc));
+  return LAM_OK;
+}
+
+lam_status cuda_zero(lam_ctx *ctx, void *p, size_t bytes) {
+  CUDA_TRY(cudaMemsetAsync(p, 0, bytes, cuda_st(ctx)->stream));
+  return LAM_OK;
+}
+
+lam_status cuda_copy_mem(lam_ctx *ctx, void *dst, const void *src, size_t bytes) {
+  CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_st(ctx)->stream));
+  return LAM_OK;
+}
+
+/* One thread per element of col (C*K*K rows, B*P columns); consecutive threads take consecutive columns,
+ * so the writes coalesce. */
+__global__ void im2col_kernel(lam_conv_geom g, int B, const float *x, float *col) {
+  const int P = g.OH * g.OW, KK = g.K * g.K;
+  const size_t ncols = (size_t)B * P, total = (size_t)g.C * KK * ncols;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    size_t row = i / ncols, j = i % ncols;
+    int c = (int)(row / KK), kk = (int)(row % KK), ki = kk / g.K, kj = kk % g.K;
+    int b = (int)(j / P), p = (int)(j % P), oh = p / g.OW, ow = p % g.OW;
+    int ih = oh * g.stride - g.pad + ki, iw = ow * g.stride - g.pad + kj;
+    col[i] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? x[(((size_t)b * g.C + c) * g.H + ih) * g.W + iw] : 0.0f;
+  }
+}
+
+lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col) {
+  cuda_state *st = cuda_st(ctx);
+  size_t total = (size_t)g->C * g->K * g->K * B * g->OH * g->OW;
+  im2col_kernel<<<blocks_for(total), NT, 0, st->stream>>>(*g, B, x, col);
+  LAUNCH_CHECK(st, "im2col_kernel");
+  return LAM_OK;
+}
+
+/* One thread per input element: sums every column entry that came from it (a gather, so no atomics
+ * and the same order every run). */
+__global__ void col2im_kernel(lam_conv_geom g, int B, const float *col, float *dx) {
+  const int P = g.OH * g.OW, KK = g.K * g.K;
+  const size_t ncols = (size_t)B * P, total = (size_t)B * g.C * g.H * g.W;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    int iw = (int)(i % g.W), ih = (int)(i / g.W % g.H), c = (int)(i / ((size_t)g.W * g.H) % g.C);
+    int b = (int)(i / ((size_t)g.W * g.H * g.C));
+    float sum = 0.0f;
+    for (int ki = 0; ki < g.K; ki++) {
+      int t = ih + g.pad - ki;
+      if (t < 0 || t % g.stride) continue;
+      int oh = t / g.stride;
+      if (oh >= g.OH) continue;
+      for (int kj = 0; kj < g.K; kj++) {
+        int u = iw + g.pad - kj;
+        if (u < 0 || u % g.stride) continue;
+        int ow = u / g.stride;
+        if (ow >= g.OW) continue;
+        sum += col[((size_t)c * KK + ki * g.K + kj) * ncols + (size_t)b * P + oh * g.OW + ow];
+      }
+    }
+    dx[i] += sum;
+  }
+}
+
+lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx) {
+  cuda_state *st = cuda_st(ctx);
+  size_t total = (size_t)B * g->C * g->H * g->W;
+  col2im_kernel<<<blocks_for(total), NT, 0, st->stream>>>(*g, B, col, dx);
+  LAUNCH_CHECK(st, "col2im_kernel");
+  return LAM_OK;
+}
+
+__global__ void cbp_to_bcp_kernel(int B, int C, int P, const float *src, const float *bias, float *dst) {
+  size_t total = (size_t)B * C * P;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    int p = (int)(i % P), c = (int)(i / P % C), b = (int)(i / ((size_t)P * C));
+    dst[i] = src[(size_t)c * B * P + (size_t)b * P + p] + (bias ? bias[c] : 0.0f);
+  }
+}
+
+lam_status cuda_cbp_to_bcp(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst) {
+  cuda_state *st = cuda_st(ctx);
+  cbp_to_bcp_kernel<<<blocks_for((size_t)B * C * P), NT, 0, st->stream>>>(B, C, P, src, bias, dst);
+  LAUNCH_CHECK(st, "cbp_to_bcp_kernel");
+  return LAM_OK;
+}
+
+__global__ void bcp_to_cbp_kernel(int B, int C, int P, const float *src, float *dst) {
+  size_t total = (size_t)B * C * P;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    int p = (int)(i % P), c = (int)(i / P % C), b = (int)(i / ((size_t)P * C));
+    dst[(size_t)c * B * P + (size_t)b * P + p] = src[i];
+  }
+}
+
+/* One block per row: the sum of a row of (rows, cols), added to out[row]. */
+__global__ void row_sum_kernel(int cols, const float *src, float *out) {
+  __shared__ float part[NT];
+  const float *r = src + (size_t)blockIdx.x * cols;
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += NT) s += r[j];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = NT / 2; w > 0; w /= 2) {
+    if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] += part[0];
+}
+
+lam_status cuda_bcp_to_cbp(lam_ctx *ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad) {
+  cuda_state *st = cuda_st(ctx);
+  bcp_to_cbp_kernel<<<blocks_for((size_t)B * C * P), NT, 0, st->stream>>>(B, C, P, src, dst);
+  LAUNCH_CHECK(st, "bcp_to_cbp_kernel");
+  if (bias_grad) {
+    row_sum_kernel<<<C, NT, 0, st->stream>>>(B * P, dst, bias_grad);
+    LAUNCH_CHECK(st, "row_sum_kernel");
+  }
+  return LAM_OK;
+}
+
+__global__ void add_bias_kernel(int rows, int cols, float *y, const float *b) {
+  size_t total = (size_t)rows * cols;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+    y[i] += b[i % cols];
+}
+
+lam_status cuda_add_bias(lam_ctx *ctx, int rows, int cols, float *y, const float *b) {
+  cuda_state *st = cuda_st(ctx);
+  add_bias_kernel<<<blocks_for((size_t)rows * cols), NT, 0, st->stream>>>(rows, cols, y, b);
+  LAUNCH_CHECK(st, "add_bias_kernel");
+  return LAM_OK;
+}
+
+/* One thread per column: the column's sum over the rows, added to db. */
+__global__ void col_sum_kernel(int rows, int cols, const float *dy, float *db) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int r = 0; r < rows; r++) s += dy[(size_t)r * cols + c];
+  db[c] += s;
+}
+
+lam_status cuda_bias_grad(lam_ctx *ctx, int rows, int cols, const float *dy, float *db) {
+  cuda_state *st = cuda_st(ctx);
+  col_sum_kernel<<<blocks_for((size_t)cols), NT, 0, st->stream>>>(rows, cols, dy, db);
+  LAUNCH_CHECK(st, "col_sum_kernel");
+  return LAM_OK;
+}
+
+__global__ void maxpool_fwd_kernel(lam_pool_geom g, int B, const float *x, float *y, int32_t *arg) {
+  size_t total = (size_t)B * g.C * g.OH * g.OW;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    int ow = (int)(i % g.OW), oh = (int)(i / g.OW % g.OH);
+    size_t bc = i / ((size_t)g.OW * g.OH);
+    const float *xs = x + bc * g.H * g.W;
+    int best = (oh * g.stride) * g.W + ow * g.stride;
+    float m = xs[best];
+    for (int a = 0; a < g.K; a++)
+      for (int b2 = 0; b2 < g.K; b2++) {
+        int idx = (oh * g.stride + a) * g.W + ow * g.stride + b2;
+        float v = xs[idx];
+        if (v > m || v != v) m = v, best = idx; /* NaN wins, as on the CPU and in PyTorch */
+      }
+    y[i] = m;
+    arg[i] = best;
+  }
+}
+
+lam_status cuda_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg) {
+  cuda_state *st = cuda_st(ctx);
+  maxpool_fwd_kernel<<<blocks_for((size_t)B * g->C * g->OH * g->OW), NT, 0, st->stream>>>(*g, B, x, y, arg);
+  LAUNCH_CHECK(st, "maxpool_fwd_kernel");
+  return LAM_OK;
+}
+
+/* Overlapping windows (stride < K) can route two outputs to one input: atomicAdd. */
+__global__ void maxpool_bwd_kernel(lam_pool_geom g, int B, const float *dy, const int32_t *arg, float *dx) {
+  size_t total = (size_t)B * g.C * g.OH * g.OW;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    size_t bc = i / ((size_t)g.OW * g.OH);
+    float *d = dx + bc * g.H * g.W + arg[i];
+    if (g.stride >= g.K) *d += dy[i];
+    else atomicAdd(d, dy[i]);
+  }
+}
+
+lam_status cuda_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx) {
+  cuda_state *st = cuda_st(ctx);
+  CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)B * g->C * g->H * g->W * sizeof(float), st->stream));
+  maxpool_bwd_kernel<<<blocks_for((size_t)B * g->C * g->OH * g->OW), NT, 0, st->stream>>>(*g, B, dy, arg, dx);
+  LAUNCH_CHECK(st, "maxpool_bwd_kernel");
+  return LAM_OK;
+}
+
+__global__ void act_fwd_kernel(int act, size_t n, const float *x, float *y) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float v = x[i];
+    y[i] = act == LAM_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == LAM_ACT_TANH ? tanhf(v) : 1.0f / (1.0f + expf(-v));
+  }
+}
+
+__global__ void act_bwd_kernel(int act, size_t n, const float *y, const float *dy, float *dx) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float v = y[i];
+    dx[i] = act == LAM_ACT_RELU ? (v > 0.0f ? dy[i] : 0.0f) : act == LAM_ACT_TANH ? dy[i] * (1.0f - v * v) : dy[i] * v * (1.0f - v);
+  }
+}
+
+lam_status cuda_act_fwd(lam_ctx *ctx, int act, size_t n, const float *x, float *y) {
+  cuda_state *st = cuda_st(ctx);
+  act_fwd_kernel<<<blocks_for(n), NT, 0, st->stream>>>(act, n, x, y);
+  LAUNCH_CHECK(st, "act_fwd_kernel");
+  return LAM_OK;
+}
+
+lam_status cuda_act_bwd(lam_ctx *ctx, int act, size_t n, const float *y, const float *dy, float *dx) {
+  cuda_state *st = cuda_st(ctx);
+  act_bwd_kernel<<<blocks_for(n), NT, 0, st->stream>>>(act, n, y, dy, dx);
+  LAUNCH_CHECK(st, "act_bwd_kernel");
+  return LAM_OK;
+}
+
+/* One thread per sample (the classes are few); the batch's sums go to stats with one atomic each per
+ * block after a shared-memory reduction. */
+__global__ void xent_kernel(int B, int C, const float *logits, const uint8_t *labels, float *dlogits, float scale,
+                            float *stats, uint8_t *pred) {
+  __shared__ float sl[NT], sc[NT];
+  int b = blockIdx.x * blockDim.x + threadIdx.x;
+  float loss = 0.0f, correct = 0.0f;
+  if (b < B) {
+    const float *l = logits + (size_t)b * C;
+    int am = 0;
+    for (int c = 1; c < C; c++)
+      if (l[c] > l[am]) am = c;
+    float mx = l[am], sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += expf(l[c] - mx);
+    float lse = mx + logf(sum);
+    int y = labels[b];
+    loss = lse - l[y];
+    correct = am == y ? 1.0f : 0.0f;
+    if (pred) pred[b] = (uint8_t)am;
+    if (dlogits)
+      for (int c = 0; c < C; c++) dlogits[(size_t)b * C + c] = scale * (expf(l[c] - lse) - (c == y ? 1.0f : 0.0f));
+  }
+  sl[threadIdx.x] = loss;
+  sc[threadIdx.x] = correct;
+  __syncthreads();
+  for (int w = NT / 2; w > 0; w /= 2) {
+    if ((int)threadIdx.x < w) sl[threadIdx.x] += sl[threadIdx.x + w], sc[threadIdx.x] += sc[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    atomicAdd(&stats[0], sl[0]);
+    atomicAdd(&stats[1], sc[0]);
+    int nb = B - (int)(blockIdx.x * blockDim.x);
+    atomicAdd(&stats[2], (float)(nb < NT ? nb : NT));
+  }
+}
+
+lam_status cuda_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint8_t *labels, float *dlogits, float scale,
+                     float *stats, uint8_t *pred) {
+  cuda_state *st = cuda_st(ctx);
+  xent_kernel<<<(B + NT - 1) / NT, NT, 0, st->stream>>>(B, C, logits, labels, dlogits, scale, stats, pred);
+  LAUNCH_CHECK(st, "xent_kernel");
+  return LAM_OK;
+}
+
+/* The uint8 images of the batch, normalized on the GPU: they cross PCIe (once, at upload) as bytes. */
+__global__ void gather_kernel(int B, size_t sample, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
+                              float a, float c, float *x, uint8_t *y) {
+  size_t total = (size_t)B * sample;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    size_t b = i / sample;
+    x[i] = (float)images[(size_t)idx[b] * sample + i % sample] * a + c;
+    if (i % sample == 0) y[b] = labels[idx[b]];
+  }
+}
+
+lam_status cuda_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
+                       const int32_t *idx, float mean, float std, float *x, uint8_t *y) {
+  cuda_state *st = cuda_st(ctx);
+  gather_kernel<<<blocks_for((size_t)B * sample), NT, 0, st->stream>>>(B, sample, images, labels, idx,
+                                                                      1.0f / (255.0f * std), -mean / std, x, y);
+  LAUNCH_CHECK(st, "gather_kernel");
+  return LAM_OK;
+}
+
+__global__ void adam_kernel(size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
+                            float eps, float wd, int decoupled, float step_size, float bc2_sqrt) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float gi = g[i], pi = p[i];
+    if (decoupled) pi *= 1.0f - lr * wd;
+    else gi += wd * pi;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  }
+}
+
+lam_status cuda_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
+                     float eps, float wd, int decoupled, long step) {
+  cuda_state *st = cuda_st(ctx);
+  /* The same scalars as the CPU twin, computed the same way (double, then float). */
+  float step_size = (float)(lr / (1.0 - pow(b1, (double)step)));
+  float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)step));
+  adam_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, g, m, v, lr, b1, b2, eps, wd, decoupled, step_size, bc2_sqrt);
+  LAUNCH_CHECK(st, "adam_kernel");
+  return LAM_OK;
+}
+
+__global__ void sgd_kernel(size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd, int first) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float gi = g[i] + wd * p[i];
+    if (momentum != 0.0f) {
+      float bi = first ? gi : momentum * buf[i] + gi;
+      buf[i] = bi;
+      gi = bi;
+    }
+    p[i] -= lr * gi;
+  }
+}
+
+lam_status cuda_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
+                    int first) {
+  cuda_state *st = cuda_st(ctx);
+  sgd_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, g, buf, lr, momentum, wd, first);
+  LAUNCH_CHECK(st, "sgd_kernel");
+  return LAM_OK;
+}
+
+__global__ void backprop_step_kernel(size_t n, const float *err, const float *in, float lr, float *w) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float gradient = err[i] * in[i];
+    w[i] -= lr * gradient;
+  }
+}
+
+lam_status cuda_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w) {
+  cuda_state *st = cuda_st(ctx);
+  backprop_step_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, err, in, lr, w);
+  LAUNCH_CHECK(st, "backprop_step_kernel");
+  return LAM_OK;
+}

@@ -1,0 +1,529 @@
+/* checkpoint.c — saving a model (and, optionally, its trainer) to a file and reading it back, so
+ * that an interrupted training run resumes exactly where it stopped: on the CPU the resumed run's
+ * losses and parameters equal an uninterrupted run's bit for bit.
+ *
+ * File format, version 1. Every number is little-endian; floats are IEEE-754 binary32 bit patterns.
+ *
+ *   offset  type            field
+ *   0       char[8]         magic "LAMCKPT\0"
+ *   8       u32             version (1)
+ *   12      u32             L: length of the model spec in bytes (no terminating NUL; < 1024)
+ *   16      char[L]         the model spec, presets expanded (lam_model_spec)
+ *           i32 × 3         in_c, in_h, in_w
+ *           u64             nparams
+ *           u32             nlayers
+ *           (u64, u64) × nlayers   each layer's weight and bias counts (0, 0 for layers without)
+ *           f32 × nparams   the parameters, in lam_model_params_get's order
+ *           u32             training state follows: 0 (the model alone) or 1
+ *   when it is 1:
+ *           u32             optimizer kind (lam_opt_kind: 0 sgd, 1 adam, 2 adamw)
+ *           f32 × 6         lr, momentum, weight_decay, beta1, beta2, eps (the trainer's lam_opt)
+ *           i64             optimizer steps taken (the model's opt_step; Adam's bias correction)
+ *           f32 × nparams   optimizer state m (SGD's momentum buffer, Adam's first moment)
+ *           f32 × nparams   Adam's second moment v (adam and adamw only)
+ *           i32             batch
+ *           u64             the trainer's seed
+ *           i32             epochs done
+ *           u64 × 4         the shuffle generator's state (xoshiro256**)
+ *   always:
+ *           u32             CRC-32 (zlib's crc32) of every byte before it
+ *
+ * When the model holds no optimizer state for the trainer's kind yet (no step taken, or state for
+ * another kind that the next step would discard), the state is written as zeros with 0 steps: the
+ * next step then does exactly what it would have done (Adam from zero moments; SGD's first step
+ * copies the gradient into the momentum buffer).
+ *
+ * Saving builds the whole file in host memory, writes it to "<path>.tmp.<pid>" in the same folder,
+ * flushes and fsyncs it, and renames it over path: a reader sees the old file or the new one, never
+ * half of one, and a failed save leaves any file at path untouched and no temporary file behind.
+ * Loading reads the whole file and checks, in order: the magic, the version, the length against what
+ * the header says the file holds, and the CRC; only then does it build anything.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "nn.h"
+#include "rng.h"
+#include "train.h"
+
+#define CKPT_MAGIC "LAMCKPT" /* with its NUL: 8 bytes */
+#define CKPT_MAGIC_LEN 8
+#define CKPT_VERSION 1u
+#define CKPT_MAX_LAYERS 4096u /* far above any spec that fits in 1024 characters */
+
+/* ---- little-endian packing --------------------------------------------------------------------- */
+
+/* A byte buffer sized up front; put_* never run past it (the size is computed from the same fields). */
+typedef struct wbuf {
+  uint8_t *p;
+  size_t len, cap;
+} wbuf;
+
+static void put_bytes(wbuf *b, const void *src, size_t n) {
+  memcpy(b->p + b->len, src, n);
+  b->len += n;
+}
+static void put_u32(wbuf *b, uint32_t v) {
+  for (int i = 0; i < 4; i++) b->p[b->len++] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(wbuf *b, uint64_t v) {
+  for (int i = 0; i < 8; i++) b->p[b->len++] = (uint8_t)(v >> (8 * i));
+}
+static void put_f32(wbuf *b, float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  put_u32(b, u);
+}
+static void put_f32s(wbuf *b, const float *f, size_t n) {
+  for (size_t i = 0; i < n; i++) put_f32(b, f[i]);
+}
+
+static uint32_t get_u32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const uint8_t *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+static float get_f32(const uint8_t *p) {
+  uint32_t u = get_u32(p);
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static void get_f32s(const uint8_t *p, float *f, size_t n) {
+  for (size_t i = 0; i < n; i++) f[i] = get_f32(p + 4 * i);
+}
+
+/* zlib's crc32 takes an unsigned int length: feed it in 1 GiB pieces. */
+static uint32_t crc32_of(const uint8_t *p, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (n) {
+    size_t piece = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+    crc = crc32(crc, p, (uInt)piece);
+    p += piece;
+    n -= piece;
+  }
+  return (uint32_t)crc;
+}
+
+/* ---- saving ----------------------------------------------------------------------------------- */
+
+static int opt_has_v(lam_opt_kind k) { return k == LAM_OPT_ADAM || k == LAM_OPT_ADAMW; }
+
+/* The whole file in host memory (malloc'd into *out, *out_len bytes). */
+static lam_status build_image(const char *path, lam_model *m, const lam_trainer *t, uint8_t **out, size_t *out_len) {
+  lam_ctx *ctx = m->ctx;
+  const size_t np = m->nparams, spec_len = strlen(m->spec);
+  const int nstate = t ? 1 + opt_has_v(t->opt.kind) : 0;
+  /* Does the model hold state for the trainer's optimizer? If not, the next step starts it from zero. */
+  const int have_state = t && m->opt_m && m->opt_kind == t->opt.kind && (!opt_has_v(t->opt.kind) || m->opt_v);
+  size_t size = CKPT_MAGIC_LEN + 4 + 4 + spec_len + 3 * 4 + 8 + 4 + (size_t)m->nlayers * 16 + np * 4 + 4;
+  if (t) size += 4 + 6 * 4 + 8 + (size_t)nstate * np * 4 + 4 + 8 + 4 + 4 * 8;
+  size += 4; /* CRC */
+
+  float *host = malloc((np ? np : 1) * sizeof *host);
+  wbuf b = {malloc(size), 0, size};
+  if (!host || !b.p) {
+    free(host);
+    free(b.p);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "saving checkpoint '%s': no host memory for %zu bytes", path, size);
+  }
+  lam_status s = LAM_OK;
+  put_bytes(&b, CKPT_MAGIC, CKPT_MAGIC_LEN);
+  put_u32(&b, CKPT_VERSION);
+  put_u32(&b, (uint32_t)spec_len);
+  put_bytes(&b, m->spec, spec_len);
+  put_u32(&b, (uint32_t)m->in_c);
+  put_u32(&b, (uint32_t)m->in_h);
+  put_u32(&b, (uint32_t)m->in_w);
+  put_u64(&b, np);
+  put_u32(&b, (uint32_t)m->nlayers);
+  for (int i = 0; i < m->nlayers; i++) {
+    put_u64(&b, m->L[i].nw);
+    put_u64(&b, m->L[i].nb);
+  }
+  s = lam_mem_download(ctx, host, m->params, np * sizeof(float)); /* waits for queued steps */
+  if (s == LAM_OK) put_f32s(&b, host, np);
+  if (s == LAM_OK) put_u32(&b, t ? 1u : 0u);
+  if (s == LAM_OK && t) {
+    put_u32(&b, (uint32_t)t->opt.kind);
+    put_f32(&b, t->opt.lr);
+    put_f32(&b, t->opt.momentum);
+    put_f32(&b, t->opt.weight_decay);
+    put_f32(&b, t->opt.beta1);
+    put_f32(&b, t->opt.beta2);
+    put_f32(&b, t->opt.eps);
+    put_u64(&b, have_state ? (uint64_t)(int64_t)m->opt_step : 0u);
+    float *bufs[2] = {m->opt_m, m->opt_v};
+    for (int k = 0; k < nstate && s == LAM_OK; k++) {
+      if (have_state) s = lam_mem_download(ctx, host, bufs[k], np * sizeof(float));
+      else memset(host, 0, np * sizeof(float));
+      if (s == LAM_OK) put_f32s(&b, host, np);
+    }
+    if (s == LAM_OK) {
+      put_u32(&b, (uint32_t)t->batch);
+      put_u64(&b, t->seed);
+      put_u32(&b, (uint32_t)t->epochs_done);
+      for (int i = 0; i < 4; i++) put_u64(&b, t->rng.s[i]);
+    }
+  }
+  free(host);
+  if (s != LAM_OK) {
+    free(b.p);
+    return s;
+  }
+  put_u32(&b, crc32_of(b.p, b.len));
+  if (b.len != b.cap) { /* the size computed above and the fields written disagree: a bug here */
+    free(b.p);
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "saving checkpoint '%s': internal error, wrote %zu bytes for %zu", path, b.len,
+                    b.cap);
+  }
+  *out = b.p;
+  *out_len = b.len;
+  return LAM_OK;
+}
+
+/* fsync of the folder that holds path, so the rename itself survives a power loss. Filesystems that
+ * cannot sync a folder say EINVAL (or EBADF/EACCES where it cannot be opened for reading): the data
+ * is already on disk then, and we go on; other failures are reported. */
+static lam_status sync_folder(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char dir[4096];
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else if ((size_t)(slash - path) < sizeof dir) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  else return LAM_OK; /* a folder name that long: skip the folder sync rather than fail the save */
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return LAM_OK;
+  int rc = fsync(fd), err = errno;
+  close(fd);
+  if (rc != 0 && err != EINVAL && err != EBADF && err != EROFS)
+    return LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' was written and renamed into place, but fsync of its folder '%s' failed: %s; "
+                    "the new file may not survive a power loss", path, dir, strerror(err));
+  return LAM_OK;
+}
+
+/* Writes bytes to path atomically: a temporary file in the same folder, flushed, fsync'd, closed and
+ * renamed over path. On any failure the temporary file is removed and path is left as it was. */
+static lam_status write_atomic(const char *path, const uint8_t *p, size_t n) {
+  size_t tlen = strlen(path) + 32;
+  char *tmp = malloc(tlen);
+  if (!tmp) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "saving checkpoint '%s': no host memory", path);
+  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    int err = errno;
+    lam_status s = LAM_FAIL(LAM_ERR_IO, "cannot save checkpoint '%s': fopen of the temporary file '%s' failed: %s; check "
+                            "that the folder exists and is writable", path, tmp, strerror(err));
+    free(tmp);
+    return s;
+  }
+  const char *call = NULL;
+  int err = 0;
+  if (n && fwrite(p, 1, n, f) != n) call = "fwrite", err = errno;
+  else if (fflush(f) != 0) call = "fflush", err = errno;
+  else if (fsync(fileno(f)) != 0) call = "fsync", err = errno;
+  int rc = fclose(f);
+  if (!call && rc != 0) call = "fclose", err = errno;
+  if (!call && rename(tmp, path) != 0) call = "rename", err = errno;
+  if (call) {
+    remove(tmp);
+    lam_status s = LAM_FAIL(LAM_ERR_IO, "cannot save checkpoint '%s': %s of the temporary file '%s' failed: %s (%zu bytes "
+                            "to write); any file already at '%s' is unchanged", path, call, tmp,
+                            err ? strerror(err) : "unknown error", n, path);
+    free(tmp);
+    return s;
+  }
+  free(tmp);
+  return sync_folder(path);
+}
+
+lam_status lam_checkpoint_save(const char *path, lam_model *m, const lam_trainer *t) {
+  LAM_CHECK_ARG(path && m, "lam_checkpoint_save: %s is NULL", path ? "model" : "path");
+  LAM_CHECK_ARG(*path, "lam_checkpoint_save: the path is empty");
+  LAM_CHECK_ARG(!t || t->m == m, "lam_checkpoint_save: the trainer trains another model than the one given");
+  LAM_CHECK_ARG(!t || t->opt.kind == LAM_OPT_SGD || t->opt.kind == LAM_OPT_ADAM || t->opt.kind == LAM_OPT_ADAMW,
+                "lam_checkpoint_save: the trainer's optimizer kind %d is not sgd, adam or adamw", t ? (int)t->opt.kind : 0);
+  uint8_t *img = NULL;
+  size_t len = 0;
+  LAM_TRY(build_image(path, m, t, &img, &len));
+  lam_status s = write_atomic(path, img, len);
+  free(img);
+  return s;
+}
+
+/* ---- loading ---------------------------------------------------------------------------------- */
+
+/* Reads the whole file into malloc'd memory. */
+static lam_status read_file(const char *path, uint8_t **out, size_t *out_len) {
+  *out = NULL;
+  *out_len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return LAM_FAIL(LAM_ERR_IO, "cannot open checkpoint '%s': fopen failed: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) {
+    int err = errno;
+    fclose(f);
+    return LAM_FAIL(LAM_ERR_IO, "cannot read checkpoint '%s': fstat failed: %s", path, strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fclose(f);
+    return LAM_FAIL(LAM_ERR_IO, "cannot read checkpoint '%s': it is %s, not a regular file", path,
+                    S_ISDIR(st.st_mode) ? "a directory" : "a special file");
+  }
+  size_t n = (size_t)st.st_size;
+  uint8_t *p = malloc(n ? n : 1);
+  if (!p) {
+    fclose(f);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "cannot read checkpoint '%s': no host memory for its %zu bytes", path, n);
+  }
+  size_t got = n ? fread(p, 1, n, f) : 0;
+  int err = ferror(f) ? errno : 0;
+  fclose(f);
+  if (got != n) {
+    free(p);
+    if (err)
+      return LAM_FAIL(LAM_ERR_IO, "cannot read checkpoint '%s': fread failed after %zu of %zu bytes: %s", path, got, n,
+                      strerror(err));
+    return LAM_FAIL(LAM_ERR_IO, "cannot read checkpoint '%s': it shrank while being read (%zu of %zu bytes)", path, got, n);
+  }
+  *out = p;
+  *out_len = n;
+  return LAM_OK;
+}
+
+/* What a checkpoint holds, with pointers into the file's bytes for the big arrays. */
+typedef struct ckpt {
+  char spec[1024];
+  int32_t in_c, in_h, in_w;
+  uint64_t nparams;
+  uint32_t nlayers;
+  const uint8_t *layers; /* (nw, nb) u64 pairs */
+  const uint8_t *params;
+  int train;             /* training state follows */
+  lam_opt opt;
+  int64_t opt_step;
+  const uint8_t *opt_m, *opt_v; /* opt_v NULL for SGD */
+  int32_t batch;
+  uint64_t seed;
+  int32_t epochs_done;
+  lam_rng rng;
+} ckpt;
+
+/* A cursor over the file: take() hands out the next n bytes, or NULL when the file ends first. */
+typedef struct rd {
+  const uint8_t *p;
+  size_t len, off;
+  size_t want; /* on failure: the length the file would need */
+} rd;
+
+static const uint8_t *take(rd *r, size_t n) {
+  if (n > r->len - r->off) {
+    r->want = (n > SIZE_MAX - r->off) ? SIZE_MAX : r->off + n;
+    return NULL;
+  }
+  const uint8_t *q = r->p + r->off;
+  r->off += n;
+  return q;
+}
+
+#define TRUNCATED(path, r)                                                                                          \
+  LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is truncated: expected at least %zu bytes, file has %zu; the save was cut " \
+           "short or the copy is incomplete: save it again or use an older checkpoint", (path), (r)->want, (r)->len)
+#define CORRUPTED(path, fmt, ...) LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is corrupted: " fmt, (path), __VA_ARGS__)
+
+/* Checks magic, version, length and CRC, and reads the fields. */
+static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c) {
+  memset(c, 0, sizeof *c);
+  if (len == 0)
+    return LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is empty (0 bytes), not a lamina checkpoint: check the path (lamina's "
+                    "saves are atomic and never leave an empty file)", path);
+  size_t head = len < CKPT_MAGIC_LEN ? len : CKPT_MAGIC_LEN;
+  if (memcmp(p, CKPT_MAGIC, head) != 0)
+    return LAM_FAIL(LAM_ERR_IO, "'%s' is not a lamina checkpoint: it does not start with the magic \"LAMCKPT\"", path);
+  rd r = {p, len, 0, 0};
+  const uint8_t *q;
+  if (!(q = take(&r, CKPT_MAGIC_LEN + 4))) return TRUNCATED(path, &r);
+  uint32_t version = get_u32(q + CKPT_MAGIC_LEN);
+  if (version > CKPT_VERSION)
+    return LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' was written by a newer lamina: version %u, this build reads %u; "
+                    "update lamina to load it", path, version, CKPT_VERSION);
+  if (version != CKPT_VERSION) return CORRUPTED(path, "version %u is not one lamina ever wrote", version);
+
+  /* The structure, far enough to know the length; values are checked once the CRC holds. */
+  if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
+  uint32_t spec_len = get_u32(q);
+  if (spec_len >= sizeof c->spec)
+    return CORRUPTED(path, "its model spec is %u bytes long, more than the %zu a spec can have", spec_len,
+                     sizeof c->spec - 1);
+  if (!(q = take(&r, spec_len))) return TRUNCATED(path, &r);
+  memcpy(c->spec, q, spec_len);
+  c->spec[spec_len] = '\0';
+  if (!(q = take(&r, 3 * 4 + 8 + 4))) return TRUNCATED(path, &r);
+  c->in_c = (int32_t)get_u32(q);
+  c->in_h = (int32_t)get_u32(q + 4);
+  c->in_w = (int32_t)get_u32(q + 8);
+  c->nparams = get_u64(q + 12);
+  c->nlayers = get_u32(q + 20);
+  if (c->nlayers == 0 || c->nlayers > CKPT_MAX_LAYERS)
+    return CORRUPTED(path, "it says the model has %u layers (1 to %u expected)", c->nlayers, CKPT_MAX_LAYERS);
+  if (c->nparams > (SIZE_MAX - 1024) / 16)
+    return CORRUPTED(path, "it says the model has %llu parameters", (unsigned long long)c->nparams);
+  const size_t pbytes = (size_t)c->nparams * 4;
+  if (!(c->layers = take(&r, (size_t)c->nlayers * 16))) return TRUNCATED(path, &r);
+  if (!(c->params = take(&r, pbytes))) return TRUNCATED(path, &r);
+  if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
+  uint32_t train = get_u32(q);
+  if (train > 1) return CORRUPTED(path, "the training-state flag is %u (0 or 1 expected)", train);
+  c->train = (int)train;
+  if (train) {
+    if (!(q = take(&r, 4 + 6 * 4 + 8))) return TRUNCATED(path, &r);
+    uint32_t kind = get_u32(q);
+    if (kind > LAM_OPT_ADAMW)
+      return CORRUPTED(path, "optimizer kind %u is not sgd (0), adam (1) or adamw (2)", kind);
+    c->opt.kind = (lam_opt_kind)kind;
+    c->opt.lr = get_f32(q + 4);
+    c->opt.momentum = get_f32(q + 8);
+    c->opt.weight_decay = get_f32(q + 12);
+    c->opt.beta1 = get_f32(q + 16);
+    c->opt.beta2 = get_f32(q + 20);
+    c->opt.eps = get_f32(q + 24);
+    c->opt_step = (int64_t)get_u64(q + 28);
+    if (!(c->opt_m = take(&r, pbytes))) return TRUNCATED(path, &r);
+    if (opt_has_v(c->opt.kind) && !(c->opt_v = take(&r, pbytes))) return TRUNCATED(path, &r);
+    if (!(q = take(&r, 4 + 8 + 4 + 4 * 8))) return TRUNCATED(path, &r);
+    c->batch = (int32_t)get_u32(q);
+    c->seed = get_u64(q + 4);
+    c->epochs_done = (int32_t)get_u32(q + 12);
+    for (int i = 0; i < 4; i++) c->rng.s[i] = get_u64(q + 16 + 8 * i);
+  }
+  size_t body = r.off;
+  if (!take(&r, 4)) return TRUNCATED(path, &r);
+  if (r.off != len)
+    return CORRUPTED(path, "it has %zu bytes where its header describes %zu (%zu bytes of trailing data)", len,
+                     r.off, len - r.off);
+  uint32_t want = get_u32(p + body), got = crc32_of(p, body);
+  if (want != got)
+    return CORRUPTED(path, "CRC-32 mismatch (stored %08x, computed %08x over %zu bytes); the file was damaged after it "
+                     "was written: use another copy or an older checkpoint", want, got, body);
+
+  /* The CRC holds: the values are what was written; check the ones that must make sense. */
+  if (train) {
+    if (c->batch < 1 || c->opt_step < 0 || c->epochs_done < 0)
+      return CORRUPTED(path, "training state out of range (batch %d, %lld optimizer steps, %d epochs done)",
+                       c->batch, (long long)c->opt_step, c->epochs_done);
+  }
+  return LAM_OK;
+}
+
+/* Builds the model the file describes and checks it has the file's shapes. */
+static lam_status make_model(lam_ctx *ctx, const char *path, const ckpt *c, lam_model **out) {
+  lam_model *m = NULL;
+  lam_status s = lam_model_create(ctx, c->spec, c->in_c, c->in_h, c->in_w, 0, &m);
+  if (s != LAM_OK && s != LAM_ERR_INVALID_ARG) return s; /* out of memory, CUDA: not the file's fault */
+  if (s != LAM_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", lam_last_error());
+    return LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is mismatched: this build cannot make its model \"%s\" on %dx%dx%d "
+                    "inputs: %s", path, c->spec, c->in_c, c->in_h, c->in_w, why);
+  }
+  if (m->nparams != c->nparams || (uint32_t)m->nlayers != c->nlayers) {
+    s = LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is mismatched: its model \"%s\" has %llu parameters in %u layers in the "
+                 "file but %zu in %d layers in this build; it was written by an incompatible lamina", path, c->spec,
+                 (unsigned long long)c->nparams, c->nlayers, m->nparams, m->nlayers);
+  }
+  for (int i = 0; i < m->nlayers && s == LAM_OK; i++) {
+    uint64_t nw = get_u64(c->layers + 16 * i), nb = get_u64(c->layers + 16 * i + 8);
+    if (nw != m->L[i].nw || nb != m->L[i].nb)
+      s = LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is mismatched: layer %d of \"%s\" has %llu weights and %llu biases in the "
+                   "file but %zu and %zu in this build; it was written by an incompatible lamina", path, i + 1, c->spec,
+                   (unsigned long long)nw, (unsigned long long)nb, m->L[i].nw, m->L[i].nb);
+  }
+  float *host = NULL;
+  if (s == LAM_OK) {
+    host = malloc((m->nparams ? m->nparams : 1) * sizeof *host);
+    if (!host) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "loading checkpoint '%s': no host memory for %zu parameters", path,
+                            m->nparams);
+  }
+  if (s == LAM_OK) {
+    get_f32s(c->params, host, m->nparams);
+    s = lam_model_params_set(m, host, m->nparams);
+  }
+  free(host);
+  if (s != LAM_OK) {
+    lam_model_free(m);
+    return s;
+  }
+  *out = m;
+  return LAM_OK;
+}
+
+/* Puts the file's optimizer state into m, as lam_model_step left it: the buffers for the kind, the
+ * step count. */
+static lam_status restore_opt(const char *path, lam_model *m, const ckpt *c) {
+  lam_ctx *ctx = m->ctx;
+  const size_t np = m->nparams, bytes = np * sizeof(float);
+  float *host = malloc((np ? np : 1) * sizeof *host);
+  if (!host) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "loading checkpoint '%s': no host memory for %zu values", path, np);
+  /* A fresh model holds no state; free anything there all the same. */
+  lam_mem_free(ctx, m->opt_m);
+  lam_mem_free(ctx, m->opt_v);
+  m->opt_m = m->opt_v = NULL;
+  lam_status s = lam_mem_alloc(ctx, (void **)&m->opt_m, bytes);
+  if (s == LAM_OK) {
+    get_f32s(c->opt_m, host, np);
+    s = lam_mem_upload(ctx, m->opt_m, host, bytes);
+  }
+  if (s == LAM_OK && c->opt_v) s = lam_mem_alloc(ctx, (void **)&m->opt_v, bytes);
+  if (s == LAM_OK && c->opt_v) {
+    get_f32s(c->opt_v, host, np);
+    s = lam_mem_upload(ctx, m->opt_v, host, bytes);
+  }
+  free(host);
+  if (s != LAM_OK) return s; /* the caller frees the model, and with it whatever was allocated */
+  m->opt_kind = c->opt.kind;
+  m->opt_step = (long)c->opt_step;
+  return LAM_OK;
+}
+
+lam_status lam_checkpoint_load(lam_ctx *ctx, const char *path, lam_model **model, const lam_dataset *train,
+                               lam_trainer **trainer) {
+  LAM_CHECK_ARG(ctx && path && model, "lam_checkpoint_load: %s is NULL", !ctx ? "ctx" : !path ? "path" : "model");
+  *model = NULL;
+  if (trainer) *trainer = NULL;
+  LAM_CHECK_ARG(!trainer || train, "lam_checkpoint_load: a trainer was asked for but the training set is NULL");
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  LAM_TRY(read_file(path, &bytes, &len));
+  ckpt c;
+  lam_status s = parse(path, bytes, len, &c);
+  if (s == LAM_OK && trainer && !c.train)
+    s = LAM_FAIL(LAM_ERR_INVALID_ARG, "checkpoint '%s' holds the model alone, no training state, so training cannot resume "
+                 "from it: load it with trainer = NULL and make a new trainer, or save with the trainer "
+                 "(lam_checkpoint_save(path, model, trainer)) to be able to resume", path);
+  lam_model *m = NULL;
+  lam_trainer *t = NULL;
+  if (s == LAM_OK) s = make_model(ctx, path, &c, &m);
+  if (s == LAM_OK && trainer) {
+    s = lam_trainer_create(m, &c.opt, c.batch, c.seed, train, &t);
+    if (s == LAM_OK) {
+      t->rng = c.rng;
+      t->epochs_done = c.epochs_done;
+      s = restore_opt(path, m, &c);
+    }
+  }
+  free(bytes);
+  if (s != LAM_OK) {
+    lam_trainer_free(t);
+    lam_model_free(m);
+    return s;
+  }
+  *model = m;
+  if (trainer) *trainer = t;
+  return LAM_OK;
+}

@@ -1,0 +1,100 @@
+/* layers.c — forward and backward of every layer kind, written once over the backend primitives
+ * (internal.h), so the CPU and CUDA paths run the same sequence of steps. Forward saves what backward
+ * needs (the im2col of a conv's input, a max-pool's argmax, each layer's output); backward accumulates
+ * into the flat gradient buffer. Conv is im2col + one GEMM over the whole batch. */
+#include "nn.h"
+
+static lam_conv_geom conv_geom(const layer *l) {
+  return (lam_conv_geom){l->in_c, l->in_h, l->in_w, l->k, l->stride, l->pad, l->out_h, l->out_w};
+}
+static lam_pool_geom pool_geom(const layer *l) {
+  return (lam_pool_geom){l->in_c, l->in_h, l->in_w, l->k, l->stride, l->out_h, l->out_w};
+}
+static int act_of(layer_kind k) { return k == L_RELU ? LAM_ACT_RELU : k == L_TANH ? LAM_ACT_TANH : LAM_ACT_SIGMOID; }
+
+lam_status nn_forward(lam_model *m, int B) {
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  const float *in = m->x;
+  for (int i = 0; i < m->nlayers; i++) {
+    layer *l = &m->L[i];
+    const float *W = m->params + l->w_off, *b = m->params + l->b_off;
+    switch (l->kind) {
+      case L_CONV: {
+        lam_conv_geom g = conv_geom(l);
+        int P = l->out_h * l->out_w, K = l->in_c * l->k * l->k, BP = B * P;
+        LAM_TRY(be->im2col(ctx, &g, B, in, l->col));
+        /* (OC, K) x (K, B*P) -> (OC, B*P) in scratch, then to (B, OC, P) with the bias. */
+        LAM_TRY(be->gemm(ctx, 0, 0, l->out_c, BP, K, 1.0f, W, K, l->col, BP, 0.0f, m->scratch, BP));
+        LAM_TRY(be->cbp_to_bcp(ctx, B, l->out_c, P, m->scratch, b, l->out));
+        break;
+      }
+      case L_DENSE: /* y (B, out) = x (B, in) W^T + b */
+        LAM_TRY(be->gemm(ctx, 0, 1, B, l->out_c, l->in_c, 1.0f, in, l->in_c, W, l->in_c, 0.0f, l->out, l->out_c));
+        LAM_TRY(be->add_bias(ctx, B, l->out_c, l->out, b));
+        break;
+      case L_MAXPOOL: {
+        lam_pool_geom g = pool_geom(l);
+        LAM_TRY(be->maxpool_fwd(ctx, &g, B, in, l->out, l->arg));
+        break;
+      }
+      case L_RELU:
+      case L_TANH:
+      case L_SIGMOID: LAM_TRY(be->act_fwd(ctx, act_of(l->kind), (size_t)B * layer_out_size(l), in, l->out)); break;
+      case L_FLATTEN: break; /* out aliases the input */
+    }
+    in = l->out;
+  }
+  return LAM_OK;
+}
+
+lam_status nn_loss(lam_model *m, int B, int backward, float mean_over, uint8_t *pred) {
+  layer *last = &m->L[m->nlayers - 1];
+  return m->ctx->be->xent(m->ctx, B, last->out_c, last->out, m->y, backward ? last->dout : NULL, 1.0f / mean_over,
+                          m->stats, pred);
+}
+
+lam_status nn_backward(lam_model *m, int B) {
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  for (int i = m->nlayers - 1; i >= 0; i--) {
+    layer *l = &m->L[i];
+    const float *in = i ? m->L[i - 1].out : m->x;
+    float *din = i ? m->L[i - 1].dout : NULL; /* the model's input needs no gradient */
+    const float *W = m->params + l->w_off;
+    float *dW = m->grads + l->w_off, *db = m->grads + l->b_off;
+    switch (l->kind) {
+      case L_CONV: {
+        lam_conv_geom g = conv_geom(l);
+        int P = l->out_h * l->out_w, K = l->in_c * l->k * l->k, BP = B * P;
+        float *dyT = m->scratch, *dcol = m->scratch + (size_t)l->out_c * BP;
+        LAM_TRY(be->bcp_to_cbp(ctx, B, l->out_c, P, l->dout, dyT, db));           /* db += sums */
+        LAM_TRY(be->gemm(ctx, 0, 1, l->out_c, K, BP, 1.0f, dyT, BP, l->col, BP, 1.0f, dW, K)); /* dW += dy col^T */
+        if (din) {
+          LAM_TRY(be->gemm(ctx, 1, 0, K, BP, l->out_c, 1.0f, W, K, dyT, BP, 0.0f, dcol, BP)); /* dcol = W^T dy */
+          LAM_TRY(be->zero(ctx, din, (size_t)B * layer_in_size(l) * sizeof(float)));
+          LAM_TRY(be->col2im(ctx, &g, B, dcol, din));
+        }
+        break;
+      }
+      case L_DENSE:
+        /* dW (out, in) += dy^T x; db += column sums of dy; dx (B, in) = dy W */
+        LAM_TRY(be->gemm(ctx, 1, 0, l->out_c, l->in_c, B, 1.0f, l->dout, l->out_c, in, l->in_c, 1.0f, dW, l->in_c));
+        LAM_TRY(be->bias_grad(ctx, B, l->out_c, l->dout, db));
+        if (din) LAM_TRY(be->gemm(ctx, 0, 0, B, l->in_c, l->out_c, 1.0f, l->dout, l->out_c, W, l->in_c, 0.0f, din, l->in_c));
+        break;
+      case L_MAXPOOL: {
+        lam_pool_geom g = pool_geom(l);
+        if (din) LAM_TRY(be->maxpool_bwd(ctx, &g, B, l->dout, l->arg, din));
+        break;
+      }
+      case L_RELU:
+      case L_TANH:
+      case L_SIGMOID:
+        if (din) LAM_TRY(be->act_bwd(ctx, act_of(l->kind), (size_t)B * layer_out_size(l), l->out, l->dout, din));
+        break;
+      case L_FLATTEN: break; /* dout aliases the input's gradient */
+    }
+  }
+  return LAM_OK;
+}

@@ -1,0 +1,62 @@
+/* nn.h — the model's internals: layers with their shapes, the flat buffers (parameters, gradients,
+ * optimizer state, activations) and the trainer. Layers are written once (nn/layers.c) over the
+ * backend primitives declared in internal.h; only the primitives have CPU and CUDA twins. */
+#ifndef LAMINA_NN_H
+#define LAMINA_NN_H
+
+#include "../internal.h"
+
+typedef enum layer_kind { L_CONV, L_DENSE, L_MAXPOOL, L_RELU, L_TANH, L_SIGMOID, L_FLATTEN } layer_kind;
+
+typedef struct layer {
+  layer_kind kind;
+  int in_c, in_h, in_w;    /* input per sample */
+  int out_c, out_h, out_w; /* output per sample (dense: out_c features, h = w = 1) */
+  int k, stride, pad;      /* conv and maxpool */
+  size_t w_off, b_off;     /* offsets of weight and bias in the flat parameter buffer */
+  size_t nw, nb;
+  /* Per-batch buffers (backend memory), sized for the model's batch capacity. */
+  float *out;    /* (B, out_c, out_h, out_w) */
+  float *dout;   /* gradient of the loss w.r.t. out */
+  float *col;    /* conv: im2col of the input, (in_c*k*k, B*out_h*out_w), kept for backward */
+  int32_t *arg;  /* maxpool: index of the max within the input sample, per output */
+} layer;
+
+static inline size_t layer_in_size(const layer *l) { return (size_t)l->in_c * l->in_h * l->in_w; }
+static inline size_t layer_out_size(const layer *l) { return (size_t)l->out_c * l->out_h * l->out_w; }
+
+struct lam_model {
+  lam_ctx *ctx;
+  char spec[1024];
+  int in_c, in_h, in_w;
+  int nlayers;
+  layer *L;
+  size_t nparams;
+  float *params, *grads;   /* flat, backend memory */
+  float *opt_m, *opt_v;    /* optimizer state (momentum / Adam moments), allocated at the first step */
+  lam_opt_kind opt_kind;   /* what opt_m/opt_v hold */
+  long opt_step;
+  /* Batch buffers */
+  int cap;                 /* batch capacity of the buffers below */
+  float *x, *dx;           /* input (B, in_c, in_h, in_w); dx is scratch for the first layer's input gradient */
+  uint8_t *y;              /* labels of the batch (backend memory) */
+  float *scratch;          /* conv backward: transposed gradient and the column gradient */
+  size_t scratch_floats;
+  float *stats;            /* [loss sum, correct, samples]: accumulated on the device, read rarely */
+  uint8_t *pred;           /* argmax per sample of the last forward, (cap) */
+};
+
+/* Builds the layer list from the spec (nn/spec.c). */
+lam_status nn_parse_spec(const char *spec, int in_c, int in_h, int in_w, layer **out, int *nlayers, char *expanded,
+                         size_t expanded_size);
+/* Makes sure the batch buffers hold `batch` samples. */
+lam_status nn_model_reserve(lam_model *m, int batch);
+/* Forward of the whole model on m->x (batch samples); logits end in the last layer's out. */
+lam_status nn_forward(lam_model *m, int batch);
+/* Softmax cross-entropy on the logits against m->y: adds to m->stats, writes predictions; with
+ * backward, the gradient of the mean loss over `mean_over` samples into the last layer's dout. */
+lam_status nn_loss(lam_model *m, int batch, int backward, float mean_over, uint8_t *pred);
+/* Backward of the whole model from the last layer's dout, accumulating into m->grads. */
+lam_status nn_backward(lam_model *m, int batch);
+
+#endif

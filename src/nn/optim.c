@@ -1,0 +1,63 @@
+/* optim.c — SGD (momentum, weight decay) and Adam/AdamW as one fused pass over the flat parameter
+ * buffer; the optimizer state is one or two more flat buffers of the same length. */
+#include <string.h>
+
+#include "nn.h"
+
+lam_opt lam_opt_default(lam_opt_kind kind) {
+  lam_opt o = {.kind = kind, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+  if (kind == LAM_OPT_SGD) o.lr = 0.01f;
+  else o.lr = 1e-3f;
+  if (kind == LAM_OPT_ADAMW) o.weight_decay = 0.01f;
+  return o;
+}
+
+lam_status lam_opt_parse(const char *s, lam_opt_kind *out) {
+  LAM_CHECK_ARG(s && out, "lam_opt_parse: NULL argument");
+  if (!strcmp(s, "sgd")) *out = LAM_OPT_SGD;
+  else if (!strcmp(s, "adam")) *out = LAM_OPT_ADAM;
+  else if (!strcmp(s, "adamw")) *out = LAM_OPT_ADAMW;
+  else return LAM_FAIL(LAM_ERR_INVALID_ARG, "unknown optimizer '%s': expected sgd, adam or adamw", s);
+  return LAM_OK;
+}
+
+/* The state buffers for `kind`, zeroed, (re)made when the kind changes. */
+static lam_status opt_state(lam_model *m, lam_opt_kind kind, int need_v) {
+  lam_ctx *ctx = m->ctx;
+  size_t bytes = m->nparams * sizeof(float);
+  if (m->opt_m && m->opt_kind == kind) return LAM_OK;
+  lam_mem_free(ctx, m->opt_m);
+  lam_mem_free(ctx, m->opt_v);
+  m->opt_m = m->opt_v = NULL;
+  m->opt_step = 0;
+  LAM_TRY(lam_mem_alloc(ctx, (void **)&m->opt_m, bytes));
+  LAM_TRY(ctx->be->zero(ctx, m->opt_m, bytes));
+  if (need_v) {
+    LAM_TRY(lam_mem_alloc(ctx, (void **)&m->opt_v, bytes));
+    LAM_TRY(ctx->be->zero(ctx, m->opt_v, bytes));
+  }
+  m->opt_kind = kind;
+  return LAM_OK;
+}
+
+lam_status lam_model_step(lam_model *m, const lam_opt *o) {
+  LAM_CHECK_ARG(m && o, "lam_model_step: %s is NULL", m ? "opt" : "model");
+  LAM_CHECK_ARG(o->kind == LAM_OPT_SGD || o->kind == LAM_OPT_ADAM || o->kind == LAM_OPT_ADAMW,
+                "lam_model_step: optimizer kind %d is not sgd, adam or adamw", (int)o->kind);
+  LAM_CHECK_ARG(o->lr >= 0 && o->weight_decay >= 0 && o->momentum >= 0, "lam_model_step: lr, momentum and weight decay must be >= 0");
+  lam_ctx *ctx = m->ctx;
+  LAM_TRY(opt_state(m, o->kind, o->kind != LAM_OPT_SGD));
+  m->opt_step++;
+  if (o->kind == LAM_OPT_SGD)
+    return ctx->be->sgd(ctx, m->nparams, m->params, m->grads, m->opt_m, o->lr, o->momentum, o->weight_decay,
+                        m->opt_step == 1);
+  return ctx->be->adam(ctx, m->nparams, m->params, m->grads, m->opt_m, m->opt_v, o->lr, o->beta1, o->beta2, o->eps,
+                       o->weight_decay, o->kind == LAM_OPT_ADAMW, m->opt_step);
+}
+
+lam_status lam_backprop_step(lam_ctx *ctx, size_t n, const float *error, const float *input, float lr, float *w) {
+  LAM_CHECK_ARG(ctx, "lam_backprop_step: ctx is NULL");
+  if (n == 0) return LAM_OK;
+  LAM_CHECK_ARG(error && input && w, "lam_backprop_step: %s is NULL", !error ? "error" : !input ? "input" : "w");
+  return ctx->be->backprop_step(ctx, n, error, input, lr, w);
+}

@@ -1,0 +1,169 @@
+/* train.c — training and evaluation. The data set goes to the backend once, as uint8; each step
+ * gathers and normalizes its batch there (gather), runs forward, loss, backward and the optimizer,
+ * and never waits for the host: losses and accuracy accumulate in m->stats and are read once per
+ * epoch (or when a progress callback asks). The shuffle is a seeded Fisher-Yates on the host, one
+ * upload of the index order per epoch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn.h"
+#include "rng.h"
+#include "train.h"
+
+/* Normalization of the uint8 pixels, as torchvision's ToTensor + Normalize((0.5,), (0.5,)). */
+#define PIXEL_MEAN 0.5f
+#define PIXEL_STD 0.5f
+
+static lam_status check_data(const lam_model *m, const lam_dataset *d, const char *fn) {
+  LAM_CHECK_ARG(d && d->images && d->labels, "%s: the data set is NULL or empty", fn);
+  LAM_CHECK_ARG(d->n > 0 && d->n <= (size_t)INT32_MAX, "%s: the data set has %zu images", fn, d->n);
+  LAM_CHECK_ARG(m->in_c == 1 && m->in_h == d->h && m->in_w == d->w,
+                "%s: the model takes %dx%dx%d inputs but the images are 1x%dx%d", fn, m->in_c, m->in_h, m->in_w, d->h, d->w);
+  LAM_CHECK_ARG(lam_model_outputs(m) == d->classes, "%s: the model gives %d outputs but the data set has %d classes", fn,
+                lam_model_outputs(m), d->classes);
+  return LAM_OK;
+}
+
+/* Copies a data set to backend memory (uint8, as it is). */
+static lam_status upload_set(lam_ctx *ctx, const lam_dataset *d, uint8_t **images, uint8_t **labels) {
+  size_t bytes = d->n * (size_t)d->h * d->w;
+  *images = *labels = NULL;
+  LAM_TRY(lam_mem_alloc(ctx, (void **)images, bytes));
+  LAM_TRY(lam_mem_upload(ctx, *images, d->images, bytes));
+  LAM_TRY(lam_mem_alloc(ctx, (void **)labels, d->n));
+  LAM_TRY(lam_mem_upload(ctx, *labels, d->labels, d->n));
+  return LAM_OK;
+}
+
+void lam_trainer_free(lam_trainer *t) {
+  if (!t) return;
+  lam_ctx *ctx = t->m->ctx;
+  ctx->be->sync(ctx);
+  lam_mem_free(ctx, t->d_images);
+  lam_mem_free(ctx, t->d_labels);
+  lam_mem_free(ctx, t->d_idx);
+  free(t->h_idx);
+  free(t);
+}
+
+lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint64_t seed, const lam_dataset *train,
+                              lam_trainer **out) {
+  LAM_CHECK_ARG(m && opt && out, "lam_trainer_create: %s is NULL", !m ? "model" : !opt ? "opt" : "out");
+  *out = NULL;
+  LAM_TRY(check_data(m, train, "lam_trainer_create"));
+  LAM_CHECK_ARG(batch >= 1 && batch <= 65536, "lam_trainer_create: batch %d is out of range (1 to 65536)", batch);
+  lam_trainer *t = calloc(1, sizeof *t);
+  if (!t) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_trainer_create: no host memory");
+  t->m = m;
+  t->opt = *opt;
+  t->batch = batch;
+  t->n = train->n;
+  t->sample = (size_t)train->h * train->w;
+  t->seed = seed;
+  lam_rng_seed(&t->rng, seed);
+  lam_status s = LAM_OK;
+  t->h_idx = malloc(t->n * sizeof *t->h_idx);
+  if (!t->h_idx) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_trainer_create: no host memory for %zu indices", t->n);
+  if (s == LAM_OK) s = upload_set(m->ctx, train, &t->d_images, &t->d_labels);
+  if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_idx, t->n * sizeof(int32_t));
+  if (s == LAM_OK) s = nn_model_reserve(m, batch);
+  if (s != LAM_OK) {
+    lam_trainer_free(t);
+    return s;
+  }
+  *out = t;
+  return LAM_OK;
+}
+
+int lam_trainer_epochs_done(const lam_trainer *t) { return t ? t->epochs_done : 0; }
+
+lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out) {
+  LAM_CHECK_ARG(t && out, "lam_trainer_epoch: %s is NULL", t ? "out" : "trainer");
+  lam_model *m = t->m;
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  double t0 = lam_now_ms();
+  for (size_t i = 0; i < t->n; i++) t->h_idx[i] = (int32_t)i;
+  for (size_t i = t->n - 1; i > 0; i--) { /* Fisher-Yates */
+    size_t j = (size_t)lam_rng_below(&t->rng, i + 1);
+    int32_t tmp = t->h_idx[i];
+    t->h_idx[i] = t->h_idx[j];
+    t->h_idx[j] = tmp;
+  }
+  LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, t->n * sizeof(int32_t)));
+  LAM_TRY(be->zero(ctx, m->stats, 4 * sizeof(float)));
+  int steps = (int)((t->n + (size_t)t->batch - 1) / (size_t)t->batch);
+  for (int step = 0; step < steps; step++) {
+    size_t off = (size_t)step * t->batch;
+    int B = (int)(t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch);
+    LAM_TRY(be->gather(ctx, B, t->sample, t->d_images, t->d_labels, t->d_idx + off, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
+    LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
+    LAM_TRY(nn_forward(m, B));
+    LAM_TRY(nn_loss(m, B, 1, (float)B, NULL));
+    LAM_TRY(nn_backward(m, B));
+    LAM_TRY(lam_model_step(m, &t->opt));
+    if (cb && every > 0 && ((step + 1) % every == 0 || step + 1 == steps)) {
+      float st[4];
+      LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st));
+      double secs = (lam_now_ms() - t0) / 1e3;
+      cb(user, step + 1, steps, st[2] > 0 ? st[0] / st[2] : 0.0, secs > 0 ? st[2] / secs : 0.0);
+    }
+  }
+  float st[4];
+  LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the epoch's last step */
+  double secs = (lam_now_ms() - t0) / 1e3;
+  t->epochs_done++;
+  *out = (lam_epoch_stats){.epoch = t->epochs_done,
+                           .train_loss = st[2] > 0 ? st[0] / st[2] : 0.0,
+                           .train_acc = st[2] > 0 ? st[1] / st[2] : 0.0,
+                           .seconds = secs,
+                           .images_per_s = secs > 0 ? (double)t->n / secs : 0.0};
+  return LAM_OK;
+}
+
+lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *accuracy, double *loss,
+                        uint64_t *confusion) {
+  LAM_CHECK_ARG(m && accuracy, "lam_evaluate: %s is NULL", m ? "accuracy" : "model");
+  LAM_TRY(check_data(m, d, "lam_evaluate"));
+  LAM_CHECK_ARG(batch >= 1 && batch <= 65536, "lam_evaluate: batch %d is out of range (1 to 65536)", batch);
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  LAM_TRY(nn_model_reserve(m, batch));
+  uint8_t *images = NULL, *labels = NULL, *pred = NULL, *h_pred = NULL;
+  int32_t *idx = NULL, *h_idx = NULL;
+  lam_status s = upload_set(ctx, d, &images, &labels);
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&idx, d->n * sizeof(int32_t));
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&pred, d->n);
+  h_idx = malloc(d->n * sizeof *h_idx);
+  h_pred = malloc(d->n);
+  if (s == LAM_OK && (!h_idx || !h_pred)) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_evaluate: no host memory");
+  if (s == LAM_OK) {
+    for (size_t i = 0; i < d->n; i++) h_idx[i] = (int32_t)i;
+    s = lam_mem_upload(ctx, idx, h_idx, d->n * sizeof(int32_t));
+  }
+  if (s == LAM_OK) s = be->zero(ctx, m->stats, 4 * sizeof(float));
+  for (size_t off = 0; off < d->n && s == LAM_OK; off += (size_t)batch) {
+    int B = (int)(d->n - off < (size_t)batch ? d->n - off : (size_t)batch);
+    s = be->gather(ctx, B, (size_t)d->h * d->w, images, labels, idx + off, PIXEL_MEAN, PIXEL_STD, m->x, m->y);
+    if (s == LAM_OK) s = nn_forward(m, B);
+    if (s == LAM_OK) s = nn_loss(m, B, 0, (float)B, pred + off);
+  }
+  float st[4];
+  if (s == LAM_OK) s = lam_mem_download(ctx, st, m->stats, sizeof st);
+  if (s == LAM_OK) s = lam_mem_download(ctx, h_pred, pred, d->n);
+  if (s == LAM_OK) {
+    *accuracy = st[1] / (double)d->n;
+    if (loss) *loss = st[0] / (double)d->n;
+    if (confusion) {
+      memset(confusion, 0, (size_t)d->classes * d->classes * sizeof *confusion);
+      for (size_t i = 0; i < d->n; i++) confusion[(size_t)d->labels[i] * d->classes + h_pred[i]]++;
+    }
+  }
+  lam_mem_free(ctx, images);
+  lam_mem_free(ctx, labels);
+  lam_mem_free(ctx, idx);
+  lam_mem_free(ctx, pred);
+  free(h_idx);
+  free(h_pred);
+  return s;
+}

@@ -1,0 +1,20 @@
+/* train.h — the trainer's state (train.c; checkpoint.c saves and restores it). */
+#ifndef LAMINA_NN_TRAIN_H
+#define LAMINA_NN_TRAIN_H
+
+#include "nn.h"
+#include "rng.h"
+
+struct lam_trainer {
+  lam_model *m;
+  lam_opt opt;
+  int batch;
+  size_t n, sample;        /* images, pixels per image */
+  uint64_t seed;
+  lam_rng rng;             /* the shuffle's generator: the next epoch's order depends only on it */
+  int epochs_done;
+  uint8_t *d_images, *d_labels; /* the training set in backend memory, uint8 */
+  int32_t *h_idx, *d_idx;       /* this epoch's order */
+};
+
+#endif

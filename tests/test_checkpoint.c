@@ -1,0 +1,739 @@
+/* test_checkpoint.c — checkpoints (src/nn/checkpoint.c) on the CPU backend.
+ *
+ * The essential property: a run interrupted by save / free / load and resumed gives the same epoch
+ * losses and final parameters as an uninterrupted one, bit for bit — for SGD with momentum, Adam and
+ * AdamW, saved after two epochs, before the first step, and after every epoch in turn. Then: the file
+ * layout is the documented one (parsed here independently, with this file's own CRC-32); a model-only
+ * round trip keeps parameters and lam_evaluate's accuracy; every bad file — truncated at every length,
+ * any byte flipped, wrong magic, a future version, empty, missing, a directory, shapes that do not
+ * match — is LAM_ERR_IO (or the stated status) with a message holding the key words, *model and
+ * *trainer NULL and no backend memory left behind; saves replace files atomically and a failed save
+ * leaves the old file intact with no temporary file behind.
+ *
+ * The data is a small synthetic set built in memory: 300 images of 8×8 whose bright pixels depend on
+ * the label, so the model learns and the losses move.
+ */
+#define _XOPEN_SOURCE 700 /* mkdtemp, nftw, getpid: before any system header */
+#include "testutil.h"
+
+#include <dirent.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SPEC "conv 4 3, relu, maxpool 2, flatten, dense 10"
+#define IMG 8
+#define NIMG 300
+#define CLASSES 10
+#define BATCH 32
+#define MODEL_SEED 7u
+#define TRAIN_SEED 11u
+#define EPOCHS 4
+
+static lam_ctx *g_ctx;
+static char g_dir[64];
+static lam_dataset g_set;
+static uint8_t g_images[NIMG * IMG * IMG], g_labels[NIMG];
+
+/* ---- files ------------------------------------------------------------------------------------ */
+
+static const char *path_of(const char *name) {
+  static char buf[8][256];
+  static int next;
+  char *p = buf[next++ % 8];
+  snprintf(p, 256, "%s/%s", g_dir, name);
+  return p;
+}
+
+static uint8_t *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("fopen(%s) failed", path);
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) fail_msg("fstat(%s) failed", path);
+  size_t n = (size_t)st.st_size;
+  uint8_t *p = malloc(n ? n : 1);
+  assert_non_null(p);
+  if (n && fread(p, 1, n, f) != n) fail_msg("fread(%s) failed", path);
+  fclose(f);
+  *len = n;
+  return p;
+}
+
+static void write_all(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) fail_msg("fopen(%s) for writing failed", path);
+  if (n && fwrite(p, 1, n, f) != n) fail_msg("fwrite(%s) failed", path);
+  if (fclose(f) != 0) fail_msg("fclose(%s) failed", path);
+}
+
+/* Names in the test folder holding ".tmp.": what a save must never leave behind. */
+static int tmp_files_left(void) {
+  DIR *d = opendir(g_dir);
+  if (!d) fail_msg("opendir(%s) failed", g_dir);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    if (strstr(e->d_name, ".tmp.")) {
+      print_error("left behind: %s/%s\n", g_dir, e->d_name);
+      n++;
+    }
+  closedir(d);
+  return n;
+}
+
+/* CRC-32 as zlib computes it (reflected 0xEDB88320, init and final xor ~0), written out here so the
+ * test checks the file against the standard, not against the library's own call. */
+static uint32_t crc32_ref(const uint8_t *p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+static uint32_t le32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t le64(const uint8_t *p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
+static void set_le32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void set_le64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+/* Where `needle` first occurs in p[0..n), or NULL. */
+static uint8_t *find_bytes(uint8_t *p, size_t n, const char *needle) {
+  size_t k = strlen(needle);
+  for (size_t i = 0; i + k <= n; i++)
+    if (!memcmp(p + i, needle, k)) return p + i;
+  return NULL;
+}
+
+/* After editing a file's bytes, make its CRC right again (the last 4 bytes). */
+static void fix_crc(uint8_t *p, size_t n) { set_le32(p + n - 4, crc32_ref(p, n - 4)); }
+
+/* ---- models and trainers ---------------------------------------------------------------------- */
+
+static lam_opt opt_for(lam_opt_kind kind) {
+  lam_opt o = lam_opt_default(kind);
+  if (kind == LAM_OPT_SGD) { /* every piece of SGD's state in play: momentum buffer, weight decay */
+    o.lr = 0.05f;
+    o.momentum = 0.9f;
+    o.weight_decay = 1e-4f;
+  } else {
+    o.lr = 0.02f;
+    if (kind == LAM_OPT_ADAM) o.weight_decay = 1e-4f;
+  }
+  return o;
+}
+
+static void make(lam_opt_kind kind, lam_model **m, lam_trainer **t) {
+  TU_OK(lam_model_create(g_ctx, SPEC, 1, IMG, IMG, MODEL_SEED, m));
+  lam_opt o = opt_for(kind);
+  TU_OK(lam_trainer_create(*m, &o, BATCH, TRAIN_SEED, &g_set, t));
+}
+
+static double epoch(lam_trainer *t) {
+  lam_epoch_stats st;
+  TU_OK(lam_trainer_epoch(t, NULL, NULL, 0, &st));
+  return st.train_loss;
+}
+
+static float *params_of(lam_model *m) {
+  size_t n = lam_model_param_count(m);
+  float *p = malloc(n * sizeof *p);
+  assert_non_null(p);
+  TU_OK(lam_model_params_get(m, p, n));
+  return p;
+}
+
+static size_t backend_in_use(void) {
+  lam_mem_stats st;
+  TU_OK(lam_mem_stats_get(g_ctx, &st));
+  return st.in_use;
+}
+
+/* A checkpoint after `epochs` epochs of training with `kind`, at path. */
+static void save_trained(const char *path, lam_opt_kind kind, int epochs, int with_trainer) {
+  lam_model *m;
+  lam_trainer *t;
+  make(kind, &m, &t);
+  for (int e = 0; e < epochs; e++) (void)epoch(t);
+  TU_OK(lam_checkpoint_save(path, m, with_trainer ? t : NULL));
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
+/* ---- failures --------------------------------------------------------------------------------- */
+
+/* Loads path (with a trainer when `with_trainer`) and expects `want`, *model and *trainer NULL, no
+ * backend memory kept, and a message holding every word of the NULL-terminated list. */
+static void expect_load_fail(const char *what, const char *path, int with_trainer, lam_status want, ...) {
+  lam_model *m = (lam_model *)&g_set; /* poison: a failing call must write NULL */
+  lam_trainer *t = (lam_trainer *)&g_set;
+  size_t before = backend_in_use();
+  lam_status s = lam_checkpoint_load(g_ctx, path, &m, with_trainer ? &g_set : NULL, with_trainer ? &t : NULL);
+  const char *msg = lam_last_error();
+  if (s != want) fail_msg("%s: returned %s, want %s; last error: %s", what, lam_status_str(s), lam_status_str(want), msg);
+  if (m) fail_msg("%s: failed but *model is not NULL", what);
+  if (with_trainer && t) fail_msg("%s: failed but *trainer is not NULL", what);
+  if (backend_in_use() != before)
+    fail_msg("%s: %zu bytes of backend memory in use before, %zu after", what, before, backend_in_use());
+  va_list ap;
+  va_start(ap, want);
+  for (const char *w; (w = va_arg(ap, const char *)) != NULL;)
+    if (!strstr(msg, w)) fail_msg("%s: message does not mention '%s': \"%s\"", what, w, msg);
+  va_end(ap);
+}
+#define EXPECT_LOAD_FAIL(what, path, with_trainer, want, ...) \
+  expect_load_fail((what), (path), (with_trainer), (want), __VA_ARGS__, (const char *)NULL)
+
+/* ---- fixture ---------------------------------------------------------------------------------- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+/* Label k lights the pixels whose index is k mod 10 (about 6 of the 64) over a dim noisy ground. */
+static void make_set(void) {
+  tu_rng r;
+  tu_rng_seed(&r, tu_case_seed(0xc4e7));
+  for (int i = 0; i < NIMG; i++) {
+    int k = (int)(tu_next(&r) % CLASSES);
+    g_labels[i] = (uint8_t)k;
+    for (int p = 0; p < IMG * IMG; p++) {
+      int v = (int)(tu_next(&r) % 60);
+      if (p % CLASSES == k) v += 150 + (int)(tu_next(&r) % 50);
+      g_images[i * IMG * IMG + p] = (uint8_t)v;
+    }
+  }
+  g_set = (lam_dataset){.n = NIMG, .h = IMG, .w = IMG, .classes = CLASSES, .images = g_images, .labels = g_labels};
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(g_dir, sizeof g_dir, "/tmp/lamina_test_checkpoint_XXXXXX");
+  if (!mkdtemp(g_dir)) {
+    perror("mkdtemp");
+    return -1;
+  }
+  if (lam_ctx_create(&g_ctx, LAM_DEVICE_CPU) != LAM_OK) {
+    fprintf(stderr, "lam_ctx_create: %s\n", lam_last_error());
+    return -1;
+  }
+  make_set();
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  lam_ctx_free(g_ctx);
+  return nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- resuming is exact ------------------------------------------------------------------------ */
+
+/* Trains EPOCHS epochs without a break, then again from the same seeds with a save / free / load
+ * before every epoch whose bit is set in reload_mask; losses and final parameters must be identical. */
+static void check_resume(lam_opt_kind kind, unsigned reload_mask) {
+  const char *names[] = {"sgd", "adam", "adamw"};
+  char what[96];
+  snprintf(what, sizeof what, "%s, reloads before epochs mask %#x", names[kind], reload_mask);
+  const char *path = path_of("resume.ckpt");
+
+  double want[EPOCHS], got[EPOCHS];
+  lam_model *m;
+  lam_trainer *t;
+  make(kind, &m, &t);
+  for (int e = 0; e < EPOCHS; e++) want[e] = epoch(t);
+  float *want_p = params_of(m);
+  size_t np = lam_model_param_count(m);
+  lam_trainer_free(t);
+  lam_model_free(m);
+  if (!(want[EPOCHS - 1] < 0.8 * want[0]))
+    fail_msg("%s: the model does not learn (losses %.6f .. %.6f): the test would prove little", what, want[0],
+             want[EPOCHS - 1]);
+
+  make(kind, &m, &t);
+  for (int e = 0; e < EPOCHS; e++) {
+    if (reload_mask & (1u << e)) {
+      TU_OK(lam_checkpoint_save(path, m, t));
+      lam_trainer_free(t);
+      lam_model_free(m);
+      m = NULL;
+      t = NULL;
+      TU_OK(lam_checkpoint_load(g_ctx, path, &m, &g_set, &t));
+      assert_non_null(m);
+      assert_non_null(t);
+      if (lam_trainer_epochs_done(t) != e) fail_msg("%s: loaded %d epochs done, want %d", what, lam_trainer_epochs_done(t), e);
+    }
+    got[e] = epoch(t);
+  }
+  float *got_p = params_of(m);
+  for (int e = 0; e < EPOCHS; e++)
+    print_message("%s: epoch %d loss %.17g (uninterrupted %.17g)\n", what, e + 1, got[e], want[e]);
+  for (int e = 0; e < EPOCHS; e++)
+    if (memcmp(&got[e], &want[e], sizeof(double)) != 0)
+      fail_msg("%s: epoch %d loss %.17g, uninterrupted %.17g (differ by %.3g)", what, e + 1, got[e], want[e],
+               got[e] - want[e]);
+  for (size_t i = 0; i < np; i++)
+    if (memcmp(&got_p[i], &want_p[i], sizeof(float)) != 0)
+      fail_msg("%s: parameter %zu of %zu is %.9g, uninterrupted %.9g", what, i, np, got_p[i], want_p[i]);
+  assert_int_equal(lam_trainer_epochs_done(t), EPOCHS);
+  free(want_p);
+  free(got_p);
+  lam_trainer_free(t);
+  lam_model_free(m);
+  assert_int_equal(tmp_files_left(), 0);
+}
+
+/* The case: Adam, interrupted after 2 of 4 epochs. */
+static void test_resume_adam(void **state) {
+  (void)state;
+  check_resume(LAM_OPT_ADAM, 1u << 2);
+}
+
+static void test_resume_sgd_momentum(void **state) {
+  (void)state;
+  check_resume(LAM_OPT_SGD, 1u << 2);
+}
+
+static void test_resume_adamw(void **state) {
+  (void)state;
+  check_resume(LAM_OPT_ADAMW, 1u << 2);
+}
+
+/* Saved before the first step (no optimizer state yet), and reloaded before every epoch. */
+static void test_resume_every_epoch(void **state) {
+  (void)state;
+  check_resume(LAM_OPT_ADAM, 0xfu);
+  check_resume(LAM_OPT_SGD, 0xfu);
+}
+
+/* ---- the file is the documented format --------------------------------------------------------- */
+
+static void test_format(void **state) {
+  (void)state;
+  const char *path = path_of("format.ckpt");
+  lam_model *m;
+  lam_trainer *t;
+  make(LAM_OPT_ADAM, &m, &t);
+  (void)epoch(t);
+  TU_OK(lam_checkpoint_save(path, m, t));
+  size_t len, np = lam_model_param_count(m);
+  uint8_t *f = read_all(path, &len);
+  float *p = params_of(m);
+  const char *spec = lam_model_spec(m);
+  size_t sl = strlen(spec);
+
+  /* conv 4 3 on 1x8x8: 4*9 + 4; maxpool to 4x3x3; dense 10: 36*10 + 10. */
+  const uint64_t layers[5][2] = {{36, 4}, {0, 0}, {0, 0}, {0, 0}, {360, 10}};
+  assert_int_equal(np, 410);
+  size_t want_len = 8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4 + 4 + (4 + 24 + 8 + 2 * np * 4 + 4 + 8 + 4 + 32) + 4;
+  if (len != want_len) fail_msg("the file has %zu bytes, the documented layout %zu", len, want_len);
+
+  size_t o = 0;
+  assert_memory_equal(f, "LAMCKPT\0", 8);
+  o += 8;
+  assert_int_equal(le32(f + o), 1); /* version */
+  o += 4;
+  assert_int_equal(le32(f + o), sl);
+  o += 4;
+  assert_memory_equal(f + o, spec, sl);
+  o += sl;
+  assert_int_equal(le32(f + o), 1);
+  assert_int_equal(le32(f + o + 4), IMG);
+  assert_int_equal(le32(f + o + 8), IMG);
+  o += 12;
+  assert_int_equal(le64(f + o), np);
+  o += 8;
+  assert_int_equal(le32(f + o), 5);
+  o += 4;
+  for (int i = 0; i < 5; i++, o += 16) {
+    assert_int_equal(le64(f + o), layers[i][0]);
+    assert_int_equal(le64(f + o + 8), layers[i][1]);
+  }
+  for (size_t i = 0; i < np; i++, o += 4) {
+    uint32_t u;
+    memcpy(&u, &p[i], 4);
+    if (le32(f + o) != u) fail_msg("parameter %zu: file has %08x, model %08x", i, le32(f + o), u);
+  }
+  assert_int_equal(le32(f + o), 1); /* training state follows */
+  o += 4;
+  assert_int_equal(le32(f + o), LAM_OPT_ADAM);
+  float lr;
+  uint32_t u = le32(f + o + 4);
+  memcpy(&lr, &u, 4);
+  assert_true(lr == 0.02f);
+  o += 4 + 24;
+  int64_t steps = (int64_t)le64(f + o);
+  assert_int_equal(steps, (NIMG + BATCH - 1) / BATCH); /* one epoch of steps */
+  o += 8 + 2 * np * 4;
+  assert_int_equal(le32(f + o), BATCH);
+  assert_int_equal(le64(f + o + 4), TRAIN_SEED);
+  assert_int_equal(le32(f + o + 12), 1); /* epochs done */
+  o += 16 + 32;
+  assert_int_equal(o, len - 4);
+  if (le32(f + o) != crc32_ref(f, o)) fail_msg("stored CRC %08x, CRC-32 of the file %08x", le32(f + o), crc32_ref(f, o));
+
+  /* A model-only save: the flag is 0 and nothing but the CRC follows the parameters. */
+  const char *path2 = path_of("format-model.ckpt");
+  TU_OK(lam_checkpoint_save(path2, m, NULL));
+  size_t len2;
+  uint8_t *g = read_all(path2, &len2);
+  size_t flag_at = 8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4;
+  assert_int_equal(len2, flag_at + 4 + 4);
+  assert_int_equal(le32(g + flag_at), 0);
+  assert_memory_equal(g, f, flag_at); /* same header and parameters */
+  assert_int_equal(le32(g + len2 - 4), crc32_ref(g, len2 - 4));
+  free(g);
+  free(f);
+  free(p);
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
+/* ---- model alone ------------------------------------------------------------------------------ */
+
+static void test_model_only_roundtrip(void **state) {
+  (void)state;
+  const char *path = path_of("model.ckpt");
+  lam_model *m;
+  lam_trainer *t;
+  make(LAM_OPT_ADAM, &m, &t);
+  (void)epoch(t);
+  (void)epoch(t);
+  TU_OK(lam_checkpoint_save(path, m, NULL));
+  double acc0, loss0;
+  TU_OK(lam_evaluate(m, &g_set, 64, &acc0, &loss0, NULL));
+  float *p0 = params_of(m);
+
+  lam_model *m2 = NULL;
+  TU_OK(lam_checkpoint_load(g_ctx, path, &m2, NULL, NULL));
+  assert_non_null(m2);
+  assert_string_equal(lam_model_spec(m2), lam_model_spec(m));
+  assert_int_equal(lam_model_param_count(m2), lam_model_param_count(m));
+  float *p1 = params_of(m2);
+  assert_memory_equal(p0, p1, lam_model_param_count(m) * sizeof(float));
+  double acc1, loss1;
+  TU_OK(lam_evaluate(m2, &g_set, 64, &acc1, &loss1, NULL));
+  print_message("model alone: accuracy %.4f loss %.6f, reloaded %.4f %.6f\n", acc0, loss0, acc1, loss1);
+  assert_true(acc0 > 0.5); /* it learned something */
+  assert_memory_equal(&acc0, &acc1, sizeof acc0);
+  assert_memory_equal(&loss0, &loss1, sizeof loss0);
+  lam_model_free(m2);
+
+  /* A model-only file cannot resume training: a clear error, nothing made. */
+  EXPECT_LOAD_FAIL("model-only file with a trainer", path, 1, LAM_ERR_INVALID_ARG, path, "no training state",
+                   "trainer = NULL");
+
+  /* A full checkpoint loads as a model alone too. */
+  const char *full = path_of("full.ckpt");
+  TU_OK(lam_checkpoint_save(full, m, t));
+  m2 = NULL;
+  TU_OK(lam_checkpoint_load(g_ctx, full, &m2, NULL, NULL));
+  free(p1);
+  p1 = params_of(m2);
+  assert_memory_equal(p0, p1, lam_model_param_count(m) * sizeof(float));
+  lam_model_free(m2);
+
+  free(p0);
+  free(p1);
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
+/* ---- bad files -------------------------------------------------------------------------------- */
+
+static void test_truncated(void **state) {
+  (void)state;
+  const char *good = path_of("trunc-good.ckpt"), *cut = path_of("trunc.ckpt");
+  save_trained(good, LAM_OPT_ADAM, 1, 1);
+  size_t len;
+  uint8_t *f = read_all(good, &len);
+  char what[96], has[48];
+  /* Every length through the header and the first parameters, then every 13th, then every one of the
+   * last 64 (the trainer's fields and the CRC): cuts in the magic, the header, the spec, the
+   * parameters, the optimizer state, the trainer's fields and the CRC. */
+  for (size_t n = 1; n < len; n += (n < 256 || n + 64 >= len) ? 1 : 13) {
+    write_all(cut, f, n);
+    snprintf(what, sizeof what, "cut to %zu of %zu bytes", n, len);
+    snprintf(has, sizeof has, "file has %zu", n);
+    EXPECT_LOAD_FAIL(what, cut, n % 2, LAM_ERR_IO, cut, "truncated", "expected at least", has);
+  }
+  /* The message says how long the file should be once the header is there to say it. */
+  write_all(cut, f, len - 1);
+  snprintf(what, sizeof what, "expected at least %zu bytes", len);
+  EXPECT_LOAD_FAIL("one byte short", cut, 0, LAM_ERR_IO, what);
+  print_message("truncated: %s\n", lam_last_error());
+  free(f);
+}
+
+static void test_corrupted(void **state) {
+  (void)state;
+  const char *good = path_of("crc-good.ckpt"), *bad = path_of("crc.ckpt");
+  save_trained(good, LAM_OPT_ADAM, 1, 1);
+  size_t len;
+  uint8_t *f = read_all(good, &len);
+  size_t spec_at = 16, params_at = 16 + le32(f + 12) + 12 + 8 + 4 + 5 * 16;
+  /* Bytes no length depends on: a spec character, parameters, Adam's moments, the rng, the CRC. */
+  const size_t where[] = {spec_at + 2, params_at, params_at + 777, len - 1000, len - 20, len - 4, len - 1};
+  for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+    f[where[i]] ^= 0x10;
+    write_all(bad, f, len);
+    f[where[i]] ^= 0x10;
+    char what[96];
+    snprintf(what, sizeof what, "byte %zu of %zu flipped", where[i], len);
+    EXPECT_LOAD_FAIL(what, bad, (int)(i % 2), LAM_ERR_IO, bad, "corrupted", "CRC-32 mismatch");
+  }
+  print_message("flipped: %s\n", lam_last_error());
+  /* Any byte, low or high bit: never accepted (some land on lengths and read as truncated or trailing
+   * data, the version field as a newer version, the magic as not a checkpoint). Every byte of the
+   * header and the first parameters, every 7th after, every one of the last 64. */
+  for (size_t at = 0; at < len; at += (at < 256 || at + 64 >= len) ? 1 : 7) {
+    for (int bit = 0; bit < 8; bit += 7) {
+      f[at] ^= (uint8_t)(1u << bit);
+      write_all(bad, f, len);
+      f[at] ^= (uint8_t)(1u << bit);
+      char what[96];
+      snprintf(what, sizeof what, "bit %d of byte %zu of %zu flipped", bit, at, len);
+      EXPECT_LOAD_FAIL(what, bad, (int)(at % 2), LAM_ERR_IO, bad);
+    }
+  }
+  /* Trailing bytes after a good file. */
+  uint8_t *longer = malloc(len + 3);
+  assert_non_null(longer);
+  memcpy(longer, f, len);
+  memset(longer + len, 0, 3);
+  write_all(bad, longer, len + 3);
+  EXPECT_LOAD_FAIL("3 bytes appended", bad, 0, LAM_ERR_IO, bad, "corrupted", "trailing");
+  free(longer);
+  free(f);
+}
+
+static void test_wrong_magic(void **state) {
+  (void)state;
+  const char *bad = path_of("magic.ckpt");
+  const char gif[] = "GIF89a\x01\x00\x01\x00\x80\x00\x00\xff\xff\xff\x00\x00\x00!";
+  write_all(bad, gif, sizeof gif);
+  EXPECT_LOAD_FAIL("a GIF", bad, 0, LAM_ERR_IO, bad, "not a lamina checkpoint");
+  write_all(bad, "Q", 1); /* shorter than the magic and not its start */
+  EXPECT_LOAD_FAIL("one wrong byte", bad, 0, LAM_ERR_IO, bad, "not a lamina checkpoint");
+
+  const char *good = path_of("magic-good.ckpt");
+  save_trained(good, LAM_OPT_SGD, 0, 0);
+  size_t len;
+  uint8_t *f = read_all(good, &len);
+  f[3] = 'X';
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("a checkpoint with its magic changed", bad, 0, LAM_ERR_IO, bad, "not a lamina checkpoint");
+  print_message("wrong magic: %s\n", lam_last_error());
+  free(f);
+}
+
+static void test_future_version(void **state) {
+  (void)state;
+  const char *good = path_of("version-good.ckpt"), *bad = path_of("version.ckpt");
+  save_trained(good, LAM_OPT_ADAM, 1, 1);
+  size_t len;
+  uint8_t *f = read_all(good, &len);
+  set_le32(f + 8, 2);
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("version 2", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 2", "reads 1");
+  print_message("future version: %s\n", lam_last_error());
+  /* A newer version's layout may differ entirely: the version is checked before anything else. */
+  write_all(bad, f, 12);
+  EXPECT_LOAD_FAIL("version 2, header only", bad, 0, LAM_ERR_IO, "newer lamina", "version 2");
+  set_le32(f + 8, 0);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("version 0", bad, 0, LAM_ERR_IO, "corrupted", "version 0");
+  free(f);
+}
+
+static void test_empty_missing_directory(void **state) {
+  (void)state;
+  const char *empty = path_of("empty.ckpt");
+  write_all(empty, "", 0);
+  EXPECT_LOAD_FAIL("empty file", empty, 0, LAM_ERR_IO, empty, "empty", "not a lamina checkpoint");
+  EXPECT_LOAD_FAIL("empty file, with trainer", empty, 1, LAM_ERR_IO, "empty");
+  print_message("empty: %s\n", lam_last_error());
+
+  const char *missing = path_of("no-such.ckpt");
+  EXPECT_LOAD_FAIL("missing file", missing, 0, LAM_ERR_IO, missing, "fopen", "No such file or directory");
+  print_message("missing: %s\n", lam_last_error());
+
+  EXPECT_LOAD_FAIL("a directory", g_dir, 0, LAM_ERR_IO, g_dir, "directory");
+  print_message("directory: %s\n", lam_last_error());
+}
+
+/* A file whose CRC holds but whose shapes do not match what this build makes of its spec: what a
+ * checkpoint from an incompatible lamina would look like. */
+static void test_mismatched(void **state) {
+  (void)state;
+  const char *good = path_of("mismatch-good.ckpt"), *bad = path_of("mismatch.ckpt");
+  save_trained(good, LAM_OPT_ADAM, 1, 1);
+  size_t len;
+  uint8_t *f = read_all(good, &len);
+  size_t layers_at = 16 + le32(f + 12) + 12 + 8 + 4;
+
+  set_le64(f + layers_at + 4 * 16, 350); /* the dense layer's weight count */
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("a layer's weight count", bad, 1, LAM_ERR_IO, bad, "mismatched", "layer 5", "350");
+  print_message("mismatched layer: %s\n", lam_last_error());
+  set_le64(f + layers_at + 4 * 16, 360);
+
+  /* The spec edited in place to another valid one with fewer parameters: "dense 10" -> "dense 9". */
+  uint8_t *d = find_bytes(f, len, "dense 10");
+  assert_non_null(d);
+  memcpy(d, "dense 9 ", 8);
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("spec with fewer parameters", bad, 0, LAM_ERR_IO, bad, "mismatched", "parameters");
+  print_message("mismatched spec: %s\n", lam_last_error());
+
+  /* A spec this build does not know. */
+  memcpy(d, "dinse 10", 8);
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("unknown spec", bad, 0, LAM_ERR_IO, bad, "mismatched", "dinse");
+  print_message("unknown spec: %s\n", lam_last_error());
+  free(f);
+
+  /* A trainer on a data set the model cannot take: lam_trainer_create's error, nothing left over. */
+  lam_dataset other = g_set;
+  other.classes = 5;
+  lam_model *m = NULL;
+  lam_trainer *t = NULL;
+  size_t before = backend_in_use();
+  lam_status s = lam_checkpoint_load(g_ctx, good, &m, &other, &t);
+  if (s != LAM_ERR_INVALID_ARG) fail_msg("wrong data set: returned %s: %s", lam_status_str(s), lam_last_error());
+  assert_null(m);
+  assert_null(t);
+  assert_int_equal(backend_in_use(), before);
+  print_message("wrong data set: %s\n", lam_last_error());
+}
+
+/* ---- saving ----------------------------------------------------------------------------------- */
+
+static void test_save_replaces_atomically(void **state) {
+  (void)state;
+  const char *path = path_of("replace.ckpt");
+  lam_model *m;
+  lam_trainer *t;
+  make(LAM_OPT_SGD, &m, &t);
+  TU_OK(lam_checkpoint_save(path, m, t));
+  size_t len0;
+  uint8_t *old = read_all(path, &len0);
+  (void)epoch(t);
+  TU_OK(lam_checkpoint_save(path, m, t)); /* over the old one */
+  assert_int_equal(tmp_files_left(), 0);
+  lam_model *m2 = NULL;
+  lam_trainer *t2 = NULL;
+  TU_OK(lam_checkpoint_load(g_ctx, path, &m2, &g_set, &t2));
+  assert_int_equal(lam_trainer_epochs_done(t2), 1);
+  float *p = params_of(m), *p2 = params_of(m2);
+  assert_memory_equal(p, p2, lam_model_param_count(m) * sizeof(float));
+  lam_trainer_free(t2);
+  lam_model_free(m2);
+
+  /* A failed save leaves the file at path as it was: the temporary file's name is taken by a folder,
+   * so its fopen fails (as a full disk or a read-only folder would fail a write). */
+  size_t len1;
+  uint8_t *cur = read_all(path, &len1);
+  char tmp[300];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  assert_int_equal(mkdir(tmp, 0700), 0);
+  (void)epoch(t);
+  lam_status s = lam_checkpoint_save(path, m, t);
+  if (s != LAM_ERR_IO) fail_msg("save with the temporary name blocked: returned %s", lam_status_str(s));
+  const char *msg = lam_last_error();
+  print_message("blocked save: %s\n", msg);
+  if (!strstr(msg, path) || !strstr(msg, "fopen") || !strstr(msg, "Is a directory"))
+    fail_msg("the message should name the path, the call and the reason: \"%s\"", msg);
+  size_t len2;
+  uint8_t *after = read_all(path, &len2);
+  assert_int_equal(len2, len1);
+  assert_memory_equal(after, cur, len1);
+  assert_int_equal(rmdir(tmp), 0);
+  free(after);
+
+  /* The rename fails (the target is a folder that is not empty): the temporary file is removed. */
+  const char *dir = path_of("a-folder.ckpt");
+  assert_int_equal(mkdir(dir, 0700), 0);
+  char inside[300];
+  snprintf(inside, sizeof inside, "%s/keep", dir);
+  write_all(inside, "x", 1);
+  s = lam_checkpoint_save(dir, m, t);
+  if (s != LAM_ERR_IO) fail_msg("save over a folder: returned %s", lam_status_str(s));
+  msg = lam_last_error();
+  print_message("save over a folder: %s\n", msg);
+  if (!strstr(msg, "rename") || !strstr(msg, dir)) fail_msg("the message should name rename and the path: \"%s\"", msg);
+  assert_int_equal(tmp_files_left(), 0);
+  struct stat st;
+  assert_int_equal(stat(inside, &st), 0);
+
+  /* A folder that does not exist. */
+  char nowhere[300];
+  snprintf(nowhere, sizeof nowhere, "%s/no-such-folder/x.ckpt", g_dir);
+  s = lam_checkpoint_save(nowhere, m, NULL);
+  if (s != LAM_ERR_IO) fail_msg("save into a missing folder: returned %s", lam_status_str(s));
+  msg = lam_last_error();
+  print_message("missing folder: %s\n", msg);
+  if (!strstr(msg, nowhere) || !strstr(msg, "No such file or directory"))
+    fail_msg("the message should name the path and the reason: \"%s\"", msg);
+  assert_int_equal(stat(nowhere, &st), -1);
+
+  free(old);
+  free(cur);
+  free(p);
+  free(p2);
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
+static void test_null_args(void **state) {
+  (void)state;
+  lam_model *m, *m2;
+  lam_trainer *t, *t2;
+  make(LAM_OPT_ADAM, &m, &t);
+  make(LAM_OPT_ADAM, &m2, &t2);
+  const char *path = path_of("args.ckpt");
+  TU_EXPECT_STATUS(lam_checkpoint_save(NULL, m, t), LAM_ERR_INVALID_ARG);
+  TU_EXPECT_STATUS(lam_checkpoint_save(path, NULL, NULL), LAM_ERR_INVALID_ARG);
+  TU_EXPECT_STATUS(lam_checkpoint_save("", m, NULL), LAM_ERR_INVALID_ARG);
+  TU_EXPECT_STATUS(lam_checkpoint_save(path, m, t2), LAM_ERR_INVALID_ARG); /* another model's trainer */
+  assert_true(strstr(lam_last_error(), "another model") != NULL);
+  TU_OK(lam_checkpoint_save(path, m, t));
+  lam_model *out = NULL;
+  lam_trainer *tout = NULL;
+  TU_EXPECT_STATUS(lam_checkpoint_load(NULL, path, &out, NULL, NULL), LAM_ERR_INVALID_ARG);
+  TU_EXPECT_STATUS(lam_checkpoint_load(g_ctx, NULL, &out, NULL, NULL), LAM_ERR_INVALID_ARG);
+  TU_EXPECT_STATUS(lam_checkpoint_load(g_ctx, path, NULL, NULL, NULL), LAM_ERR_INVALID_ARG);
+  TU_EXPECT_STATUS(lam_checkpoint_load(g_ctx, path, &out, NULL, &tout), LAM_ERR_INVALID_ARG); /* no data set */
+  assert_null(out);
+  assert_null(tout);
+  lam_trainer_free(t);
+  lam_model_free(m);
+  lam_trainer_free(t2);
+  lam_model_free(m2);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_resume_adam),          cmocka_unit_test(test_resume_sgd_momentum),
+      cmocka_unit_test(test_resume_adamw),         cmocka_unit_test(test_resume_every_epoch),
+      cmocka_unit_test(test_format),               cmocka_unit_test(test_model_only_roundtrip),
+      cmocka_unit_test(test_truncated),            cmocka_unit_test(test_corrupted),
+      cmocka_unit_test(test_wrong_magic),          cmocka_unit_test(test_future_version),
+      cmocka_unit_test(test_empty_missing_directory), cmocka_unit_test(test_mismatched),
+      cmocka_unit_test(test_save_replaces_atomically), cmocka_unit_test(test_null_args),
+  };
+  tu_apply_filter();
+  return cmocka_run_group_tests_name("checkpoint", tests, setup, teardown) ? 1 : 0;
+}
