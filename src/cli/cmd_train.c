@@ -192,8 +192,13 @@ int cmd_train(int argc, char **argv) {
       goto out;
     }
   } else {
-    if (lam_model_create(ctx, o.model, 1, train->h, train->w, o.seed, &m) != LAM_OK ||
-        lam_trainer_create(m, &opt, o.batch, o.seed, train, &t) != LAM_OK) {
+    lam_status s = lam_model_create(ctx, o.model, 1, train->h, train->w, o.seed, &m);
+    if (s == LAM_ERR_INVALID_ARG) { /* a bad --model is a bad value: usage */
+      fprintf(stderr, "lamina train: --model: %s\n(see 'lamina train --help')\n", lam_last_error());
+      ret = EXIT_USAGE;
+      goto out;
+    }
+    if (s != LAM_OK || lam_trainer_create(m, &opt, o.batch, o.seed, train, &t) != LAM_OK) {
       ret = fail("train", NULL);
       goto out;
     }

@@ -19,7 +19,7 @@ lam_status cpu_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alp
 lam_status cpu_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                     const float *B, int ldb, float beta, float *C, int ldc) {
   (void)ctx;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)M * N * K > ((size_t)1 << 18))
   for (int i = 0; i < M; i++) {
     float *c = C + (size_t)i * ldc;
     if (beta == 0.0f)

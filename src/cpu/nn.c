@@ -7,6 +7,10 @@
 
 #include "cpu.h"
 
+/* Below this many values a loop runs on one thread: starting a team costs more than it saves, and
+ * with many cores (16 on the GPU machine) tiny models would spend their time in fork and join. */
+#define PAR_MIN ((size_t)32768)
+
 lam_status cpu_zero(lam_ctx *ctx, void *p, size_t bytes) {
   (void)ctx;
   memset(p, 0, bytes);
@@ -33,7 +37,7 @@ lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *
   (void)ctx;
   const int P = g->OH * g->OW, KK = g->K * g->K;
   const size_t ncols = (size_t)B * P;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)g->C * KK * ncols > PAR_MIN)
   for (int c = 0; c < g->C; c++)
     for (int b = 0; b < B; b++) {
       const float *xs = x + ((size_t)b * g->C + c) * g->H * g->W;
@@ -66,7 +70,7 @@ lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *
   const int P = g->OH * g->OW, KK = g->K * g->K;
   const size_t ncols = (size_t)B * P;
   /* Each (b, c) image plane is written by one thread only. */
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)g->C * KK * ncols > PAR_MIN)
   for (int b = 0; b < B; b++)
     for (int c = 0; c < g->C; c++) {
       float *xs = dx + ((size_t)b * g->C + c) * g->H * g->W;
@@ -91,7 +95,7 @@ lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *
 
 lam_status cpu_cbp_to_bcp(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst) {
   (void)ctx;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * C * P > PAR_MIN)
   for (int b = 0; b < B; b++)
     for (int c = 0; c < C; c++) {
       const float *s = src + (size_t)c * B * P + (size_t)b * P;
@@ -104,7 +108,7 @@ lam_status cpu_cbp_to_bcp(lam_ctx *ctx, int B, int C, int P, const float *src, c
 
 lam_status cpu_bcp_to_cbp(lam_ctx *ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad) {
   (void)ctx;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
   for (int c = 0; c < C; c++) {
     float sum = 0.0f;
     for (int b = 0; b < B; b++) {
@@ -136,7 +140,7 @@ lam_status cpu_bias_grad(lam_ctx *ctx, int rows, int cols, const float *dy, floa
 
 lam_status cpu_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg) {
   (void)ctx;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * g->C * g->H * g->W > PAR_MIN)
   for (int b = 0; b < B; b++)
     for (int c = 0; c < g->C; c++) {
       const float *xs = x + ((size_t)b * g->C + c) * g->H * g->W;
@@ -180,7 +184,7 @@ lam_status cpu_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const fl
 lam_status cpu_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx) {
   (void)ctx;
   size_t plane_in = (size_t)g->H * g->W, plane_out = (size_t)g->OH * g->OW;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)B * g->C * plane_in > PAR_MIN)
   for (size_t bc = 0; bc < (size_t)B * g->C; bc++) {
     float *d = dx + bc * plane_in;
     memset(d, 0, plane_in * sizeof *d);
@@ -192,13 +196,13 @@ lam_status cpu_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const fl
 lam_status cpu_act_fwd(lam_ctx *ctx, int act, size_t n, const float *x, float *y) {
   (void)ctx;
   if (act == LAM_ACT_RELU) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
   } else if (act == LAM_ACT_TANH) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
   } else {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
   }
   return LAM_OK;
@@ -207,13 +211,13 @@ lam_status cpu_act_fwd(lam_ctx *ctx, int act, size_t n, const float *x, float *y
 lam_status cpu_act_bwd(lam_ctx *ctx, int act, size_t n, const float *y, const float *dy, float *dx) {
   (void)ctx;
   if (act == LAM_ACT_RELU) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
   } else if (act == LAM_ACT_TANH) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
   } else {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
   }
   return LAM_OK;
@@ -230,12 +234,16 @@ lam_status cpu_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint8
       if (l[c] > l[am]) am = c;
     float mx = l[am], sum = 0.0f;
     for (int c = 0; c < C; c++) sum += expf(l[c] - mx);
-    float lse = mx + logf(sum);
-    loss += (double)(lse - l[labels[b]]);
+    /* Stable for any logits: differences from the max are exact, so neither the loss nor the softmax
+     * loses digits to a large common offset (lse itself would round at |logits| ~ 1e4). */
+    loss += (double)((mx - l[labels[b]]) + logf(sum));
     correct += am == labels[b];
     if (pred) pred[b] = (uint8_t)am;
-    if (dlogits)
-      for (int c = 0; c < C; c++) dlogits[(size_t)b * C + c] = scale * (expf(l[c] - lse) - (c == labels[b] ? 1.0f : 0.0f));
+    if (dlogits) {
+      float inv = 1.0f / sum;
+      for (int c = 0; c < C; c++)
+        dlogits[(size_t)b * C + c] = scale * (expf(l[c] - mx) * inv - (c == labels[b] ? 1.0f : 0.0f));
+    }
   }
   stats[0] += (float)loss;
   stats[1] += (float)correct;
@@ -247,7 +255,7 @@ lam_status cpu_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images,
                       const int32_t *idx, float mean, float std, float *x, uint8_t *y) {
   (void)ctx;
   const float a = 1.0f / (255.0f * std), c = -mean / std; /* (u / 255 - mean) / std = u * a + c */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)B * sample > PAR_MIN)
   for (int b = 0; b < B; b++) {
     const uint8_t *src = images + (size_t)idx[b] * sample;
     float *dst = x + (size_t)b * sample;
@@ -264,7 +272,7 @@ lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, 
    * and folded into the step size, then the element loop runs in float. */
   const float step_size = (float)(lr / (1.0 - pow(b1, (double)step)));
   const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)step));
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
   for (size_t i = 0; i < n; i++) {
     float gi = g[i], pi = p[i];
     if (decoupled) pi *= 1.0f - lr * wd;
@@ -281,7 +289,7 @@ lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, 
 lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
                    int first) {
   (void)ctx;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
   for (size_t i = 0; i < n; i++) {
     float gi = g[i] + wd * p[i];
     if (momentum != 0.0f) {
@@ -296,7 +304,7 @@ lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf,
 
 lam_status cpu_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w) {
   (void)ctx;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
   for (size_t i = 0; i < n; i++) {
     float gradient = err[i] * in[i];
     w[i] -= lr * gradient;

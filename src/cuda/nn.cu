@@ -295,13 +295,14 @@ __global__ void xent_kernel(int B, int C, const float *logits, const uint8_t *la
       if (l[c] > l[am]) am = c;
     float mx = l[am], sum = 0.0f;
     for (int c = 0; c < C; c++) sum += expf(l[c] - mx);
-    float lse = mx + logf(sum);
     int y = labels[b];
-    loss = lse - l[y];
+    loss = (mx - l[y]) + logf(sum); /* as the CPU twin: differences from the max are exact */
     correct = am == y ? 1.0f : 0.0f;
     if (pred) pred[b] = (uint8_t)am;
-    if (dlogits)
-      for (int c = 0; c < C; c++) dlogits[(size_t)b * C + c] = scale * (expf(l[c] - lse) - (c == y ? 1.0f : 0.0f));
+    if (dlogits) {
+      float inv = 1.0f / sum;
+      for (int c = 0; c < C; c++) dlogits[(size_t)b * C + c] = scale * (expf(l[c] - mx) * inv - (c == y ? 1.0f : 0.0f));
+    }
   }
   sl[threadIdx.x] = loss;
   sc[threadIdx.x] = correct;

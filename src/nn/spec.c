@@ -125,14 +125,18 @@ lam_status nn_parse_spec(const char *spec_in, int in_c, int in_h, int in_w, laye
       for (int j = first + 3; j <= end && s == LAM_OK; j += 2) {
         int *dst = word_is(&w[j], "stride") ? &l.stride : word_is(&w[j], "pad") ? &l.pad : NULL;
         if (!dst) { s = spec_error(spec, &w[j], j, "conv options are 'stride S' and 'pad P'"); break; }
-        if (j + 1 > end || !word_int(&w[j + 1], word_is(&w[j], "pad") ? 0 : 1, 64, dst))
+        if (j + 1 > end)
           s = spec_error(spec, &w[j], j, "'%.*s' needs a whole number after it (stride 1..64, pad 0..64)", w[j].len, w[j].s);
+        else if (!word_int(&w[j + 1], word_is(&w[j], "pad") ? 0 : 1, 64, dst))
+          s = spec_error(spec, &w[j + 1], j + 1, "%s must be a whole number from %d to 64", word_is(&w[j], "pad") ? "pad" : "stride",
+                         word_is(&w[j], "pad") ? 0 : 1);
       }
       if (s != LAM_OK) break;
       l.out_h = (h + 2 * l.pad - l.k) / l.stride + 1;
       l.out_w = (wd + 2 * l.pad - l.k) / l.stride + 1;
       if (h + 2 * l.pad < l.k || wd + 2 * l.pad < l.k) {
-        s = spec_error(spec, name, first, "conv kernel %d is larger than its %dx%d input (with padding %d)", l.k, h, wd, l.pad);
+        s = spec_error(spec, &w[first + 2], first + 2, "conv kernel %d is larger than its %dx%d input (with padding %d)", l.k,
+                       h, wd, l.pad);
         break;
       }
       l.nw = (size_t)l.out_c * c * l.k * l.k;
@@ -141,6 +145,11 @@ lam_status nn_parse_spec(const char *spec_in, int in_c, int in_h, int in_w, laye
       l.kind = L_DENSE;
       if (!flat && (h > 1 || wd > 1)) {
         s = spec_error(spec, name, first, "dense needs a flat input, but it gets %dx%dx%d: put 'flatten' before it", c, h, wd);
+        break;
+      }
+      if (nargs > 1) {
+        s = spec_error(spec, &w[first + 2], first + 2, "dense takes one whole number, its outputs, e.g. 'dense 10' "
+                                                       "(missing a comma?)");
         break;
       }
       if (nargs != 1 || !word_int(&w[first + 1], 1, 1 << 24, &l.out_c)) {
@@ -168,7 +177,10 @@ lam_status nn_parse_spec(const char *spec_in, int in_c, int in_h, int in_w, laye
         s = spec_error(spec, &w[first + 2], first + 2, "maxpool takes K [stride S]");
         break;
       }
-      if (l.k > h || l.k > wd) { s = spec_error(spec, name, first, "maxpool window %d is larger than its %dx%d input", l.k, h, wd); break; }
+      if (l.k > h || l.k > wd) {
+        s = spec_error(spec, &w[first + 1], first + 1, "maxpool window %d is larger than its %dx%d input", l.k, h, wd);
+        break;
+      }
       l.out_c = c;
       l.out_h = (h - l.k) / l.stride + 1;
       l.out_w = (wd - l.k) / l.stride + 1;
