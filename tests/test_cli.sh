@@ -234,6 +234,77 @@ usage_error "info --bogus is rejected" --bogus -- info --bogus
 usage_error "an unknown subcommand is rejected" frobnicate -- frobnicate
 usage_error "--n without a value is rejected" --n -- hidden --n
 
+
+# ---- train and eval: usage errors, bad data, and a short real run ---------------------------------
+
+usage_error "train --batch 0 is rejected" --batch -- train --batch 0
+usage_error "train --opt rmsprop is rejected" --opt sgd adam adamw -- train --opt rmsprop
+usage_error "train --lr -1 is rejected" --lr -- train --lr -1
+usage_error "train --epochs abc is rejected" --epochs -- train --epochs abc
+usage_error "train --load belongs to eval" --load -- train --load x
+usage_error "eval without --load is rejected" --load -- eval
+usage_error "eval --epochs is not an eval option" --epochs -- eval --load x --epochs 2
+
+# A folder with no MNIST files: exit 1, and the message names the folder and the file it looked for.
+mkdir -p "$TMP/nodata"
+run train --data "$TMP/nodata" --device cpu
+if [ "$rc" -eq 1 ] && has "$TMP/err" "$TMP/nodata" && has "$TMP/err" "train-images-idx3-ubyte"; then
+  ok "train --data on an empty folder: exit 1 naming the folder and the file"
+else
+  not_ok "train --data on an empty folder" "want exit 1 and a message naming $TMP/nodata and train-images-idx3-ubyte"
+fi
+
+# A small MNIST-layout folder written here (IDX, plain): 40 training and 20 test images of 4x4, the
+# class drawn as a bright pixel; then train 2 epochs with a save, resume to 3, evaluate, and a bad spec.
+byte() { printf "\\$(printf '%03o' "$1")"; } # byte N: the byte of value N (0..255)
+be32() { byte $(($1 >> 24 & 255)); byte $(($1 >> 16 & 255)); byte $(($1 >> 8 & 255)); byte $(($1 & 255)); }
+mk_idx() { # mk_idx FILE MAGIC_BYTE N [ROWS COLS]; payload on stdin
+  local f=$1 magic=$2 n=$3
+  {
+    byte 0; byte 0; byte 8; byte "$magic"
+    be32 "$n"
+    if [ "$#" -eq 5 ]; then be32 "$4"; be32 "$5"; fi
+    cat
+  } >"$f"
+}
+mkdata() { # mkdata PREFIX N
+  local prefix=$1 n=$2 i p
+  for ((i = 0; i < n; i++)); do
+    for ((p = 0; p < 16; p++)); do
+      if [ "$p" -eq $((i % 4)) ]; then byte 255; else byte 16; fi
+    done
+  done | mk_idx "$TMP/mini/$prefix-images-idx3-ubyte" 3 "$n" 4 4
+  for ((i = 0; i < n; i++)); do byte $((i % 4)); done | mk_idx "$TMP/mini/$prefix-labels-idx1-ubyte" 1 "$n"
+}
+mkdir -p "$TMP/mini"
+mkdata train 40
+mkdata t10k 20
+MINI_MODEL="flatten, dense 10" # MNIST-layout folders have 10 classes; this set uses 4 of them
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 2 --batch 8 --lr 0.05 --device cpu --save "$TMP/mini.ckpt" --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"epochs":[' && has "$TMP/out" '"epoch":2' && [ -s "$TMP/mini.ckpt" ]; then
+  ok "train on a small folder: 2 epochs in the JSON, a checkpoint written"
+else
+  not_ok "train on a small folder" "want exit 0, two epochs in the JSON and $TMP/mini.ckpt"
+fi
+acc=$(json_field test_acc)
+if awk -v a="$acc" 'BEGIN { exit !(a >= 0.99) }'; then ok "a separable toy set is learned (test_acc $acc)"; else not_ok "toy set accuracy" "test_acc '$acc', want >= 0.99"; fi
+run train --data "$TMP/mini" --epochs 3 --device cpu --resume "$TMP/mini.ckpt" --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"epoch":3' && ! has "$TMP/out" '"epoch":1,'; then
+  ok "train --resume continues with epoch 3"
+else
+  not_ok "train --resume" "want exit 0 and only epoch 3 in the JSON"
+fi
+run eval --load "$TMP/mini.ckpt" --data "$TMP/mini" --device cpu --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"confusion":[[' && has "$TMP/out" '"accuracy":'; then
+  ok "eval prints accuracy and the confusion matrix"
+else
+  not_ok "eval" "want exit 0 with accuracy and confusion in the JSON"
+fi
+printf 'not a checkpoint' >"$TMP/bad.ckpt"
+run eval --load "$TMP/bad.ckpt" --data "$TMP/mini" --device cpu
+if [ "$rc" -eq 1 ] && has "$TMP/err" "not a lamina checkpoint"; then ok "eval of a non-checkpoint: exit 1, says what it is"; else not_ok "eval of a bad file" "want exit 1 and 'not a lamina checkpoint'"; fi
+usage_error "train with a bad --model is a usage error quoting the word" x3 -- train --data "$TMP/mini" --model "conv 32 x3" --device cpu
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

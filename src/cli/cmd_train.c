@@ -81,11 +81,12 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   int c;
   long v;
   char *end;
-  while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+  int li = 0;
+  while ((c = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
     /* eval takes only some of the options */
     if (is_eval && (c == O_MODEL || c == O_EPOCHS || c == O_OPT || c == O_LR || c == O_MOMENTUM || c == O_WD ||
                     c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS))
-      return cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+      return cli_usage_error(cmd, "--%s is a 'lamina train' option, not one of eval's", longopts[li].name);
     if (!is_eval && c == O_LOAD) return cli_usage_error(cmd, "--load is for 'lamina eval'; to continue training use --resume");
     switch (c) {
       case O_DATA: o->data = optarg; break;
