@@ -110,6 +110,9 @@ lam_status lam_mem_stats_get(const lam_ctx *ctx, lam_mem_stats *out);
 lam_status lam_mem_alloc(lam_ctx *ctx, void **ptr, size_t bytes);
 /* Returns a block to the cache. NULL is fine; a pointer not from lam_mem_alloc is an error. */
 lam_status lam_mem_free(lam_ctx *ctx, void *ptr);
+/* Caps the bytes the context's allocator may hold (0: no cap). Going over it is LAM_ERR_OUT_OF_MEMORY
+ * with the numbers, like running out of device memory; a cap below what is reserved now is an error. */
+lam_status lam_mem_set_limit(lam_ctx *ctx, size_t bytes);
 /* Gives every cached (free) block back to the system; returns the bytes released in *released. */
 lam_status lam_mem_release_cached(lam_ctx *ctx, size_t *released);
 /* Copies between host memory and backend memory (a plain memcpy on the CPU). Synchronous. */
@@ -216,6 +219,15 @@ lam_status lam_model_grads_get(lam_model *m, float *host, size_t count);
 lam_status lam_model_forward(lam_model *m, int batch, const float *x, float *logits);
 lam_status lam_model_loss_backward(lam_model *m, int batch, const float *x, const uint8_t *labels, float *loss);
 
+/* Where a model's (and, if t is not NULL, its trainer's) backend memory goes, in bytes. */
+typedef struct lam_model_memory {
+  size_t params, grads, optimizer; /* the flat buffers */
+  size_t activations;              /* per-batch buffers: layer outputs and their gradients, im2col, scratch */
+  size_t data;                     /* the trainer's resident data set (uint8) and its index order */
+} lam_model_memory;
+typedef struct lam_trainer lam_trainer;
+lam_status lam_model_memory_get(const lam_model *m, const lam_trainer *t, lam_model_memory *out);
+
 /* ---- optimizers ------------------------------------------------------------------------------- */
 
 typedef enum lam_opt_kind { LAM_OPT_SGD = 0, LAM_OPT_ADAM, LAM_OPT_ADAMW } lam_opt_kind;
@@ -240,7 +252,6 @@ lam_status lam_backprop_step(lam_ctx *ctx, size_t n, const float *error, const f
 
 /* ---- training and evaluation ------------------------------------------------------------------ */
 
-typedef struct lam_trainer lam_trainer;
 typedef struct lam_epoch_stats {
   int epoch;          /* 1-based */
   double train_loss;  /* mean over the epoch's samples */

@@ -55,6 +55,12 @@ lam_status lam_cache_alloc(lam_cache *c, void **ptr, size_t bytes) {
       return LAM_OK;
     }
   }
+  if (c->limit && c->reserved + size > c->limit && c->reserved > c->in_use) lam_cache_release(c);
+  if (c->limit && c->reserved + size > c->limit)
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY,
+                    "the memory cap of %zu bytes would be exceeded: asked for %zu bytes of %s with %zu in use "
+                    "(peak %zu); raise the cap (--max-memory) or use less (a smaller --batch)",
+                    c->limit, size, c->what, c->in_use, c->peak);
   void *p = NULL;
   lam_status s = c->raw_alloc(c->owner, &p, size);
   if (s == LAM_ERR_OUT_OF_MEMORY && c->reserved > c->in_use) {

@@ -26,6 +26,7 @@ typedef struct lam_cache {
   lam_cache_block *blocks;
   size_t nblocks, cap;
   size_t in_use, reserved, peak;
+  size_t limit; /* most bytes the cache may hold from the system; 0: no cap */
   uint64_t allocs, hits;
   void *owner;
   lam_raw_alloc_fn raw_alloc;

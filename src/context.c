@@ -173,6 +173,16 @@ lam_status lam_mem_free(lam_ctx *ctx, void *ptr) {
   return lam_cache_free(&ctx->cache, ptr);
 }
 
+lam_status lam_mem_set_limit(lam_ctx *ctx, size_t bytes) {
+  LAM_CHECK_ARG(ctx, "lam_mem_set_limit: ctx is NULL");
+  if (bytes && ctx->cache.reserved > bytes) lam_cache_release(&ctx->cache);
+  if (bytes && ctx->cache.reserved > bytes)
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_mem_set_limit: %zu bytes are already in use, more than the cap of %zu",
+                    ctx->cache.reserved, bytes);
+  ctx->cache.limit = bytes;
+  return LAM_OK;
+}
+
 lam_status lam_mem_release_cached(lam_ctx *ctx, size_t *released) {
   LAM_CHECK_ARG(ctx, "lam_mem_release_cached: ctx is NULL");
   LAM_TRY(ctx->be->sync(ctx)); /* a cached block may still be read by queued work */

@@ -291,12 +291,40 @@ static void test_churn(void **state) {
   assert_true(s.cache_hits < s.allocs);
 }
 
+/* A cap on the allocator: going over it is LAM_ERR_OUT_OF_MEMORY with the numbers; cached blocks are
+ * given back first to make room; a cap below what is in use is refused; 0 lifts the cap. */
+static void test_limit(void **state) {
+  lam_ctx *c = *state;
+  void *a, *b, *big;
+  TU_OK(lam_mem_alloc(c, &a, 1 << 20)); /* 1 MiB, rounded to 2 MiB */
+  TU_OK(lam_mem_set_limit(c, 6u << 20));
+  lam_status st = lam_mem_alloc(c, &big, 8u << 20);
+  assert_int_equal(st, LAM_ERR_OUT_OF_MEMORY);
+  assert_null(big);
+  assert_non_null(strstr(lam_last_error(), "cap of 6291456 bytes"));
+  assert_non_null(strstr(lam_last_error(), "--max-memory"));
+  TU_OK(lam_mem_alloc(c, &b, 2u << 20)); /* fits: 4 MiB reserved */
+  TU_OK(lam_mem_free(c, b));             /* cached, still reserved */
+  lam_mem_stats s;
+  TU_OK(lam_mem_stats_get(c, &s));
+  assert_int_equal(s.reserved, 4u << 20);
+  TU_OK(lam_mem_alloc(c, &b, 3u << 20)); /* 4 MiB block: room only once the cached one is given back */
+  TU_OK(lam_mem_stats_get(c, &s));
+  assert_int_equal(s.reserved, 6u << 20);
+  assert_int_equal(lam_mem_set_limit(c, 1u << 20), LAM_ERR_OUT_OF_MEMORY); /* 6 MiB in use */
+  TU_OK(lam_mem_set_limit(c, 0));
+  TU_OK(lam_mem_alloc(c, &big, 8u << 20));
+  TU_OK(lam_mem_free(c, big));
+  TU_OK(lam_mem_free(c, b));
+  TU_OK(lam_mem_free(c, a));
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_ctx, teardown_ctx)
 int main(void) {
   const struct CMUnitTest tests[] = {
       T(test_fresh_context), T(test_in_use_and_peak), T(test_cache_hit), T(test_release_cached),
       T(test_alignment),     T(test_zero_bytes),      T(test_upload_download), T(test_host_alloc),
-      T(test_churn),
+      T(test_churn),         T(test_limit),
   };
   tu_apply_filter();
   return cmocka_run_group_tests_name("alloc", tests, NULL, NULL) ? 1 : 0;

@@ -304,6 +304,21 @@ printf 'not a checkpoint' >"$TMP/bad.ckpt"
 run eval --load "$TMP/bad.ckpt" --data "$TMP/mini" --device cpu
 if [ "$rc" -eq 1 ] && has "$TMP/err" "not a lamina checkpoint"; then ok "eval of a non-checkpoint: exit 1, says what it is"; else not_ok "eval of a bad file" "want exit 1 and 'not a lamina checkpoint'"; fi
 usage_error "train with a bad --model is a usage error quoting the word" x3 -- train --data "$TMP/mini" --model "conv 32 x3" --device cpu
+usage_error "train --max-memory abc is rejected" --max-memory -- train --max-memory abc
+
+# The memory figures, and a cap too small to train: a clear error with the numbers, exit 1.
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --max-memory 10M --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"memory":{"params":' && has "$TMP/out" '"activations":' && has "$TMP/out" '"peak":'; then
+  ok "train --json reports the memory figures (under a 10 MB cap)"
+else
+  not_ok "train memory figures" "want exit 0 and a memory object in the JSON"
+fi
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --max-memory 2K
+if [ "$rc" -eq 1 ] && has "$TMP/err" "memory cap of 2000 bytes" && has "$TMP/err" "--max-memory"; then
+  ok "a cap too small to train: exit 1, says the cap, the request and how to fix it"
+else
+  not_ok "a cap too small to train" "want exit 1 and a message with the cap and --max-memory"
+fi
 
 # ---- CUDA where there may be none ---------------------------------------------------------------
 

@@ -17,6 +17,7 @@ typedef struct train_opts {
   int lr_set, wd_set;
   lam_device device;
   uint64_t seed;
+  size_t max_memory;
 } train_opts;
 
 static void train_usage(FILE *f) {
@@ -39,6 +40,8 @@ static void train_usage(FILE *f) {
           "  --seed S               initialization and shuffling seed (default 1)\n"
           "  --save FILE            write a checkpoint after every epoch (atomically)\n"
           "  --resume FILE          continue from a checkpoint exactly where it stopped\n"
+          "  --max-memory BYTES     cap the device memory lamina may take (e.g. 2G; K/M/G are powers of 1000);\n"
+          "                         going over it is an error with the numbers (default: no cap)\n"
           "  --no-progress          no live progress line\n"
           "  --json                 print one JSON object at the end instead of text\n"
           "  --help                 this text\n"
@@ -59,7 +62,7 @@ static void eval_usage(FILE *f) {
 }
 
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
-       O_LOAD, O_JSON, O_NOPROGRESS, O_HELP };
+       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_HELP };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -75,6 +78,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"save", required_argument, 0, O_SAVE},         {"resume", required_argument, 0, O_RESUME},
       {"load", required_argument, 0, O_LOAD},         {"json", no_argument, 0, O_JSON},
       {"no-progress", no_argument, 0, O_NOPROGRESS},  {"help", no_argument, 0, O_HELP},
+      {"max-memory", required_argument, 0, O_MAXMEM},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -127,6 +131,10 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       case O_LOAD: o->load = optarg; break;
       case O_JSON: o->json = 1; break;
       case O_NOPROGRESS: o->progress = 0; break;
+      case O_MAXMEM:
+        if (cli_parse_count(cmd, "--max-memory", optarg, (size_t)1 << 50, &o->max_memory)) return EXIT_USAGE;
+        if (o->max_memory == 0) return cli_usage_error(cmd, "--max-memory: the cap must be more than 0 bytes");
+        break;
       case O_HELP: is_eval ? eval_usage(stdout) : train_usage(stdout); return -1;
       case ':': return cli_usage_error(cmd, "%s needs a value", argv[optind - 1]);
       default: return cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
@@ -155,6 +163,17 @@ static void progress(void *user, int step, int steps, double loss, double ips) {
   fflush(stderr);
 }
 
+static void print_memory(lam_ctx *ctx, lam_model *m, lam_trainer *t) {
+  lam_model_memory mm;
+  lam_mem_stats ms;
+  if (lam_model_memory_get(m, t, &mm) != LAM_OK || lam_mem_stats_get(ctx, &ms) != LAM_OK) return;
+  const double MB = 1e6;
+  printf("  memory (%s): parameters %.2f MB, gradients %.2f MB, optimizer %.2f MB, activations %.2f MB, data "
+         "%.2f MB; in use %.2f MB, reserved %.2f MB, peak %.2f MB\n",
+         lam_device_str(lam_ctx_device(ctx)), mm.params / MB, mm.grads / MB, mm.optimizer / MB, mm.activations / MB,
+         mm.data / MB, ms.in_use / MB, ms.reserved / MB, ms.peak / MB);
+}
+
 static int fail(const char *cmd, const char *what) {
   fprintf(stderr, "lamina %s: %s%s%s\n", cmd, what ? what : "", what ? ": " : "", lam_last_error());
   return 1;
@@ -179,7 +198,7 @@ int cmd_train(int argc, char **argv) {
     ret = fail("train", "loading the data");
     goto out;
   }
-  if (lam_ctx_create(&ctx, o.device) != LAM_OK) {
+  if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.max_memory && lam_mem_set_limit(ctx, o.max_memory) != LAM_OK)) {
     ret = fail("train", NULL);
     goto out;
   }
@@ -232,6 +251,7 @@ int cmd_train(int argc, char **argv) {
              o.epochs, es.train_loss, 100 * es.train_acc, 100 * acc, es.seconds, es.images_per_s);
       fflush(stdout);
     }
+    if (!o.json && nhist == 1) print_memory(ctx, m, t);
     if (o.save && lam_checkpoint_save(o.save, m, t) != LAM_OK) {
       ret = fail("train", "saving");
       goto out;
@@ -247,7 +267,14 @@ int cmd_train(int argc, char **argv) {
              "\"images_per_s\":%.1f}",
              i ? "," : "", hist[i].epoch, hist[i].train_loss, hist[i].train_acc, test_acc[i], hist[i].seconds,
              hist[i].images_per_s);
-    printf("],\"test_acc\":%.6f}\n", nhist ? test_acc[nhist - 1] : 0.0);
+    lam_model_memory mm = {0};
+    lam_mem_stats ms = {0};
+    lam_model_memory_get(m, t, &mm);
+    lam_mem_stats_get(ctx, &ms);
+    printf("],\"test_acc\":%.6f,\"memory\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"activations\":%zu,"
+           "\"data\":%zu,\"in_use\":%zu,\"reserved\":%zu,\"peak\":%zu}}\n",
+           nhist ? test_acc[nhist - 1] : 0.0, mm.params, mm.grads, mm.optimizer, mm.activations, mm.data, ms.in_use,
+           ms.reserved, ms.peak);
   } else if (o.save) {
     printf("saved %s\n", o.save);
   }

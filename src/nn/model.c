@@ -82,6 +82,7 @@ static void free_batch(lam_model *m) {
   m->x = m->dx = m->scratch = NULL;
   m->y = m->pred = NULL;
   m->cap = 0;
+  m->batch_bytes = 0;
 }
 
 void lam_model_free(lam_model *m) {
@@ -97,6 +98,13 @@ void lam_model_free(lam_model *m) {
   free(m);
 }
 
+/* A batch buffer: counted in m->batch_bytes (the memory figures' "activations"). */
+static lam_status batch_alloc(lam_model *m, void **p, size_t bytes) {
+  LAM_TRY(lam_mem_alloc(m->ctx, p, bytes));
+  m->batch_bytes += lam_cache_round(bytes);
+  return LAM_OK;
+}
+
 lam_status nn_model_reserve(lam_model *m, int B) {
   if (B <= m->cap) return LAM_OK;
   if (B < 1 || B > (1 << 20)) return LAM_FAIL(LAM_ERR_INVALID_ARG, "batch %d is out of range (1 to 1048576)", B);
@@ -104,10 +112,10 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   LAM_TRY(ctx->be->sync(ctx)); /* queued work may still use the old buffers */
   free_batch(m);
   size_t in = (size_t)m->in_c * m->in_h * m->in_w, scratch = 1;
-  lam_status s = lam_mem_alloc(ctx, (void **)&m->x, (size_t)B * in * sizeof(float));
-  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->dx, (size_t)B * in * sizeof(float));
-  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->y, (size_t)B);
-  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->pred, (size_t)B);
+  lam_status s = batch_alloc(m, (void **)&m->x, (size_t)B * in * sizeof(float));
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->dx, (size_t)B * in * sizeof(float));
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->y, (size_t)B);
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->pred, (size_t)B);
   const float *prev_out = m->x;
   float *prev_dout = m->dx;
   for (int i = 0; i < m->nlayers && s == LAM_OK; i++) {
@@ -117,20 +125,20 @@ lam_status nn_model_reserve(lam_model *m, int B) {
       l->out = (float *)prev_out;
       l->dout = prev_dout;
     } else {
-      s = lam_mem_alloc(ctx, (void **)&l->out, bytes);
-      if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&l->dout, bytes);
+      s = batch_alloc(m, (void **)&l->out, bytes);
+      if (s == LAM_OK) s = batch_alloc(m, (void **)&l->dout, bytes);
     }
     if (s == LAM_OK && l->kind == L_CONV) {
       size_t K = (size_t)l->in_c * l->k * l->k, BP = (size_t)B * l->out_h * l->out_w;
-      s = lam_mem_alloc(ctx, (void **)&l->col, K * BP * sizeof(float));
+      s = batch_alloc(m, (void **)&l->col, K * BP * sizeof(float));
       size_t need = ((size_t)l->out_c + K) * BP; /* the transposed gradient, then the column gradient */
       if (need > scratch) scratch = need;
     }
-    if (s == LAM_OK && l->kind == L_MAXPOOL) s = lam_mem_alloc(ctx, (void **)&l->arg, (size_t)B * layer_out_size(l) * 4);
+    if (s == LAM_OK && l->kind == L_MAXPOOL) s = batch_alloc(m, (void **)&l->arg, (size_t)B * layer_out_size(l) * 4);
     prev_out = l->out;
     prev_dout = l->dout;
   }
-  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->scratch, scratch * sizeof(float));
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->scratch, scratch * sizeof(float));
   if (s != LAM_OK) {
     free_batch(m);
     return s;

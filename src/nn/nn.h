@@ -44,6 +44,7 @@ struct lam_model {
   size_t scratch_floats;
   float *stats;            /* [loss sum, correct, samples]: accumulated on the device, read rarely */
   uint8_t *pred;           /* argmax per sample of the last forward, (cap) */
+  size_t batch_bytes;      /* backend memory held by the batch buffers above and the layers' */
 };
 
 /* Builds the layer list from the spec (nn/spec.c). */

@@ -167,3 +167,17 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
   free(h_pred);
   return s;
 }
+
+lam_status lam_model_memory_get(const lam_model *m, const lam_trainer *t, lam_model_memory *out) {
+  LAM_CHECK_ARG(m && out, "lam_model_memory_get: %s is NULL", m ? "out" : "model");
+  LAM_CHECK_ARG(!t || t->m == m, "lam_model_memory_get: the trainer belongs to another model");
+  size_t flat = lam_cache_round(m->nparams * sizeof(float));
+  *out = (lam_model_memory){.params = flat,
+                            .grads = flat,
+                            .optimizer = (m->opt_m ? flat : 0) + (m->opt_v ? flat : 0),
+                            .activations = m->batch_bytes,
+                            .data = t ? lam_cache_round(t->n * t->sample) + lam_cache_round(t->n) +
+                                            lam_cache_round(t->n * sizeof(int32_t))
+                                      : 0};
+  return LAM_OK;
+}
