@@ -271,6 +271,20 @@ void lam_trainer_free(lam_trainer *t);
 lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out);
 int lam_trainer_epochs_done(const lam_trainer *t);
 
+/* Profiling: per-op times of steps [first_step, first_step + steps) of the next epochs (CUDA events on
+ * the GPU, the host clock on the CPU; steps 0 turns it off). The table aggregates by op name, sorted by
+ * total time; the trace is Chrome-trace JSON that Perfetto (ui.perfetto.dev) or chrome://tracing opens,
+ * written atomically. */
+typedef struct lam_prof_row {
+  char name[32];
+  long calls;
+  double total_ms, mean_ms;
+  double share; /* of the profiled steps' time */
+} lam_prof_row;
+lam_status lam_trainer_profile(lam_trainer *t, int first_step, int steps);
+lam_status lam_trainer_profile_table(lam_trainer *t, lam_prof_row *rows, int max_rows, int *nrows, int *steps);
+lam_status lam_trainer_profile_trace(lam_trainer *t, const char *path);
+
 /* Accuracy (and mean loss, and a classes×classes confusion matrix, rows = true label) of the model on a
  * data set; confusion and loss may be NULL. */
 lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *accuracy, double *loss,

@@ -81,6 +81,14 @@ typedef struct lam_backend {
                     int first);
   /* gradient = error * input; w -= lr * gradient. */
   lam_status (*backprop_step)(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
+
+  /* The profiler's clock: marks are numbered slots of a pool. mark records "now" in the order the
+   * backend executes its work (an event on the stream on CUDA); mark_read gives the milliseconds from
+   * slot 0 to slot i once that work is done. NULL on backends whose ops run synchronously on the host:
+   * there the profiler reads the host clock itself. */
+  lam_status (*mark_reserve)(lam_ctx *ctx, size_t n);
+  lam_status (*mark)(lam_ctx *ctx, size_t i);
+  lam_status (*mark_read)(lam_ctx *ctx, size_t i, double *ms);
 } lam_backend;
 
 struct lam_ctx {

@@ -18,6 +18,8 @@ typedef struct train_opts {
   lam_device device;
   uint64_t seed;
   size_t max_memory;
+  int profile;
+  const char *trace;
 } train_opts;
 
 static void train_usage(FILE *f) {
@@ -42,6 +44,9 @@ static void train_usage(FILE *f) {
           "  --resume FILE          continue from a checkpoint exactly where it stopped\n"
           "  --max-memory BYTES     cap the device memory lamina may take (e.g. 2G; K/M/G are powers of 1000);\n"
           "                         going over it is an error with the numbers (default: no cap)\n"
+          "  --profile              time every op of 100 steps of the first epoch (from step 10; the GPU's own\n"
+          "                         clock on CUDA) and print a table per op, like torch.profiler's\n"
+          "  --trace FILE           also write those steps as a Chrome trace (JSON; open in Perfetto)\n"
           "  --no-progress          no live progress line\n"
           "  --json                 print one JSON object at the end instead of text\n"
           "  --help                 this text\n"
@@ -62,7 +67,7 @@ static void eval_usage(FILE *f) {
 }
 
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
-       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_HELP };
+       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_HELP };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -78,7 +83,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"save", required_argument, 0, O_SAVE},         {"resume", required_argument, 0, O_RESUME},
       {"load", required_argument, 0, O_LOAD},         {"json", no_argument, 0, O_JSON},
       {"no-progress", no_argument, 0, O_NOPROGRESS},  {"help", no_argument, 0, O_HELP},
-      {"max-memory", required_argument, 0, O_MAXMEM},
+      {"max-memory", required_argument, 0, O_MAXMEM},  {"profile", no_argument, 0, O_PROFILE},
+      {"trace", required_argument, 0, O_TRACE},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -89,7 +95,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   while ((c = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
     /* eval takes only some of the options */
     if (is_eval && (c == O_MODEL || c == O_EPOCHS || c == O_OPT || c == O_LR || c == O_MOMENTUM || c == O_WD ||
-                    c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS))
+                    c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS || c == O_PROFILE ||
+                    c == O_TRACE || c == O_MAXMEM))
       return cli_usage_error(cmd, "--%s is a 'lamina train' option, not one of eval's", longopts[li].name);
     if (!is_eval && c == O_LOAD) return cli_usage_error(cmd, "--load is for 'lamina eval'; to continue training use --resume");
     switch (c) {
@@ -131,6 +138,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       case O_LOAD: o->load = optarg; break;
       case O_JSON: o->json = 1; break;
       case O_NOPROGRESS: o->progress = 0; break;
+      case O_PROFILE: o->profile = 1; break;
+      case O_TRACE: o->trace = optarg, o->profile = 1; break;
       case O_MAXMEM:
         if (cli_parse_count(cmd, "--max-memory", optarg, (size_t)1 << 50, &o->max_memory)) return EXIT_USAGE;
         if (o->max_memory == 0) return cli_usage_error(cmd, "--max-memory: the cap must be more than 0 bytes");
@@ -172,6 +181,21 @@ static void print_memory(lam_ctx *ctx, lam_model *m, lam_trainer *t) {
          "%.2f MB; in use %.2f MB, reserved %.2f MB, peak %.2f MB\n",
          lam_device_str(lam_ctx_device(ctx)), mm.params / MB, mm.grads / MB, mm.optimizer / MB, mm.activations / MB,
          mm.data / MB, ms.in_use / MB, ms.reserved / MB, ms.peak / MB);
+}
+
+static lam_status print_profile(lam_trainer *t, FILE *f) {
+  lam_prof_row rows[64];
+  int n = 0, steps = 0;
+  lam_status s = lam_trainer_profile_table(t, rows, 64, &n, &steps);
+  if (s != LAM_OK) return s;
+  double all = 0;
+  for (int i = 0; i < n; i++) all += rows[i].total_ms;
+  fprintf(f, "profile of %d training steps (%.3f ms a step), by op:\n", steps, steps ? all / steps : 0.0);
+  fprintf(f, "  %-20s %8s %12s %12s %8s\n", "op", "calls", "total ms", "mean us", "% step");
+  for (int i = 0; i < n; i++)
+    fprintf(f, "  %-20s %8ld %12.3f %12.2f %7.1f%%\n", rows[i].name, rows[i].calls, rows[i].total_ms,
+            rows[i].mean_ms * 1e3, 100 * rows[i].share);
+  return LAM_OK;
 }
 
 static int fail(const char *cmd, const char *what) {
@@ -224,6 +248,14 @@ int cmd_train(int argc, char **argv) {
     }
   }
   int show = o.progress && !o.json && isatty(2);
+  if (o.profile) {
+    int steps_per_epoch = (int)((train->n + (size_t)o.batch - 1) / (size_t)o.batch);
+    int first = steps_per_epoch > 110 ? 10 : 0; /* skip the warm-up steps where there are enough */
+    if (lam_trainer_profile(t, first, steps_per_epoch - first < 100 ? steps_per_epoch - first : 100) != LAM_OK) {
+      ret = fail("train", "profiling");
+      goto out;
+    }
+  }
   if (!o.json) {
     printf("lamina train: %s on %s\n", lam_model_spec(m), lam_ctx_device_name(ctx));
     printf("  data %s: %zu training, %zu test images of %dx%d; %zu parameters; batch %d\n", o.data, train->n, test->n,
@@ -240,7 +272,8 @@ int cmd_train(int argc, char **argv) {
       goto out;
     }
     double acc = 0;
-    if (lam_evaluate(m, test, 1000, &acc, NULL, NULL) != LAM_OK) {
+    /* The training batch: a larger one would grow the model's batch buffers for the rest of the run. */
+    if (lam_evaluate(m, test, o.batch, &acc, NULL, NULL) != LAM_OK) {
       ret = fail("train", "evaluating");
       goto out;
     }
@@ -256,6 +289,17 @@ int cmd_train(int argc, char **argv) {
       ret = fail("train", "saving");
       goto out;
     }
+  }
+  if (o.profile && print_profile(t, o.json ? stderr : stdout) != LAM_OK) {
+    ret = fail("train", "the profile");
+    goto out;
+  }
+  if (o.trace) {
+    if (lam_trainer_profile_trace(t, o.trace) != LAM_OK) {
+      ret = fail("train", NULL);
+      goto out;
+    }
+    if (!o.json) printf("trace written to %s (open it in Perfetto: ui.perfetto.dev)\n", o.trace);
   }
   if (o.json) {
     printf("{\"device\":\"%s\",\"device_name\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"batch\":%d,\"data\":\"%s\","

@@ -118,10 +118,48 @@ static lam_status cuda_sync(lam_ctx *ctx) {
   return LAM_OK;
 }
 
+/* ---- the profiler's clock: events on the context's stream ---- */
+
+static lam_status cuda_mark_reserve(lam_ctx *ctx, size_t n) {
+  cuda_state *st = cuda_st(ctx);
+  if (st->marks_cap >= n) return LAM_OK;
+  cudaEvent_t *m = (cudaEvent_t *)realloc(st->marks, n * sizeof *m);
+  if (!m) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for %zu profiler events", n);
+  st->marks = m;
+  for (size_t i = st->marks_cap; i < n; i++) {
+    cudaError_t e = cudaEventCreate(&m[i]);
+    if (e != cudaSuccess) {
+      st->marks_cap = i;
+      return cuda_status(e, "cudaEventCreate(profiler mark)", __FILE__, __LINE__);
+    }
+  }
+  st->marks_cap = n;
+  return LAM_OK;
+}
+
+static lam_status cuda_mark(lam_ctx *ctx, size_t i) {
+  cuda_state *st = cuda_st(ctx);
+  if (i >= st->marks_cap) return LAM_FAIL(LAM_ERR_INVALID_ARG, "profiler mark %zu beyond the %zu reserved", i, st->marks_cap);
+  CUDA_TRY(cudaEventRecord(st->marks[i], st->stream));
+  return LAM_OK;
+}
+
+static lam_status cuda_mark_read(lam_ctx *ctx, size_t i, double *ms) {
+  cuda_state *st = cuda_st(ctx);
+  if (i >= st->marks_cap) return LAM_FAIL(LAM_ERR_INVALID_ARG, "profiler mark %zu beyond the %zu reserved", i, st->marks_cap);
+  CUDA_TRY(cudaEventSynchronize(st->marks[i]));
+  float f = 0;
+  CUDA_TRY(cudaEventElapsedTime(&f, st->marks[0], st->marks[i]));
+  *ms = f;
+  return LAM_OK;
+}
+
 static void cuda_destroy(lam_ctx *ctx) {
   cuda_state *st = cuda_st(ctx);
   if (!st) return;
   cuda_nn_destroy(st);
+  for (size_t i = 0; i < st->marks_cap; i++) cudaEventDestroy(st->marks[i]);
+  free(st->marks);
   cuda_staging_free(ctx);
   for (size_t i = 0; i < 4 * st->ev_pool_chunks; i++) cudaEventDestroy(st->ev_pool[i]);
   free(st->ev_pool);
@@ -140,7 +178,7 @@ static const lam_backend cuda_backend = {
     cuda_weigh,      cuda_tanh,       cuda_gemm,        cuda_zero,        cuda_copy_mem,   cuda_im2col,
     cuda_col2im,     cuda_cbp_to_bcp, cuda_bcp_to_cbp,  cuda_add_bias,    cuda_bias_grad,  cuda_maxpool_fwd,
     cuda_maxpool_bwd, cuda_act_fwd,   cuda_act_bwd,     cuda_xent,        cuda_gather,     cuda_adam,
-    cuda_sgd,        cuda_backprop_step,
+    cuda_sgd,        cuda_backprop_step, cuda_mark_reserve, cuda_mark, cuda_mark_read,
 };
 
 extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {

@@ -36,6 +36,8 @@ typedef struct cuda_state {
   size_t chunk_env;   /* LAMINA_CHUNK (values per chunk), 0: chosen by size */
   int sync_debug;
   void *cublas; /* cublasHandle_t, made at the first matrix product (nn.cu) */
+  cudaEvent_t *marks; /* the profiler's clock (nn/prof.c), made on demand and kept */
+  size_t marks_cap;
 } cuda_state;
 
 #ifdef __cplusplus

@@ -10,6 +10,9 @@ static lam_conv_geom conv_geom(const layer *l) {
 static lam_pool_geom pool_geom(const layer *l) {
   return (lam_pool_geom){l->in_c, l->in_h, l->in_w, l->k, l->stride, l->out_h, l->out_w};
 }
+static const char *fwd_name[] = {"conv.fwd", "dense.fwd", "maxpool.fwd", "relu.fwd", "tanh.fwd", "sigmoid.fwd", ""};
+static const char *bwd_name[] = {"conv.bwd", "dense.bwd", "maxpool.bwd", "relu.bwd", "tanh.bwd", "sigmoid.bwd", ""};
+
 static int act_of(layer_kind k) { return k == L_RELU ? LAM_ACT_RELU : k == L_TANH ? LAM_ACT_TANH : LAM_ACT_SIGMOID; }
 
 lam_status nn_forward(lam_model *m, int B) {
@@ -43,6 +46,7 @@ lam_status nn_forward(lam_model *m, int B) {
       case L_SIGMOID: LAM_TRY(be->act_fwd(ctx, act_of(l->kind), (size_t)B * layer_out_size(l), in, l->out)); break;
       case L_FLATTEN: break; /* out aliases the input */
     }
+    if (l->kind != L_FLATTEN) NN_PROF(m, fwd_name[l->kind], i + 1);
     in = l->out;
   }
   return LAM_OK;
@@ -50,8 +54,10 @@ lam_status nn_forward(lam_model *m, int B) {
 
 lam_status nn_loss(lam_model *m, int B, int backward, float mean_over, uint8_t *pred) {
   layer *last = &m->L[m->nlayers - 1];
-  return m->ctx->be->xent(m->ctx, B, last->out_c, last->out, m->y, backward ? last->dout : NULL, 1.0f / mean_over,
-                          m->stats, pred);
+  LAM_TRY(m->ctx->be->xent(m->ctx, B, last->out_c, last->out, m->y, backward ? last->dout : NULL, 1.0f / mean_over,
+                           m->stats, pred));
+  NN_PROF(m, "softmax_xent", 0);
+  return LAM_OK;
 }
 
 lam_status nn_backward(lam_model *m, int B) {
@@ -95,6 +101,7 @@ lam_status nn_backward(lam_model *m, int B) {
         break;
       case L_FLATTEN: break; /* dout aliases the input's gradient */
     }
+    if (l->kind != L_FLATTEN && (din || l->nw)) NN_PROF(m, bwd_name[l->kind], i + 1);
   }
   return LAM_OK;
 }

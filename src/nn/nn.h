@@ -45,7 +45,15 @@ struct lam_model {
   float *stats;            /* [loss sum, correct, samples]: accumulated on the device, read rarely */
   uint8_t *pred;           /* argmax per sample of the last forward, (cap) */
   size_t batch_bytes;      /* backend memory held by the batch buffers above and the layers' */
+  struct lam_prof *prof;   /* when profiling: a mark after every op (nn/prof.h) */
 };
+
+/* Marks the end of an op for the profiler; free when not profiling. */
+lam_status prof_mark(struct lam_prof *p, const char *name, int layer);
+#define NN_PROF(m, name, layer) \
+  do {                          \
+    if ((m)->prof) LAM_TRY(prof_mark((m)->prof, (name), (layer))); \
+  } while (0)
 
 /* Builds the layer list from the spec (nn/spec.c). */
 lam_status nn_parse_spec(const char *spec, int in_c, int in_h, int in_w, layer **out, int *nlayers, char *expanded,

@@ -39,6 +39,8 @@ void lam_trainer_free(lam_trainer *t) {
   if (!t) return;
   lam_ctx *ctx = t->m->ctx;
   ctx->be->sync(ctx);
+  t->m->prof = NULL;
+  prof_free(&t->prof);
   lam_mem_free(ctx, t->d_images);
   lam_mem_free(ctx, t->d_labels);
   lam_mem_free(ctx, t->d_idx);
@@ -77,6 +79,26 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
 
 int lam_trainer_epochs_done(const lam_trainer *t) { return t ? t->epochs_done : 0; }
 
+/* Opens the profile at its first step (of the first epoch that reaches it) and closes it after its last:
+ * from then on the model's ops mark nothing. */
+static lam_status profile_window(lam_trainer *t, int step) {
+  lam_model *m = t->m;
+  if (!t->prof_steps) return LAM_OK;
+  if (step == t->prof_first && !t->prof.nmarks) {
+    size_t per_step = 2 * (size_t)m->nlayers + 8;
+    LAM_TRY(prof_begin(&t->prof, m->ctx, per_step * (size_t)t->prof_steps + 1));
+    m->prof = &t->prof;
+    t->prof_done = 0;
+  } else if (m->prof) {
+    t->prof_done++;
+    if (t->prof_done == t->prof_steps || step == (int)((t->n + (size_t)t->batch - 1) / (size_t)t->batch)) {
+      t->prof.active = 0;
+      m->prof = NULL;
+    }
+  }
+  return LAM_OK;
+}
+
 lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out) {
   LAM_CHECK_ARG(t && out, "lam_trainer_epoch: %s is NULL", t ? "out" : "trainer");
   lam_model *m = t->m;
@@ -96,12 +118,16 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   for (int step = 0; step < steps; step++) {
     size_t off = (size_t)step * t->batch;
     int B = (int)(t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch);
+    LAM_TRY(profile_window(t, step));
     LAM_TRY(be->gather(ctx, B, t->sample, t->d_images, t->d_labels, t->d_idx + off, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
+    NN_PROF(m, "gather_normalize", 0);
     LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
+    NN_PROF(m, "zero_grad", 0);
     LAM_TRY(nn_forward(m, B));
     LAM_TRY(nn_loss(m, B, 1, (float)B, NULL));
     LAM_TRY(nn_backward(m, B));
     LAM_TRY(lam_model_step(m, &t->opt));
+    NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
     if (cb && every > 0 && ((step + 1) % every == 0 || step + 1 == steps)) {
       float st[4];
       LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st));
@@ -109,6 +135,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
       cb(user, step + 1, steps, st[2] > 0 ? st[0] / st[2] : 0.0, secs > 0 ? st[2] / secs : 0.0);
     }
   }
+  LAM_TRY(profile_window(t, steps)); /* a window that runs to the epoch's end closes here */
   float st[4];
   LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the epoch's last step */
   double secs = (lam_now_ms() - t0) / 1e3;

@@ -3,6 +3,7 @@
 #define LAMINA_NN_TRAIN_H
 
 #include "nn.h"
+#include "prof.h"
 #include "rng.h"
 
 struct lam_trainer {
@@ -15,6 +16,8 @@ struct lam_trainer {
   int epochs_done;
   uint8_t *d_images, *d_labels; /* the training set in backend memory, uint8 */
   int32_t *h_idx, *d_idx;       /* this epoch's order */
+  lam_prof prof;                /* the per-op profile of steps [prof_first, prof_first + prof_steps) */
+  int prof_first, prof_steps, prof_done;
 };
 
 #endif
