@@ -158,6 +158,17 @@ lam_status lam_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 lam_status lam_hidden_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype grey_dtype, const float *w,
                                     float *out, double *ms);
 
+/* ---- images and video: uint8 to normalized float32 NCHW (issue #4) ----------------------------- */
+
+typedef enum lam_layout { LAM_LAYOUT_NCHW = 0, LAM_LAYOUT_NHWC } lam_layout;
+#define LAM_NORMALIZE_MAX_CHANNELS 64
+/* out (n, c, h, w) = (in / 255 - mean[ch]) / std[ch] as float32, in one pass that also changes the layout
+ * from in's (NCHW or NHWC) to NCHW. n counts images; a batch of video clips is n = clips × frames.
+ * in and out are backend memory (device memory on CUDA); mean and std are c host floats (std > 0),
+ * c <= LAM_NORMALIZE_MAX_CHANNELS. Asynchronous on CUDA. */
+lam_status lam_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, lam_layout layout, const uint8_t *in,
+                                const float *mean, const float *std, float *out);
+
 /* Largest n the hidden layer accepts (2^40 values): larger sizes are rejected as invalid. */
 #define LAM_HIDDEN_MAX_N ((size_t)1 << 40)
 

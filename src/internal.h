@@ -82,6 +82,10 @@ typedef struct lam_backend {
   /* gradient = error * input; w -= lr * gradient. */
   lam_status (*backprop_step)(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
 
+  /* out (n, c, h, w) float = (in / 255 - mean[ch]) / std[ch], in NCHW or NHWC (nhwc = 1). */
+  lam_status (*normalize_images)(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
+                                 const float *mean, const float *std, float *out);
+
   /* The profiler's clock: marks are numbered slots of a pool. mark records "now" in the order the
    * backend executes its work (an event on the stream on CUDA); mark_read gives the milliseconds from
    * slot 0 to slot i once that work is done. NULL on backends whose ops run synchronously on the host:

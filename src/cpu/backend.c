@@ -71,6 +71,7 @@ const lam_backend lam_cpu_backend = {
     .adam = cpu_adam,
     .sgd = cpu_sgd,
     .backprop_step = cpu_backprop_step,
+    .normalize_images = cpu_normalize_images,
 };
 
 lam_status cpu_ctx_init(lam_ctx *ctx) {

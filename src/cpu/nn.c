@@ -311,3 +311,24 @@ lam_status cpu_backprop_step(lam_ctx *ctx, size_t n, const float *err, const flo
   }
   return LAM_OK;
 }
+
+lam_status cpu_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
+                                const float *mean, const float *std, float *out) {
+  (void)ctx;
+  float a[LAM_NORMALIZE_MAX_CHANNELS], b[LAM_NORMALIZE_MAX_CHANNELS];
+  for (int i = 0; i < c; i++) a[i] = 1.0f / (255.0f * std[i]), b[i] = -mean[i] / std[i]; /* x * a + b */
+  const size_t plane = (size_t)h * w, image = plane * c;
+#pragma omp parallel for collapse(2) schedule(static) if (n * image > PAR_MIN)
+  for (size_t k = 0; k < n; k++)
+    for (int ch = 0; ch < c; ch++) {
+      float *dst = out + k * image + (size_t)ch * plane;
+      if (nhwc) {
+        const uint8_t *src = in + k * image + ch;
+        for (size_t p = 0; p < plane; p++) dst[p] = (float)src[p * c] * a[ch] + b[ch];
+      } else {
+        const uint8_t *src = in + k * image + (size_t)ch * plane;
+        for (size_t p = 0; p < plane; p++) dst[p] = (float)src[p] * a[ch] + b[ch];
+      }
+    }
+  return LAM_OK;
+}

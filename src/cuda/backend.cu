@@ -178,7 +178,7 @@ static const lam_backend cuda_backend = {
     cuda_weigh,      cuda_tanh,       cuda_gemm,        cuda_zero,        cuda_copy_mem,   cuda_im2col,
     cuda_col2im,     cuda_cbp_to_bcp, cuda_bcp_to_cbp,  cuda_add_bias,    cuda_bias_grad,  cuda_maxpool_fwd,
     cuda_maxpool_bwd, cuda_act_fwd,   cuda_act_bwd,     cuda_xent,        cuda_gather,     cuda_adam,
-    cuda_sgd,        cuda_backprop_step, cuda_mark_reserve, cuda_mark, cuda_mark_read,
+    cuda_sgd,        cuda_backprop_step, cuda_normalize_images, cuda_mark_reserve, cuda_mark, cuda_mark_read,
 };
 
 extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {

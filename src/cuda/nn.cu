@@ -405,3 +405,30 @@ lam_status cuda_backprop_step(lam_ctx *ctx, size_t n, const float *err, const fl
   LAUNCH_CHECK(st, "backprop_step_kernel");
   return LAM_OK;
 }
+
+/* Per-channel scale and offset, by value: x * a[c] + b[c] = (x / 255 - mean[c]) / std[c]. */
+typedef struct norm_coef {
+  float a[LAM_NORMALIZE_MAX_CHANNELS], b[LAM_NORMALIZE_MAX_CHANNELS];
+} norm_coef;
+
+/* One thread per output element (NCHW), so the float writes coalesce; an NHWC read is strided by c. */
+__global__ void normalize_images_kernel(size_t total, int c, size_t plane, int nhwc, const uint8_t *in, norm_coef k,
+                                        float *out) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    size_t p = i % plane, img = i / plane / c;
+    int ch = (int)(i / plane % c);
+    size_t src = nhwc ? (img * plane + p) * c + ch : i;
+    out[i] = (float)in[src] * k.a[ch] + k.b[ch];
+  }
+}
+
+lam_status cuda_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
+                                 const float *mean, const float *std, float *out) {
+  cuda_state *st = cuda_st(ctx);
+  norm_coef k;
+  for (int i = 0; i < c; i++) k.a[i] = 1.0f / (255.0f * std[i]), k.b[i] = -mean[i] / std[i]; /* as the CPU twin */
+  size_t plane = (size_t)h * w, total = n * plane * c;
+  normalize_images_kernel<<<blocks_for(total), NT, 0, st->stream>>>(total, c, plane, nhwc, in, k, out);
+  LAUNCH_CHECK(st, "normalize_images_kernel");
+  return LAM_OK;
+}

@@ -1,0 +1,123 @@
+/* test_normalize.c — lam_normalize_images: uint8 images and video clips, NCHW or NHWC, to float32 NCHW
+ * with per-channel mean and std, every element against a float64 reference; and its bad inputs.
+ * Run with the argument "cuda" it checks the CUDA backend instead (CTest label gpu; exit 77, skipped,
+ * without a device). */
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+static lam_device g_dev = LAM_DEVICE_CPU;
+static lam_ctx *g_ctx;
+
+/* One case: n images of c x h x w, in the given layout, through backend memory; max abs error against
+ * (double)x / 255 - mean) / std must be <= 1e-6 relative to the output's scale. */
+static void check_case(size_t n, int c, int h, int w, lam_layout layout) {
+  size_t total = n * (size_t)c * h * w;
+  tu_rng r;
+  tu_rng_seed(&r, tu_case_seed(total * 7 + (size_t)layout));
+  uint8_t *in = malloc(total ? total : 1);
+  float *out = malloc((total ? total : 1) * sizeof(float)), mean[LAM_NORMALIZE_MAX_CHANNELS], sd[LAM_NORMALIZE_MAX_CHANNELS];
+  assert_true(in && out);
+  for (size_t i = 0; i < total; i++) in[i] = (uint8_t)(tu_next(&r) >> 56);
+  for (int i = 0; i < c; i++) mean[i] = (float)tu_uniform(&r, 0.2, 0.6), sd[i] = (float)tu_uniform(&r, 0.1, 0.4);
+  tu_fill_nan(out, total);
+  void *d_in = NULL, *d_out = NULL;
+  TU_OK(lam_mem_alloc(g_ctx, &d_in, total));
+  TU_OK(lam_mem_alloc(g_ctx, &d_out, total * sizeof(float)));
+  TU_OK(lam_mem_upload(g_ctx, d_in, in, total));
+  TU_OK(lam_mem_upload(g_ctx, d_out, out, total * sizeof(float))); /* poisoned: an unwritten element fails */
+  TU_OK(lam_normalize_images(g_ctx, n, c, h, w, layout, d_in, mean, sd, d_out));
+  TU_OK(lam_ctx_sync(g_ctx));
+  TU_OK(lam_mem_download(g_ctx, out, d_out, total * sizeof(float)));
+  double worst = 0;
+  size_t bad = 0, plane = (size_t)h * w;
+  for (size_t k = 0; k < n; k++)
+    for (int ch = 0; ch < c; ch++)
+      for (size_t p = 0; p < plane; p++) {
+        size_t o = (k * c + ch) * plane + p;
+        size_t s = layout == LAM_LAYOUT_NHWC ? (k * plane + p) * c + ch : o;
+        double want = ((double)in[s] / 255.0 - mean[ch]) / sd[ch];
+        double e = fabs((double)out[o] - want) / fmax(1.0, fabs(want)); /* float32 rounding: ~1e-7 */
+        if (!(e <= 1e-6)) {
+          if (bad++ < 3) print_error("n %zu c %d %dx%d %s: out[%zu] = %.9g, want %.9g\n", n, c, h, w,
+                                     layout == LAM_LAYOUT_NHWC ? "NHWC" : "NCHW", o, out[o], want);
+        }
+        if (e > worst) worst = e;
+      }
+  print_message("  normalize %zu x %d x %d x %d %s: max rel err %.2e\n", n, c, h, w,
+                layout == LAM_LAYOUT_NHWC ? "NHWC" : "NCHW", worst);
+  assert_int_equal(bad, 0);
+  TU_OK(lam_mem_free(g_ctx, d_in));
+  TU_OK(lam_mem_free(g_ctx, d_out));
+  free(in);
+  free(out);
+}
+
+static void test_shapes(void **state) {
+  (void)state;
+  for (int layout = 0; layout < 2; layout++) {
+    check_case(1, 1, 1, 1, (lam_layout)layout);
+    check_case(7, 1, 28, 28, (lam_layout)layout);     /* MNIST-like */
+    check_case(3, 3, 17, 23, (lam_layout)layout);     /* RGB, odd sizes */
+    check_case(2, 3, 48, 64, (lam_layout)layout);     /* a small image batch */
+    check_case(2 * 8, 3, 28, 28, (lam_layout)layout); /* 2 clips of 8 frames */
+    check_case(2, 64, 5, 3, (lam_layout)layout);      /* the most channels */
+  }
+}
+
+static void test_bad_inputs(void **state) {
+  (void)state;
+  uint8_t in[16] = {0};
+  float out[16], mean[2] = {0.5f, 0.5f}, sd[2] = {0.5f, 0.0f};
+  void *d_in, *d_out;
+  TU_OK(lam_mem_alloc(g_ctx, &d_in, sizeof in));
+  TU_OK(lam_mem_alloc(g_ctx, &d_out, sizeof out));
+  struct {
+    lam_status st;
+    const char *word;
+  } r[8];
+  r[0].st = lam_normalize_images(g_ctx, 1, 0, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), r[0].word = "shape";
+  r[1].st = lam_normalize_images(g_ctx, 1, 65, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), r[1].word = "shape";
+  r[2].st = lam_normalize_images(g_ctx, 1, 2, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), r[2].word = "std[1]";
+  r[3].st = lam_normalize_images(g_ctx, 1, 1, 2, 2, (lam_layout)7, d_in, mean, sd, d_out), r[3].word = "layout";
+  r[4].st = lam_normalize_images(g_ctx, 1, 1, 2, 2, LAM_LAYOUT_NCHW, NULL, mean, sd, d_out), r[4].word = "in";
+  r[5].st = lam_normalize_images(g_ctx, 1, 1, 2, 2, LAM_LAYOUT_NCHW, d_in, NULL, sd, d_out), r[5].word = "mean";
+  r[6].st = lam_normalize_images(g_ctx, (size_t)1 << 40, 1, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), r[6].word = "too many";
+  r[7].st = lam_normalize_images(NULL, 1, 1, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), r[7].word = "ctx";
+  for (int i = 0; i < 8; i++) assert_int_equal(r[i].st, LAM_ERR_INVALID_ARG);
+  /* each message names what is wrong (checked right after the call) */
+  assert_int_equal(lam_normalize_images(g_ctx, 1, 2, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "std[1]"));
+  assert_int_equal(lam_normalize_images(g_ctx, 1, 0, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "shape"));
+  TU_OK(lam_normalize_images(g_ctx, 0, 1, 2, 2, LAM_LAYOUT_NCHW, NULL, NULL, NULL, NULL)); /* n = 0: nothing to do */
+  TU_OK(lam_mem_free(g_ctx, d_in));
+  TU_OK(lam_mem_free(g_ctx, d_out));
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "cuda")) {
+    const char *why = NULL;
+    if (lam_cuda_device_count(&why) == 0) {
+      printf("test_normalize cuda: no CUDA device (%s): skipping\n", why ? why : "none");
+      return 77;
+    }
+    g_dev = LAM_DEVICE_CUDA;
+  }
+  if (lam_ctx_create(&g_ctx, g_dev) != LAM_OK) {
+    fprintf(stderr, "test_normalize: %s\n", lam_last_error());
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_shapes), cmocka_unit_test(test_bad_inputs)};
+  tu_apply_filter();
+  int failed = cmocka_run_group_tests_name(g_dev == LAM_DEVICE_CUDA ? "normalize_cuda" : "normalize", tests, NULL, NULL);
+  lam_ctx_free(g_ctx);
+  return failed ? 1 : 0;
+}
