@@ -49,7 +49,6 @@ typedef struct lam_backend {
   lam_status (*gemm)(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc);
   lam_status (*zero)(lam_ctx *ctx, void *p, size_t bytes);
-  lam_status (*copy)(lam_ctx *ctx, void *dst, const void *src, size_t bytes);
   /* x (B, C, H, W) -> col (C*K*K, B*OH*OW): column b*OH*OW + p holds the patch of output p of sample b. */
   lam_status (*im2col)(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col);
   /* dx (B, C, H, W) += the patches of col scattered back (dx must be zeroed first by the caller). */

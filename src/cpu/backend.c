@@ -55,7 +55,6 @@ const lam_backend lam_cpu_backend = {
     .tanh_ = cpu_tanh,
     .gemm = cpu_gemm,
     .zero = cpu_zero,
-    .copy = cpu_copy_mem,
     .im2col = cpu_im2col,
     .col2im = cpu_col2im,
     .cbp_to_bcp = cpu_cbp_to_bcp,

@@ -20,7 +20,6 @@ lam_status cpu_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 lam_status cpu_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                     const float *B, int ldb, float beta, float *C, int ldc);
 lam_status cpu_zero(lam_ctx *ctx, void *p, size_t bytes);
-lam_status cpu_copy_mem(lam_ctx *ctx, void *dst, const void *src, size_t bytes);
 lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col);
 lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx);
 lam_status cpu_cbp_to_bcp(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst);

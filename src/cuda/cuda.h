@@ -69,7 +69,6 @@ lam_status cuda_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc);
 lam_status cuda_zero(lam_ctx *ctx, void *p, size_t bytes);
-lam_status cuda_copy_mem(lam_ctx *ctx, void *dst, const void *src, size_t bytes);
 lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col);
 lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx);
 lam_status cuda_cbp_to_bcp(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst);

@@ -69,11 +69,6 @@ lam_status cuda_zero(lam_ctx *ctx, void *p, size_t bytes) {
   return LAM_OK;
 }
 
-lam_status cuda_copy_mem(lam_ctx *ctx, void *dst, const void *src, size_t bytes) {
-  CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_st(ctx)->stream));
-  return LAM_OK;
-}
-
 /* One thread per element of col (C*K*K rows, B*P columns); consecutive threads take consecutive columns,
  * so the writes coalesce. */
 __global__ void im2col_kernel(lam_conv_geom g, int B, const float *x, float *col) {

@@ -143,7 +143,6 @@ lam_status nn_model_reserve(lam_model *m, int B) {
     free_batch(m);
     return s;
   }
-  m->scratch_floats = scratch;
   m->cap = B;
   return LAM_OK;
 }

@@ -41,7 +41,6 @@ struct lam_model {
   float *x, *dx;           /* input (B, in_c, in_h, in_w); dx is scratch for the first layer's input gradient */
   uint8_t *y;              /* labels of the batch (backend memory) */
   float *scratch;          /* conv backward: transposed gradient and the column gradient */
-  size_t scratch_floats;
   float *stats;            /* [loss sum, correct, samples]: accumulated on the device, read rarely */
   uint8_t *pred;           /* argmax per sample of the last forward, (cap) */
   size_t batch_bytes;      /* backend memory held by the batch buffers above and the layers' */
