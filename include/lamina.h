@@ -33,7 +33,9 @@ typedef enum lam_status {
 
 typedef enum lam_device { LAM_DEVICE_AUTO = 0, LAM_DEVICE_CPU, LAM_DEVICE_CUDA } lam_device;
 
-typedef enum lam_dtype { LAM_DTYPE_F32 = 0, LAM_DTYPE_U8 } lam_dtype;
+/* Element types. The hidden layer takes F32 or U8 greys; the image normalize op writes F32 or BF16; the
+ * transfer benchmark moves any of them. */
+typedef enum lam_dtype { LAM_DTYPE_F32 = 0, LAM_DTYPE_U8, LAM_DTYPE_I8, LAM_DTYPE_F16, LAM_DTYPE_BF16 } lam_dtype;
 
 typedef struct lam_ctx lam_ctx;
 
@@ -63,7 +65,7 @@ lam_status lam_ctx_sync(lam_ctx *ctx);
 /* Parses "cpu", "cuda" or "auto" (case-sensitive). */
 lam_status lam_device_parse(const char *s, lam_device *out);
 const char *lam_device_str(lam_device d);
-/* Parses "f32" or "u8". */
+/* Parses "f32", "u8", "i8", "f16" or "bf16". */
 lam_status lam_dtype_parse(const char *s, lam_dtype *out);
 const char *lam_dtype_str(lam_dtype t);
 size_t lam_dtype_size(lam_dtype t);
@@ -158,16 +160,48 @@ lam_status lam_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 lam_status lam_hidden_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype grey_dtype, const float *w,
                                     float *out, double *ms);
 
-/* ---- images and video: uint8 to normalized float32 NCHW (issue #4) ----------------------------- */
+/* ---- images and video: uint8 to normalized float32 (or bfloat16) NCHW (issue #4) ------------------ */
 
 typedef enum lam_layout { LAM_LAYOUT_NCHW = 0, LAM_LAYOUT_NHWC } lam_layout;
 #define LAM_NORMALIZE_MAX_CHANNELS 64
-/* out (n, c, h, w) = (in / 255 - mean[ch]) / std[ch] as float32, in one pass that also changes the layout
- * from in's (NCHW or NHWC) to NCHW. n counts images; a batch of video clips is n = clips × frames.
+/* out (n, c, h, w) = (in / 255 - mean[ch]) / std[ch], in one pass that also changes the layout from in's
+ * (NCHW or NHWC) to NCHW. out_dtype is LAM_DTYPE_F32 or LAM_DTYPE_BF16 (rounded to nearest even). n counts
+ * images; a batch of video clips (N, T, H, W, C) is n = N, h = T*H (channels first: (N, C, T, H, W)).
  * in and out are backend memory (device memory on CUDA); mean and std are c host floats (std > 0),
  * c <= LAM_NORMALIZE_MAX_CHANNELS. Asynchronous on CUDA. */
 lam_status lam_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, lam_layout layout, const uint8_t *in,
-                                const float *mean, const float *std, float *out);
+                                const float *mean, const float *std, lam_dtype out_dtype, void *out);
+
+/* ---- the transfer benchmark (lamina bench transfer) ------------------------------------------------ */
+
+/* What one measurement moves: a batch of n images (c, h, w) in `layout`, as uint8 on the host. */
+typedef enum lam_xfer_method {
+  LAM_XFER_COPY = 0,       /* copy the batch, already in `dtype`, host -> device */
+  LAM_XFER_CPU_NORMALIZE,  /* normalize on the host to float32 NCHW, then copy the floats */
+  LAM_XFER_GPU_NORMALIZE   /* copy the uint8 batch, then normalize on the device to `dtype` (f32 or bf16) */
+} lam_xfer_method;
+typedef struct lam_xfer_case {
+  size_t n;
+  int c, h, w;
+  lam_layout layout;
+  lam_xfer_method method;
+  lam_dtype dtype;  /* COPY: the dtype moved; GPU_NORMALIZE: its output (f32 or bf16); CPU_NORMALIZE: f32 */
+  int pinned;       /* the host buffer is pinned (page-locked); else pageable malloc memory */
+  int reps, warmup; /* timed repetitions (median taken) and untimed ones before them */
+  double max_ms;    /* stop repeating once this much time is spent (>= 10 reps); 0: no limit */
+} lam_xfer_case;
+typedef struct lam_xfer_result {
+  int reps;                          /* repetitions timed */
+  double median_us, p10_us, p90_us;  /* CUDA events around the whole pipeline (host clock on the CPU) */
+  double wall_median_us;             /* host clock around the pipeline and its synchronize */
+  size_t bytes_host;                 /* bytes that cross from host to device */
+  size_t bytes_device;               /* bytes of the batch as the device ends up holding it */
+  int copies_on_host;                /* 1 on the CPU backend: the "copy" is a host memcpy, not PCIe */
+} lam_xfer_result;
+/* Times one case on fresh random pixels. Every output value of the last repetition is checked against
+ * the CPU's normalization (a mismatch is an error). On the CPU backend the copies are host memcpy
+ * (copies_on_host = 1): what it measures is staging and normalization. */
+lam_status lam_bench_transfer(lam_ctx *ctx, const lam_xfer_case *c, lam_xfer_result *r);
 
 /* Largest n the hidden layer accepts (2^40 values): larger sizes are rejected as invalid. */
 #define LAM_HIDDEN_MAX_N ((size_t)1 << 40)
@@ -281,6 +315,23 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
 void lam_trainer_free(lam_trainer *t);
 lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out);
 int lam_trainer_epochs_done(const lam_trainer *t);
+
+/* Streaming batches: instead of keeping the data set on the device, a host thread gathers each shuffled
+ * batch (uint8 pixels and labels) into one of `buffers` pinned buffers (2 or 3), a copy stream moves it
+ * to the device while the previous batch computes, and events order the two, so in steady state the
+ * device does not wait for the loader. The shuffle is the same as resident training's: a seed trains
+ * the same either way. lam_trainer_create streams by itself when the set does not fit (device memory
+ * or the allocator's cap); lam_trainer_set_stream(t, 2 or 3) asks for it, (t, 0) goes back to resident.
+ * While streaming the trainer reads the data set's host arrays: keep it alive until lam_trainer_free. */
+lam_status lam_trainer_set_stream(lam_trainer *t, int buffers);
+typedef struct lam_stream_stats {
+  int buffers;           /* 0: the data set is resident on the device */
+  double epoch_ms;       /* of the last epoch (0 before the first) */
+  double data_wait_ms;   /* time the device waited for batch copies in the last epoch (CUDA events) */
+  double loader_wait_ms; /* time the training loop waited for the loader thread in the last epoch */
+  char why[200];         /* why it streams: "asked for" or "the data set does not fit: ..." */
+} lam_stream_stats;
+lam_status lam_trainer_stream_stats(const lam_trainer *t, lam_stream_stats *out);
 
 /* Profiling: per-op times of steps [first_step, first_step + steps) of the next epochs (CUDA events on
  * the GPU, the host clock on the CPU; steps 0 turns it off). The table aggregates by op name, sorted by

@@ -58,16 +58,25 @@ const char *lam_device_str(lam_device d) {
   return "?";
 }
 
+static const struct {
+  const char *name;
+  size_t size;
+} dtypes[] = {[LAM_DTYPE_F32] = {"f32", 4}, [LAM_DTYPE_U8] = {"u8", 1}, [LAM_DTYPE_I8] = {"i8", 1},
+              [LAM_DTYPE_F16] = {"f16", 2}, [LAM_DTYPE_BF16] = {"bf16", 2}};
+#define NDTYPES (int)(sizeof dtypes / sizeof dtypes[0])
+
 lam_status lam_dtype_parse(const char *s, lam_dtype *out) {
   LAM_CHECK_ARG(s && out, "lam_dtype_parse: NULL argument");
-  if (!strcmp(s, "f32")) *out = LAM_DTYPE_F32;
-  else if (!strcmp(s, "u8")) *out = LAM_DTYPE_U8;
-  else return LAM_FAIL(LAM_ERR_INVALID_ARG, "unknown dtype '%s': expected f32 or u8", s);
-  return LAM_OK;
+  for (int i = 0; i < NDTYPES; i++)
+    if (!strcmp(s, dtypes[i].name)) {
+      *out = (lam_dtype)i;
+      return LAM_OK;
+    }
+  return LAM_FAIL(LAM_ERR_INVALID_ARG, "unknown dtype '%s': expected f32, u8, i8, f16 or bf16", s);
 }
 
-const char *lam_dtype_str(lam_dtype t) { return t == LAM_DTYPE_U8 ? "u8" : t == LAM_DTYPE_F32 ? "f32" : "?"; }
-size_t lam_dtype_size(lam_dtype t) { return t == LAM_DTYPE_U8 ? 1 : t == LAM_DTYPE_F32 ? 4 : 0; }
+const char *lam_dtype_str(lam_dtype t) { return (int)t >= 0 && (int)t < NDTYPES ? dtypes[t].name : "?"; }
+size_t lam_dtype_size(lam_dtype t) { return (int)t >= 0 && (int)t < NDTYPES ? dtypes[t].size : 0; }
 
 int lam_cuda_device_count(const char **why) { return cuda_device_count(why); }
 

@@ -66,13 +66,15 @@ lam_status lam_tanh(lam_ctx *ctx, size_t n, const float *x, float *out) {
 }
 
 lam_status lam_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, lam_layout layout, const uint8_t *in,
-                                const float *mean, const float *std, float *out) {
+                                const float *mean, const float *std, lam_dtype out_dtype, void *out) {
   LAM_CHECK_ARG(ctx, "lam_normalize_images: ctx is NULL");
   LAM_CHECK_ARG(c >= 1 && c <= LAM_NORMALIZE_MAX_CHANNELS && h >= 1 && w >= 1,
                 "lam_normalize_images: shape (c %d, h %d, w %d) is not valid (1 <= c <= %d, h and w >= 1)", c, h, w,
                 LAM_NORMALIZE_MAX_CHANNELS);
   LAM_CHECK_ARG(layout == LAM_LAYOUT_NCHW || layout == LAM_LAYOUT_NHWC,
                 "lam_normalize_images: layout %d is not LAM_LAYOUT_NCHW or LAM_LAYOUT_NHWC", (int)layout);
+  LAM_CHECK_ARG(out_dtype == LAM_DTYPE_F32 || out_dtype == LAM_DTYPE_BF16,
+                "lam_normalize_images: out_dtype %s is not f32 or bf16", lam_dtype_str(out_dtype));
   LAM_CHECK_ARG(n <= ((size_t)1 << 40) / ((size_t)c * h * w), "lam_normalize_images: %zu images of %dx%dx%d is too many", n,
                 c, h, w);
   if (n == 0) return LAM_OK;
@@ -80,5 +82,6 @@ lam_status lam_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, lam
                 !in ? "in" : !mean ? "mean" : !std ? "std" : "out");
   for (int i = 0; i < c; i++)
     LAM_CHECK_ARG(std[i] > 0, "lam_normalize_images: std[%d] = %g must be greater than 0", i, (double)std[i]);
-  return ctx->be->normalize_images(ctx, n, c, h, w, layout == LAM_LAYOUT_NHWC, in, mean, std, out);
+  return ctx->be->normalize_images(ctx, n, c, h, w, layout == LAM_LAYOUT_NHWC, in, mean, std,
+                                   out_dtype == LAM_DTYPE_BF16, out);
 }

@@ -136,7 +136,7 @@ static void test_n_too_large(void **state) {
 
 static void test_bad_dtype(void **state) {
   (void)state;
-  static const int bad[] = {99, 2, -1};
+  static const int bad[] = {99, LAM_DTYPE_I8, LAM_DTYPE_F16, LAM_DTYPE_BF16, -1}; /* the hidden layer: f32 or u8 */
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     reset_arrays();
     EXPECT_FAIL(lam_hidden(g_ctx, SMALL, g_grey, (lam_dtype)bad[i], g_w, g_out, NULL), LAM_ERR_INVALID_ARG, NULL);
@@ -182,12 +182,12 @@ static void test_dtype_parse(void **state) {
   assert_int_equal(t, LAM_DTYPE_U8);
   EXPECT_FAIL(lam_dtype_parse("f64", &t), LAM_ERR_INVALID_ARG, "f32");
   assert_msg("dtype_parse(f64)", "u8");
-  static const char *bad[] = {"F32", "", "float", "uint8", "f16", "u8 "};
+  static const char *bad[] = {"F32", "", "float", "uint8", "f64", "u8 ", "fp16", "BF16"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     EXPECT_FAIL(lam_dtype_parse(bad[i], &t), LAM_ERR_INVALID_ARG, NULL);
   EXPECT_FAIL(lam_dtype_parse(NULL, &t), LAM_ERR_INVALID_ARG, NULL);
   EXPECT_FAIL(lam_dtype_parse("u8", NULL), LAM_ERR_INVALID_ARG, NULL);
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k <= LAM_DTYPE_BF16; k++) { /* every dtype's name parses back to it */
     const char *s = lam_dtype_str((lam_dtype)k);
     assert_non_null(s);
     TU_OK(lam_dtype_parse(s, &t));

@@ -16,9 +16,11 @@
 static lam_device g_dev = LAM_DEVICE_CPU;
 static lam_ctx *g_ctx;
 
-/* One case: n images of c x h x w, in the given layout, through backend memory; max abs error against
- * (double)x / 255 - mean) / std must be <= 1e-6 relative to the output's scale. */
-static void check_case(size_t n, int c, int h, int w, lam_layout layout) {
+/* One case: n images of c x h x w, in the given layout, through backend memory; the error against
+ * ((double)x / 255 - mean) / std must be <= 1e-6 relative to the output's scale (float32), plus half a
+ * bfloat16 ulp (at most 2^-8 of the value) for bf16 output. */
+static void check_case(size_t n, int c, int h, int w, lam_layout layout, lam_dtype odt) {
+  const int bf = odt == LAM_DTYPE_BF16;
   size_t total = n * (size_t)c * h * w;
   tu_rng r;
   tu_rng_seed(&r, tu_case_seed(total * 7 + (size_t)layout));
@@ -33,9 +35,16 @@ static void check_case(size_t n, int c, int h, int w, lam_layout layout) {
   TU_OK(lam_mem_alloc(g_ctx, &d_out, total * sizeof(float)));
   TU_OK(lam_mem_upload(g_ctx, d_in, in, total));
   TU_OK(lam_mem_upload(g_ctx, d_out, out, total * sizeof(float))); /* poisoned: an unwritten element fails */
-  TU_OK(lam_normalize_images(g_ctx, n, c, h, w, layout, d_in, mean, sd, d_out));
+  TU_OK(lam_normalize_images(g_ctx, n, c, h, w, layout, d_in, mean, sd, odt, d_out));
   TU_OK(lam_ctx_sync(g_ctx));
   TU_OK(lam_mem_download(g_ctx, out, d_out, total * sizeof(float)));
+  if (bf) /* widen the bf16 values in place, from the end, so each is read before it is overwritten */
+    for (size_t i = total; i-- > 0;) {
+      uint16_t hb;
+      memcpy(&hb, (char *)out + 2 * i, 2);
+      uint32_t u = (uint32_t)hb << 16;
+      memcpy(&out[i], &u, 4);
+    }
   double worst = 0;
   size_t bad = 0, plane = (size_t)h * w;
   for (size_t k = 0; k < n; k++)
@@ -45,14 +54,15 @@ static void check_case(size_t n, int c, int h, int w, lam_layout layout) {
         size_t s = layout == LAM_LAYOUT_NHWC ? (k * plane + p) * c + ch : o;
         double want = ((double)in[s] / 255.0 - mean[ch]) / sd[ch];
         double e = fabs((double)out[o] - want) / fmax(1.0, fabs(want)); /* float32 rounding: ~1e-7 */
-        if (!(e <= 1e-6)) {
+        double tol = 1e-6 + (bf ? 0x1p-8 * fabs(want) / fmax(1.0, fabs(want)) : 0);
+        if (!(e <= tol)) {
           if (bad++ < 3) print_error("n %zu c %d %dx%d %s: out[%zu] = %.9g, want %.9g\n", n, c, h, w,
                                      layout == LAM_LAYOUT_NHWC ? "NHWC" : "NCHW", o, out[o], want);
         }
         if (e > worst) worst = e;
       }
-  print_message("  normalize %zu x %d x %d x %d %s: max rel err %.2e\n", n, c, h, w,
-                layout == LAM_LAYOUT_NHWC ? "NHWC" : "NCHW", worst);
+  print_message("  normalize %zu x %d x %d x %d %s -> %s: max rel err %.2e\n", n, c, h, w,
+                layout == LAM_LAYOUT_NHWC ? "NHWC" : "NCHW", lam_dtype_str(odt), worst);
   assert_int_equal(bad, 0);
   TU_OK(lam_mem_free(g_ctx, d_in));
   TU_OK(lam_mem_free(g_ctx, d_out));
@@ -62,14 +72,17 @@ static void check_case(size_t n, int c, int h, int w, lam_layout layout) {
 
 static void test_shapes(void **state) {
   (void)state;
-  for (int layout = 0; layout < 2; layout++) {
-    check_case(1, 1, 1, 1, (lam_layout)layout);
-    check_case(7, 1, 28, 28, (lam_layout)layout);     /* MNIST-like */
-    check_case(3, 3, 17, 23, (lam_layout)layout);     /* RGB, odd sizes */
-    check_case(2, 3, 48, 64, (lam_layout)layout);     /* a small image batch */
-    check_case(2 * 8, 3, 28, 28, (lam_layout)layout); /* 2 clips of 8 frames */
-    check_case(2, 64, 5, 3, (lam_layout)layout);      /* the most channels */
-  }
+  for (int odt = 0; odt < 2; odt++)
+    for (int layout = 0; layout < 2; layout++) {
+      lam_layout l = (lam_layout)layout;
+      lam_dtype t = odt ? LAM_DTYPE_BF16 : LAM_DTYPE_F32;
+      check_case(1, 1, 1, 1, l, t);
+      check_case(7, 1, 28, 28, l, t);    /* MNIST-like */
+      check_case(3, 3, 17, 23, l, t);    /* RGB, odd sizes */
+      check_case(2, 3, 48, 64, l, t);    /* a small image batch */
+      check_case(2, 3, 8 * 28, 28, l, t); /* 2 clips (N, T = 8, H, W, C) -> (N, C, T, H, W): h = T * H */
+      check_case(2, 64, 5, 3, l, t);     /* the most channels */
+    }
 }
 
 static void test_bad_inputs(void **state) {
@@ -82,22 +95,24 @@ static void test_bad_inputs(void **state) {
   struct {
     lam_status st;
     const char *word;
-  } r[8];
-  r[0].st = lam_normalize_images(g_ctx, 1, 0, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), r[0].word = "shape";
-  r[1].st = lam_normalize_images(g_ctx, 1, 65, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), r[1].word = "shape";
-  r[2].st = lam_normalize_images(g_ctx, 1, 2, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), r[2].word = "std[1]";
-  r[3].st = lam_normalize_images(g_ctx, 1, 1, 2, 2, (lam_layout)7, d_in, mean, sd, d_out), r[3].word = "layout";
-  r[4].st = lam_normalize_images(g_ctx, 1, 1, 2, 2, LAM_LAYOUT_NCHW, NULL, mean, sd, d_out), r[4].word = "in";
-  r[5].st = lam_normalize_images(g_ctx, 1, 1, 2, 2, LAM_LAYOUT_NCHW, d_in, NULL, sd, d_out), r[5].word = "mean";
-  r[6].st = lam_normalize_images(g_ctx, (size_t)1 << 40, 1, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), r[6].word = "too many";
-  r[7].st = lam_normalize_images(NULL, 1, 1, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), r[7].word = "ctx";
-  for (int i = 0; i < 8; i++) assert_int_equal(r[i].st, LAM_ERR_INVALID_ARG);
+  } r[9];
+  r[0].st = lam_normalize_images(g_ctx, 1, 0, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, LAM_DTYPE_F32, d_out), r[0].word = "shape";
+  r[1].st = lam_normalize_images(g_ctx, 1, 65, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, LAM_DTYPE_F32, d_out), r[1].word = "shape";
+  r[2].st = lam_normalize_images(g_ctx, 1, 2, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, LAM_DTYPE_F32, d_out), r[2].word = "std[1]";
+  r[3].st = lam_normalize_images(g_ctx, 1, 1, 2, 2, (lam_layout)7, d_in, mean, sd, LAM_DTYPE_F32, d_out), r[3].word = "layout";
+  r[4].st = lam_normalize_images(g_ctx, 1, 1, 2, 2, LAM_LAYOUT_NCHW, NULL, mean, sd, LAM_DTYPE_F32, d_out), r[4].word = "in";
+  r[5].st = lam_normalize_images(g_ctx, 1, 1, 2, 2, LAM_LAYOUT_NCHW, d_in, NULL, sd, LAM_DTYPE_F32, d_out), r[5].word = "mean";
+  r[6].st = lam_normalize_images(g_ctx, (size_t)1 << 40, 1, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, LAM_DTYPE_F32, d_out), r[6].word = "too many";
+  r[7].st = lam_normalize_images(NULL, 1, 1, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, LAM_DTYPE_F32, d_out), r[7].word = "ctx";
+  r[8].st = lam_normalize_images(g_ctx, 1, 1, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, LAM_DTYPE_F16, d_out),
+  r[8].word = "out_dtype f16";
+  for (int i = 0; i < 9; i++) assert_int_equal(r[i].st, LAM_ERR_INVALID_ARG);
   /* each message names what is wrong (checked right after the call) */
-  assert_int_equal(lam_normalize_images(g_ctx, 1, 2, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), LAM_ERR_INVALID_ARG);
+  assert_int_equal(lam_normalize_images(g_ctx, 1, 2, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, LAM_DTYPE_F32, d_out), LAM_ERR_INVALID_ARG);
   assert_non_null(strstr(lam_last_error(), "std[1]"));
-  assert_int_equal(lam_normalize_images(g_ctx, 1, 0, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, d_out), LAM_ERR_INVALID_ARG);
+  assert_int_equal(lam_normalize_images(g_ctx, 1, 0, 2, 2, LAM_LAYOUT_NCHW, d_in, mean, sd, LAM_DTYPE_F32, d_out), LAM_ERR_INVALID_ARG);
   assert_non_null(strstr(lam_last_error(), "shape"));
-  TU_OK(lam_normalize_images(g_ctx, 0, 1, 2, 2, LAM_LAYOUT_NCHW, NULL, NULL, NULL, NULL)); /* n = 0: nothing to do */
+  TU_OK(lam_normalize_images(g_ctx, 0, 1, 2, 2, LAM_LAYOUT_NCHW, NULL, NULL, NULL, LAM_DTYPE_F32, NULL)); /* n = 0: nothing to do */
   TU_OK(lam_mem_free(g_ctx, d_in));
   TU_OK(lam_mem_free(g_ctx, d_out));
 }

@@ -67,7 +67,7 @@ static int parse(int argc, char **argv, hidden_opts *o) {
         if (cli_parse_count("hidden", "--n", optarg, LAM_HIDDEN_MAX_N, &o->n)) return EXIT_USAGE;
         break;
       case O_DTYPE:
-        if (lam_dtype_parse(optarg, &o->dtype) != LAM_OK)
+        if (lam_dtype_parse(optarg, &o->dtype) != LAM_OK || (o->dtype != LAM_DTYPE_F32 && o->dtype != LAM_DTYPE_U8))
           return cli_usage_error("hidden", "--dtype: '%s' is not a dtype (use f32 or u8)", optarg);
         break;
       case O_DEVICE:

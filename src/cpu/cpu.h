@@ -39,6 +39,6 @@ lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, 
 lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
                    int first);
 lam_status cpu_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
-                                const float *mean, const float *std, float *out);
+                                const float *mean, const float *std, int bf16, void *out);
 lam_status cpu_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
 #endif

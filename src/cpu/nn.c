@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "../half.h"
 
 /* Below this many values a loop runs on one thread: starting a team costs more than it saves, and
  * with many cores (16 on the GPU machine) tiny models would spend their time in fork and join. */
@@ -307,21 +308,22 @@ lam_status cpu_backprop_step(lam_ctx *ctx, size_t n, const float *err, const flo
 }
 
 lam_status cpu_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
-                                const float *mean, const float *std, float *out) {
+                                const float *mean, const float *std, int bf16, void *out) {
   (void)ctx;
   float a[LAM_NORMALIZE_MAX_CHANNELS], b[LAM_NORMALIZE_MAX_CHANNELS];
   for (int i = 0; i < c; i++) a[i] = 1.0f / (255.0f * std[i]), b[i] = -mean[i] / std[i]; /* x * a + b */
-  const size_t plane = (size_t)h * w, image = plane * c;
+  const size_t plane = (size_t)h * w, image = plane * c, step = nhwc ? (size_t)c : 1;
 #pragma omp parallel for collapse(2) schedule(static) if (n * image > PAR_MIN)
   for (size_t k = 0; k < n; k++)
     for (int ch = 0; ch < c; ch++) {
-      float *dst = out + k * image + (size_t)ch * plane;
-      if (nhwc) {
-        const uint8_t *src = in + k * image + ch;
-        for (size_t p = 0; p < plane; p++) dst[p] = (float)src[p * c] * a[ch] + b[ch];
+      const uint8_t *src = in + k * image + (nhwc ? (size_t)ch : (size_t)ch * plane);
+      size_t o = k * image + (size_t)ch * plane;
+      if (bf16) {
+        uint16_t *dst = (uint16_t *)out + o;
+        for (size_t p = 0; p < plane; p++) dst[p] = lam_f32_to_bf16((float)src[p * step] * a[ch] + b[ch]);
       } else {
-        const uint8_t *src = in + k * image + (size_t)ch * plane;
-        for (size_t p = 0; p < plane; p++) dst[p] = (float)src[p] * a[ch] + b[ch];
+        float *dst = (float *)out + o;
+        for (size_t p = 0; p < plane; p++) dst[p] = (float)src[p * step] * a[ch] + b[ch];
       }
     }
   return LAM_OK;

@@ -38,6 +38,9 @@ typedef struct cuda_state {
   void *cublas; /* cublasHandle_t, made at the first matrix product (nn.cu) */
   cudaEvent_t *marks; /* the profiler's clock (nn/prof.c), made on demand and kept */
   size_t marks_cap;
+  cudaStream_t copy_stream; /* queue 1: host->device copies that overlap the work on `stream` */
+  cudaEvent_t *events;      /* the event slots of event_record & co., made on demand and kept */
+  size_t events_cap;
 } cuda_state;
 
 #ifdef __cplusplus
@@ -88,7 +91,7 @@ lam_status cuda_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m,
 lam_status cuda_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
                     int first);
 lam_status cuda_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
-                                 const float *mean, const float *std, float *out);
+                                 const float *mean, const float *std, int bf16, void *out);
 lam_status cuda_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
 void cuda_nn_destroy(cuda_state *st);
 

@@ -3,6 +3,7 @@
  * cuBLAS (row-major calls mapped onto its column-major API); the rest are simple one-thread-per-output
  * kernels — the fused versions are issue #5's work. */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <stdio.h>
 
 #include "cuda.h"
@@ -406,24 +407,31 @@ typedef struct norm_coef {
   float a[LAM_NORMALIZE_MAX_CHANNELS], b[LAM_NORMALIZE_MAX_CHANNELS];
 } norm_coef;
 
-/* One thread per output element (NCHW), so the float writes coalesce; an NHWC read is strided by c. */
+static __device__ inline void store(float *p, float v) { *p = v; }
+static __device__ inline void store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* One thread per output element (NCHW), so the writes coalesce; an NHWC read is strided by c. */
+template <typename T>
 __global__ void normalize_images_kernel(size_t total, int c, size_t plane, int nhwc, const uint8_t *in, norm_coef k,
-                                        float *out) {
+                                        T *out) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
     size_t p = i % plane, img = i / plane / c;
     int ch = (int)(i / plane % c);
     size_t src = nhwc ? (img * plane + p) * c + ch : i;
-    out[i] = (float)in[src] * k.a[ch] + k.b[ch];
+    store(out + i, __fmaf_rn((float)in[src], k.a[ch], k.b[ch]));
   }
 }
 
 lam_status cuda_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
-                                 const float *mean, const float *std, float *out) {
+                                 const float *mean, const float *std, int bf16, void *out) {
   cuda_state *st = cuda_st(ctx);
   norm_coef k;
   for (int i = 0; i < c; i++) k.a[i] = 1.0f / (255.0f * std[i]), k.b[i] = -mean[i] / std[i]; /* as the CPU twin */
   size_t plane = (size_t)h * w, total = n * plane * c;
-  normalize_images_kernel<<<blocks_for(total), NT, 0, st->stream>>>(total, c, plane, nhwc, in, k, out);
+  if (bf16)
+    normalize_images_kernel<<<blocks_for(total), NT, 0, st->stream>>>(total, c, plane, nhwc, in, k, (__nv_bfloat16 *)out);
+  else
+    normalize_images_kernel<<<blocks_for(total), NT, 0, st->stream>>>(total, c, plane, nhwc, in, k, (float *)out);
   LAUNCH_CHECK(st, "normalize_images_kernel");
   return LAM_OK;
 }

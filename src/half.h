@@ -1,0 +1,43 @@
+/* half.h — float to 16-bit floats on the host, rounding to nearest even (the CUDA intrinsics' rounding):
+ * bfloat16 for the normalize op's CPU twin, IEEE half for the transfer benchmark's f16 batches. */
+#ifndef LAMINA_HALF_H
+#define LAMINA_HALF_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint16_t lam_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays a (quiet) NaN */
+  u += 0x7fffu + ((u >> 16) & 1);                                           /* round half to even */
+  return (uint16_t)(u >> 16);
+}
+
+static inline float lam_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint16_t lam_f32_to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u, mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+  if (mag >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: infinity */
+  if (mag < 0x38800000u) {                                   /* below the smallest normal half: subnormal */
+    if (mag < 0x33000000u) return (uint16_t)sign;            /* below half the smallest subnormal: zero */
+    uint32_t m = (mag & 0x7fffffu) | 0x800000u;
+    int shift = 126 - (int)(mag >> 23); /* m * 2^(e - 150) in units of 2^-24, the smallest subnormal */
+    uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = ((mag - 0x38000000u) >> 13), rem = mag & 0x1fffu; /* rebias the exponent 127 -> 15 */
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1))) r++;
+  return (uint16_t)(sign | r);
+}
+
+#endif
