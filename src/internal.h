@@ -81,9 +81,22 @@ typedef struct lam_backend {
   /* gradient = error * input; w -= lr * gradient. */
   lam_status (*backprop_step)(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
 
-  /* out (n, c, h, w) float = (in / 255 - mean[ch]) / std[ch], in NCHW or NHWC (nhwc = 1). */
+  /* out (n, c, h, w) = (in / 255 - mean[ch]) / std[ch] as float (bf16 = 0) or bfloat16 (bf16 = 1), from
+   * NCHW or NHWC (nhwc = 1). */
   lam_status (*normalize_images)(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
-                                 const float *mean, const float *std, float *out);
+                                 const float *mean, const float *std, int bf16, void *out);
+
+  /* ---- two queues and events, so host->device copies overlap compute (streaming batches, the
+   * transfer benchmark). Queue 0 is where every op above runs; queue 1 is for copies. Events are
+   * numbered slots, reserved before use (event_reserve only grows the pool; do not call it while
+   * another thread may sync on an event). On the CPU everything runs at once on the calling thread:
+   * copies are memcpy, an event is the host clock when recorded, waits return at once. ---- */
+  lam_status (*copy_async)(lam_ctx *ctx, int queue, void *dst, const void *src, size_t bytes);
+  lam_status (*event_reserve)(lam_ctx *ctx, size_t n);
+  lam_status (*event_record)(lam_ctx *ctx, size_t ev, int queue);
+  lam_status (*queue_wait)(lam_ctx *ctx, int queue, size_t ev); /* later work on queue waits for ev */
+  lam_status (*event_sync)(lam_ctx *ctx, size_t ev);             /* the host waits for ev; any thread */
+  lam_status (*event_ms)(lam_ctx *ctx, size_t a, size_t b, double *ms); /* from a to b, both done */
 
   /* The profiler's clock: marks are numbered slots of a pool. mark records "now" in the order the
    * backend executes its work (an event on the stream on CUDA); mark_read gives the milliseconds from

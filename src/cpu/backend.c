@@ -36,7 +36,55 @@ static lam_status cpu_sync(lam_ctx *ctx) {
   (void)ctx;
   return LAM_OK;
 }
-static void cpu_destroy(lam_ctx *ctx) { (void)ctx; }
+/* The CPU's "events": the host clock when each was recorded (its work is done by then). */
+typedef struct cpu_state {
+  double *events;
+  size_t events_cap;
+} cpu_state;
+
+static lam_status cpu_copy_async(lam_ctx *ctx, int queue, void *dst, const void *src, size_t bytes) {
+  (void)queue;
+  return cpu_copy(ctx, dst, src, bytes);
+}
+static lam_status cpu_event_reserve(lam_ctx *ctx, size_t n) {
+  cpu_state *st = ctx->state;
+  if (st->events_cap >= n) return LAM_OK;
+  double *e = realloc(st->events, n * sizeof *e);
+  if (!e) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for %zu events", n);
+  for (size_t i = st->events_cap; i < n; i++) e[i] = 0;
+  st->events = e;
+  st->events_cap = n;
+  return LAM_OK;
+}
+static lam_status cpu_event_record(lam_ctx *ctx, size_t ev, int queue) {
+  cpu_state *st = ctx->state;
+  (void)queue;
+  LAM_CHECK_ARG(ev < st->events_cap, "event %zu beyond the %zu reserved", ev, st->events_cap);
+  st->events[ev] = lam_now_ms();
+  return LAM_OK;
+}
+static lam_status cpu_queue_wait(lam_ctx *ctx, int queue, size_t ev) {
+  cpu_state *st = ctx->state;
+  (void)queue;
+  LAM_CHECK_ARG(ev < st->events_cap, "event %zu beyond the %zu reserved", ev, st->events_cap);
+  return LAM_OK;
+}
+static lam_status cpu_event_sync(lam_ctx *ctx, size_t ev) { return cpu_queue_wait(ctx, 0, ev); }
+static lam_status cpu_event_ms(lam_ctx *ctx, size_t a, size_t b, double *ms) {
+  cpu_state *st = ctx->state;
+  LAM_CHECK_ARG(a < st->events_cap && b < st->events_cap, "event %zu or %zu beyond the %zu reserved", a, b,
+                st->events_cap);
+  *ms = st->events[b] - st->events[a];
+  return LAM_OK;
+}
+
+static void cpu_destroy(lam_ctx *ctx) {
+  cpu_state *st = ctx->state;
+  if (!st) return;
+  free(st->events);
+  free(st);
+  ctx->state = NULL;
+}
 
 const lam_backend lam_cpu_backend = {
     .name = "cpu",
@@ -71,9 +119,17 @@ const lam_backend lam_cpu_backend = {
     .sgd = cpu_sgd,
     .backprop_step = cpu_backprop_step,
     .normalize_images = cpu_normalize_images,
+    .copy_async = cpu_copy_async,
+    .event_reserve = cpu_event_reserve,
+    .event_record = cpu_event_record,
+    .queue_wait = cpu_queue_wait,
+    .event_sync = cpu_event_sync,
+    .event_ms = cpu_event_ms,
 };
 
 lam_status cpu_ctx_init(lam_ctx *ctx) {
+  ctx->state = calloc(1, sizeof(cpu_state));
+  if (!ctx->state) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for the CPU backend state");
   ctx->be = &lam_cpu_backend;
   int nt = lam_omp_max_threads();
   snprintf(ctx->name, sizeof ctx->name, "cpu (%d OpenMP thread%s)", nt, nt == 1 ? "" : "s");

@@ -114,28 +114,12 @@ static lam_status cuda_host_free(lam_ctx *ctx, void *p) {
 static lam_status cuda_sync(lam_ctx *ctx) {
   cuda_state *st = cuda_st(ctx);
   CUDA_TRY(cudaStreamSynchronize(st->stream));
+  CUDA_TRY(cudaStreamSynchronize(st->copy_stream));
   for (int i = 0; i < LAM_CUDA_SLOTS; i++) CUDA_TRY(cudaStreamSynchronize(st->slot[i].stream));
   return LAM_OK;
 }
 
 /* ---- the profiler's clock: events on the context's stream ---- */
-
-static lam_status cuda_mark_reserve(lam_ctx *ctx, size_t n) {
-  cuda_state *st = cuda_st(ctx);
-  if (st->marks_cap >= n) return LAM_OK;
-  cudaEvent_t *m = (cudaEvent_t *)realloc(st->marks, n * sizeof *m);
-  if (!m) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for %zu profiler events", n);
-  st->marks = m;
-  for (size_t i = st->marks_cap; i < n; i++) {
-    cudaError_t e = cudaEventCreate(&m[i]);
-    if (e != cudaSuccess) {
-      st->marks_cap = i;
-      return cuda_status(e, "cudaEventCreate(profiler mark)", __FILE__, __LINE__);
-    }
-  }
-  st->marks_cap = n;
-  return LAM_OK;
-}
 
 static lam_status cuda_mark(lam_ctx *ctx, size_t i) {
   cuda_state *st = cuda_st(ctx);
@@ -154,12 +138,86 @@ static lam_status cuda_mark_read(lam_ctx *ctx, size_t i, double *ms) {
   return LAM_OK;
 }
 
+/* ---- two queues and events (internal.h) ---- */
+
+static cudaStream_t queue_stream(cuda_state *st, int queue) { return queue ? st->copy_stream : st->stream; }
+
+static lam_status cuda_copy_async(lam_ctx *ctx, int queue, void *dst, const void *src, size_t bytes) {
+  cuda_state *st = cuda_st(ctx);
+  CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, queue_stream(st, queue)));
+  return LAM_OK;
+}
+
+/* Grows one pool of events (the profiler's marks or the event slots) to n. */
+static lam_status grow_events(cudaEvent_t **pool, size_t *cap, size_t n, const char *what) {
+  if (*cap >= n) return LAM_OK;
+  cudaEvent_t *m = (cudaEvent_t *)realloc(*pool, n * sizeof *m);
+  if (!m) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for %zu %s", n, what);
+  *pool = m;
+  for (size_t i = *cap; i < n; i++) {
+    cudaError_t e = cudaEventCreate(&m[i]);
+    if (e != cudaSuccess) {
+      *cap = i;
+      return cuda_status(e, "cudaEventCreate", __FILE__, __LINE__);
+    }
+  }
+  *cap = n;
+  return LAM_OK;
+}
+
+static lam_status cuda_event_reserve(lam_ctx *ctx, size_t n) {
+  cuda_state *st = cuda_st(ctx);
+  return grow_events(&st->events, &st->events_cap, n, "events");
+}
+
+#define EVENT_CHECK(st, ev) \
+  LAM_CHECK_ARG((ev) < (st)->events_cap, "event %zu beyond the %zu reserved", (size_t)(ev), (st)->events_cap)
+
+static lam_status cuda_event_record(lam_ctx *ctx, size_t ev, int queue) {
+  cuda_state *st = cuda_st(ctx);
+  EVENT_CHECK(st, ev);
+  CUDA_TRY(cudaEventRecord(st->events[ev], queue_stream(st, queue)));
+  return LAM_OK;
+}
+
+static lam_status cuda_queue_wait(lam_ctx *ctx, int queue, size_t ev) {
+  cuda_state *st = cuda_st(ctx);
+  EVENT_CHECK(st, ev);
+  CUDA_TRY(cudaStreamWaitEvent(queue_stream(st, queue), st->events[ev], 0));
+  return LAM_OK;
+}
+
+static lam_status cuda_event_sync(lam_ctx *ctx, size_t ev) {
+  cuda_state *st = cuda_st(ctx);
+  EVENT_CHECK(st, ev);
+  CUDA_TRY(cudaEventSynchronize(st->events[ev]));
+  return LAM_OK;
+}
+
+static lam_status cuda_event_ms(lam_ctx *ctx, size_t a, size_t b, double *ms) {
+  cuda_state *st = cuda_st(ctx);
+  EVENT_CHECK(st, a);
+  EVENT_CHECK(st, b);
+  float f = 0;
+  CUDA_TRY(cudaEventElapsedTime(&f, st->events[a], st->events[b]));
+  *ms = f;
+  return LAM_OK;
+}
+
+static lam_status cuda_mark_reserve(lam_ctx *ctx, size_t n) {
+  cuda_state *st = cuda_st(ctx);
+  return grow_events(&st->marks, &st->marks_cap, n, "profiler marks");
+}
+
 static void cuda_destroy(lam_ctx *ctx) {
   cuda_state *st = cuda_st(ctx);
   if (!st) return;
   cuda_nn_destroy(st);
   for (size_t i = 0; i < st->marks_cap; i++) cudaEventDestroy(st->marks[i]);
   free(st->marks);
+  for (size_t i = 0; i < st->events_cap; i++) cudaEventDestroy(st->events[i]);
+  free(st->events);
+  if (st->copy_stream) cudaStreamDestroy(st->copy_stream);
   cuda_staging_free(ctx);
   for (size_t i = 0; i < 4 * st->ev_pool_chunks; i++) cudaEventDestroy(st->ev_pool[i]);
   free(st->ev_pool);
@@ -178,7 +236,8 @@ static const lam_backend cuda_backend = {
     cuda_weigh,      cuda_tanh,       cuda_gemm,        cuda_zero,        cuda_im2col,
     cuda_col2im,     cuda_cbp_to_bcp, cuda_bcp_to_cbp,  cuda_add_bias,    cuda_bias_grad,  cuda_maxpool_fwd,
     cuda_maxpool_bwd, cuda_act_fwd,   cuda_act_bwd,     cuda_xent,        cuda_gather,     cuda_adam,
-    cuda_sgd,        cuda_backprop_step, cuda_normalize_images, cuda_mark_reserve, cuda_mark, cuda_mark_read,
+    cuda_sgd,        cuda_backprop_step, cuda_normalize_images, cuda_copy_async, cuda_event_reserve,
+    cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms, cuda_mark_reserve, cuda_mark, cuda_mark_read,
 };
 
 extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
@@ -229,6 +288,7 @@ extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
   st->sm_count = p.multiProcessorCount;
   st->max_threads_per_sm = p.maxThreadsPerMultiProcessor;
   INIT_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+  INIT_TRY(cudaStreamCreateWithFlags(&st->copy_stream, cudaStreamNonBlocking));
   INIT_TRY(cudaEventCreate(&st->ev_start));
   INIT_TRY(cudaEventCreate(&st->ev_stop));
   for (int i = 0; i < LAM_CUDA_SLOTS; i++)
