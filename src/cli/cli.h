@@ -36,5 +36,6 @@ int cmd_hidden(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif
