@@ -320,6 +320,67 @@ else
   not_ok "a cap too small to train" "want exit 1 and a message with the cap and --max-memory"
 fi
 
+# Streaming batches: the same losses as the resident set (the same shuffle), and what it reports.
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 2 --batch 8 --lr 0.05 --device cpu --json
+resident_loss=$(grep -o '"train_loss":[0-9.]*' "$TMP/out" | tail -n 1)
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 2 --batch 8 --lr 0.05 --device cpu --stream --buffers 2 --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"stream_buffers":2' && has "$TMP/out" '"data_wait_ms":' &&
+  [ -n "$resident_loss" ] && [ "$(grep -o '"train_loss":[0-9.]*' "$TMP/out" | tail -n 1)" = "$resident_loss" ]; then
+  ok "train --stream --buffers 2: same loss as resident ($resident_loss), waits reported"
+else
+  not_ok "train --stream" "want exit 0, stream_buffers 2 and the resident run's $resident_loss"
+fi
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --stream
+if [ "$rc" -eq 0 ] && has "$TMP/out" "streaming (3 pinned buffers; asked for)" && has "$TMP/out" "waited for data"; then
+  ok "train --stream prints how long the device and the loop waited"
+else
+  not_ok "train --stream text" "want a 'streaming (3 pinned buffers; asked for)' line"
+fi
+usage_error "train --buffers 4 is rejected" --buffers -- train --buffers 4
+usage_error "eval --stream belongs to train" --stream -- eval --load x --stream
+
+# ---- bench transfer ------------------------------------------------------------------------------
+
+run bench transfer --device cpu --batch 32,256 --reps 5 --warmup 1 --csv "$TMP/t.csv"
+rows=$(($(wc -l <"$TMP/t.csv" 2>/dev/null || echo 1) - 1))
+# CPU: one memory kind (pageable): CPU normalize, 4 copies, GPU normalize f32 and bf16 = 7 methods x 2 batches
+if [ "$rc" -eq 0 ] && has "$TMP/out" "copies themselves need a GPU" && has "$TMP/out" "raw batch, uint8 (KB)" &&
+  has "$TMP/out" "normalized, float32 (KB)" && [ "$rows" -eq 14 ] && head -n 1 "$TMP/t.csv" | grep -q "median_us"; then
+  ok "bench transfer on the CPU: table, bytes of both batches, says copies need a GPU, CSV of 14 rows"
+else
+  not_ok "bench transfer on the CPU" "want exit 0, the table and a note, and 14 CSV rows (got $rows)"
+fi
+run bench transfer --device cpu --shape 2x48x64x3 --shape 1x4x16x16x3 --reps 3 --warmup 0 --dtypes u8,f32
+if [ "$rc" -eq 0 ] && has "$TMP/out" "2x48x64x3" && has "$TMP/out" "1x4x16x16x3"; then
+  ok "bench transfer --shape: an image batch and a video clip batch"
+else
+  not_ok "bench transfer --shape" "want exit 0 and both shapes in the table"
+fi
+usage_error "bench transfer --shape 16x480x640 (3 numbers) is rejected" --shape NxHxWxC -- bench transfer --shape 16x480x640
+usage_error "bench transfer --shape with a 0 is rejected" --shape -- bench transfer --shape 0x28x28x1
+usage_error "bench transfer --shape with letters is rejected" --shape -- bench transfer --shape 4xax28x1
+usage_error "bench transfer --dtypes f64 is rejected" --dtypes -- bench transfer --dtypes f64
+usage_error "bench without a benchmark is rejected" transfer -- bench
+run bench transfer --device cpu --batch 32 --reps 2 --plot "$TMP/no/such/dir/plot"
+if [ "$rc" -eq 1 ] && has "$TMP/err" "--plot" && has "$TMP/err" "cannot write" && ! has "$TMP/out" "copy u8"; then
+  ok "bench transfer --plot into a missing folder: exit 1 before measuring, says why"
+else
+  not_ok "bench transfer --plot unwritable" "want exit 1 and 'cannot write' before any measurement"
+fi
+run bench transfer --device cpu --batch 32,64,128 --reps 3 --warmup 0 --plot "$TMP/plot.png" --python /usr/bin/python3
+if [ "$rc" -eq 0 ] && [ -s "$TMP/plot.png" ] && [ -s "$TMP/plot.svg" ] && head -c 4 "$TMP/plot.png" | grep -q PNG &&
+  grep -q "<svg" "$TMP/plot.svg"; then
+  ok "bench transfer --plot draws PNG and SVG (matplotlib)"
+else
+  not_ok "bench transfer --plot" "want exit 0 and $TMP/plot.png + .svg (is python3-matplotlib installed?)"
+fi
+run bench transfer --device cpu --batch 32 --reps 2 --plot "$TMP/p2" --python /nonexistent/python
+if [ "$rc" -eq 1 ] && has "$TMP/err" "matplotlib"; then
+  ok "bench transfer --plot with no usable Python: exit 1, says what to install"
+else
+  not_ok "bench transfer --plot without Python" "want exit 1 and a message naming matplotlib"
+fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

@@ -20,6 +20,7 @@ typedef struct train_opts {
   size_t max_memory;
   int profile;
   const char *trace;
+  int stream; /* pinned buffers to stream batches through; 0: the data set resident on the device */
 } train_opts;
 
 static void train_usage(FILE *f) {
@@ -47,6 +48,10 @@ static void train_usage(FILE *f) {
           "  --profile              time every op of 100 steps of the first epoch (from step 10; the GPU's own\n"
           "                         clock on CUDA) and print a table per op, like torch.profiler's\n"
           "  --trace FILE           also write those steps as a Chrome trace (JSON; open in Perfetto)\n"
+          "  --stream               stream batches instead of keeping the data set on the device: a loader thread\n"
+          "                         fills pinned buffers, a copy stream overlaps compute (automatic when the set\n"
+          "                         does not fit); prints how long the device waited for data\n"
+          "  --buffers N            pinned buffers for --stream, 2 or 3 (default 3)\n"
           "  --no-progress          no live progress line\n"
           "  --json                 print one JSON object at the end instead of text\n"
           "  --help                 this text\n"
@@ -67,7 +72,7 @@ static void eval_usage(FILE *f) {
 }
 
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
-       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_HELP };
+       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_HELP };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -84,7 +89,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"load", required_argument, 0, O_LOAD},         {"json", no_argument, 0, O_JSON},
       {"no-progress", no_argument, 0, O_NOPROGRESS},  {"help", no_argument, 0, O_HELP},
       {"max-memory", required_argument, 0, O_MAXMEM},  {"profile", no_argument, 0, O_PROFILE},
-      {"trace", required_argument, 0, O_TRACE},
+      {"trace", required_argument, 0, O_TRACE},        {"stream", no_argument, 0, O_STREAM},
+      {"buffers", required_argument, 0, O_BUFFERS},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -96,7 +102,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     /* eval takes only some of the options */
     if (is_eval && (c == O_MODEL || c == O_EPOCHS || c == O_OPT || c == O_LR || c == O_MOMENTUM || c == O_WD ||
                     c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS || c == O_PROFILE ||
-                    c == O_TRACE || c == O_MAXMEM))
+                    c == O_TRACE || c == O_MAXMEM || c == O_STREAM || c == O_BUFFERS))
       return cli_usage_error(cmd, "--%s is a 'lamina train' option, not one of eval's", longopts[li].name);
     if (!is_eval && c == O_LOAD) return cli_usage_error(cmd, "--load is for 'lamina eval'; to continue training use --resume");
     switch (c) {
@@ -137,6 +143,13 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       case O_RESUME: o->resume = optarg; break;
       case O_LOAD: o->load = optarg; break;
       case O_JSON: o->json = 1; break;
+      case O_STREAM:
+        if (!o->stream) o->stream = 3;
+        break;
+      case O_BUFFERS:
+        if (cli_parse_int(cmd, "--buffers", optarg, 2, 3, &v)) return EXIT_USAGE;
+        o->stream = (int)v;
+        break;
       case O_NOPROGRESS: o->progress = 0; break;
       case O_PROFILE: o->profile = 1; break;
       case O_TRACE: o->trace = optarg, o->profile = 1; break;
@@ -213,8 +226,9 @@ int cmd_train(int argc, char **argv) {
   lam_trainer *t = NULL;
   lam_epoch_stats *hist = calloc((size_t)o.epochs, sizeof *hist);
   double *test_acc = calloc((size_t)o.epochs, sizeof *test_acc);
+  lam_stream_stats *sst = calloc((size_t)o.epochs, sizeof *sst);
   int nhist = 0, ret = 1;
-  if (!hist || !test_acc) {
+  if (!hist || !test_acc || !sst) {
     fprintf(stderr, "lamina train: out of host memory\n");
     goto out;
   }
@@ -247,6 +261,10 @@ int cmd_train(int argc, char **argv) {
       goto out;
     }
   }
+  if (o.stream && lam_trainer_set_stream(t, o.stream) != LAM_OK) {
+    ret = fail("train", "--stream");
+    goto out;
+  }
   int show = o.progress && !o.json && isatty(2);
   if (o.profile) {
     int steps_per_epoch = (int)((train->n + (size_t)o.batch - 1) / (size_t)o.batch);
@@ -278,12 +296,18 @@ int cmd_train(int argc, char **argv) {
       goto out;
     }
     hist[nhist] = es;
+    lam_trainer_stream_stats(t, &sst[nhist]);
     test_acc[nhist++] = acc;
     if (!o.json) {
       printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  test acc %.2f%%  %.2f s  %.0f img/s\n", es.epoch,
              o.epochs, es.train_loss, 100 * es.train_acc, 100 * acc, es.seconds, es.images_per_s);
       fflush(stdout);
     }
+    if (!o.json && sst[nhist - 1].buffers)
+      printf("  streaming (%d pinned buffers; %s): the device waited for data %.2f ms (%.2f%% of the epoch), "
+             "the loop for the loader %.2f ms\n",
+             sst[nhist - 1].buffers, sst[nhist - 1].why, sst[nhist - 1].data_wait_ms,
+             100 * sst[nhist - 1].data_wait_ms / sst[nhist - 1].epoch_ms, sst[nhist - 1].loader_wait_ms);
     if (!o.json && nhist == 1) print_memory(ctx, m, t);
     if (o.save && lam_checkpoint_save(o.save, m, t) != LAM_OK) {
       ret = fail("train", "saving");
@@ -308,9 +332,9 @@ int cmd_train(int argc, char **argv) {
            o.batch, o.data);
     for (int i = 0; i < nhist; i++)
       printf("%s{\"epoch\":%d,\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_acc\":%.6f,\"seconds\":%.4f,"
-             "\"images_per_s\":%.1f}",
+             "\"images_per_s\":%.1f,\"stream_buffers\":%d,\"data_wait_ms\":%.3f,\"loader_wait_ms\":%.3f}",
              i ? "," : "", hist[i].epoch, hist[i].train_loss, hist[i].train_acc, test_acc[i], hist[i].seconds,
-             hist[i].images_per_s);
+             hist[i].images_per_s, sst[i].buffers, sst[i].data_wait_ms, sst[i].loader_wait_ms);
     lam_model_memory mm = {0};
     lam_mem_stats ms = {0};
     lam_model_memory_get(m, t, &mm);
@@ -331,6 +355,7 @@ out:
   lam_dataset_free(test);
   free(hist);
   free(test_acc);
+  free(sst);
   return ret;
 }
 

@@ -2,7 +2,9 @@
  * gathers and normalizes its batch there (gather), runs forward, loss, backward and the optimizer,
  * and never waits for the host: losses and accuracy accumulate in m->stats and are read once per
  * epoch (or when a progress callback asks). The shuffle is a seeded Fisher-Yates on the host, one
- * upload of the index order per epoch. */
+ * upload of the index order per epoch. A set that does not fit (or when asked) streams instead:
+ * stream.c brings each batch in while the previous one computes, in the same shuffled order. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +41,7 @@ void lam_trainer_free(lam_trainer *t) {
   if (!t) return;
   lam_ctx *ctx = t->m->ctx;
   ctx->be->sync(ctx);
+  feed_free(t->feed);
   t->m->prof = NULL;
   prof_free(&t->prof);
   lam_mem_free(ctx, t->d_images);
@@ -63,17 +66,71 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   t->sample = (size_t)train->h * train->w;
   t->seed = seed;
   lam_rng_seed(&t->rng, seed);
+  t->host = train;
   lam_status s = LAM_OK;
   t->h_idx = malloc(t->n * sizeof *t->h_idx);
   if (!t->h_idx) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_trainer_create: no host memory for %zu indices", t->n);
-  if (s == LAM_OK) s = upload_set(m->ctx, train, &t->d_images, &t->d_labels);
-  if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_idx, t->n * sizeof(int32_t));
   if (s == LAM_OK) s = nn_model_reserve(m, batch);
+  if (s == LAM_OK) {
+    s = upload_set(m->ctx, train, &t->d_images, &t->d_labels);
+    if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_idx, t->n * sizeof(int32_t));
+    if (s == LAM_ERR_OUT_OF_MEMORY) { /* the set does not fit: stream it */
+      snprintf(t->stream_why, sizeof t->stream_why, "the data set (%.1f MB) does not fit: %.140s",
+               (double)t->n * (t->sample + 1) / 1e6, lam_last_error());
+      char why[sizeof t->stream_why];
+      memcpy(why, t->stream_why, sizeof why);
+      s = lam_trainer_set_stream(t, 3);
+      memcpy(t->stream_why, why, sizeof why);
+    }
+  }
   if (s != LAM_OK) {
     lam_trainer_free(t);
     return s;
   }
   *out = t;
+  return LAM_OK;
+}
+
+static void free_resident(lam_trainer *t) {
+  lam_ctx *ctx = t->m->ctx;
+  ctx->be->sync(ctx);
+  lam_mem_free(ctx, t->d_images);
+  lam_mem_free(ctx, t->d_labels);
+  lam_mem_free(ctx, t->d_idx);
+  t->d_images = t->d_labels = NULL;
+  t->d_idx = NULL;
+}
+
+lam_status lam_trainer_set_stream(lam_trainer *t, int buffers) {
+  LAM_CHECK_ARG(t, "lam_trainer_set_stream: trainer is NULL");
+  LAM_CHECK_ARG(buffers == 0 || buffers == 2 || buffers == 3,
+                "lam_trainer_set_stream: %d buffers (0: resident; 2 or 3: streaming)", buffers);
+  lam_ctx *ctx = t->m->ctx;
+  if (buffers == 0) {
+    if (!t->feed) return LAM_OK;
+    LAM_CHECK_ARG(t->host && t->host->images, "lam_trainer_set_stream: the trainer has no data set to upload");
+    feed_free(t->feed);
+    t->feed = NULL;
+    t->stream_why[0] = 0;
+    lam_status s = upload_set(ctx, t->host, &t->d_images, &t->d_labels);
+    if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&t->d_idx, t->n * sizeof(int32_t));
+    if (s != LAM_OK) free_resident(t);
+    return s;
+  }
+  free_resident(t); /* first, so the memory is there for the buffers */
+  if (t->feed) feed_free(t->feed);
+  t->feed = NULL;
+  snprintf(t->stream_why, sizeof t->stream_why, "asked for");
+  return feed_create(ctx, buffers, t->batch, t->sample, &t->feed);
+}
+
+lam_status lam_trainer_stream_stats(const lam_trainer *t, lam_stream_stats *out) {
+  LAM_CHECK_ARG(t && out, "lam_trainer_stream_stats: %s is NULL", t ? "out" : "trainer");
+  *out = (lam_stream_stats){.epoch_ms = t->epoch_ms, .data_wait_ms = t->data_wait_ms, .loader_wait_ms = t->loader_wait_ms};
+  if (t->feed) {
+    out->buffers = feed_buffers(t->feed);
+    snprintf(out->why, sizeof out->why, "%s", t->stream_why);
+  }
   return LAM_OK;
 }
 
@@ -99,11 +156,12 @@ static lam_status profile_window(lam_trainer *t, int step) {
   return LAM_OK;
 }
 
+static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, int every, double t0);
+
 lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out) {
   LAM_CHECK_ARG(t && out, "lam_trainer_epoch: %s is NULL", t ? "out" : "trainer");
   lam_model *m = t->m;
   lam_ctx *ctx = m->ctx;
-  const lam_backend *be = ctx->be;
   double t0 = lam_now_ms();
   for (size_t i = 0; i < t->n; i++) t->h_idx[i] = (int32_t)i;
   for (size_t i = t->n - 1; i > 0; i--) { /* Fisher-Yates */
@@ -112,14 +170,39 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
     t->h_idx[i] = t->h_idx[j];
     t->h_idx[j] = tmp;
   }
-  LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, t->n * sizeof(int32_t)));
+  if (t->feed) LAM_TRY(feed_start(t->feed, t->host->images, t->host->labels, t->h_idx, t->n));
+  else LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, t->n * sizeof(int32_t)));
+  lam_status s = epoch_steps(t, cb, user, every, t0);
+  if (t->feed) { /* joins the loader whatever happened */
+    lam_status fs = feed_finish(t->feed, &t->data_wait_ms, &t->loader_wait_ms);
+    if (s == LAM_OK) s = fs;
+  }
+  if (s != LAM_OK) return s;
+  float st[4];
+  LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the epoch's last step */
+  double secs = (lam_now_ms() - t0) / 1e3;
+  t->epoch_ms = secs * 1e3;
+  t->epochs_done++;
+  *out = (lam_epoch_stats){.epoch = t->epochs_done,
+                           .train_loss = st[2] > 0 ? st[0] / st[2] : 0.0,
+                           .train_acc = st[2] > 0 ? st[1] / st[2] : 0.0,
+                           .seconds = secs,
+                           .images_per_s = secs > 0 ? (double)t->n / secs : 0.0};
+  return LAM_OK;
+}
+
+static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, int every, double t0) {
+  lam_model *m = t->m;
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
   LAM_TRY(be->zero(ctx, m->stats, 4 * sizeof(float)));
   int steps = (int)((t->n + (size_t)t->batch - 1) / (size_t)t->batch);
   for (int step = 0; step < steps; step++) {
     size_t off = (size_t)step * t->batch;
     int B = (int)(t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch);
     LAM_TRY(profile_window(t, step));
-    LAM_TRY(be->gather(ctx, B, t->sample, t->d_images, t->d_labels, t->d_idx + off, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
+    if (t->feed) LAM_TRY(feed_next(t->feed, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
+    else LAM_TRY(be->gather(ctx, B, t->sample, t->d_images, t->d_labels, t->d_idx + off, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
     NN_PROF(m, "gather_normalize", 0);
     LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
     NN_PROF(m, "zero_grad", 0);
@@ -135,17 +218,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
       cb(user, step + 1, steps, st[2] > 0 ? st[0] / st[2] : 0.0, secs > 0 ? st[2] / secs : 0.0);
     }
   }
-  LAM_TRY(profile_window(t, steps)); /* a window that runs to the epoch's end closes here */
-  float st[4];
-  LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the epoch's last step */
-  double secs = (lam_now_ms() - t0) / 1e3;
-  t->epochs_done++;
-  *out = (lam_epoch_stats){.epoch = t->epochs_done,
-                           .train_loss = st[2] > 0 ? st[0] / st[2] : 0.0,
-                           .train_acc = st[2] > 0 ? st[1] / st[2] : 0.0,
-                           .seconds = secs,
-                           .images_per_s = secs > 0 ? (double)t->n / secs : 0.0};
-  return LAM_OK;
+  return profile_window(t, steps); /* a window that runs to the epoch's end closes here */
 }
 
 lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *accuracy, double *loss,
@@ -203,8 +276,9 @@ lam_status lam_model_memory_get(const lam_model *m, const lam_trainer *t, lam_mo
                             .grads = flat,
                             .optimizer = (m->opt_m ? flat : 0) + (m->opt_v ? flat : 0),
                             .activations = m->batch_bytes,
-                            .data = t ? lam_cache_round(t->n * t->sample) + lam_cache_round(t->n) +
-                                            lam_cache_round(t->n * sizeof(int32_t))
-                                      : 0};
+                            .data = !t       ? 0
+                                    : t->feed ? feed_device_bytes(t->feed)
+                                              : lam_cache_round(t->n * t->sample) + lam_cache_round(t->n) +
+                                                    lam_cache_round(t->n * sizeof(int32_t))};
   return LAM_OK;
 }

@@ -5,6 +5,7 @@
 #include "nn.h"
 #include "prof.h"
 #include "rng.h"
+#include "stream.h"
 
 struct lam_trainer {
   lam_model *m;
@@ -16,6 +17,10 @@ struct lam_trainer {
   int epochs_done;
   uint8_t *d_images, *d_labels; /* the training set in backend memory, uint8 */
   int32_t *h_idx, *d_idx;       /* this epoch's order */
+  const lam_dataset *host;      /* the caller's set: read by the loader while streaming */
+  lam_feed *feed;               /* streaming batches (stream.c); NULL: the set is resident */
+  char stream_why[200];
+  double epoch_ms, data_wait_ms, loader_wait_ms; /* the last epoch */
   lam_prof prof;                /* the per-op profile of steps [prof_first, prof_first + prof_steps) */
   int prof_first, prof_steps, prof_done;
 };

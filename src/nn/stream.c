@@ -1,0 +1,213 @@
+/* stream.c — streaming batches. Per slot k (of nbuf): a pinned host buffer the loader thread fills,
+ * a device buffer the copy queue fills from it, and two events: copied[k] (queue 1, the copy landed:
+ * the host buffer may be refilled) and consumed[k] (queue 0, the batch was normalized into the
+ * model's input: the device buffer may be overwritten). A slot's host buffer holds batch*sample
+ * pixels then batch labels, so one copy moves both.
+ *
+ * Steady state: the loader runs up to nbuf batches ahead; the training loop queues copy i+1 on
+ * queue 1 while queue 0 still computes step i, so the device finds each batch already there. The
+ * device's wait is measured by a pair of events around queue 0's wait for each copy. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stream.h"
+
+#define MAX_BUF 3
+#define EV_COPIED(k) ((size_t)(k))
+#define EV_CONSUMED(k) ((size_t)MAX_BUF + (k))
+#define EV_WAIT(i) ((size_t)2 * MAX_BUF + 2 * (size_t)(i)) /* and + 1: before and after queue 0's wait */
+
+struct lam_feed {
+  lam_ctx *ctx;
+  int nbuf, batch;
+  size_t sample, slot_bytes;
+  uint8_t *h_buf[MAX_BUF]; /* pinned: (batch, sample) pixels, then (batch) labels */
+  uint8_t *d_buf[MAX_BUF];
+  int32_t *d_iota;         /* 0 .. batch-1: the gather op reads a slot in order */
+  /* this epoch */
+  const uint8_t *images, *labels;
+  const int32_t *idx;
+  size_t n;
+  int steps, next;          /* batches in the epoch; the next one feed_next hands out */
+  pthread_t thread;
+  int running;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int filled[MAX_BUF];       /* the step whose batch the loader put in h_buf[k]; -1: free */
+  int in_copy[MAX_BUF];      /* a copy from h_buf[k] was queued: sync copied[k] before refilling */
+  int stop;                  /* the loop failed or finished early: the loader quits */
+  lam_status loader_status;
+  char loader_error[512];
+  double loader_wait_ms;
+};
+
+static void *loader(void *arg) {
+  lam_feed *f = arg;
+  const lam_backend *be = f->ctx->be;
+  for (int i = 0; i < f->steps; i++) {
+    int k = i % f->nbuf;
+    pthread_mutex_lock(&f->mu);
+    while (f->filled[k] != -1 && !f->stop) pthread_cond_wait(&f->cv, &f->mu);
+    int stop = f->stop, in_copy = f->in_copy[k];
+    pthread_mutex_unlock(&f->mu);
+    if (stop) break;
+    if (in_copy) { /* the copy out of this buffer must be done before it is overwritten */
+      lam_status s = be->event_sync(f->ctx, EV_COPIED(k));
+      if (s != LAM_OK) {
+        pthread_mutex_lock(&f->mu);
+        f->loader_status = s;
+        snprintf(f->loader_error, sizeof f->loader_error, "%s", lam_last_error());
+        f->stop = 1;
+        pthread_cond_broadcast(&f->cv);
+        pthread_mutex_unlock(&f->mu);
+        break;
+      }
+    }
+    size_t off = (size_t)i * f->batch, B = f->n - off < (size_t)f->batch ? f->n - off : (size_t)f->batch;
+    uint8_t *px = f->h_buf[k], *lb = f->h_buf[k] + (size_t)f->batch * f->sample;
+    for (size_t b = 0; b < B; b++) {
+      size_t j = (size_t)f->idx[off + b];
+      memcpy(px + b * f->sample, f->images + j * f->sample, f->sample);
+      lb[b] = f->labels[j];
+    }
+    pthread_mutex_lock(&f->mu);
+    f->filled[k] = i;
+    f->in_copy[k] = 0;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+  }
+  return NULL;
+}
+
+void feed_free(lam_feed *f) {
+  if (!f) return;
+  if (f->running) {
+    double a, b;
+    feed_finish(f, &a, &b);
+  }
+  f->ctx->be->sync(f->ctx);
+  for (int k = 0; k < f->nbuf; k++) {
+    if (f->h_buf[k]) f->ctx->be->host_free(f->ctx, f->h_buf[k]);
+    lam_mem_free(f->ctx, f->d_buf[k]);
+  }
+  lam_mem_free(f->ctx, f->d_iota);
+  pthread_mutex_destroy(&f->mu);
+  pthread_cond_destroy(&f->cv);
+  free(f);
+}
+
+lam_status feed_create(lam_ctx *ctx, int nbuf, int batch, size_t sample, lam_feed **out) {
+  LAM_CHECK_ARG(nbuf >= 2 && nbuf <= MAX_BUF, "streaming: %d buffers (use 2 or 3)", nbuf);
+  *out = NULL;
+  lam_feed *f = calloc(1, sizeof *f);
+  if (!f) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "streaming: no host memory");
+  f->ctx = ctx;
+  f->nbuf = nbuf;
+  f->batch = batch;
+  f->sample = sample;
+  f->slot_bytes = (size_t)batch * sample + (size_t)batch;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->cv, NULL);
+  lam_status s = LAM_OK;
+  for (int k = 0; k < nbuf && s == LAM_OK; k++) {
+    s = ctx->be->host_alloc(ctx, (void **)&f->h_buf[k], f->slot_bytes);
+    if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&f->d_buf[k], f->slot_bytes);
+    if (s == LAM_OK) memset(f->h_buf[k], 0, f->slot_bytes); /* a short last batch copies defined bytes */
+  }
+  int32_t *iota = malloc((size_t)batch * sizeof *iota);
+  if (s == LAM_OK && !iota) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "streaming: no host memory");
+  if (s == LAM_OK) {
+    for (int i = 0; i < batch; i++) iota[i] = i;
+    s = lam_mem_alloc(ctx, (void **)&f->d_iota, (size_t)batch * sizeof *iota);
+  }
+  if (s == LAM_OK) s = lam_mem_upload(ctx, f->d_iota, iota, (size_t)batch * sizeof *iota);
+  free(iota);
+  if (s != LAM_OK) {
+    feed_free(f);
+    return s;
+  }
+  *out = f;
+  return LAM_OK;
+}
+
+size_t feed_device_bytes(const lam_feed *f) {
+  return (size_t)f->nbuf * lam_cache_round(f->slot_bytes) + lam_cache_round((size_t)f->batch * sizeof(int32_t));
+}
+
+int feed_buffers(const lam_feed *f) { return f->nbuf; }
+
+lam_status feed_start(lam_feed *f, const uint8_t *images, const uint8_t *labels, const int32_t *idx, size_t n) {
+  LAM_CHECK_ARG(!f->running, "streaming: an epoch is already running");
+  f->images = images;
+  f->labels = labels;
+  f->idx = idx;
+  f->n = n;
+  f->steps = (int)((n + (size_t)f->batch - 1) / (size_t)f->batch);
+  f->next = 0;
+  f->stop = 0;
+  f->loader_status = LAM_OK;
+  f->loader_wait_ms = 0;
+  for (int k = 0; k < f->nbuf; k++) f->filled[k] = -1;
+  /* in_copy[] carries over: a buffer's last copy of the previous epoch may still be in flight */
+  LAM_TRY(f->ctx->be->event_reserve(f->ctx, EV_WAIT(f->steps) + 2));
+  int e = pthread_create(&f->thread, NULL, loader, f);
+  if (e) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "streaming: could not start the loader thread (error %d)", e);
+  f->running = 1;
+  return LAM_OK;
+}
+
+lam_status feed_next(lam_feed *f, float mean, float std, float *x, uint8_t *y) {
+  lam_ctx *ctx = f->ctx;
+  const lam_backend *be = ctx->be;
+  int i = f->next, k = i % f->nbuf;
+  LAM_CHECK_ARG(f->running && i < f->steps, "streaming: no batch %d in this epoch", i);
+  double t0 = lam_now_ms();
+  pthread_mutex_lock(&f->mu);
+  while (f->filled[k] != i && !f->stop) pthread_cond_wait(&f->cv, &f->mu);
+  lam_status ls = f->loader_status;
+  pthread_mutex_unlock(&f->mu);
+  f->loader_wait_ms += lam_now_ms() - t0;
+  if (ls != LAM_OK) return LAM_FAIL(ls, "streaming: the loader thread failed: %s", f->loader_error);
+  size_t off = (size_t)i * f->batch;
+  int B = (int)(f->n - off < (size_t)f->batch ? f->n - off : (size_t)f->batch);
+  /* the device buffer is free once the batch it held (i - nbuf) was normalized */
+  if (i >= f->nbuf) LAM_TRY(be->queue_wait(ctx, 1, EV_CONSUMED(k)));
+  LAM_TRY(be->copy_async(ctx, 1, f->d_buf[k], f->h_buf[k], f->slot_bytes));
+  LAM_TRY(be->event_record(ctx, EV_COPIED(k), 1));
+  pthread_mutex_lock(&f->mu);
+  f->filled[k] = -1;
+  f->in_copy[k] = 1;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  LAM_TRY(be->event_record(ctx, EV_WAIT(i), 0));
+  LAM_TRY(be->queue_wait(ctx, 0, EV_COPIED(k)));
+  LAM_TRY(be->event_record(ctx, EV_WAIT(i) + 1, 0));
+  LAM_TRY(be->gather(ctx, B, f->sample, f->d_buf[k], f->d_buf[k] + (size_t)f->batch * f->sample, f->d_iota, mean, std,
+                     x, y));
+  LAM_TRY(be->event_record(ctx, EV_CONSUMED(k), 0));
+  f->next++;
+  return LAM_OK;
+}
+
+lam_status feed_finish(lam_feed *f, double *data_wait_ms, double *loader_wait_ms) {
+  *data_wait_ms = *loader_wait_ms = 0;
+  if (!f->running) return LAM_OK;
+  pthread_mutex_lock(&f->mu);
+  f->stop = 1; /* a loop that ended early leaves the loader waiting for a slot */
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  pthread_join(f->thread, NULL);
+  f->running = 0;
+  lam_status s = f->ctx->be->sync(f->ctx);
+  double sum = 0;
+  for (int i = 0; i < f->next && s == LAM_OK; i++) {
+    double ms = 0;
+    s = f->ctx->be->event_ms(f->ctx, EV_WAIT(i), EV_WAIT(i) + 1, &ms);
+    sum += ms;
+  }
+  *data_wait_ms = sum;
+  *loader_wait_ms = f->loader_wait_ms;
+  return s;
+}
