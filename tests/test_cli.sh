@@ -367,7 +367,7 @@ if [ "$rc" -eq 1 ] && has "$TMP/err" "--plot" && has "$TMP/err" "cannot write" &
 else
   not_ok "bench transfer --plot unwritable" "want exit 1 and 'cannot write' before any measurement"
 fi
-run bench transfer --device cpu --batch 32,64,128 --reps 3 --warmup 0 --plot "$TMP/plot.png" --python /usr/bin/python3
+run bench transfer --device cpu --batch 32,64,128 --reps 3 --warmup 0 --plot "$TMP/plot.png"
 if [ "$rc" -eq 0 ] && [ -s "$TMP/plot.png" ] && [ -s "$TMP/plot.svg" ] && head -c 4 "$TMP/plot.png" | grep -q PNG &&
   grep -q "<svg" "$TMP/plot.svg"; then
   ok "bench transfer --plot draws PNG and SVG (matplotlib)"
