@@ -65,6 +65,14 @@ lam_status lam_ctx_sync(lam_ctx *ctx);
 /* Parses "cpu", "cuda" or "auto" (case-sensitive). */
 lam_status lam_device_parse(const char *s, lam_device *out);
 const char *lam_device_str(lam_device d);
+/* Precision of the matrix products (GEMMs, and so dense and conv layers). FP32 is IEEE single
+ * everywhere; TF32 runs them on tensor cores with inputs rounded to 10-bit mantissas and fp32
+ * accumulation (CUDA only). Parameters, gradients and optimizer state stay fp32. */
+typedef enum lam_precision { LAM_PRECISION_FP32 = 0, LAM_PRECISION_TF32 } lam_precision;
+lam_status lam_ctx_set_precision(lam_ctx *ctx, lam_precision p);
+lam_status lam_precision_parse(const char *s, lam_precision *out); /* "fp32", "tf32" */
+const char *lam_precision_str(lam_precision p);
+
 /* Parses "f32", "u8", "i8", "f16" or "bf16". */
 lam_status lam_dtype_parse(const char *s, lam_dtype *out);
 const char *lam_dtype_str(lam_dtype t);
@@ -332,6 +340,14 @@ typedef struct lam_stream_stats {
   char why[200];         /* why it streams: "asked for" or "the data set does not fit: ..." */
 } lam_stream_stats;
 lam_status lam_trainer_stream_stats(const lam_trainer *t, lam_stream_stats *out);
+
+/* CUDA graphs: on backends that have them (CUDA) a trainer captures its step — zeroing the gradients,
+ * forward, loss and backward — once and replays it for every full batch, so a step costs three
+ * launches (batch in, the graph, the optimizer) instead of dozens. On by default; off while profiling
+ * (the profiler times each op) and with LAMINA_CUDA_SYNC=1. lam_trainer_set_graph(t, 0) turns it off;
+ * *on tells whether the trainer uses one (0 where the backend has none). */
+lam_status lam_trainer_set_graph(lam_trainer *t, int on);
+lam_status lam_trainer_graph(const lam_trainer *t, int *on);
 
 /* Profiling: per-op times of steps [first_step, first_step + steps) of the next epochs (CUDA events on
  * the GPU, the host clock on the CPU; steps 0 turns it off). The table aggregates by op name, sorted by

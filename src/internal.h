@@ -98,6 +98,15 @@ typedef struct lam_backend {
   lam_status (*event_sync)(lam_ctx *ctx, size_t ev);             /* the host waits for ev; any thread */
   lam_status (*event_ms)(lam_ctx *ctx, size_t a, size_t b, double *ms); /* from a to b, both done */
 
+  /* ---- graphs: queue 0's work from graph_begin to graph_end is captured once (nothing runs) and
+   * replayed by graph_launch with the same pointers (CUDA graphs). NULL on backends without them. ---- */
+  lam_status (*graph_begin)(lam_ctx *ctx);
+  lam_status (*graph_end)(lam_ctx *ctx, void **graph); /* ends the capture even on failure (*graph NULL) */
+  lam_status (*graph_launch)(lam_ctx *ctx, void *graph);
+  void (*graph_free)(lam_ctx *ctx, void *graph);
+  /* Matrix products in precision p (lam_precision); NULL where only fp32 exists (the CPU). */
+  lam_status (*set_precision)(lam_ctx *ctx, int p);
+
   /* The profiler's clock: marks are numbered slots of a pool. mark records "now" in the order the
    * backend executes its work (an event on the stream on CUDA); mark_read gives the milliseconds from
    * slot 0 to slot i once that work is done. NULL on backends whose ops run synchronously on the host:
@@ -114,6 +123,8 @@ struct lam_ctx {
   char reason[400]; /* lam_ctx_choice_reason */
   lam_cache cache;  /* backend memory handed out by lam_mem_alloc */
   size_t pinned_staging; /* bytes of pinned staging buffers the backend holds */
+  lam_precision precision; /* of the matrix products (lam_ctx_set_precision) */
+  int no_graphs;           /* graphs would hide what a debug mode wants to see (LAMINA_CUDA_SYNC=1) */
   void *state;      /* the backend's own state */
 };
 

@@ -337,6 +337,15 @@ else
   not_ok "train --stream text" "want a 'streaming (3 pinned buffers; asked for)' line"
 fi
 usage_error "train --buffers 4 is rejected" --buffers -- train --buffers 4
+usage_error "train --precision fp64 is rejected" --precision fp64 -- train --precision fp64
+usage_error "train --precision bf16 says it is not implemented" --precision "not implemented" -- train --precision bf16
+usage_error "train --graph maybe is rejected" --graph -- train --graph maybe
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --precision tf32
+if [ "$rc" -eq 1 ] && has "$TMP/err" "tf32" && has "$TMP/err" "cpu"; then
+  ok "train --precision tf32 on the CPU: exit 1, says tf32 needs tensor cores"
+else
+  not_ok "train --precision tf32 on the CPU" "want exit 1 naming tf32 and the cpu backend"
+fi
 usage_error "eval --stream belongs to train" --stream -- eval --load x --stream
 
 # ---- bench transfer ------------------------------------------------------------------------------

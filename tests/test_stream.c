@@ -1,8 +1,10 @@
-/* test_stream.c — streaming batches (src/nn/stream.c). The property: a trainer that streams its
- * batches (2 or 3 pinned buffers, a loader thread, a copy queue) trains exactly as one with the data
- * set resident — the same epoch losses and final parameters, bit for bit — including a short last
- * batch, several epochs, and switching between the modes between epochs. A set over the memory cap
- * streams by itself and says why. Bad arguments are errors that name the problem.
+/* test_stream.c — the trainer's execution modes. Streaming batches (src/nn/stream.c): a trainer that
+ * streams its batches (2 or 3 pinned buffers, a loader thread, a copy queue) trains exactly as one with
+ * the data set resident — the same epoch losses and final parameters, bit for bit — including a short
+ * last batch, several epochs, and switching between the modes between epochs. A set over the memory
+ * cap streams by itself and says why. The step replayed from a CUDA graph trains as the step queued op
+ * by op (on the CPU there is no graph, and the trainer says so); tf32 stays close to fp32. Bad
+ * arguments are errors that name the problem.
  * Run with the argument "cuda" it checks the CUDA backend (CTest label gpu; exit 77 without a device). */
 #include "testutil.h"
 
@@ -38,6 +40,8 @@ static void free_set(lam_dataset *d) {
   free(d->labels);
 }
 
+static int g_graph = 1; /* run() captures the step in a graph where the backend can */
+
 /* Trains EPOCHS epochs; mode[e] is the buffers for epoch e (0 resident). Losses and parameters out. */
 static void run(lam_ctx *ctx, const lam_dataset *d, const int *mode, double *loss, float *params, size_t np) {
   lam_model *m = NULL;
@@ -46,6 +50,10 @@ static void run(lam_ctx *ctx, const lam_dataset *d, const int *mode, double *los
   assert_int_equal(lam_model_param_count(m), np);
   lam_opt opt = lam_opt_default(LAM_OPT_ADAM);
   TU_OK(lam_trainer_create(m, &opt, BATCH, 9, d, &t));
+  TU_OK(lam_trainer_set_graph(t, g_graph));
+  int on = -1;
+  TU_OK(lam_trainer_graph(t, &on));
+  assert_int_equal(on, g_graph && lam_ctx_device(ctx) == LAM_DEVICE_CUDA);
   for (int e = 0; e < EPOCHS; e++) {
     TU_OK(lam_trainer_set_stream(t, mode[e]));
     lam_epoch_stats es;
@@ -135,6 +143,57 @@ static void test_streams_when_it_does_not_fit(void **state) {
   free_set(&d);
 }
 
+/* The graph replays the very kernels the eager step queues: the same losses and parameters. */
+static void test_graph_same_as_eager(void **state) {
+  (void)state;
+  lam_dataset d = make_set(300, 4);
+  lam_model *probe;
+  TU_OK(lam_model_create(g_ctx, SPEC, 1, IMG, IMG, 5, &probe));
+  size_t np = lam_model_param_count(probe);
+  lam_model_free(probe);
+  float *p0 = malloc(np * sizeof *p0), *p1 = malloc(np * sizeof *p1);
+  assert_true(p0 && p1);
+  double l0[EPOCHS], l1[EPOCHS];
+  static const int resident[EPOCHS] = {0, 0, 0}, streamed[EPOCHS] = {3, 3, 3};
+  g_graph = 0;
+  run(g_ctx, &d, resident, l0, p0, np);
+  g_graph = 1;
+  run(g_ctx, &d, resident, l1, p1, np);
+  for (int e = 0; e < EPOCHS; e++)
+    if (l1[e] != l0[e]) fail_msg("graph: epoch %d loss %.9g, op by op %.9g", e + 1, l1[e], l0[e]);
+  assert_memory_equal(p0, p1, np * sizeof *p0);
+  run(g_ctx, &d, streamed, l1, p1, np); /* a graph behind streamed batches, too */
+  for (int e = 0; e < EPOCHS; e++)
+    if (l1[e] != l0[e]) fail_msg("graph + stream: epoch %d loss %.9g, op by op %.9g", e + 1, l1[e], l0[e]);
+  assert_memory_equal(p0, p1, np * sizeof *p0);
+  print_message("  %s: graph = op by op, resident and streamed, over %d epochs\n",
+                lam_ctx_device(g_ctx) == LAM_DEVICE_CUDA ? "cuda" : "cpu (no graphs: both op by op)", EPOCHS);
+
+  /* tf32 (CUDA): the same training within tf32's rounding; the CPU refuses it by name */
+  if (lam_ctx_device(g_ctx) == LAM_DEVICE_CUDA) {
+    lam_ctx *tc;
+    TU_OK(lam_ctx_create(&tc, LAM_DEVICE_CUDA));
+    TU_OK(lam_ctx_set_precision(tc, LAM_PRECISION_TF32));
+    run(tc, &d, resident, l1, p1, np);
+    double worst = 0;
+    for (size_t i = 0; i < np; i++) {
+      double e = fabs((double)p1[i] - p0[i]);
+      if (e > worst) worst = e;
+    }
+    print_message("  tf32: losses %.5f %.5f %.5f (fp32 %.5f %.5f %.5f), params max diff %.2e\n", l1[0], l1[1], l1[2],
+                  l0[0], l0[1], l0[2], worst);
+    for (int e = 0; e < EPOCHS; e++) assert_true(fabs(l1[e] - l0[e]) <= 0.01 * fabs(l0[e]));
+    assert_true(worst < 0.01);
+    lam_ctx_free(tc);
+  } else {
+    assert_int_equal(lam_ctx_set_precision(g_ctx, LAM_PRECISION_TF32), LAM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(lam_last_error(), "tf32"));
+  }
+  free(p0);
+  free(p1);
+  free_set(&d);
+}
+
 static void test_bad_args(void **state) {
   (void)state;
   lam_dataset d = make_set(100, 3);
@@ -148,6 +207,11 @@ static void test_bad_args(void **state) {
   assert_int_equal(lam_trainer_set_stream(t, 4), LAM_ERR_INVALID_ARG);
   assert_int_equal(lam_trainer_set_stream(NULL, 3), LAM_ERR_INVALID_ARG);
   assert_int_equal(lam_trainer_stream_stats(t, NULL), LAM_ERR_INVALID_ARG);
+  assert_int_equal(lam_trainer_graph(t, NULL), LAM_ERR_INVALID_ARG);
+  assert_int_equal(lam_ctx_set_precision(g_ctx, (lam_precision)9), LAM_ERR_INVALID_ARG);
+  lam_precision p;
+  assert_int_equal(lam_precision_parse("fp64", &p), LAM_ERR_INVALID_ARG);
+  assert_int_equal(lam_precision_parse("bf16", &p), LAM_ERR_UNSUPPORTED);
   lam_trainer_free(t);
   lam_model_free(m);
   free_set(&d);
@@ -168,6 +232,7 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_same_as_resident),
                                      cmocka_unit_test(test_streams_when_it_does_not_fit),
+                                     cmocka_unit_test(test_graph_same_as_eager),
                                      cmocka_unit_test(test_bad_args)};
   tu_apply_filter();
   int failed = cmocka_run_group_tests_name(g_dev == LAM_DEVICE_CUDA ? "stream_cuda" : "stream", tests, NULL, NULL);

@@ -21,6 +21,8 @@ typedef struct train_opts {
   int profile;
   const char *trace;
   int stream; /* pinned buffers to stream batches through; 0: the data set resident on the device */
+  lam_precision precision;
+  int graph; /* 1: capture the step in a CUDA graph where the backend can (default) */
 } train_opts;
 
 static void train_usage(FILE *f) {
@@ -52,6 +54,8 @@ static void train_usage(FILE *f) {
           "                         fills pinned buffers, a copy stream overlaps compute (automatic when the set\n"
           "                         does not fit); prints how long the device waited for data\n"
           "  --buffers N            pinned buffers for --stream, 2 or 3 (default 3)\n"
+          "  --precision fp32|tf32  matrix products in fp32, or on tensor cores in tf32 (CUDA; default fp32)\n"
+          "  --graph on|off         replay the step from a CUDA graph (default on where there is a GPU)\n"
           "  --no-progress          no live progress line\n"
           "  --json                 print one JSON object at the end instead of text\n"
           "  --help                 this text\n"
@@ -72,11 +76,11 @@ static void eval_usage(FILE *f) {
 }
 
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
-       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_HELP };
+       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
-                    .seed = 1, .progress = 1};
+                    .seed = 1, .progress = 1, .graph = 1};
   int is_eval = !strcmp(cmd, "eval");
   if (is_eval) o->batch = 1000;
   static const struct option longopts[] = {
@@ -90,7 +94,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"no-progress", no_argument, 0, O_NOPROGRESS},  {"help", no_argument, 0, O_HELP},
       {"max-memory", required_argument, 0, O_MAXMEM},  {"profile", no_argument, 0, O_PROFILE},
       {"trace", required_argument, 0, O_TRACE},        {"stream", no_argument, 0, O_STREAM},
-      {"buffers", required_argument, 0, O_BUFFERS},
+      {"buffers", required_argument, 0, O_BUFFERS},  {"precision", required_argument, 0, O_PRECISION},
+      {"graph", required_argument, 0, O_GRAPH},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -102,7 +107,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     /* eval takes only some of the options */
     if (is_eval && (c == O_MODEL || c == O_EPOCHS || c == O_OPT || c == O_LR || c == O_MOMENTUM || c == O_WD ||
                     c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS || c == O_PROFILE ||
-                    c == O_TRACE || c == O_MAXMEM || c == O_STREAM || c == O_BUFFERS))
+                    c == O_TRACE || c == O_MAXMEM || c == O_STREAM || c == O_BUFFERS || c == O_GRAPH))
       return cli_usage_error(cmd, "--%s is a 'lamina train' option, not one of eval's", longopts[li].name);
     if (!is_eval && c == O_LOAD) return cli_usage_error(cmd, "--load is for 'lamina eval'; to continue training use --resume");
     switch (c) {
@@ -145,6 +150,16 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       case O_JSON: o->json = 1; break;
       case O_STREAM:
         if (!o->stream) o->stream = 3;
+        break;
+      case O_PRECISION: {
+        lam_status ps = lam_precision_parse(optarg, &o->precision);
+        if (ps != LAM_OK) return cli_usage_error(cmd, "--precision: %s", lam_last_error());
+        break;
+      }
+      case O_GRAPH:
+        if (!strcmp(optarg, "on")) o->graph = 1;
+        else if (!strcmp(optarg, "off")) o->graph = 0;
+        else return cli_usage_error(cmd, "--graph: '%s' is not on or off", optarg);
         break;
       case O_BUFFERS:
         if (cli_parse_int(cmd, "--buffers", optarg, 2, 3, &v)) return EXIT_USAGE;
@@ -236,7 +251,8 @@ int cmd_train(int argc, char **argv) {
     ret = fail("train", "loading the data");
     goto out;
   }
-  if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.max_memory && lam_mem_set_limit(ctx, o.max_memory) != LAM_OK)) {
+  if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.max_memory && lam_mem_set_limit(ctx, o.max_memory) != LAM_OK) ||
+      lam_ctx_set_precision(ctx, o.precision) != LAM_OK) {
     ret = fail("train", NULL);
     goto out;
   }
@@ -261,6 +277,7 @@ int cmd_train(int argc, char **argv) {
       goto out;
     }
   }
+  lam_trainer_set_graph(t, o.graph);
   if (o.stream && lam_trainer_set_stream(t, o.stream) != LAM_OK) {
     ret = fail("train", "--stream");
     goto out;
@@ -276,8 +293,11 @@ int cmd_train(int argc, char **argv) {
   }
   if (!o.json) {
     printf("lamina train: %s on %s\n", lam_model_spec(m), lam_ctx_device_name(ctx));
-    printf("  data %s: %zu training, %zu test images of %dx%d; %zu parameters; batch %d\n", o.data, train->n, test->n,
-           train->h, train->w, lam_model_param_count(m), o.batch);
+    int graph = 0;
+    lam_trainer_graph(t, &graph);
+    printf("  data %s: %zu training, %zu test images of %dx%d; %zu parameters; batch %d; %s; %s\n", o.data, train->n,
+           test->n, train->h, train->w, lam_model_param_count(m), o.batch, lam_precision_str(o.precision),
+           graph ? "step in a CUDA graph" : "step op by op");
     if (o.resume) printf("  resumed from %s after epoch %d\n", o.resume, lam_trainer_epochs_done(t));
     fflush(stdout);
   }
@@ -326,10 +346,12 @@ int cmd_train(int argc, char **argv) {
     if (!o.json) printf("trace written to %s (open it in Perfetto: ui.perfetto.dev)\n", o.trace);
   }
   if (o.json) {
+    int graph = 0;
+    lam_trainer_graph(t, &graph);
     printf("{\"device\":\"%s\",\"device_name\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"batch\":%d,\"data\":\"%s\","
-           "\"epochs\":[",
+           "\"precision\":\"%s\",\"graph\":%s,\"epochs\":[",
            lam_device_str(lam_ctx_device(ctx)), lam_ctx_device_name(ctx), lam_model_spec(m), lam_model_param_count(m),
-           o.batch, o.data);
+           o.batch, o.data, lam_precision_str(o.precision), graph ? "true" : "false");
     for (int i = 0; i < nhist; i++)
       printf("%s{\"epoch\":%d,\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_acc\":%.6f,\"seconds\":%.4f,"
              "\"images_per_s\":%.1f,\"stream_buffers\":%d,\"data_wait_ms\":%.3f,\"loader_wait_ms\":%.3f}",

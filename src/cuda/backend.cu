@@ -22,7 +22,7 @@ extern "C" lam_status cuda_after_launch(cuda_state *st, cudaStream_t s, const ch
   if (e != cudaSuccess)
     return lam_fail_at(LAM_ERR_CUDA, file, line, "launching %s failed: %s (%s)", kernel, cudaGetErrorString(e),
                        cudaGetErrorName(e));
-  if (st->sync_debug) {
+  if (st->sync_debug && !st->capturing) {
     e = cudaStreamSynchronize(s);
     if (e != cudaSuccess)
       return lam_fail_at(LAM_ERR_CUDA, file, line, "%s failed while running: %s (%s)", kernel, cudaGetErrorString(e),
@@ -204,6 +204,44 @@ static lam_status cuda_event_ms(lam_ctx *ctx, size_t a, size_t b, double *ms) {
   return LAM_OK;
 }
 
+/* ---- graphs ---- */
+
+static lam_status cuda_graph_begin(lam_ctx *ctx) {
+  cuda_state *st = cuda_st(ctx);
+  /* Thread-local: a streaming loader thread may wait on events meanwhile. */
+  CUDA_TRY(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
+  st->capturing = 1;
+  return LAM_OK;
+}
+
+static lam_status cuda_graph_end(lam_ctx *ctx, void **graph) {
+  cuda_state *st = cuda_st(ctx);
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ex = NULL;
+  *graph = NULL;
+  st->capturing = 0;
+  cudaError_t e = cudaStreamEndCapture(st->stream, &g);
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&ex, g, 0);
+  if (g) cudaGraphDestroy(g);
+  if (e != cudaSuccess) {
+    cudaGetLastError(); /* a failed capture leaves its error behind; it is reported here */
+    return cuda_status(e, "capturing the training step (cudaStreamEndCapture / cudaGraphInstantiate)", __FILE__, __LINE__);
+  }
+  *graph = ex;
+  return LAM_OK;
+}
+
+static lam_status cuda_graph_launch(lam_ctx *ctx, void *graph) {
+  cuda_state *st = cuda_st(ctx);
+  CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)graph, st->stream));
+  return LAM_OK;
+}
+
+static void cuda_graph_free(lam_ctx *ctx, void *graph) {
+  (void)ctx;
+  if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 static lam_status cuda_mark_reserve(lam_ctx *ctx, size_t n) {
   cuda_state *st = cuda_st(ctx);
   return grow_events(&st->marks, &st->marks_cap, n, "profiler marks");
@@ -237,7 +275,8 @@ static const lam_backend cuda_backend = {
     cuda_col2im,     cuda_cbp_to_bcp, cuda_bcp_to_cbp,  cuda_add_bias,    cuda_bias_grad,  cuda_maxpool_fwd,
     cuda_maxpool_bwd, cuda_act_fwd,   cuda_act_bwd,     cuda_xent,        cuda_gather,     cuda_adam,
     cuda_sgd,        cuda_backprop_step, cuda_normalize_images, cuda_copy_async, cuda_event_reserve,
-    cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms, cuda_mark_reserve, cuda_mark, cuda_mark_read,
+    cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms, cuda_graph_begin, cuda_graph_end,
+    cuda_graph_launch, cuda_graph_free, cuda_set_precision, cuda_mark_reserve, cuda_mark, cuda_mark_read,
 };
 
 extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
@@ -253,6 +292,7 @@ extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
   ctx->be = &cuda_backend;
   const char *dbg = getenv("LAMINA_CUDA_SYNC");
   st->sync_debug = dbg && *dbg && *dbg != '0';
+  ctx->no_graphs = st->sync_debug; /* each launch is to be checked as it runs */
   st->device = 0;
   st->slots = LAM_CUDA_SLOTS_DEFAULT;
   const char *e = getenv("LAMINA_STREAMS");

@@ -36,6 +36,8 @@ typedef struct cuda_state {
   size_t chunk_env;   /* LAMINA_CHUNK (values per chunk), 0: chosen by size */
   int sync_debug;
   void *cublas; /* cublasHandle_t, made at the first matrix product (nn.cu) */
+  void *cublas_ws; /* its workspace */
+  int capturing;   /* queue 0 is being captured into a graph: launches must not synchronize */
   cudaEvent_t *marks; /* the profiler's clock (nn/prof.c), made on demand and kept */
   size_t marks_cap;
   cudaStream_t copy_stream; /* queue 1: host->device copies that overlap the work on `stream` */
@@ -90,6 +92,7 @@ lam_status cuda_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m,
                      float eps, float wd, int decoupled, long step);
 lam_status cuda_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
                     int first);
+lam_status cuda_set_precision(lam_ctx *ctx, int p);
 lam_status cuda_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
                                  const float *mean, const float *std, int bf16, void *out);
 lam_status cuda_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);

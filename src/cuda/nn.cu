@@ -37,28 +37,47 @@ static const char *cublas_err(cublasStatus_t s) {
       return lam_fail_at(LAM_ERR_CUDA, __FILE__, __LINE__, "%s failed: %s", #expr, cublas_err(cs_));       \
   } while (0)
 
+/* cuBLAS's workspace, given to it rather than left to it, so GEMMs can be captured in a CUDA graph. */
+#define CUBLAS_WORKSPACE ((size_t)32 << 20)
+
+static cublasMath_t math_mode(int precision) {
+  return precision == LAM_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+}
+
 /* The cuBLAS handle is made at the first matrix product (creating it takes a while), on the context's
- * stream. */
-static lam_status handle(cuda_state *st, cublasHandle_t *h) {
+ * stream, in the context's precision. */
+static lam_status handle(lam_ctx *ctx, cublasHandle_t *h) {
+  cuda_state *st = cuda_st(ctx);
   if (!st->cublas) {
     cublasHandle_t hh;
     CUBLAS_TRY(cublasCreate(&hh));
-    CUBLAS_TRY(cublasSetStream(hh, st->stream));
     st->cublas = hh;
+    CUBLAS_TRY(cublasSetStream(hh, st->stream));
+    CUDA_TRY(cudaMalloc(&st->cublas_ws, CUBLAS_WORKSPACE));
+    CUBLAS_TRY(cublasSetWorkspace(hh, st->cublas_ws, CUBLAS_WORKSPACE));
+    CUBLAS_TRY(cublasSetMathMode(hh, math_mode(ctx->precision)));
   }
   *h = (cublasHandle_t)st->cublas;
   return LAM_OK;
 }
 
+lam_status cuda_set_precision(lam_ctx *ctx, int p) {
+  cuda_state *st = cuda_st(ctx);
+  if (st->cublas) CUBLAS_TRY(cublasSetMathMode((cublasHandle_t)st->cublas, math_mode(p)));
+  return LAM_OK; /* a handle made later takes ctx->precision */
+}
+
 void cuda_nn_destroy(cuda_state *st) {
   if (st->cublas) cublasDestroy((cublasHandle_t)st->cublas);
   st->cublas = NULL;
+  if (st->cublas_ws) cudaFree(st->cublas_ws);
+  st->cublas_ws = NULL;
 }
 
 lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc) {
   cublasHandle_t h;
-  LAM_TRY(handle(cuda_st(ctx), &h));
+  LAM_TRY(handle(ctx, &h));
   /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
   CUBLAS_TRY(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A,
                          lda, &beta, C, ldc));

@@ -111,6 +111,7 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   lam_ctx *ctx = m->ctx;
   LAM_TRY(ctx->be->sync(ctx)); /* queued work may still use the old buffers */
   free_batch(m);
+  m->buffers_gen++; /* a captured graph that used the old buffers is stale */
   size_t in = (size_t)m->in_c * m->in_h * m->in_w, scratch = 1;
   lam_status s = batch_alloc(m, (void **)&m->x, (size_t)B * in * sizeof(float));
   if (s == LAM_OK) s = batch_alloc(m, (void **)&m->dx, (size_t)B * in * sizeof(float));

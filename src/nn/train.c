@@ -42,6 +42,7 @@ void lam_trainer_free(lam_trainer *t) {
   lam_ctx *ctx = t->m->ctx;
   ctx->be->sync(ctx);
   feed_free(t->feed);
+  if (t->graph) ctx->be->graph_free(ctx, t->graph);
   t->m->prof = NULL;
   prof_free(&t->prof);
   lam_mem_free(ctx, t->d_images);
@@ -110,6 +111,7 @@ lam_status lam_trainer_set_stream(lam_trainer *t, int buffers) {
     if (!t->feed) return LAM_OK;
     LAM_CHECK_ARG(t->host && t->host->images, "lam_trainer_set_stream: the trainer has no data set to upload");
     feed_free(t->feed);
+  if (t->graph) ctx->be->graph_free(ctx, t->graph);
     t->feed = NULL;
     t->stream_why[0] = 0;
     lam_status s = upload_set(ctx, t->host, &t->d_images, &t->d_labels);
@@ -158,6 +160,62 @@ static lam_status profile_window(lam_trainer *t, int step) {
 
 static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, int every, double t0);
 
+/* Zeroing the gradients, forward, loss and backward of one batch of B, queued op by op. */
+static lam_status step_ops(lam_model *m, int B) {
+  LAM_TRY(m->ctx->be->zero(m->ctx, m->grads, m->nparams * sizeof(float)));
+  NN_PROF(m, "zero_grad", 0);
+  LAM_TRY(nn_forward(m, B));
+  LAM_TRY(nn_loss(m, B, 1, (float)B, NULL));
+  return nn_backward(m, B);
+}
+
+static int graph_wanted(const lam_trainer *t) {
+  const lam_backend *be = t->m->ctx->be;
+  return !t->graph_off && be->graph_begin && !t->m->ctx->no_graphs && !t->m->prof;
+}
+
+/* The step's body: replayed from a graph for full batches where the backend has graphs (captured at
+ * the second full batch, after one eager step has made cuBLAS's handle and picked its kernels), else
+ * queued op by op. */
+static lam_status step_body(lam_trainer *t, int B) {
+  lam_model *m = t->m;
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  if (B != t->batch || !graph_wanted(t)) return step_ops(m, B);
+  if (t->graph && t->graph_gen != m->buffers_gen) { /* the buffers moved */
+    be->graph_free(ctx, t->graph);
+    t->graph = NULL;
+  }
+  if (!t->graph) {
+    if (t->eager_full_steps++ == 0) return step_ops(m, B);
+    LAM_TRY(be->graph_begin(ctx));
+    lam_status s = step_ops(m, B);
+    lam_status e = be->graph_end(ctx, &t->graph); /* ends the capture whatever happened */
+    if (s != LAM_OK) return s;
+    LAM_TRY(e);
+    t->graph_gen = m->buffers_gen;
+  }
+  return be->graph_launch(ctx, t->graph);
+}
+
+lam_status lam_trainer_set_graph(lam_trainer *t, int on) {
+  LAM_CHECK_ARG(t, "lam_trainer_set_graph: trainer is NULL");
+  t->graph_off = !on;
+  if (!on && t->graph) {
+    lam_ctx *ctx = t->m->ctx;
+    ctx->be->sync(ctx);
+    ctx->be->graph_free(ctx, t->graph);
+    t->graph = NULL;
+  }
+  return LAM_OK;
+}
+
+lam_status lam_trainer_graph(const lam_trainer *t, int *on) {
+  LAM_CHECK_ARG(t && on, "lam_trainer_graph: %s is NULL", t ? "on" : "trainer");
+  *on = graph_wanted(t);
+  return LAM_OK;
+}
+
 lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out) {
   LAM_CHECK_ARG(t && out, "lam_trainer_epoch: %s is NULL", t ? "out" : "trainer");
   lam_model *m = t->m;
@@ -204,11 +262,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
     if (t->feed) LAM_TRY(feed_next(t->feed, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
     else LAM_TRY(be->gather(ctx, B, t->sample, t->d_images, t->d_labels, t->d_idx + off, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
     NN_PROF(m, "gather_normalize", 0);
-    LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
-    NN_PROF(m, "zero_grad", 0);
-    LAM_TRY(nn_forward(m, B));
-    LAM_TRY(nn_loss(m, B, 1, (float)B, NULL));
-    LAM_TRY(nn_backward(m, B));
+    LAM_TRY(step_body(t, B));
     LAM_TRY(lam_model_step(m, &t->opt));
     NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
     if (cb && every > 0 && ((step + 1) % every == 0 || step + 1 == steps)) {

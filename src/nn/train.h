@@ -21,6 +21,10 @@ struct lam_trainer {
   lam_feed *feed;               /* streaming batches (stream.c); NULL: the set is resident */
   char stream_why[200];
   double epoch_ms, data_wait_ms, loader_wait_ms; /* the last epoch */
+  int graph_off;                /* lam_trainer_set_graph(t, 0) */
+  void *graph;                  /* the captured step (zero_grad, forward, loss, backward), or NULL */
+  unsigned graph_gen;           /* the model's buffers_gen it was captured with */
+  int eager_full_steps;         /* full-batch steps run without the graph (one warms cuBLAS up first) */
   lam_prof prof;                /* the per-op profile of steps [prof_first, prof_first + prof_steps) */
   int prof_first, prof_steps, prof_done;
 };
