@@ -1,0 +1,28 @@
+"""lamina from Python: the fused hidden layer on NumPy arrays and small networks trained from NumPy,
+over liblamina (C/CUDA) through ctypes.
+
+    import numpy as np, lamina
+    out = lamina.create_hidden_layer(greys, weights)          # tanh(greys / 255 * weights), float32
+    g, w = lamina.to_device(greys), lamina.to_device(weights)  # upload once ...
+    out = lamina.create_hidden_layer(g, w).numpy()             # ... run many times
+
+    model = lamina.Model("cnn")                                # the reference CNN, 1x28x28 inputs
+    history = model.fit(x_train, y_train, epochs=5)            # x: uint8 images, y: integer labels
+    model.evaluate(x_test, y_test)                             # {"accuracy": ..., "loss": ...}
+    model.save("cnn.lamina"); model = lamina.load("cnn.lamina")
+
+The library is found through LAMINA_LIBRARY, then inside this package, then in the repository's
+build/ and build-gpu/ folders, then on the system library path. Failures in C raise LaminaError with
+lamina's own message; bad arguments are caught first as TypeError or ValueError.
+"""
+from ._lib import C_API_VERSION as __version__
+from ._lib import LIBRARY_PATH as library_path
+from ._lib import LaminaError
+from ._context import (build_info, cuda_device_count, cuda_unavailable_reason, device_info, memory_stats,
+                       release_cached, synchronize)
+from .hidden import DeviceArray, create_hidden_layer, device_empty, to_device
+from .model import Model, load
+
+__all__ = ["__version__", "LaminaError", "Model", "DeviceArray", "build_info", "create_hidden_layer", "cuda_device_count",
+           "cuda_unavailable_reason", "device_empty", "device_info", "library_path", "load", "memory_stats",
+           "release_cached", "synchronize", "to_device"]

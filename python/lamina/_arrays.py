@@ -1,0 +1,89 @@
+"""Checking NumPy inputs before they reach C: dtypes, layout, sizes, with messages that name the
+argument. C only sees a pointer and a length, so anything wrong here would be a wrong answer or a
+crash there."""
+import numpy as np
+
+# Kinds that are numbers: signed and unsigned integers and floats. Bool, complex, objects, strings,
+# bytes, datetimes and structured records are not values a layer can weigh.
+_REAL_KINDS = "iuf"
+
+
+def describe_dtype(dt):
+    return "Python objects" if dt.kind == "O" else str(dt)
+
+
+def as_array(x, name):
+    """x as an ndarray (no copy when it is one), refusing what is not real numbers."""
+    try:
+        a = np.asarray(x)
+    except Exception as e:  # ragged lists and the like
+        raise TypeError(f"{name} could not be read as a NumPy array: {e}") from e
+    if a.dtype.kind not in _REAL_KINDS:
+        raise TypeError(f"{name} holds {describe_dtype(a.dtype)}; expected real numbers (float32, or uint8 for "
+                        f"greyscales)")
+    return a
+
+
+def host_input(x, name, keep):
+    """A C-contiguous, aligned, native-order host array of one of the dtypes in `keep`, without a copy
+    when x already is one; real numbers of other dtypes are converted (a copy) to keep[0]."""
+    a = as_array(x, name)
+    dt = a.dtype if any(a.dtype == k for k in keep) else np.dtype(keep[0])
+    # np.require copies only when it must (another dtype, a strided view, misaligned data).
+    return np.require(a, dtype=dt, requirements=["C_CONTIGUOUS", "ALIGNED"])
+
+
+def host_output(out, shape, name="out"):
+    """Checks a caller's output array: float32, C-contiguous, writeable, the right number of values."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{name} must be a NumPy float32 array or a lamina DeviceArray, not {type(out).__name__}")
+    size = int(np.prod(shape, dtype=np.int64))
+    if out.dtype != np.float32:
+        raise TypeError(f"{name} has dtype {describe_dtype(out.dtype)}; it must be float32 (the result is written "
+                        f"into it as is)")
+    if out.size != size:
+        raise ValueError(f"{name} has {out.size} values but the inputs have {size}")
+    if not out.flags.c_contiguous or not out.flags.aligned:
+        raise ValueError(f"{name} must be C-contiguous (the result is written straight into its memory); "
+                         f"use np.empty({size}, np.float32)")
+    if not out.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return out
+
+
+def labels(y, n, classes, name="y"):
+    """Class labels as uint8 (what the C data set holds), each checked to be below `classes`."""
+    a = np.asarray(y)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer class labels, not {describe_dtype(a.dtype)}"
+                        + ("; convert with y.astype(np.int64) if they are whole numbers" if a.dtype.kind == "f" else ""))
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be one label per image, shape ({n},), not {a.shape}")
+    if a.shape[0] != n:
+        raise ValueError(f"x has {n} images but {name} has {a.shape[0]} labels")
+    if n:
+        lo, hi = int(a.min()), int(a.max())
+        if lo < 0 or hi >= classes:
+            bad = int(np.flatnonzero((a < 0) | (a >= classes))[0])
+            raise ValueError(f"{name}[{bad}] = {int(a[bad])} is not a class of this model, which has {classes} "
+                             f"outputs (labels 0 to {classes - 1})")
+    return np.ascontiguousarray(a, dtype=np.uint8)
+
+
+def images(x, input_shape, name="x"):
+    """uint8 images as a C-contiguous (n, c, h, w) array for a model taking input_shape = (c, h, w);
+    (n, h, w) is taken for one channel."""
+    c, h, w = input_shape
+    a = np.asarray(x)
+    if a.dtype != np.uint8:
+        hint = ""
+        if a.dtype.kind == "f":
+            hint = ("; lamina normalizes uint8 pixels itself, as (p/255 - 0.5)/0.5, so pass the raw pixels "
+                    "(for images in [0, 1]: (x * 255).round().astype(np.uint8))")
+        raise TypeError(f"{name} must be uint8 pixels (0 to 255), not {describe_dtype(a.dtype)}{hint}")
+    if a.ndim == 3 and c == 1:
+        a = a.reshape(a.shape[0], 1, a.shape[1], a.shape[2])
+    if a.ndim != 4 or a.shape[1:] != (c, h, w):
+        want = f"(n, {h}, {w}) or (n, 1, {h}, {w})" if c == 1 else f"(n, {c}, {h}, {w})"
+        raise ValueError(f"{name} has shape {np.shape(x)}; this model takes images of shape {want}")
+    return np.ascontiguousarray(a)

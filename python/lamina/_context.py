@@ -1,0 +1,125 @@
+"""lamina contexts, one per device, made on first use and kept for the life of the process.
+
+Creating a CUDA context takes a good part of a second and its pinned staging buffers are reused from
+call to call, so a fresh context per call would cost more than the work. The cached contexts are never
+freed: device arrays and models hold them, and freeing at interpreter exit would race their own
+finalizers; the process's exit gives everything back.
+
+A C context may be used by one thread at a time, and ctypes drops the GIL during calls, so every call
+on a context holds its lock.
+"""
+import threading
+from ctypes import byref, c_char_p, c_size_t, c_void_p
+
+from . import _lib
+from ._lib import check, lib
+
+
+class Context:
+    """One lam_ctx. `device` is "cpu" or "cuda" (what it runs on, AUTO resolved)."""
+
+    def __init__(self, want):
+        ptr = c_void_p()
+        check(lib.lam_ctx_create(byref(ptr), _lib.DEVICES[want]))
+        self.ptr = ptr.value
+        self.device = _lib.DEVICE_NAMES[lib.lam_ctx_device(self.ptr)]
+        self.name = lib.lam_ctx_device_name(self.ptr).decode()
+        self.reason = lib.lam_ctx_choice_reason(self.ptr).decode()
+        self.lock = threading.RLock()
+
+    def __repr__(self):
+        return f"<lamina context {self.device}: {self.name}>"
+
+    def sync(self):
+        with self.lock:
+            check(lib.lam_ctx_sync(self.ptr))
+
+
+_contexts = {}  # "cpu", "cuda", and "auto" pointing at one of them
+_contexts_lock = threading.Lock()
+
+
+def normalize_device(device):
+    if device is None:
+        return "auto"
+    if not isinstance(device, str):
+        raise TypeError(f"device must be 'auto', 'cpu' or 'cuda', not {type(device).__name__}")
+    d = device.strip().lower()
+    if d not in _lib.DEVICES:
+        raise ValueError(f"device {device!r} is not one of 'auto', 'cpu', 'cuda'")
+    return d
+
+
+def get_context(device="auto"):
+    """The process's context for `device` ("auto", "cpu", "cuda"), made on first use. AUTO takes CUDA
+    when a device is present (the C library decides, honouring LAMINA_DEVICE) and shares the context
+    of the device it picked, so that "auto" and "cuda" never make two CUDA contexts."""
+    d = normalize_device(device)
+    with _contexts_lock:
+        ctx = _contexts.get(d)
+        if ctx is not None:
+            return ctx
+        ctx = Context(d)
+        # AUTO may pick a device whose context exists already: keep that one, whose memory arrays
+        # and models may hold, and free the new one, which nothing has used yet.
+        existing = _contexts.get(ctx.device)
+        if existing is not None:
+            lib.lam_ctx_free(ctx.ptr)
+            ctx = existing
+        else:
+            _contexts[ctx.device] = ctx
+        _contexts[d] = ctx
+        return ctx
+
+
+def device_info(device="auto"):
+    """What `device` runs on: {"device": "cpu"|"cuda", "name": ..., "reason": why AUTO chose it}.
+    Creates the context if need be, so calling this first takes the set-up cost out of the first call."""
+    ctx = get_context(device)
+    return {"device": ctx.device, "name": ctx.name, "reason": ctx.reason}
+
+
+def synchronize(device="auto"):
+    """Waits until the work queued on `device`'s context is done: calls on DeviceArrays alone return
+    as soon as the kernel is queued (time them with this, or read the result with .numpy())."""
+    get_context(device).sync()
+
+
+def cuda_device_count():
+    """CUDA devices visible to lamina: 0 without a driver, a device, or a CUDA build."""
+    return lib.lam_cuda_device_count(None)
+
+
+def cuda_unavailable_reason():
+    """Why there is no CUDA device ("" when there is one)."""
+    why = c_char_p()
+    n = lib.lam_cuda_device_count(byref(why))
+    return "" if n > 0 else (why.value.decode() if why.value else "no CUDA device")
+
+
+def build_info():
+    """How the loaded liblamina was built, and where it was loaded from."""
+    info = _lib.BuildInfo()
+    lib.lam_build_info_get(byref(info))
+    return {"version": info.version.decode(), "with_cuda": bool(info.with_cuda), "cuda_runtime": info.cuda_runtime,
+            "cuda_archs": info.cuda_archs.decode() if info.cuda_archs else "", "with_openmp": bool(info.with_openmp),
+            "omp_max_threads": info.omp_max_threads, "library": _lib.LIBRARY_PATH}
+
+
+def memory_stats(device="auto"):
+    """The context's caching allocator in bytes: in_use, reserved, peak, cached, pinned_host, allocs,
+    cache_hits (device memory on CUDA)."""
+    ctx = get_context(device)
+    s = _lib.MemStats()
+    with ctx.lock:
+        check(lib.lam_mem_stats_get(ctx.ptr, byref(s)))
+    return {name: int(getattr(s, name)) for name, _ in _lib.MemStats._fields_}
+
+
+def release_cached(device="auto"):
+    """Gives the allocator's cached (free) blocks back to the system; returns the bytes released."""
+    ctx = get_context(device)
+    released = c_size_t()
+    with ctx.lock:
+        check(lib.lam_mem_release_cached(ctx.ptr, byref(released)))
+    return int(released.value)

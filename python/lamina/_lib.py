@@ -1,0 +1,265 @@
+"""Finding and loading liblamina, and the ctypes declarations of the C API (include/lamina.h).
+
+Every C call returns a lam_status; check() turns a failure into LaminaError with lam_last_error()'s
+message. The message is thread-local in C and ctypes calls run on the calling thread, so reading it
+right after the failing call gets the right one.
+"""
+import ctypes
+import ctypes.util
+import os
+import warnings
+
+from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_char, c_char_p, c_double, c_float, c_int, c_size_t,
+                    c_uint64, c_void_p)
+
+# The C header's LAMINA_VERSION that these declarations were written against: a library of another
+# version may lay its structs out differently.
+C_API_VERSION = "0.1.0"
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+# <repo>/python/lamina -> <repo>: the build trees of a source checkout.
+_REPO_DIR = os.path.dirname(os.path.dirname(_PKG_DIR))
+LIBRARY_NAME = "liblamina.so"
+
+
+class LaminaError(RuntimeError):
+    """A lamina call failed. `message` is lamina's own (what failed, where, how to fix); `status` the
+    lam_status number and `status_name` its short name ("invalid argument", "no CUDA device", ...)."""
+
+    def __init__(self, message, status=None, status_name=None):
+        self.message = message
+        self.status = status
+        self.status_name = status_name
+        super().__init__(f"{message} [{status_name}]" if status_name else message)
+
+
+def _candidates():
+    """(where, path or name) in lookup order. A set LAMINA_LIBRARY is the only candidate: a wrong
+    path there should fail loudly, not quietly load some other build."""
+    env = os.environ.get("LAMINA_LIBRARY")
+    if env:
+        return [("LAMINA_LIBRARY", env)]
+    found = [("package", os.path.join(_PKG_DIR, LIBRARY_NAME))]
+    for build in ("build", "build-gpu"):
+        found.append((f"build tree ({build}/)", os.path.join(_REPO_DIR, build, LIBRARY_NAME)))
+    return found
+
+
+def _loaded_openblas():
+    """Paths of the OpenBLAS libraries already mapped into this process (NumPy's, typically)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return {line.split()[-1] for line in f if "libopenblas" in line and "/" in line}
+    except OSError:
+        return set()
+
+
+def _keep_openmp_openblas(path):
+    """Makes liblamina's BLAS calls reach the OpenMP build of OpenBLAS it was linked against, even when
+    NumPy came first.
+
+    Debian's two OpenBLAS builds share the soname libopenblas.so.0. NumPy loads the pthread build;
+    when liblamina is loaded after it, the dynamic loader hands liblamina that same, already loaded
+    library, whose own thread pool then fights lamina's OpenMP threads over the cores (CNN training
+    on 2 cores measured 2-3x slower than `lamina train`). Loading the OpenMP build by its full path
+    with RTLD_GLOBAL puts it in the global symbol scope, which the loader searches before liblamina's
+    own dependencies, so liblamina's cblas calls bind to it. NumPy keeps working: both are OpenBLAS.
+    Only done when liblamina names the OpenMP build (its RUNPATH, set by CMakeLists.txt) and another
+    OpenBLAS is already in the process.
+    """
+    loaded = _loaded_openblas()
+    if not loaded:
+        return  # nothing to clash with: liblamina's RUNPATH finds its own
+    import mmap
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            i = mm.find(b"openblas-openmp")
+            if i < 0:
+                return
+            runpath = mm[mm.rfind(b"\0", 0, i) + 1:mm.find(b"\0", i)].decode(errors="replace")
+    except (OSError, ValueError):
+        return
+    for d in runpath.split(":"):
+        want = os.path.join(d, "libopenblas.so.0")
+        if "openblas-openmp" in d and os.path.isfile(want):
+            if os.path.realpath(want) not in {os.path.realpath(p) for p in loaded}:
+                ctypes.CDLL(want, mode=ctypes.RTLD_GLOBAL)
+            return
+
+
+def _load():
+    tried = []
+    for where, path in _candidates():
+        if where == "LAMINA_LIBRARY" and not os.path.isfile(path):
+            raise ImportError(f"lamina: LAMINA_LIBRARY={path!r} is not a file; point it at a built liblamina.so "
+                              f"(e.g. <repo>/build/liblamina.so after `make`) or unset it")
+        if not os.path.isfile(path):
+            tried.append(f"{path} ({where}: not there)")
+            continue
+        try:
+            _keep_openmp_openblas(path)
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            # A library that exists but does not load (a missing libcublas, a wrong architecture) is
+            # worth saying as such; with LAMINA_LIBRARY it is the only one we may take.
+            if where == "LAMINA_LIBRARY":
+                raise ImportError(f"lamina: LAMINA_LIBRARY={path!r} could not be loaded: {e}") from e
+            tried.append(f"{path} ({where}: failed to load: {e})")
+    name = ctypes.util.find_library("lamina")
+    if name:
+        try:
+            return ctypes.CDLL(name), name
+        except OSError as e:
+            tried.append(f"{name} (system library path: failed to load: {e})")
+    else:
+        tried.append("find_library('lamina') (system library path: not found)")
+    raise ImportError("lamina: cannot find liblamina.so. Tried:\n  " + "\n  ".join(tried) +
+                      "\nTo fix: build it in the repository with `make` (or `cmake -S . -B build && cmake --build build`),"
+                      " set LAMINA_LIBRARY=/path/to/liblamina.so, or install the package with"
+                      " `pip install --no-build-isolation ./python`, which builds and ships the library.")
+
+
+lib, LIBRARY_PATH = _load()
+
+# ---- structs, as in include/lamina.h --------------------------------------------------------------
+
+
+class BuildInfo(Structure):
+    _fields_ = [("version", c_char_p), ("with_cuda", c_int), ("cuda_runtime", c_int), ("cuda_archs", c_char_p),
+                ("with_openmp", c_int), ("omp_max_threads", c_int)]
+
+
+class CudaDeviceInfo(Structure):
+    _fields_ = [("name", c_char * 256), ("cc_major", c_int), ("cc_minor", c_int), ("sm_count", c_int),
+                ("mem_total", c_size_t), ("mem_free", c_size_t), ("l2_bytes", c_size_t), ("mem_bus_gbps", c_double)]
+
+
+class MemStats(Structure):
+    _fields_ = [("in_use", c_size_t), ("reserved", c_size_t), ("peak", c_size_t), ("cached", c_size_t),
+                ("pinned_host", c_size_t), ("allocs", c_uint64), ("cache_hits", c_uint64)]
+
+
+class HiddenTiming(Structure):
+    _fields_ = [("staging", c_double), ("copy_in", c_double), ("kernel", c_double), ("copy_out", c_double),
+                ("total", c_double), ("chunks", c_int)]
+
+
+class Dataset(Structure):
+    _fields_ = [("n", c_size_t), ("h", c_int), ("w", c_int), ("classes", c_int), ("images", c_void_p),
+                ("labels", c_void_p)]
+
+
+class ModelMemory(Structure):
+    _fields_ = [("params", c_size_t), ("grads", c_size_t), ("optimizer", c_size_t), ("activations", c_size_t),
+                ("data", c_size_t)]
+
+
+class Opt(Structure):
+    _fields_ = [("kind", c_int), ("lr", c_float), ("momentum", c_float), ("weight_decay", c_float),
+                ("beta1", c_float), ("beta2", c_float), ("eps", c_float)]
+
+
+class EpochStats(Structure):
+    _fields_ = [("epoch", c_int), ("train_loss", c_double), ("train_acc", c_double), ("seconds", c_double),
+                ("images_per_s", c_double)]
+
+
+# enums (C ints)
+LAM_OK = 0
+LAM_ERR_INVALID_ARG, LAM_ERR_NO_DEVICE, LAM_ERR_CUDA, LAM_ERR_OUT_OF_MEMORY, LAM_ERR_UNSUPPORTED, LAM_ERR_IO = range(1, 7)
+DEVICES = {"auto": 0, "cpu": 1, "cuda": 2}
+DEVICE_NAMES = {v: k for k, v in DEVICES.items()}
+DTYPE_F32, DTYPE_U8 = 0, 1
+LAYOUT_NCHW = 0
+OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
+
+ProgressFn = CFUNCTYPE(None, c_void_p, c_int, c_int, c_double, c_double)
+
+# ---- functions ------------------------------------------------------------------------------------
+
+_status = c_int
+_P = c_void_p  # opaque handles and untyped buffers: Python passes ints (addresses)
+_SIGNATURES = {
+    "lam_last_error": (c_char_p, []),
+    "lam_status_str": (c_char_p, [c_int]),
+    "lam_ctx_create": (_status, [POINTER(c_void_p), c_int]),
+    "lam_ctx_free": (None, [_P]),
+    "lam_ctx_device": (c_int, [_P]),
+    "lam_ctx_device_name": (c_char_p, [_P]),
+    "lam_ctx_choice_reason": (c_char_p, [_P]),
+    "lam_ctx_sync": (_status, [_P]),
+    "lam_build_info_get": (None, [POINTER(BuildInfo)]),
+    "lam_cuda_device_count": (c_int, [POINTER(c_char_p)]),
+    "lam_cuda_device_info_get": (_status, [c_int, POINTER(CudaDeviceInfo)]),
+    "lam_mem_stats_get": (_status, [_P, POINTER(MemStats)]),
+    "lam_mem_alloc": (_status, [_P, POINTER(c_void_p), c_size_t]),
+    "lam_mem_free": (_status, [_P, _P]),
+    "lam_mem_release_cached": (_status, [_P, POINTER(c_size_t)]),
+    "lam_mem_upload": (_status, [_P, _P, _P, c_size_t]),
+    "lam_mem_download": (_status, [_P, _P, _P, c_size_t]),
+    "lam_hidden": (_status, [_P, c_size_t, _P, c_int, _P, _P, POINTER(HiddenTiming)]),
+    "lam_normalize_images": (_status, [_P, c_size_t, c_int, c_int, c_int, c_int, _P, POINTER(c_float),
+                                       POINTER(c_float), c_int, _P]),
+    "lam_model_create": (_status, [_P, c_char_p, c_int, c_int, c_int, c_uint64, POINTER(c_void_p)]),
+    "lam_model_free": (None, [_P]),
+    "lam_model_spec": (c_char_p, [_P]),
+    "lam_model_param_count": (c_size_t, [_P]),
+    "lam_model_outputs": (c_int, [_P]),
+    "lam_model_describe": (_status, [_P, c_char_p, c_size_t]),
+    "lam_model_params_get": (_status, [_P, _P, c_size_t]),
+    "lam_model_params_set": (_status, [_P, _P, c_size_t]),
+    "lam_model_forward": (_status, [_P, c_int, _P, _P]),
+    "lam_model_memory_get": (_status, [_P, _P, POINTER(ModelMemory)]),
+    "lam_opt_default": (Opt, [c_int]),
+    "lam_trainer_create": (_status, [_P, POINTER(Opt), c_int, c_uint64, POINTER(Dataset), POINTER(c_void_p)]),
+    "lam_trainer_free": (None, [_P]),
+    "lam_trainer_epoch": (_status, [_P, ProgressFn, c_void_p, c_int, POINTER(EpochStats)]),
+    "lam_trainer_epochs_done": (c_int, [_P]),
+    "lam_evaluate": (_status, [_P, POINTER(Dataset), c_int, POINTER(c_double), POINTER(c_double), _P]),
+    "lam_checkpoint_save": (_status, [c_char_p, _P, _P]),
+    "lam_checkpoint_load": (_status, [_P, c_char_p, POINTER(c_void_p), POINTER(Dataset), POINTER(c_void_p)]),
+}
+
+
+def _declare():
+    missing = []
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+    if missing:
+        raise ImportError(f"lamina: {LIBRARY_PATH} lacks {', '.join(missing)}: it is an older or different "
+                          f"liblamina; rebuild it (`make`) or point LAMINA_LIBRARY at a current build")
+
+
+_declare()
+
+
+def _version_check():
+    info = BuildInfo()
+    lib.lam_build_info_get(byref(info))
+    version = info.version.decode() if info.version else "?"
+    if version != C_API_VERSION:
+        warnings.warn(f"lamina: {LIBRARY_PATH} is version {version} but this package was written against "
+                      f"{C_API_VERSION}; if calls misbehave, rebuild the library from the same checkout",
+                      RuntimeWarning, stacklevel=3)
+
+
+_version_check()
+
+
+def last_error():
+    msg = lib.lam_last_error()
+    return msg.decode(errors="replace") if msg else ""
+
+
+def check(status, what=None):
+    """Raises LaminaError for a non-OK status, with lamina's message (or `what` if C left none)."""
+    if status != LAM_OK:
+        name = lib.lam_status_str(status)
+        name = name.decode() if name else f"status {status}"
+        raise LaminaError(last_error() or what or "lamina call failed", status, name)

@@ -1,0 +1,237 @@
+"""lamina.Model on the CPU backend: training on a slice of Fashion-MNIST learns, evaluate() and
+predict() agree, save/load round-trips, and the checkpoints are the CLI's: a Python-trained model
+evaluates in `lamina eval`, a `lamina train --save` model loads in Python, and the same seed trains to
+the same parameters either way. Kept small (a few seconds on 2 cores)."""
+import contextlib
+import io
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+import lamina
+from helpers import cli_path, load_fashion_mnist, write_mnist_dir
+
+DEV = "cpu"
+N_TRAIN, N_TEST = 2000, 1000
+DATA = load_fashion_mnist(N_TRAIN, N_TEST)
+NO_DATA = "Fashion-MNIST not found (Debian's dataset-fashion-mnist, or $LAMINA_DATA_DIR/fashion-mnist)"
+
+
+def run_cli(*args):
+    cli = cli_path()
+    proc = subprocess.run([cli, *args], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"{cli} {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return json.loads(proc.stdout)
+
+
+@unittest.skipIf(DATA is None, NO_DATA)
+class Training(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.x, cls.y, cls.xt, cls.yt = DATA
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.model = lamina.Model("mlp", device=DEV, seed=3)
+        cls.history = cls.model.fit(cls.x, cls.y, epochs=2, batch_size=64, verbose=0,
+                                    validation_data=(cls.xt, cls.yt))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+        cls.tmp.cleanup()
+
+    def test_learns(self):
+        h = self.history
+        self.assertEqual([e["epoch"] for e in h], [1, 2])
+        for e in h:
+            self.assertEqual(set(e), {"epoch", "loss", "accuracy", "seconds", "images_per_s", "val_loss",
+                                      "val_accuracy"})
+        self.assertLess(h[1]["loss"], h[0]["loss"])
+        self.assertLess(h[0]["loss"], np.log(10))  # below a uniform guess's loss
+        res = self.model.evaluate(self.xt, self.yt)
+        self.assertGreater(res["accuracy"], 0.6, res)  # chance is 0.1; ~0.75 after 2 epochs of 2,000
+        self.assertEqual(res["accuracy"], h[1]["val_accuracy"])
+
+    def test_predict_matches_evaluate(self):
+        # predict() normalizes the pixels as the trainer does, so its argmax is evaluate()'s.
+        res = self.model.evaluate(self.xt, self.yt, confusion=True)
+        pred = self.model.predict(self.xt)
+        self.assertEqual(pred.shape, (N_TEST,))
+        self.assertEqual(float(np.mean(pred == self.yt)), res["accuracy"])
+        conf = np.zeros((10, 10), np.int64)
+        np.add.at(conf, (self.yt, pred), 1)
+        self.assertTrue(np.array_equal(conf, res["confusion"]))
+        # (n, 1, 28, 28) is the same input as (n, 28, 28); another batch size changes only the BLAS
+        # blocking, so the summation order (float32 rounding), not the values beyond it.
+        a = self.model.predict_logits(self.xt[:300], batch_size=300)
+        self.assertEqual(a.shape, (300, 10))
+        self.assertTrue(np.array_equal(a, self.model.predict_logits(self.xt[:300].reshape(300, 1, 28, 28), batch_size=300)))
+        b = self.model.predict_logits(self.xt[:300], batch_size=128)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+    def test_save_load(self):
+        path = os.path.join(self.tmp.name, "py.lamina")
+        self.model.save(path)
+        loaded = lamina.load(path, device=DEV)
+        self.assertEqual(loaded.spec, self.model.spec)
+        self.assertEqual(loaded.input_shape, (1, 28, 28))
+        self.assertTrue(np.array_equal(loaded.get_params(), self.model.get_params()))
+        self.assertTrue(np.array_equal(loaded.predict_logits(self.xt), self.model.predict_logits(self.xt)))
+        self.assertTrue(np.array_equal(loaded.predict(self.xt), self.model.predict(self.xt)))
+        # A loaded model trains on (a fresh optimizer).
+        h = loaded.fit(self.x[:256], self.y[:256], epochs=1, verbose=0)
+        self.assertEqual(len(h), 1)
+        loaded.close()
+
+    def test_python_checkpoint_in_cli(self):
+        path = os.path.join(self.tmp.name, "for-cli.lamina")
+        self.model.save(path)
+        data = os.path.join(self.tmp.name, "data-eval")
+        os.mkdir(data)
+        write_mnist_dir(data, self.x[:10], self.y[:10], self.xt, self.yt)
+        out = run_cli("eval", "--load", path, "--data", data, "--device", "cpu", "--json")
+        mine = self.model.evaluate(self.xt, self.yt, confusion=True)
+        self.assertEqual(out["n"], N_TEST)
+        self.assertEqual(out["confusion"], mine["confusion"].tolist())
+        self.assertAlmostEqual(out["accuracy"], mine["accuracy"], places=6)
+
+    def test_cli_checkpoint_in_python_and_same_training(self):
+        # `lamina train` uses --seed for the initialization and the shuffle; Model(seed=S).fit() does
+        # the same on its first fit, so on the CPU both runs must end with the same parameters.
+        n = 1024
+        data = os.path.join(self.tmp.name, "data-train")
+        os.mkdir(data)
+        write_mnist_dir(data, self.x[:n], self.y[:n], self.xt, self.yt)
+        path = os.path.join(self.tmp.name, "cli.lamina")
+        out = run_cli("train", "--data", data, "--model", "mlp", "--epochs", "1", "--batch", "32", "--opt", "sgd",
+                      "--lr", "0.05", "--momentum", "0.9", "--seed", "7", "--device", "cpu", "--save", path,
+                      "--no-progress", "--json")
+        cli_model = lamina.load(path, device=DEV)
+        py = lamina.Model("mlp", device=DEV, seed=7)
+        h = py.fit(self.x[:n], self.y[:n], epochs=1, batch_size=32, optimizer="sgd", lr=0.05, momentum=0.9, verbose=0)
+        self.assertAlmostEqual(h[0]["loss"], out["epochs"][0]["train_loss"], places=5)
+        self.assertTrue(np.array_equal(py.get_params(), cli_model.get_params()),
+                        "the same seed and settings trained to different parameters in Python and the CLI")
+        self.assertAlmostEqual(cli_model.evaluate(self.xt, self.yt)["accuracy"], out["test_acc"], places=6)
+        cli_model.close()
+        py.close()
+
+    def test_cnn(self):
+        # The reference CNN: a few steps, enough to run every layer kind forward and backward.
+        m = lamina.Model("cnn", device=DEV, seed=1)
+        self.assertEqual(m.param_count, 34826)
+        h = m.fit(self.x[:256], self.y[:256], epochs=1, batch_size=64, verbose=0)
+        self.assertTrue(np.isfinite(h[0]["loss"]))
+        pred = m.predict(self.xt[:200])
+        self.assertEqual(float(np.mean(pred == self.yt[:200])), m.evaluate(self.xt[:200], self.yt[:200])["accuracy"])
+        m.close()
+
+    def test_second_fit_continues(self):
+        m = lamina.Model("mlp", device=DEV, seed=5)
+        h1 = m.fit(self.x[:512], self.y[:512], epochs=1, verbose=0)
+        h2 = m.fit(self.x[:512], self.y[:512], epochs=1, verbose=0)
+        self.assertEqual((h1[0]["epoch"], h2[0]["epoch"]), (1, 2))
+        self.assertEqual(m.epochs_done, 2)
+        self.assertLess(h2[0]["loss"], h1[0]["loss"])
+        m.close()
+
+
+class Models(unittest.TestCase):
+    """What needs no data set: building, describing, parameters, and the errors."""
+
+    def test_build_and_describe(self):
+        m = lamina.Model("conv 4 3 pad 1, relu, maxpool 2, flatten, dense 3", input_shape=(1, 8, 8), device=DEV)
+        self.assertEqual(m.outputs, 3)
+        self.assertEqual(m.device, "cpu")
+        self.assertEqual(m.param_count, 4 * 9 + 4 + 3 * 4 * 4 * 4 + 3)
+        self.assertIn("conv", m.summary())
+        self.assertIn("params", repr(m))
+        p = m.get_params()
+        m.set_params(np.zeros_like(p))
+        self.assertTrue(np.all(m.get_params() == 0))
+        logits = m.predict_logits(np.zeros((5, 8, 8), np.uint8))
+        self.assertTrue(np.all(logits == 0))  # zero weights and biases
+        self.assertEqual(m.predict(np.zeros((0, 8, 8), np.uint8)).shape, (0,))
+        m.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            m.predict(np.zeros((1, 8, 8), np.uint8))
+
+    def test_synthetic_fit(self):
+        # Without Fashion-MNIST: two classes a one-layer model separates (bright vs dark images).
+        rng = np.random.default_rng(0)
+        y = rng.integers(0, 2, 512)
+        x = (rng.integers(0, 100, (512, 6, 6)) + 150 * y[:, None, None]).astype(np.uint8)
+        m = lamina.Model("flatten, dense 2", input_shape=(6, 6), device=DEV, seed=2)
+        m.fit(x, y, epochs=3, batch_size=32, optimizer="sgd", lr=0.1, verbose=0)
+        self.assertGreater(m.evaluate(x, y)["accuracy"], 0.95)
+        m.close()
+
+    def test_verbose(self):
+        rng = np.random.default_rng(1)
+        x = rng.integers(0, 256, (64, 6, 6), dtype=np.uint8)
+        y = rng.integers(0, 3, 64)
+        m = lamina.Model("flatten, dense 3", input_shape=(6, 6), device=DEV)
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            m.fit(x, y, epochs=2, verbose=1, validation_data=(x, y))
+        lines = buf.getvalue().splitlines()
+        self.assertEqual(len(lines), 2, lines)
+        self.assertRegex(lines[1], r"^epoch 2: loss [\d.]+  accuracy [\d.]+ .* val_accuracy [\d.]+$")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            m.fit(x, y, epochs=1, verbose=0)
+        self.assertEqual(buf.getvalue(), "")
+        m.close()
+
+    def test_errors(self):
+        m = lamina.Model("mlp", device=DEV)
+        x = np.zeros((4, 28, 28), np.uint8)
+        y = np.zeros(4, np.int64)
+        with self.assertRaises(lamina.LaminaError) as cm:
+            lamina.Model("dense ten", device=DEV)
+        self.assertIn("^", cm.exception.message)  # the caret under the bad word
+        with self.assertRaisesRegex(TypeError, "spec must be a string"):
+            lamina.Model(10, device=DEV)
+        with self.assertRaisesRegex(ValueError, "input_shape"):
+            lamina.Model("mlp", input_shape=(28, 0), device=DEV)
+        with self.assertRaisesRegex(TypeError, "uint8 pixels.*not float32.*raw pixels"):
+            m.fit(x.astype(np.float32), y, verbose=0)
+        with self.assertRaisesRegex(ValueError, r"shape \(4, 28, 27\)"):
+            m.fit(x[:, :, :27], y, verbose=0)
+        with self.assertRaisesRegex(ValueError, "4 images but y has 3 labels"):
+            m.fit(x, y[:3], verbose=0)
+        with self.assertRaisesRegex(ValueError, r"y\[2\] = 10 is not a class"):
+            m.fit(x, np.array([0, 1, 10, 2]), verbose=0)
+        with self.assertRaisesRegex(ValueError, r"y\[0\] = -1"):
+            m.evaluate(x, np.array([-1, 1, 1, 2]))
+        with self.assertRaisesRegex(TypeError, "integer class labels, not float64"):
+            m.fit(x, y.astype(np.float64), verbose=0)
+        with self.assertRaisesRegex(ValueError, "optimizer 'rmsprop'"):
+            m.fit(x, y, optimizer="rmsprop", verbose=0)
+        with self.assertRaisesRegex(ValueError, "momentum applies to sgd"):
+            m.fit(x, y, optimizer="adam", momentum=0.9, verbose=0)
+        with self.assertRaisesRegex(ValueError, "lr must be a number >= 0"):
+            m.fit(x, y, lr=-1, verbose=0)
+        with self.assertRaisesRegex(ValueError, "batch_size = 0"):
+            m.fit(x, y, batch_size=0, verbose=0)
+        with self.assertRaisesRegex(ValueError, "epochs = 0"):
+            m.fit(x, y, epochs=0, verbose=0)
+        with self.assertRaisesRegex(ValueError, "no images"):
+            m.fit(x[:0], y[:0], verbose=0)
+        with self.assertRaises(lamina.LaminaError) as cm:
+            lamina.load("/nonexistent/model.lamina", device=DEV)
+        self.assertIn("/nonexistent/model.lamina", cm.exception.message)
+        with tempfile.NamedTemporaryFile(suffix=".lamina") as f:
+            f.write(b"not a checkpoint")
+            f.flush()
+            with self.assertRaises(lamina.LaminaError):
+                lamina.load(f.name, device=DEV)
+        m.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
