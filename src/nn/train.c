@@ -102,22 +102,42 @@ static void free_resident(lam_trainer *t) {
   t->d_idx = NULL;
 }
 
+/* Drops the captured step. A graph is tied to the data mode it was captured in: on the H200 (CUDA
+ * 13.0) a graph captured while streaming failed to launch (cudaErrorInvalidValue) once the streaming
+ * buffers had been freed, so every change of mode captures afresh. */
+static void drop_graph(lam_trainer *t) {
+  lam_ctx *ctx = t->m->ctx;
+  if (!t->graph) return;
+  ctx->be->sync(ctx);
+  ctx->be->graph_free(ctx, t->graph);
+  t->graph = NULL;
+}
+
 lam_status lam_trainer_set_stream(lam_trainer *t, int buffers) {
   LAM_CHECK_ARG(t, "lam_trainer_set_stream: trainer is NULL");
   LAM_CHECK_ARG(buffers == 0 || buffers == 2 || buffers == 3,
                 "lam_trainer_set_stream: %d buffers (0: resident; 2 or 3: streaming)", buffers);
   lam_ctx *ctx = t->m->ctx;
+  int now = t->feed ? feed_buffers(t->feed) : 0;
+  if (buffers == now) return LAM_OK;
+  drop_graph(t);
   if (buffers == 0) {
-    if (!t->feed) return LAM_OK;
     LAM_CHECK_ARG(t->host && t->host->images, "lam_trainer_set_stream: the trainer has no data set to upload");
-    feed_free(t->feed);
-  if (t->graph) ctx->be->graph_free(ctx, t->graph);
+    feed_free(t->feed); /* first, so the memory is there for the set */
     t->feed = NULL;
-    t->stream_why[0] = 0;
     lam_status s = upload_set(ctx, t->host, &t->d_images, &t->d_labels);
     if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&t->d_idx, t->n * sizeof(int32_t));
-    if (s != LAM_OK) free_resident(t);
-    return s;
+    if (s == LAM_OK) {
+      t->stream_why[0] = 0;
+      return LAM_OK;
+    }
+    /* the set does not fit: keep streaming, and say why the switch failed */
+    char why[512];
+    snprintf(why, sizeof why, "%s", lam_last_error());
+    free_resident(t);
+    if (feed_create(ctx, now, t->batch, t->sample, &t->feed) != LAM_OK) t->feed = NULL;
+    return LAM_FAIL(s, "lam_trainer_set_stream: the data set does not fit on the device (%s); the trainer %s", why,
+                    t->feed ? "keeps streaming" : "has no data on the device now");
   }
   free_resident(t); /* first, so the memory is there for the buffers */
   if (t->feed) feed_free(t->feed);
@@ -201,12 +221,7 @@ static lam_status step_body(lam_trainer *t, int B) {
 lam_status lam_trainer_set_graph(lam_trainer *t, int on) {
   LAM_CHECK_ARG(t, "lam_trainer_set_graph: trainer is NULL");
   t->graph_off = !on;
-  if (!on && t->graph) {
-    lam_ctx *ctx = t->m->ctx;
-    ctx->be->sync(ctx);
-    ctx->be->graph_free(ctx, t->graph);
-    t->graph = NULL;
-  }
+  if (!on) drop_graph(t);
   return LAM_OK;
 }
 
