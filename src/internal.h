@@ -73,6 +73,16 @@ typedef struct lam_backend {
   /* x (B, sample) = (images[idx[b]] / 255 - mean) / std as float; y[b] = labels[idx[b]]. */
   lam_status (*gather)(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
                        const int32_t *idx, float mean, float std, float *x, uint8_t *y);
+  /* ---- fused conv -> relu -> maxpool (stride = K): the plain ops cbp_to_bcp + act_fwd(relu) +
+   * maxpool_fwd, and maxpool_bwd + act_bwd(relu) + bcp_to_cbp, in one pass each. g is the pool's
+   * geometry over the conv's output planes (C, H, W). ---- */
+  /* y (B, C, OH, OW) = maxpool(relu(G + bias)) from the conv GEMM's output G (C, B*H*W); arg = the
+   * index of each max within its H*W plane (the first maximum in row order, as maxpool_fwd). */
+  lam_status (*conv_pool_fwd)(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,
+                              int32_t *arg);
+  /* dG (C, B*H*W) = dy at each window's argmax where y > 0, else 0; db[c] += the sum of row c of dG. */
+  lam_status (*conv_pool_bwd)(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
+                              const int32_t *arg, float *dG, float *db);
   /* One fused pass over the flat buffers. step is 1-based (bias correction). */
   lam_status (*adam)(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1,
                      float b2, float eps, float wd, int decoupled, long step);

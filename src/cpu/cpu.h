@@ -40,5 +40,9 @@ lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf,
                    int first);
 lam_status cpu_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
                                 const float *mean, const float *std, int bf16, void *out);
+lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,
+                             int32_t *arg);
+lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
+                             const int32_t *arg, float *dG, float *db);
 lam_status cpu_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
 #endif

@@ -328,3 +328,62 @@ lam_status cpu_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int
     }
   return LAM_OK;
 }
+
+lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,
+                             int32_t *arg) {
+  (void)ctx;
+  const size_t P = (size_t)g->H * g->W, BP = (size_t)B * P;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * g->C * P > PAR_MIN)
+  for (int b = 0; b < B; b++)
+    for (int c = 0; c < g->C; c++) {
+      const float *plane = G + (size_t)c * BP + (size_t)b * P;
+      const float bc = bias[c];
+      float *yo = y + ((size_t)b * g->C + c) * g->OH * g->OW;
+      int32_t *ao = arg + ((size_t)b * g->C + c) * g->OH * g->OW;
+      for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < g->OW; ow++) {
+          int best = oh * g->stride * g->W + ow * g->stride;
+          float m = plane[best] + bc;
+          if (g->K == 2) { /* the common window, unrolled; the same order and test as the loop below */
+            int r0 = best, r1 = best + g->W;
+            float v1 = plane[r0 + 1] + bc, v2 = plane[r1] + bc, v3 = plane[r1 + 1] + bc;
+            int t = v1 > m || v1 != v1; /* selects, not branches: where the max is is random */
+            m = t ? v1 : m, best = t ? r0 + 1 : best;
+            t = v2 > m || v2 != v2;
+            m = t ? v2 : m, best = t ? r1 : best;
+            t = v3 > m || v3 != v3;
+            m = t ? v3 : m, best = t ? r1 + 1 : best;
+          } else {
+            for (int a = 0; a < g->K; a++)
+              for (int e = 0; e < g->K; e++) {
+                int idx = (oh * g->stride + a) * g->W + ow * g->stride + e;
+                float v = plane[idx] + bc;
+                if (v > m || v != v) m = v, best = idx; /* as maxpool_fwd: first maximum, NaN wins */
+              }
+          }
+          yo[oh * g->OW + ow] = m > 0 ? m : 0.0f; /* relu after the max = the max of the relus */
+          ao[oh * g->OW + ow] = best;
+        }
+    }
+  return LAM_OK;
+}
+
+lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
+                             const int32_t *arg, float *dG, float *db) {
+  (void)ctx;
+  const size_t P = (size_t)g->H * g->W, BP = (size_t)B * P, OP = (size_t)g->OH * g->OW;
+#pragma omp parallel for schedule(static) if ((size_t)B * g->C * P > PAR_MIN)
+  for (int c = 0; c < g->C; c++) {
+    float sum = 0.0f;
+    for (int b = 0; b < B; b++) {
+      float *d = dG + (size_t)c * BP + (size_t)b * P;
+      size_t o = ((size_t)b * g->C + c) * OP;
+      memset(d, 0, P * sizeof *d);
+      for (size_t k = 0; k < OP; k++) /* windows do not overlap (stride = K): each max is its own */
+        if (y[o + k] > 0) d[arg[o + k]] = dy[o + k];
+      for (size_t p = 0; p < P; p++) sum += d[p]; /* cpu_bcp_to_cbp's order: the same bias gradient */
+    }
+    db[c] += sum;
+  }
+  return LAM_OK;
+}

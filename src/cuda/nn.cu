@@ -454,3 +454,64 @@ lam_status cuda_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, in
   LAUNCH_CHECK(st, "normalize_images_kernel");
   return LAM_OK;
 }
+
+/* ---- fused conv -> relu -> maxpool ---- */
+
+/* One thread per pooled output (B, C, OH, OW): the K x K window of G (C, B*H*W) plus the bias, its
+ * first maximum (NaN wins, as maxpool_fwd), relu'd. */
+__global__ void conv_pool_fwd_kernel(lam_pool_geom g, int B, const float *G, const float *bias, float *y, int32_t *arg) {
+  size_t total = (size_t)B * g.C * g.OH * g.OW, P = (size_t)g.H * g.W;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    int ow = (int)(i % g.OW), oh = (int)(i / g.OW % g.OH), c = (int)(i / ((size_t)g.OW * g.OH) % g.C);
+    size_t b = i / ((size_t)g.OW * g.OH * g.C);
+    const float *plane = G + (size_t)c * B * P + b * P;
+    float bc = bias[c];
+    int best = oh * g.stride * g.W + ow * g.stride;
+    float m = plane[best] + bc;
+    for (int a = 0; a < g.K; a++)
+      for (int e = 0; e < g.K; e++) {
+        int idx = (oh * g.stride + a) * g.W + ow * g.stride + e;
+        float v = plane[idx] + bc;
+        if (v > m || v != v) m = v, best = idx;
+      }
+    y[i] = m > 0 ? m : 0.0f;
+    arg[i] = best;
+  }
+}
+
+lam_status cuda_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,
+                              int32_t *arg) {
+  cuda_state *st = cuda_st(ctx);
+  conv_pool_fwd_kernel<<<blocks_for((size_t)B * g->C * g->OH * g->OW), NT, 0, st->stream>>>(*g, B, G, bias, y, arg);
+  LAUNCH_CHECK(st, "conv_pool_fwd_kernel");
+  return LAM_OK;
+}
+
+/* One thread per element of dG (C, B*H*W), written in order: the gradient reaches a conv output only
+ * where it is its window's argmax and the pooled value passed the relu. */
+__global__ void conv_pool_bwd_kernel(lam_pool_geom g, int B, const float *dy, const float *y, const int32_t *arg,
+                                     float *dG) {
+  size_t P = (size_t)g.H * g.W, total = (size_t)g.C * B * P;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    size_t p = i % P, b = i / P % B;
+    int c = (int)(i / (P * B));
+    int h = (int)(p / g.W), w = (int)(p % g.W), ph = h / g.K, pw = w / g.K;
+    float v = 0.0f;
+    if (ph < g.OH && pw < g.OW) {
+      size_t k = ((b * g.C + c) * g.OH + ph) * g.OW + pw;
+      if (arg[k] == (int32_t)p && y[k] > 0) v = dy[k];
+    }
+    dG[i] = v;
+  }
+}
+
+lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
+                              const int32_t *arg, float *dG, float *db) {
+  cuda_state *st = cuda_st(ctx);
+  size_t P = (size_t)g->H * g->W;
+  conv_pool_bwd_kernel<<<blocks_for((size_t)g->C * B * P), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
+  LAUNCH_CHECK(st, "conv_pool_bwd_kernel");
+  row_sum_kernel<<<g->C, NT, 0, st->stream>>>(B * (int)P, dG, db); /* as bcp_to_cbp's bias gradient */
+  LAUNCH_CHECK(st, "row_sum_kernel");
+  return LAM_OK;
+}

@@ -15,6 +15,44 @@ static const char *bwd_name[] = {"conv.bwd", "dense.bwd", "maxpool.bwd", "relu.b
 
 static int act_of(layer_kind k) { return k == L_RELU ? LAM_ACT_RELU : k == L_TANH ? LAM_ACT_TANH : LAM_ACT_SIGMOID; }
 
+/* Layers i, i+1, i+2 are conv -> relu -> maxpool with non-overlapping windows: they run as one fused
+ * step (the backend's conv_pool_fwd/bwd) unless fusion is off (LAMINA_FUSE=0). The conv's and the
+ * relu's own outputs are then never written; nothing else reads them. */
+static int fused_block(const lam_model *m, int i) {
+  return m->fuse && i + 2 < m->nlayers && m->L[i].kind == L_CONV && m->L[i + 1].kind == L_RELU &&
+         m->L[i + 2].kind == L_MAXPOOL && m->L[i + 2].stride == m->L[i + 2].k;
+}
+
+/* The conv GEMM: G (OC, B*P) = W (OC, K) x col (K, B*P), col the im2col of the input, into scratch. */
+static lam_status conv_gemm_fwd(lam_model *m, layer *l, int B, const float *in, int li) {
+  const lam_backend *be = m->ctx->be;
+  lam_conv_geom g = conv_geom(l);
+  int P = l->out_h * l->out_w, K = l->in_c * l->k * l->k, BP = B * P;
+  LAM_TRY(be->im2col(m->ctx, &g, B, in, l->col));
+  NN_PROF(m, "conv.im2col", li);
+  LAM_TRY(be->gemm(m->ctx, 0, 0, l->out_c, BP, K, 1.0f, m->params + l->w_off, K, l->col, BP, 0.0f, m->scratch, BP));
+  NN_PROF(m, "conv.gemm", li);
+  return LAM_OK;
+}
+
+/* The conv's backward from dyT (OC, B*P) in scratch: dW += dyT col^T and, if din, din = col2im(W^T dyT). */
+static lam_status conv_gemm_bwd(lam_model *m, layer *l, int B, float *din, int li) {
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  lam_conv_geom g = conv_geom(l);
+  int P = l->out_h * l->out_w, K = l->in_c * l->k * l->k, BP = B * P;
+  float *dyT = m->scratch, *dcol = m->scratch + (size_t)l->out_c * BP;
+  LAM_TRY(be->gemm(ctx, 0, 1, l->out_c, K, BP, 1.0f, dyT, BP, l->col, BP, 1.0f, m->grads + l->w_off, K));
+  NN_PROF(m, "conv.gemm_dw", li);
+  if (!din) return LAM_OK;
+  LAM_TRY(be->gemm(ctx, 1, 0, K, BP, l->out_c, 1.0f, m->params + l->w_off, K, dyT, BP, 0.0f, dcol, BP));
+  NN_PROF(m, "conv.gemm_dx", li);
+  LAM_TRY(be->zero(ctx, din, (size_t)B * layer_in_size(l) * sizeof(float)));
+  LAM_TRY(be->col2im(ctx, &g, B, dcol, din));
+  NN_PROF(m, "conv.col2im", li);
+  return LAM_OK;
+}
+
 lam_status nn_forward(lam_model *m, int B) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
@@ -24,13 +62,21 @@ lam_status nn_forward(lam_model *m, int B) {
     const float *W = m->params + l->w_off, *b = m->params + l->b_off;
     switch (l->kind) {
       case L_CONV: {
-        lam_conv_geom g = conv_geom(l);
-        int P = l->out_h * l->out_w, K = l->in_c * l->k * l->k, BP = B * P;
-        LAM_TRY(be->im2col(ctx, &g, B, in, l->col));
-        /* (OC, K) x (K, B*P) -> (OC, B*P) in scratch, then to (B, OC, P) with the bias. */
-        LAM_TRY(be->gemm(ctx, 0, 0, l->out_c, BP, K, 1.0f, W, K, l->col, BP, 0.0f, m->scratch, BP));
-        LAM_TRY(be->cbp_to_bcp(ctx, B, l->out_c, P, m->scratch, b, l->out));
-        break;
+        LAM_TRY(conv_gemm_fwd(m, l, B, in, i + 1));
+        if (fused_block(m, i)) { /* + relu + maxpool, straight from the GEMM's output */
+          layer *pool = &m->L[i + 2];
+          lam_pool_geom g = pool_geom(pool);
+          LAM_TRY(be->conv_pool_fwd(ctx, &g, B, m->scratch, b, pool->out, pool->arg));
+          NN_PROF(m, "conv_relu_pool.fwd", i + 1);
+          in = pool->out;
+          i += 2;
+          continue;
+        }
+        /* (OC, B*P) in scratch to (B, OC, P) with the bias. */
+        LAM_TRY(be->cbp_to_bcp(ctx, B, l->out_c, l->out_h * l->out_w, m->scratch, b, l->out));
+        NN_PROF(m, "conv.bias_t", i + 1);
+        in = l->out;
+        continue; /* each part marked itself */
       }
       case L_DENSE: /* y (B, out) = x (B, in) W^T + b */
         LAM_TRY(be->gemm(ctx, 0, 1, B, l->out_c, l->in_c, 1.0f, in, l->in_c, W, l->in_c, 0.0f, l->out, l->out_c));
@@ -64,25 +110,26 @@ lam_status nn_backward(lam_model *m, int B) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   for (int i = m->nlayers - 1; i >= 0; i--) {
+    if (i >= 2 && fused_block(m, i - 2)) { /* maxpool + relu + the conv's bias and GEMMs, from the pool's dout */
+      layer *conv = &m->L[i - 2], *pool = &m->L[i];
+      lam_pool_geom g = pool_geom(pool);
+      LAM_TRY(be->conv_pool_bwd(ctx, &g, B, pool->dout, pool->out, pool->arg, m->scratch, m->grads + conv->b_off));
+      NN_PROF(m, "conv_relu_pool.bwd", i - 1);
+      LAM_TRY(conv_gemm_bwd(m, conv, B, i > 2 ? m->L[i - 3].dout : NULL, i - 1));
+      i -= 2;
+      continue;
+    }
     layer *l = &m->L[i];
     const float *in = i ? m->L[i - 1].out : m->x;
     float *din = i ? m->L[i - 1].dout : NULL; /* the model's input needs no gradient */
     const float *W = m->params + l->w_off;
     float *dW = m->grads + l->w_off, *db = m->grads + l->b_off;
     switch (l->kind) {
-      case L_CONV: {
-        lam_conv_geom g = conv_geom(l);
-        int P = l->out_h * l->out_w, K = l->in_c * l->k * l->k, BP = B * P;
-        float *dyT = m->scratch, *dcol = m->scratch + (size_t)l->out_c * BP;
-        LAM_TRY(be->bcp_to_cbp(ctx, B, l->out_c, P, l->dout, dyT, db));           /* db += sums */
-        LAM_TRY(be->gemm(ctx, 0, 1, l->out_c, K, BP, 1.0f, dyT, BP, l->col, BP, 1.0f, dW, K)); /* dW += dy col^T */
-        if (din) {
-          LAM_TRY(be->gemm(ctx, 1, 0, K, BP, l->out_c, 1.0f, W, K, dyT, BP, 0.0f, dcol, BP)); /* dcol = W^T dy */
-          LAM_TRY(be->zero(ctx, din, (size_t)B * layer_in_size(l) * sizeof(float)));
-          LAM_TRY(be->col2im(ctx, &g, B, dcol, din));
-        }
-        break;
-      }
+      case L_CONV:
+        LAM_TRY(be->bcp_to_cbp(ctx, B, l->out_c, l->out_h * l->out_w, l->dout, m->scratch, db)); /* db += sums */
+        NN_PROF(m, "conv.bias_t", i + 1);
+        LAM_TRY(conv_gemm_bwd(m, l, B, din, i + 1));
+        continue; /* each part marked itself */
       case L_DENSE:
         /* dW (out, in) += dy^T x; db += column sums of dy; dx (B, in) = dy W */
         LAM_TRY(be->gemm(ctx, 1, 0, l->out_c, l->in_c, B, 1.0f, l->dout, l->out_c, in, l->in_c, 1.0f, dW, l->in_c));

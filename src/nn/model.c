@@ -34,6 +34,8 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
   lam_model *m = calloc(1, sizeof *m);
   if (!m) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory");
   m->ctx = ctx;
+  const char *fuse = getenv("LAMINA_FUSE"); /* 0: the plain ops, to compare against the fused ones */
+  m->fuse = !(fuse && !strcmp(fuse, "0"));
   m->in_c = in_c, m->in_h = in_h, m->in_w = in_w;
   lam_status s = nn_parse_spec(spec, in_c, in_h, in_w, &m->L, &m->nlayers, m->spec, sizeof m->spec);
   if (s != LAM_OK) {

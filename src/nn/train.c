@@ -164,7 +164,7 @@ static lam_status profile_window(lam_trainer *t, int step) {
   lam_model *m = t->m;
   if (!t->prof_steps) return LAM_OK;
   if (step == t->prof_first && !t->prof.nmarks) {
-    size_t per_step = 2 * (size_t)m->nlayers + 8;
+    size_t per_step = 6 * (size_t)m->nlayers + 8; /* a conv marks up to 5 parts */
     LAM_TRY(prof_begin(&t->prof, m->ctx, per_step * (size_t)t->prof_steps + 1));
     m->prof = &t->prof;
     t->prof_done = 0;
