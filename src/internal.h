@@ -20,10 +20,18 @@ typedef struct lam_conv_geom {
 typedef struct lam_pool_geom {
   int C, H, W, K, stride, OH, OW;
 } lam_pool_geom;
+/* The direct first-layer path (conv_pool_direct_*): at most this many taps (C*K*K) per output, and
+ * pooled outputs per block of its backward's partial sums. */
+#define LAM_DIRECT_TAPS 32
+#define LAM_DIRECT_CHUNK 2048
+static inline size_t lam_direct_work_floats(int OC, int taps, size_t pooled_per_channel) {
+  return (size_t)OC * ((pooled_per_channel + LAM_DIRECT_CHUNK - 1) / LAM_DIRECT_CHUNK) * (size_t)(taps + 1);
+}
 enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID };
 
 typedef struct lam_backend {
   const char *name; /* "cpu" or "cuda" */
+  int direct_first_conv; /* 1: conv_pool_direct_* beat im2col + GEMM here (the GPU); the CPU's GEMMs win */
   /* Raw backend memory, behind the caching allocator. */
   lam_status (*raw_alloc)(lam_ctx *ctx, void **ptr, size_t bytes);
   void (*raw_free)(lam_ctx *ctx, void *ptr);
@@ -83,6 +91,18 @@ typedef struct lam_backend {
   /* dG (C, B*H*W) = dy at each window's argmax where y > 0, else 0; db[c] += the sum of row c of dG. */
   lam_status (*conv_pool_bwd)(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
                               const int32_t *arg, float *dG, float *db);
+  /* ---- the same block as the first layer, without im2col and GEMMs: a direct convolution for few
+   * input taps (C*K*K <= LAM_DIRECT_TAPS), whose input needs no gradient. cg is the conv's geometry,
+   * pg the pool's over the conv's output. ---- */
+  /* y, arg as conv_pool_fwd, from x (B, C, H, W), W (OC, C*K*K) and bias, each conv output summed over
+   * its taps in (c, kh, kw) order. */
+  lam_status (*conv_pool_direct_fwd)(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
+                                     const float *x, const float *W, const float *bias, float *y, int32_t *arg);
+  /* dW += and db += the gradients through the pool's argmax and the relu, straight from x; work holds
+   * lam_direct_work_floats(...) floats (partial sums, added up in a fixed order: deterministic). */
+  lam_status (*conv_pool_direct_bwd)(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
+                                     const float *x, const float *dy, const float *y, const int32_t *arg, float *dW,
+                                     float *db, float *work);
   /* One fused pass over the flat buffers. step is 1-based (bias correction). */
   lam_status (*adam)(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1,
                      float b2, float eps, float wd, int decoupled, long step);

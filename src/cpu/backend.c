@@ -88,6 +88,7 @@ static void cpu_destroy(lam_ctx *ctx) {
 
 const lam_backend lam_cpu_backend = {
     .name = "cpu",
+    .direct_first_conv = 0, /* its twin is the oracle of the CUDA one (test_fused, LAMINA_FUSE=2) */
     .raw_alloc = cpu_raw_alloc,
     .raw_free = cpu_raw_free,
     .upload = cpu_copy,
@@ -117,6 +118,8 @@ const lam_backend lam_cpu_backend = {
     .gather = cpu_gather,
     .conv_pool_fwd = cpu_conv_pool_fwd,
     .conv_pool_bwd = cpu_conv_pool_bwd,
+    .conv_pool_direct_fwd = cpu_conv_pool_direct_fwd,
+    .conv_pool_direct_bwd = cpu_conv_pool_direct_bwd,
     .adam = cpu_adam,
     .sgd = cpu_sgd,
     .backprop_step = cpu_backprop_step,

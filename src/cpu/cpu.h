@@ -44,5 +44,10 @@ lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
                              int32_t *arg);
 lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
                              const int32_t *arg, float *dG, float *db);
+lam_status cpu_conv_pool_direct_fwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
+                                    const float *x, const float *W, const float *bias, float *y, int32_t *arg);
+lam_status cpu_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
+                                    const float *x, const float *dy, const float *y, const int32_t *arg, float *dW,
+                                    float *db, float *work);
 lam_status cpu_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
 #endif

@@ -387,3 +387,78 @@ lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
   }
   return LAM_OK;
 }
+
+/* The conv output at (b, oc, h, w): bias + the taps in (c, kh, kw) order, zero padding. */
+static inline float direct_conv_at(const lam_conv_geom *cg, const float *xb, const float *w, float bias, int h, int wc) {
+  float acc = bias;
+  for (int c = 0; c < cg->C; c++)
+    for (int kh = 0; kh < cg->K; kh++) {
+      int ih = h * cg->stride - cg->pad + kh;
+      for (int kw = 0; kw < cg->K; kw++) {
+        int iw = wc * cg->stride - cg->pad + kw;
+        float v = ih >= 0 && ih < cg->H && iw >= 0 && iw < cg->W ? xb[((size_t)c * cg->H + ih) * cg->W + iw] : 0.0f;
+        acc += v * w[(c * cg->K + kh) * cg->K + kw];
+      }
+    }
+  return acc;
+}
+
+lam_status cpu_conv_pool_direct_fwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
+                                    const float *x, const float *W, const float *bias, float *y, int32_t *arg) {
+  (void)ctx;
+  const int taps = cg->C * cg->K * cg->K;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * pg->C * pg->H * pg->W * taps > PAR_MIN)
+  for (int b = 0; b < B; b++)
+    for (int oc = 0; oc < pg->C; oc++) {
+      const float *xb = x + (size_t)b * cg->C * cg->H * cg->W, *w = W + (size_t)oc * taps;
+      size_t o = ((size_t)b * pg->C + oc) * pg->OH * pg->OW;
+      for (int ph = 0; ph < pg->OH; ph++)
+        for (int pw = 0; pw < pg->OW; pw++) {
+          int h0 = ph * pg->stride, w0 = pw * pg->stride, best = h0 * pg->W + w0;
+          float m = direct_conv_at(cg, xb, w, bias[oc], h0, w0);
+          for (int a = 0; a < pg->K; a++)
+            for (int e = 0; e < pg->K; e++) {
+              if (!a && !e) continue;
+              float v = direct_conv_at(cg, xb, w, bias[oc], h0 + a, w0 + e);
+              if (v > m || v != v) m = v, best = (h0 + a) * pg->W + w0 + e; /* first maximum, NaN wins */
+            }
+          y[o + (size_t)ph * pg->OW + pw] = m > 0 ? m : 0.0f;
+          arg[o + (size_t)ph * pg->OW + pw] = best;
+        }
+    }
+  return LAM_OK;
+}
+
+lam_status cpu_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
+                                    const float *x, const float *dy, const float *y, const int32_t *arg, float *dW,
+                                    float *db, float *work) {
+  (void)ctx;
+  (void)work;
+  const int taps = cg->C * cg->K * cg->K;
+  const size_t OP = (size_t)pg->OH * pg->OW;
+#pragma omp parallel for schedule(static) if ((size_t)B * pg->C * OP * taps > PAR_MIN)
+  for (int oc = 0; oc < pg->C; oc++) {
+    float gw[LAM_DIRECT_TAPS] = {0}, gb = 0.0f;
+    for (int b = 0; b < B; b++) {
+      const float *xb = x + (size_t)b * cg->C * cg->H * cg->W;
+      size_t o = ((size_t)b * pg->C + oc) * OP;
+      for (size_t k = 0; k < OP; k++) {
+        if (!(y[o + k] > 0)) continue;
+        float g = dy[o + k];
+        int h = arg[o + k] / pg->W, wc = arg[o + k] % pg->W;
+        gb += g;
+        for (int c = 0, t = 0; c < cg->C; c++)
+          for (int kh = 0; kh < cg->K; kh++) {
+            int ih = h * cg->stride - cg->pad + kh;
+            for (int kw = 0; kw < cg->K; kw++, t++) {
+              int iw = wc * cg->stride - cg->pad + kw;
+              if (ih >= 0 && ih < cg->H && iw >= 0 && iw < cg->W) gw[t] += g * xb[((size_t)c * cg->H + ih) * cg->W + iw];
+            }
+          }
+      }
+    }
+    for (int t = 0; t < taps; t++) dW[(size_t)oc * taps + t] += gw[t];
+    db[oc] += gb;
+  }
+  return LAM_OK;
+}

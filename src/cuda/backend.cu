@@ -270,12 +270,12 @@ static void cuda_destroy(lam_ctx *ctx) {
 }
 
 static const lam_backend cuda_backend = {
-    "cuda",          cuda_raw_alloc,  cuda_raw_free,    cuda_upload,      cuda_upload,     cuda_host_alloc,
+    "cuda",          1,          cuda_raw_alloc,  cuda_raw_free,    cuda_upload,      cuda_upload,     cuda_host_alloc,
     cuda_host_free,  cuda_sync,       cuda_destroy,     cuda_hidden,      cuda_staging_floor, cuda_normalize,
     cuda_weigh,      cuda_tanh,       cuda_gemm,        cuda_zero,        cuda_im2col,
     cuda_col2im,     cuda_cbp_to_bcp, cuda_bcp_to_cbp,  cuda_add_bias,    cuda_bias_grad,  cuda_maxpool_fwd,
     cuda_maxpool_bwd, cuda_act_fwd,   cuda_act_bwd,     cuda_xent,        cuda_gather,     cuda_conv_pool_fwd,
-    cuda_conv_pool_bwd, cuda_adam,
+    cuda_conv_pool_bwd, cuda_conv_pool_direct_fwd, cuda_conv_pool_direct_bwd, cuda_adam,
     cuda_sgd,        cuda_backprop_step, cuda_normalize_images, cuda_copy_async, cuda_event_reserve,
     cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms, cuda_graph_begin, cuda_graph_end,
     cuda_graph_launch, cuda_graph_free, cuda_set_precision, cuda_mark_reserve, cuda_mark, cuda_mark_read,

@@ -95,6 +95,11 @@ lam_status cuda_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf
 lam_status cuda_set_precision(lam_ctx *ctx, int p);
 lam_status cuda_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,
                               int32_t *arg);
+lam_status cuda_conv_pool_direct_fwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
+                                     const float *x, const float *W, const float *bias, float *y, int32_t *arg);
+lam_status cuda_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
+                                     const float *x, const float *dy, const float *y, const int32_t *arg, float *dW,
+                                     float *db, float *work);
 lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
                               const int32_t *arg, float *dG, float *db);
 lam_status cuda_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,

@@ -515,3 +515,123 @@ lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const
   LAUNCH_CHECK(st, "row_sum_kernel");
   return LAM_OK;
 }
+
+/* ---- the direct first-layer block: conv -> relu -> maxpool without im2col and GEMMs ---- */
+
+__device__ inline float direct_conv_at(const lam_conv_geom &cg, const float *xb, const float *w, float bias, int h,
+                                       int wc) {
+  float acc = bias;
+  for (int c = 0; c < cg.C; c++)
+    for (int kh = 0; kh < cg.K; kh++) {
+      int ih = h * cg.stride - cg.pad + kh;
+      for (int kw = 0; kw < cg.K; kw++) {
+        int iw = wc * cg.stride - cg.pad + kw;
+        float v = ih >= 0 && ih < cg.H && iw >= 0 && iw < cg.W ? __ldg(xb + ((size_t)c * cg.H + ih) * cg.W + iw) : 0.0f;
+        acc = fmaf(v, __ldg(w + (c * cg.K + kh) * cg.K + kw), acc);
+      }
+    }
+  return acc;
+}
+
+/* One thread per pooled output (B, OC, OH, OW): its window's conv outputs computed from x directly. */
+__global__ void conv_pool_direct_fwd_kernel(lam_conv_geom cg, lam_pool_geom pg, int B, const float *x, const float *W,
+                                            const float *bias, float *y, int32_t *arg) {
+  size_t total = (size_t)B * pg.C * pg.OH * pg.OW;
+  int taps = cg.C * cg.K * cg.K;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    int pw = (int)(i % pg.OW), ph = (int)(i / pg.OW % pg.OH), oc = (int)(i / ((size_t)pg.OW * pg.OH) % pg.C);
+    size_t b = i / ((size_t)pg.OW * pg.OH * pg.C);
+    const float *xb = x + b * cg.C * cg.H * cg.W, *w = W + (size_t)oc * taps;
+    float bc = __ldg(bias + oc);
+    int h0 = ph * pg.stride, w0 = pw * pg.stride, best = h0 * pg.W + w0;
+    float m = direct_conv_at(cg, xb, w, bc, h0, w0);
+    for (int a = 0; a < pg.K; a++)
+      for (int e = 0; e < pg.K; e++) {
+        if (!a && !e) continue;
+        float v = direct_conv_at(cg, xb, w, bc, h0 + a, w0 + e);
+        if (v > m || v != v) m = v, best = (h0 + a) * pg.W + w0 + e;
+      }
+    y[i] = m > 0 ? m : 0.0f;
+    arg[i] = best;
+  }
+}
+
+lam_status cuda_conv_pool_direct_fwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
+                                     const float *x, const float *W, const float *bias, float *y, int32_t *arg) {
+  cuda_state *st = cuda_st(ctx);
+  conv_pool_direct_fwd_kernel<<<blocks_for((size_t)B * pg->C * pg->OH * pg->OW), NT, 0, st->stream>>>(*cg, *pg, B, x, W,
+                                                                                                    bias, y, arg);
+  LAUNCH_CHECK(st, "conv_pool_direct_fwd_kernel");
+  return LAM_OK;
+}
+
+/* Block (chunk, oc): the pooled outputs [chunk * CHUNK, +CHUNK) of channel oc (flattened over b and the
+ * pooled plane) whose value passed the relu add g * x(tap) to each tap's sum and g to the bias's; the
+ * block's sums go to work (oc, chunk, taps + 1), reduced in a fixed order. */
+__global__ void conv_pool_direct_bwd_kernel(lam_conv_geom cg, lam_pool_geom pg, int B, const float *x, const float *dy,
+                                            const float *y, const int32_t *arg, float *work) {
+  const int taps = cg.C * cg.K * cg.K, oc = blockIdx.y, nchunks = gridDim.x;
+  const size_t OP = (size_t)pg.OH * pg.OW, n = (size_t)B * OP;
+  float acc[LAM_DIRECT_TAPS + 1];
+#pragma unroll
+  for (int t = 0; t <= LAM_DIRECT_TAPS; t++) acc[t] = 0.0f;
+  size_t q0 = (size_t)blockIdx.x * LAM_DIRECT_CHUNK, q1 = q0 + LAM_DIRECT_CHUNK < n ? q0 + LAM_DIRECT_CHUNK : n;
+  for (size_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+    size_t b = q / OP, k = q % OP, o = (b * pg.C + oc) * OP + k;
+    float yv = y[o];
+    if (!(yv > 0)) continue;
+    float g = dy[o];
+    int a = arg[o], h = a / pg.W, wc = a % pg.W;
+    const float *xb = x + b * cg.C * cg.H * cg.W;
+    acc[LAM_DIRECT_TAPS] += g;
+#pragma unroll
+    for (int t = 0; t < LAM_DIRECT_TAPS; t++) {
+      if (t < taps) {
+        int c = t / (cg.K * cg.K), kh = t / cg.K % cg.K, kw = t % cg.K;
+        int ih = h * cg.stride - cg.pad + kh, iw = wc * cg.stride - cg.pad + kw;
+        if (ih >= 0 && ih < cg.H && iw >= 0 && iw < cg.W) acc[t] = fmaf(g, __ldg(xb + ((size_t)c * cg.H + ih) * cg.W + iw), acc[t]);
+      }
+    }
+  }
+  __shared__ float part[NT / 32][LAM_DIRECT_TAPS + 1];
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int t = 0; t <= LAM_DIRECT_TAPS; t++) {
+    float v = acc[t];
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) part[warp][t] = v;
+  }
+  __syncthreads();
+  if ((int)threadIdx.x <= taps) { /* taps + 1 sums: the taps, then the bias (slot LAM_DIRECT_TAPS) */
+    int t = (int)threadIdx.x == taps ? LAM_DIRECT_TAPS : (int)threadIdx.x;
+    float s = 0.0f;
+    for (int w = 0; w < NT / 32; w++) s += part[w][t];
+    work[((size_t)oc * nchunks + blockIdx.x) * (taps + 1) + threadIdx.x] = s;
+  }
+}
+
+/* One thread per (oc, tap or bias): the blocks' sums in chunk order, added to the gradients. */
+__global__ void direct_bwd_reduce_kernel(int OC, int taps, int nchunks, const float *work, float *dW, float *db) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= OC * (taps + 1)) return;
+  int oc = i / (taps + 1), t = i % (taps + 1);
+  float s = 0.0f;
+  for (int k = 0; k < nchunks; k++) s += work[((size_t)oc * nchunks + k) * (taps + 1) + t];
+  if (t < taps) dW[(size_t)oc * taps + t] += s;
+  else db[oc] += s;
+}
+
+lam_status cuda_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
+                                     const float *x, const float *dy, const float *y, const int32_t *arg, float *dW,
+                                     float *db, float *work) {
+  cuda_state *st = cuda_st(ctx);
+  int taps = cg->C * cg->K * cg->K;
+  size_t n = (size_t)B * pg->OH * pg->OW;
+  int nchunks = (int)((n + LAM_DIRECT_CHUNK - 1) / LAM_DIRECT_CHUNK);
+  conv_pool_direct_bwd_kernel<<<dim3(nchunks, pg->C), NT, 0, st->stream>>>(*cg, *pg, B, x, dy, y, arg, work);
+  LAUNCH_CHECK(st, "conv_pool_direct_bwd_kernel");
+  int outs = pg->C * (taps + 1);
+  direct_bwd_reduce_kernel<<<(outs + NT - 1) / NT, NT, 0, st->stream>>>(pg->C, taps, nchunks, work, dW, db);
+  LAUNCH_CHECK(st, "direct_bwd_reduce_kernel");
+  return LAM_OK;
+}

@@ -23,6 +23,15 @@ static int fused_block(const lam_model *m, int i) {
          m->L[i + 2].kind == L_MAXPOOL && m->L[i + 2].stride == m->L[i + 2].k;
 }
 
+/* A fused block at the model's input with few taps runs as a direct convolution (no im2col, no GEMMs:
+ * its input needs no gradient) where the backend prefers it (the GPU), or always with LAMINA_FUSE=2;
+ * never with LAMINA_FUSE=1 (the GEMM-epilogue fusion only) or 0. */
+static int direct_block(const lam_model *m, int i) {
+  const layer *l = &m->L[i];
+  int want = m->fuse == 2 || (m->fuse == 3 && m->ctx->be->direct_first_conv);
+  return want && i == 0 && fused_block(m, i) && l->in_c * l->k * l->k <= LAM_DIRECT_TAPS;
+}
+
 /* The conv GEMM: G (OC, B*P) = W (OC, K) x col (K, B*P), col the im2col of the input, into scratch. */
 static lam_status conv_gemm_fwd(lam_model *m, layer *l, int B, const float *in, int li) {
   const lam_backend *be = m->ctx->be;
@@ -62,6 +71,16 @@ lam_status nn_forward(lam_model *m, int B) {
     const float *W = m->params + l->w_off, *b = m->params + l->b_off;
     switch (l->kind) {
       case L_CONV: {
+        if (direct_block(m, i)) {
+          layer *pool = &m->L[i + 2];
+          lam_conv_geom cg = conv_geom(l);
+          lam_pool_geom pg = pool_geom(pool);
+          LAM_TRY(be->conv_pool_direct_fwd(ctx, &cg, &pg, B, in, W, b, pool->out, pool->arg));
+          NN_PROF(m, "conv_relu_pool.direct_fwd", i + 1);
+          in = pool->out;
+          i += 2;
+          continue;
+        }
         LAM_TRY(conv_gemm_fwd(m, l, B, in, i + 1));
         if (fused_block(m, i)) { /* + relu + maxpool, straight from the GEMM's output */
           layer *pool = &m->L[i + 2];
@@ -110,6 +129,16 @@ lam_status nn_backward(lam_model *m, int B) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   for (int i = m->nlayers - 1; i >= 0; i--) {
+    if (i >= 2 && direct_block(m, i - 2)) { /* the first layer's block, from its input directly */
+      layer *conv = &m->L[i - 2], *pool = &m->L[i];
+      lam_conv_geom cg = conv_geom(conv);
+      lam_pool_geom pg = pool_geom(pool);
+      LAM_TRY(be->conv_pool_direct_bwd(ctx, &cg, &pg, B, m->x, pool->dout, pool->out, pool->arg,
+                                       m->grads + conv->w_off, m->grads + conv->b_off, m->scratch));
+      NN_PROF(m, "conv_relu_pool.direct_bwd", i - 1);
+      i -= 2;
+      continue;
+    }
     if (i >= 2 && fused_block(m, i - 2)) { /* maxpool + relu + the conv's bias and GEMMs, from the pool's dout */
       layer *conv = &m->L[i - 2], *pool = &m->L[i];
       lam_pool_geom g = pool_geom(pool);

@@ -34,8 +34,11 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
   lam_model *m = calloc(1, sizeof *m);
   if (!m) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory");
   m->ctx = ctx;
-  const char *fuse = getenv("LAMINA_FUSE"); /* 0: the plain ops, to compare against the fused ones */
-  m->fuse = !(fuse && !strcmp(fuse, "0"));
+  /* LAMINA_FUSE: 0 the plain ops, 1 the GEMM-epilogue fusion only, 2 also the direct first layer on
+   * any backend; by default (3) the direct first layer where the backend prefers it. The lower levels
+   * stay to compare against. */
+  const char *fuse = getenv("LAMINA_FUSE");
+  m->fuse = !fuse || !*fuse ? 3 : !strcmp(fuse, "0") ? 0 : !strcmp(fuse, "1") ? 1 : !strcmp(fuse, "2") ? 2 : 3;
   m->in_c = in_c, m->in_h = in_h, m->in_w = in_w;
   lam_status s = nn_parse_spec(spec, in_c, in_h, in_w, &m->L, &m->nlayers, m->spec, sizeof m->spec);
   if (s != LAM_OK) {

@@ -44,7 +44,8 @@ struct lam_model {
   float *stats;            /* [loss sum, correct, samples]: accumulated on the device, read rarely */
   uint8_t *pred;           /* argmax per sample of the last forward, (cap) */
   size_t batch_bytes;      /* backend memory held by the batch buffers above and the layers' */
-  int fuse;                /* run conv -> relu -> maxpool as one fused step (LAMINA_FUSE=0: op by op) */
+  int fuse;                /* conv -> relu -> maxpool: 0 op by op, 1 fused after the GEMM, 2 also direct at the
+                            * input, 3 (default) direct where the backend prefers it (LAMINA_FUSE) */
   unsigned buffers_gen;    /* bumped whenever the batch buffers move (a graph of them is then stale) */
   struct lam_prof *prof;   /* when profiling: a mark after every op (nn/prof.h) */
 };
