@@ -89,24 +89,32 @@ lam_status cuda_zero(lam_ctx *ctx, void *p, size_t bytes) {
   return LAM_OK;
 }
 
-/* One thread per element of col (C*K*K rows, B*P columns); consecutive threads take consecutive columns,
- * so the writes coalesce. */
+/* One thread per column of col (C*K*K rows, B*P columns): it works out its (b, oh, ow) once and walks
+ * down the rows; consecutive threads take consecutive columns, so each row's writes coalesce and the
+ * reads of x are consecutive too. (v1 took one element per thread and paid six divisions each.) */
 __global__ void im2col_kernel(lam_conv_geom g, int B, const float *x, float *col) {
-  const int P = g.OH * g.OW, KK = g.K * g.K;
-  const size_t ncols = (size_t)B * P, total = (size_t)g.C * KK * ncols;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-    size_t row = i / ncols, j = i % ncols;
-    int c = (int)(row / KK), kk = (int)(row % KK), ki = kk / g.K, kj = kk % g.K;
+  const int P = g.OH * g.OW;
+  const size_t ncols = (size_t)B * P;
+  for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < ncols; j += (size_t)gridDim.x * blockDim.x) {
     int b = (int)(j / P), p = (int)(j % P), oh = p / g.OW, ow = p % g.OW;
-    int ih = oh * g.stride - g.pad + ki, iw = ow * g.stride - g.pad + kj;
-    col[i] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? x[(((size_t)b * g.C + c) * g.H + ih) * g.W + iw] : 0.0f;
+    int ih0 = oh * g.stride - g.pad, iw0 = ow * g.stride - g.pad;
+    const float *xb = x + (size_t)b * g.C * g.H * g.W;
+    float *dst = col + j;
+    for (int c = 0; c < g.C; c++, xb += (size_t)g.H * g.W)
+      for (int ki = 0; ki < g.K; ki++) {
+        int ih = ih0 + ki;
+        bool row_in = ih >= 0 && ih < g.H;
+        for (int kj = 0; kj < g.K; kj++, dst += ncols) {
+          int iw = iw0 + kj;
+          *dst = row_in && iw >= 0 && iw < g.W ? __ldg(xb + (size_t)ih * g.W + iw) : 0.0f;
+        }
+      }
   }
 }
 
 lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col) {
   cuda_state *st = cuda_st(ctx);
-  size_t total = (size_t)g->C * g->K * g->K * B * g->OH * g->OW;
-  im2col_kernel<<<blocks_for(total), NT, 0, st->stream>>>(*g, B, x, col);
+  im2col_kernel<<<blocks_for((size_t)B * g->OH * g->OW), NT, 0, st->stream>>>(*g, B, x, col);
   LAUNCH_CHECK(st, "im2col_kernel");
   return LAM_OK;
 }
@@ -120,6 +128,19 @@ __global__ void col2im_kernel(lam_conv_geom g, int B, const float *col, float *d
     int iw = (int)(i % g.W), ih = (int)(i / g.W % g.H), c = (int)(i / ((size_t)g.W * g.H) % g.C);
     int b = (int)(i / ((size_t)g.W * g.H * g.C));
     float sum = 0.0f;
+    if (g.stride == 1) { /* the usual case, without the divisions */
+      const float *cb = col + (size_t)c * KK * ncols + (size_t)b * P;
+      for (int ki = 0; ki < g.K; ki++) {
+        int oh = ih + g.pad - ki;
+        if (oh < 0 || oh >= g.OH) continue;
+        for (int kj = 0; kj < g.K; kj++) {
+          int ow = iw + g.pad - kj;
+          if (ow >= 0 && ow < g.OW) sum += cb[(size_t)(ki * g.K + kj) * ncols + oh * g.OW + ow];
+        }
+      }
+      dx[i] += sum;
+      continue;
+    }
     for (int ki = 0; ki < g.K; ki++) {
       int t = ih + g.pad - ki;
       if (t < 0 || t % g.stride) continue;
@@ -518,37 +539,45 @@ lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const
 
 /* ---- the direct first-layer block: conv -> relu -> maxpool without im2col and GEMMs ---- */
 
+/* CT, KT > 0: the conv's C and K fixed at compile time (the loops unroll, the index arithmetic folds);
+ * 0: read from cg. */
+template <int CT, int KT>
 __device__ inline float direct_conv_at(const lam_conv_geom &cg, const float *xb, const float *w, float bias, int h,
                                        int wc) {
+  const int C = CT ? CT : cg.C, K = KT ? KT : cg.K;
   float acc = bias;
-  for (int c = 0; c < cg.C; c++)
-    for (int kh = 0; kh < cg.K; kh++) {
+#pragma unroll
+  for (int c = 0; c < C; c++)
+#pragma unroll
+    for (int kh = 0; kh < K; kh++) {
       int ih = h * cg.stride - cg.pad + kh;
-      for (int kw = 0; kw < cg.K; kw++) {
+#pragma unroll
+      for (int kw = 0; kw < K; kw++) {
         int iw = wc * cg.stride - cg.pad + kw;
         float v = ih >= 0 && ih < cg.H && iw >= 0 && iw < cg.W ? __ldg(xb + ((size_t)c * cg.H + ih) * cg.W + iw) : 0.0f;
-        acc = fmaf(v, __ldg(w + (c * cg.K + kh) * cg.K + kw), acc);
+        acc = fmaf(v, __ldg(w + (c * K + kh) * K + kw), acc);
       }
     }
   return acc;
 }
 
 /* One thread per pooled output (B, OC, OH, OW): its window's conv outputs computed from x directly. */
+template <int CT, int KT>
 __global__ void conv_pool_direct_fwd_kernel(lam_conv_geom cg, lam_pool_geom pg, int B, const float *x, const float *W,
                                             const float *bias, float *y, int32_t *arg) {
   size_t total = (size_t)B * pg.C * pg.OH * pg.OW;
-  int taps = cg.C * cg.K * cg.K;
+  int taps = (CT ? CT : cg.C) * (KT ? KT : cg.K) * (KT ? KT : cg.K);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
     int pw = (int)(i % pg.OW), ph = (int)(i / pg.OW % pg.OH), oc = (int)(i / ((size_t)pg.OW * pg.OH) % pg.C);
     size_t b = i / ((size_t)pg.OW * pg.OH * pg.C);
     const float *xb = x + b * cg.C * cg.H * cg.W, *w = W + (size_t)oc * taps;
     float bc = __ldg(bias + oc);
     int h0 = ph * pg.stride, w0 = pw * pg.stride, best = h0 * pg.W + w0;
-    float m = direct_conv_at(cg, xb, w, bc, h0, w0);
+    float m = direct_conv_at<CT, KT>(cg, xb, w, bc, h0, w0);
     for (int a = 0; a < pg.K; a++)
       for (int e = 0; e < pg.K; e++) {
         if (!a && !e) continue;
-        float v = direct_conv_at(cg, xb, w, bc, h0 + a, w0 + e);
+        float v = direct_conv_at<CT, KT>(cg, xb, w, bc, h0 + a, w0 + e);
         if (v > m || v != v) m = v, best = (h0 + a) * pg.W + w0 + e;
       }
     y[i] = m > 0 ? m : 0.0f;
@@ -559,8 +588,11 @@ __global__ void conv_pool_direct_fwd_kernel(lam_conv_geom cg, lam_pool_geom pg, 
 lam_status cuda_conv_pool_direct_fwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
                                      const float *x, const float *W, const float *bias, float *y, int32_t *arg) {
   cuda_state *st = cuda_st(ctx);
-  conv_pool_direct_fwd_kernel<<<blocks_for((size_t)B * pg->C * pg->OH * pg->OW), NT, 0, st->stream>>>(*cg, *pg, B, x, W,
-                                                                                                    bias, y, arg);
+  unsigned blocks = blocks_for((size_t)B * pg->C * pg->OH * pg->OW);
+  if (cg->C == 1 && cg->K == 3) /* the MNIST-sized first layer, unrolled */
+    conv_pool_direct_fwd_kernel<1, 3><<<blocks, NT, 0, st->stream>>>(*cg, *pg, B, x, W, bias, y, arg);
+  else
+    conv_pool_direct_fwd_kernel<0, 0><<<blocks, NT, 0, st->stream>>>(*cg, *pg, B, x, W, bias, y, arg);
   LAUNCH_CHECK(st, "conv_pool_direct_fwd_kernel");
   return LAM_OK;
 }
@@ -568,9 +600,10 @@ lam_status cuda_conv_pool_direct_fwd(lam_ctx *ctx, const lam_conv_geom *cg, cons
 /* Block (chunk, oc): the pooled outputs [chunk * CHUNK, +CHUNK) of channel oc (flattened over b and the
  * pooled plane) whose value passed the relu add g * x(tap) to each tap's sum and g to the bias's; the
  * block's sums go to work (oc, chunk, taps + 1), reduced in a fixed order. */
+template <int CT, int KT>
 __global__ void conv_pool_direct_bwd_kernel(lam_conv_geom cg, lam_pool_geom pg, int B, const float *x, const float *dy,
                                             const float *y, const int32_t *arg, float *work) {
-  const int taps = cg.C * cg.K * cg.K, oc = blockIdx.y, nchunks = gridDim.x;
+  const int K = KT ? KT : cg.K, taps = (CT ? CT : cg.C) * K * K, oc = blockIdx.y, nchunks = gridDim.x;
   const size_t OP = (size_t)pg.OH * pg.OW, n = (size_t)B * OP;
   float acc[LAM_DIRECT_TAPS + 1];
 #pragma unroll
@@ -587,7 +620,7 @@ __global__ void conv_pool_direct_bwd_kernel(lam_conv_geom cg, lam_pool_geom pg, 
 #pragma unroll
     for (int t = 0; t < LAM_DIRECT_TAPS; t++) {
       if (t < taps) {
-        int c = t / (cg.K * cg.K), kh = t / cg.K % cg.K, kw = t % cg.K;
+        int c = t / (K * K), kh = t / K % K, kw = t % K;
         int ih = h * cg.stride - cg.pad + kh, iw = wc * cg.stride - cg.pad + kw;
         if (ih >= 0 && ih < cg.H && iw >= 0 && iw < cg.W) acc[t] = fmaf(g, __ldg(xb + ((size_t)c * cg.H + ih) * cg.W + iw), acc[t]);
       }
@@ -628,7 +661,10 @@ lam_status cuda_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, cons
   int taps = cg->C * cg->K * cg->K;
   size_t n = (size_t)B * pg->OH * pg->OW;
   int nchunks = (int)((n + LAM_DIRECT_CHUNK - 1) / LAM_DIRECT_CHUNK);
-  conv_pool_direct_bwd_kernel<<<dim3(nchunks, pg->C), NT, 0, st->stream>>>(*cg, *pg, B, x, dy, y, arg, work);
+  if (cg->C == 1 && cg->K == 3)
+    conv_pool_direct_bwd_kernel<1, 3><<<dim3(nchunks, pg->C), NT, 0, st->stream>>>(*cg, *pg, B, x, dy, y, arg, work);
+  else
+    conv_pool_direct_bwd_kernel<0, 0><<<dim3(nchunks, pg->C), NT, 0, st->stream>>>(*cg, *pg, B, x, dy, y, arg, work);
   LAUNCH_CHECK(st, "conv_pool_direct_bwd_kernel");
   int outs = pg->C * (taps + 1);
   direct_bwd_reduce_kernel<<<(outs + NT - 1) / NT, NT, 0, st->stream>>>(pg->C, taps, nchunks, work, dW, db);
