@@ -89,32 +89,33 @@ lam_status cuda_zero(lam_ctx *ctx, void *p, size_t bytes) {
   return LAM_OK;
 }
 
-/* One thread per column of col (C*K*K rows, B*P columns): it works out its (b, oh, ow) once and walks
- * down the rows; consecutive threads take consecutive columns, so each row's writes coalesce and the
- * reads of x are consecutive too. (v1 took one element per thread and paid six divisions each.) */
+/* One thread per (input channel, column) of col (C*K*K rows, B*P columns): it works out its (b, oh, ow)
+ * once and writes its channel's K*K rows; consecutive threads take consecutive columns, so each row's
+ * writes coalesce and the reads of x are consecutive too. (v1 took one element per thread and paid six
+ * divisions each; v2 one column per thread, too few threads at small batches.) */
 __global__ void im2col_kernel(lam_conv_geom g, int B, const float *x, float *col) {
-  const int P = g.OH * g.OW;
-  const size_t ncols = (size_t)B * P;
-  for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < ncols; j += (size_t)gridDim.x * blockDim.x) {
-    int b = (int)(j / P), p = (int)(j % P), oh = p / g.OW, ow = p % g.OW;
+  const int P = g.OH * g.OW, KK = g.K * g.K;
+  const size_t ncols = (size_t)B * P, total = ncols * g.C;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    size_t j = i % ncols;
+    int c = (int)(i / ncols), b = (int)(j / P), p = (int)(j % P), oh = p / g.OW, ow = p % g.OW;
     int ih0 = oh * g.stride - g.pad, iw0 = ow * g.stride - g.pad;
-    const float *xb = x + (size_t)b * g.C * g.H * g.W;
-    float *dst = col + j;
-    for (int c = 0; c < g.C; c++, xb += (size_t)g.H * g.W)
-      for (int ki = 0; ki < g.K; ki++) {
-        int ih = ih0 + ki;
-        bool row_in = ih >= 0 && ih < g.H;
-        for (int kj = 0; kj < g.K; kj++, dst += ncols) {
-          int iw = iw0 + kj;
-          *dst = row_in && iw >= 0 && iw < g.W ? __ldg(xb + (size_t)ih * g.W + iw) : 0.0f;
-        }
+    const float *xc = x + ((size_t)b * g.C + c) * g.H * g.W;
+    float *dst = col + (size_t)c * KK * ncols + j;
+    for (int ki = 0; ki < g.K; ki++) {
+      int ih = ih0 + ki;
+      bool row_in = ih >= 0 && ih < g.H;
+      for (int kj = 0; kj < g.K; kj++, dst += ncols) {
+        int iw = iw0 + kj;
+        *dst = row_in && iw >= 0 && iw < g.W ? __ldg(xc + (size_t)ih * g.W + iw) : 0.0f;
       }
+    }
   }
 }
 
 lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col) {
   cuda_state *st = cuda_st(ctx);
-  im2col_kernel<<<blocks_for((size_t)B * g->OH * g->OW), NT, 0, st->stream>>>(*g, B, x, col);
+  im2col_kernel<<<blocks_for((size_t)B * g->OH * g->OW * g->C), NT, 0, st->stream>>>(*g, B, x, col);
   LAUNCH_CHECK(st, "im2col_kernel");
   return LAM_OK;
 }
@@ -585,10 +586,61 @@ __global__ void conv_pool_direct_fwd_kernel(lam_conv_geom cg, lam_pool_geom pg, 
   }
 }
 
+/* The MNIST-sized first layer (C = 1, K = 3, stride 1, no padding, pool 2): one thread per pooled
+ * position computes every output channel from one 4 x 4 patch of the input held in registers, the
+ * weights in shared memory: the input is read once instead of once per channel. The conv values and
+ * their order of summation are the generic kernel's, so the result is the same bit for bit. */
+#define DIRECT_MAX_OC 256
+__global__ void conv_pool_direct_fwd_c1k3_kernel(lam_conv_geom cg, lam_pool_geom pg, int B, const float *x,
+                                                 const float *W, const float *bias, float *y, int32_t *arg) {
+  __shared__ float w_s[DIRECT_MAX_OC * 9], b_s[DIRECT_MAX_OC];
+  for (int i = threadIdx.x; i < pg.C * 9; i += blockDim.x) w_s[i] = W[i];
+  for (int i = threadIdx.x; i < pg.C; i += blockDim.x) b_s[i] = bias[i];
+  __syncthreads();
+  const size_t OP = (size_t)pg.OH * pg.OW, total = (size_t)B * OP;
+  for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < total; q += (size_t)gridDim.x * blockDim.x) {
+    size_t b = q / OP, k = q % OP;
+    int ph = (int)(k / pg.OW), pw = (int)(k % pg.OW), h0 = 2 * ph, w0 = 2 * pw;
+    const float *xb = x + b * cg.H * cg.W + (size_t)h0 * cg.W + w0;
+    float v[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) v[r][c] = __ldg(xb + r * cg.W + c);
+    for (int oc = 0; oc < pg.C; oc++) {
+      const float *w = w_s + oc * 9;
+      float m = 0.0f;
+      int best = 0;
+#pragma unroll
+      for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          float acc = b_s[oc];
+#pragma unroll
+          for (int kh = 0; kh < 3; kh++)
+#pragma unroll
+            for (int kw = 0; kw < 3; kw++) acc = fmaf(v[a + kh][e + kw], w[kh * 3 + kw], acc);
+          int idx = (h0 + a) * pg.W + w0 + e;
+          if ((a == 0 && e == 0) || acc > m || acc != acc) m = acc, best = idx; /* first maximum, NaN wins */
+        }
+      size_t o = (b * pg.C + oc) * OP + k;
+      y[o] = m > 0 ? m : 0.0f;
+      arg[o] = best;
+    }
+  }
+}
+
 lam_status cuda_conv_pool_direct_fwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
                                      const float *x, const float *W, const float *bias, float *y, int32_t *arg) {
   cuda_state *st = cuda_st(ctx);
   unsigned blocks = blocks_for((size_t)B * pg->C * pg->OH * pg->OW);
+  if (cg->C == 1 && cg->K == 3 && cg->stride == 1 && cg->pad == 0 && pg->K == 2 && pg->stride == 2 &&
+      pg->C <= DIRECT_MAX_OC) {
+    conv_pool_direct_fwd_c1k3_kernel<<<blocks_for((size_t)B * pg->OH * pg->OW), NT, 0, st->stream>>>(*cg, *pg, B, x, W,
+                                                                                                  bias, y, arg);
+    LAUNCH_CHECK(st, "conv_pool_direct_fwd_c1k3_kernel");
+    return LAM_OK;
+  }
   if (cg->C == 1 && cg->K == 3) /* the MNIST-sized first layer, unrolled */
     conv_pool_direct_fwd_kernel<1, 3><<<blocks, NT, 0, st->stream>>>(*cg, *pg, B, x, W, bias, y, arg);
   else
