@@ -15,6 +15,22 @@ from . import _lib
 from ._lib import check, lib
 
 
+class Closing:
+    """What owns lamina memory: usable in `with`, freed by close() or when collected."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # at interpreter exit the library may be gone; the process frees it anyway
+            pass
+
+
 class Context:
     """One lam_ctx. `device` is "cpu" or "cuda" (what it runs on, AUTO resolved)."""
 

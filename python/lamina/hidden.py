@@ -8,13 +8,13 @@ import numpy as np
 from ctypes import byref, c_void_p
 
 from . import _arrays, _lib
-from ._context import get_context, normalize_device
+from ._context import Closing, get_context, normalize_device
 from ._lib import check, lib
 
 _DTYPE_CODE = {np.dtype(np.float32): _lib.DTYPE_F32, np.dtype(np.uint8): _lib.DTYPE_U8}
 
 
-class DeviceArray:
+class DeviceArray(Closing):
     """An array in backend memory of one lamina context (device memory on CUDA, host memory from the
     context's allocator on the CPU): upload once with to_device(), use it in many calls, read it back
     with .numpy(). Freed by close(), a `with` block, or when garbage-collected; the context stays alive
@@ -103,17 +103,6 @@ class DeviceArray:
             with self._ctx.lock:
                 check(lib.lam_mem_free(self._ctx.ptr, ptr))
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # at interpreter exit the library may be gone; the process frees it anyway
-            pass
 
 
 def to_device(x, device="auto"):

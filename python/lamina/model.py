@@ -8,7 +8,7 @@ import numpy as np
 from ctypes import byref, c_double, c_float, c_void_p, create_string_buffer
 
 from . import _arrays, _lib
-from ._context import get_context
+from ._context import Closing, get_context
 from ._lib import check, lib
 
 # The trainer's normalization of uint8 pixels, (p / 255 - 0.5) / 0.5 (PIXEL_MEAN and PIXEL_STD in
@@ -67,7 +67,7 @@ def _seed(v, name="seed"):
     return int(v)
 
 
-class Model:
+class Model(Closing):
     """A network from a one-line spec: a preset ("cnn", "mlp") or layers separated by commas, e.g.
     "conv 32 3, relu, maxpool 2, flatten, dense 10" (see README). input_shape is (channels, height,
     width) of one image (or (height, width) for one channel). Parameters start as PyTorch's defaults,
@@ -332,17 +332,6 @@ class Model:
             with self._ctx.lock:
                 lib.lam_model_free(ptr)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # at interpreter exit the library may be gone; the process frees it anyway
-            pass
 
 
 def _checkpoint_input_shape(path):
