@@ -13,6 +13,10 @@
  * are in flight on the GPU while the host threads stage the fourth. LAMINA_STREAMS (1..8) overrides. */
 #define LAM_CUDA_SLOTS 8
 #define LAM_CUDA_SLOTS_DEFAULT 4
+/* Row sums of few long rows split each row into up to this many chunks of at least ROW_SUM_CHUNK. */
+#define ROW_SUM_CHUNK 4096
+#define ROW_SUM_MAX_CHUNKS 64
+#define ROW_SUM_PART_FLOATS 8192
 
 typedef struct cuda_slot {
   cudaStream_t stream;
@@ -41,6 +45,7 @@ typedef struct cuda_state {
   cudaEvent_t *marks; /* the profiler's clock (nn/prof.c), made on demand and kept */
   size_t marks_cap;
   cudaStream_t copy_stream; /* queue 1: host->device copies that overlap the work on `stream` */
+  float *rowsum_part;       /* ROW_SUM_PART_FLOATS partial row sums (nn.cu's row_sum) */
   cudaEvent_t *events;      /* the event slots of event_record & co., made on demand and kept */
   size_t events_cap;
 } cuda_state;

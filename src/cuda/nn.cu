@@ -190,19 +190,60 @@ __global__ void bcp_to_cbp_kernel(int B, int C, int P, const float *src, float *
   }
 }
 
-/* One block per row: the sum of a row of (rows, cols), added to out[row]. */
-__global__ void row_sum_kernel(int cols, const float *src, float *out) {
+/* The sum of a range of a row, by one block: strided over the threads, then a tree in shared memory. */
+__device__ float block_range_sum(const float *r, int n) {
   __shared__ float part[NT];
-  const float *r = src + (size_t)blockIdx.x * cols;
   float s = 0.0f;
-  for (int j = threadIdx.x; j < cols; j += NT) s += r[j];
+  for (int j = threadIdx.x; j < n; j += NT) s += r[j];
   part[threadIdx.x] = s;
   __syncthreads();
   for (int w = NT / 2; w > 0; w /= 2) {
     if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[blockIdx.x] += part[0];
+  return part[0];
+}
+
+/* One block per row: the sum of a row of (rows, cols), added to out[row]. */
+__global__ void row_sum_kernel(int cols, const float *src, float *out) {
+  float s = block_range_sum(src + (size_t)blockIdx.x * cols, cols);
+  if (threadIdx.x == 0) out[blockIdx.x] += s;
+}
+
+/* Few long rows (a conv's bias gradient: 64 rows of B*P): block (k, row) sums chunk k of its row into
+ * part (row, k); then one thread per row adds the chunks up in order. Deterministic, like the above. */
+__global__ void row_sum_part_kernel(int cols, int chunk, const float *src, float *part) {
+  int c0 = blockIdx.x * chunk, n = cols - c0 < chunk ? cols - c0 : chunk;
+  float s = block_range_sum(src + (size_t)blockIdx.y * cols + c0, n);
+  if (threadIdx.x == 0) part[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = s;
+}
+
+__global__ void row_sum_final_kernel(int rows, int nchunks, const float *part, float *out) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  float s = 0.0f;
+  for (int k = 0; k < nchunks; k++) s += part[(size_t)r * nchunks + k];
+  out[r] += s;
+}
+
+/* out[r] += the sum of row r of src (rows, cols): one block a row when there are enough rows (or no
+ * room for the partial sums), else chunks of rows over many blocks. Every caller goes through here, so
+ * the plain and the fused bias gradients are summed alike. */
+static lam_status row_sum(cuda_state *st, int rows, int cols, const float *src, float *out) {
+  int nchunks = (cols + ROW_SUM_CHUNK - 1) / ROW_SUM_CHUNK;
+  if (nchunks > ROW_SUM_MAX_CHUNKS) nchunks = ROW_SUM_MAX_CHUNKS;
+  if (rows >= 128 || nchunks < 2 || (size_t)rows * nchunks > ROW_SUM_PART_FLOATS) {
+    row_sum_kernel<<<rows, NT, 0, st->stream>>>(cols, src, out);
+    LAUNCH_CHECK(st, "row_sum_kernel");
+    return LAM_OK;
+  }
+  int chunk = (cols + nchunks - 1) / nchunks;
+  nchunks = (cols + chunk - 1) / chunk;
+  row_sum_part_kernel<<<dim3(nchunks, rows), NT, 0, st->stream>>>(cols, chunk, src, st->rowsum_part);
+  LAUNCH_CHECK(st, "row_sum_part_kernel");
+  row_sum_final_kernel<<<(rows + NT - 1) / NT, NT, 0, st->stream>>>(rows, nchunks, st->rowsum_part, out);
+  LAUNCH_CHECK(st, "row_sum_final_kernel");
+  return LAM_OK;
 }
 
 lam_status cuda_bcp_to_cbp(lam_ctx *ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad) {
@@ -210,8 +251,7 @@ lam_status cuda_bcp_to_cbp(lam_ctx *ctx, int B, int C, int P, const float *src, 
   bcp_to_cbp_kernel<<<blocks_for((size_t)B * C * P), NT, 0, st->stream>>>(B, C, P, src, dst);
   LAUNCH_CHECK(st, "bcp_to_cbp_kernel");
   if (bias_grad) {
-    row_sum_kernel<<<C, NT, 0, st->stream>>>(B * P, dst, bias_grad);
-    LAUNCH_CHECK(st, "row_sum_kernel");
+    LAM_TRY(row_sum(st, C, B * P, dst, bias_grad));
   }
   return LAM_OK;
 }
@@ -533,8 +573,7 @@ lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const
   size_t P = (size_t)g->H * g->W;
   conv_pool_bwd_kernel<<<blocks_for((size_t)g->C * B * P), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
   LAUNCH_CHECK(st, "conv_pool_bwd_kernel");
-  row_sum_kernel<<<g->C, NT, 0, st->stream>>>(B * (int)P, dG, db); /* as bcp_to_cbp's bias gradient */
-  LAUNCH_CHECK(st, "row_sum_kernel");
+  LAM_TRY(row_sum(st, g->C, B * (int)P, dG, db)); /* as bcp_to_cbp's bias gradient */
   return LAM_OK;
 }
 
