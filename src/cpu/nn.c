@@ -133,6 +133,21 @@ lam_status cpu_bias_grad(lam_ctx *ctx, int rows, int cols, const float *dy, floa
   return LAM_OK;
 }
 
+/* The first maximum of a 2x2 window in row order (NaN wins), the choice of the general window loops,
+ * with selects rather than branches: where the maximum lies is random. *m gets it; the return value is
+ * its offset in the plane, 0, 1, W or W + 1. */
+static inline int window2_max(float v0, float v1, float v2, float v3, int W, float *m) {
+  float x = v0;
+  int i = 0, t = v1 > x || v1 != v1;
+  x = t ? v1 : x, i = t ? 1 : i;
+  t = v2 > x || v2 != v2;
+  x = t ? v2 : x, i = t ? W : i;
+  t = v3 > x || v3 != v3;
+  x = t ? v3 : x, i = t ? W + 1 : i;
+  *m = x;
+  return i;
+}
+
 lam_status cpu_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg) {
   (void)ctx;
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * g->C * g->H * g->W > PAR_MIN)
@@ -144,16 +159,8 @@ lam_status cpu_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const fl
         for (int oh = 0; oh < g->OH; oh++) {
           const float *r0 = xs + (size_t)(2 * oh) * g->W, *r1 = r0 + g->W;
           for (int ow = 0; ow < g->OW; ow++) {
-            float a = r0[2 * ow], bb = r0[2 * ow + 1], cc = r1[2 * ow], d = r1[2 * ow + 1];
-            int i = 0;
-            float m = a;
-            /* Same choice as the loop below: the first maximum in row order wins; NaN wins. */
-            int t = bb > m || bb != bb;
-            m = t ? bb : m, i = t ? 1 : i;
-            t = cc > m || cc != cc;
-            m = t ? cc : m, i = t ? g->W : i;
-            t = d > m || d != d;
-            m = t ? d : m, i = t ? g->W + 1 : i;
+            float m;
+            int i = window2_max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], g->W, &m);
             y[o + oh * g->OW + ow] = m;
             arg[o + oh * g->OW + ow] = 2 * oh * g->W + 2 * ow + i;
           }
@@ -346,13 +353,7 @@ lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
           float m = plane[best] + bc;
           if (g->K == 2) { /* the common window, unrolled; the same order and test as the loop below */
             int r0 = best, r1 = best + g->W;
-            float v1 = plane[r0 + 1] + bc, v2 = plane[r1] + bc, v3 = plane[r1 + 1] + bc;
-            int t = v1 > m || v1 != v1; /* selects, not branches: where the max is is random */
-            m = t ? v1 : m, best = t ? r0 + 1 : best;
-            t = v2 > m || v2 != v2;
-            m = t ? v2 : m, best = t ? r1 : best;
-            t = v3 > m || v3 != v3;
-            m = t ? v3 : m, best = t ? r1 + 1 : best;
+            best += window2_max(m, plane[r0 + 1] + bc, plane[r1] + bc, plane[r1 + 1] + bc, g->W, &m);
           } else {
             for (int a = 0; a < g->K; a++)
               for (int e = 0; e < g->K; e++) {

@@ -52,6 +52,34 @@ void lam_trainer_free(lam_trainer *t) {
   free(t);
 }
 
+static void free_resident(lam_trainer *t) {
+  lam_ctx *ctx = t->m->ctx;
+  ctx->be->sync(ctx);
+  lam_mem_free(ctx, t->d_images);
+  lam_mem_free(ctx, t->d_labels);
+  lam_mem_free(ctx, t->d_idx);
+  t->d_images = t->d_labels = NULL;
+  t->d_idx = NULL;
+}
+
+/* The set on the device: pixels, labels and the index order; on failure none of it is left. */
+static lam_status make_resident(lam_trainer *t) {
+  lam_ctx *ctx = t->m->ctx;
+  lam_status s = upload_set(ctx, t->host, &t->d_images, &t->d_labels);
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&t->d_idx, t->n * sizeof(int32_t));
+  if (s != LAM_OK) free_resident(t);
+  return s;
+}
+
+/* Streams through `buffers` pinned buffers from now on; why is what lam_trainer_stream_stats reports. */
+static lam_status make_streaming(lam_trainer *t, int buffers, const char *why) {
+  free_resident(t); /* first, so the memory is there for the buffers */
+  feed_free(t->feed);
+  t->feed = NULL;
+  snprintf(t->stream_why, sizeof t->stream_why, "%s", why);
+  return feed_create(t->m->ctx, buffers, t->batch, t->sample, &t->feed);
+}
+
 lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint64_t seed, const lam_dataset *train,
                               lam_trainer **out) {
   LAM_CHECK_ARG(m && opt && out, "lam_trainer_create: %s is NULL", !m ? "model" : !opt ? "opt" : "out");
@@ -73,15 +101,12 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   if (!t->h_idx) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_trainer_create: no host memory for %zu indices", t->n);
   if (s == LAM_OK) s = nn_model_reserve(m, batch);
   if (s == LAM_OK) {
-    s = upload_set(m->ctx, train, &t->d_images, &t->d_labels);
-    if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_idx, t->n * sizeof(int32_t));
+    s = make_resident(t);
     if (s == LAM_ERR_OUT_OF_MEMORY) { /* the set does not fit: stream it */
-      snprintf(t->stream_why, sizeof t->stream_why, "the data set (%.1f MB) does not fit: %.140s",
-               (double)t->n * (t->sample + 1) / 1e6, lam_last_error());
       char why[sizeof t->stream_why];
-      memcpy(why, t->stream_why, sizeof why);
-      s = lam_trainer_set_stream(t, 3);
-      memcpy(t->stream_why, why, sizeof why);
+      snprintf(why, sizeof why, "the data set (%.1f MB) does not fit: %.140s", (double)t->n * (t->sample + 1) / 1e6,
+               lam_last_error());
+      s = make_streaming(t, 3, why);
     }
   }
   if (s != LAM_OK) {
@@ -90,16 +115,6 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   }
   *out = t;
   return LAM_OK;
-}
-
-static void free_resident(lam_trainer *t) {
-  lam_ctx *ctx = t->m->ctx;
-  ctx->be->sync(ctx);
-  lam_mem_free(ctx, t->d_images);
-  lam_mem_free(ctx, t->d_labels);
-  lam_mem_free(ctx, t->d_idx);
-  t->d_images = t->d_labels = NULL;
-  t->d_idx = NULL;
 }
 
 /* Drops the captured step. A graph is tied to the data mode it was captured in: on the H200 (CUDA
@@ -117,7 +132,6 @@ lam_status lam_trainer_set_stream(lam_trainer *t, int buffers) {
   LAM_CHECK_ARG(t, "lam_trainer_set_stream: trainer is NULL");
   LAM_CHECK_ARG(buffers == 0 || buffers == 2 || buffers == 3,
                 "lam_trainer_set_stream: %d buffers (0: resident; 2 or 3: streaming)", buffers);
-  lam_ctx *ctx = t->m->ctx;
   int now = t->feed ? feed_buffers(t->feed) : 0;
   if (buffers == now) return LAM_OK;
   drop_graph(t);
@@ -125,25 +139,20 @@ lam_status lam_trainer_set_stream(lam_trainer *t, int buffers) {
     LAM_CHECK_ARG(t->host && t->host->images, "lam_trainer_set_stream: the trainer has no data set to upload");
     feed_free(t->feed); /* first, so the memory is there for the set */
     t->feed = NULL;
-    lam_status s = upload_set(ctx, t->host, &t->d_images, &t->d_labels);
-    if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&t->d_idx, t->n * sizeof(int32_t));
+    lam_status s = make_resident(t);
     if (s == LAM_OK) {
       t->stream_why[0] = 0;
       return LAM_OK;
     }
-    /* the set does not fit: keep streaming, and say why the switch failed */
-    char why[512];
+    /* the set does not fit: keep streaming, for the reason it streamed before, and say why the switch failed */
+    char why[512], before[sizeof t->stream_why];
     snprintf(why, sizeof why, "%s", lam_last_error());
-    free_resident(t);
-    if (feed_create(ctx, now, t->batch, t->sample, &t->feed) != LAM_OK) t->feed = NULL;
+    memcpy(before, t->stream_why, sizeof before);
+    if (make_streaming(t, now, before) != LAM_OK) t->feed = NULL;
     return LAM_FAIL(s, "lam_trainer_set_stream: the data set does not fit on the device (%s); the trainer %s", why,
                     t->feed ? "keeps streaming" : "has no data on the device now");
   }
-  free_resident(t); /* first, so the memory is there for the buffers */
-  if (t->feed) feed_free(t->feed);
-  t->feed = NULL;
-  snprintf(t->stream_why, sizeof t->stream_why, "asked for");
-  return feed_create(ctx, buffers, t->batch, t->sample, &t->feed);
+  return make_streaming(t, buffers, "asked for");
 }
 
 lam_status lam_trainer_stream_stats(const lam_trainer *t, lam_stream_stats *out) {
