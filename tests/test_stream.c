@@ -40,6 +40,15 @@ static void free_set(lam_dataset *d) {
   free(d->labels);
 }
 
+/* Parameters of SPEC's model. */
+static size_t spec_params(void) {
+  lam_model *probe;
+  TU_OK(lam_model_create(g_ctx, SPEC, 1, IMG, IMG, 5, &probe));
+  size_t np = lam_model_param_count(probe);
+  lam_model_free(probe);
+  return np;
+}
+
 static int g_graph = 1; /* run() captures the step in a graph where the backend can */
 
 /* Trains EPOCHS epochs; mode[e] is the buffers for epoch e (0 resident). Losses and parameters out. */
@@ -75,10 +84,7 @@ static void run(lam_ctx *ctx, const lam_dataset *d, const int *mode, double *los
 static void test_same_as_resident(void **state) {
   (void)state;
   lam_dataset d = make_set(300, 1); /* 9 full batches and one of 12 */
-  lam_model *probe;
-  TU_OK(lam_model_create(g_ctx, SPEC, 1, IMG, IMG, 5, &probe));
-  size_t np = lam_model_param_count(probe);
-  lam_model_free(probe);
+  size_t np = spec_params();
   float *p0 = malloc(np * sizeof *p0), *p1 = malloc(np * sizeof *p1);
   assert_true(p0 && p1);
   double l0[EPOCHS], l1[EPOCHS];
@@ -153,10 +159,7 @@ static void test_streams_when_it_does_not_fit(void **state) {
 static void test_graph_same_as_eager(void **state) {
   (void)state;
   lam_dataset d = make_set(300, 4);
-  lam_model *probe;
-  TU_OK(lam_model_create(g_ctx, SPEC, 1, IMG, IMG, 5, &probe));
-  size_t np = lam_model_param_count(probe);
-  lam_model_free(probe);
+  size_t np = spec_params();
   float *p0 = malloc(np * sizeof *p0), *p1 = malloc(np * sizeof *p1);
   assert_true(p0 && p1);
   double l0[EPOCHS], l1[EPOCHS];
