@@ -117,6 +117,37 @@ static void test_bad_inputs(void **state) {
   TU_OK(lam_mem_free(g_ctx, d_out));
 }
 
+/* lam_bench_transfer: a small case of each method runs and checks itself; bad cases name the problem. */
+static void test_bench_transfer(void **state) {
+  (void)state;
+  lam_xfer_result r;
+  const lam_xfer_method methods[] = {LAM_XFER_COPY, LAM_XFER_CPU_NORMALIZE, LAM_XFER_GPU_NORMALIZE};
+  for (int k = 0; k < 3; k++) {
+    lam_xfer_case c = {.n = 5, .c = 3, .h = 7, .w = 9, .layout = LAM_LAYOUT_NHWC, .method = methods[k],
+                       .dtype = LAM_DTYPE_F32, .pinned = 1, .reps = 3, .warmup = 1};
+    TU_OK(lam_bench_transfer(g_ctx, &c, &r));
+    assert_int_equal(r.reps, 3);
+    assert_int_equal(r.bytes_host, methods[k] == LAM_XFER_GPU_NORMALIZE ? 5 * 3 * 7 * 9 : 5 * 3 * 7 * 9 * 4);
+    assert_true(r.median_us >= 0 && r.p10_us <= r.median_us && r.median_us <= r.p90_us);
+    assert_int_equal(r.copies_on_host, g_dev == LAM_DEVICE_CPU);
+  }
+  lam_xfer_case ok = {.n = 2, .c = 1, .h = 4, .w = 4, .method = LAM_XFER_CPU_NORMALIZE, .dtype = LAM_DTYPE_F32, .reps = 1};
+  lam_xfer_case bad = ok;
+  bad.dtype = LAM_DTYPE_BF16; /* the host writes f32 only */
+  assert_int_equal(lam_bench_transfer(g_ctx, &bad, &r), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "f32"));
+  bad = ok, bad.method = LAM_XFER_GPU_NORMALIZE, bad.dtype = LAM_DTYPE_F16;
+  assert_int_equal(lam_bench_transfer(g_ctx, &bad, &r), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "f16"));
+  bad = ok, bad.n = 0;
+  assert_int_equal(lam_bench_transfer(g_ctx, &bad, &r), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "batch"));
+  bad = ok, bad.reps = 0;
+  assert_int_equal(lam_bench_transfer(g_ctx, &bad, &r), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "reps"));
+  assert_int_equal(lam_bench_transfer(g_ctx, NULL, &r), LAM_ERR_INVALID_ARG);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "cuda")) {
     const char *why = NULL;
@@ -130,7 +161,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "test_normalize: %s\n", lam_last_error());
     return 1;
   }
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_shapes), cmocka_unit_test(test_bad_inputs)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_shapes), cmocka_unit_test(test_bad_inputs),
+                                     cmocka_unit_test(test_bench_transfer)};
   tu_apply_filter();
   int failed = cmocka_run_group_tests_name(g_dev == LAM_DEVICE_CUDA ? "normalize_cuda" : "normalize", tests, NULL, NULL);
   lam_ctx_free(g_ctx);
