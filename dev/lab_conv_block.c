@@ -4,7 +4,7 @@
  * TFLOP/s against the H200's ceilings.
  *
  *   v1  plain ops:           im2col, GEMM, transpose + bias, relu, maxpool  /  maxpool_bwd, relu_bwd,
- *                            transpose + bias sum, GEMM dW (+ GEMM dcol, zero, col2im for dx)
+ *                            transpose + bias sum, GEMM dW (+ GEMM dcol, col2im for dx)
  *   v2  fused after the GEMM: im2col, GEMM, conv_pool_fwd  /  conv_pool_bwd, GEMM dW (+ dx as v1)
  *   v3  direct (first layer): conv_pool_direct_fwd  /  conv_pool_direct_bwd (no dx)
  *
@@ -124,7 +124,6 @@ static void bwd(lam_ctx *ctx, const block *k, int B, bufs *u, int v) {
   T(be->gemm(ctx, 0, 1, k->OC, taps, BP, 1.0f, u->dG, BP, u->col, BP, 1.0f, u->dW, taps));
   if (k->need_dx) {
     T(be->gemm(ctx, 1, 0, taps, BP, k->OC, 1.0f, u->W, taps, u->dG, BP, 0.0f, u->dcol, BP));
-    T(be->zero(ctx, u->dx, (size_t)B * k->C * k->H * k->W * 4));
     T(be->col2im(ctx, &g, B, u->dcol, u->dx));
   }
 }

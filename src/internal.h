@@ -59,7 +59,7 @@ typedef struct lam_backend {
   lam_status (*zero)(lam_ctx *ctx, void *p, size_t bytes);
   /* x (B, C, H, W) -> col (C*K*K, B*OH*OW): column b*OH*OW + p holds the patch of output p of sample b. */
   lam_status (*im2col)(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col);
-  /* dx (B, C, H, W) += the patches of col scattered back (dx must be zeroed first by the caller). */
+  /* dx (B, C, H, W) = the patches of col summed back into place (dx is overwritten). */
   lam_status (*col2im)(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx);
   /* dst (B, C, P) = src (C, B*P) transposed per sample, plus bias[c] (bias may be NULL). */
   lam_status (*cbp_to_bcp)(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst);

@@ -56,7 +56,6 @@ static lam_status conv_gemm_bwd(lam_model *m, layer *l, int B, float *din, int l
   if (!din) return LAM_OK;
   LAM_TRY(be->gemm(ctx, 1, 0, K, BP, l->out_c, 1.0f, m->params + l->w_off, K, dyT, BP, 0.0f, dcol, BP));
   NN_PROF(m, "conv.gemm_dx", li);
-  LAM_TRY(be->zero(ctx, din, (size_t)B * layer_in_size(l) * sizeof(float)));
   LAM_TRY(be->col2im(ctx, &g, B, dcol, din));
   NN_PROF(m, "conv.col2im", li);
   return LAM_OK;
