@@ -11,7 +11,7 @@ epoch; variants eager, whole step in a CUDA graph (forward, loss, backward, capt
 lamina: `lamina train --data fashion-mnist --model SPEC --epochs N --batch B --precision P --json --no-progress`.
 
   bench/train_vs_torch.py --lamina build/lamina --data DIR [--model cnn|mlp|both] [--epochs 5]
-                          [--long-epochs 15] [--batch 64,512] [--mlp-batch 1024] [--precisions fp32,tf32]
+                          [--long-epochs 15] [--batch 64,512] [--mlp-batch 1024] [--precisions fp32,tf32,bf16]
                           [--json FILE] [--device cuda|cpu] [--quick] [--lamina-cpu]
 Smoke test on a CPU: --device cpu --quick (PyTorch eager on a 2,000-image subset; lamina skipped unless
 --lamina-cpu)."""
@@ -33,7 +33,7 @@ ap.add_argument("--long-precisions", default="",
                 help="lamina precisions for the long runs (default: all of --precisions)")
 ap.add_argument("--batch", default="64,512", help="CNN batch sizes, comma-separated")
 ap.add_argument("--mlp-batch", default="1024", help="MLP batch sizes, comma-separated")
-ap.add_argument("--precisions", default="fp32,tf32", help="lamina precisions (lamina train --precision P)")
+ap.add_argument("--precisions", default="fp32,tf32,bf16", help="lamina precisions (lamina train --precision P)")
 ap.add_argument("--json", help="write all results here")
 ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
 ap.add_argument("--quick", action="store_true",

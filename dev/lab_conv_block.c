@@ -93,7 +93,7 @@ static void fwd(lam_ctx *ctx, const block *k, int B, bufs *u, int v) {
     T(be->conv_pool_direct_fwd(ctx, &g, &pg, B, u->x, u->W, u->b, u->y, u->arg));
     return;
   }
-  T(be->im2col(ctx, &g, B, u->x, u->col));
+  T(be->im2col(ctx, &g, B, u->x, u->col, 0));
   T(be->gemm(ctx, 0, 0, k->OC, BP, taps, 1.0f, u->W, taps, u->col, BP, 0.0f, u->G, BP));
   if (v == 2) {
     T(be->conv_pool_fwd(ctx, &pg, B, u->G, u->b, u->y, u->arg));
@@ -124,7 +124,7 @@ static void bwd(lam_ctx *ctx, const block *k, int B, bufs *u, int v) {
   T(be->gemm(ctx, 0, 1, k->OC, taps, BP, 1.0f, u->dG, BP, u->col, BP, 1.0f, u->dW, taps));
   if (k->need_dx) {
     T(be->gemm(ctx, 1, 0, taps, BP, k->OC, 1.0f, u->W, taps, u->dG, BP, 0.0f, u->dcol, BP));
-    T(be->col2im(ctx, &g, B, u->dcol, u->dx));
+    T(be->col2im(ctx, &g, B, u->dcol, 0, u->dx));
   }
 }
 

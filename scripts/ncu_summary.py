@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""ncu_summary.py CSV — Nsight Compute's --csv output (one metric, gpu__time_duration) summed by kernel:
-calls, total and mean microseconds, share of the total, largest first."""
+"""ncu_summary.py CSV [--seq N] — Nsight Compute's --csv output (one metric, gpu__time_duration) summed by
+kernel: calls, total and mean microseconds, share of the total, largest first; --seq N also lists the
+first N launches in order (to tell which op a cuBLAS kernel belongs to)."""
 import csv, sys, collections
 
 rows = []
@@ -15,6 +16,9 @@ for r in csv.DictReader(lines):
     rows.append((r["Kernel Name"].split("(")[0][:60], us))
 if not rows:
     sys.exit("no kernel times in %s" % sys.argv[1])
+if "--seq" in sys.argv:
+    for i, (k, us) in enumerate(rows[: int(sys.argv[sys.argv.index("--seq") + 1])]):
+        print("%3d %-60s %9.2f" % (i, k, us))
 agg = collections.OrderedDict()
 for k, us in rows:
     a = agg.setdefault(k, [0, 0.0])

@@ -230,20 +230,21 @@ lam_status lam_precision_parse(const char *s, lam_precision *out) {
   LAM_CHECK_ARG(s && out, "lam_precision_parse: NULL argument");
   if (!strcmp(s, "fp32")) *out = LAM_PRECISION_FP32;
   else if (!strcmp(s, "tf32")) *out = LAM_PRECISION_TF32;
-  else if (!strcmp(s, "bf16") || !strcmp(s, "fp16"))
-    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "precision '%s' is not implemented yet: use fp32 or tf32", s);
-  else return LAM_FAIL(LAM_ERR_INVALID_ARG, "unknown precision '%s': expected fp32 or tf32", s);
+  else if (!strcmp(s, "bf16")) *out = LAM_PRECISION_BF16;
+  else if (!strcmp(s, "fp16"))
+    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "precision 'fp16' (with loss scaling) is not implemented: use fp32, tf32 or bf16");
+  else return LAM_FAIL(LAM_ERR_INVALID_ARG, "unknown precision '%s': expected fp32, tf32 or bf16", s);
   return LAM_OK;
 }
 
 const char *lam_precision_str(lam_precision p) {
-  return p == LAM_PRECISION_FP32 ? "fp32" : p == LAM_PRECISION_TF32 ? "tf32" : "?";
+  return p == LAM_PRECISION_FP32 ? "fp32" : p == LAM_PRECISION_TF32 ? "tf32" : p == LAM_PRECISION_BF16 ? "bf16" : "?";
 }
 
 lam_status lam_ctx_set_precision(lam_ctx *ctx, lam_precision p) {
   LAM_CHECK_ARG(ctx, "lam_ctx_set_precision: ctx is NULL");
-  LAM_CHECK_ARG(p == LAM_PRECISION_FP32 || p == LAM_PRECISION_TF32, "lam_ctx_set_precision: precision %d is not known",
-                (int)p);
+  LAM_CHECK_ARG(p == LAM_PRECISION_FP32 || p == LAM_PRECISION_TF32 || p == LAM_PRECISION_BF16,
+                "lam_ctx_set_precision: precision %d is not known", (int)p);
   if (p != LAM_PRECISION_FP32 && !ctx->be->set_precision)
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "lam_ctx_set_precision: %s needs tensor cores; the %s backend computes in fp32",
                     lam_precision_str(p), ctx->be->name);

@@ -53,14 +53,23 @@ typedef struct lam_backend {
 
   /* ---- nn primitives over backend memory (nn/ builds the layers from these). Matrices are
    * row-major; "+=" means the primitive accumulates into its output. ---- */
-  /* C = alpha * op(A) * op(B) + beta * C, op(A) is M×K, op(B) is K×N; ta/tb: 1 = transposed. */
+  /* C = alpha * op(A) * op(B) + beta * C, op(A) is M×K, op(B) is K×N; ta/tb: 1 = transposed. In the
+   * context's precision: fp32; tf32 (CUDA); bf16: A and B rounded to bfloat16, products summed in fp32. */
   lam_status (*gemm)(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc);
+  /* The same with A and B stored as bfloat16 (uint16_t bit patterns), summed in fp32; C is float, or
+   * bfloat16 (c_bf16 = 1, rounded once at the end; then beta must be 0). */
+  lam_status (*gemm_bf16)(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                          const uint16_t *B, int ldb, float beta, void *C, int c_bf16, int ldc);
+  /* dst = src rounded to bfloat16 (to nearest even), n values. */
+  lam_status (*to_bf16)(lam_ctx *ctx, size_t n, const float *src, uint16_t *dst);
   lam_status (*zero)(lam_ctx *ctx, void *p, size_t bytes);
-  /* x (B, C, H, W) -> col (C*K*K, B*OH*OW): column b*OH*OW + p holds the patch of output p of sample b. */
-  lam_status (*im2col)(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col);
-  /* dx (B, C, H, W) = the patches of col summed back into place (dx is overwritten). */
-  lam_status (*col2im)(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx);
+  /* x (B, C, H, W) -> col (C*K*K, B*OH*OW): column b*OH*OW + p holds the patch of output p of sample b;
+   * col is float, or bfloat16 (bf16 = 1). */
+  lam_status (*im2col)(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *col, int bf16);
+  /* dx (B, C, H, W) = the patches of col (float, or bfloat16: bf16 = 1) summed back into place in fp32
+   * (dx is overwritten). */
+  lam_status (*col2im)(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, int bf16, float *dx);
   /* dst (B, C, P) = src (C, B*P) transposed per sample, plus bias[c] (bias may be NULL). */
   lam_status (*cbp_to_bcp)(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst);
   /* dst (C, B*P) = src (B, C, P); and bias_grad[c] += the sum of src over b and p (may be NULL). */
@@ -134,7 +143,7 @@ typedef struct lam_backend {
   lam_status (*graph_end)(lam_ctx *ctx, void **graph); /* ends the capture even on failure (*graph NULL) */
   lam_status (*graph_launch)(lam_ctx *ctx, void *graph);
   void (*graph_free)(lam_ctx *ctx, void *graph);
-  /* Matrix products in precision p (lam_precision); NULL where only fp32 exists (the CPU). */
+  /* Matrix products in precision p (lam_precision): LAM_ERR_UNSUPPORTED for one the backend lacks. */
   lam_status (*set_precision)(lam_ctx *ctx, int p);
 
   /* The profiler's clock: marks are numbered slots of a pool. mark records "now" in the order the

@@ -338,13 +338,19 @@ else
 fi
 usage_error "train --buffers 4 is rejected" --buffers -- train --buffers 4
 usage_error "train --precision fp64 is rejected" --precision fp64 -- train --precision fp64
-usage_error "train --precision bf16 says it is not implemented" --precision "not implemented" -- train --precision bf16
+usage_error "train --precision fp16 says it is not implemented" --precision "not implemented" -- train --precision fp16
 usage_error "train --graph maybe is rejected" --graph -- train --graph maybe
 run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --precision tf32
 if [ "$rc" -eq 1 ] && has "$TMP/err" "tf32" && has "$TMP/err" "cpu"; then
   ok "train --precision tf32 on the CPU: exit 1, says tf32 needs tensor cores"
 else
   not_ok "train --precision tf32 on the CPU" "want exit 1 naming tf32 and the cpu backend"
+fi
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --precision bf16 --json --no-progress
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"precision":"bf16"'; then
+  ok "train --precision bf16 on the CPU: emulated, trains, says bf16 in its JSON"
+else
+  not_ok "train --precision bf16 on the CPU" "want exit 0 and \"precision\":\"bf16\" in the JSON (rc $rc)"
 fi
 usage_error "eval --stream belongs to train" --stream -- eval --load x --stream
 

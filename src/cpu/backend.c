@@ -103,6 +103,8 @@ const lam_backend lam_cpu_backend = {
     .weigh = cpu_weigh,
     .tanh_ = cpu_tanh,
     .gemm = cpu_gemm,
+    .gemm_bf16 = cpu_gemm_bf16,
+    .to_bf16 = cpu_to_bf16,
     .zero = cpu_zero,
     .im2col = cpu_im2col,
     .col2im = cpu_col2im,
@@ -130,6 +132,7 @@ const lam_backend lam_cpu_backend = {
     .queue_wait = cpu_queue_wait,
     .event_sync = cpu_event_sync,
     .event_ms = cpu_event_ms,
+    .set_precision = cpu_set_precision,
 };
 
 lam_status cpu_ctx_init(lam_ctx *ctx) {

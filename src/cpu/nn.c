@@ -28,8 +28,34 @@ static void valid_cols(const lam_conv_geom *g, int kj, int *lo, int *hi) {
   if (*lo > *hi) *lo = *hi;
 }
 
-lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col) {
+/* im2col into bfloat16: each entry as the fp32 path computes it, rounded (the CPU side of the bf16
+ * precision exists to check the GPU's, so it is plain rather than fast). */
+static void im2col_bf16(const lam_conv_geom *g, int B, const float *x, uint16_t *col) {
+  const int P = g->OH * g->OW, KK = g->K * g->K;
+  const size_t ncols = (size_t)B * P;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)g->C * KK * ncols > PAR_MIN)
+  for (int c = 0; c < g->C; c++)
+    for (int b = 0; b < B; b++) {
+      const float *xs = x + ((size_t)b * g->C + c) * g->H * g->W;
+      for (int kk = 0; kk < KK; kk++) {
+        uint16_t *dst = col + ((size_t)c * KK + kk) * ncols + (size_t)b * P;
+        for (int oh = 0; oh < g->OH; oh++)
+          for (int ow = 0; ow < g->OW; ow++) {
+            int ih = oh * g->stride - g->pad + kk / g->K, iw = ow * g->stride - g->pad + kk % g->K;
+            float v = ih >= 0 && ih < g->H && iw >= 0 && iw < g->W ? xs[(size_t)ih * g->W + iw] : 0.0f;
+            dst[oh * g->OW + ow] = lam_f32_to_bf16(v);
+          }
+      }
+    }
+}
+
+lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *colv, int bf16) {
   (void)ctx;
+  if (bf16) {
+    im2col_bf16(g, B, x, colv);
+    return LAM_OK;
+  }
+  float *col = colv;
   const int P = g->OH * g->OW, KK = g->K * g->K;
   const size_t ncols = (size_t)B * P;
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)g->C * KK * ncols > PAR_MIN)
@@ -60,7 +86,7 @@ lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *
   return LAM_OK;
 }
 
-lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx) {
+lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *colv, int bf16, float *dx) {
   (void)ctx;
   const int P = g->OH * g->OW, KK = g->K * g->K;
   const size_t ncols = (size_t)B * P;
@@ -73,11 +99,17 @@ lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *
       for (int kk = 0; kk < KK; kk++) {
         int ki = kk / g->K, kj = kk % g->K, lo, hi;
         valid_cols(g, kj, &lo, &hi);
-        const float *src = col + ((size_t)c * KK + kk) * ncols + (size_t)b * P;
+        size_t row = ((size_t)c * KK + kk) * ncols + (size_t)b * P;
+        const float *src = bf16 ? NULL : (const float *)colv + row;
+        const uint16_t *src16 = bf16 ? (const uint16_t *)colv + row : NULL;
         for (int oh = 0; oh < g->OH; oh++) {
           int ih = oh * g->stride - g->pad + ki;
           if (ih < 0 || ih >= g->H) continue;
           float *drow = xs + (size_t)ih * g->W - g->pad + kj;
+          if (bf16) {
+            for (int ow = lo; ow < hi; ow++) drow[ow * g->stride] += lam_bf16_to_f32(src16[oh * g->OW + ow]);
+            continue;
+          }
           const float *s = src + oh * g->OW;
           if (g->stride == 1)
             for (int ow = lo; ow < hi; ow++) drow[ow] += s[ow];

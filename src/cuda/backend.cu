@@ -273,7 +273,7 @@ static void cuda_destroy(lam_ctx *ctx) {
 static const lam_backend cuda_backend = {
     "cuda",          1,          cuda_raw_alloc,  cuda_raw_free,    cuda_upload,      cuda_upload,     cuda_host_alloc,
     cuda_host_free,  cuda_sync,       cuda_destroy,     cuda_hidden,      cuda_staging_floor, cuda_normalize,
-    cuda_weigh,      cuda_tanh,       cuda_gemm,        cuda_zero,        cuda_im2col,
+    cuda_weigh,      cuda_tanh,       cuda_gemm,        cuda_gemm_bf16,   cuda_to_bf16,     cuda_zero,        cuda_im2col,
     cuda_col2im,     cuda_cbp_to_bcp, cuda_bcp_to_cbp,  cuda_add_bias,    cuda_bias_grad,  cuda_maxpool_fwd,
     cuda_maxpool_bwd, cuda_act_fwd,   cuda_act_bwd,     cuda_xent,        cuda_gather,     cuda_conv_pool_fwd,
     cuda_conv_pool_bwd, cuda_conv_pool_direct_fwd, cuda_conv_pool_direct_bwd, cuda_adam,

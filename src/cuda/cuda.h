@@ -79,8 +79,11 @@ lam_status cuda_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc);
 lam_status cuda_zero(lam_ctx *ctx, void *p, size_t bytes);
-lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col);
-lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx);
+lam_status cuda_gemm_bf16(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                          const uint16_t *B, int ldb, float beta, void *C, int c_bf16, int ldc);
+lam_status cuda_to_bf16(lam_ctx *ctx, size_t n, const float *src, uint16_t *dst);
+lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *col, int bf16);
+lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, int bf16, float *dx);
 lam_status cuda_cbp_to_bcp(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst);
 lam_status cuda_bcp_to_cbp(lam_ctx *ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad);
 lam_status cuda_add_bias(lam_ctx *ctx, int rows, int cols, float *y, const float *b);

@@ -40,6 +40,7 @@ static const char *cublas_err(cublasStatus_t s) {
 /* cuBLAS's workspace, given to it rather than left to it, so GEMMs can be captured in a CUDA graph. */
 #define CUBLAS_WORKSPACE ((size_t)32 << 20)
 
+/* bf16 needs no mode: its GEMMs say so by their compute type (cublasGemmEx). */
 static cublasMath_t math_mode(int precision) {
   return precision == LAM_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
 }
@@ -79,8 +80,35 @@ lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float al
   cublasHandle_t h;
   LAM_TRY(handle(ctx, &h));
   /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
-  CUBLAS_TRY(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A,
-                         lda, &beta, C, ldc));
+  cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (ctx->precision == LAM_PRECISION_BF16) /* fp32 in memory, bf16 on the tensor cores, fp32 sums */
+    CUBLAS_TRY(cublasGemmEx(h, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F,
+                            ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
+  else
+    CUBLAS_TRY(cublasSgemm(h, opb, opa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  return LAM_OK;
+}
+
+lam_status cuda_gemm_bf16(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                          const uint16_t *B, int ldb, float beta, void *C, int c_bf16, int ldc) {
+  if (c_bf16 && beta != 0.0f) return LAM_FAIL(LAM_ERR_INVALID_ARG, "gemm_bf16: a bfloat16 C takes beta 0, not %g", beta);
+  cublasHandle_t h;
+  LAM_TRY(handle(ctx, &h));
+  CUBLAS_TRY(cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
+                          CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, ldc,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return LAM_OK;
+}
+
+__global__ void to_bf16_kernel(size_t n, const float *__restrict__ src, __nv_bfloat16 *__restrict__ dst) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+lam_status cuda_to_bf16(lam_ctx *ctx, size_t n, const float *src, uint16_t *dst) {
+  cuda_state *st = cuda_st(ctx);
+  to_bf16_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, src, (__nv_bfloat16 *)dst);
+  LAUNCH_CHECK(st, "to_bf16_kernel");
   return LAM_OK;
 }
 
@@ -110,15 +138,20 @@ static dim3 grid_2d(size_t n, int y) {
  * stored in turn, and with a run-time K each store waited for its load: latency-bound, 33 us at batch
  * 512 on the H200). (v1 took one element per thread and paid six divisions each; v2 one column per
  * thread, too few threads at small batches.) */
-template <int KT>
-__global__ void im2col_kernel(lam_conv_geom g, int B, const float *__restrict__ x, float *__restrict__ col) {
+__device__ inline void put(float *p, float v) { *p = v; }
+__device__ inline void put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ inline float get(const float *p) { return __ldg(p); }
+__device__ inline float get(const __nv_bfloat16 *p) { return __bfloat162float(__ldg(p)); }
+
+template <int KT, typename T>
+__global__ void im2col_kernel(lam_conv_geom g, int B, const float *__restrict__ x, T *__restrict__ col) {
   const int K = KT ? KT : g.K, c = blockIdx.y;
   const unsigned P = (unsigned)(g.OH * g.OW), ncols = (unsigned)B * P;
   for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < ncols; j += gridDim.x * blockDim.x) {
     unsigned b = j / P, p = j % P;
     int oh = (int)p / g.OW, ow = (int)p % g.OW, ih0 = oh * g.stride - g.pad, iw0 = ow * g.stride - g.pad;
     const float *xc = x + ((size_t)b * g.C + c) * g.H * g.W;
-    float *dst = col + (size_t)c * K * K * ncols + j;
+    T *dst = col + (size_t)c * K * K * ncols + j;
     if (KT) {
       float v[KT ? KT * KT : 1];
 #pragma unroll
@@ -127,26 +160,31 @@ __global__ void im2col_kernel(lam_conv_geom g, int B, const float *__restrict__ 
         v[t] = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? __ldg(xc + ih * g.W + iw) : 0.0f;
       }
 #pragma unroll
-      for (int t = 0; t < (KT ? KT * KT : 1); t++) dst[(size_t)t * ncols] = v[t];
+      for (int t = 0; t < (KT ? KT * KT : 1); t++) put(dst + (size_t)t * ncols, v[t]);
     } else {
       for (int ki = 0; ki < K; ki++) {
         int ih = ih0 + ki;
         bool row_in = ih >= 0 && ih < g.H;
         for (int kj = 0; kj < K; kj++, dst += ncols) {
           int iw = iw0 + kj;
-          *dst = row_in && iw >= 0 && iw < g.W ? __ldg(xc + ih * g.W + iw) : 0.0f;
+          put(dst, row_in && iw >= 0 && iw < g.W ? __ldg(xc + ih * g.W + iw) : 0.0f);
         }
       }
     }
   }
 }
 
-lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, float *col) {
+template <typename T> static void im2col_launch(cuda_state *st, const lam_conv_geom *g, int B, const float *x, T *col) {
+  dim3 grid = grid_2d((size_t)B * g->OH * g->OW, g->C);
+  if (g->K == 3) im2col_kernel<3, T><<<grid, NT, 0, st->stream>>>(*g, B, x, col);
+  else im2col_kernel<0, T><<<grid, NT, 0, st->stream>>>(*g, B, x, col);
+}
+
+lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *col, int bf16) {
   cuda_state *st = cuda_st(ctx);
-  size_t ncols = (size_t)B * g->OH * g->OW;
-  LAM_TRY(check_grid("im2col", ncols, g->C));
-  if (g->K == 3) im2col_kernel<3><<<grid_2d(ncols, g->C), NT, 0, st->stream>>>(*g, B, x, col);
-  else im2col_kernel<0><<<grid_2d(ncols, g->C), NT, 0, st->stream>>>(*g, B, x, col);
+  LAM_TRY(check_grid("im2col", (size_t)B * g->OH * g->OW, g->C));
+  if (bf16) im2col_launch(st, g, B, x, (__nv_bfloat16 *)col);
+  else im2col_launch(st, g, B, x, (float *)col);
   LAUNCH_CHECK(st, "im2col_kernel");
   return LAM_OK;
 }
@@ -156,15 +194,15 @@ lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float 
  * caller no longer zeroes dx first). Stride 1 with KT > 0: the K*K loads unrolled and in flight
  * together (v1 had a run-time K, so each load waited for the one before: 68 us at batch 512 on the
  * H200, for ~90 MB moved). */
-template <int KT>
-__global__ void col2im_kernel(lam_conv_geom g, int B, const float *__restrict__ col, float *__restrict__ dx) {
+template <int KT, typename T>
+__global__ void col2im_kernel(lam_conv_geom g, int B, const T *__restrict__ col, float *__restrict__ dx) {
   const int K = KT ? KT : g.K, c = blockIdx.y;
   const unsigned P = (unsigned)(g.OH * g.OW), HW = (unsigned)(g.H * g.W), n = (unsigned)B * HW;
   const size_t ncols = (size_t)B * P;
   for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
     unsigned b = j / HW, r = j % HW;
     int ih = (int)r / g.W, iw = (int)r % g.W;
-    const float *cb = col + (size_t)c * K * K * ncols + (size_t)b * P;
+    const T *cb = col + (size_t)c * K * K * ncols + (size_t)b * P;
     float sum = 0.0f;
     if (g.stride == 1) { /* the usual case, without the divisions */
 #pragma unroll
@@ -173,7 +211,7 @@ __global__ void col2im_kernel(lam_conv_geom g, int B, const float *__restrict__ 
 #pragma unroll
         for (int kj = 0; kj < K; kj++) {
           int ow = iw + g.pad - kj;
-          if (oh >= 0 && oh < g.OH && ow >= 0 && ow < g.OW) sum += __ldg(cb + (size_t)(ki * K + kj) * ncols + oh * g.OW + ow);
+          if (oh >= 0 && oh < g.OH && ow >= 0 && ow < g.OW) sum += get(cb + (size_t)(ki * K + kj) * ncols + oh * g.OW + ow);
         }
       }
     } else {
@@ -186,7 +224,7 @@ __global__ void col2im_kernel(lam_conv_geom g, int B, const float *__restrict__ 
           int u = iw + g.pad - kj;
           if (u < 0 || u % g.stride) continue;
           int ow = u / g.stride;
-          if (ow < g.OW) sum += cb[(size_t)(ki * K + kj) * ncols + oh * g.OW + ow];
+          if (ow < g.OW) sum += get(cb + (size_t)(ki * K + kj) * ncols + oh * g.OW + ow);
         }
       }
     }
@@ -194,12 +232,17 @@ __global__ void col2im_kernel(lam_conv_geom g, int B, const float *__restrict__ 
   }
 }
 
-lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *col, float *dx) {
+template <typename T> static void col2im_launch(cuda_state *st, const lam_conv_geom *g, int B, const T *col, float *dx) {
+  dim3 grid = grid_2d((size_t)B * g->H * g->W, g->C);
+  if (g->K == 3 && g->stride == 1) col2im_kernel<3, T><<<grid, NT, 0, st->stream>>>(*g, B, col, dx);
+  else col2im_kernel<0, T><<<grid, NT, 0, st->stream>>>(*g, B, col, dx);
+}
+
+lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, int bf16, float *dx) {
   cuda_state *st = cuda_st(ctx);
-  size_t n = (size_t)B * g->H * g->W;
-  LAM_TRY(check_grid("col2im", n, g->C));
-  if (g->K == 3 && g->stride == 1) col2im_kernel<3><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, col, dx);
-  else col2im_kernel<0><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, col, dx);
+  LAM_TRY(check_grid("col2im", (size_t)B * g->H * g->W, g->C));
+  if (bf16) col2im_launch(st, g, B, (const __nv_bfloat16 *)col, dx);
+  else col2im_launch(st, g, B, (const float *)col, dx);
   LAUNCH_CHECK(st, "col2im_kernel");
   return LAM_OK;
 }

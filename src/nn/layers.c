@@ -32,31 +32,55 @@ static int direct_block(const lam_model *m, int i) {
   return want && i == 0 && fused_block(m, i) && l->in_c * l->k * l->k <= LAM_DIRECT_TAPS;
 }
 
-/* The conv GEMM: G (OC, B*P) = W (OC, K) x col (K, B*P), col the im2col of the input, into scratch. */
+static int bf16(const lam_model *m) { return m->ctx->precision == LAM_PRECISION_BF16; }
+
+/* The conv GEMM: G (OC, B*P) = W (OC, K) x col (K, B*P), col the im2col of the input, into scratch.
+ * bf16: col is written as bfloat16 and W rounded into params_lo, so the GEMM reads half the bytes. */
 static lam_status conv_gemm_fwd(lam_model *m, layer *l, int B, const float *in, int li) {
   const lam_backend *be = m->ctx->be;
   lam_conv_geom g = conv_geom(l);
   int P = l->out_h * l->out_w, K = l->in_c * l->k * l->k, BP = B * P;
-  LAM_TRY(be->im2col(m->ctx, &g, B, in, l->col));
+  LAM_TRY(be->im2col(m->ctx, &g, B, in, l->col, bf16(m)));
   NN_PROF(m, "conv.im2col", li);
-  LAM_TRY(be->gemm(m->ctx, 0, 0, l->out_c, BP, K, 1.0f, m->params + l->w_off, K, l->col, BP, 0.0f, m->scratch, BP));
+  if (bf16(m)) {
+    uint16_t *Wlo = m->params_lo + l->w_off;
+    LAM_TRY(be->to_bf16(m->ctx, (size_t)l->out_c * K, m->params + l->w_off, Wlo));
+    LAM_TRY(be->gemm_bf16(m->ctx, 0, 0, l->out_c, BP, K, 1.0f, Wlo, K, (const uint16_t *)l->col, BP, 0.0f, m->scratch, 0,
+                          BP));
+  } else {
+    LAM_TRY(be->gemm(m->ctx, 0, 0, l->out_c, BP, K, 1.0f, m->params + l->w_off, K, l->col, BP, 0.0f, m->scratch, BP));
+  }
   NN_PROF(m, "conv.gemm", li);
   return LAM_OK;
 }
 
-/* The conv's backward from dyT (OC, B*P) in scratch: dW += dyT col^T and, if din, din = col2im(W^T dyT). */
+/* The conv's backward from dyT (OC, B*P) in scratch: dW += dyT col^T and, if din, din = col2im(W^T dyT).
+ * bf16: dyT rounded to bfloat16 first; the column gradient is bfloat16 too (col2im sums in fp32). */
 static lam_status conv_gemm_bwd(lam_model *m, layer *l, int B, float *din, int li) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   lam_conv_geom g = conv_geom(l);
   int P = l->out_h * l->out_w, K = l->in_c * l->k * l->k, BP = B * P;
-  float *dyT = m->scratch, *dcol = m->scratch + (size_t)l->out_c * BP;
-  LAM_TRY(be->gemm(ctx, 0, 1, l->out_c, K, BP, 1.0f, dyT, BP, l->col, BP, 1.0f, m->grads + l->w_off, K));
+  float *dyT = m->scratch, *dW = m->grads + l->w_off;
+  if (bf16(m)) {
+    uint16_t *dy16 = (uint16_t *)(m->scratch + conv_bf16_offset(l, (size_t)BP)), *dcol16 = dy16 + (size_t)l->out_c * BP;
+    LAM_TRY(be->to_bf16(ctx, (size_t)l->out_c * BP, dyT, dy16));
+    LAM_TRY(be->gemm_bf16(ctx, 0, 1, l->out_c, K, BP, 1.0f, dy16, BP, (const uint16_t *)l->col, BP, 1.0f, dW, 0, K));
+    NN_PROF(m, "conv.gemm_dw", li);
+    if (!din) return LAM_OK;
+    LAM_TRY(be->gemm_bf16(ctx, 1, 0, K, BP, l->out_c, 1.0f, m->params_lo + l->w_off, K, dy16, BP, 0.0f, dcol16, 1, BP));
+    NN_PROF(m, "conv.gemm_dx", li);
+    LAM_TRY(be->col2im(ctx, &g, B, dcol16, 1, din));
+    NN_PROF(m, "conv.col2im", li);
+    return LAM_OK;
+  }
+  float *dcol = m->scratch + (size_t)l->out_c * BP;
+  LAM_TRY(be->gemm(ctx, 0, 1, l->out_c, K, BP, 1.0f, dyT, BP, l->col, BP, 1.0f, dW, K));
   NN_PROF(m, "conv.gemm_dw", li);
   if (!din) return LAM_OK;
   LAM_TRY(be->gemm(ctx, 1, 0, K, BP, l->out_c, 1.0f, m->params + l->w_off, K, dyT, BP, 0.0f, dcol, BP));
   NN_PROF(m, "conv.gemm_dx", li);
-  LAM_TRY(be->col2im(ctx, &g, B, dcol, din));
+  LAM_TRY(be->col2im(ctx, &g, B, dcol, 0, din));
   NN_PROF(m, "conv.col2im", li);
   return LAM_OK;
 }

@@ -51,6 +51,7 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
   if (!host) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory for %zu parameters", m->nparams);
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->params, m->nparams * sizeof(float));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->grads, m->nparams * sizeof(float));
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->params_lo, m->nparams * sizeof(uint16_t));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->stats, 4 * sizeof(float));
   if (s == LAM_OK) {
     init_params(m, seed, host);
@@ -96,6 +97,7 @@ void lam_model_free(lam_model *m) {
   free_batch(m);
   lam_mem_free(m->ctx, m->params);
   lam_mem_free(m->ctx, m->grads);
+  lam_mem_free(m->ctx, m->params_lo);
   lam_mem_free(m->ctx, m->opt_m);
   lam_mem_free(m->ctx, m->opt_v);
   lam_mem_free(m->ctx, m->stats);
@@ -137,7 +139,7 @@ lam_status nn_model_reserve(lam_model *m, int B) {
     if (s == LAM_OK && l->kind == L_CONV) {
       size_t K = (size_t)l->in_c * l->k * l->k, BP = (size_t)B * l->out_h * l->out_w;
       s = batch_alloc(m, (void **)&l->col, K * BP * sizeof(float));
-      size_t need = ((size_t)l->out_c + K) * BP; /* the transposed gradient, then the column gradient */
+      size_t need = conv_scratch_floats(l, B); /* the transposed gradient, then the column gradient */
       if (need > scratch) scratch = need;
     }
     if (s == LAM_OK && l->kind == L_MAXPOOL) s = batch_alloc(m, (void **)&l->arg, (size_t)B * layer_out_size(l) * 4);

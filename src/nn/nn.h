@@ -33,6 +33,8 @@ struct lam_model {
   layer *L;
   size_t nparams;
   float *params, *grads;   /* flat, backend memory */
+  uint16_t *params_lo;     /* bf16 precision: the conv weights rounded to bfloat16 for the GEMMs, refreshed at
+                            * every forward from params (the fp32 master copy); same offsets */
   float *opt_m, *opt_v;    /* optimizer state (momentum / Adam moments), allocated at the first step */
   lam_opt_kind opt_kind;   /* what opt_m/opt_v hold */
   long opt_step;
@@ -40,7 +42,8 @@ struct lam_model {
   int cap;                 /* batch capacity of the buffers below */
   float *x, *dx;           /* input (B, in_c, in_h, in_w); dx is scratch for the first layer's input gradient */
   uint8_t *y;              /* labels of the batch (backend memory) */
-  float *scratch;          /* conv backward: transposed gradient and the column gradient */
+  float *scratch;          /* conv backward: transposed gradient and the column gradient (bf16: the transposed
+                            * gradient, then bf16 copies of it and of the column gradient; conv_scratch_floats) */
   float *stats;            /* [loss sum, correct, samples]: accumulated on the device, read rarely */
   uint8_t *pred;           /* argmax per sample of the last forward, (cap) */
   size_t batch_bytes;      /* backend memory held by the batch buffers above and the layers' */
@@ -49,6 +52,15 @@ struct lam_model {
   unsigned buffers_gen;    /* bumped whenever the batch buffers move (a graph of them is then stale) */
   struct lam_prof *prof;   /* when profiling: a mark after every op (nn/prof.h) */
 };
+
+/* Floats of scratch a conv's backward needs at batch B: fp32 dyT (OC, BP) and dcol (K, BP), or in bf16
+ * dyT, then (at a 16-byte boundary) dyT and dcol as bfloat16. */
+static inline size_t conv_bf16_offset(const layer *l, size_t BP) { return ((size_t)l->out_c * BP + 3) / 4 * 4; }
+static inline size_t conv_scratch_floats(const layer *l, int B) {
+  size_t K = (size_t)l->in_c * l->k * l->k, BP = (size_t)B * l->out_h * l->out_w;
+  size_t f32 = ((size_t)l->out_c + K) * BP, bf16 = conv_bf16_offset(l, BP) + (((size_t)l->out_c + K) * BP + 1) / 2;
+  return f32 > bf16 ? f32 : bf16;
+}
 
 /* Marks the end of an op for the profiler; free when not profiling. */
 lam_status prof_mark(struct lam_prof *p, const char *name, int layer);

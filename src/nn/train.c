@@ -350,7 +350,7 @@ lam_status lam_model_memory_get(const lam_model *m, const lam_trainer *t, lam_mo
   LAM_CHECK_ARG(m && out, "lam_model_memory_get: %s is NULL", m ? "out" : "model");
   LAM_CHECK_ARG(!t || t->m == m, "lam_model_memory_get: the trainer belongs to another model");
   size_t flat = lam_cache_round(m->nparams * sizeof(float));
-  *out = (lam_model_memory){.params = flat,
+  *out = (lam_model_memory){.params = flat + lam_cache_round(m->nparams * sizeof(uint16_t)), /* + the bf16 copy */
                             .grads = flat,
                             .optimizer = (m->opt_m ? flat : 0) + (m->opt_v ? flat : 0),
                             .activations = m->batch_bytes,
