@@ -67,10 +67,11 @@ lam_status lam_device_parse(const char *s, lam_device *out);
 const char *lam_device_str(lam_device d);
 /* Precision of the matrix products (GEMMs, and so dense and conv layers). FP32 is IEEE single
  * everywhere; TF32 runs them on tensor cores with inputs rounded to 10-bit mantissas and fp32
- * accumulation (CUDA only); BF16 rounds their operands to bfloat16 (8-bit mantissas) and sums in
- * fp32: on CUDA on tensor cores, a conv's im2col and column gradient then stored as bf16 (half the
- * bytes); on the CPU emulated (same rounding, no faster), to check the GPU against. Parameters
- * (the master weights), gradients and optimizer state stay fp32 in every precision. */
+ * accumulation (CUDA only); BF16 rounds the operands of the dense and conv GEMMs to bfloat16 (8-bit
+ * mantissas) and sums in fp32: on CUDA on tensor cores, with a conv's im2col and column gradient
+ * stored as bf16 (half the bytes); on the CPU emulated (same rounding, no faster), to check the GPU
+ * against. The GPU's direct first-layer conv (no GEMM) stays fp32. Parameters (the master weights),
+ * gradients and optimizer state stay fp32 in every precision. */
 typedef enum lam_precision { LAM_PRECISION_FP32 = 0, LAM_PRECISION_TF32, LAM_PRECISION_BF16 } lam_precision;
 lam_status lam_ctx_set_precision(lam_ctx *ctx, lam_precision p);
 lam_status lam_precision_parse(const char *s, lam_precision *out); /* "fp32", "tf32", "bf16" */

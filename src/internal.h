@@ -53,8 +53,9 @@ typedef struct lam_backend {
 
   /* ---- nn primitives over backend memory (nn/ builds the layers from these). Matrices are
    * row-major; "+=" means the primitive accumulates into its output. ---- */
-  /* C = alpha * op(A) * op(B) + beta * C, op(A) is M×K, op(B) is K×N; ta/tb: 1 = transposed. In the
-   * context's precision: fp32; tf32 (CUDA); bf16: A and B rounded to bfloat16, products summed in fp32. */
+  /* C = alpha * op(A) * op(B) + beta * C, op(A) is M×K, op(B) is K×N; ta/tb: 1 = transposed. In tf32 on
+   * tensor cores when the context's precision says so (CUDA); else fp32 (the bf16 precision's layers
+   * round their operands and call gemm_bf16). */
   lam_status (*gemm)(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc);
   /* The same with A and B stored as bfloat16 (uint16_t bit patterns), summed in fp32; C is float, or

@@ -1,8 +1,8 @@
 /* gemm.c — the CPU's matrix product: OpenBLAS's sgemm where the build found it (the normal case),
  * else a plain blocked loop (correct, several times slower), so lamina still builds where no BLAS is
- * installed, e.g. a GPU machine whose CPU backend only serves as the tests' reference. The bf16
- * precision is emulated: operands rounded to bfloat16 as the GPU rounds them, then the fp32 product —
- * the GPU's numbers up to the order of summation, for checking it, not for speed. */
+ * installed, e.g. a GPU machine whose CPU backend only serves as the tests' reference. gemm_bf16
+ * widens its bfloat16 operands and multiplies in fp32 — the tensor cores' numbers up to the order of
+ * summation: the bf16 precision is emulated on the CPU, for checking the GPU, not for speed. */
 #include <stdlib.h>
 
 #include "cpu.h"
@@ -43,19 +43,19 @@ static void sgemm_rm(int ta, int tb, int M, int N, int K, float alpha, const flo
 
 #endif
 
-/* The floats of a matrix stored as rows x ld (op'd or not), from bfloat16 or rounded through it. */
-static float *bf16_copy(const void *src, int from_bf16, int rows, int ld) {
+/* The floats of a bfloat16 matrix stored as rows x ld (op'd or not). */
+static float *bf16_copy(const uint16_t *src, int rows, int ld) {
   size_t n = (size_t)rows * ld;
   float *d = malloc((n ? n : 1) * sizeof *d);
   if (!d) return NULL;
-  for (size_t i = 0; i < n; i++)
-    d[i] = from_bf16 ? lam_bf16_to_f32(((const uint16_t *)src)[i]) : lam_bf16_to_f32(lam_f32_to_bf16(((const float *)src)[i]));
+  for (size_t i = 0; i < n; i++) d[i] = lam_bf16_to_f32(src[i]);
   return d;
 }
 
-static lam_status gemm_rounded(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, const void *B,
-                               int ldb, int from_bf16, float beta, float *C, int ldc) {
-  float *a = bf16_copy(A, from_bf16, ta ? K : M, lda), *b = bf16_copy(B, from_bf16, tb ? N : K, ldb);
+/* bf16 products are exact in fp32, so widening first and multiplying in fp32 is the tensor cores' math. */
+static lam_status gemm_widened(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                               const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+  float *a = bf16_copy(A, ta ? K : M, lda), *b = bf16_copy(B, tb ? N : K, ldb);
   if (!a || !b) {
     free(a);
     free(b);
@@ -69,7 +69,7 @@ static lam_status gemm_rounded(int ta, int tb, int M, int N, int K, float alpha,
 
 lam_status cpu_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                     const float *B, int ldb, float beta, float *C, int ldc) {
-  if (ctx->precision == LAM_PRECISION_BF16) return gemm_rounded(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0, beta, C, ldc);
+  (void)ctx;
   sgemm_rm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   return LAM_OK;
 }
@@ -77,12 +77,12 @@ lam_status cpu_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alp
 lam_status cpu_gemm_bf16(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                          const uint16_t *B, int ldb, float beta, void *C, int c_bf16, int ldc) {
   (void)ctx;
-  if (!c_bf16) return gemm_rounded(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1, beta, C, ldc);
+  if (!c_bf16) return gemm_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (beta != 0.0f) return LAM_FAIL(LAM_ERR_INVALID_ARG, "gemm_bf16: a bfloat16 C takes beta 0, not %g", beta);
   size_t nc = (size_t)M * ldc;
   float *c = malloc((nc ? nc : 1) * sizeof *c);
   if (!c) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "gemm_bf16: no host memory for a %dx%d result", M, N);
-  lam_status s = gemm_rounded(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1, 0.0f, c, ldc);
+  lam_status s = gemm_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c, ldc);
   for (int i = 0; s == LAM_OK && i < M; i++)
     for (int j = 0; j < N; j++) ((uint16_t *)C)[(size_t)i * ldc + j] = lam_f32_to_bf16(c[(size_t)i * ldc + j]);
   free(c);

@@ -40,7 +40,7 @@ static const char *cublas_err(cublasStatus_t s) {
 /* cuBLAS's workspace, given to it rather than left to it, so GEMMs can be captured in a CUDA graph. */
 #define CUBLAS_WORKSPACE ((size_t)32 << 20)
 
-/* bf16 needs no mode: its GEMMs say so by their compute type (cublasGemmEx). */
+/* bf16 needs no mode: the layers round their operands themselves and call gemm_bf16 (cublasGemmEx). */
 static cublasMath_t math_mode(int precision) {
   return precision == LAM_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
 }
@@ -81,11 +81,7 @@ lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float al
   LAM_TRY(handle(ctx, &h));
   /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
   cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (ctx->precision == LAM_PRECISION_BF16) /* fp32 in memory, bf16 on the tensor cores, fp32 sums */
-    CUBLAS_TRY(cublasGemmEx(h, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F,
-                            ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
-  else
-    CUBLAS_TRY(cublasSgemm(h, opb, opa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  CUBLAS_TRY(cublasSgemm(h, opb, opa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
   return LAM_OK;
 }
 

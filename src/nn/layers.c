@@ -121,7 +121,15 @@ lam_status nn_forward(lam_model *m, int B) {
         continue; /* each part marked itself */
       }
       case L_DENSE: /* y (B, out) = x (B, in) W^T + b */
-        LAM_TRY(be->gemm(ctx, 0, 1, B, l->out_c, l->in_c, 1.0f, in, l->in_c, W, l->in_c, 0.0f, l->out, l->out_c));
+        if (bf16(m)) { /* x and W rounded here (x kept for backward), so both backends round alike */
+          uint16_t *xlo = (uint16_t *)l->col, *Wlo = m->params_lo + l->w_off;
+          LAM_TRY(be->to_bf16(ctx, (size_t)B * l->in_c, in, xlo));
+          LAM_TRY(be->to_bf16(ctx, (size_t)l->out_c * l->in_c, W, Wlo));
+          LAM_TRY(be->gemm_bf16(ctx, 0, 1, B, l->out_c, l->in_c, 1.0f, xlo, l->in_c, Wlo, l->in_c, 0.0f, l->out, 0,
+                                l->out_c));
+        } else {
+          LAM_TRY(be->gemm(ctx, 0, 1, B, l->out_c, l->in_c, 1.0f, in, l->in_c, W, l->in_c, 0.0f, l->out, l->out_c));
+        }
         LAM_TRY(be->add_bias(ctx, B, l->out_c, l->out, b));
         break;
       case L_MAXPOOL: {
@@ -184,6 +192,15 @@ lam_status nn_backward(lam_model *m, int B) {
         continue; /* each part marked itself */
       case L_DENSE:
         /* dW (out, in) += dy^T x; db += column sums of dy; dx (B, in) = dy W */
+        if (bf16(m)) { /* dy rounded; x and W as the forward rounded them */
+          uint16_t *dylo = (uint16_t *)m->scratch, *xlo = (uint16_t *)l->col, *Wlo = m->params_lo + l->w_off;
+          LAM_TRY(be->to_bf16(ctx, (size_t)B * l->out_c, l->dout, dylo));
+          LAM_TRY(be->gemm_bf16(ctx, 1, 0, l->out_c, l->in_c, B, 1.0f, dylo, l->out_c, xlo, l->in_c, 1.0f, dW, 0, l->in_c));
+          LAM_TRY(be->bias_grad(ctx, B, l->out_c, l->dout, db));
+          if (din)
+            LAM_TRY(be->gemm_bf16(ctx, 0, 0, B, l->in_c, l->out_c, 1.0f, dylo, l->out_c, Wlo, l->in_c, 0.0f, din, 0, l->in_c));
+          break;
+        }
         LAM_TRY(be->gemm(ctx, 1, 0, l->out_c, l->in_c, B, 1.0f, l->dout, l->out_c, in, l->in_c, 1.0f, dW, l->in_c));
         LAM_TRY(be->bias_grad(ctx, B, l->out_c, l->dout, db));
         if (din) LAM_TRY(be->gemm(ctx, 0, 0, B, l->in_c, l->out_c, 1.0f, l->dout, l->out_c, W, l->in_c, 0.0f, din, l->in_c));

@@ -142,6 +142,10 @@ lam_status nn_model_reserve(lam_model *m, int B) {
       size_t need = conv_scratch_floats(l, B); /* the transposed gradient, then the column gradient */
       if (need > scratch) scratch = need;
     }
+    if (s == LAM_OK && l->kind == L_DENSE) {
+      s = batch_alloc(m, (void **)&l->col, (size_t)B * l->in_c * sizeof(uint16_t));
+      if (dense_scratch_floats(l, B) > scratch) scratch = dense_scratch_floats(l, B);
+    }
     if (s == LAM_OK && l->kind == L_MAXPOOL) s = batch_alloc(m, (void **)&l->arg, (size_t)B * layer_out_size(l) * 4);
     prev_out = l->out;
     prev_dout = l->dout;

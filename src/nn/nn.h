@@ -18,7 +18,8 @@ typedef struct layer {
   /* Per-batch buffers (backend memory), sized for the model's batch capacity. */
   float *out;    /* (B, out_c, out_h, out_w) */
   float *dout;   /* gradient of the loss w.r.t. out */
-  float *col;    /* conv: im2col of the input, (in_c*k*k, B*out_h*out_w), kept for backward */
+  float *col;    /* conv: im2col of the input, (in_c*k*k, B*out_h*out_w), kept for backward (bf16: as
+                  * bfloat16); dense: the input as bfloat16 (bf16 precision only) */
   int32_t *arg;  /* maxpool: index of the max within the input sample, per output */
 } layer;
 
@@ -56,6 +57,9 @@ struct lam_model {
 /* Floats of scratch a conv's backward needs at batch B: fp32 dyT (OC, BP) and dcol (K, BP), or in bf16
  * dyT, then (at a 16-byte boundary) dyT and dcol as bfloat16. */
 static inline size_t conv_bf16_offset(const layer *l, size_t BP) { return ((size_t)l->out_c * BP + 3) / 4 * 4; }
+static inline size_t dense_scratch_floats(const layer *l, int B) { /* bf16: the output gradient as bfloat16 */
+  return ((size_t)B * l->out_c + 1) / 2;
+}
 static inline size_t conv_scratch_floats(const layer *l, int B) {
   size_t K = (size_t)l->in_c * l->k * l->k, BP = (size_t)B * l->out_h * l->out_w;
   size_t f32 = ((size_t)l->out_c + K) * BP, bf16 = conv_bf16_offset(l, BP) + (((size_t)l->out_c + K) * BP + 1) / 2;
