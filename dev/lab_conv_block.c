@@ -115,7 +115,7 @@ static void bwd(lam_ctx *ctx, const block *k, int B, bufs *u, int v) {
     T(be->conv_pool_direct_bwd(ctx, &g, &pg, B, u->x, u->dy, u->y, u->arg, u->dW, u->db, u->work));
     return;
   }
-  if (v == 2) T(be->conv_pool_bwd(ctx, &pg, B, u->dy, u->y, u->arg, u->dG, u->db));
+  if (v == 2) T(be->conv_pool_bwd(ctx, &pg, B, u->dy, u->y, u->arg, u->dG, 0, u->db));
   else {
     T(be->maxpool_bwd(ctx, &pg, B, u->dy, u->arg, u->dact));
     T(be->act_bwd(ctx, LAM_ACT_RELU, (size_t)k->OC * BP, u->act, u->dact, u->dconv));

@@ -98,9 +98,10 @@ typedef struct lam_backend {
    * index of each max within its H*W plane (the first maximum in row order, as maxpool_fwd). */
   lam_status (*conv_pool_fwd)(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,
                               int32_t *arg);
-  /* dG (C, B*H*W) = dy at each window's argmax where y > 0, else 0; db[c] += the sum of row c of dG. */
+  /* dG (C, B*H*W) = dy at each window's argmax where y > 0, else 0, as float or bfloat16 (bf16 = 1: the
+   * bf16 precision's GEMMs read it so); db[c] += the sum of row c of dG as stored. */
   lam_status (*conv_pool_bwd)(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
-                              const int32_t *arg, float *dG, float *db);
+                              const int32_t *arg, void *dG, int bf16, float *db);
   /* ---- the same block as the first layer, without im2col and GEMMs: a direct convolution for few
    * input taps (C*K*K <= LAM_DIRECT_TAPS), whose input needs no gradient. cg is the conv's geometry,
    * pg the pool's over the conv's output. ---- */

@@ -47,7 +47,7 @@ lam_status cpu_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int
 lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,
                              int32_t *arg);
 lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
-                             const int32_t *arg, float *dG, float *db);
+                             const int32_t *arg, void *dG, int bf16, float *db);
 lam_status cpu_conv_pool_direct_fwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
                                     const float *x, const float *W, const float *bias, float *y, int32_t *arg);
 lam_status cpu_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,

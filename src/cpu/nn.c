@@ -403,15 +403,23 @@ lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
 }
 
 lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
-                             const int32_t *arg, float *dG, float *db) {
+                             const int32_t *arg, void *dGv, int bf16, float *db) {
   (void)ctx;
   const size_t P = (size_t)g->H * g->W, BP = (size_t)B * P, OP = (size_t)g->OH * g->OW;
 #pragma omp parallel for schedule(static) if ((size_t)B * g->C * P > PAR_MIN)
   for (int c = 0; c < g->C; c++) {
     float sum = 0.0f;
     for (int b = 0; b < B; b++) {
-      float *d = dG + (size_t)c * BP + (size_t)b * P;
-      size_t o = ((size_t)b * g->C + c) * OP;
+      size_t o = ((size_t)b * g->C + c) * OP, at = (size_t)c * BP + (size_t)b * P;
+      if (bf16) { /* zeros, and each routed gradient rounded; the bias sums what is stored */
+        uint16_t *d = (uint16_t *)dGv + at;
+        memset(d, 0, P * sizeof *d);
+        for (size_t k = 0; k < OP; k++)
+          if (y[o + k] > 0) d[arg[o + k]] = lam_f32_to_bf16(dy[o + k]);
+        for (size_t p = 0; p < P; p++) sum += lam_bf16_to_f32(d[p]);
+        continue;
+      }
+      float *d = (float *)dGv + at;
       memset(d, 0, P * sizeof *d);
       for (size_t k = 0; k < OP; k++) /* windows do not overlap (stride = K): each max is its own */
         if (y[o + k] > 0) d[arg[o + k]] = dy[o + k];

@@ -109,7 +109,7 @@ lam_status cuda_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, cons
                                      const float *x, const float *dy, const float *y, const int32_t *arg, float *dW,
                                      float *db, float *work);
 lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
-                              const int32_t *arg, float *dG, float *db);
+                              const int32_t *arg, void *dG, int bf16, float *db);
 lam_status cuda_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
                                  const float *mean, const float *std, int bf16, void *out);
 lam_status cuda_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);

@@ -267,10 +267,10 @@ __global__ void bcp_to_cbp_kernel(int B, int C, int P, const float *src, float *
 }
 
 /* The sum of a range of a row, by one block: strided over the threads, then a tree in shared memory. */
-__device__ float block_range_sum(const float *r, int n) {
+template <typename T> __device__ float block_range_sum(const T *r, int n) {
   __shared__ float part[NT];
   float s = 0.0f;
-  for (int j = threadIdx.x; j < n; j += NT) s += r[j];
+  for (int j = threadIdx.x; j < n; j += NT) s += get(r + j);
   part[threadIdx.x] = s;
   __syncthreads();
   for (int w = NT / 2; w > 0; w /= 2) {
@@ -281,14 +281,14 @@ __device__ float block_range_sum(const float *r, int n) {
 }
 
 /* One block per row: the sum of a row of (rows, cols), added to out[row]. */
-__global__ void row_sum_kernel(int cols, const float *src, float *out) {
+template <typename T> __global__ void row_sum_kernel(int cols, const T *src, float *out) {
   float s = block_range_sum(src + (size_t)blockIdx.x * cols, cols);
   if (threadIdx.x == 0) out[blockIdx.x] += s;
 }
 
 /* Few long rows (a conv's bias gradient: 64 rows of B*P): block (k, row) sums chunk k of its row into
  * part (row, k); then one thread per row adds the chunks up in order. Deterministic, like the above. */
-__global__ void row_sum_part_kernel(int cols, int chunk, const float *src, float *part) {
+template <typename T> __global__ void row_sum_part_kernel(int cols, int chunk, const T *src, float *part) {
   int c0 = blockIdx.x * chunk, n = cols - c0 < chunk ? cols - c0 : chunk;
   float s = block_range_sum(src + (size_t)blockIdx.y * cols + c0, n);
   if (threadIdx.x == 0) part[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = s;
@@ -305,17 +305,17 @@ __global__ void row_sum_final_kernel(int rows, int nchunks, const float *part, f
 /* out[r] += the sum of row r of src (rows, cols): one block a row when there are enough rows (or no
  * room for the partial sums), else chunks of rows over many blocks. Every caller goes through here, so
  * the plain and the fused bias gradients are summed alike. */
-static lam_status row_sum(cuda_state *st, int rows, int cols, const float *src, float *out) {
+template <typename T> static lam_status row_sum(cuda_state *st, int rows, int cols, const T *src, float *out) {
   int nchunks = (cols + ROW_SUM_CHUNK - 1) / ROW_SUM_CHUNK;
   if (nchunks > ROW_SUM_MAX_CHUNKS) nchunks = ROW_SUM_MAX_CHUNKS;
   if (rows >= 128 || nchunks < 2 || (size_t)rows * nchunks > ROW_SUM_PART_FLOATS) {
-    row_sum_kernel<<<rows, NT, 0, st->stream>>>(cols, src, out);
+    row_sum_kernel<T><<<rows, NT, 0, st->stream>>>(cols, src, out);
     LAUNCH_CHECK(st, "row_sum_kernel");
     return LAM_OK;
   }
   int chunk = (cols + nchunks - 1) / nchunks;
   nchunks = (cols + chunk - 1) / chunk;
-  row_sum_part_kernel<<<dim3(nchunks, rows), NT, 0, st->stream>>>(cols, chunk, src, st->rowsum_part);
+  row_sum_part_kernel<T><<<dim3(nchunks, rows), NT, 0, st->stream>>>(cols, chunk, src, st->rowsum_part);
   LAUNCH_CHECK(st, "row_sum_part_kernel");
   row_sum_final_kernel<<<(rows + NT - 1) / NT, NT, 0, st->stream>>>(rows, nchunks, st->rowsum_part, out);
   LAUNCH_CHECK(st, "row_sum_final_kernel");
@@ -655,9 +655,9 @@ lam_status cuda_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const
  * pooled value passed the relu, zeros elsewhere; on the last pooled row or column also the rows and
  * columns no window covers. (v1 took one element of dG per thread, whose three dependent loads waited
  * in turn: latency-bound, 39 us at batch 512 on the H200.) PK > 0 fixes the window at compile time. */
-template <int PK>
+template <int PK, typename T>
 __global__ void conv_pool_bwd_kernel(lam_pool_geom g, int B, const float *__restrict__ dy, const float *__restrict__ y,
-                                     const int32_t *__restrict__ arg, float *__restrict__ dG) {
+                                     const int32_t *__restrict__ arg, T *__restrict__ dG) {
   const int K = PK ? PK : g.K, c = blockIdx.y;
   const unsigned OP = (unsigned)(g.OH * g.OW), HW = (unsigned)(g.H * g.W), n = (unsigned)B * OP;
   for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
@@ -667,34 +667,40 @@ __global__ void conv_pool_bwd_kernel(lam_pool_geom g, int B, const float *__rest
     int a = __ldg(arg + o);
     float yv = __ldg(y + o), gv = __ldg(dy + o);
     int hit = yv > 0 ? a : -1;
-    float *plane = dG + ((size_t)c * B + b) * HW;
+    T *plane = dG + ((size_t)c * B + b) * HW;
     int h0 = ph * K, w0 = pw * K, h1 = ph == g.OH - 1 ? g.H : h0 + K, w1 = pw == g.OW - 1 ? g.W : w0 + K;
     if (PK && h1 == h0 + K && w1 == w0 + K) {
 #pragma unroll
       for (int t = 0; t < (PK ? PK * PK : 1); t++) {
         int idx = (h0 + t / K) * g.W + w0 + t % K;
-        plane[idx] = idx == hit ? gv : 0.0f;
+        put(plane + idx, idx == hit ? gv : 0.0f);
       }
     } else {
       for (int h = h0; h < h1; h++)
         for (int w = w0; w < w1; w++) {
           int idx = h * g.W + w;
-          plane[idx] = idx == hit ? gv : 0.0f;
+          put(plane + idx, idx == hit ? gv : 0.0f);
         }
     }
   }
 }
 
-lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
-                              const int32_t *arg, float *dG, float *db) {
-  cuda_state *st = cuda_st(ctx);
+template <typename T>
+static lam_status conv_pool_bwd_launch(cuda_state *st, const lam_pool_geom *g, int B, const float *dy, const float *y,
+                                       const int32_t *arg, T *dG, float *db) {
   size_t n = (size_t)B * g->OH * g->OW, P = (size_t)g->H * g->W;
-  LAM_TRY(check_grid("conv_pool_bwd", (size_t)B * P, g->C));
-  if (g->K == 2) conv_pool_bwd_kernel<2><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
-  else conv_pool_bwd_kernel<0><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
+  if (g->K == 2) conv_pool_bwd_kernel<2, T><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
+  else conv_pool_bwd_kernel<0, T><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
   LAUNCH_CHECK(st, "conv_pool_bwd_kernel");
-  LAM_TRY(row_sum(st, g->C, B * (int)P, dG, db)); /* as bcp_to_cbp's bias gradient */
-  return LAM_OK;
+  return row_sum(st, g->C, B * (int)P, dG, db); /* as bcp_to_cbp's bias gradient */
+}
+
+lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
+                              const int32_t *arg, void *dG, int bf16, float *db) {
+  cuda_state *st = cuda_st(ctx);
+  LAM_TRY(check_grid("conv_pool_bwd", (size_t)B * g->H * g->W, g->C));
+  if (bf16) return conv_pool_bwd_launch(st, g, B, dy, y, arg, (__nv_bfloat16 *)dG, db);
+  return conv_pool_bwd_launch(st, g, B, dy, y, arg, (float *)dG, db);
 }
 
 /* ---- the direct first-layer block: conv -> relu -> maxpool without im2col and GEMMs ---- */

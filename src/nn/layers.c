@@ -54,17 +54,23 @@ static lam_status conv_gemm_fwd(lam_model *m, layer *l, int B, const float *in, 
   return LAM_OK;
 }
 
+/* Where the bf16 precision keeps a conv's transposed gradient as bfloat16, within scratch. */
+static uint16_t *conv_dy16(const lam_model *m, const layer *l, int B) {
+  return (uint16_t *)(m->scratch + conv_bf16_offset(l, (size_t)B * l->out_h * l->out_w));
+}
+
 /* The conv's backward from dyT (OC, B*P) in scratch: dW += dyT col^T and, if din, din = col2im(W^T dyT).
- * bf16: dyT rounded to bfloat16 first; the column gradient is bfloat16 too (col2im sums in fp32). */
-static lam_status conv_gemm_bwd(lam_model *m, layer *l, int B, float *din, int li) {
+ * bf16: dyT rounded to bfloat16 first (unless dy16_ready: the fused block wrote it so); the column
+ * gradient is bfloat16 too (col2im sums in fp32). */
+static lam_status conv_gemm_bwd(lam_model *m, layer *l, int B, float *din, int li, int dy16_ready) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   lam_conv_geom g = conv_geom(l);
   int P = l->out_h * l->out_w, K = l->in_c * l->k * l->k, BP = B * P;
   float *dyT = m->scratch, *dW = m->grads + l->w_off;
   if (bf16(m)) {
-    uint16_t *dy16 = (uint16_t *)(m->scratch + conv_bf16_offset(l, (size_t)BP)), *dcol16 = dy16 + (size_t)l->out_c * BP;
-    LAM_TRY(be->to_bf16(ctx, (size_t)l->out_c * BP, dyT, dy16));
+    uint16_t *dy16 = conv_dy16(m, l, B), *dcol16 = dy16 + (size_t)l->out_c * BP;
+    if (!dy16_ready) LAM_TRY(be->to_bf16(ctx, (size_t)l->out_c * BP, dyT, dy16));
     LAM_TRY(be->gemm_bf16(ctx, 0, 1, l->out_c, K, BP, 1.0f, dy16, BP, (const uint16_t *)l->col, BP, 1.0f, dW, 0, K));
     NN_PROF(m, "conv.gemm_dw", li);
     if (!din) return LAM_OK;
@@ -173,9 +179,10 @@ lam_status nn_backward(lam_model *m, int B) {
     if (i >= 2 && fused_block(m, i - 2)) { /* maxpool + relu + the conv's bias and GEMMs, from the pool's dout */
       layer *conv = &m->L[i - 2], *pool = &m->L[i];
       lam_pool_geom g = pool_geom(pool);
-      LAM_TRY(be->conv_pool_bwd(ctx, &g, B, pool->dout, pool->out, pool->arg, m->scratch, m->grads + conv->b_off));
+      void *dG = bf16(m) ? (void *)conv_dy16(m, conv, B) : (void *)m->scratch; /* bf16: straight into the GEMMs' form */
+      LAM_TRY(be->conv_pool_bwd(ctx, &g, B, pool->dout, pool->out, pool->arg, dG, bf16(m), m->grads + conv->b_off));
       NN_PROF(m, "conv_relu_pool.bwd", i - 1);
-      LAM_TRY(conv_gemm_bwd(m, conv, B, i > 2 ? m->L[i - 3].dout : NULL, i - 1));
+      LAM_TRY(conv_gemm_bwd(m, conv, B, i > 2 ? m->L[i - 3].dout : NULL, i - 1, bf16(m)));
       i -= 2;
       continue;
     }
@@ -188,7 +195,7 @@ lam_status nn_backward(lam_model *m, int B) {
       case L_CONV:
         LAM_TRY(be->bcp_to_cbp(ctx, B, l->out_c, l->out_h * l->out_w, l->dout, m->scratch, db)); /* db += sums */
         NN_PROF(m, "conv.bias_t", i + 1);
-        LAM_TRY(conv_gemm_bwd(m, l, B, din, i + 1));
+        LAM_TRY(conv_gemm_bwd(m, l, B, din, i + 1, 0));
         continue; /* each part marked itself */
       case L_DENSE:
         /* dW (out, in) += dy^T x; db += column sums of dy; dx (B, in) = dy W */
