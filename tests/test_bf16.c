@@ -6,9 +6,10 @@
  * bf16-sized amount (below 5% of each tensor's scale), and training steps run. With "cuda" (CTest label
  * gpu; exit 77 without a device): the CUDA backend in bf16, same parameters and inputs as the CPU in
  * bf16, with fusion after the GEMM only (LAMINA_FUSE=1, so both run every conv through im2col and a
- * GEMM): logits, loss and the last layer's gradients within 1e-3 of their scale (both round the same
- * fp32 values; only the order of summation differs, and values that sit on a rounding boundary), and
- * closer to the CPU's bf16 than to fp32 — so the GPU did round. Earlier layers' gradients pass through
+ * GEMM): logits, loss and the last layer's gradients within 1e-4 of their scale (both round the same
+ * fp32 values; only the order of summation differs, and values that sit on a rounding boundary; seen
+ * on the H200: ~1e-6, against 2e-3 to 4e-3 between bf16 and fp32), and closer to the CPU's bf16 than
+ * fp32 is — so the GPU did round. Earlier layers' gradients pass through
  * relu and max-pool kinks, where the two backends may take different sides: compared at 5e-2. Then the
  * default path (direct fp32 first layer) in bf16 trains: loss falls over a few steps.
  * Also: "bf16" parses, "fp16" is refused as not implemented, a misspelling as unknown. */
@@ -133,10 +134,10 @@ static void test_bf16_cuda_matches_cpu(void **state) {
     print_message("  cuda %s: bf16 vs the cpu's bf16: logits %.2e, last layer's gradients %.2e, earlier %.2e; "
                   "loss %.6f vs %.6f; cuda fp32 vs the cpu's bf16: logits %.2e\n",
                   bc->spec, dl, dt, dh, dev.loss, cpu.loss, d32);
-    assert_true(dl <= 1e-3);
-    assert_true(dt <= 1e-3);
+    assert_true(dl <= 1e-4);
+    assert_true(dt <= 1e-4);
     assert_true(dh <= 5e-2);
-    assert_true(fabs(dev.loss - cpu.loss) <= 1e-3 * fabs(cpu.loss));
+    assert_true(fabs(dev.loss - cpu.loss) <= 1e-4 * fabs(cpu.loss));
     assert_true(dl < d32); /* nearer the cpu's bf16 than fp32 is */
     free_result(&cpu), free_result(&dev), free_result(&dev32), free(p);
   }

@@ -20,6 +20,7 @@ static const fcase k_cases[] = {
     {"cnn", 1, 28, 28, 7},                                                  /* the reference model */
     {"conv 6 3 pad 1, relu, maxpool 3, conv 5 2, relu, maxpool 2, flatten, dense 3", 2, 11, 13, 4}, /* odd sizes */
     {"conv 4 3, relu, maxpool 3 stride 2, flatten, dense 10", 1, 9, 9, 3}, /* overlapping windows: plain */
+    {"conv 5 3 pad 1, relu, maxpool 2, flatten, dense 4", 1, 9, 10, 6},   /* a padded first layer */
 };
 
 /* Runs 3 steps of Adam on the same batches; returns logits and gradients of the first batch, the last

@@ -128,26 +128,34 @@ static dim3 grid_2d(size_t n, int y) {
   return dim3((unsigned)(b < 65535 * 16 ? (b ? b : 1) : 65535 * 16), (unsigned)y);
 }
 
-/* Block row c, one thread per column j of channel c's K*K rows of col: it works out its (b, oh, ow)
- * once and writes K*K entries, consecutive threads consecutive columns, so each row's writes coalesce.
- * KT > 0 fixes K at compile time: all K*K loads are issued before the first store (v3 loaded and
- * stored in turn, and with a run-time K each store waited for its load: latency-bound, 33 us at batch
- * 512 on the H200). (v1 took one element per thread and paid six divisions each; v2 one column per
- * thread, too few threads at small batches.) */
+/* Stores and loads of float or bfloat16 data, computed in fp32. */
 __device__ inline void put(float *p, float v) { *p = v; }
 __device__ inline void put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ inline float get(const float *p) { return __ldg(p); }
 __device__ inline float get(const __nv_bfloat16 *p) { return __bfloat162float(__ldg(p)); }
 
+/* Threads for one image plane of P elements: a multiple of 32, at most NT (the rest loop). */
+static unsigned plane_threads(size_t P) {
+  size_t t = (P + 31) / 32 * 32;
+  return (unsigned)(t < NT ? t : NT);
+}
+
+/* Block (b, c): sample b's channel c; one thread per output position p (coalesced writes along each
+ * of the K*K rows of col), two divisions each. KT > 0 fixes K at compile time: all K*K loads are
+ * issued before the first store. (v1 took one element per thread and paid six 64-bit divisions each;
+ * v2 one column of col per thread, too few threads at small batches; v3 a thread per (c, column) with
+ * a run-time K: each store waited for its load, 33 us at batch 512 on the H200; v4 fixed K but kept
+ * four divisions a thread: 23 us, instruction-bound.) */
 template <int KT, typename T>
 __global__ void im2col_kernel(lam_conv_geom g, int B, const float *__restrict__ x, T *__restrict__ col) {
-  const int K = KT ? KT : g.K, c = blockIdx.y;
-  const unsigned P = (unsigned)(g.OH * g.OW), ncols = (unsigned)B * P;
-  for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < ncols; j += gridDim.x * blockDim.x) {
-    unsigned b = j / P, p = j % P;
-    int oh = (int)p / g.OW, ow = (int)p % g.OW, ih0 = oh * g.stride - g.pad, iw0 = ow * g.stride - g.pad;
-    const float *xc = x + ((size_t)b * g.C + c) * g.H * g.W;
-    T *dst = col + (size_t)c * K * K * ncols + j;
+  const int K = KT ? KT : g.K, c = blockIdx.y, P = g.OH * g.OW;
+  const unsigned b = blockIdx.x;
+  const size_t ncols = (size_t)B * P;
+  const float *xc = x + ((size_t)b * g.C + c) * g.H * g.W;
+  T *cb = col + (size_t)c * K * K * ncols + (size_t)b * P;
+  for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    int oh = p / g.OW, ow = p % g.OW, ih0 = oh * g.stride - g.pad, iw0 = ow * g.stride - g.pad;
+    T *dst = cb + p;
     if (KT) {
       float v[KT ? KT * KT : 1];
 #pragma unroll
@@ -170,35 +178,45 @@ __global__ void im2col_kernel(lam_conv_geom g, int B, const float *__restrict__ 
   }
 }
 
+/* B in gridDim.x, C in gridDim.y. */
+static lam_status check_planes(const char *what, int B, int C) {
+  if (C > 65535)
+    return lam_fail_at(LAM_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: %d channels is beyond this kernel's grid (65535)",
+                       what, C);
+  (void)B;
+  return LAM_OK;
+}
+
 template <typename T> static void im2col_launch(cuda_state *st, const lam_conv_geom *g, int B, const float *x, T *col) {
-  dim3 grid = grid_2d((size_t)B * g->OH * g->OW, g->C);
-  if (g->K == 3) im2col_kernel<3, T><<<grid, NT, 0, st->stream>>>(*g, B, x, col);
-  else im2col_kernel<0, T><<<grid, NT, 0, st->stream>>>(*g, B, x, col);
+  dim3 grid(B, g->C);
+  unsigned nt = plane_threads((size_t)g->OH * g->OW);
+  if (g->K == 3) im2col_kernel<3, T><<<grid, nt, 0, st->stream>>>(*g, B, x, col);
+  else im2col_kernel<0, T><<<grid, nt, 0, st->stream>>>(*g, B, x, col);
 }
 
 lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *col, int bf16) {
   cuda_state *st = cuda_st(ctx);
-  LAM_TRY(check_grid("im2col", (size_t)B * g->OH * g->OW, g->C));
+  LAM_TRY(check_planes("im2col", B, g->C));
   if (bf16) im2col_launch(st, g, B, x, (__nv_bfloat16 *)col);
   else im2col_launch(st, g, B, x, (float *)col);
   LAUNCH_CHECK(st, "im2col_kernel");
   return LAM_OK;
 }
 
-/* Block row c, one thread per input element of channel c (over b, ih, iw): the sum of every column
- * entry that came from it (a gather: no atomics, the same order every run), written, not added (the
- * caller no longer zeroes dx first). Stride 1 with KT > 0: the K*K loads unrolled and in flight
- * together (v1 had a run-time K, so each load waited for the one before: 68 us at batch 512 on the
- * H200, for ~90 MB moved). */
+/* Block (b, c): sample b's channel c, one thread per input element (two divisions each): the sum of
+ * every column entry that came from it (a gather: no atomics, the same order every run), written, not
+ * added (the caller no longer zeroes dx first). Stride 1 with KT > 0: the K*K loads unrolled and in
+ * flight together. (v1 had a run-time K, so each load waited for the one before: 68 us at batch 512 on
+ * the H200; v2 fixed K but took four divisions a thread over a (channel, b*H*W) grid: 33 us.) */
 template <int KT, typename T>
 __global__ void col2im_kernel(lam_conv_geom g, int B, const T *__restrict__ col, float *__restrict__ dx) {
-  const int K = KT ? KT : g.K, c = blockIdx.y;
-  const unsigned P = (unsigned)(g.OH * g.OW), HW = (unsigned)(g.H * g.W), n = (unsigned)B * HW;
+  const int K = KT ? KT : g.K, c = blockIdx.y, P = g.OH * g.OW, HW = g.H * g.W;
+  const unsigned b = blockIdx.x;
   const size_t ncols = (size_t)B * P;
-  for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
-    unsigned b = j / HW, r = j % HW;
-    int ih = (int)r / g.W, iw = (int)r % g.W;
-    const T *cb = col + (size_t)c * K * K * ncols + (size_t)b * P;
+  const T *cb = col + (size_t)c * K * K * ncols + (size_t)b * P;
+  float *out = dx + ((size_t)b * g.C + c) * HW;
+  for (int r = threadIdx.x; r < HW; r += blockDim.x) {
+    int ih = r / g.W, iw = r % g.W;
     float sum = 0.0f;
     if (g.stride == 1) { /* the usual case, without the divisions */
 #pragma unroll
@@ -224,19 +242,20 @@ __global__ void col2im_kernel(lam_conv_geom g, int B, const T *__restrict__ col,
         }
       }
     }
-    dx[((size_t)b * g.C + c) * HW + r] = sum;
+    out[r] = sum;
   }
 }
 
 template <typename T> static void col2im_launch(cuda_state *st, const lam_conv_geom *g, int B, const T *col, float *dx) {
-  dim3 grid = grid_2d((size_t)B * g->H * g->W, g->C);
-  if (g->K == 3 && g->stride == 1) col2im_kernel<3, T><<<grid, NT, 0, st->stream>>>(*g, B, col, dx);
-  else col2im_kernel<0, T><<<grid, NT, 0, st->stream>>>(*g, B, col, dx);
+  dim3 grid(B, g->C);
+  unsigned nt = plane_threads((size_t)g->H * g->W);
+  if (g->K == 3 && g->stride == 1) col2im_kernel<3, T><<<grid, nt, 0, st->stream>>>(*g, B, col, dx);
+  else col2im_kernel<0, T><<<grid, nt, 0, st->stream>>>(*g, B, col, dx);
 }
 
 lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, int bf16, float *dx) {
   cuda_state *st = cuda_st(ctx);
-  LAM_TRY(check_grid("col2im", (size_t)B * g->H * g->W, g->C));
+  LAM_TRY(check_planes("col2im", B, g->C));
   if (bf16) col2im_launch(st, g, B, (const __nv_bfloat16 *)col, dx);
   else col2im_launch(st, g, B, (const float *)col, dx);
   LAUNCH_CHECK(st, "col2im_kernel");
@@ -650,47 +669,39 @@ lam_status cuda_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const
   return LAM_OK;
 }
 
-/* Block row c, one thread per pooled output (b, ph, pw) of channel c: its argmax, value and gradient
- * are loaded together, then it writes its window of dG (C, B*H*W): the gradient at the argmax if the
- * pooled value passed the relu, zeros elsewhere; on the last pooled row or column also the rows and
- * columns no window covers. (v1 took one element of dG per thread, whose three dependent loads waited
- * in turn: latency-bound, 39 us at batch 512 on the H200.) PK > 0 fixes the window at compile time. */
+/* Block (b, c): sample b's plane of channel c in dG (C, B*H*W), one thread per element, written in
+ * order (coalesced): the gradient at its window's argmax if the pooled value passed the relu, else 0;
+ * the window's argmax, value and gradient are loaded together (no load waits on another). (v1 did the
+ * same over a flat grid with 64-bit divisions and dependent loads: 39 us at batch 512 on the H200; v2
+ * took a pooled output per thread and wrote its window, 2-byte stores at a stride in bf16: 21 us,
+ * bound by L2's partial writes.) PK > 0 fixes the window at compile time. */
 template <int PK, typename T>
 __global__ void conv_pool_bwd_kernel(lam_pool_geom g, int B, const float *__restrict__ dy, const float *__restrict__ y,
                                      const int32_t *__restrict__ arg, T *__restrict__ dG) {
-  const int K = PK ? PK : g.K, c = blockIdx.y;
-  const unsigned OP = (unsigned)(g.OH * g.OW), HW = (unsigned)(g.H * g.W), n = (unsigned)B * OP;
-  for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
-    unsigned b = j / OP, k = j % OP;
-    int ph = (int)k / g.OW, pw = (int)k % g.OW;
-    size_t o = ((size_t)b * g.C + c) * OP + k;
-    int a = __ldg(arg + o);
-    float yv = __ldg(y + o), gv = __ldg(dy + o);
-    int hit = yv > 0 ? a : -1;
-    T *plane = dG + ((size_t)c * B + b) * HW;
-    int h0 = ph * K, w0 = pw * K, h1 = ph == g.OH - 1 ? g.H : h0 + K, w1 = pw == g.OW - 1 ? g.W : w0 + K;
-    if (PK && h1 == h0 + K && w1 == w0 + K) {
-#pragma unroll
-      for (int t = 0; t < (PK ? PK * PK : 1); t++) {
-        int idx = (h0 + t / K) * g.W + w0 + t % K;
-        put(plane + idx, idx == hit ? gv : 0.0f);
-      }
-    } else {
-      for (int h = h0; h < h1; h++)
-        for (int w = w0; w < w1; w++) {
-          int idx = h * g.W + w;
-          put(plane + idx, idx == hit ? gv : 0.0f);
-        }
+  const int K = PK ? PK : g.K, c = blockIdx.y, HW = g.H * g.W;
+  const unsigned b = blockIdx.x;
+  const size_t o0 = ((size_t)b * g.C + c) * g.OH * g.OW;
+  T *plane = dG + ((size_t)c * B + b) * HW;
+  for (int r = threadIdx.x; r < HW; r += blockDim.x) {
+    int ph = r / g.W / K, pw = r % g.W / K;
+    float v = 0.0f;
+    if (ph < g.OH && pw < g.OW) {
+      size_t k = o0 + ph * g.OW + pw;
+      int a = __ldg(arg + k);
+      float yv = __ldg(y + k), gv = __ldg(dy + k);
+      if (a == r && yv > 0) v = gv;
     }
+    put(plane + r, v);
   }
 }
 
 template <typename T>
 static lam_status conv_pool_bwd_launch(cuda_state *st, const lam_pool_geom *g, int B, const float *dy, const float *y,
                                        const int32_t *arg, T *dG, float *db) {
-  size_t n = (size_t)B * g->OH * g->OW, P = (size_t)g->H * g->W;
-  if (g->K == 2) conv_pool_bwd_kernel<2, T><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
-  else conv_pool_bwd_kernel<0, T><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
+  size_t P = (size_t)g->H * g->W;
+  dim3 grid(B, g->C);
+  if (g->K == 2) conv_pool_bwd_kernel<2, T><<<grid, plane_threads(P), 0, st->stream>>>(*g, B, dy, y, arg, dG);
+  else conv_pool_bwd_kernel<0, T><<<grid, plane_threads(P), 0, st->stream>>>(*g, B, dy, y, arg, dG);
   LAUNCH_CHECK(st, "conv_pool_bwd_kernel");
   return row_sum(st, g->C, B * (int)P, dG, db); /* as bcp_to_cbp's bias gradient */
 }
@@ -698,7 +709,7 @@ static lam_status conv_pool_bwd_launch(cuda_state *st, const lam_pool_geom *g, i
 lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
                               const int32_t *arg, void *dG, int bf16, float *db) {
   cuda_state *st = cuda_st(ctx);
-  LAM_TRY(check_grid("conv_pool_bwd", (size_t)B * g->H * g->W, g->C));
+  LAM_TRY(check_planes("conv_pool_bwd", B, g->C));
   if (bf16) return conv_pool_bwd_launch(st, g, B, dy, y, arg, (__nv_bfloat16 *)dG, db);
   return conv_pool_bwd_launch(st, g, B, dy, y, arg, (float *)dG, db);
 }
@@ -825,7 +836,7 @@ lam_status cuda_conv_pool_direct_fwd(lam_ctx *ctx, const lam_conv_geom *cg, cons
  * pooled plane) whose value passed the relu add g * x(tap) to each tap's sum and g to the bias's; the
  * block's sums go to work (oc, chunk, taps + 1), reduced in a fixed order. */
 #define DIRECT_U 4
-template <int CT, int KT>
+template <int CT, int KT, bool NOPAD>
 __global__ void conv_pool_direct_bwd_kernel(lam_conv_geom cg, lam_pool_geom pg, int B, const float *x, const float *dy,
                                             const float *y, const int32_t *arg, float *work) {
   const int K = KT ? KT : cg.K, taps = (CT ? CT : cg.C) * K * K, oc = blockIdx.y, nchunks = gridDim.x;
@@ -857,13 +868,20 @@ __global__ void conv_pool_direct_bwd_kernel(lam_conv_geom cg, lam_pool_geom pg, 
       int h = a[u] / pg.W, wc = a[u] % pg.W;
       const float *xb = x + bq[u] * cg.C * cg.H * cg.W;
       acc[LAM_DIRECT_TAPS] += g[u];
+      if (NOPAD) { /* every tap of a conv output lies inside the input: loads at fixed offsets, no checks */
+        const float *xp = xb + h * cg.stride * cg.W + wc * cg.stride;
 #pragma unroll
-      for (int t = 0; t < LAM_DIRECT_TAPS; t++) {
-        if (t < taps) {
-          int c = t / (K * K), kh = t / K % K, kw = t % K;
-          int ih = h * cg.stride - cg.pad + kh, iw = wc * cg.stride - cg.pad + kw;
-          if (ih >= 0 && ih < cg.H && iw >= 0 && iw < cg.W)
-            acc[t] = fmaf(g[u], __ldg(xb + ((size_t)c * cg.H + ih) * cg.W + iw), acc[t]);
+        for (int t = 0; t < LAM_DIRECT_TAPS; t++)
+          if (t < taps) acc[t] = fmaf(g[u], __ldg(xp + (t / (K * K) * cg.H + t / K % K) * cg.W + t % K), acc[t]);
+      } else {
+#pragma unroll
+        for (int t = 0; t < LAM_DIRECT_TAPS; t++) {
+          if (t < taps) {
+            int c = t / (K * K), kh = t / K % K, kw = t % K;
+            int ih = h * cg.stride - cg.pad + kh, iw = wc * cg.stride - cg.pad + kw;
+            if (ih >= 0 && ih < cg.H && iw >= 0 && iw < cg.W)
+              acc[t] = fmaf(g[u], __ldg(xb + ((size_t)c * cg.H + ih) * cg.W + iw), acc[t]);
+          }
         }
       }
     }
@@ -872,6 +890,7 @@ __global__ void conv_pool_direct_bwd_kernel(lam_conv_geom cg, lam_pool_geom pg, 
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int t = 0; t <= LAM_DIRECT_TAPS; t++) {
+    if (t >= taps && t < LAM_DIRECT_TAPS) continue; /* slots no tap uses (taps is constant when templated) */
     float v = acc[t];
     for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
     if (lane == 0) part[warp][t] = v;
@@ -904,10 +923,13 @@ lam_status cuda_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, cons
   size_t n = (size_t)B * pg->OH * pg->OW;
   int nchunks = (int)((n + LAM_DIRECT_CHUNK - 1) / LAM_DIRECT_CHUNK);
   LAM_TRY(check_grid("conv_pool_direct_bwd", n, pg->C));
-  if (cg->C == 1 && cg->K == 3)
-    conv_pool_direct_bwd_kernel<1, 3><<<dim3(nchunks, pg->C), NT, 0, st->stream>>>(*cg, *pg, B, x, dy, y, arg, work);
+  dim3 grid(nchunks, pg->C);
+  if (cg->C == 1 && cg->K == 3 && cg->pad == 0) /* the MNIST-sized first layer */
+    conv_pool_direct_bwd_kernel<1, 3, true><<<grid, NT, 0, st->stream>>>(*cg, *pg, B, x, dy, y, arg, work);
+  else if (cg->C == 1 && cg->K == 3)
+    conv_pool_direct_bwd_kernel<1, 3, false><<<grid, NT, 0, st->stream>>>(*cg, *pg, B, x, dy, y, arg, work);
   else
-    conv_pool_direct_bwd_kernel<0, 0><<<dim3(nchunks, pg->C), NT, 0, st->stream>>>(*cg, *pg, B, x, dy, y, arg, work);
+    conv_pool_direct_bwd_kernel<0, 0, false><<<grid, NT, 0, st->stream>>>(*cg, *pg, B, x, dy, y, arg, work);
   LAUNCH_CHECK(st, "conv_pool_direct_bwd_kernel");
   int outs = pg->C * (taps + 1);
   direct_bwd_reduce_kernel<<<(outs + NT - 1) / NT, NT, 0, st->stream>>>(pg->C, taps, nchunks, work, dW, db);
