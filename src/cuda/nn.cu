@@ -140,22 +140,31 @@ static unsigned plane_threads(size_t P) {
   return (unsigned)(t < NT ? t : NT);
 }
 
-/* Block (b, c): sample b's channel c; one thread per output position p (coalesced writes along each
- * of the K*K rows of col), two divisions each. KT > 0 fixes K at compile time: all K*K loads are
- * issued before the first store. (v1 took one element per thread and paid six 64-bit divisions each;
- * v2 one column of col per thread, too few threads at small batches; v3 a thread per (c, column) with
- * a run-time K: each store waited for its load, 33 us at batch 512 on the H200; v4 fixed K but kept
- * four divisions a thread: 23 us, instruction-bound.) */
+/* B in gridDim.x, C in gridDim.y. */
+static lam_status check_planes(const char *what, int B, int C) {
+  if (C > 65535)
+    return lam_fail_at(LAM_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: %d channels is beyond this kernel's grid (65535)",
+                       what, C);
+  (void)B;
+  return LAM_OK;
+}
+
+/* Block row c, one thread per column j of channel c's K*K rows of col: it works out its (b, oh, ow)
+ * once and writes K*K entries, consecutive threads consecutive columns, so each row's writes coalesce.
+ * KT > 0 fixes K at compile time: all K*K loads are issued before the first store (v3 loaded and
+ * stored in turn, and with a run-time K each store waited for its load: latency-bound, 33 us at batch
+ * 512 on the H200). (v1 took one element per thread and paid six divisions each; v2 one column per
+ * thread, too few threads at small batches.) A grid of (sample, channel) planes with two divisions a
+ * thread, as col2im has, was slower here: 28.6 against 23.5 us at batch 512 in fp32. */
 template <int KT, typename T>
 __global__ void im2col_kernel(lam_conv_geom g, int B, const float *__restrict__ x, T *__restrict__ col) {
-  const int K = KT ? KT : g.K, c = blockIdx.y, P = g.OH * g.OW;
-  const unsigned b = blockIdx.x;
-  const size_t ncols = (size_t)B * P;
-  const float *xc = x + ((size_t)b * g.C + c) * g.H * g.W;
-  T *cb = col + (size_t)c * K * K * ncols + (size_t)b * P;
-  for (int p = threadIdx.x; p < P; p += blockDim.x) {
-    int oh = p / g.OW, ow = p % g.OW, ih0 = oh * g.stride - g.pad, iw0 = ow * g.stride - g.pad;
-    T *dst = cb + p;
+  const int K = KT ? KT : g.K, c = blockIdx.y;
+  const unsigned P = (unsigned)(g.OH * g.OW), ncols = (unsigned)B * P;
+  for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < ncols; j += gridDim.x * blockDim.x) {
+    unsigned b = j / P, p = j % P;
+    int oh = (int)p / g.OW, ow = (int)p % g.OW, ih0 = oh * g.stride - g.pad, iw0 = ow * g.stride - g.pad;
+    const float *xc = x + ((size_t)b * g.C + c) * g.H * g.W;
+    T *dst = col + (size_t)c * K * K * ncols + j;
     if (KT) {
       float v[KT ? KT * KT : 1];
 #pragma unroll
@@ -178,25 +187,15 @@ __global__ void im2col_kernel(lam_conv_geom g, int B, const float *__restrict__ 
   }
 }
 
-/* B in gridDim.x, C in gridDim.y. */
-static lam_status check_planes(const char *what, int B, int C) {
-  if (C > 65535)
-    return lam_fail_at(LAM_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: %d channels is beyond this kernel's grid (65535)",
-                       what, C);
-  (void)B;
-  return LAM_OK;
-}
-
 template <typename T> static void im2col_launch(cuda_state *st, const lam_conv_geom *g, int B, const float *x, T *col) {
-  dim3 grid(B, g->C);
-  unsigned nt = plane_threads((size_t)g->OH * g->OW);
-  if (g->K == 3) im2col_kernel<3, T><<<grid, nt, 0, st->stream>>>(*g, B, x, col);
-  else im2col_kernel<0, T><<<grid, nt, 0, st->stream>>>(*g, B, x, col);
+  dim3 grid = grid_2d((size_t)B * g->OH * g->OW, g->C);
+  if (g->K == 3) im2col_kernel<3, T><<<grid, NT, 0, st->stream>>>(*g, B, x, col);
+  else im2col_kernel<0, T><<<grid, NT, 0, st->stream>>>(*g, B, x, col);
 }
 
 lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *col, int bf16) {
   cuda_state *st = cuda_st(ctx);
-  LAM_TRY(check_planes("im2col", B, g->C));
+  LAM_TRY(check_grid("im2col", (size_t)B * g->OH * g->OW, g->C));
   if (bf16) im2col_launch(st, g, B, x, (__nv_bfloat16 *)col);
   else im2col_launch(st, g, B, x, (float *)col);
   LAUNCH_CHECK(st, "im2col_kernel");
@@ -669,39 +668,49 @@ lam_status cuda_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const
   return LAM_OK;
 }
 
-/* Block (b, c): sample b's plane of channel c in dG (C, B*H*W), one thread per element, written in
- * order (coalesced): the gradient at its window's argmax if the pooled value passed the relu, else 0;
- * the window's argmax, value and gradient are loaded together (no load waits on another). (v1 did the
- * same over a flat grid with 64-bit divisions and dependent loads: 39 us at batch 512 on the H200; v2
- * took a pooled output per thread and wrote its window, 2-byte stores at a stride in bf16: 21 us,
- * bound by L2's partial writes.) PK > 0 fixes the window at compile time. */
+/* Block row c, one thread per pooled output (b, ph, pw) of channel c: its argmax, value and gradient
+ * are loaded together, then it writes its window of dG (C, B*H*W): the gradient at the argmax if the
+ * pooled value passed the relu, zeros elsewhere; on the last pooled row or column also the rows and
+ * columns no window covers. (v1 took one element of dG per thread, whose three dependent loads waited
+ * in turn: latency-bound, 39 us at batch 512 on the H200.) PK > 0 fixes the window at compile time.
+ * One thread per element of dG over (sample, channel) planes (coalesced stores, loads together) was
+ * tried too: 22.5 against 21.1 us at batch 512. */
 template <int PK, typename T>
 __global__ void conv_pool_bwd_kernel(lam_pool_geom g, int B, const float *__restrict__ dy, const float *__restrict__ y,
                                      const int32_t *__restrict__ arg, T *__restrict__ dG) {
-  const int K = PK ? PK : g.K, c = blockIdx.y, HW = g.H * g.W;
-  const unsigned b = blockIdx.x;
-  const size_t o0 = ((size_t)b * g.C + c) * g.OH * g.OW;
-  T *plane = dG + ((size_t)c * B + b) * HW;
-  for (int r = threadIdx.x; r < HW; r += blockDim.x) {
-    int ph = r / g.W / K, pw = r % g.W / K;
-    float v = 0.0f;
-    if (ph < g.OH && pw < g.OW) {
-      size_t k = o0 + ph * g.OW + pw;
-      int a = __ldg(arg + k);
-      float yv = __ldg(y + k), gv = __ldg(dy + k);
-      if (a == r && yv > 0) v = gv;
+  const int K = PK ? PK : g.K, c = blockIdx.y;
+  const unsigned OP = (unsigned)(g.OH * g.OW), HW = (unsigned)(g.H * g.W), n = (unsigned)B * OP;
+  for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
+    unsigned b = j / OP, k = j % OP;
+    int ph = (int)k / g.OW, pw = (int)k % g.OW;
+    size_t o = ((size_t)b * g.C + c) * OP + k;
+    int a = __ldg(arg + o);
+    float yv = __ldg(y + o), gv = __ldg(dy + o);
+    int hit = yv > 0 ? a : -1;
+    T *plane = dG + ((size_t)c * B + b) * HW;
+    int h0 = ph * K, w0 = pw * K, h1 = ph == g.OH - 1 ? g.H : h0 + K, w1 = pw == g.OW - 1 ? g.W : w0 + K;
+    if (PK && h1 == h0 + K && w1 == w0 + K) {
+#pragma unroll
+      for (int t = 0; t < (PK ? PK * PK : 1); t++) {
+        int idx = (h0 + t / K) * g.W + w0 + t % K;
+        put(plane + idx, idx == hit ? gv : 0.0f);
+      }
+    } else {
+      for (int h = h0; h < h1; h++)
+        for (int w = w0; w < w1; w++) {
+          int idx = h * g.W + w;
+          put(plane + idx, idx == hit ? gv : 0.0f);
+        }
     }
-    put(plane + r, v);
   }
 }
 
 template <typename T>
 static lam_status conv_pool_bwd_launch(cuda_state *st, const lam_pool_geom *g, int B, const float *dy, const float *y,
                                        const int32_t *arg, T *dG, float *db) {
-  size_t P = (size_t)g->H * g->W;
-  dim3 grid(B, g->C);
-  if (g->K == 2) conv_pool_bwd_kernel<2, T><<<grid, plane_threads(P), 0, st->stream>>>(*g, B, dy, y, arg, dG);
-  else conv_pool_bwd_kernel<0, T><<<grid, plane_threads(P), 0, st->stream>>>(*g, B, dy, y, arg, dG);
+  size_t n = (size_t)B * g->OH * g->OW, P = (size_t)g->H * g->W;
+  if (g->K == 2) conv_pool_bwd_kernel<2, T><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
+  else conv_pool_bwd_kernel<0, T><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
   LAUNCH_CHECK(st, "conv_pool_bwd_kernel");
   return row_sum(st, g->C, B * (int)P, dG, db); /* as bcp_to_cbp's bias gradient */
 }
@@ -709,7 +718,7 @@ static lam_status conv_pool_bwd_launch(cuda_state *st, const lam_pool_geom *g, i
 lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
                               const int32_t *arg, void *dG, int bf16, float *db) {
   cuda_state *st = cuda_st(ctx);
-  LAM_TRY(check_planes("conv_pool_bwd", B, g->C));
+  LAM_TRY(check_grid("conv_pool_bwd", (size_t)B * g->H * g->W, g->C));
   if (bf16) return conv_pool_bwd_launch(st, g, B, dy, y, arg, (__nv_bfloat16 *)dG, db);
   return conv_pool_bwd_launch(st, g, B, dy, y, arg, (float *)dG, db);
 }
