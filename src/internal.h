@@ -3,6 +3,8 @@
 #ifndef LAMINA_INTERNAL_H
 #define LAMINA_INTERNAL_H
 
+#include <math.h>
+
 #include "cache.h"
 #include "lamina.h"
 #include "status.h"
@@ -20,6 +22,12 @@ typedef struct lam_conv_geom {
 typedef struct lam_pool_geom {
   int C, H, W, K, stride, OH, OW;
 } lam_pool_geom;
+/* Adam's step size lr / (1 - b1^step) and sqrt(1 - b2^step), as torch.optim.Adam computes them: in
+ * double precision, then rounded to float. One function, so the host's table and each backend agree. */
+static inline void lam_adam_coef(float lr, float b1, float b2, long step, float out[2]) {
+  out[0] = (float)(lr / (1.0 - pow(b1, (double)step)));
+  out[1] = (float)sqrt(1.0 - pow(b2, (double)step));
+}
 /* The direct first-layer path (conv_pool_direct_*): at most this many taps (C*K*K) per output, and
  * pooled outputs per block of its backward's partial sums. */
 #define LAM_DIRECT_TAPS 32
@@ -88,9 +96,11 @@ typedef struct lam_backend {
    * stats[2] += B; pred[b] = argmax (pred may be NULL); dlogits = scale * (softmax - onehot) unless NULL. */
   lam_status (*xent)(lam_ctx *ctx, int B, int C, const float *logits, const uint8_t *labels, float *dlogits,
                      float scale, float *stats, uint8_t *pred);
-  /* x (B, sample) = (images[idx[b]] / 255 - mean) / std as float; y[b] = labels[idx[b]]. */
+  /* x (B, sample) = (images[idx[b]] / 255 - mean) / std as float; y[b] = labels[idx[b]]. With cursor
+   * (backend memory, may be NULL) idx starts *cursor entries further: read when the op runs, so a step
+   * captured in a graph gathers the batch of the step it replays. */
   lam_status (*gather)(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
-                       const int32_t *idx, float mean, float std, float *x, uint8_t *y);
+                       const int32_t *idx, const int32_t *cursor, float mean, float std, float *x, uint8_t *y);
   /* ---- fused conv -> relu -> maxpool (stride = K): the plain ops cbp_to_bcp + act_fwd(relu) +
    * maxpool_fwd, and maxpool_bwd + act_bwd(relu) + bcp_to_cbp, in one pass each. g is the pool's
    * geometry over the conv's output planes (C, H, W). ---- */
@@ -114,11 +124,16 @@ typedef struct lam_backend {
   lam_status (*conv_pool_direct_bwd)(lam_ctx *ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B,
                                      const float *x, const float *dy, const float *y, const int32_t *arg, float *dW,
                                      float *db, float *work);
-  /* One fused pass over the flat buffers. step is 1-based (bias correction). */
+  /* One fused pass over the flat buffers. step is 1-based (bias correction): Adam's step size and
+   * second-moment correction are lam_adam_coef(step). With sched (backend memory, may be NULL) they
+   * are read when the op runs from sched[2 * *k], sched[2 * *k + 1] instead (a table the trainer fills
+   * for an epoch, so the optimizer can sit in the captured step); for SGD, first is sched[2 * *k] != 0. */
   lam_status (*adam)(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1,
-                     float b2, float eps, float wd, int decoupled, long step);
+                     float b2, float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k);
   lam_status (*sgd)(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
-                    int first);
+                    int first, const float *sched, const int32_t *k);
+  /* The trainer's device-side step: state[0] += B (the gather's cursor), state[1] += 1 (the row of sched). */
+  lam_status (*step_advance)(lam_ctx *ctx, int32_t *state, int B);
   /* gradient = error * input; w -= lr * gradient. */
   lam_status (*backprop_step)(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w);
 

@@ -124,6 +124,7 @@ const lam_backend lam_cpu_backend = {
     .conv_pool_direct_bwd = cpu_conv_pool_direct_bwd,
     .adam = cpu_adam,
     .sgd = cpu_sgd,
+    .step_advance = cpu_step_advance,
     .backprop_step = cpu_backprop_step,
     .normalize_images = cpu_normalize_images,
     .copy_async = cpu_copy_async,

@@ -37,11 +37,13 @@ lam_status cpu_act_bwd(lam_ctx *ctx, int act, size_t n, const float *y, const fl
 lam_status cpu_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint8_t *labels, float *dlogits, float scale,
                     float *stats, uint8_t *pred);
 lam_status cpu_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
-                      const int32_t *idx, float mean, float std, float *x, uint8_t *y);
+                      const int32_t *idx, const int32_t *cursor, float mean, float std, float *x, uint8_t *y);
 lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
-                    float eps, float wd, int decoupled, long step);
+                    float eps, float wd, int decoupled, long step, const float *sched,
+                     const int32_t *k);
 lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
-                   int first);
+                   int first, const float *sched, const int32_t *k);
+lam_status cpu_step_advance(lam_ctx *ctx, int32_t *state, int B);
 lam_status cpu_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
                                 const float *mean, const float *std, int bf16, void *out);
 lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,

@@ -287,8 +287,9 @@ lam_status cpu_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint8
 }
 
 lam_status cpu_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
-                      const int32_t *idx, float mean, float std, float *x, uint8_t *y) {
+                      const int32_t *idx, const int32_t *cursor, float mean, float std, float *x, uint8_t *y) {
   (void)ctx;
+  if (cursor) idx += *cursor;
   const float a = 1.0f / (255.0f * std), c = -mean / std; /* (u / 255 - mean) / std = u * a + c */
 #pragma omp parallel for schedule(static) if ((size_t)B * sample > PAR_MIN)
   for (int b = 0; b < B; b++) {
@@ -301,12 +302,14 @@ lam_status cpu_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images,
 }
 
 lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
-                    float eps, float wd, int decoupled, long step) {
+                    float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k) {
   (void)ctx;
   /* As torch.optim.Adam/AdamW (single-tensor): the bias corrections are computed in double precision
    * and folded into the step size, then the element loop runs in float. */
-  const float step_size = (float)(lr / (1.0 - pow(b1, (double)step)));
-  const float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)step));
+  float coef[2];
+  if (sched) coef[0] = sched[2 * *k], coef[1] = sched[2 * *k + 1];
+  else lam_adam_coef(lr, b1, b2, step, coef);
+  const float step_size = coef[0], bc2_sqrt = coef[1];
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
   for (size_t i = 0; i < n; i++) {
     float gi = g[i], pi = p[i];
@@ -322,8 +325,9 @@ lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, 
 }
 
 lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
-                   int first) {
+                   int first, const float *sched, const int32_t *k) {
   (void)ctx;
+  if (sched) first = sched[2 * *k] != 0.0f;
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
   for (size_t i = 0; i < n; i++) {
     float gi = g[i] + wd * p[i];
@@ -334,6 +338,13 @@ lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf,
     }
     p[i] -= lr * gi;
   }
+  return LAM_OK;
+}
+
+lam_status cpu_step_advance(lam_ctx *ctx, int32_t *state, int B) {
+  (void)ctx;
+  state[0] += B;
+  state[1] += 1;
   return LAM_OK;
 }
 

@@ -277,7 +277,7 @@ static const lam_backend cuda_backend = {
     cuda_col2im,     cuda_cbp_to_bcp, cuda_bcp_to_cbp,  cuda_add_bias,    cuda_bias_grad,  cuda_maxpool_fwd,
     cuda_maxpool_bwd, cuda_act_fwd,   cuda_act_bwd,     cuda_xent,        cuda_gather,     cuda_conv_pool_fwd,
     cuda_conv_pool_bwd, cuda_conv_pool_direct_fwd, cuda_conv_pool_direct_bwd, cuda_adam,
-    cuda_sgd,        cuda_backprop_step, cuda_normalize_images, cuda_copy_async, cuda_event_reserve,
+    cuda_sgd,        cuda_step_advance, cuda_backprop_step, cuda_normalize_images, cuda_copy_async, cuda_event_reserve,
     cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms, cuda_graph_begin, cuda_graph_end,
     cuda_graph_launch, cuda_graph_free, cuda_set_precision, cuda_mark_reserve, cuda_mark, cuda_mark_read,
 };

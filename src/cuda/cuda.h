@@ -95,11 +95,13 @@ lam_status cuda_act_bwd(lam_ctx *ctx, int act, size_t n, const float *y, const f
 lam_status cuda_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint8_t *labels, float *dlogits, float scale,
                      float *stats, uint8_t *pred);
 lam_status cuda_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
-                       const int32_t *idx, float mean, float std, float *x, uint8_t *y);
+                       const int32_t *idx, const int32_t *cursor, float mean, float std, float *x, uint8_t *y);
 lam_status cuda_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
-                     float eps, float wd, int decoupled, long step);
+                     float eps, float wd, int decoupled, long step, const float *sched,
+                     const int32_t *k);
 lam_status cuda_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
-                    int first);
+                    int first, const float *sched, const int32_t *k);
+lam_status cuda_step_advance(lam_ctx *ctx, int32_t *state, int B);
 lam_status cuda_set_precision(lam_ctx *ctx, int p);
 lam_status cuda_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,
                               int32_t *arg);

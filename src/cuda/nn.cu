@@ -511,8 +511,9 @@ lam_status cuda_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint
 
 /* The uint8 images of the batch, normalized on the GPU: they cross PCIe (once, at upload) as bytes. */
 __global__ void gather_kernel(int B, size_t sample, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
-                              float a, float c, float *x, uint8_t *y) {
+                              const int32_t *cursor, float a, float c, float *x, uint8_t *y) {
   size_t total = (size_t)B * sample;
+  if (cursor) idx += *cursor;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
     size_t b = i / sample;
     x[i] = (float)images[(size_t)idx[b] * sample + i % sample] * a + c;
@@ -521,16 +522,18 @@ __global__ void gather_kernel(int B, size_t sample, const uint8_t *images, const
 }
 
 lam_status cuda_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
-                       const int32_t *idx, float mean, float std, float *x, uint8_t *y) {
+                       const int32_t *idx, const int32_t *cursor, float mean, float std, float *x, uint8_t *y) {
   cuda_state *st = cuda_st(ctx);
-  gather_kernel<<<blocks_for((size_t)B * sample), NT, 0, st->stream>>>(B, sample, images, labels, idx,
+  gather_kernel<<<blocks_for((size_t)B * sample), NT, 0, st->stream>>>(B, sample, images, labels, idx, cursor,
                                                                       1.0f / (255.0f * std), -mean / std, x, y);
   LAUNCH_CHECK(st, "gather_kernel");
   return LAM_OK;
 }
 
 __global__ void adam_kernel(size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
-                            float eps, float wd, int decoupled, float step_size, float bc2_sqrt) {
+                            float eps, float wd, int decoupled, float step_size, float bc2_sqrt, const float *sched,
+                            const int32_t *k) {
+  if (sched) step_size = sched[2 * *k], bc2_sqrt = sched[2 * *k + 1];
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float gi = g[i], pi = p[i];
     if (decoupled) pi *= 1.0f - lr * wd;
@@ -544,17 +547,19 @@ __global__ void adam_kernel(size_t n, float *p, const float *g, float *m, float 
 }
 
 lam_status cuda_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
-                     float eps, float wd, int decoupled, long step) {
+                     float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k) {
   cuda_state *st = cuda_st(ctx);
-  /* The same scalars as the CPU twin, computed the same way (double, then float). */
-  float step_size = (float)(lr / (1.0 - pow(b1, (double)step)));
-  float bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)step));
-  adam_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, g, m, v, lr, b1, b2, eps, wd, decoupled, step_size, bc2_sqrt);
+  float coef[2] = {0.0f, 0.0f}; /* the same scalars as the CPU twin, computed the same way */
+  if (!sched) lam_adam_coef(lr, b1, b2, step, coef);
+  adam_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, g, m, v, lr, b1, b2, eps, wd, decoupled, coef[0], coef[1],
+                                                    sched, k);
   LAUNCH_CHECK(st, "adam_kernel");
   return LAM_OK;
 }
 
-__global__ void sgd_kernel(size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd, int first) {
+__global__ void sgd_kernel(size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd, int first,
+                           const float *sched, const int32_t *k) {
+  if (sched) first = sched[2 * *k] != 0.0f;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float gi = g[i] + wd * p[i];
     if (momentum != 0.0f) {
@@ -567,10 +572,22 @@ __global__ void sgd_kernel(size_t n, float *p, const float *g, float *buf, float
 }
 
 lam_status cuda_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
-                    int first) {
+                    int first, const float *sched, const int32_t *k) {
   cuda_state *st = cuda_st(ctx);
-  sgd_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, g, buf, lr, momentum, wd, first);
+  sgd_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, g, buf, lr, momentum, wd, first, sched, k);
   LAUNCH_CHECK(st, "sgd_kernel");
+  return LAM_OK;
+}
+
+__global__ void step_advance_kernel(int32_t *state, int B) {
+  state[0] += B;
+  state[1] += 1;
+}
+
+lam_status cuda_step_advance(lam_ctx *ctx, int32_t *state, int B) {
+  cuda_state *st = cuda_st(ctx);
+  step_advance_kernel<<<1, 1, 0, st->stream>>>(state, B);
+  LAUNCH_CHECK(st, "step_advance_kernel");
   return LAM_OK;
 }
 

@@ -73,6 +73,14 @@ lam_status prof_mark(struct lam_prof *p, const char *name, int layer);
     if ((m)->prof) LAM_TRY(prof_mark((m)->prof, (name), (layer))); \
   } while (0)
 
+/* The trainer's optimizer in a captured step (nn/optim.c): prepare makes the state buffers (before a
+ * graph records their addresses); schedule fills sched (2 floats a step) for the next `steps` steps
+ * from m->opt_step, with the same scalars lam_model_step would use; step_sched queues a step that reads
+ * row *k of it on the device (the caller adds it to m->opt_step when it has run). */
+lam_status nn_opt_prepare(lam_model *m, const lam_opt *o);
+void nn_opt_schedule(const lam_model *m, const lam_opt *o, int steps, float *sched);
+lam_status nn_opt_step_sched(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k);
+
 /* Builds the layer list from the spec (nn/spec.c). */
 lam_status nn_parse_spec(const char *spec, int in_c, int in_h, int in_w, layer **out, int *nlayers, char *expanded,
                          size_t expanded_size);

@@ -40,19 +40,49 @@ static lam_status opt_state(lam_model *m, lam_opt_kind kind, int need_v) {
   return LAM_OK;
 }
 
-lam_status lam_model_step(lam_model *m, const lam_opt *o) {
-  LAM_CHECK_ARG(m && o, "lam_model_step: %s is NULL", m ? "opt" : "model");
+static lam_status check_opt(const char *fn, const lam_model *m, const lam_opt *o) {
+  LAM_CHECK_ARG(m && o, "%s: %s is NULL", fn, m ? "opt" : "model");
   LAM_CHECK_ARG(o->kind == LAM_OPT_SGD || o->kind == LAM_OPT_ADAM || o->kind == LAM_OPT_ADAMW,
-                "lam_model_step: optimizer kind %d is not sgd, adam or adamw", (int)o->kind);
-  LAM_CHECK_ARG(o->lr >= 0 && o->weight_decay >= 0 && o->momentum >= 0, "lam_model_step: lr, momentum and weight decay must be >= 0");
+                "%s: optimizer kind %d is not sgd, adam or adamw", fn, (int)o->kind);
+  LAM_CHECK_ARG(o->lr >= 0 && o->weight_decay >= 0 && o->momentum >= 0, "%s: lr, momentum and weight decay must be >= 0",
+                fn);
+  return LAM_OK;
+}
+
+/* One optimizer step of o over the flat buffers: the scalars of step m->opt_step + 1 by value (and
+ * counted here), or (sched, k non-NULL) read on the device from the trainer's table (the trainer counts
+ * its steps: a captured step is queued once and replayed many times). */
+static lam_status opt_apply(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k) {
   lam_ctx *ctx = m->ctx;
   LAM_TRY(opt_state(m, o->kind, o->kind != LAM_OPT_SGD));
-  m->opt_step++;
+  if (!sched) m->opt_step++;
   if (o->kind == LAM_OPT_SGD)
     return ctx->be->sgd(ctx, m->nparams, m->params, m->grads, m->opt_m, o->lr, o->momentum, o->weight_decay,
-                        m->opt_step == 1);
+                        m->opt_step == 1, sched, k);
   return ctx->be->adam(ctx, m->nparams, m->params, m->grads, m->opt_m, m->opt_v, o->lr, o->beta1, o->beta2, o->eps,
-                       o->weight_decay, o->kind == LAM_OPT_ADAMW, m->opt_step);
+                       o->weight_decay, o->kind == LAM_OPT_ADAMW, m->opt_step, sched, k);
+}
+
+lam_status lam_model_step(lam_model *m, const lam_opt *o) {
+  LAM_TRY(check_opt("lam_model_step", m, o));
+  return opt_apply(m, o, NULL, NULL);
+}
+
+lam_status nn_opt_prepare(lam_model *m, const lam_opt *o) {
+  LAM_TRY(check_opt("lam_trainer", m, o));
+  return opt_state(m, o->kind, o->kind != LAM_OPT_SGD);
+}
+
+void nn_opt_schedule(const lam_model *m, const lam_opt *o, int steps, float *sched) {
+  for (int k = 0; k < steps; k++) {
+    long step = m->opt_step + 1 + k;
+    if (o->kind == LAM_OPT_SGD) sched[2 * k] = step == 1 ? 1.0f : 0.0f, sched[2 * k + 1] = 0.0f;
+    else lam_adam_coef(o->lr, o->beta1, o->beta2, step, sched + 2 * k);
+  }
+}
+
+lam_status nn_opt_step_sched(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k) {
+  return opt_apply(m, o, sched, k);
 }
 
 lam_status lam_backprop_step(lam_ctx *ctx, size_t n, const float *error, const float *input, float lr, float *w) {

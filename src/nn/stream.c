@@ -184,7 +184,7 @@ lam_status feed_next(lam_feed *f, float mean, float std, float *x, uint8_t *y) {
   LAM_TRY(be->event_record(ctx, EV_WAIT(i), 0));
   LAM_TRY(be->queue_wait(ctx, 0, EV_COPIED(k)));
   LAM_TRY(be->event_record(ctx, EV_WAIT(i) + 1, 0));
-  LAM_TRY(be->gather(ctx, B, f->sample, f->d_buf[k], f->d_buf[k] + (size_t)f->batch * f->sample, f->d_iota, mean, std,
+  LAM_TRY(be->gather(ctx, B, f->sample, f->d_buf[k], f->d_buf[k] + (size_t)f->batch * f->sample, f->d_iota, NULL, mean, std,
                      x, y));
   LAM_TRY(be->event_record(ctx, EV_CONSUMED(k), 0));
   f->next++;

@@ -1,7 +1,8 @@
 /* train.c — training and evaluation. The data set goes to the backend once, as uint8; each step
- * gathers and normalizes its batch there (gather), runs forward, loss, backward and the optimizer,
- * and never waits for the host: losses and accuracy accumulate in m->stats and are read once per
- * epoch (or when a progress callback asks). The shuffle is a seeded Fisher-Yates on the host, one
+ * gathers and normalizes its batch there (gather), runs forward, loss, backward and the optimizer (on
+ * CUDA all of it one graph replay: the batch's offset and the optimizer's per-step scalars are read on
+ * the device, from a cursor and a table filled each epoch), and never waits for the host: losses and
+ * accuracy accumulate in m->stats and are read once per epoch (or when a progress callback asks). The shuffle is a seeded Fisher-Yates on the host, one
  * upload of the index order per epoch. A set that does not fit (or when asked) streams instead:
  * stream.c brings each batch in while the previous one computes, in the same shuffled order. */
 #include <stdio.h>
@@ -48,7 +49,10 @@ void lam_trainer_free(lam_trainer *t) {
   lam_mem_free(ctx, t->d_images);
   lam_mem_free(ctx, t->d_labels);
   lam_mem_free(ctx, t->d_idx);
+  lam_mem_free(ctx, t->d_state);
+  lam_mem_free(ctx, t->d_sched);
   free(t->h_idx);
+  free(t->h_sched);
   free(t);
 }
 
@@ -97,8 +101,14 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   lam_rng_seed(&t->rng, seed);
   t->host = train;
   lam_status s = LAM_OK;
+  t->steps = (int)((t->n + (size_t)batch - 1) / (size_t)batch);
   t->h_idx = malloc(t->n * sizeof *t->h_idx);
-  if (!t->h_idx) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_trainer_create: no host memory for %zu indices", t->n);
+  t->h_sched = malloc((size_t)t->steps * 2 * sizeof *t->h_sched);
+  if (!t->h_idx || !t->h_sched)
+    s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_trainer_create: no host memory for %zu indices", t->n);
+  if (s == LAM_OK) s = nn_opt_prepare(m, opt);
+  if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_state, 2 * sizeof(int32_t));
+  if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_sched, (size_t)t->steps * 2 * sizeof(float));
   if (s == LAM_OK) s = nn_model_reserve(m, batch);
   if (s == LAM_OK) {
     s = make_resident(t);
@@ -189,13 +199,27 @@ static lam_status profile_window(lam_trainer *t, int step) {
 
 static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, int every, double t0);
 
-/* Zeroing the gradients, forward, loss and backward of one batch of B, queued op by op. */
-static lam_status step_ops(lam_model *m, int B) {
-  LAM_TRY(m->ctx->be->zero(m->ctx, m->grads, m->nparams * sizeof(float)));
+/* One training step of B, queued op by op: the batch's gather (when resident: at the device-side
+ * cursor), zeroing the gradients, forward, loss, backward, the optimizer (its scalars from the epoch's
+ * table, row = the device-side step) and the advance of both counters. Nothing here changes host state,
+ * so the same calls can be captured once and replayed. */
+static lam_status step_ops(lam_trainer *t, int B) {
+  lam_model *m = t->m;
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  if (!t->feed) {
+    LAM_TRY(be->gather(ctx, B, t->sample, t->d_images, t->d_labels, t->d_idx, t->d_state, PIXEL_MEAN, PIXEL_STD, m->x,
+                       m->y));
+    NN_PROF(m, "gather_normalize", 0);
+  }
+  LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
   NN_PROF(m, "zero_grad", 0);
   LAM_TRY(nn_forward(m, B));
   LAM_TRY(nn_loss(m, B, 1, (float)B, NULL));
-  return nn_backward(m, B);
+  LAM_TRY(nn_backward(m, B));
+  LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1));
+  NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
+  return be->step_advance(ctx, t->d_state, B);
 }
 
 static int graph_wanted(const lam_trainer *t) {
@@ -203,28 +227,39 @@ static int graph_wanted(const lam_trainer *t) {
   return !t->graph_off && be->graph_begin && !t->m->ctx->no_graphs && !t->m->prof;
 }
 
-/* The step's body: replayed from a graph for full batches where the backend has graphs (captured at
- * the second full batch, after one eager step has made cuBLAS's handle and picked its kernels), else
- * queued op by op. */
+/* The step: replayed from a graph for full batches where the backend has graphs (captured at the
+ * second full batch, after one eager step has made cuBLAS's handle and picked its kernels), else
+ * queued op by op. Either way the step is counted in m->opt_step here. */
 static lam_status step_body(lam_trainer *t, int B) {
   lam_model *m = t->m;
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
-  if (B != t->batch || !graph_wanted(t)) return step_ops(m, B);
-  if (t->graph && t->graph_gen != m->buffers_gen) { /* the buffers moved */
+  if (B != t->batch || !graph_wanted(t)) {
+    LAM_TRY(step_ops(t, B));
+    m->opt_step++;
+    return LAM_OK;
+  }
+  if (t->graph && (t->graph_gen != m->buffers_gen || t->graph_opt != m->opt_m)) { /* the buffers moved */
     be->graph_free(ctx, t->graph);
     t->graph = NULL;
   }
   if (!t->graph) {
-    if (t->eager_full_steps++ == 0) return step_ops(m, B);
+    if (t->eager_full_steps++ == 0) {
+      LAM_TRY(step_ops(t, B));
+      m->opt_step++;
+      return LAM_OK;
+    }
     LAM_TRY(be->graph_begin(ctx));
-    lam_status s = step_ops(m, B);
+    lam_status s = step_ops(t, B);
     lam_status e = be->graph_end(ctx, &t->graph); /* ends the capture whatever happened */
     if (s != LAM_OK) return s;
     LAM_TRY(e);
     t->graph_gen = m->buffers_gen;
+    t->graph_opt = m->opt_m;
   }
-  return be->graph_launch(ctx, t->graph);
+  LAM_TRY(be->graph_launch(ctx, t->graph));
+  m->opt_step++;
+  return LAM_OK;
 }
 
 lam_status lam_trainer_set_graph(lam_trainer *t, int on) {
@@ -254,6 +289,11 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   }
   if (t->feed) LAM_TRY(feed_start(t->feed, t->host->images, t->host->labels, t->h_idx, t->n));
   else LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, t->n * sizeof(int32_t)));
+  /* the optimizer's scalars for this epoch's steps, and both device-side counters at 0 */
+  LAM_TRY(nn_opt_prepare(m, &t->opt));
+  nn_opt_schedule(m, &t->opt, t->steps, t->h_sched);
+  LAM_TRY(lam_mem_upload(ctx, t->d_sched, t->h_sched, (size_t)t->steps * 2 * sizeof(float)));
+  LAM_TRY(ctx->be->zero(ctx, t->d_state, 2 * sizeof(int32_t)));
   lam_status s = epoch_steps(t, cb, user, every, t0);
   if (t->feed) { /* joins the loader whatever happened */
     lam_status fs = feed_finish(t->feed, &t->data_wait_ms, &t->loader_wait_ms);
@@ -278,17 +318,16 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   LAM_TRY(be->zero(ctx, m->stats, 4 * sizeof(float)));
-  int steps = (int)((t->n + (size_t)t->batch - 1) / (size_t)t->batch);
+  const int steps = t->steps;
   for (int step = 0; step < steps; step++) {
     size_t off = (size_t)step * t->batch;
     int B = (int)(t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch);
     LAM_TRY(profile_window(t, step));
-    if (t->feed) LAM_TRY(feed_next(t->feed, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
-    else LAM_TRY(be->gather(ctx, B, t->sample, t->d_images, t->d_labels, t->d_idx + off, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
-    NN_PROF(m, "gather_normalize", 0);
-    LAM_TRY(step_body(t, B));
-    LAM_TRY(lam_model_step(m, &t->opt));
-    NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
+    if (t->feed) {
+      LAM_TRY(feed_next(t->feed, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
+      NN_PROF(m, "gather_normalize", 0);
+    }
+    LAM_TRY(step_body(t, B)); /* resident: its own gather, at the device's cursor (the step's offset) */
     if (cb && every > 0 && ((step + 1) % every == 0 || step + 1 == steps)) {
       float st[4];
       LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st));
@@ -322,7 +361,7 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
   if (s == LAM_OK) s = be->zero(ctx, m->stats, 4 * sizeof(float));
   for (size_t off = 0; off < d->n && s == LAM_OK; off += (size_t)batch) {
     int B = (int)(d->n - off < (size_t)batch ? d->n - off : (size_t)batch);
-    s = be->gather(ctx, B, (size_t)d->h * d->w, images, labels, idx + off, PIXEL_MEAN, PIXEL_STD, m->x, m->y);
+    s = be->gather(ctx, B, (size_t)d->h * d->w, images, labels, idx + off, NULL, PIXEL_MEAN, PIXEL_STD, m->x, m->y);
     if (s == LAM_OK) s = nn_forward(m, B);
     if (s == LAM_OK) s = nn_loss(m, B, 0, (float)B, pred + off);
   }
@@ -355,8 +394,11 @@ lam_status lam_model_memory_get(const lam_model *m, const lam_trainer *t, lam_mo
                             .optimizer = (m->opt_m ? flat : 0) + (m->opt_v ? flat : 0),
                             .activations = m->batch_bytes,
                             .data = !t       ? 0
-                                    : t->feed ? feed_device_bytes(t->feed)
-                                              : lam_cache_round(t->n * t->sample) + lam_cache_round(t->n) +
-                                                    lam_cache_round(t->n * sizeof(int32_t))};
+                                    : (t->feed ? feed_device_bytes(t->feed)
+                                               : lam_cache_round(t->n * t->sample) + lam_cache_round(t->n) +
+                                                     lam_cache_round(t->n * sizeof(int32_t))) +
+                                          /* the step's counters and the optimizer's table */
+                                          lam_cache_round(2 * sizeof(int32_t)) +
+                                          lam_cache_round((size_t)t->steps * 2 * sizeof(float))};
   return LAM_OK;
 }

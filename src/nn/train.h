@@ -17,13 +17,17 @@ struct lam_trainer {
   int epochs_done;
   uint8_t *d_images, *d_labels; /* the training set in backend memory, uint8 */
   int32_t *h_idx, *d_idx;       /* this epoch's order */
+  int steps;                    /* per epoch */
+  int32_t *d_state;             /* backend memory: the batch cursor into d_idx, the step within the epoch */
+  float *h_sched, *d_sched;     /* the optimizer's scalars for each step of the epoch (nn_opt_schedule) */
   const lam_dataset *host;      /* the caller's set: read by the loader while streaming */
   lam_feed *feed;               /* streaming batches (stream.c); NULL: the set is resident */
   char stream_why[200];
   double epoch_ms, data_wait_ms, loader_wait_ms; /* the last epoch */
   int graph_off;                /* lam_trainer_set_graph(t, 0) */
-  void *graph;                  /* the captured step (zero_grad, forward, loss, backward), or NULL */
+  void *graph;                  /* the captured step (gather, zero_grad, forward, loss, backward, optimizer), or NULL */
   unsigned graph_gen;           /* the model's buffers_gen it was captured with */
+  const float *graph_opt;       /* and the optimizer state it was captured with (m->opt_m) */
   int eager_full_steps;         /* full-batch steps run without the graph (one warms cuBLAS up first) */
   lam_prof prof;                /* the per-op profile of steps [prof_first, prof_first + prof_steps) */
   int prof_first, prof_steps, prof_done;
