@@ -44,11 +44,17 @@ ap.add_argument("--no-lamina", action="store_true", help="skip lamina")
 ap.add_argument("--no-torch", action="store_true", help="skip PyTorch")
 ap.add_argument("--no-torch-tf32", action="store_true", help="skip the 'torch graph tf32' row")
 ap.add_argument("--lamina-timeout", type=float, default=300, help="seconds per lamina run (default 300)")
+ap.add_argument("--seeds", type=int, default=0,
+                help="the accuracy spread: for each CNN batch, N seeds (1..N) of lamina (--seed s, precision "
+                     "--seed-precision) and PyTorch graph fp32 (torch.manual_seed(s)), --seed-epochs each; with "
+                     "--epochs 0 only this runs")
+ap.add_argument("--seed-precision", default="tf32", help="lamina's precision in the seed spread (default tf32)")
+ap.add_argument("--seed-epochs", type=int, default=15, help="epochs of each seed-spread run (default 15)")
 a = ap.parse_args()
 
 N_FULL = 60000
 QUICK_TRAIN, QUICK_TEST = 2000, 2000
-EPOCHS = 1 if a.quick else a.epochs
+EPOCHS = 0 if a.epochs == 0 else 1 if a.quick else a.epochs
 LONG = min(a.long_epochs, 2) if a.quick else a.long_epochs
 PRECISIONS = [p.strip() for p in a.precisions.split(",") if p.strip()]
 LONG_PRECISIONS = [p.strip() for p in a.long_precisions.split(",") if p.strip()] or PRECISIONS
@@ -161,7 +167,7 @@ def lamina_run(model, bs, prec, epochs):
         return dict(row, status="skipped", note="cpu: lamina runs only with --lamina-cpu")
     if not os.path.exists(a.lamina): return dict(row, status="failed", note=f"{a.lamina} not found")
     base = [a.lamina, "train", "--data", lamina_data, "--model", LAMINA_SPEC[model], "--epochs", str(epochs),
-            "--batch", str(bs), "--device", a.device, "--json", "--no-progress"]
+            "--batch", str(bs), "--device", a.device, "--json", "--no-progress"] + (["--seed", str(SEED[0])] if SEED[0] else [])
     tries = [base + ["--precision", prec]]
     if prec == "fp32": tries.append(base)  # a CLI without --precision trains in fp32
     if no_precision_flag[0] and prec == "fp32": tries = [base]
@@ -249,8 +255,10 @@ def set_tf32(on):
             pass
     return state
 
+SEED = [0]  # the seed spread sets it: PyTorch's initialization and shuffle, lamina's --seed
+
 def make_model(model):
-    torch.manual_seed(0)
+    torch.manual_seed(SEED[0])
     if model == "cnn":
         m = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(),
                           nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1600, 10))
@@ -389,7 +397,7 @@ if torch is not None and not a.no_torch and a.device == "cuda":
                                 "matmul TF32 off, so the peers' README numbers sit between the two")
 TORCH_VARIANTS = ["eager fp32", "graph fp32"] + ([] if a.no_torch_tf32 else ["graph tf32"]) + ["graph bf16"]
 tables = {}
-for model in MODELS:
+for model in (MODELS if EPOCHS > 0 else []):
     for bs in BATCHES[model]:
         say(f"\n-- {model}, batch {bs}, {EPOCHS} epoch(s), Adam 1e-3 --")
         rows = []
@@ -416,6 +424,35 @@ if LONG > 0:
             print_table(f"{model}, batch {bs}, {LONG} epochs (accuracy run)", rows, model)
             out["long"] += rows
             write_json()
+
+# ---- the accuracy spread over seeds ----
+def spread(xs):
+    v = [x for x in xs if x is not None]
+    if not v: return "no runs"
+    return (f"mean {100 * float(np.mean(v)):.2f}%, sd {100 * float(np.std(v, ddof=1)) if len(v) > 1 else 0:.2f}, "
+            f"min {100 * min(v):.2f}%, max {100 * max(v):.2f}% ({len(v)} runs)")
+
+if a.seeds > 0:
+    ep = 1 if a.quick else a.seed_epochs
+    out["seed_spread"] = []
+    say(f"\n-- accuracy over seeds 1..{a.seeds}: lamina {a.seed_precision} against torch "
+        f"{'graph' if a.device == 'cuda' else 'eager'} fp32, {ep} epochs --")
+    for bs in BATCHES.get("cnn", []):
+        la, ta = [], []
+        for sd in range(1, a.seeds + 1):
+            SEED[0] = sd
+            la.append(guarded(lamina_run, "cnn", bs, a.seed_precision, ep).get("acc"))
+            ta.append(guarded(torch_run, "cnn", bs, "graph fp32" if a.device == "cuda" else "eager fp32", ep).get("acc"))
+            say(f"    seed {sd}: lamina {la[-1]}, torch {ta[-1]}")
+        SEED[0] = 0
+        ok = [(l, t) for l, t in zip(la, ta) if l is not None and t is not None]
+        diff = float(np.mean([l for l, _ in ok]) - np.mean([t for _, t in ok])) if ok else float("nan")
+        say(f"  cnn batch {bs}, {ep} epochs: lamina {a.seed_precision} {spread(la)}")
+        say(f"  cnn batch {bs}, {ep} epochs: torch {'graph' if a.device == 'cuda' else 'eager'} fp32 {spread(ta)}")
+        say(f"  difference of the means: {100 * diff:+.2f} points")
+        out["seed_spread"].append(dict(model="cnn", batch=bs, epochs=ep, lamina_precision=a.seed_precision,
+                                       lamina_acc=la, torch_acc=ta, mean_diff=diff))
+        write_json()
 
 # ---- issue #5's criteria ----
 def pct(x): return f"{100 * x:.2f}%"
@@ -485,7 +522,7 @@ def criteria():
     return checks
 
 try:
-    out["criteria"] = criteria()
+    if EPOCHS > 0: out["criteria"] = criteria()
 except Exception as ex:
     say(f"criteria: FAILED {type(ex).__name__}: {ex}"); traceback.print_exc(limit=3)
 write_json()
