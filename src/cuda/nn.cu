@@ -75,13 +75,14 @@ void cuda_nn_destroy(cuda_state *st) {
   st->cublas_ws = NULL;
 }
 
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: both GEMMs swap the operands. */
+static cublasOperation_t op(int transposed) { return transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
 lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc) {
   cublasHandle_t h;
   LAM_TRY(handle(ctx, &h));
-  /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
-  cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_TRY(cublasSgemm(h, opb, opa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  CUBLAS_TRY(cublasSgemm(h, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
   return LAM_OK;
 }
 
@@ -90,9 +91,8 @@ lam_status cuda_gemm_bf16(lam_ctx *ctx, int ta, int tb, int M, int N, int K, flo
   if (c_bf16 && beta != 0.0f) return LAM_FAIL(LAM_ERR_INVALID_ARG, "gemm_bf16: a bfloat16 C takes beta 0, not %g", beta);
   cublasHandle_t h;
   LAM_TRY(handle(ctx, &h));
-  CUBLAS_TRY(cublasGemmEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
-                          CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, ldc,
-                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CUBLAS_TRY(cublasGemmEx(h, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
+                          c_bf16 ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return LAM_OK;
 }
 
@@ -140,12 +140,11 @@ static unsigned plane_threads(size_t P) {
   return (unsigned)(t < NT ? t : NT);
 }
 
-/* B in gridDim.x, C in gridDim.y. */
-static lam_status check_planes(const char *what, int B, int C) {
+/* A grid of (sample, channel) planes: B in gridDim.x (any int fits), C in gridDim.y. */
+static lam_status check_planes(const char *what, int C) {
   if (C > 65535)
     return lam_fail_at(LAM_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: %d channels is beyond this kernel's grid (65535)",
                        what, C);
-  (void)B;
   return LAM_OK;
 }
 
@@ -254,7 +253,7 @@ template <typename T> static void col2im_launch(cuda_state *st, const lam_conv_g
 
 lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, int bf16, float *dx) {
   cuda_state *st = cuda_st(ctx);
-  LAM_TRY(check_planes("col2im", B, g->C));
+  LAM_TRY(check_planes("col2im", g->C));
   if (bf16) col2im_launch(st, g, B, (const __nv_bfloat16 *)col, dx);
   else col2im_launch(st, g, B, (const float *)col, dx);
   LAUNCH_CHECK(st, "col2im_kernel");

@@ -229,26 +229,18 @@ static int graph_wanted(const lam_trainer *t) {
 
 /* The step: replayed from a graph for full batches where the backend has graphs (captured at the
  * second full batch, after one eager step has made cuBLAS's handle and picked its kernels), else
- * queued op by op. Either way the step is counted in m->opt_step here. */
+ * queued op by op. The caller counts it in m->opt_step. */
 static lam_status step_body(lam_trainer *t, int B) {
   lam_model *m = t->m;
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
-  if (B != t->batch || !graph_wanted(t)) {
-    LAM_TRY(step_ops(t, B));
-    m->opt_step++;
-    return LAM_OK;
-  }
+  if (B != t->batch || !graph_wanted(t)) return step_ops(t, B);
   if (t->graph && (t->graph_gen != m->buffers_gen || t->graph_opt != m->opt_m)) { /* the buffers moved */
     be->graph_free(ctx, t->graph);
     t->graph = NULL;
   }
   if (!t->graph) {
-    if (t->eager_full_steps++ == 0) {
-      LAM_TRY(step_ops(t, B));
-      m->opt_step++;
-      return LAM_OK;
-    }
+    if (t->eager_full_steps++ == 0) return step_ops(t, B);
     LAM_TRY(be->graph_begin(ctx));
     lam_status s = step_ops(t, B);
     lam_status e = be->graph_end(ctx, &t->graph); /* ends the capture whatever happened */
@@ -257,9 +249,7 @@ static lam_status step_body(lam_trainer *t, int B) {
     t->graph_gen = m->buffers_gen;
     t->graph_opt = m->opt_m;
   }
-  LAM_TRY(be->graph_launch(ctx, t->graph));
-  m->opt_step++;
-  return LAM_OK;
+  return be->graph_launch(ctx, t->graph);
 }
 
 lam_status lam_trainer_set_graph(lam_trainer *t, int on) {
@@ -328,6 +318,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
       NN_PROF(m, "gather_normalize", 0);
     }
     LAM_TRY(step_body(t, B)); /* resident: its own gather, at the device's cursor (the step's offset) */
+    m->opt_step++;           /* the optimizer's step, taken on the device from the table's row */
     if (cb && every > 0 && ((step + 1) % every == 0 || step + 1 == steps)) {
       float st[4];
       LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st));
