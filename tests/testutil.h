@@ -23,22 +23,16 @@
 #include <string.h>
 
 #include "lamina.h"
+#include "../src/nn/rng.h"
 
 /* The one tolerance of the hidden layer: every element within 1e-6 of the float64 reference. */
 #define TU_TOL 1e-6
 
 /* ---- RNG ------------------------------------------------------------------------------------- */
 
-typedef struct tu_rng {
-  uint64_t s[4];
-} tu_rng;
-
-static inline uint64_t tu_splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+/* The library's own generator (xoshiro256** seeded through splitmix64), under the tests' names. */
+typedef lam_rng tu_rng;
+static inline uint64_t tu_splitmix64(uint64_t *x) { return lam_splitmix64(x); }
 
 /* Base seed: fixed so failures reproduce; LAMINA_TEST_SEED=<number> tries other data. */
 static inline uint64_t tu_base_seed(void) {
@@ -53,29 +47,11 @@ static inline uint64_t tu_case_seed(uint64_t case_id) {
   return tu_splitmix64(&x);
 }
 
-static inline void tu_rng_seed(tu_rng *r, uint64_t seed) {
-  uint64_t x = seed;
-  for (int i = 0; i < 4; i++) r->s[i] = tu_splitmix64(&x);
-}
-
-static inline uint64_t tu_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static inline uint64_t tu_next(tu_rng *r) { /* xoshiro256** */
-  uint64_t *s = r->s;
-  uint64_t res = tu_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = tu_rotl(s[3], 45);
-  return res;
-}
+static inline void tu_rng_seed(tu_rng *r, uint64_t seed) { lam_rng_seed(r, seed); }
+static inline uint64_t tu_next(tu_rng *r) { return lam_rng_next(r); }
 
 /* Uniform in [a, b), 53 random bits. */
-static inline double tu_uniform(tu_rng *r, double a, double b) {
-  return a + (b - a) * ((double)(tu_next(r) >> 11) * 0x1.0p-53);
-}
+static inline double tu_uniform(tu_rng *r, double a, double b) { return a + (b - a) * lam_rng_uniform(r); }
 
 /* Normal(mean, sd) by Box-Muller (one value per call; u1 kept away from 0 so log is finite). */
 static inline double tu_normal(tu_rng *r, double mean, double sd) {
