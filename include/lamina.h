@@ -221,40 +221,80 @@ lam_status lam_bench_transfer(lam_ctx *ctx, const lam_xfer_case *c, lam_xfer_res
 
 /* ==== issue #3: data, models, training ====================================================== */
 
-/* ---- data: MNIST-format image sets (IDX files, plain or gzip) -------------------------------- */
+/* ---- data: image sets of any channel count (IDX or NumPy .npy, plain or gzip) ------------------- */
 
-/* An image set in host memory: n images of h×w uint8 pixels (one channel) and their labels. */
+/* An image set in host memory: n images of c×h×w uint8 pixels, NCHW, and their labels — one per image
+ * (a class) or one per pixel (a class map, 255 = ignore).
+ *
+ * Fields after `labels` were added later; a struct built with designated initializers that leaves
+ * them 0 is a one-channel set with one label per image, as before. The loaders set c >= 1 and
+ * label_h, label_w to 1, 1 (one label per image) or to h, w (one label per pixel). */
 typedef struct lam_dataset {
   size_t n;
   int h, w;
-  int classes;     /* labels are 0 .. classes-1 */
-  uint8_t *images; /* (n, h, w) */
-  uint8_t *labels; /* (n) */
+  int classes;     /* labels are 0 .. classes-1 (and 255, "ignore", in per-pixel labels) */
+  uint8_t *images; /* (n, c, h, w) */
+  uint8_t *labels; /* (n, label_h, label_w): (n) when one label per image */
+  int c;           /* channels; 0 reads as 1 */
+  int label_h, label_w; /* 0,0 or 1,1: one label per image; else h, w: one label per pixel */
 } lam_dataset;
 
-/* Reads an IDX image file (magic 0x00000803, dims n×h×w) and an IDX label file (0x00000801, n), each
- * plain or gzip-compressed (detected by content). Checks magic, dimensions, sizes against the file
- * length, that the two counts agree and that every label is < classes; any mismatch is
- * LAM_ERR_IO/LAM_ERR_INVALID_ARG naming the file and what was expected. */
+/* Reads an image file and a label file into a new set. Each file is IDX or NumPy .npy (told apart by
+ * content: .npy starts with "\x93NUMPY"), plain or gzip-compressed (also by content).
+ *   images: IDX 0x00000803 (n, h, w) or 0x00000804 (n, h, w, c), unsigned bytes; or .npy of dtype
+ *           uint8 ('|u1'), C order, of shape (n, h, w) or 4-d by this rule: (n, h, w, c) with the last
+ *           dimension <= 4 is channels-last (NHWC); else (n, c, h, w) with the second dimension <= 4 is
+ *           channels-first (NCHW); a 4-d shape with both > 4 is refused as ambiguous (write it as IDX
+ *           0x00000804, which is always n, h, w, c). Channels-last sources are transposed once, here.
+ *   labels: IDX 0x00000801 (n: a class per image) or 0x00000803 (n, h, w: a class per pixel, 255 =
+ *           ignore); or .npy of any integer dtype (u1 i1 u2 i2 u4 i4 u8 i8, either byte order), C order,
+ *           of shape (n) or (n, h, w), every value 0..255 (stored as uint8).
+ * classes > 0: every label must be < classes (255 in per-pixel labels aside); per-pixel sets take at
+ * most 255 classes. classes == 0: classes = the largest label + 1 (255 in per-pixel labels aside; a
+ * per-image label 255 then is refused: pass classes = 256 when 255 is a class). Checks headers, shapes,
+ * sizes against the file length, that both files count the same n (and per-pixel labels the images'
+ * h×w) and every label; any mismatch is LAM_ERR_IO/LAM_ERR_INVALID_ARG naming the file, what was
+ * expected and how to fix it. */
 lam_status lam_dataset_load_idx(const char *images_path, const char *labels_path, int classes, lam_dataset **out);
 /* Loads the training (train = 1) or test (train = 0) part of a set given by name or folder:
  * "fashion-mnist" is Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist, or
- * $LAMINA_DATA_DIR/fashion-mnist); any other value is a folder in the MNIST file layout
- * (train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte,
- * each optionally with .gz). 10 classes. */
+ * $LAMINA_DATA_DIR/fashion-mnist), 10 classes. Any other value is a folder holding, for the training
+ * part, train-images* and train-labels*, for the test part t10k-images* or test-images* and
+ * t10k-labels* or test-labels* — each IDX (plain or .gz) or .npy (or .npy.gz), read as
+ * lam_dataset_load_idx reads them (the MNIST layout, train-images-idx3-ubyte[.gz] ..., is one case).
+ * Two files for one role is an error that lists them (a file and its .gz twin count as one: the plain
+ * file is read); checksum files (.md5, .sha1, .sha256, .sha512) and backups (~) are not candidates.
+ * classes = the largest label in the folder's training and test label files + 1 (255 in per-pixel
+ * labels aside), so both parts agree; a caller that knows better (the CLI's --classes K) raises it
+ * with lam_dataset_set_classes. */
 lam_status lam_dataset_load(const char *name_or_dir, int train, lam_dataset **out);
+/* Sets d->classes = k after checking that k is 1..256 (1..255 for per-pixel labels) and that every
+ * label is < k (255 in per-pixel labels aside); otherwise LAM_ERR_INVALID_ARG naming the first label
+ * that is not, and its index. */
+lam_status lam_dataset_set_classes(lam_dataset *d, int k);
+/* Per-channel mean and population standard deviation of pixel / 255 over the whole set (accumulated
+ * exactly, from per-channel histograms): mean and std each receive max(d->c, 1) values. For
+ * --normalize auto. */
+lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *std);
 void lam_dataset_free(lam_dataset *d); /* NULL is fine */
 
 /* ---- models ----------------------------------------------------------------------------------- */
 
 typedef struct lam_model lam_model;
 
-/* Builds a model from a one-line spec, layers separated by commas:
- *   conv OUT K [stride S] [pad P]  |  dense OUT  |  maxpool K [stride S]  |  relu | tanh | sigmoid | flatten
- * or a preset: "cnn" (conv 32 3, relu, maxpool 2, conv 64 3, relu, maxpool 2, flatten, dense 10) or
- * "mlp" (flatten, dense 256, tanh, dense 10). Inputs are (in_c, in_h, in_w) per sample. Parameters are
- * initialized as PyTorch's defaults (uniform(±1/sqrt(fan_in)) for weights and biases) from seed. A bad
- * spec is LAM_ERR_INVALID_ARG with a message that quotes the word that is wrong and its position. */
+/* Builds a model from a spec: layers separated by commas, each reading the output of the one before,
+ *   conv OUT K [stride S] [pad P] [nobias]  |  convt OUT K [stride S] [pad P] [nobias]  |  dense OUT
+ *   maxpool K [stride S]  |  avgpool K [stride S]  |  gap  |  upsample F  |  flatten
+ *   relu | leakyrelu [SLOPE] | gelu | tanh | sigmoid  |  bn [momentum M] [eps E]  |  dropout P
+ *   add @NAME  |  concat @NAME
+ * where 'NAME:' before a layer labels its output, 'add @NAME' sums the current tensor with it and
+ * 'concat @NAME' joins its channels after the current tensor's ('input' names the model's input); or a
+ * preset: "cnn" (conv 32 3, relu, maxpool 2, conv 64 3, relu, maxpool 2, flatten, dense 10) or "mlp"
+ * (flatten, dense 256, tanh, dense 10). The last layer's output is the class scores: (classes, 1, 1),
+ * or (classes, H, W) for a model that labels every pixel. Inputs are (in_c, in_h, in_w) per sample.
+ * Parameters are initialized as PyTorch's defaults (uniform(±1/sqrt(fan_in)) for weights and biases;
+ * BatchNorm 1 and 0) from seed. A bad spec is LAM_ERR_INVALID_ARG with a message that quotes the word
+ * that is wrong and its position. */
 lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, int in_w, uint64_t seed,
                             lam_model **out);
 void lam_model_free(lam_model *m); /* NULL is fine */
@@ -263,6 +303,40 @@ size_t lam_model_param_count(const lam_model *m);
 int lam_model_outputs(const lam_model *m); /* features of the last layer (the classes) */
 /* One line per layer: kind, output shape, parameters. */
 lam_status lam_model_describe(const lam_model *m, char *buf, size_t size);
+/* The output per sample: classes c and, for a model that labels every pixel, h × w (else 1 × 1). */
+lam_status lam_model_output_shape(const lam_model *m, int *c, int *h, int *w);
+/* One node of the graph, for `lamina model`: its label (or ""), op, the label it reads besides the
+ * tensor before it (add, concat), output shape, parameters and forward FLOPs per sample; fused: 1 when
+ * the node runs inside another's fused kernel, 2 when it runs the fused block. */
+typedef struct lam_node_info {
+  char name[32], op[16], reads[32];
+  int c, h, w;
+  size_t params;
+  double flops;
+  int fused;
+} lam_node_info;
+/* Fills up to max nodes (nodes may be NULL to count) and *count; *planned_bytes (may be NULL) is the
+ * backend memory the batch buffers take at this batch: the planned arena (activations, gradients,
+ * saved buffers), the scratch and the input. */
+lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, int max, int *count,
+                           size_t *planned_bytes);
+/* How the trainer and lam_evaluate turn uint8 pixels into the model's input, per channel:
+ * x = (pixel / 255 - mean[c]) / std[c]; c must be the model's input channels (at most 64). By default
+ * mean = std = 0.5 for every channel (torchvision's Normalize((0.5,), (0.5,))). Saved in checkpoints. */
+lam_status lam_model_set_normalization(lam_model *m, int c, const float *mean, const float *std);
+lam_status lam_model_normalization(const lam_model *m, float *mean, float *std); /* in_c values each */
+/* BatchNorm's running statistics: one flat buffer (per bn node: running mean, then running var). */
+size_t lam_model_state_count(const lam_model *m);
+lam_status lam_model_state_get(lam_model *m, float *host, size_t count);
+lam_status lam_model_state_set(lam_model *m, const float *host, size_t count);
+/* The mode of lam_model_forward: 0 (the default) evaluation — BatchNorm's running statistics, no
+ * dropout; 1 training — batch statistics (running ones updated) and dropout. */
+lam_status lam_model_set_train(lam_model *m, int train);
+/* The loss's label smoothing s in [0, 1) (PyTorch's label_smoothing); 0 by default. */
+lam_status lam_model_set_label_smoothing(lam_model *m, float s);
+/* For tests against a reference: dropout node `node` (1-based) uses mask (its output's size × the batch,
+ * 1 = keep; the caller keeps it alive) instead of drawing one; NULL draws again. */
+lam_status lam_model_set_dropout_mask(lam_model *m, int node, const uint8_t *mask);
 
 /* Parameters and gradients are each one flat float32 buffer: layer by layer, weight then bias, in
  * PyTorch's layouts (conv weight (out, in, k, k), dense weight (out, in)). These copy to and from host. */
@@ -271,8 +345,10 @@ lam_status lam_model_params_set(lam_model *m, const float *host, size_t count);
 lam_status lam_model_grads_get(lam_model *m, float *host, size_t count);
 
 /* Host-array forms for tests and small uses. x is (batch, in_c, in_h, in_w) float32.
- * forward: logits (batch, outputs). loss_backward: zeroes the gradients, runs forward, the mean
- * softmax cross-entropy over the batch into *loss, and backward (gradients of the mean loss). */
+ * forward: logits (batch, outputs, out_h, out_w) in lam_model_set_train's mode. loss_backward (training
+ * mode): zeroes the gradients, runs forward, the mean softmax cross-entropy over the batch's labels
+ * (batch × out_h × out_w of them; for per-pixel models 255 is ignored) into *loss, and backward
+ * (gradients of the mean loss). */
 lam_status lam_model_forward(lam_model *m, int batch, const float *x, float *logits);
 lam_status lam_model_loss_backward(lam_model *m, int batch, const float *x, const uint8_t *labels, float *loss);
 
@@ -327,6 +403,8 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
 void lam_trainer_free(lam_trainer *t);
 lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out);
 int lam_trainer_epochs_done(const lam_trainer *t);
+/* The optimizer and batch the trainer was made with (or restored from a checkpoint). */
+lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch);
 
 /* Streaming batches: instead of keeping the data set on the device, a host thread gathers each shuffled
  * batch (uint8 pixels and labels) into one of `buffers` pinned buffers (2 or 3), a copy stream moves it

@@ -4,8 +4,13 @@
  * and every bad file the reader must refuse — wrong magic, truncated, trailing bytes, zero or huge
  * dimensions, image/label count mismatch, a label >= classes, a damaged gzip stream, missing files,
  * NULL arguments — each with the right status, *out left NULL, and a message that names the file
- * and the problem. Last, the real Fashion-MNIST when Debian's dataset-fashion-mnist is installed
- * (skipped when it is not).
+ * and the problem. Then images of any channel count and NumPy files: IDX rank 4 and .npy (versions
+ * 1.0, 2.0, 3.0; plain and gzip; (n,h,w), (n,h,w,c) and (n,c,h,w)) checked pixel by pixel through the
+ * NHWC -> NCHW transpose; labels of every integer dtype; per-pixel labels with 255 = ignore; classes
+ * inferred, given, and set with lam_dataset_set_classes; .npy folders (classes from both parts, two
+ * files for one role); per-channel statistics against float64; and every malformed .npy header,
+ * dtype, shape and length. Last, the real Fashion-MNIST when Debian's dataset-fashion-mnist is
+ * installed (skipped when it is not).
  */
 #define _XOPEN_SOURCE 700 /* nftw, mkdtemp, truncate, setenv: before any system header */
 #include "testutil.h"
@@ -496,7 +501,11 @@ static void test_bad_classes(void **state) {
   (void)state;
   const char *im = path_of("cls-images"), *lb = path_of("cls-labels");
   write_good(im, 0, lb, 0);
-  EXPECT_LOAD_FAIL("classes = 0", im, lb, 0, LAM_ERR_INVALID_ARG, "classes is 0");
+  /* classes = 0 takes the number from the labels (the largest, 9, + 1): see test_infer_classes. */
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load_idx(im, lb, 0, &d));
+  assert_set("classes = 0 inferred", d, N, H, W, g_pix, g_lab);
+  lam_dataset_free(d);
   EXPECT_LOAD_FAIL("classes = -1", im, lb, -1, LAM_ERR_INVALID_ARG, "classes is -1");
   EXPECT_LOAD_FAIL("classes = 257", im, lb, 257, LAM_ERR_INVALID_ARG, "classes is 257", "1..256");
 }
@@ -561,6 +570,599 @@ static void test_null_args(void **state) {
   lam_dataset_free(NULL);
 }
 
+/* ---- images of any channel count, NumPy files, per-pixel labels ------------------------------ */
+
+/* Writes an IDX file of any rank up to 4 (write_idx above stops at 3). */
+static void write_idx_any(const char *path, int gz, uint32_t magic, int ndims, const uint32_t *dims,
+                          const void *payload, size_t bytes) {
+  size_t head = 4 + 4 * (size_t)ndims;
+  uint8_t *buf = malloc(head + bytes + 1);
+  assert_non_null(buf);
+  for (int i = 0; i <= ndims; i++) {
+    uint32_t v = i == 0 ? magic : dims[i - 1];
+    for (int b = 0; b < 4; b++) buf[4 * i + b] = (uint8_t)(v >> (24 - 8 * b));
+  }
+  if (bytes) memcpy(buf + head, payload, bytes);
+  write_bytes(path, gz, buf, head + bytes);
+  free(buf);
+}
+
+/* Writes a .npy file as numpy.save does: magic, version major.0, the header's length (2 bytes in 1.0,
+ * 4 in 2.0 and 3.0), the header text padded with spaces and a newline to a multiple of 64 bytes, then
+ * `bytes` of payload. The header is given as text, so that tests can write malformed ones. */
+static void write_npy_raw(const char *path, int gz, int major, const char *header, const void *payload, size_t bytes) {
+  const size_t prefix = major == 1 ? 10 : 12, hl = strlen(header);
+  const size_t total = (prefix + hl + 1 + 63) / 64 * 64, len = total - prefix;
+  uint8_t *buf = malloc(total + bytes + 1);
+  assert_non_null(buf);
+  memcpy(buf, "\x93NUMPY", 6);
+  buf[6] = (uint8_t)major;
+  buf[7] = 0;
+  for (size_t b = 0; b < prefix - 8; b++) buf[8 + b] = (uint8_t)(len >> (8 * b));
+  memcpy(buf + prefix, header, hl);
+  memset(buf + prefix + hl, ' ', len - hl - 1);
+  buf[total - 1] = '\n';
+  if (bytes) memcpy(buf + total, payload, bytes);
+  write_bytes(path, gz, buf, total + bytes);
+  free(buf);
+}
+
+/* Writes a well-formed .npy file of the given dtype and shape. */
+static void write_npy(const char *path, int gz, int major, const char *descr, int rank, const uint64_t *shape,
+                      const void *payload, size_t bytes) {
+  char shp[128], hdr[256];
+  size_t n = (size_t)snprintf(shp, sizeof shp, "(");
+  for (int d = 0; d < rank; d++) n += (size_t)snprintf(shp + n, sizeof shp - n, "%s%llu", d ? ", " : "",
+                                                       (unsigned long long)shape[d]);
+  snprintf(shp + n, sizeof shp - n, rank == 1 ? ",)" : ")");
+  snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shp);
+  write_npy_raw(path, gz, major, hdr, payload, bytes);
+}
+
+/* A label file of n one-byte labels as .npy ('|u1'). */
+static void write_npy_labels(const char *path, int gz, uint64_t n, const uint8_t *lab) {
+  write_npy(path, gz, 1, "|u1", 1, &n, lab, (size_t)n);
+}
+
+/* Encodes v as a size-byte integer in the given byte order. */
+static void put_int(uint8_t *p, int size, int big, uint64_t v) {
+  for (int b = 0; b < size; b++) p[big ? size - 1 - b : b] = (uint8_t)(v >> (8 * b));
+}
+
+/* (n, h, w, c) -> (n, c, h, w): the reference for the loader's transpose. */
+static void ref_nchw(const uint8_t *src, int n, int h, int w, int c, uint8_t *dst) {
+  for (int i = 0; i < n; i++)
+    for (int y = 0; y < h; y++)
+      for (int x = 0; x < w; x++)
+        for (int ch = 0; ch < c; ch++)
+          dst[(((size_t)i * c + ch) * h + y) * w + x] = src[(((size_t)i * h + y) * w + x) * c + ch];
+}
+
+static void fill_random(uint8_t *p, size_t n, uint64_t case_id, unsigned mod) {
+  tu_rng r;
+  tu_rng_seed(&r, tu_case_seed(case_id));
+  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(mod ? tu_next(&r) % mod : tu_next(&r) >> 56);
+}
+
+/* Every field, every pixel (NCHW) and every label of a loaded set. */
+static void assert_set_full(const char *what, const lam_dataset *d, size_t n, int c, int h, int w, int classes,
+                            const uint8_t *pix, int label_h, int label_w, const uint8_t *lab) {
+  if (!d) fail_msg("%s: no dataset", what);
+  if (d->n != n || d->c != c || d->h != h || d->w != w || d->classes != classes || d->label_h != label_h ||
+      d->label_w != label_w)
+    fail_msg("%s: got n=%zu c=%d h=%d w=%d classes=%d labels %dx%d, want %zu %d %d %d %d %dx%d", what, d->n, d->c, d->h,
+             d->w, d->classes, d->label_h, d->label_w, n, c, h, w, classes, label_h, label_w);
+  const size_t hw = (size_t)h * (size_t)w;
+  for (size_t i = 0; i < n * (size_t)c * hw; i++)
+    if (d->images[i] != pix[i])
+      fail_msg("%s: pixel (image %zu, channel %zu, row %zu, col %zu) is %u, want %u", what, i / (c * hw),
+               i / hw % (size_t)c, i % hw / (size_t)w, i % (size_t)w, d->images[i], pix[i]);
+  for (size_t i = 0; i < n * (size_t)label_h * (size_t)label_w; i++)
+    if (d->labels[i] != lab[i]) fail_msg("%s: label %zu is %u, want %u", what, i, d->labels[i], lab[i]);
+}
+
+/* IDX rank 4 (n, h, w, c): loaded as (n, c, h, w); and with one channel. */
+static void test_idx_rank4(void **state) {
+  (void)state;
+  enum { C = 3 };
+  static uint8_t src[N * H * W * C], want[N * H * W * C];
+  uint8_t lab[N];
+  fill_random(src, sizeof src, 0x4d, 0);
+  fill_random(lab, N, 0x4e, 6);
+  lab[2] = 5;
+  ref_nchw(src, N, H, W, C, want);
+  const char *im = path_of("r4-images.gz"), *lb = path_of("r4-labels");
+  uint32_t dims[4] = {N, H, W, C};
+  write_idx_any(im, 1, 0x00000804, 4, dims, src, sizeof src);
+  write_labels(lb, 0, N, lab, N);
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load_idx(im, lb, 0, &d));
+  assert_set_full("IDX rank 4, classes inferred", d, N, C, H, W, 6, want, 1, 1, lab);
+  lam_dataset_free(d);
+  TU_OK(lam_dataset_load_idx(im, lb, 10, &d));
+  assert_set_full("IDX rank 4, 10 classes", d, N, C, H, W, 10, want, 1, 1, lab);
+  lam_dataset_free(d);
+
+  uint32_t one[4] = {N, H, W, 1};
+  write_idx_any(im, 0, 0x00000804, 4, one, g_pix, PIX);
+  TU_OK(lam_dataset_load_idx(im, lb, 0, &d));
+  assert_set_full("IDX rank 4, one channel", d, N, 1, H, W, 6, g_pix, 1, 1, lab);
+  lam_dataset_free(d);
+}
+
+/* .npy images in every layout the reader takes, headers of versions 1.0, 2.0 and 3.0, plain and gzip. */
+static void test_npy_layouts(void **state) {
+  (void)state;
+  enum { C = 3, C4 = 4, W6 = 6 };
+  static uint8_t src[N * H * W * C4], want[N * H * W * C4], nchw[N * 2 * H * W6];
+  fill_random(src, sizeof src, 0x1a, 0);
+  fill_random(nchw, sizeof nchw, 0x1b, 0);
+  const char *im = path_of("npy-images.npy"), *lb = path_of("npy-labels.npy");
+  lam_dataset *d = NULL;
+
+  /* v1.0 (n, h, w) with int64 labels. */
+  uint8_t lab8[N * 8];
+  for (int i = 0; i < N; i++) put_int(lab8 + 8 * i, 8, 0, g_lab[i]);
+  uint64_t s3[3] = {N, H, W}, s1[1] = {N};
+  write_npy(im, 0, 1, "|u1", 3, s3, g_pix, PIX);
+  write_npy(lb, 0, 1, "<i8", 1, s1, lab8, sizeof lab8);
+  TU_OK(lam_dataset_load_idx(im, lb, 0, &d));
+  assert_set_full(".npy v1 (n, h, w), int64 labels", d, N, 1, H, W, 10, g_pix, 1, 1, g_lab);
+  lam_dataset_free(d);
+
+  /* v2.0 (n, h, w, 3): channels-last, transposed. */
+  uint64_t s4[4] = {N, H, W, C};
+  ref_nchw(src, N, H, W, C, want);
+  write_npy(im, 0, 2, "|u1", 4, s4, src, (size_t)N * H * W * C);
+  write_npy_labels(lb, 0, N, g_lab);
+  TU_OK(lam_dataset_load_idx(im, lb, 10, &d));
+  assert_set_full(".npy v2 (n, h, w, 3)", d, N, C, H, W, 10, want, 1, 1, g_lab);
+  lam_dataset_free(d);
+
+  /* v3.0 (n, 2, h, 6): channels-first (second dimension <= 4, last > 4), kept as it is. */
+  uint64_t sc[4] = {N, 2, H, W6};
+  write_npy(im, 0, 3, "|u1", 4, sc, nchw, sizeof nchw);
+  TU_OK(lam_dataset_load_idx(im, lb, 10, &d));
+  assert_set_full(".npy v3 (n, 2, h, w)", d, N, 2, H, W6, 10, nchw, 1, 1, g_lab);
+  lam_dataset_free(d);
+
+  /* .npy.gz of (n, h, w, 4) and gzip int32 labels; and (n, h, w, 1). */
+  const char *imz = path_of("npy-images.npy.gz"), *lbz = path_of("npy-labels.npy.gz");
+  uint64_t s44[4] = {N, H, W, C4};
+  ref_nchw(src, N, H, W, C4, want);
+  write_npy(imz, 1, 1, "|u1", 4, s44, src, sizeof src);
+  uint8_t lab4[N * 4];
+  for (int i = 0; i < N; i++) put_int(lab4 + 4 * i, 4, 0, g_lab[i]);
+  write_npy(lbz, 1, 1, "<i4", 1, s1, lab4, sizeof lab4);
+  TU_OK(lam_dataset_load_idx(imz, lbz, 0, &d));
+  assert_set_full(".npy.gz (n, h, w, 4), int32 labels", d, N, C4, H, W, 10, want, 1, 1, g_lab);
+  lam_dataset_free(d);
+  uint64_t s41[4] = {N, H, W, 1};
+  write_npy(im, 0, 1, "|u1", 4, s41, g_pix, PIX);
+  TU_OK(lam_dataset_load_idx(im, lbz, 0, &d));
+  assert_set_full(".npy (n, h, w, 1)", d, N, 1, H, W, 10, g_pix, 1, 1, g_lab);
+  lam_dataset_free(d);
+
+  /* IDX images with .npy labels, and the reverse: each file's format is its own. */
+  const char *idx_im = path_of("npy-mixed-images"), *idx_lb = path_of("npy-mixed-labels");
+  write_good(idx_im, 0, idx_lb, 1);
+  TU_OK(lam_dataset_load_idx(idx_im, lbz, 10, &d));
+  assert_set_full("IDX images, .npy labels", d, N, 1, H, W, 10, g_pix, 1, 1, g_lab);
+  lam_dataset_free(d);
+  write_npy(im, 0, 1, "|u1", 3, s3, g_pix, PIX);
+  TU_OK(lam_dataset_load_idx(im, idx_lb, 10, &d));
+  assert_set_full(".npy images, IDX labels", d, N, 1, H, W, 10, g_pix, 1, 1, g_lab);
+  lam_dataset_free(d);
+}
+
+/* Labels of every integer dtype, either byte order, narrowed to bytes. */
+static void test_npy_label_dtypes(void **state) {
+  (void)state;
+  static const struct {
+    const char *descr;
+    int size, big;
+  } types[] = {{"|u1", 1, 0}, {"|i1", 1, 0}, {"<u2", 2, 0}, {">u2", 2, 1}, {"<i2", 2, 0}, {">i2", 2, 1},
+               {"<u4", 4, 0}, {"<i4", 4, 0}, {">i4", 4, 1}, {"<u8", 8, 0}, {"<i8", 8, 0}, {">i8", 8, 1}};
+  const char *im = path_of("dt-images.npy"), *lb = path_of("dt-labels.npy");
+  uint64_t s3[3] = {N, H, W}, s1[1] = {N};
+  write_npy(im, 0, 1, "|u1", 3, s3, g_pix, PIX);
+  uint8_t lab[N];
+  memcpy(lab, g_lab, N);
+  lab[3] = 100; /* fits int8 too */
+  for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+    uint8_t buf[N * 8];
+    for (int i = 0; i < N; i++) put_int(buf + (size_t)types[t].size * i, types[t].size, types[t].big, lab[i]);
+    write_npy(lb, 0, 1, types[t].descr, 1, s1, buf, (size_t)N * types[t].size);
+    lam_dataset *d = NULL;
+    lam_status s = lam_dataset_load_idx(im, lb, 0, &d);
+    if (s != LAM_OK) fail_msg("labels '%s': %s", types[t].descr, lam_last_error());
+    char what[64];
+    snprintf(what, sizeof what, "labels '%s'", types[t].descr);
+    assert_set_full(what, d, N, 1, H, W, 101, g_pix, 1, 1, lab);
+    lam_dataset_free(d);
+  }
+}
+
+/* Labels per pixel (IDX rank 3 and .npy (n, h, w)), 255 = ignore; and lam_dataset_set_classes. */
+static void test_per_pixel(void **state) {
+  (void)state;
+  enum { C = 3 };
+  static uint8_t src[N * H * W * C], want[N * H * W * C];
+  uint8_t map[PIX];
+  fill_random(src, sizeof src, 0x9a, 0);
+  ref_nchw(src, N, H, W, C, want);
+  fill_random(map, PIX, 0x9b, 4);
+  map[0] = 255, map[17] = 255, map[PIX - 1] = 255, map[40] = 3;
+  const char *im = path_of("pp-images"), *lb = path_of("pp-labels.gz");
+  uint32_t dims[4] = {N, H, W, C};
+  write_idx_any(im, 0, 0x00000804, 4, dims, src, sizeof src);
+  write_idx_any(lb, 1, 0x00000803, 3, dims, map, PIX);
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load_idx(im, lb, 0, &d));
+  assert_set_full("IDX per-pixel labels, classes inferred", d, N, C, H, W, 4, want, H, W, map);
+
+  /* lam_dataset_set_classes: up is fine, below a label is not; 255 never counts. */
+  TU_OK(lam_dataset_set_classes(d, 7));
+  assert_int_equal(d->classes, 7);
+  lam_status s = lam_dataset_set_classes(d, 3);
+  expect_fail("set_classes(3) with a label 3", s, LAM_ERR_INVALID_ARG, NULL, "lam_dataset_set_classes", "is 3",
+              "at least 4 classes", "k = 3", "(image ", (const char *)NULL);
+  assert_int_equal(d->classes, 7);
+  s = lam_dataset_set_classes(d, 256);
+  expect_fail("set_classes(256) per pixel", s, LAM_ERR_INVALID_ARG, NULL, "k is 256", "1..255", "ignore",
+              (const char *)NULL);
+  TU_OK(lam_dataset_set_classes(d, 4));
+  lam_dataset_free(d);
+
+  /* Explicit classes: 255 aside, every label below them. */
+  TU_OK(lam_dataset_load_idx(im, lb, 4, &d));
+  assert_set_full("IDX per-pixel labels, 4 classes", d, N, C, H, W, 4, want, H, W, map);
+  lam_dataset_free(d);
+  int first3 = 0;
+  while (map[first3] != 3) first3++;
+  char where[96];
+  snprintf(where, sizeof where, "index %d (image %d, row %d, col %d) is 3", first3, first3 / (H * W),
+           first3 % (H * W) / W, first3 % W);
+  EXPECT_LOAD_FAIL("per-pixel label 3 with 3 classes", im, lb, 3, LAM_ERR_IO, lb, where, "0..2 (or 255: ignore)");
+  EXPECT_LOAD_FAIL("per-pixel labels with 256 classes", im, lb, 256, LAM_ERR_INVALID_ARG, lb, "at most 255");
+
+  /* .npy int64 (n, h, w) with 255, read through gzip. */
+  uint8_t *buf = malloc((size_t)PIX * 8);
+  assert_non_null(buf);
+  for (int i = 0; i < PIX; i++) put_int(buf + 8 * i, 8, 0, map[i]);
+  const char *nlb = path_of("pp-labels.npy.gz");
+  uint64_t s3[3] = {N, H, W};
+  write_npy(nlb, 1, 1, "<i8", 3, s3, buf, (size_t)PIX * 8);
+  TU_OK(lam_dataset_load_idx(im, nlb, 0, &d));
+  assert_set_full(".npy int64 per-pixel labels", d, N, C, H, W, 4, want, H, W, map);
+  lam_dataset_free(d);
+
+  /* -1 where 255 is meant: refused with the fix. */
+  put_int(buf + 8 * 20, 8, 0, (uint64_t)-1);
+  write_npy(nlb, 1, 1, "<i8", 3, s3, buf, (size_t)PIX * 8);
+  EXPECT_LOAD_FAIL("per-pixel label -1", im, nlb, 0, LAM_ERR_IO, nlb, "index 20 (image 1, row 1, col 2)", "is -1",
+                   "y[y < 0] = 255");
+  free(buf);
+
+  /* Every label ignored: nothing to infer from. */
+  uint8_t none[PIX];
+  memset(none, 255, PIX);
+  write_idx_any(lb, 0, 0x00000803, 3, dims, none, PIX);
+  EXPECT_LOAD_FAIL("every label 255", im, lb, 0, LAM_ERR_IO, lb, "every label is 255");
+  TU_OK(lam_dataset_load_idx(im, lb, 2, &d));
+  assert_int_equal(d->classes, 2);
+  lam_dataset_free(d);
+}
+
+/* classes = 0 takes the largest label + 1; a per-image 255 is a class only when said so. */
+static void test_infer_classes(void **state) {
+  (void)state;
+  const char *im = path_of("inf-images"), *lb = path_of("inf-labels");
+  uint8_t lab[N] = {0, 1, 1, 0, 2, 1, 0};
+  write_images(im, 0, N, H, W, g_pix, PIX);
+  write_labels(lb, 0, N, lab, N);
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load_idx(im, lb, 0, &d));
+  assert_int_equal(d->classes, 3);
+  assert_int_equal(d->c, 1);
+  assert_int_equal(d->label_h, 1);
+  assert_int_equal(d->label_w, 1);
+  lam_status s = lam_dataset_set_classes(d, 2);
+  expect_fail("set_classes(2) with a label 2", s, LAM_ERR_INVALID_ARG, NULL, "index 4", "is 2", (const char *)NULL);
+  TU_OK(lam_dataset_set_classes(d, 256));
+  s = lam_dataset_set_classes(d, 0);
+  expect_fail("set_classes(0)", s, LAM_ERR_INVALID_ARG, NULL, "k is 0", "1..256", (const char *)NULL);
+  s = lam_dataset_set_classes(NULL, 3);
+  expect_fail("set_classes(NULL)", s, LAM_ERR_INVALID_ARG, NULL, "d is NULL", (const char *)NULL);
+  lam_dataset_free(d);
+
+  lab[5] = 255;
+  write_labels(lb, 0, N, lab, N);
+  EXPECT_LOAD_FAIL("per-image 255, classes inferred", im, lb, 0, LAM_ERR_IO, lb, "index 5", "is 255",
+                   "classes = 256");
+  TU_OK(lam_dataset_load_idx(im, lb, 256, &d));
+  assert_int_equal(d->labels[5], 255);
+  lam_dataset_free(d);
+
+  /* A struct built by hand with the new fields left 0: one channel, one label per image. */
+  uint8_t hand_lab[2] = {1, 4};
+  lam_dataset hand = {.n = 2, .h = 1, .w = 1, .classes = 5, .images = g_pix, .labels = hand_lab};
+  TU_OK(lam_dataset_set_classes(&hand, 9));
+  assert_int_equal(hand.classes, 9);
+  s = lam_dataset_set_classes(&hand, 4);
+  expect_fail("hand-built set, set_classes(4)", s, LAM_ERR_INVALID_ARG, NULL, "index 1 is 4", (const char *)NULL);
+}
+
+/* A folder of .npy files under the names train-images*, test-images*, ...; classes from both parts. */
+static void test_npy_folder(void **state) {
+  (void)state;
+  enum { C = 3, NTR = 4, NTE = 3 };
+  static uint8_t src[N * H * W * C], want[N * H * W * C];
+  fill_random(src, sizeof src, 0xf0, 0);
+  ref_nchw(src, N, H, W, C, want);
+  uint8_t lab[N] = {0, 2, 1, 2, 4, 0, 3}; /* training labels up to 2, test up to 4 */
+  const char *dir = path_of("npy-folder");
+  assert_int_equal(mkdir(dir, 0700), 0);
+  char p[512], q[512];
+  uint64_t str[4] = {NTR, H, W, C}, ste[4] = {NTE, H, W, C}, ltr[1] = {NTR}, lte[1] = {NTE};
+  snprintf(p, sizeof p, "%s/train-images.npy", dir);
+  write_npy(p, 0, 1, "|u1", 4, str, src, (size_t)NTR * H * W * C);
+  snprintf(p, sizeof p, "%s/train-images.npy.md5", dir); /* never a candidate */
+  write_bytes(p, 0, "0123\n", 5);
+  uint8_t l8[N * 8];
+  for (int i = 0; i < N; i++) put_int(l8 + 8 * i, 8, 0, lab[i]);
+  snprintf(p, sizeof p, "%s/train-labels.npy.gz", dir);
+  write_npy(p, 1, 2, "<i8", 1, ltr, l8, NTR * 8);
+  snprintf(p, sizeof p, "%s/test-images.npy", dir);
+  write_npy(p, 0, 1, "|u1", 4, ste, src + (size_t)NTR * H * W * C, (size_t)NTE * H * W * C);
+  snprintf(p, sizeof p, "%s/test-labels.npy", dir);
+  write_npy(p, 0, 1, "<i8", 1, lte, l8 + NTR * 8, NTE * 8);
+
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load(dir, 1, &d));
+  assert_set_full(".npy folder, training set", d, NTR, C, H, W, 5, want, 1, 1, lab);
+  lam_dataset_free(d);
+  TU_OK(lam_dataset_load(dir, 0, &d));
+  assert_set_full(".npy folder, test set", d, NTE, C, H, W, 5, want + (size_t)NTR * C * H * W, 1, 1, lab + NTR);
+  lam_dataset_free(d);
+
+  /* A second file for the test images: the test set refuses, naming both. */
+  snprintf(q, sizeof q, "%s/t10k-images-idx3-ubyte", dir);
+  write_images(q, 0, NTE, H, W, g_pix, (size_t)NTE * H * W);
+  d = POISONED;
+  lam_status s = lam_dataset_load(dir, 0, &d);
+  expect_fail("two files for the test images", s, LAM_ERR_IO, d, dir, "2 files for the test images",
+              "'t10k-images-idx3-ubyte'", "'test-images.npy'", "keep one", (const char *)NULL);
+  assert_int_equal(remove(q), 0);
+
+  /* A second file for the test labels: the training set reads them too (for classes), so both refuse. */
+  snprintf(q, sizeof q, "%s/t10k-labels-idx1-ubyte.gz", dir);
+  write_labels(q, 1, NTE, lab + NTR, NTE);
+  d = POISONED;
+  s = lam_dataset_load(dir, 1, &d);
+  expect_fail("two files for the test labels, training set", s, LAM_ERR_IO, d, "2 files for the test labels",
+              "'t10k-labels-idx1-ubyte.gz'", "'test-labels.npy'", (const char *)NULL);
+  assert_int_equal(remove(q), 0);
+
+  /* A file and its .gz twin are one file: the plain one is read (the MNIST layout's old rule). */
+  snprintf(q, sizeof q, "%s/test-labels.npy.gz", dir);
+  write_npy(q, 1, 1, "<i8", 1, lte, l8, NTE * 8); /* different labels: must not be read */
+  TU_OK(lam_dataset_load(dir, 0, &d));
+  assert_set_full(".npy folder with a .gz twin", d, NTE, C, H, W, 5, want + (size_t)NTR * C * H * W, 1, 1, lab + NTR);
+  lam_dataset_free(d);
+
+  /* A bad file for the other part's labels is reported: the classes would be wrong without it. */
+  snprintf(q, sizeof q, "%s/test-labels.npy", dir);
+  write_bytes(q, 0, "\x93NUMPY", 6);
+  d = POISONED;
+  s = lam_dataset_load(dir, 1, &d);
+  expect_fail("other part's labels broken", s, LAM_ERR_IO, d, q, "truncated", (const char *)NULL);
+}
+
+/* Per-channel mean and std of pixel / 255 against a float64 reference. */
+static void test_channel_stats(void **state) {
+  (void)state;
+  enum { C = 3 };
+  static uint8_t pix[N * C * H * W];
+  fill_random(pix, sizeof pix, 0x57a7, 0);
+  for (int i = 0; i < H * W; i++) pix[(size_t)2 * C * H * W + i] = 0; /* image 2, channel 0: dark */
+  lam_dataset d = {.n = N, .h = H, .w = W, .classes = 10, .images = pix, .labels = g_lab, .c = C};
+  float mean[C], sd[C];
+  TU_OK(lam_dataset_channel_stats(&d, mean, sd));
+  for (int ch = 0; ch < C; ch++) {
+    double s = 0, ss = 0, m;
+    for (int i = 0; i < N; i++)
+      for (int k = 0; k < H * W; k++) s += pix[((size_t)i * C + ch) * H * W + k] / 255.0;
+    m = s / (N * H * W);
+    for (int i = 0; i < N; i++)
+      for (int k = 0; k < H * W; k++) {
+        double v = pix[((size_t)i * C + ch) * H * W + k] / 255.0 - m;
+        ss += v * v;
+      }
+    double sdv = sqrt(ss / (N * H * W));
+    if (fabs(mean[ch] - m) > 1e-6 || fabs(sd[ch] - sdv) > 1e-6)
+      fail_msg("channel %d: mean %.8f std %.8f, want %.8f %.8f", ch, mean[ch], sd[ch], m, sdv);
+  }
+  /* c = 0 reads as one channel; a constant image has std 0. */
+  uint8_t flat[4] = {51, 51, 51, 51};
+  lam_dataset one = {.n = 1, .h = 2, .w = 2, .classes = 1, .images = flat, .labels = g_lab};
+  TU_OK(lam_dataset_channel_stats(&one, mean, sd));
+  assert_true(fabs(mean[0] - 0.2) < 1e-7 && sd[0] == 0.0f);
+
+  lam_status s = lam_dataset_channel_stats(NULL, mean, sd);
+  expect_fail("stats(NULL)", s, LAM_ERR_INVALID_ARG, NULL, "d is NULL", (const char *)NULL);
+  s = lam_dataset_channel_stats(&d, NULL, sd);
+  expect_fail("stats, mean NULL", s, LAM_ERR_INVALID_ARG, NULL, "mean or std is NULL", (const char *)NULL);
+  lam_dataset empty = {.h = 2, .w = 2, .images = flat};
+  s = lam_dataset_channel_stats(&empty, mean, sd);
+  expect_fail("stats of an empty set", s, LAM_ERR_INVALID_ARG, NULL, "empty", (const char *)NULL);
+}
+
+/* Every malformed .npy file, and shapes the roles do not take. */
+static void test_npy_bad(void **state) {
+  (void)state;
+  const char *im = path_of("bad-images.npy"), *lb = path_of("bad-labels.npy");
+  uint64_t s3[3] = {N, H, W}, s1[1] = {N};
+  write_npy_labels(lb, 0, N, g_lab);
+  char hdr[256];
+
+  /* Magic, version, header length. */
+  uint8_t raw[16 + PIX];
+  write_npy(im, 0, 1, "|u1", 3, s3, g_pix, PIX);
+  memcpy(raw, "\x93NUMPX", 6);
+  write_bytes(im, 0, raw, 6 + 10);
+  EXPECT_LOAD_FAIL("damaged .npy magic", im, lb, 10, LAM_ERR_IO, im, "magic", "NumPy", "damaged");
+  write_npy_raw(im, 0, 4, "{'descr': '|u1', 'fortran_order': False, 'shape': (7, 5, 3), }", g_pix, PIX);
+  EXPECT_LOAD_FAIL("version 4.0", im, lb, 10, LAM_ERR_IO, im, "version 4.0", "1.0, 2.0 and 3.0");
+  uint8_t head[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 0xff, 0xff, 0xff, 0x7f};
+  write_bytes(im, 0, head, 12);
+  EXPECT_LOAD_FAIL("header length 2 GiB", im, lb, 10, LAM_ERR_IO, im, "header's length is 2147483647");
+  head[6] = 1, head[8] = 0, head[9] = 0;
+  write_bytes(im, 0, head, 10);
+  EXPECT_LOAD_FAIL("header length 0", im, lb, 10, LAM_ERR_IO, im, "header's length is 0");
+  write_bytes(im, 0, head, 8);
+  EXPECT_LOAD_FAIL("cut after the version", im, lb, 10, LAM_ERR_IO, im, "truncated", "after 8 bytes");
+  head[8] = 118; /* 128 - 10 */
+  write_bytes(im, 0, head, 10);
+  EXPECT_LOAD_FAIL("cut inside the header text", im, lb, 10, LAM_ERR_IO, im, "truncated", "128-byte .npy header");
+
+  /* Malformed header text: each says what it found and where. */
+  static const struct {
+    const char *header, *word;
+  } bad[] = {
+      {"{'descr': '|u1', 'fortran_order': False, }", "no key 'shape'"},
+      {"{'descr': '|u1', 'shape': (7, 5, 3), }", "no key 'fortran_order'"},
+      {"{'fortran_order': False, 'shape': (7, 5, 3), }", "no key 'descr'"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': (7, 5, 3), 'foo': 1}", "unknown key 'foo'"},
+      {"{'descr': '|u1', 'descr': '|u1', 'fortran_order': False, 'shape': (7, 5, 3)}", "given twice"},
+      {"{'descr': '|u1, 'fortran_order': False, 'shape': (7, 5, 3), }", "expected ',' or '}'"},
+      {"{'descr' '|u1', 'fortran_order': False, 'shape': (7, 5, 3), }", "expected ':' after 'descr'"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': (7, 5, 3), 'x", "unterminated string"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': (7, 5, 3), ", "expected a quoted string"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': (7, -5, 3), }", "negative"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': (7, 5, 3) }x", "text after"},
+      {"['descr', '|u1']", "expected '{'"},
+      {"{'descr': [('a', '|u1')], 'fortran_order': False, 'shape': (7, 5, 3), }", "structured"},
+      {"{'descr': '|u1', 'fortran_order': Maybe, 'shape': (7, 5, 3), }", "expected True or False"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': [7, 5, 3], }", "expected a tuple"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': (99999999999999999999999, 5, 3), }", "too large"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': (7 5 3), }", "expected ',' or ')'"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': (7, 5, 3)", "expected ',' or '}'"},
+      {"{'descr': '|u1', 'fortran_order': False, 'shape': (7, 5, 3), } \\", "text after"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    write_npy_raw(im, 0, 1, bad[i].header, g_pix, PIX);
+    char what[64];
+    snprintf(what, sizeof what, "malformed header %zu", i);
+    EXPECT_LOAD_FAIL(what, im, lb, 10, LAM_ERR_IO, im, "malformed .npy header", bad[i].word, "numpy.save");
+  }
+  /* A NUL inside the header text: parsed as bytes, not as a C string. */
+  snprintf(hdr, sizeof hdr, "{'descr': '|u1', 'fortran_order': False, 'shape': (7, 5, 3), }");
+  write_npy_raw(im, 0, 1, hdr, g_pix, PIX);
+  {
+    FILE *f = fopen(im, "r+b");
+    assert_non_null(f);
+    fseek(f, 10 + 3, SEEK_SET); /* inside 'descr' */
+    fputc(0, f);
+    fclose(f);
+  }
+  EXPECT_LOAD_FAIL("NUL in the header", im, lb, 10, LAM_ERR_IO, im, "unknown key");
+
+  /* Fortran order; dtypes. */
+  write_npy_raw(im, 0, 1, "{'descr': '|u1', 'fortran_order': True, 'shape': (7, 5, 3), }", g_pix, PIX);
+  EXPECT_LOAD_FAIL("fortran order", im, lb, 10, LAM_ERR_IO, im, "Fortran order", "np.ascontiguousarray");
+  static float fpix[PIX];
+  write_npy(im, 0, 1, "<f4", 3, s3, fpix, sizeof fpix);
+  EXPECT_LOAD_FAIL("float32 images", im, lb, 10, LAM_ERR_IO, "image file", im, "'<f4' (float32)", "uint8",
+                   "astype(np.uint8)");
+  write_npy(im, 0, 1, "<i2", 3, s3, fpix, (size_t)PIX * 2);
+  EXPECT_LOAD_FAIL("int16 images", im, lb, 10, LAM_ERR_IO, im, "'<i2' (int16)", "uint8");
+  write_npy(im, 0, 1, "|u1", 3, s3, g_pix, PIX);
+  write_npy(lb, 0, 1, "<f8", 1, s1, fpix, (size_t)N * 8);
+  EXPECT_LOAD_FAIL("float64 labels", im, lb, 10, LAM_ERR_IO, "label file", lb, "(float64)", "integers");
+  write_npy(lb, 0, 1, "|S3", 1, s1, fpix, (size_t)N * 3);
+  EXPECT_LOAD_FAIL("string labels", im, lb, 10, LAM_ERR_IO, lb, "'|S3'", "integers");
+
+  /* Truncated and trailing data, plain and gzip. */
+  write_npy_labels(lb, 0, N, g_lab);
+  write_npy(im, 0, 1, "|u1", 3, s3, g_pix, PIX - 10);
+  EXPECT_LOAD_FAIL(".npy 10 bytes short", im, lb, 10, LAM_ERR_IO, im, "truncated", "7 images of shape (7, 5, 3)",
+                   "105 bytes", "only 95");
+  const char *imz = path_of("bad-images.npy.gz");
+  write_npy(imz, 1, 2, "|u1", 3, s3, g_pix, PIX - 10);
+  EXPECT_LOAD_FAIL(".npy.gz 10 bytes short", imz, lb, 10, LAM_ERR_IO, imz, "truncated", "105 bytes", "only 95");
+  uint8_t more[PIX + 5];
+  memcpy(more, g_pix, PIX);
+  memset(more + PIX, 1, 5);
+  write_npy(im, 0, 1, "|u1", 3, s3, more, PIX + 5);
+  EXPECT_LOAD_FAIL(".npy 5 trailing bytes", im, lb, 10, LAM_ERR_IO, im, "5 trailing bytes");
+  write_npy(im, 0, 1, "|u1", 3, s3, g_pix, PIX);
+  uint8_t l8[N * 8] = {0};
+  write_npy(lb, 1, 1, "<i8", 1, s1, l8, N * 8 - 3);
+  EXPECT_LOAD_FAIL("int64 labels cut", im, lb, 10, LAM_ERR_IO, lb, "truncated", "7 labels of int64", "56 bytes",
+                   "only 53");
+
+  /* Labels out of range, for bytes and for classes. */
+  put_int(l8 + 16, 8, 0, 300);
+  write_npy(lb, 0, 1, "<i8", 1, s1, l8, N * 8);
+  EXPECT_LOAD_FAIL("int64 label 300", im, lb, 0, LAM_ERR_IO, lb, "index 2 is 300", "0..255");
+  put_int(l8 + 16, 8, 0, 0x8000000000000005ULL);
+  write_npy(lb, 0, 1, "<u8", 1, s1, l8, N * 8);
+  EXPECT_LOAD_FAIL("uint64 label 2^63 + 5", im, lb, 0, LAM_ERR_IO, lb, "is 9223372036854775813");
+  uint8_t lab[N];
+  memcpy(lab, g_lab, N);
+  lab[6] = 10;
+  write_npy_labels(lb, 0, N, lab);
+  EXPECT_LOAD_FAIL(".npy label 10 with 10 classes", im, lb, 10, LAM_ERR_IO, lb, "index 6 is 10", "10 classes");
+
+  /* Counts and shapes that do not match. */
+  write_npy_labels(lb, 0, N - 1, g_lab);
+  EXPECT_LOAD_FAIL(".npy 7 images, 6 labels", im, lb, 10, LAM_ERR_IO, im, lb, "has 7 images", "has 6 labels");
+  uint64_t s4x3[3] = {N, 4, W};
+  write_npy(lb, 0, 1, "|u1", 3, s4x3, g_pix, (size_t)N * 4 * W);
+  EXPECT_LOAD_FAIL(".npy per-pixel labels 4x3 for 5x3 images", im, lb, 0, LAM_ERR_IO, lb, "per-pixel labels of 4x3",
+                   "are 5x3", "(7, 5, 3)");
+  const char *ilb = path_of("bad-labels-idx");
+  uint32_t d54[3] = {N, H, 4};
+  static uint8_t maps54[N * H * 4];
+  write_idx_any(ilb, 0, 0x00000803, 3, d54, maps54, sizeof maps54);
+  EXPECT_LOAD_FAIL("IDX per-pixel labels 5x4 for 5x3 images", im, ilb, 0, LAM_ERR_IO, ilb, "5x4", "are 5x3",
+                   "0x00000803 of 7 x 5 x 3");
+  uint32_t d8[4] = {N, H, W, 2};
+  write_idx_any(ilb, 0, 0x00000804, 4, d8, NULL, 0); /* refused by its magic, before any data */
+  EXPECT_LOAD_FAIL("IDX rank-4 images as labels", im, ilb, 0, LAM_ERR_IO, ilb, "expected 0x00000801 or 0x00000803",
+                   "swapped");
+  write_idx_any(ilb, 0, 0x00000802, 2, d8, g_pix, N * H);
+  EXPECT_LOAD_FAIL("IDX labels of rank 2", im, ilb, 0, LAM_ERR_IO, ilb, "2 dimensions", "1 (n: a label per image)");
+
+  write_npy_labels(lb, 0, N, g_lab);
+  uint64_t s2[2] = {N, H * W};
+  write_npy(im, 0, 1, "|u1", 2, s2, g_pix, PIX);
+  EXPECT_LOAD_FAIL("flat .npy images", im, lb, 10, LAM_ERR_IO, im, "2 dimensions", "reshape");
+  uint64_t s5[5] = {N, 1, H, W, 1};
+  write_npy(im, 0, 1, "|u1", 5, s5, g_pix, PIX);
+  EXPECT_LOAD_FAIL("5-d .npy images", im, lb, 10, LAM_ERR_IO, im, "5 dimensions");
+  static uint8_t cube[N * 8 * 8 * 8];
+  uint64_t s888[4] = {N, 8, 8, 8};
+  write_npy(im, 0, 1, "|u1", 4, s888, cube, sizeof cube);
+  EXPECT_LOAD_FAIL("ambiguous (7, 8, 8, 8)", im, lb, 10, LAM_ERR_IO, im, "(7, 8, 8, 8)", "ambiguous", "<= 4",
+                   "0x00000804");
+  uint64_t s0[3] = {0, H, W};
+  write_npy(im, 0, 1, "|u1", 3, s0, g_pix, 0);
+  EXPECT_LOAD_FAIL(".npy n = 0", im, lb, 10, LAM_ERR_IO, im, "dimension n is 0");
+  uint64_t sbig[3] = {200000000, 1, 1};
+  write_npy(im, 0, 1, "|u1", 3, sbig, g_pix, PIX);
+  EXPECT_LOAD_FAIL(".npy n = 200M", im, lb, 10, LAM_ERR_IO, im, "n is 200000000");
+
+  write_npy(im, 0, 1, "|u1", 3, s3, g_pix, PIX);
+  uint64_t sn1[2] = {N, 1};
+  write_npy(lb, 0, 1, "|u1", 2, sn1, g_lab, N);
+  EXPECT_LOAD_FAIL(".npy labels (n, 1)", im, lb, 10, LAM_ERR_IO, lb, "(7, 1)", "y.reshape(-1)");
+  uint64_t sn2[2] = {N, 2};
+  write_npy(lb, 0, 1, "|u1", 2, sn2, g_pix, N * 2);
+  EXPECT_LOAD_FAIL(".npy labels (n, 2)", im, lb, 10, LAM_ERR_IO, lb, "2 dimensions", "(n, h, w)");
+}
+
 /* ---- the real Fashion-MNIST ------------------------------------------------------------------ */
 
 static double now_s(void) {
@@ -623,7 +1225,11 @@ int main(void) {
       cmocka_unit_test(test_bad_dims),         cmocka_unit_test(test_count_mismatch),
       cmocka_unit_test(test_bad_label),        cmocka_unit_test(test_bad_classes),
       cmocka_unit_test(test_missing_file),     cmocka_unit_test(test_corrupt_gzip),
-      cmocka_unit_test(test_null_args),        cmocka_unit_test(test_fashion_mnist_real),
+      cmocka_unit_test(test_null_args),        cmocka_unit_test(test_idx_rank4),
+      cmocka_unit_test(test_npy_layouts),      cmocka_unit_test(test_npy_label_dtypes),
+      cmocka_unit_test(test_per_pixel),        cmocka_unit_test(test_infer_classes),
+      cmocka_unit_test(test_npy_folder),       cmocka_unit_test(test_channel_stats),
+      cmocka_unit_test(test_npy_bad),          cmocka_unit_test(test_fashion_mnist_real),
   };
   tu_apply_filter();
   return cmocka_run_group_tests_name("data", tests, setup_dir, teardown_dir) ? 1 : 0;

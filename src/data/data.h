@@ -1,0 +1,86 @@
+/* data.h — what the data-set readers share (internal to src/data): a source file opened through zlib
+ * (plain or gzip alike), whose first bytes are peeked to tell IDX from NumPy; the array that a
+ * format's reader (idx.c, npy.c) makes of it; and the payload reader both formats end in, which
+ * checks the length against the header before allocating and narrows wide integers to bytes.
+ */
+#ifndef LAMINA_DATA_H
+#define LAMINA_DATA_H
+
+#include <stdint.h>
+#include <zlib.h>
+
+#include "lamina.h"
+
+#define DATA_MAX_N 100000000u  /* 100 M images: far above any real set, low enough to catch garbage */
+#define DATA_MAX_SIDE 4096u
+#define DATA_MAX_CHANNELS 1024u
+#define DATA_PEEK 8 /* bytes data_open reads ahead: enough for both magics */
+
+typedef enum data_role { DATA_IMAGES, DATA_LABELS } data_role;
+
+/* One file being read. Reads go through data_read, which first hands out the peeked bytes. */
+typedef struct data_src {
+  const char *path;
+  const char *what; /* "image" or "label", for messages */
+  data_role role;
+  gzFile gz;
+  int gzip;            /* gzip data (else the file is read as it is) */
+  int regular;         /* a regular file: file_bytes is its length */
+  uint64_t file_bytes; /* on disk, compressed or not */
+  unsigned char peek[DATA_PEEK];
+  size_t peek_len, peek_pos;
+} data_src;
+
+/* How the file's elements become the array's bytes. */
+typedef struct data_elem {
+  int size;       /* bytes: 1, 2, 4 or 8 */
+  int is_signed;
+  int big_endian;
+} data_elem;
+
+/* An array read whole, as uint8. The dims are the file's, in its order; `channels_last` says where a
+ * 4-d image array keeps its channels. `words` is the shape in words for messages ("7 images of 5x3"). */
+typedef struct data_array {
+  int rank;
+  uint64_t dims[4];
+  int channels_last;
+  int npy;       /* read from a NumPy file (else IDX): messages speak its language */
+  uint8_t *data; /* count bytes, malloc'd, owned by the caller */
+  size_t count;
+  char words[160];
+} data_array;
+
+/* Opens path for role and peeks its first bytes; on failure nothing is left open. */
+lam_status data_open(const char *path, data_role role, data_src *s);
+/* Closes s; returns `so_far`, or an error if that was LAM_OK and zlib reports one on closing. */
+lam_status data_close(data_src *s, lam_status so_far);
+/* Reads up to `bytes` into dst. Returns 0 with *got < bytes only at the end of the data; -1 on a read
+ * or decompression error (data_reason says which). */
+int data_read(data_src *s, void *dst, size_t bytes, size_t *got);
+/* zlib's (or errno's) reason for the last failure on s, without the path zlib puts in front. */
+const char *data_reason(data_src *s);
+/* "(the file is empty)" / "(the gzip data is empty)" when got == 0, else "". */
+const char *data_empty_note(const data_src *s, size_t got);
+
+/* Reads the payload that follows a head_bytes-long header: a->count elements of kind e, into a->data
+ * as bytes. Checks the length against the header first (plain files exactly, gzip files against
+ * deflate's largest ratio) so a bad header never costs a huge malloc, then that nothing follows the
+ * data. Elements wider than a byte (labels) must be 0..255; the first that is not is an error naming
+ * its index. */
+lam_status data_payload(data_src *s, uint64_t head_bytes, const data_elem *e, data_array *a);
+
+/* 1 when p (n bytes) starts with the NumPy magic "\x93NUMPY". */
+int npy_magic(const unsigned char *p, size_t n);
+/* The format readers: each reads the header (the peeked bytes included), checks it against what the
+ * role takes, and reads the payload through data_payload. On failure a->data is NULL. */
+lam_status idx_read(data_src *s, data_array *a);
+lam_status npy_read(data_src *s, data_array *a);
+
+/* Checks one dimension against lamina's limits: dims[0] is n, the others sides or channels. */
+lam_status data_check_dim(const data_src *s, const char *format, const char *name, uint64_t v, uint64_t limit);
+
+/* Writes " (image 3, row 4, col 2)" for index i of per-pixel labels of h x w, or "" when h is 0 (one
+ * label per image). */
+void data_where(uint64_t h, uint64_t w, size_t i, char *buf, size_t cap);
+
+#endif
