@@ -100,7 +100,7 @@ static void fwd(lam_ctx *ctx, const block *k, int B, bufs *u, int v) {
     return;
   }
   T(be->cbp_to_bcp(ctx, B, k->OC, P, u->G, u->b, u->conv));
-  T(be->act_fwd(ctx, LAM_ACT_RELU, (size_t)k->OC * BP, u->conv, u->act));
+  T(be->act_fwd(ctx, LAM_ACT_RELU, 0.0f, (size_t)k->OC * BP, u->conv, u->act));
   T(be->maxpool_fwd(ctx, &pg, B, u->act, u->y, u->arg));
 }
 
@@ -118,7 +118,7 @@ static void bwd(lam_ctx *ctx, const block *k, int B, bufs *u, int v) {
   if (v == 2) T(be->conv_pool_bwd(ctx, &pg, B, u->dy, u->y, u->arg, u->dG, 0, u->db));
   else {
     T(be->maxpool_bwd(ctx, &pg, B, u->dy, u->arg, u->dact));
-    T(be->act_bwd(ctx, LAM_ACT_RELU, (size_t)k->OC * BP, u->act, u->dact, u->dconv));
+    T(be->act_bwd(ctx, LAM_ACT_RELU, 0.0f, (size_t)k->OC * BP, NULL, u->act, u->dact, u->dconv));
     T(be->bcp_to_cbp(ctx, B, k->OC, P, u->dconv, u->dG, u->db));
   }
   T(be->gemm(ctx, 0, 1, k->OC, taps, BP, 1.0f, u->dG, BP, u->col, BP, 1.0f, u->dW, taps));

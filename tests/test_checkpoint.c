@@ -332,13 +332,14 @@ static void test_format(void **state) {
   /* conv 4 3 on 1x8x8: 4*9 + 4; maxpool to 4x3x3; dense 10: 36*10 + 10. */
   const uint64_t layers[5][2] = {{36, 4}, {0, 0}, {0, 0}, {0, 0}, {360, 10}};
   assert_int_equal(np, 410);
-  size_t want_len = 8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4 + 4 + (4 + 24 + 8 + 2 * np * 4 + 4 + 8 + 4 + 32) + 4;
+  /* v2: normalization of 1 channel (4 + 8), no running statistics (8), label smoothing (4) */
+  size_t want_len = 8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4 + 24 + 4 + (4 + 24 + 8 + 2 * np * 4 + 4 + 8 + 4 + 32) + 4;
   if (len != want_len) fail_msg("the file has %zu bytes, the documented layout %zu", len, want_len);
 
   size_t o = 0;
   assert_memory_equal(f, "LAMCKPT\0", 8);
   o += 8;
-  assert_int_equal(le32(f + o), 1); /* version */
+  assert_int_equal(le32(f + o), 2); /* version */
   o += 4;
   assert_int_equal(le32(f + o), sl);
   o += 4;
@@ -361,6 +362,15 @@ static void test_format(void **state) {
     memcpy(&u, &p[i], 4);
     if (le32(f + o) != u) fail_msg("parameter %zu: file has %08x, model %08x", i, le32(f + o), u);
   }
+  assert_int_equal(le32(f + o), 1); /* normalized channels */
+  float nm, ns;
+  uint32_t un = le32(f + o + 4), us = le32(f + o + 8);
+  memcpy(&nm, &un, 4);
+  memcpy(&ns, &us, 4);
+  assert_true(nm == 0.5f && ns == 0.5f); /* the default mean and std */
+  assert_int_equal(le64(f + o + 12), 0); /* no running statistics */
+  assert_int_equal(le32(f + o + 20), 0); /* no label smoothing: 0.0f */
+  o += 24;
   assert_int_equal(le32(f + o), 1); /* training state follows */
   o += 4;
   assert_int_equal(le32(f + o), LAM_OPT_ADAM);
@@ -379,12 +389,12 @@ static void test_format(void **state) {
   assert_int_equal(o, len - 4);
   if (le32(f + o) != crc32_ref(f, o)) fail_msg("stored CRC %08x, CRC-32 of the file %08x", le32(f + o), crc32_ref(f, o));
 
-  /* A model-only save: the flag is 0 and nothing but the CRC follows the parameters. */
+  /* A model-only save: the flag is 0 and nothing but the CRC follows the parameters and the v2 block. */
   const char *path2 = path_of("format-model.ckpt");
   TU_OK(lam_checkpoint_save(path2, m, NULL));
   size_t len2;
   uint8_t *g = read_all(path2, &len2);
-  size_t flag_at = 8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4;
+  size_t flag_at = 8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4 + 24;
   assert_int_equal(len2, flag_at + 4 + 4);
   assert_int_equal(le32(g + flag_at), 0);
   assert_memory_equal(g, f, flag_at); /* same header and parameters */
@@ -541,18 +551,93 @@ static void test_future_version(void **state) {
   save_trained(good, LAM_OPT_ADAM, 1, 1);
   size_t len;
   uint8_t *f = read_all(good, &len);
-  set_le32(f + 8, 2);
+  set_le32(f + 8, 3);
   fix_crc(f, len);
   write_all(bad, f, len);
-  EXPECT_LOAD_FAIL("version 2", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 2", "reads 1");
+  EXPECT_LOAD_FAIL("version 3", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 3", "reads 2");
   print_message("future version: %s\n", lam_last_error());
   /* A newer version's layout may differ entirely: the version is checked before anything else. */
   write_all(bad, f, 12);
-  EXPECT_LOAD_FAIL("version 2, header only", bad, 0, LAM_ERR_IO, "newer lamina", "version 2");
+  EXPECT_LOAD_FAIL("version 3, header only", bad, 0, LAM_ERR_IO, "newer lamina", "version 3");
   set_le32(f + 8, 0);
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 0", bad, 0, LAM_ERR_IO, "corrupted", "version 0");
   free(f);
+}
+
+/* A version-1 file (the v2 fields cut out, version 1, CRC fixed) still loads: same parameters, and the
+ * default normalization. */
+static void test_v1_loads(void **state) {
+  (void)state;
+  const char *v2 = path_of("v2.ckpt"), *v1 = path_of("v1.ckpt");
+  lam_model *m;
+  lam_trainer *t;
+  make(LAM_OPT_ADAM, &m, &t);
+  (void)epoch(t);
+  TU_OK(lam_checkpoint_save(v2, m, t));
+  size_t len, np = lam_model_param_count(m), sl = strlen(lam_model_spec(m));
+  uint8_t *f = read_all(v2, &len);
+  size_t cut = 8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4; /* where the v2 block starts: 24 bytes here */
+  memmove(f + cut, f + cut + 24, len - cut - 24);
+  len -= 24;
+  set_le32(f + 8, 1);
+  fix_crc(f, len);
+  write_all(v1, f, len);
+  free(f);
+  lam_model *m1 = NULL;
+  lam_trainer *t1 = NULL;
+  TU_OK(lam_checkpoint_load(g_ctx, v1, &m1, &g_set, &t1));
+  float *p0 = params_of(m), *p1 = params_of(m1);
+  assert_memory_equal(p0, p1, np * sizeof(float));
+  float mean, std;
+  TU_OK(lam_model_normalization(m1, &mean, &std));
+  assert_true(mean == 0.5f && std == 0.5f);
+  assert_int_equal(lam_trainer_epochs_done(t1), 1);
+  (void)epoch(t1); /* and it trains on */
+  free(p0);
+  free(p1);
+  lam_trainer_free(t1);
+  lam_model_free(m1);
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
+/* v2 carries BatchNorm's running statistics, the normalization and the label smoothing: a model with
+ * all three set reloads to the same evaluation. */
+static void test_v2_state_roundtrip(void **state) {
+  (void)state;
+  const char *path = path_of("bn.ckpt");
+  lam_model *m;
+  TU_OK(lam_model_create(g_ctx, "conv 4 3 nobias, bn, r: relu, conv 4 3 pad 1, bn momentum 0.3, add @r, gap, dense 10", 1,
+                         IMG, IMG, MODEL_SEED, &m));
+  const float mean = 0.25f, std = 0.3f;
+  TU_OK(lam_model_set_normalization(m, 1, &mean, &std));
+  TU_OK(lam_model_set_label_smoothing(m, 0.1f));
+  lam_opt o = opt_for(LAM_OPT_ADAM);
+  lam_trainer *t;
+  TU_OK(lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t));
+  (void)epoch(t); /* moves the running statistics off 0 and 1 */
+  size_t ns = lam_model_state_count(m);
+  assert_int_equal(ns, 16);
+  float st0[16], st1[16];
+  TU_OK(lam_model_state_get(m, st0, ns));
+  assert_true(st0[0] != 0.0f && st0[4] != 1.0f);
+  TU_OK(lam_checkpoint_save(path, m, t));
+  double acc0, loss0, acc1, loss1;
+  TU_OK(lam_evaluate(m, &g_set, 64, &acc0, &loss0, NULL));
+  lam_model *m1 = NULL;
+  TU_OK(lam_checkpoint_load(g_ctx, path, &m1, NULL, NULL));
+  TU_OK(lam_model_state_get(m1, st1, ns));
+  assert_memory_equal(st0, st1, sizeof st0);
+  float mean1, std1;
+  TU_OK(lam_model_normalization(m1, &mean1, &std1));
+  assert_true(mean1 == mean && std1 == std);
+  TU_OK(lam_evaluate(m1, &g_set, 64, &acc1, &loss1, NULL));
+  assert_memory_equal(&acc0, &acc1, sizeof acc0);
+  assert_memory_equal(&loss0, &loss1, sizeof loss0);
+  lam_model_free(m1);
+  lam_trainer_free(t);
+  lam_model_free(m);
 }
 
 static void test_empty_missing_directory(void **state) {
@@ -731,6 +816,7 @@ int main(void) {
       cmocka_unit_test(test_format),               cmocka_unit_test(test_model_only_roundtrip),
       cmocka_unit_test(test_truncated),            cmocka_unit_test(test_corrupted),
       cmocka_unit_test(test_wrong_magic),          cmocka_unit_test(test_future_version),
+      cmocka_unit_test(test_v1_loads),             cmocka_unit_test(test_v2_state_roundtrip),
       cmocka_unit_test(test_empty_missing_directory), cmocka_unit_test(test_mismatched),
       cmocka_unit_test(test_save_replaces_atomically), cmocka_unit_test(test_null_args),
   };

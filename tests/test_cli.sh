@@ -279,7 +279,7 @@ mkdata() { # mkdata PREFIX N
 mkdir -p "$TMP/mini"
 mkdata train 40
 mkdata t10k 20
-MINI_MODEL="flatten, dense 10" # MNIST-layout folders have 10 classes; this set uses 4 of them
+MINI_MODEL="flatten, dense 4" # the classes come from the data: the largest label (3) + 1
 run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 2 --batch 8 --lr 0.05 --device cpu --save "$TMP/mini.ckpt" --json
 if [ "$rc" -eq 0 ] && has "$TMP/out" '"epochs":[' && has "$TMP/out" '"epoch":2' && [ -s "$TMP/mini.ckpt" ]; then
   ok "train on a small folder: 2 epochs in the JSON, a checkpoint written"
@@ -305,6 +305,27 @@ run eval --load "$TMP/bad.ckpt" --data "$TMP/mini" --device cpu
 if [ "$rc" -eq 1 ] && has "$TMP/err" "not a lamina checkpoint"; then ok "eval of a non-checkpoint: exit 1, says what it is"; else not_ok "eval of a bad file" "want exit 1 and 'not a lamina checkpoint'"; fi
 usage_error "train with a bad --model is a usage error quoting the word" x3 -- train --data "$TMP/mini" --model "conv 32 x3" --device cpu
 usage_error "train --max-memory abc is rejected" --max-memory -- train --max-memory abc
+
+# Classes come from the data: a model with another count is an error naming both; --classes raises it.
+run train --data "$TMP/mini" --model "flatten, dense 10" --epochs 1 --batch 8 --device cpu
+if [ "$rc" -eq 1 ] && has "$TMP/err" "gives 10 outputs" && has "$TMP/err" "has 4 classes"; then ok "a model of 10 classes on 4: exit 1 naming both"; else not_ok "classes mismatch" "want exit 1 naming 10 and 4 (rc $rc)"; fi
+run train --data "$TMP/mini" --model "flatten, dense 10" --classes 10 --epochs 1 --batch 8 --device cpu --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"epoch":1'; then ok "--classes 10 trains a 10-class model on labels 0..3"; else not_ok "--classes" "want exit 0 (rc $rc)"; fi
+usage_error "train --classes 2 below a label is a usage error" "--classes" -- train --data "$TMP/mini" --model "$MINI_MODEL" --classes 2 --device cpu
+# --resume takes batch, optimizer and model from the checkpoint: a different one is refused, naming both.
+usage_error "train --resume with another --batch is refused" "batch 8" -- train --data "$TMP/mini" --epochs 3 --batch 16 --device cpu --resume "$TMP/mini.ckpt"
+usage_error "train --resume with another --opt is refused" "sgd" -- train --data "$TMP/mini" --epochs 3 --opt sgd --device cpu --resume "$TMP/mini.ckpt"
+usage_error "train --resume with another --model is refused" "dense 5" -- train --data "$TMP/mini" --epochs 3 --model "flatten, dense 5" --device cpu --resume "$TMP/mini.ckpt"
+# A model in a file: one layer per line, '#' comments.
+printf '# a tiny residual net\nflatten\ndense 16   # hidden\nh: relu\ndense 16, relu\nadd @h\ndense 4\n' >"$TMP/model.txt"
+run train --data "$TMP/mini" --model "$TMP/model.txt" --epochs 2 --batch 8 --lr 0.05 --device cpu --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"model":"flatten, dense 16, h: relu, dense 16, relu, add @h, dense 4"'; then ok "--model FILE: lines joined, comments dropped"; else not_ok "--model FILE" "want exit 0 and the joined spec in the JSON (rc $rc)"; fi
+run model "$TMP/model.txt" --input 1x4x4 --batch 32
+if [ "$rc" -eq 0 ] && has "$TMP/out" "add" && has "$TMP/out" "planned memory at batch 32" && has "$TMP/out" "parameters 612"; then ok "lamina model prints the nodes, parameters and planned memory"; else not_ok "lamina model" "want the table (rc $rc)"; fi
+usage_error "lamina model without --input" "--input" -- model "conv 8 3"
+usage_error "lamina model with a bad spec quotes the word" "@nope" -- model "conv 8 3, add @nope" --input 1x28x28
+run train --help
+if [ "$rc" -eq 0 ] && has "$TMP/out" "concat @NAME" && has "$TMP/out" "bn [momentum M]"; then ok "train --help shows the spec grammar"; else not_ok "train --help" "want the grammar"; fi
 
 # The memory figures, and a cap too small to train: a clear error with the numbers, exit 1.
 run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --max-memory 10M --json

@@ -67,8 +67,17 @@ static const bad_spec k_bad[] = {
     {"dense 10", 1, 28, 28, "dense", 1, NULL},                /* an image into dense without flatten */
     {"flatten, conv 4 3, dense 10", 1, 28, 28, "conv", 2, NULL}, /* conv after the input went flat */
     {"flatten, maxpool 2, dense 10", 1, 28, 28, "maxpool", 2, NULL},
-    {"conv 8 3, relu", 1, 28, 28, NULL, 0, "dense"},          /* ends in an image, not one score per class */
-    {"conv 8 3", 1, 28, 28, NULL, 0, "dense"},
+    /* (a model ending in an image is a per-pixel model now: checked against the data, not here) */
+    {"conv 8 3, add @nope", 1, 28, 28, "@nope", 5, NULL},     /* an unknown label */
+    {"a: relu, a: relu", 1, 28, 28, "a", 3, NULL},            /* a label used twice */
+    {"s: conv 4 3, conv 8 3, add @s", 1, 28, 28, "@s", 9, NULL}, /* add of 8x24x24 and 4x26x26 */
+    {"s: conv 4 3, maxpool 2, concat @s", 1, 28, 28, "@s", 8, NULL}, /* concat of 13x13 and 26x26 */
+    {"conv 4 3, input: relu", 1, 28, 28, "input", 4, NULL},   /* 'input' names the model's input */
+    {"bn momentum 2", 1, 28, 28, "2", 3, NULL},
+    {"dropout 1.5", 1, 28, 28, "1.5", 2, NULL},
+    {"convt 4 2 stride", 1, 28, 28, "stride", 4, NULL},
+    {"upsample 0", 1, 28, 28, "0", 2, NULL},
+    {"flatten, gap", 1, 28, 28, "gap", 2, NULL},
     {"", 1, 28, 28, NULL, 0, "empty"},
     {"  ", 1, 28, 28, NULL, 0, "empty"},
     {"cnn", 1, 4, 4, NULL, 0, "conv 64 3"}, /* the preset's second conv meets a 1x1 input: show the expansion */

@@ -37,5 +37,11 @@ int cmd_info(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_model(int argc, char **argv);
+
+/* Model specs (cmd_model.c): the grammar's text; --model's value as a spec, read from the file of that name
+ * where one exists (*spec malloc'ed; returns 0, or an exit status after printing why). */
+extern const char cli_model_grammar[];
+int cli_model_spec(const char *cmd, const char *arg, char **spec);
 
 #endif

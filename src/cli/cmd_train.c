@@ -23,18 +23,29 @@ typedef struct train_opts {
   int stream; /* pinned buffers to stream batches through; 0: the data set resident on the device */
   lam_precision precision;
   int graph; /* 1: capture the step in a CUDA graph where the backend can (default) */
+  int classes;          /* --classes K: 0 from the data */
+  const char *normalize; /* NULL or "default": 0.5/0.5 per channel; "auto": the training set's; "M,../S,.." */
+  double smoothing;
+  int model_set, opt_set, batch_set; /* given on the command line (--resume refuses a different one) */
 } train_opts;
 
 static void train_usage(FILE *f) {
   fprintf(f,
           "usage: lamina train [options]\n"
-          "Trains a model on an MNIST-format data set (uint8 images go to the device once and are normalized\n"
+          "Trains a model on an image data set (uint8 images go to the device once and are normalized\n"
           "there), printing a progress line and one summary line per epoch.\n"
           "\n"
-          "  --data fashion-mnist|DIR  the data set: Debian's Fashion-MNIST, or a folder in the MNIST file layout\n"
-          "                         (default fashion-mnist)\n"
-          "  --model SPEC           a preset (cnn, mlp) or layers, e.g. \"conv 32 3, relu, maxpool 2, flatten,\n"
-          "                         dense 10\" (default cnn)\n"
+          "  --data fashion-mnist|DIR  the data set: Debian's Fashion-MNIST, or a folder holding train-images*,\n"
+          "                         train-labels*, t10k-images* (or test-images*), t10k-labels* (or test-labels*),\n"
+          "                         each IDX (plain or .gz) or NumPy .npy: images N×H×W or N×H×W×C uint8, labels N\n"
+          "                         (a class per image) or N×H×W (a class per pixel, 255 = ignore) (default\n"
+          "                         fashion-mnist)\n"
+          "  --model SPEC|FILE      a preset (cnn, mlp), layers (grammar below), or a file of them: one layer per\n"
+          "                         line or comma-separated, '#' comments (default cnn)\n"
+          "  --classes K            classes (default: the largest label + 1)\n"
+          "  --normalize default|auto|M1,M2,../S1,S2,..  pixel/255 normalization per channel: 0.5 and 0.5\n"
+          "                         (default), the training set's mean and std (auto), or given; saved with the model\n"
+          "  --label-smoothing S    cross-entropy's label smoothing, 0 <= S < 1 (default 0)\n"
           "  --epochs N             train until N epochs are done (default 5; with --resume, in all)\n"
           "  --batch B              images per step (default 64)\n"
           "  --opt sgd|adam|adamw   optimizer (default adam)\n"
@@ -61,14 +72,16 @@ static void train_usage(FILE *f) {
           "  --no-progress          no live progress line\n"
           "  --json                 print one JSON object at the end instead of text\n"
           "  --help                 this text\n"
-          "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
+          "Exit status: 0 ok, 1 failure, 2 bad usage.\n"
+          "\n%s",
+          cli_model_grammar);
 }
 
 static void eval_usage(FILE *f) {
   fprintf(f,
           "usage: lamina eval --load FILE [--data fashion-mnist|DIR] [--batch B] [--device D] [--json]\n"
           "Evaluates a saved model on the test part of the data set: accuracy, loss and the confusion matrix\n"
-          "(rows: true class, columns: predicted).\n"
+          "(rows: true class, columns: predicted); for labels per pixel also each class's IoU and the mean IoU.\n"
           "  --load FILE   a checkpoint from lamina train --save (required)\n"
           "  --data        as for train (default fashion-mnist)\n"
           "  --batch B     images per step (default 1000)\n"
@@ -78,7 +91,8 @@ static void eval_usage(FILE *f) {
 }
 
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
-       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP };
+       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP,
+       O_CLASSES, O_NORMALIZE, O_SMOOTHING };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -97,7 +111,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"max-memory", required_argument, 0, O_MAXMEM},  {"profile", no_argument, 0, O_PROFILE},
       {"trace", required_argument, 0, O_TRACE},        {"stream", no_argument, 0, O_STREAM},
       {"buffers", required_argument, 0, O_BUFFERS},  {"precision", required_argument, 0, O_PRECISION},
-      {"graph", required_argument, 0, O_GRAPH},
+      {"graph", required_argument, 0, O_GRAPH},      {"classes", required_argument, 0, O_CLASSES},
+      {"normalize", required_argument, 0, O_NORMALIZE}, {"label-smoothing", required_argument, 0, O_SMOOTHING},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -109,23 +124,37 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     /* eval takes only some of the options */
     if (is_eval && (c == O_MODEL || c == O_EPOCHS || c == O_OPT || c == O_LR || c == O_MOMENTUM || c == O_WD ||
                     c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS || c == O_PROFILE ||
-                    c == O_TRACE || c == O_MAXMEM || c == O_STREAM || c == O_BUFFERS || c == O_GRAPH))
+                    c == O_TRACE || c == O_MAXMEM || c == O_STREAM || c == O_BUFFERS || c == O_GRAPH ||
+                    c == O_NORMALIZE || c == O_SMOOTHING))
       return cli_usage_error(cmd, "--%s is a 'lamina train' option, not one of eval's", longopts[li].name);
     if (!is_eval && c == O_LOAD) return cli_usage_error(cmd, "--load is for 'lamina eval'; to continue training use --resume");
     switch (c) {
       case O_DATA: o->data = optarg; break;
-      case O_MODEL: o->model = optarg; break;
+      case O_MODEL: o->model = optarg, o->model_set = 1; break;
+      case O_CLASSES:
+        if (cli_parse_int(cmd, "--classes", optarg, 1, 255, &v)) return EXIT_USAGE;
+        o->classes = (int)v;
+        break;
+      case O_NORMALIZE: o->normalize = optarg; break;
+      case O_SMOOTHING: {
+        double d = strtod(optarg, &end);
+        if (end == optarg || *end || !(d >= 0 && d < 1))
+          return cli_usage_error(cmd, "--label-smoothing: '%s' is not a number in [0, 1)", optarg);
+        o->smoothing = d;
+        break;
+      }
       case O_EPOCHS:
         if (cli_parse_int(cmd, "--epochs", optarg, 1, 100000, &v)) return EXIT_USAGE;
         o->epochs = (int)v;
         break;
       case O_BATCH:
         if (cli_parse_int(cmd, "--batch", optarg, 1, 65536, &v)) return EXIT_USAGE;
-        o->batch = (int)v;
+        o->batch = (int)v, o->batch_set = 1;
         break;
       case O_OPT:
         if (lam_opt_parse(optarg, &o->opt_kind) != LAM_OK)
           return cli_usage_error(cmd, "--opt: '%s' is not an optimizer (use sgd, adam or adamw)", optarg);
+        o->opt_set = 1;
         break;
       case O_LR:
       case O_MOMENTUM:
@@ -233,6 +262,70 @@ static int fail(const char *cmd, const char *what) {
   return 1;
 }
 
+/* --classes: raises the classes of both parts (each label must be below it). */
+static int set_classes(const train_opts *o, lam_dataset *train, lam_dataset *test) {
+  if (!o->classes) { /* both parts as many as the larger says */
+    int k = train->classes > test->classes ? train->classes : test->classes;
+    return lam_dataset_set_classes(train, k) != LAM_OK || lam_dataset_set_classes(test, k) != LAM_OK;
+  }
+  return lam_dataset_set_classes(train, o->classes) != LAM_OK || lam_dataset_set_classes(test, o->classes) != LAM_OK;
+}
+
+/* --normalize: "default", "auto" (the training set's statistics) or "M1,M2,../S1,S2,.." */
+static int set_normalization(const train_opts *o, const lam_dataset *train, lam_model *m) {
+  int C = train->c > 0 ? train->c : 1;
+  float mean[LAM_NORMALIZE_MAX_CHANNELS], std[LAM_NORMALIZE_MAX_CHANNELS];
+  if (!o->normalize || !strcmp(o->normalize, "default")) return 0;
+  if (!strcmp(o->normalize, "auto")) {
+    if (lam_dataset_channel_stats(train, mean, std) != LAM_OK) return fail("train", "--normalize auto");
+  } else {
+    const char *p = o->normalize;
+    for (int part = 0; part < 2; part++) {
+      float *dst = part ? std : mean;
+      for (int i = 0; i < C; i++) {
+        char *end;
+        dst[i] = strtof(p, &end);
+        char want = i + 1 < C ? ',' : part ? '\0' : '/';
+        if (end == p || *end != want)
+          return cli_usage_error("train", "--normalize: '%s' is not %d means, '/', %d stds (comma-separated), 'auto' or "
+                                          "'default'", o->normalize, C, C);
+        p = end + (*end ? 1 : 0);
+      }
+    }
+  }
+  if (lam_model_set_normalization(m, C, mean, std) != LAM_OK) return cli_usage_error("train", "--normalize: %s", lam_last_error());
+  return 0;
+}
+
+/* --resume takes the model, optimizer and batch from the checkpoint: a different one given is an error. */
+static int check_resume(const train_opts *o, lam_ctx *ctx, const lam_dataset *train, lam_model *m, lam_trainer *t,
+                        const char *spec) {
+  lam_opt saved;
+  int batch = 0;
+  lam_trainer_config(t, &saved, &batch);
+  if (o->batch_set && o->batch != batch)
+    return cli_usage_error("train", "--batch %d differs from the checkpoint's batch %d (%s): leave --batch out to resume, "
+                                    "or start a new run", o->batch, batch, o->resume);
+  if (o->opt_set && o->opt_kind != saved.kind) {
+    const char *names[] = {"sgd", "adam", "adamw"};
+    return cli_usage_error("train", "--opt %s differs from the checkpoint's optimizer %s (%s): leave --opt out to resume",
+                           names[o->opt_kind], names[saved.kind], o->resume);
+  }
+  if (o->model_set) { /* compare the specs as expanded (presets) */
+    lam_model *given = NULL;
+    int C = train->c > 0 ? train->c : 1;
+    if (lam_model_create(ctx, spec, C, train->h, train->w, 1, &given) != LAM_OK)
+      return cli_usage_error("train", "--model: %s", lam_last_error());
+    int same = !strcmp(lam_model_spec(given), lam_model_spec(m));
+    if (!same)
+      fprintf(stderr, "lamina train: --model \"%s\" differs from the checkpoint's model \"%s\" (%s): leave --model out "
+                      "to resume, or start a new run\n", lam_model_spec(given), lam_model_spec(m), o->resume);
+    lam_model_free(given);
+    if (!same) return EXIT_USAGE;
+  }
+  return 0;
+}
+
 int cmd_train(int argc, char **argv) {
   train_opts o;
   int rc = parse("train", argc, argv, &o);
@@ -244,7 +337,8 @@ int cmd_train(int argc, char **argv) {
   lam_epoch_stats *hist = calloc((size_t)o.epochs, sizeof *hist);
   double *test_acc = calloc((size_t)o.epochs, sizeof *test_acc);
   lam_stream_stats *sst = calloc((size_t)o.epochs, sizeof *sst);
-  int nhist = 0, ret = 1;
+  char *spec = NULL;
+  int nhist = 0, ret = 1, batch = o.batch;
   if (!hist || !test_acc || !sst) {
     fprintf(stderr, "lamina train: out of host memory\n");
     goto out;
@@ -253,6 +347,12 @@ int cmd_train(int argc, char **argv) {
     ret = fail("train", "loading the data");
     goto out;
   }
+  if (set_classes(&o, train, test)) {
+    ret = o.classes ? cli_usage_error("train", "--classes: %s", lam_last_error()) : fail("train", "the classes");
+    goto out;
+  }
+  if ((ret = cli_model_spec("train", o.model, &spec)) != 0) goto out;
+  ret = 1;
   if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.max_memory && lam_mem_set_limit(ctx, o.max_memory) != LAM_OK) ||
       lam_ctx_set_precision(ctx, o.precision) != LAM_OK) {
     ret = fail("train", NULL);
@@ -267,13 +367,20 @@ int cmd_train(int argc, char **argv) {
       ret = fail("train", "resuming");
       goto out;
     }
+    if ((ret = check_resume(&o, ctx, train, m, t, spec)) != 0) goto out;
+    ret = 1;
+    lam_opt saved;
+    lam_trainer_config(t, &saved, &batch);
   } else {
-    lam_status s = lam_model_create(ctx, o.model, 1, train->h, train->w, o.seed, &m);
+    lam_status s = lam_model_create(ctx, spec, train->c > 0 ? train->c : 1, train->h, train->w, o.seed, &m);
     if (s == LAM_ERR_INVALID_ARG) { /* a bad --model is a bad value: usage */
       fprintf(stderr, "lamina train: --model: %s\n(see 'lamina train --help')\n", lam_last_error());
       ret = EXIT_USAGE;
       goto out;
     }
+    if (s == LAM_OK && (ret = set_normalization(&o, train, m)) != 0) goto out;
+    ret = 1;
+    if (s == LAM_OK) s = lam_model_set_label_smoothing(m, (float)o.smoothing);
     if (s != LAM_OK || lam_trainer_create(m, &opt, o.batch, o.seed, train, &t) != LAM_OK) {
       ret = fail("train", NULL);
       goto out;
@@ -286,7 +393,7 @@ int cmd_train(int argc, char **argv) {
   }
   int show = o.progress && !o.json && isatty(2);
   if (o.profile) {
-    int steps_per_epoch = (int)((train->n + (size_t)o.batch - 1) / (size_t)o.batch);
+    int steps_per_epoch = (int)((train->n + (size_t)batch - 1) / (size_t)batch);
     int first = steps_per_epoch > 110 ? 10 : 0; /* skip the warm-up steps where there are enough */
     if (lam_trainer_profile(t, first, steps_per_epoch - first < 100 ? steps_per_epoch - first : 100) != LAM_OK) {
       ret = fail("train", "profiling");
@@ -297,8 +404,10 @@ int cmd_train(int argc, char **argv) {
     printf("lamina train: %s on %s\n", lam_model_spec(m), lam_ctx_device_name(ctx));
     int graph = 0;
     lam_trainer_graph(t, &graph);
-    printf("  data %s: %zu training, %zu test images of %dx%d; %zu parameters; batch %d; %s; %s\n", o.data, train->n,
-           test->n, train->h, train->w, lam_model_param_count(m), o.batch, lam_precision_str(o.precision),
+    printf("  data %s: %zu training, %zu test images of %dx%dx%d, %d classes%s; %zu parameters; batch %d; %s; %s\n",
+           o.data, train->n, test->n, train->c > 0 ? train->c : 1, train->h, train->w, train->classes,
+           train->label_h > 1 || train->label_w > 1 ? " per pixel" : "", lam_model_param_count(m), batch,
+           lam_precision_str(o.precision),
            graph ? "step in a CUDA graph" : "step op by op");
     if (o.resume) printf("  resumed from %s after epoch %d\n", o.resume, lam_trainer_epochs_done(t));
     fflush(stdout);
@@ -306,14 +415,14 @@ int cmd_train(int argc, char **argv) {
   while (lam_trainer_epochs_done(t) < o.epochs) {
     progress_state ps = {lam_trainer_epochs_done(t) + 1, o.epochs, cli_now_ms()};
     lam_epoch_stats es;
-    int steps = (int)((train->n + (size_t)o.batch - 1) / (size_t)o.batch);
+    int steps = (int)((train->n + (size_t)batch - 1) / (size_t)batch);
     if (lam_trainer_epoch(t, show ? progress : NULL, &ps, steps / 50 > 0 ? steps / 50 : 1, &es) != LAM_OK) {
       ret = fail("train", "training");
       goto out;
     }
     double acc = 0;
     /* The training batch: a larger one would grow the model's batch buffers for the rest of the run. */
-    if (lam_evaluate(m, test, o.batch, &acc, NULL, NULL) != LAM_OK) {
+    if (lam_evaluate(m, test, batch, &acc, NULL, NULL) != LAM_OK) {
       ret = fail("train", "evaluating");
       goto out;
     }
@@ -353,7 +462,7 @@ int cmd_train(int argc, char **argv) {
     printf("{\"device\":\"%s\",\"device_name\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"batch\":%d,\"data\":\"%s\","
            "\"precision\":\"%s\",\"graph\":%s,\"epochs\":[",
            lam_device_str(lam_ctx_device(ctx)), lam_ctx_device_name(ctx), lam_model_spec(m), lam_model_param_count(m),
-           o.batch, o.data, lam_precision_str(o.precision), graph ? "true" : "false");
+           batch, o.data, lam_precision_str(o.precision), graph ? "true" : "false");
     for (int i = 0; i < nhist; i++)
       printf("%s{\"epoch\":%d,\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_acc\":%.6f,\"seconds\":%.4f,"
              "\"images_per_s\":%.1f,\"stream_buffers\":%d,\"data_wait_ms\":%.3f,\"loader_wait_ms\":%.3f}",
@@ -380,6 +489,7 @@ out:
   free(hist);
   free(test_acc);
   free(sst);
+  free(spec);
   return ret;
 }
 
@@ -400,6 +510,10 @@ int cmd_eval(int argc, char **argv) {
     ret = fail("eval", NULL);
     goto out;
   }
+  if (lam_dataset_set_classes(test, lam_model_outputs(m)) != LAM_OK) { /* the model's classes, if the labels fit */
+    ret = fail("eval", NULL);
+    goto out;
+  }
   int C = test->classes;
   conf = calloc((size_t)C * C, sizeof *conf);
   double acc = 0, loss = 0;
@@ -407,9 +521,26 @@ int cmd_eval(int argc, char **argv) {
     ret = fail("eval", NULL);
     goto out;
   }
+  int per_pixel = test->label_h > 1 || test->label_w > 1;
+  double *iou = calloc((size_t)C, sizeof *iou), miou = 0;
+  int nvalid = 0;
+  for (int k = 0; iou && k < C; k++) { /* IoU = TP / (TP + FP + FN); classes absent from both are left out */
+    uint64_t tp = conf[(size_t)k * C + k], fp = 0, fn = 0;
+    for (int j = 0; j < C; j++)
+      if (j != k) fp += conf[(size_t)j * C + k], fn += conf[(size_t)k * C + j];
+    iou[k] = tp + fp + fn ? (double)tp / (double)(tp + fp + fn) : -1.0;
+    if (iou[k] >= 0) miou += iou[k], nvalid++;
+  }
+  miou = nvalid ? miou / nvalid : 0.0;
   if (o.json) {
-    printf("{\"device\":\"%s\",\"model\":\"%s\",\"n\":%zu,\"accuracy\":%.6f,\"loss\":%.6f,\"confusion\":[",
+    printf("{\"device\":\"%s\",\"model\":\"%s\",\"n\":%zu,\"accuracy\":%.6f,\"loss\":%.6f,",
            lam_device_str(lam_ctx_device(ctx)), lam_model_spec(m), test->n, acc, loss);
+    if (per_pixel && iou) {
+      printf("\"mean_iou\":%.6f,\"iou\":[", miou);
+      for (int k = 0; k < C; k++) printf(iou[k] >= 0 ? "%s%.6f" : "%snull", k ? "," : "", iou[k]);
+      printf("],");
+    }
+    printf("\"confusion\":[");
     for (int r = 0; r < C; r++) {
       printf("%s[", r ? "," : "");
       for (int c = 0; c < C; c++) printf("%s%llu", c ? "," : "", (unsigned long long)conf[(size_t)r * C + c]);
@@ -418,7 +549,12 @@ int cmd_eval(int argc, char **argv) {
     printf("]}\n");
   } else {
     printf("lamina eval: %s on %s\n", lam_model_spec(m), lam_ctx_device_name(ctx));
-    printf("  %zu test images: accuracy %.2f%%, loss %.4f\n", test->n, 100 * acc, loss);
+    printf("  %zu test images: %saccuracy %.2f%%, loss %.4f\n", test->n, per_pixel ? "pixel " : "", 100 * acc, loss);
+    if (per_pixel && iou) {
+      printf("  IoU per class:");
+      for (int k = 0; k < C; k++) printf(iou[k] >= 0 ? " %d:%.3f" : " %d:-", k, iou[k]);
+      printf("\n  mean IoU %.4f (over %d classes present)\n", miou, nvalid);
+    }
     printf("  confusion (rows: true class, columns: predicted)\n        ");
     for (int c = 0; c < C; c++) printf("%6d", c);
     printf("\n");
@@ -428,6 +564,7 @@ int cmd_eval(int argc, char **argv) {
       printf("\n");
     }
   }
+  free(iou);
   ret = 0;
 out:
   free(conf);

@@ -13,6 +13,7 @@ static void usage(FILE *f) {
           "  hidden   the hidden layer out = tanh(grey / 255 * w): run, check, time\n"
           "  train    train a model (e.g. the reference CNN on Fashion-MNIST)\n"
           "  eval     evaluate a saved model: accuracy and confusion matrix\n"
+          "  model    a model spec's graph: shapes, parameters, FLOPs and planned memory\n"
           "  bench    benchmarks: 'bench transfer' times image batches from host to device\n"
           "  info     build features, devices and memory\n"
           "\n"
@@ -40,5 +41,6 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
-  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, train, eval, bench, info)", cmd);
+  if (!strcmp(cmd, "model")) return cmd_model(argc - 1, argv + 1);
+  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, train, eval, model, bench, info)", cmd);
 }

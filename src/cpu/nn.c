@@ -1,8 +1,9 @@
-/* nn.c — the CPU twins of the nn primitives (internal.h): im2col/col2im, layout changes with bias,
+/* nn.c — the CPU twins of the nn primitives (prims.h): im2col/col2im, layout changes with bias,
  * max-pool, activations, softmax cross-entropy, the batch gather and the optimizers. The CUDA twins
  * are in cuda/nn.cu under the same names. Loops are plain so the compiler vectorizes them; OpenMP
  * splits the outer loop with a static schedule, which keeps results bitwise the same run to run. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -228,75 +229,142 @@ lam_status cpu_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const fl
   return LAM_OK;
 }
 
-lam_status cpu_act_fwd(lam_ctx *ctx, int act, size_t n, const float *x, float *y) {
+/* GELU's exact (erf) form and its derivative Phi(x) + x phi(x), in float as the CUDA twin. */
+static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+static inline float gelu_grad(float x) {
+  return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * expf(-0.5f * x * x) * 0.39894228040143268f;
+}
+
+lam_status cpu_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, float *y) {
   (void)ctx;
-  if (act == LAM_ACT_RELU) {
+  switch (act) {
+    case LAM_ACT_RELU:
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-  } else if (act == LAM_ACT_TANH) {
+      for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      break;
+    case LAM_ACT_LEAKY:
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+      for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
+      break;
+    case LAM_ACT_TANH:
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
-  } else {
+      for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+      break;
+    case LAM_ACT_GELU:
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+      for (size_t i = 0; i < n; i++) y[i] = gelu(x[i]);
+      break;
+    default:
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+      for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
   }
   return LAM_OK;
 }
 
-lam_status cpu_act_bwd(lam_ctx *ctx, int act, size_t n, const float *y, const float *dy, float *dx) {
+lam_status cpu_act_bwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, const float *y, const float *dy,
+                       float *dx) {
   (void)ctx;
-  if (act == LAM_ACT_RELU) {
+  switch (act) {
+    case LAM_ACT_RELU:
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-  } else if (act == LAM_ACT_TANH) {
+      for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+      break;
+    case LAM_ACT_LEAKY:
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
-  } else {
+      for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : alpha * dy[i];
+      break;
+    case LAM_ACT_TANH:
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+      for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+      break;
+    case LAM_ACT_GELU:
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+      for (size_t i = 0; i < n; i++) dx[i] = dy[i] * gelu_grad(x[i]);
+      break;
+    default:
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+      for (size_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
   }
   return LAM_OK;
 }
 
-lam_status cpu_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint8_t *labels, float *dlogits, float scale,
-                    float *stats, uint8_t *pred) {
-  (void)ctx;
-  double loss = 0.0, correct = 0.0; /* summed in order: the same bits every run */
-  for (int b = 0; b < B; b++) {
-    const float *l = logits + (size_t)b * C;
+/* One sample's P pixels of softmax cross-entropy (class c of pixel p at l[c * P + p]); their loss and
+ * hits summed in order into *loss and *hits, the labels counted into *counted. */
+static void xent_sample(int C, int P, const float *l, const uint8_t *lab, float *dl, float f, float s, uint8_t *pred,
+                        double *loss, double *hits, double *counted) {
+  const float on = 1.0f - s + s / (float)C, off = s / (float)C; /* the target: (1 - s) onehot + s / C */
+  for (int p = 0; p < P; p++) {
+    const float *lp = l + p;
     int am = 0;
     for (int c = 1; c < C; c++)
-      if (l[c] > l[am]) am = c;
-    float mx = l[am], sum = 0.0f;
-    for (int c = 0; c < C; c++) sum += expf(l[c] - mx);
+      if (lp[(size_t)c * P] > lp[(size_t)am * P]) am = c;
+    if (pred) pred[p] = (uint8_t)am;
+    const int y = lab[p];
+    if (y == LAM_LABEL_IGNORE) {
+      if (dl)
+        for (int c = 0; c < C; c++) dl[(size_t)c * P + p] = 0.0f;
+      continue;
+    }
+    float mx = lp[(size_t)am * P], sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += expf(lp[(size_t)c * P] - mx);
     /* Stable for any logits: differences from the max are exact, so neither the loss nor the softmax
      * loses digits to a large common offset (lse itself would round at |logits| ~ 1e4). */
-    loss += (double)((mx - l[labels[b]]) + logf(sum));
-    correct += am == labels[b];
-    if (pred) pred[b] = (uint8_t)am;
-    if (dlogits) {
+    const float lse = logf(sum);
+    float lossf = (mx - lp[(size_t)y * P]) + lse;
+    if (s != 0.0f) { /* - (s / C) sum_c log p_c = s (mean_c (mx - l_c) + lse) */
+      float d = 0.0f;
+      for (int c = 0; c < C; c++) d += mx - lp[(size_t)c * P];
+      lossf = (1.0f - s) * lossf + s * (d / (float)C + lse);
+    }
+    *loss += (double)lossf;
+    *hits += am == y;
+    *counted += 1.0;
+    if (dl) {
       float inv = 1.0f / sum;
-      for (int c = 0; c < C; c++)
-        dlogits[(size_t)b * C + c] = scale * (expf(l[c] - mx) * inv - (c == labels[b] ? 1.0f : 0.0f));
+      for (int c = 0; c < C; c++) dl[(size_t)c * P + p] = f * (expf(lp[(size_t)c * P] - mx) * inv - (c == y ? on : off));
     }
   }
+}
+
+lam_status cpu_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits,
+                    float scale, const float *count, float smoothing, float *stats, uint8_t *pred) {
+  (void)ctx;
+  const float f = count ? scale / *count : scale;
+  /* Each sample's sums apart, then added in sample order: the same bits every run and thread count. */
+  double *part = malloc((size_t)B * 3 * sizeof *part);
+  if (!part) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "xent: no host memory for %d partial sums", 3 * B);
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int b = 0; b < B; b++) {
+    double *q = part + (size_t)3 * b;
+    q[0] = q[1] = q[2] = 0.0;
+    size_t o = (size_t)b * C * P;
+    xent_sample(C, P, logits + o, labels + (size_t)b * P, dlogits ? dlogits + o : NULL, f, smoothing,
+                pred ? pred + (size_t)b * P : NULL, &q[0], &q[1], &q[2]);
+  }
+  double loss = 0.0, correct = 0.0, counted = 0.0;
+  for (int b = 0; b < B; b++) loss += part[3 * b], correct += part[3 * b + 1], counted += part[3 * b + 2];
+  free(part);
   stats[0] += (float)loss;
   stats[1] += (float)correct;
-  stats[2] += (float)B;
+  stats[2] += (float)counted;
   return LAM_OK;
 }
 
-lam_status cpu_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
-                      const int32_t *idx, const int32_t *cursor, float mean, float std, float *x, uint8_t *y) {
+lam_status cpu_gather(lam_ctx *ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size,
+                      const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, float *x,
+                      uint8_t *y) {
   (void)ctx;
   if (cursor) idx += *cursor;
-  const float a = 1.0f / (255.0f * std), c = -mean / std; /* (u / 255 - mean) / std = u * a + c */
+  float a[LAM_NORM_MAX_CHANNELS], k[LAM_NORM_MAX_CHANNELS]; /* (u / 255 - mean) / std = u * a + k */
+  for (int c = 0; c < C; c++) a[c] = 1.0f / (255.0f * norm->std[c]), k[c] = -norm->mean[c] / norm->std[c];
+  const size_t sample = (size_t)C * P;
 #pragma omp parallel for schedule(static) if ((size_t)B * sample > PAR_MIN)
   for (int b = 0; b < B; b++) {
     const uint8_t *src = images + (size_t)idx[b] * sample;
     float *dst = x + (size_t)b * sample;
-    for (size_t i = 0; i < sample; i++) dst[i] = (float)src[i] * a + c;
-    y[b] = labels[idx[b]];
+    for (int c = 0; c < C; c++)
+      for (size_t p = 0; p < P; p++) dst[(size_t)c * P + p] = (float)src[(size_t)c * P + p] * a[c] + k[c];
+    memcpy(y + (size_t)b * label_size, labels + (size_t)idx[b] * label_size, label_size);
   }
   return LAM_OK;
 }
@@ -388,7 +456,7 @@ lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
   for (int b = 0; b < B; b++)
     for (int c = 0; c < g->C; c++) {
       const float *plane = G + (size_t)c * BP + (size_t)b * P;
-      const float bc = bias[c];
+      const float bc = bias ? bias[c] : 0.0f; /* + 0 leaves every value (and the max and relu) as it is */
       float *yo = y + ((size_t)b * g->C + c) * g->OH * g->OW;
       int32_t *ao = arg + ((size_t)b * g->C + c) * g->OH * g->OW;
       for (int oh = 0; oh < g->OH; oh++)
@@ -427,16 +495,18 @@ lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
         memset(d, 0, P * sizeof *d);
         for (size_t k = 0; k < OP; k++)
           if (y[o + k] > 0) d[arg[o + k]] = lam_f32_to_bf16(dy[o + k]);
-        for (size_t p = 0; p < P; p++) sum += lam_bf16_to_f32(d[p]);
+        if (db)
+          for (size_t p = 0; p < P; p++) sum += lam_bf16_to_f32(d[p]);
         continue;
       }
       float *d = (float *)dGv + at;
       memset(d, 0, P * sizeof *d);
       for (size_t k = 0; k < OP; k++) /* windows do not overlap (stride = K): each max is its own */
         if (y[o + k] > 0) d[arg[o + k]] = dy[o + k];
-      for (size_t p = 0; p < P; p++) sum += d[p]; /* cpu_bcp_to_cbp's order: the same bias gradient */
+      if (db)
+        for (size_t p = 0; p < P; p++) sum += d[p]; /* cpu_bcp_to_cbp's order: the same bias gradient */
     }
-    db[c] += sum;
+    if (db) db[c] += sum;
   }
   return LAM_OK;
 }

@@ -270,17 +270,17 @@ static void cuda_destroy(lam_ctx *ctx) {
   ctx->state = NULL;
 }
 
+/* In the table's order (internal.h): nvcc's C++ takes no out-of-order designated initializers. */
+#define LAM_CUDA_ENTRY(name, params) cuda_##name,
 static const lam_backend cuda_backend = {
-    "cuda",          1,          cuda_raw_alloc,  cuda_raw_free,    cuda_upload,      cuda_upload,     cuda_host_alloc,
-    cuda_host_free,  cuda_sync,       cuda_destroy,     cuda_hidden,      cuda_staging_floor, cuda_normalize,
-    cuda_weigh,      cuda_tanh,       cuda_gemm,        cuda_gemm_bf16,   cuda_to_bf16,     cuda_zero,        cuda_im2col,
-    cuda_col2im,     cuda_cbp_to_bcp, cuda_bcp_to_cbp,  cuda_add_bias,    cuda_bias_grad,  cuda_maxpool_fwd,
-    cuda_maxpool_bwd, cuda_act_fwd,   cuda_act_bwd,     cuda_xent,        cuda_gather,     cuda_conv_pool_fwd,
-    cuda_conv_pool_bwd, cuda_conv_pool_direct_fwd, cuda_conv_pool_direct_bwd, cuda_adam,
-    cuda_sgd,        cuda_step_advance, cuda_backprop_step, cuda_normalize_images, cuda_copy_async, cuda_event_reserve,
-    cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms, cuda_graph_begin, cuda_graph_end,
-    cuda_graph_launch, cuda_graph_free, cuda_set_precision, cuda_mark_reserve, cuda_mark, cuda_mark_read,
+    "cuda", 1, cuda_raw_alloc, cuda_raw_free, cuda_upload, cuda_upload, cuda_host_alloc, cuda_host_free, cuda_sync,
+    cuda_destroy, cuda_hidden, cuda_staging_floor, cuda_normalize, cuda_weigh, cuda_tanh,
+    LAM_NN_PRIMS(LAM_CUDA_ENTRY)
+    cuda_copy_async, cuda_event_reserve, cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms,
+    cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free, cuda_set_precision, cuda_mark_reserve,
+    cuda_mark, cuda_mark_read,
 };
+#undef LAM_CUDA_ENTRY
 
 extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
   const char *why = NULL;

@@ -1,4 +1,4 @@
-/* nn.cu — the CUDA twins of the nn primitives (internal.h; CPU versions in cpu/nn.c under the same
+/* nn.cu — the CUDA twins of the nn primitives (prims.h; CPU versions in cpu/nn.c under the same
  * names). Everything is queued on the context's stream; nothing here waits for the device. GEMMs go to
  * cuBLAS (row-major calls mapped onto its column-major API); the rest are simple one-thread-per-output
  * kernels — the fused versions are issue #5's work. */
@@ -434,97 +434,199 @@ lam_status cuda_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const f
   return LAM_OK;
 }
 
-__global__ void act_fwd_kernel(int act, size_t n, const float *x, float *y) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float v = x[i];
-    y[i] = act == LAM_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == LAM_ACT_TANH ? tanhf(v) : 1.0f / (1.0f + expf(-v));
-  }
+/* The activations and their derivatives, as the CPU twins compute them (cpu/nn.c). */
+template <int ACT> __device__ inline float act_of(float v, float alpha) {
+  if (ACT == LAM_ACT_RELU) return v > 0.0f ? v : 0.0f;
+  if (ACT == LAM_ACT_LEAKY) return v > 0.0f ? v : alpha * v;
+  if (ACT == LAM_ACT_TANH) return tanhf(v);
+  if (ACT == LAM_ACT_GELU) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  return 1.0f / (1.0f + expf(-v));
 }
 
-__global__ void act_bwd_kernel(int act, size_t n, const float *y, const float *dy, float *dx) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float v = y[i];
-    dx[i] = act == LAM_ACT_RELU ? (v > 0.0f ? dy[i] : 0.0f) : act == LAM_ACT_TANH ? dy[i] * (1.0f - v * v) : dy[i] * v * (1.0f - v);
-  }
+/* dy * act'(.) from the output y (relu, leaky, tanh, sigmoid) or the input x (gelu). */
+template <int ACT> __device__ inline float act_grad(float x, float y, float g, float alpha) {
+  if (ACT == LAM_ACT_RELU) return y > 0.0f ? g : 0.0f;
+  if (ACT == LAM_ACT_LEAKY) return y > 0.0f ? g : alpha * g;
+  if (ACT == LAM_ACT_TANH) return g * (1.0f - y * y);
+  if (ACT == LAM_ACT_GELU)
+    return g * (0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * expf(-0.5f * x * x) * 0.39894228040143268f);
+  return g * y * (1.0f - y);
 }
 
-lam_status cuda_act_fwd(lam_ctx *ctx, int act, size_t n, const float *x, float *y) {
+/* x and y may be one buffer: plain loads, no __restrict__. */
+template <int ACT> __global__ void act_fwd_kernel(float alpha, size_t n, const float *x, float *y) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    y[i] = act_of<ACT>(x[i], alpha);
+}
+
+template <int ACT>
+__global__ void act_bwd_kernel(float alpha, size_t n, const float *x, const float *y, const float *dy, float *dx) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dx[i] = act_grad<ACT>(ACT == LAM_ACT_GELU ? x[i] : 0.0f, ACT == LAM_ACT_GELU ? 0.0f : y[i], dy[i], alpha);
+}
+
+lam_status cuda_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, float *y) {
   cuda_state *st = cuda_st(ctx);
-  act_fwd_kernel<<<blocks_for(n), NT, 0, st->stream>>>(act, n, x, y);
+  unsigned g = blocks_for(n);
+  switch (act) {
+    case LAM_ACT_RELU: act_fwd_kernel<LAM_ACT_RELU><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    case LAM_ACT_LEAKY: act_fwd_kernel<LAM_ACT_LEAKY><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    case LAM_ACT_TANH: act_fwd_kernel<LAM_ACT_TANH><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    case LAM_ACT_GELU: act_fwd_kernel<LAM_ACT_GELU><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    default: act_fwd_kernel<LAM_ACT_SIGMOID><<<g, NT, 0, st->stream>>>(alpha, n, x, y);
+  }
   LAUNCH_CHECK(st, "act_fwd_kernel");
   return LAM_OK;
 }
 
-lam_status cuda_act_bwd(lam_ctx *ctx, int act, size_t n, const float *y, const float *dy, float *dx) {
+lam_status cuda_act_bwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, const float *y, const float *dy,
+                        float *dx) {
   cuda_state *st = cuda_st(ctx);
-  act_bwd_kernel<<<blocks_for(n), NT, 0, st->stream>>>(act, n, y, dy, dx);
+  unsigned g = blocks_for(n);
+  switch (act) {
+    case LAM_ACT_RELU: act_bwd_kernel<LAM_ACT_RELU><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    case LAM_ACT_LEAKY: act_bwd_kernel<LAM_ACT_LEAKY><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    case LAM_ACT_TANH: act_bwd_kernel<LAM_ACT_TANH><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    case LAM_ACT_GELU: act_bwd_kernel<LAM_ACT_GELU><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    default: act_bwd_kernel<LAM_ACT_SIGMOID><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx);
+  }
   LAUNCH_CHECK(st, "act_bwd_kernel");
   return LAM_OK;
 }
 
-/* One thread per sample (the classes are few); the batch's sums go to stats with one atomic each per
- * block after a shared-memory reduction. */
-__global__ void xent_kernel(int B, int C, const float *logits, const uint8_t *labels, float *dlogits, float scale,
-                            float *stats, uint8_t *pred) {
-  __shared__ float sl[NT], sc[NT];
-  int b = blockIdx.x * blockDim.x + threadIdx.x;
-  float loss = 0.0f, correct = 0.0f;
-  if (b < B) {
-    const float *l = logits + (size_t)b * C;
+/* Softmax cross-entropy: one thread per pixel (b, p) of (B, P), grid-stride over at most XENT_BLOCKS
+ * blocks; class c of the pixel at (b * C + c) * P + p, so a warp's loads coalesce over p (P = 1: one
+ * thread per sample, as before). Each block's loss, hits and count are summed by a tree in shared memory
+ * into part (3 per block); xent_stats_kernel adds the blocks' sums up in block order: no float atomics,
+ * the same bits every run. (With one block, the result is the old kernel's, whose tree it keeps.) */
+#define XENT_BLOCKS 1024
+static_assert(3 * XENT_BLOCKS <= ROW_SUM_PART_FLOATS, "xent's partial sums live in rowsum_part");
+
+__global__ void xent_kernel(int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits, float scale,
+                            const float *count, float s, float *part, uint8_t *pred) {
+  __shared__ float sl[NT], sc[NT], sn[NT];
+  const float f = count ? scale / *count : scale;
+  const float on = 1.0f - s + s / (float)C, off = s / (float)C; /* the target: (1 - s) onehot + s / C */
+  const unsigned total = (unsigned)B * (unsigned)P; /* < 2^31: checked by the caller */
+  float loss = 0.0f, correct = 0.0f, counted = 0.0f;
+  for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < total; j += gridDim.x * blockDim.x) {
+    unsigned b = j / (unsigned)P, p = j % (unsigned)P;
+    const size_t base = (size_t)b * C * P + p;
+    const float *l = logits + base;
     int am = 0;
     for (int c = 1; c < C; c++)
-      if (l[c] > l[am]) am = c;
-    float mx = l[am], sum = 0.0f;
-    for (int c = 0; c < C; c++) sum += expf(l[c] - mx);
-    int y = labels[b];
-    loss = (mx - l[y]) + logf(sum); /* as the CPU twin: differences from the max are exact */
-    correct = am == y ? 1.0f : 0.0f;
-    if (pred) pred[b] = (uint8_t)am;
+      if (l[(size_t)c * P] > l[(size_t)am * P]) am = c;
+    if (pred) pred[j] = (uint8_t)am;
+    const int y = labels[j];
+    if (y == LAM_LABEL_IGNORE) {
+      if (dlogits)
+        for (int c = 0; c < C; c++) dlogits[base + (size_t)c * P] = 0.0f;
+      continue;
+    }
+    float mx = l[(size_t)am * P], sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += expf(l[(size_t)c * P] - mx);
+    const float lse = logf(sum);
+    float lossf = (mx - l[(size_t)y * P]) + lse; /* as the CPU twin: differences from the max are exact */
+    if (s != 0.0f) {
+      float d = 0.0f;
+      for (int c = 0; c < C; c++) d += mx - l[(size_t)c * P];
+      lossf = (1.0f - s) * lossf + s * (d / (float)C + lse);
+    }
+    loss += lossf;
+    correct += am == y ? 1.0f : 0.0f;
+    counted += 1.0f;
     if (dlogits) {
       float inv = 1.0f / sum;
-      for (int c = 0; c < C; c++) dlogits[(size_t)b * C + c] = scale * (expf(l[c] - mx) * inv - (c == y ? 1.0f : 0.0f));
+      for (int c = 0; c < C; c++)
+        dlogits[base + (size_t)c * P] = f * (expf(l[(size_t)c * P] - mx) * inv - (c == y ? on : off));
     }
   }
   sl[threadIdx.x] = loss;
   sc[threadIdx.x] = correct;
+  sn[threadIdx.x] = counted;
   __syncthreads();
   for (int w = NT / 2; w > 0; w /= 2) {
-    if ((int)threadIdx.x < w) sl[threadIdx.x] += sl[threadIdx.x + w], sc[threadIdx.x] += sc[threadIdx.x + w];
+    if ((int)threadIdx.x < w)
+      sl[threadIdx.x] += sl[threadIdx.x + w], sc[threadIdx.x] += sc[threadIdx.x + w], sn[threadIdx.x] += sn[threadIdx.x + w];
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    atomicAdd(&stats[0], sl[0]);
-    atomicAdd(&stats[1], sc[0]);
-    int nb = B - (int)(blockIdx.x * blockDim.x);
-    atomicAdd(&stats[2], (float)(nb < NT ? nb : NT));
+    part[3 * blockIdx.x] = sl[0];
+    part[3 * blockIdx.x + 1] = sc[0];
+    part[3 * blockIdx.x + 2] = sn[0];
   }
 }
 
-lam_status cuda_xent(lam_ctx *ctx, int B, int C, const float *logits, const uint8_t *labels, float *dlogits, float scale,
-                     float *stats, uint8_t *pred) {
+/* One block of NT threads: thread t sums the partials of blocks t, t + NT, ... in order, then a tree. */
+__global__ void xent_stats_kernel(int nparts, const float *part, float *stats) {
+  __shared__ float sv[3][NT];
+  float a[3] = {0.0f, 0.0f, 0.0f};
+  for (int k = threadIdx.x; k < nparts; k += NT)
+    for (int v = 0; v < 3; v++) a[v] += part[3 * k + v];
+  for (int v = 0; v < 3; v++) sv[v][threadIdx.x] = a[v];
+  __syncthreads();
+  for (int w = NT / 2; w > 0; w /= 2) {
+    if ((int)threadIdx.x < w)
+      for (int v = 0; v < 3; v++) sv[v][threadIdx.x] += sv[v][threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    for (int v = 0; v < 3; v++) stats[v] += sv[v][0];
+}
+
+lam_status cuda_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits,
+                     float scale, const float *count, float smoothing, float *stats, uint8_t *pred) {
   cuda_state *st = cuda_st(ctx);
-  xent_kernel<<<(B + NT - 1) / NT, NT, 0, st->stream>>>(B, C, logits, labels, dlogits, scale, stats, pred);
+  size_t total = (size_t)B * P;
+  LAM_TRY(check_grid("xent", total, 1));
+  size_t nb = (total + NT - 1) / NT;
+  int blocks = (int)(nb < XENT_BLOCKS ? (nb ? nb : 1) : XENT_BLOCKS);
+  xent_kernel<<<blocks, NT, 0, st->stream>>>(B, C, P, logits, labels, dlogits, scale, count, smoothing, st->rowsum_part,
+                                             pred);
   LAUNCH_CHECK(st, "xent_kernel");
+  xent_stats_kernel<<<1, NT, 0, st->stream>>>(blocks, st->rowsum_part, stats);
+  LAUNCH_CHECK(st, "xent_stats_kernel");
   return LAM_OK;
 }
 
-/* The uint8 images of the batch, normalized on the GPU: they cross PCIe (once, at upload) as bytes. */
-__global__ void gather_kernel(int B, size_t sample, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
-                              const int32_t *cursor, float a, float c, float *x, uint8_t *y) {
-  size_t total = (size_t)B * sample;
-  if (cursor) idx += *cursor;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-    size_t b = i / sample;
-    x[i] = (float)images[(size_t)idx[b] * sample + i % sample] * a + c;
-    if (i % sample == 0) y[b] = labels[idx[b]];
+/* Per-channel scale and offset, by value (a captured graph keeps them): x = u * a[c] + k[c]. */
+typedef struct gather_coef {
+  float a[LAM_NORM_MAX_CHANNELS], k[LAM_NORM_MAX_CHANNELS];
+} gather_coef;
+
+/* The uint8 images of the batch, normalized on the GPU: they cross PCIe (once, at upload) as bytes.
+ * Block (chunk, b): sample b (gridDim.y strides over the batch), threads over its C*P values and then
+ * its label_size label bytes; consecutive threads consecutive values. */
+__global__ void gather_kernel(int B, int C, unsigned P, const uint8_t *__restrict__ images, size_t label_size,
+                              const uint8_t *__restrict__ labels, const int32_t *idx, const int32_t *cursor,
+                              gather_coef k, float *__restrict__ x, uint8_t *__restrict__ y) {
+  const int off = cursor ? *cursor : 0;
+  const unsigned CP = (unsigned)C * P; /* < 2^31: checked by the caller */
+  for (int b = blockIdx.y; b < B; b += gridDim.y) {
+    const size_t src = (size_t)idx[off + b];
+    const uint8_t *im = images + src * CP;
+    float *d = x + (size_t)b * CP;
+    for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < CP; j += gridDim.x * blockDim.x) {
+      unsigned c = j / P;
+      d[j] = (float)im[j] * k.a[c] + k.k[c];
+    }
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < label_size; j += (size_t)gridDim.x * blockDim.x)
+      y[(size_t)b * label_size + j] = labels[src * label_size + j];
   }
 }
 
-lam_status cuda_gather(lam_ctx *ctx, int B, size_t sample, const uint8_t *images, const uint8_t *labels,
-                       const int32_t *idx, const int32_t *cursor, float mean, float std, float *x, uint8_t *y) {
+lam_status cuda_gather(lam_ctx *ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size,
+                       const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, float *x,
+                       uint8_t *y) {
   cuda_state *st = cuda_st(ctx);
-  gather_kernel<<<blocks_for((size_t)B * sample), NT, 0, st->stream>>>(B, sample, images, labels, idx, cursor,
-                                                                      1.0f / (255.0f * std), -mean / std, x, y);
+  LAM_TRY(check_grid("gather", (size_t)C * P, 1));
+  gather_coef k;
+  for (int c = 0; c < C; c++) /* as the CPU twin */
+    k.a[c] = 1.0f / (255.0f * norm->std[c]), k.k[c] = -norm->mean[c] / norm->std[c];
+  size_t per = (size_t)C * P > label_size ? (size_t)C * P : label_size;
+  size_t bx = (per + NT - 1) / NT;
+  dim3 grid((unsigned)(bx < 65535 ? (bx ? bx : 1) : 65535), (unsigned)(B < 65535 ? (B > 0 ? B : 1) : 65535));
+  gather_kernel<<<grid, NT, 0, st->stream>>>(B, C, (unsigned)P, images, label_size, labels, idx, cursor, k, x, y);
   LAUNCH_CHECK(st, "gather_kernel");
   return LAM_OK;
 }
@@ -649,7 +751,7 @@ __global__ void conv_pool_fwd_kernel(lam_pool_geom g, int B, const float *__rest
                                      float *__restrict__ y, int32_t *__restrict__ arg) {
   const int K = PK ? PK : g.K, c = blockIdx.y;
   const unsigned OP = (unsigned)(g.OH * g.OW), HW = (unsigned)(g.H * g.W), n = (unsigned)B * OP;
-  const float bc = __ldg(bias + c);
+  const float bc = bias ? __ldg(bias + c) : 0.0f; /* + 0 leaves every value (and the max and relu) as it is */
   for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += gridDim.x * blockDim.x) {
     unsigned b = j / OP, k = j % OP;
     int oh = (int)k / g.OW, ow = (int)k % g.OW;
@@ -728,6 +830,7 @@ static lam_status conv_pool_bwd_launch(cuda_state *st, const lam_pool_geom *g, i
   if (g->K == 2) conv_pool_bwd_kernel<2, T><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
   else conv_pool_bwd_kernel<0, T><<<grid_2d(n, g->C), NT, 0, st->stream>>>(*g, B, dy, y, arg, dG);
   LAUNCH_CHECK(st, "conv_pool_bwd_kernel");
+  if (!db) return LAM_OK;
   return row_sum(st, g->C, B * (int)P, dG, db); /* as bcp_to_cbp's bias gradient */
 }
 

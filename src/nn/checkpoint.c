@@ -2,18 +2,24 @@
  * that an interrupted training run resumes exactly where it stopped: on the CPU the resumed run's
  * losses and parameters equal an uninterrupted run's bit for bit.
  *
- * File format, version 1. Every number is little-endian; floats are IEEE-754 binary32 bit patterns.
+ * File format, version 2 (version 1 files, which lack the part marked v2, still load). Every number is
+ * little-endian; floats are IEEE-754 binary32 bit patterns.
  *
  *   offset  type            field
  *   0       char[8]         magic "LAMCKPT\0"
- *   8       u32             version (1)
- *   12      u32             L: length of the model spec in bytes (no terminating NUL; < 1024)
- *   16      char[L]         the model spec, presets expanded (lam_model_spec)
+ *   8       u32             version (2)
+ *   12      u32             L: length of the model spec in bytes (no terminating NUL; < 4096, v1 < 1024)
+ *           char[L]         the model spec, presets expanded (lam_model_spec): the graph, with its labels
  *           i32 × 3         in_c, in_h, in_w
  *           u64             nparams
- *           u32             nlayers
- *           (u64, u64) × nlayers   each layer's weight and bias counts (0, 0 for layers without)
+ *           u32             nlayers (the graph's nodes)
+ *           (u64, u64) × nlayers   each node's weight and bias counts (0, 0 for nodes without)
  *           f32 × nparams   the parameters, in lam_model_params_get's order
+ *   v2:     u32             C: channels the normalization covers (the model's input channels)
+ *           f32 × C, f32 × C   its mean and std per channel (lam_model_set_normalization)
+ *           u64             nstate
+ *           f32 × nstate    BatchNorm's running statistics (lam_model_state_get)
+ *           f32             the loss's label smoothing
  *           u32             training state follows: 0 (the model alone) or 1
  *   when it is 1:
  *           u32             optimizer kind (lam_opt_kind: 0 sgd, 1 adam, 2 adamw)
@@ -54,7 +60,7 @@
 
 #define CKPT_MAGIC "LAMCKPT" /* with its NUL: 8 bytes */
 #define CKPT_MAGIC_LEN 8
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u
 #define CKPT_MAX_LAYERS 4096u /* far above any spec that fits in 1024 characters */
 
 /* ---- little-endian packing --------------------------------------------------------------------- */
@@ -121,11 +127,13 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
   const int nstate = t ? 1 + opt_has_v(t->opt.kind) : 0;
   /* Does the model hold state for the trainer's optimizer? If not, the next step starts it from zero. */
   const int have_state = t && m->opt_m && m->opt_kind == t->opt.kind && (!opt_has_v(t->opt.kind) || m->opt_v);
-  size_t size = CKPT_MAGIC_LEN + 4 + 4 + spec_len + 3 * 4 + 8 + 4 + (size_t)m->nlayers * 16 + np * 4 + 4;
+  size_t size = CKPT_MAGIC_LEN + 4 + 4 + spec_len + 3 * 4 + 8 + 4 + (size_t)m->nnodes * 16 + np * 4 + 4;
+  size += 4 + 8 * (size_t)m->norm.c + 8 + 4 * m->nstate + 4; /* v2 */
   if (t) size += 4 + 6 * 4 + 8 + (size_t)nstate * np * 4 + 4 + 8 + 4 + 4 * 8;
   size += 4; /* CRC */
 
-  float *host = malloc((np ? np : 1) * sizeof *host);
+  size_t nhost = np > m->nstate ? np : m->nstate;
+  float *host = malloc((nhost ? nhost : 1) * sizeof *host);
   wbuf b = {malloc(size), 0, size};
   if (!host || !b.p) {
     free(host);
@@ -141,14 +149,25 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
   put_u32(&b, (uint32_t)m->in_h);
   put_u32(&b, (uint32_t)m->in_w);
   put_u64(&b, np);
-  put_u32(&b, (uint32_t)m->nlayers);
-  for (int i = 0; i < m->nlayers; i++) {
-    put_u64(&b, m->L[i].nw);
-    put_u64(&b, m->L[i].nb);
+  put_u32(&b, (uint32_t)m->nnodes);
+  for (int i = 0; i < m->nnodes; i++) {
+    put_u64(&b, m->node[i].nw);
+    put_u64(&b, m->node[i].nb);
   }
   s = lam_mem_download(ctx, host, m->params, np * sizeof(float)); /* waits for queued steps */
   if (s == LAM_OK) put_f32s(&b, host, np);
-  if (s == LAM_OK) put_u32(&b, t ? 1u : 0u);
+  if (s == LAM_OK) {
+    put_u32(&b, (uint32_t)m->norm.c);
+    put_f32s(&b, m->norm.mean, (size_t)m->norm.c);
+    put_f32s(&b, m->norm.std, (size_t)m->norm.c);
+    put_u64(&b, m->nstate);
+    if (m->nstate) s = lam_mem_download(ctx, host, m->state, m->nstate * sizeof(float));
+  }
+  if (s == LAM_OK) {
+    put_f32s(&b, host, m->nstate);
+    put_f32(&b, m->smoothing);
+    put_u32(&b, t ? 1u : 0u);
+  }
   if (s == LAM_OK && t) {
     put_u32(&b, (uint32_t)t->opt.kind);
     put_f32(&b, t->opt.lr);
@@ -299,12 +318,17 @@ static lam_status read_file(const char *path, uint8_t **out, size_t *out_len) {
 
 /* What a checkpoint holds, with pointers into the file's bytes for the big arrays. */
 typedef struct ckpt {
-  char spec[1024];
+  uint32_t version;
+  char spec[4096];
   int32_t in_c, in_h, in_w;
   uint64_t nparams;
   uint32_t nlayers;
   const uint8_t *layers; /* (nw, nb) u64 pairs */
   const uint8_t *params;
+  lam_norm norm;         /* v2; c = 0 in v1 files */
+  uint64_t nstate;
+  const uint8_t *state;
+  float smoothing;
   int train;             /* training state follows */
   lam_opt opt;
   int64_t opt_step;
@@ -353,14 +377,15 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
   if (version > CKPT_VERSION)
     return LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' was written by a newer lamina: version %u, this build reads %u; "
                     "update lamina to load it", path, version, CKPT_VERSION);
-  if (version != CKPT_VERSION) return CORRUPTED(path, "version %u is not one lamina ever wrote", version);
+  if (version != 1 && version != 2) return CORRUPTED(path, "version %u is not one lamina ever wrote", version);
+  c->version = version;
 
   /* The structure, far enough to know the length; values are checked once the CRC holds. */
   if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
   uint32_t spec_len = get_u32(q);
-  if (spec_len >= sizeof c->spec)
-    return CORRUPTED(path, "its model spec is %u bytes long, more than the %zu a spec can have", spec_len,
-                     sizeof c->spec - 1);
+  size_t spec_max = version == 1 ? 1023 : sizeof c->spec - 1;
+  if (spec_len > spec_max)
+    return CORRUPTED(path, "its model spec is %u bytes long, more than the %zu a spec can have", spec_len, spec_max);
   if (!(q = take(&r, spec_len))) return TRUNCATED(path, &r);
   memcpy(c->spec, q, spec_len);
   c->spec[spec_len] = '\0';
@@ -377,6 +402,22 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
   const size_t pbytes = (size_t)c->nparams * 4;
   if (!(c->layers = take(&r, (size_t)c->nlayers * 16))) return TRUNCATED(path, &r);
   if (!(c->params = take(&r, pbytes))) return TRUNCATED(path, &r);
+  if (version >= 2) {
+    if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
+    uint32_t nc = get_u32(q);
+    if (nc == 0 || nc > LAM_NORM_MAX_CHANNELS)
+      return CORRUPTED(path, "its normalization covers %u channels (1 to %d expected)", nc, LAM_NORM_MAX_CHANNELS);
+    c->norm.c = (int)nc;
+    if (!(q = take(&r, 8 * (size_t)nc + 8))) return TRUNCATED(path, &r);
+    get_f32s(q, c->norm.mean, nc);
+    get_f32s(q + 4 * nc, c->norm.std, nc);
+    c->nstate = get_u64(q + 8 * nc);
+    if (c->nstate > (SIZE_MAX - 1024) / 16)
+      return CORRUPTED(path, "it says the model has %llu running statistics", (unsigned long long)c->nstate);
+    if (!(c->state = take(&r, (size_t)c->nstate * 4))) return TRUNCATED(path, &r);
+    if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
+    c->smoothing = get_f32(q);
+  }
   if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
   uint32_t train = get_u32(q);
   if (train > 1) return CORRUPTED(path, "the training-state flag is %u (0 or 1 expected)", train);
@@ -432,27 +473,38 @@ static lam_status make_model(lam_ctx *ctx, const char *path, const ckpt *c, lam_
     return LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is mismatched: this build cannot make its model \"%s\" on %dx%dx%d "
                     "inputs: %s", path, c->spec, c->in_c, c->in_h, c->in_w, why);
   }
-  if (m->nparams != c->nparams || (uint32_t)m->nlayers != c->nlayers) {
+  if (m->nparams != c->nparams || (uint32_t)m->nnodes != c->nlayers) {
     s = LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is mismatched: its model \"%s\" has %llu parameters in %u layers in the "
                  "file but %zu in %d layers in this build; it was written by an incompatible lamina", path, c->spec,
-                 (unsigned long long)c->nparams, c->nlayers, m->nparams, m->nlayers);
+                 (unsigned long long)c->nparams, c->nlayers, m->nparams, m->nnodes);
   }
-  for (int i = 0; i < m->nlayers && s == LAM_OK; i++) {
+  for (int i = 0; i < m->nnodes && s == LAM_OK; i++) {
     uint64_t nw = get_u64(c->layers + 16 * i), nb = get_u64(c->layers + 16 * i + 8);
-    if (nw != m->L[i].nw || nb != m->L[i].nb)
+    if (nw != m->node[i].nw || nb != m->node[i].nb)
       s = LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is mismatched: layer %d of \"%s\" has %llu weights and %llu biases in the "
                    "file but %zu and %zu in this build; it was written by an incompatible lamina", path, i + 1, c->spec,
-                   (unsigned long long)nw, (unsigned long long)nb, m->L[i].nw, m->L[i].nb);
+                   (unsigned long long)nw, (unsigned long long)nb, m->node[i].nw, m->node[i].nb);
   }
+  if (s == LAM_OK && c->version >= 2 && (c->nstate != m->nstate || c->norm.c != m->in_c))
+    s = LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is mismatched: its model \"%s\" has %llu running statistics and normalizes "
+                 "%d channels in the file but %zu and %d in this build", path, c->spec, (unsigned long long)c->nstate,
+                 c->norm.c, m->nstate, m->in_c);
+  if (s == LAM_OK && c->version >= 2) s = lam_model_set_normalization(m, c->norm.c, c->norm.mean, c->norm.std);
+  if (s == LAM_OK && c->version >= 2) s = lam_model_set_label_smoothing(m, c->smoothing);
   float *host = NULL;
+  size_t nhost = m->nparams > m->nstate ? m->nparams : m->nstate;
   if (s == LAM_OK) {
-    host = malloc((m->nparams ? m->nparams : 1) * sizeof *host);
+    host = malloc((nhost ? nhost : 1) * sizeof *host);
     if (!host) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "loading checkpoint '%s': no host memory for %zu parameters", path,
                             m->nparams);
   }
   if (s == LAM_OK) {
     get_f32s(c->params, host, m->nparams);
     s = lam_model_params_set(m, host, m->nparams);
+  }
+  if (s == LAM_OK && c->version >= 2 && m->nstate) {
+    get_f32s(c->state, host, m->nstate);
+    s = lam_model_state_set(m, host, m->nstate);
   }
   free(host);
   if (s != LAM_OK) {

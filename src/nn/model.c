@@ -1,5 +1,6 @@
-/* model.c — a model: its layers, its flat parameter and gradient buffers (tensors are views into
- * them), PyTorch's default initialization, the batch buffers, and the host-array API. */
+/* model.c — a model: its graph (spec.c, graph.c), its flat parameter, gradient and state buffers
+ * (tensors are views into them), PyTorch's default initialization, the planned batch buffers
+ * (plan.c), and the host-array API. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,25 +9,6 @@
 #include "nn.h"
 #include "rng.h"
 
-static const char *kind_name(layer_kind k) {
-  static const char *names[] = {"conv", "dense", "maxpool", "relu", "tanh", "sigmoid", "flatten"};
-  return names[k];
-}
-
-/* PyTorch's reset_parameters for Conv2d and Linear: kaiming_uniform(a = sqrt(5)) for the weight, which
- * is uniform(±1/sqrt(fan_in)), and uniform(±1/sqrt(fan_in)) for the bias. */
-static void init_params(const lam_model *m, uint64_t seed, float *host) {
-  lam_rng r;
-  lam_rng_seed(&r, seed);
-  for (int i = 0; i < m->nlayers; i++) {
-    const layer *l = &m->L[i];
-    if (!l->nw) continue;
-    size_t fan_in = l->kind == L_CONV ? (size_t)l->in_c * l->k * l->k : (size_t)l->in_c;
-    double bound = 1.0 / sqrt((double)fan_in);
-    for (size_t j = 0; j < l->nw + l->nb; j++) host[l->w_off + j] = (float)((2.0 * lam_rng_uniform(&r) - 1.0) * bound);
-  }
-}
-
 lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, int in_w, uint64_t seed,
                             lam_model **out) {
   LAM_CHECK_ARG(ctx && out, "lam_model_create: %s is NULL", ctx ? "out" : "ctx");
@@ -34,31 +16,44 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
   lam_model *m = calloc(1, sizeof *m);
   if (!m) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory");
   m->ctx = ctx;
+  m->seed = seed;
   /* LAMINA_FUSE: 0 the plain ops, 1 the GEMM-epilogue fusion only, 2 also the direct first layer on
    * any backend; by default (3) the direct first layer where the backend prefers it. The lower levels
    * stay to compare against. */
   const char *fuse = getenv("LAMINA_FUSE");
   m->fuse = !fuse || !*fuse ? 3 : !strcmp(fuse, "0") ? 0 : !strcmp(fuse, "1") ? 1 : !strcmp(fuse, "2") ? 2 : 3;
   m->in_c = in_c, m->in_h = in_h, m->in_w = in_w;
-  lam_status s = nn_parse_spec(spec, in_c, in_h, in_w, &m->L, &m->nlayers, m->spec, sizeof m->spec);
+  /* as torchvision's ToTensor + Normalize(0.5, 0.5) per channel, until the caller says otherwise */
+  m->norm.c = in_c;
+  for (int c = 0; c < LAM_NORM_MAX_CHANNELS; c++) m->norm.mean[c] = m->norm.std[c] = 0.5f;
+  lam_status s = nn_parse_spec(m, spec);
   if (s != LAM_OK) {
     free(m);
     return s;
   }
-  const layer *last = &m->L[m->nlayers - 1];
-  m->nparams = last->b_off + last->nb;
-  float *host = malloc((m->nparams ? m->nparams : 1) * sizeof *host);
-  if (!host) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory for %zu parameters", m->nparams);
-  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->params, m->nparams * sizeof(float));
-  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->grads, m->nparams * sizeof(float));
-  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->params_lo, m->nparams * sizeof(uint16_t));
+  nn_graph_finish(m);
+  size_t np = m->nparams ? m->nparams : 1, ns = m->nstate ? m->nstate : 1;
+  float *host = malloc(np * sizeof *host), *hstate = malloc(ns * sizeof *hstate);
+  if (!host || !hstate) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory for %zu parameters", np);
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->params, np * sizeof(float));
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->grads, np * sizeof(float));
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->params_lo, np * sizeof(uint16_t));
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->state, ns * sizeof(float));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->stats, 4 * sizeof(float));
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->count, sizeof(float));
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->rng_ctr, 2 * sizeof(int32_t));
+  if (s == LAM_OK) s = ctx->be->zero(ctx, m->rng_ctr, 2 * sizeof(int32_t));
   if (s == LAM_OK) {
-    init_params(m, seed, host);
+    lam_rng r;
+    lam_rng_seed(&r, seed);
+    for (int i = 0; i < m->nnodes; i++)
+      if (m->node[i].op->init) m->node[i].op->init(m, &m->node[i], &r, host, hstate);
     s = lam_mem_upload(ctx, m->params, host, m->nparams * sizeof(float));
   }
-  if (s == LAM_OK) s = ctx->be->zero(ctx, m->grads, m->nparams * sizeof(float));
+  if (s == LAM_OK && m->nstate) s = lam_mem_upload(ctx, m->state, hstate, m->nstate * sizeof(float));
+  if (s == LAM_OK) s = ctx->be->zero(ctx, m->grads, np * sizeof(float));
   free(host);
+  free(hstate);
   if (s != LAM_OK) {
     lam_model_free(m);
     return s;
@@ -69,26 +64,17 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
 
 static void free_batch(lam_model *m) {
   lam_ctx *ctx = m->ctx;
-  for (int i = 0; i < m->nlayers; i++) {
-    layer *l = &m->L[i];
-    if (l->kind != L_FLATTEN) {
-      lam_mem_free(ctx, l->out);
-      lam_mem_free(ctx, l->dout);
-    }
-    lam_mem_free(ctx, l->col);
-    lam_mem_free(ctx, l->arg);
-    l->out = l->dout = l->col = NULL;
-    l->arg = NULL;
-  }
+  lam_mem_free(ctx, m->arena);
   lam_mem_free(ctx, m->x);
-  lam_mem_free(ctx, m->dx);
   lam_mem_free(ctx, m->y);
   lam_mem_free(ctx, m->pred);
   lam_mem_free(ctx, m->scratch);
-  m->x = m->dx = m->scratch = NULL;
+  lam_mem_free(ctx, m->gtmp);
+  m->arena = NULL;
+  m->x = m->scratch = m->gtmp = NULL;
   m->y = m->pred = NULL;
   m->cap = 0;
-  m->batch_bytes = 0;
+  m->batch_bytes = m->planned_bytes = 0;
 }
 
 void lam_model_free(lam_model *m) {
@@ -98,10 +84,12 @@ void lam_model_free(lam_model *m) {
   lam_mem_free(m->ctx, m->params);
   lam_mem_free(m->ctx, m->grads);
   lam_mem_free(m->ctx, m->params_lo);
+  lam_mem_free(m->ctx, m->state);
   lam_mem_free(m->ctx, m->opt_m);
   lam_mem_free(m->ctx, m->opt_v);
   lam_mem_free(m->ctx, m->stats);
-  free(m->L);
+  lam_mem_free(m->ctx, m->count);
+  lam_mem_free(m->ctx, m->rng_ctr);
   free(m);
 }
 
@@ -112,93 +100,154 @@ static lam_status batch_alloc(lam_model *m, void **p, size_t bytes) {
   return LAM_OK;
 }
 
+/* Labels per sample: one per output pixel (1 for a classifier). */
+static size_t label_size(const lam_model *m) { return (size_t)m->tensor[m->output].h * m->tensor[m->output].w; }
+
 lam_status nn_model_reserve(lam_model *m, int B) {
   if (B <= m->cap) return LAM_OK;
   if (B < 1 || B > (1 << 20)) return LAM_FAIL(LAM_ERR_INVALID_ARG, "batch %d is out of range (1 to 1048576)", B);
   lam_ctx *ctx = m->ctx;
   LAM_TRY(ctx->be->sync(ctx)); /* queued work may still use the old buffers */
   free_batch(m);
-  m->buffers_gen++; /* a captured graph that used the old buffers is stale */
-  size_t in = (size_t)m->in_c * m->in_h * m->in_w, scratch = 1;
-  lam_status s = batch_alloc(m, (void **)&m->x, (size_t)B * in * sizeof(float));
-  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->dx, (size_t)B * in * sizeof(float));
-  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->y, (size_t)B);
-  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->pred, (size_t)B);
-  const float *prev_out = m->x;
-  float *prev_dout = m->dx;
-  for (int i = 0; i < m->nlayers && s == LAM_OK; i++) {
-    layer *l = &m->L[i];
-    size_t bytes = (size_t)B * layer_out_size(l) * sizeof(float);
-    if (l->kind == L_FLATTEN) { /* a view: same memory, new shape */
-      l->out = (float *)prev_out;
-      l->dout = prev_dout;
-    } else {
-      s = batch_alloc(m, (void **)&l->out, bytes);
-      if (s == LAM_OK) s = batch_alloc(m, (void **)&l->dout, bytes);
-    }
-    if (s == LAM_OK && l->kind == L_CONV) {
-      size_t K = (size_t)l->in_c * l->k * l->k, BP = (size_t)B * l->out_h * l->out_w;
-      s = batch_alloc(m, (void **)&l->col, K * BP * sizeof(float));
-      size_t need = conv_scratch_floats(l, B); /* the transposed gradient, then the column gradient */
-      if (need > scratch) scratch = need;
-    }
-    if (s == LAM_OK && l->kind == L_DENSE) {
-      s = batch_alloc(m, (void **)&l->col, (size_t)B * l->in_c * sizeof(uint16_t));
-      if (dense_scratch_floats(l, B) > scratch) scratch = dense_scratch_floats(l, B);
-    }
-    if (s == LAM_OK && l->kind == L_MAXPOOL) s = batch_alloc(m, (void **)&l->arg, (size_t)B * layer_out_size(l) * 4);
-    prev_out = l->out;
-    prev_dout = l->dout;
+  m->gen++; /* a captured graph that used the old buffers is stale */
+  size_t arena = 0, in = nn_size(&m->tensor[0]), big = 0;
+  for (int t = 0; t < m->ntensors; t++)
+    if (nn_size(&m->tensor[t]) > big) big = nn_size(&m->tensor[t]);
+  m->label_size = label_size(m);
+  m->gtmp_stride = ((size_t)B * big + 63) / 64 * 64;
+  lam_status s = nn_plan(m, B, NULL, &arena);
+  if (s == LAM_OK) s = batch_alloc(m, &m->arena, arena);
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->x, (size_t)B * in * sizeof(float));
+  if (s == LAM_OK) {
+    m->tensor[0].data = m->x;
+    s = nn_plan(m, B, m->arena, &arena);
   }
-  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->scratch, scratch * sizeof(float));
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->y, (size_t)B * m->label_size);
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->pred, (size_t)B * m->label_size);
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->scratch, nn_scratch_floats(m, B) * sizeof(float));
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->gtmp, NN_MAX_IN * m->gtmp_stride * sizeof(float));
   if (s != LAM_OK) {
     free_batch(m);
     return s;
   }
+  m->planned_bytes = arena;
   m->cap = B;
   return LAM_OK;
 }
 
 const char *lam_model_spec(const lam_model *m) { return m ? m->spec : ""; }
 size_t lam_model_param_count(const lam_model *m) { return m ? m->nparams : 0; }
-int lam_model_outputs(const lam_model *m) { return m ? m->L[m->nlayers - 1].out_c : 0; }
+int lam_model_outputs(const lam_model *m) { return m ? m->tensor[m->output].c : 0; }
+
+lam_status lam_model_output_shape(const lam_model *m, int *c, int *h, int *w) {
+  LAM_CHECK_ARG(m && c && h && w, "lam_model_output_shape: NULL argument");
+  *c = m->tensor[m->output].c, *h = m->tensor[m->output].h, *w = m->tensor[m->output].w;
+  return LAM_OK;
+}
+
+static size_t node_params(const nn_node *n) { return n->nw + n->nb; }
 
 lam_status lam_model_describe(const lam_model *m, char *buf, size_t size) {
   LAM_CHECK_ARG(m && buf && size, "lam_model_describe: NULL argument");
   size_t used = 0;
   buf[0] = '\0';
   used += (size_t)snprintf(buf, size, "input %dx%dx%d\n", m->in_c, m->in_h, m->in_w);
-  for (int i = 0; i < m->nlayers && used < size; i++) {
-    const layer *l = &m->L[i];
-    char extra[64] = "";
-    if (l->kind == L_CONV) snprintf(extra, sizeof extra, " k%d s%d p%d", l->k, l->stride, l->pad);
-    if (l->kind == L_MAXPOOL) snprintf(extra, sizeof extra, " k%d s%d", l->k, l->stride);
-    used += (size_t)snprintf(buf + used, size - used, "%2d %-8s%-12s -> %dx%dx%d  params %zu\n", i + 1, kind_name(l->kind),
-                             extra, l->out_c, l->out_h, l->out_w, l->nw + l->nb);
+  for (int i = 0; i < m->nnodes && used < size; i++) {
+    const nn_node *n = &m->node[i];
+    const nn_tensor *t = &m->tensor[n->out];
+    char extra[96] = "";
+    if (n->op == &nn_op_conv || n->op == &nn_op_convt)
+      snprintf(extra, sizeof extra, " k%d s%d p%d%s", n->k, n->stride, n->pad, n->nobias ? " nobias" : "");
+    if (n->op == &nn_op_maxpool || n->op == &nn_op_avgpool) snprintf(extra, sizeof extra, " k%d s%d", n->k, n->stride);
+    if (n->nin == 2) snprintf(extra, sizeof extra, " @%s", m->tensor[n->in[1]].name);
+    used += (size_t)snprintf(buf + used, size - used, "%2d %-10s%-14s -> %dx%dx%d  params %zu%s%s\n", i + 1, n->op->name,
+                             extra, t->c, t->h, t->w, node_params(n), t->name[0] ? "  " : "", t->name);
   }
   if (used < size) snprintf(buf + used, size - used, "parameters: %zu\n", m->nparams);
   return LAM_OK;
 }
 
-static lam_status check_count(const char *fn, const lam_model *m, const float *host, size_t count) {
+lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, int max, int *count,
+                           size_t *planned_bytes) {
+  LAM_CHECK_ARG(m && count, "lam_model_nodes: %s is NULL", m ? "count" : "model");
+  LAM_CHECK_ARG(batch >= 1 && batch <= (1 << 20), "lam_model_nodes: batch %d is out of range (1 to 1048576)", batch);
+  *count = m->nnodes;
+  for (int i = 0; i < m->nnodes && i < max && nodes; i++) {
+    const nn_node *n = &m->node[i];
+    const nn_tensor *t = &m->tensor[n->out];
+    lam_node_info *o = &nodes[i];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", t->name[0] ? t->name : "");
+    snprintf(o->op, sizeof o->op, "%s", n->op->name);
+    if (n->nin == 2) snprintf(o->reads, sizeof o->reads, "%s", m->tensor[n->in[1]].name);
+    o->c = t->c, o->h = t->h, o->w = t->w;
+    o->params = node_params(n);
+    o->flops = 2.0 * (n->op->macs ? n->op->macs(m, n) : 0.0);
+    o->fused = n->absorbed ? 1 : n->fuse ? 2 : 0;
+  }
+  if (planned_bytes) {
+    /* the plan is made on a copy: the model's own buffers stay as they are */
+    lam_model *c = malloc(sizeof *c);
+    if (!c) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_nodes: no host memory");
+    memcpy(c, m, sizeof *c);
+    size_t arena = 0;
+    lam_status s = nn_plan(c, batch, NULL, &arena);
+    size_t big = 0;
+    for (int t = 0; t < m->ntensors; t++)
+      if (nn_size(&m->tensor[t]) > big) big = nn_size(&m->tensor[t]);
+    *planned_bytes = arena + nn_scratch_floats(m, batch) * sizeof(float) + (size_t)batch * nn_size(&m->tensor[0]) * 4 +
+                     NN_MAX_IN * (size_t)batch * big * sizeof(float);
+    free(c);
+    LAM_TRY(s);
+  }
+  return LAM_OK;
+}
+
+static lam_status check_count(const char *fn, const lam_model *m, const float *host, size_t count, size_t want) {
   LAM_CHECK_ARG(m && host, "%s: %s is NULL", fn, m ? "host" : "model");
-  LAM_CHECK_ARG(count == m->nparams, "%s: count %zu does not match the model's %zu parameters", fn, count, m->nparams);
+  LAM_CHECK_ARG(count == want, "%s: count %zu does not match the model's %zu", fn, count, want);
   return LAM_OK;
 }
 
 lam_status lam_model_params_get(lam_model *m, float *host, size_t count) {
-  LAM_TRY(check_count("lam_model_params_get", m, host, count));
+  LAM_TRY(check_count("lam_model_params_get", m, host, count, m ? m->nparams : 0));
   return lam_mem_download(m->ctx, host, m->params, count * sizeof(float));
 }
 
 lam_status lam_model_params_set(lam_model *m, const float *host, size_t count) {
-  LAM_TRY(check_count("lam_model_params_set", m, host, count));
+  LAM_TRY(check_count("lam_model_params_set", m, host, count, m ? m->nparams : 0));
   return lam_mem_upload(m->ctx, m->params, host, count * sizeof(float));
 }
 
 lam_status lam_model_grads_get(lam_model *m, float *host, size_t count) {
-  LAM_TRY(check_count("lam_model_grads_get", m, host, count));
+  LAM_TRY(check_count("lam_model_grads_get", m, host, count, m ? m->nparams : 0));
   return lam_mem_download(m->ctx, host, m->grads, count * sizeof(float));
+}
+
+size_t lam_model_state_count(const lam_model *m) { return m ? m->nstate : 0; }
+
+lam_status lam_model_state_get(lam_model *m, float *host, size_t count) {
+  LAM_TRY(check_count("lam_model_state_get", m, host, count, m ? m->nstate : 0));
+  return count ? lam_mem_download(m->ctx, host, m->state, count * sizeof(float)) : LAM_OK;
+}
+
+lam_status lam_model_state_set(lam_model *m, const float *host, size_t count) {
+  LAM_TRY(check_count("lam_model_state_set", m, host, count, m ? m->nstate : 0));
+  return count ? lam_mem_upload(m->ctx, m->state, host, count * sizeof(float)) : LAM_OK;
+}
+
+lam_status lam_model_set_train(lam_model *m, int train) {
+  LAM_CHECK_ARG(m, "lam_model_set_train: model is NULL");
+  m->training = train != 0;
+  return LAM_OK;
+}
+
+lam_status lam_model_set_dropout_mask(lam_model *m, int node, const uint8_t *mask) {
+  LAM_CHECK_ARG(m, "lam_model_set_dropout_mask: model is NULL");
+  LAM_CHECK_ARG(node >= 1 && node <= m->nnodes && m->node[node - 1].op == &nn_op_dropout,
+                "lam_model_set_dropout_mask: node %d is not a dropout layer (nodes count from 1)", node);
+  m->node[node - 1].fixed_mask = mask;
+  return LAM_OK;
 }
 
 static lam_status upload_batch(lam_model *m, const char *fn, int B, const float *x) {
@@ -212,26 +261,56 @@ static lam_status upload_batch(lam_model *m, const char *fn, int B, const float 
 lam_status lam_model_forward(lam_model *m, int B, const float *x, float *logits) {
   LAM_TRY(upload_batch(m, "lam_model_forward", B, x));
   LAM_CHECK_ARG(logits, "lam_model_forward: logits is NULL");
-  LAM_TRY(nn_forward(m, B));
-  const layer *last = &m->L[m->nlayers - 1];
-  return lam_mem_download(m->ctx, logits, last->out, (size_t)B * last->out_c * sizeof(float));
+  LAM_TRY(nn_forward(m, B, m->training));
+  const nn_tensor *out = &m->tensor[m->output];
+  return lam_mem_download(m->ctx, logits, out->data, (size_t)B * nn_size(out) * sizeof(float));
 }
 
 lam_status lam_model_loss_backward(lam_model *m, int B, const float *x, const uint8_t *labels, float *loss) {
   LAM_TRY(upload_batch(m, "lam_model_loss_backward", B, x));
   LAM_CHECK_ARG(labels && loss, "lam_model_loss_backward: %s is NULL", labels ? "loss" : "labels");
   int C = lam_model_outputs(m);
-  for (int b = 0; b < B; b++)
-    LAM_CHECK_ARG(labels[b] < C, "lam_model_loss_backward: label %d of sample %d is not below the %d outputs", labels[b], b, C);
+  size_t n = (size_t)B * m->label_size;
+  for (size_t i = 0; i < n; i++)
+    LAM_CHECK_ARG(labels[i] < C || (m->label_size > 1 && labels[i] == LAM_LABEL_IGNORE),
+                  "lam_model_loss_backward: label %d at %zu (sample %zu) is not below the %d outputs", labels[i], i,
+                  i / m->label_size, C);
   lam_ctx *ctx = m->ctx;
-  LAM_TRY(lam_mem_upload(ctx, m->y, labels, (size_t)B));
+  LAM_TRY(lam_mem_upload(ctx, m->y, labels, n));
   LAM_TRY(ctx->be->zero(ctx, m->grads, m->nparams * sizeof(float)));
   LAM_TRY(ctx->be->zero(ctx, m->stats, 4 * sizeof(float)));
-  LAM_TRY(nn_forward(m, B));
-  LAM_TRY(nn_loss(m, B, 1, (float)B, NULL));
+  LAM_TRY(nn_forward(m, B, 1));
+  LAM_TRY(nn_loss(m, B, 1, m->smoothing, NULL));
   LAM_TRY(nn_backward(m, B));
   float st[4];
   LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st));
-  *loss = st[0] / (float)B;
+  *loss = st[2] > 0 ? st[0] / st[2] : 0.0f;
+  return LAM_OK;
+}
+
+lam_status lam_model_set_label_smoothing(lam_model *m, float s) {
+  LAM_CHECK_ARG(m, "lam_model_set_label_smoothing: model is NULL");
+  LAM_CHECK_ARG(s >= 0.0f && s < 1.0f, "lam_model_set_label_smoothing: %g is not in [0, 1)", (double)s);
+  m->smoothing = s;
+  return LAM_OK;
+}
+
+lam_status lam_model_set_normalization(lam_model *m, int c, const float *mean, const float *std) {
+  LAM_CHECK_ARG(m && mean && std, "lam_model_set_normalization: NULL argument");
+  LAM_CHECK_ARG(c == m->in_c, "lam_model_set_normalization: %d channels given but the model takes %d", c, m->in_c);
+  LAM_CHECK_ARG(c <= LAM_NORM_MAX_CHANNELS, "lam_model_set_normalization: %d channels, at most %d", c,
+                LAM_NORM_MAX_CHANNELS);
+  for (int i = 0; i < c; i++)
+    LAM_CHECK_ARG(isfinite(mean[i]) && std[i] > 0 && isfinite(std[i]),
+                  "lam_model_set_normalization: channel %d: mean %g, std %g (std must be > 0, both finite)", i,
+                  (double)mean[i], (double)std[i]);
+  for (int i = 0; i < c; i++) m->norm.mean[i] = mean[i], m->norm.std[i] = std[i];
+  m->gen++; /* a captured step has the old values baked in */
+  return LAM_OK;
+}
+
+lam_status lam_model_normalization(const lam_model *m, float *mean, float *std) {
+  LAM_CHECK_ARG(m && mean && std, "lam_model_normalization: NULL argument");
+  for (int i = 0; i < m->norm.c; i++) mean[i] = m->norm.mean[i], std[i] = m->norm.std[i];
   return LAM_OK;
 }

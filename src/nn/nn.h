@@ -1,70 +1,140 @@
-/* nn.h — the model's internals: layers with their shapes, the flat buffers (parameters, gradients,
- * optimizer state, activations) and the trainer. Layers are written once (nn/layers.c) over the
- * backend primitives declared in internal.h; only the primitives have CPU and CUDA twins. */
+/* nn.h — the model's internals: a graph of nodes over named tensors, the op table every node kind
+ * fills in (src/nn/ops/, one file per op family), the planner's arena, the flat buffers (parameters,
+ * gradients, optimizer state, BatchNorm's running statistics) and the trainer's hooks. Ops are
+ * written once over the backend primitives (prims.h); only the primitives have CPU and CUDA twins. */
 #ifndef LAMINA_NN_H
 #define LAMINA_NN_H
 
 #include "../internal.h"
 
-typedef enum layer_kind { L_CONV, L_DENSE, L_MAXPOOL, L_RELU, L_TANH, L_SIGMOID, L_FLATTEN } layer_kind;
+#define NN_MAX_NODES 256
+#define NN_MAX_IN 2
+#define NN_NAME_LEN 32
 
-typedef struct layer {
-  layer_kind kind;
-  int in_c, in_h, in_w;    /* input per sample */
-  int out_c, out_h, out_w; /* output per sample (dense: out_c features, h = w = 1) */
-  int k, stride, pad;      /* conv and maxpool */
-  size_t w_off, b_off;     /* offsets of weight and bias in the flat parameter buffer */
-  size_t nw, nb;
-  /* Per-batch buffers (backend memory), sized for the model's batch capacity. */
-  float *out;    /* (B, out_c, out_h, out_w) */
-  float *dout;   /* gradient of the loss w.r.t. out */
-  float *col;    /* conv: im2col of the input, (in_c*k*k, B*out_h*out_w), kept for backward (bf16: as
-                  * bfloat16); dense: the input as bfloat16 (bf16 precision only) */
-  int32_t *arg;  /* maxpool: index of the max within the input sample, per output */
-} layer;
+/* A tensor per sample: (c, h, w); a batch of B lies (B, c, h, w) in memory. */
+typedef struct nn_tensor {
+  char name[NN_NAME_LEN]; /* the spec's label, "input" for the model's input, else "" */
+  int c, h, w;
+  int producer;  /* the node that writes it; -1: the model's input (m->x) */
+  int view_of;   /* -1, or the tensor whose memory this one is (flatten: a new shape, no copy) */
+  int need_grad; /* some parameter lies upstream: backward computes its gradient */
+  int flat;      /* made flat by flatten or dense: no image ops after it */
+  int fused_away; /* written by nobody: a fused node runs through it (conv -> relu -> maxpool) */
+  float *data, *grad; /* (B, c, h, w) in the arena, set by the planner (views share their base's) */
+} nn_tensor;
 
-static inline size_t layer_in_size(const layer *l) { return (size_t)l->in_c * l->in_h * l->in_w; }
-static inline size_t layer_out_size(const layer *l) { return (size_t)l->out_c * l->out_h * l->out_w; }
+static inline size_t nn_size(const nn_tensor *t) { return (size_t)t->c * t->h * t->w; }
+
+struct lam_model;
+struct nn_node;
+struct nn_parse;
+
+/* An op kind. parse reads the node's words (after the name) and sets its attributes, its output shape
+ * and its parameter counts from its input's shape, or returns a spec error; the rest are optional
+ * (NULL: nothing to do). */
+typedef struct nn_op {
+  const char *name, *fwd_mark, *bwd_mark; /* "relu", "relu.fwd", "relu.bwd" (NN_NAMES) */
+  lam_status (*parse)(struct nn_parse *p, struct lam_model *m, struct nn_node *n);
+  /* PyTorch's default initialization of the node's parameters (host copy of the flat buffer) and state. */
+  void (*init)(const struct lam_model *m, const struct nn_node *n, void *rng, float *params, float *state);
+  lam_status (*fwd)(struct lam_model *m, struct nn_node *n, int B, int train);
+  /* Gradients: += into the flat gradient buffer; each input that needs one gets it written (or, where
+   * nn_din says so, added). */
+  lam_status (*bwd)(struct lam_model *m, struct nn_node *n, int B);
+  /* Bytes per batch of B that forward saves for backward (the node's aux buffer), and floats of the
+   * shared scratch its forward or backward needs at batch B. */
+  size_t (*aux_bytes)(const struct lam_model *m, const struct nn_node *n, int B);
+  size_t (*scratch_floats)(const struct lam_model *m, const struct nn_node *n, int B);
+  /* Multiply-adds per sample of the forward (lamina model's FLOPs are twice this). */
+  double (*macs)(const struct lam_model *m, const struct nn_node *n);
+  unsigned flags;
+} nn_op;
+#define NN_NAMES(s) .name = s, .fwd_mark = s ".fwd", .bwd_mark = s ".bwd"
+enum {
+  NN_IN_BWD = 1,   /* backward reads the input's data */
+  NN_OUT_BWD = 2,  /* backward reads the output's data */
+  NN_VIEW = 4,     /* the output is the input's memory in a new shape */
+  NN_FLAT_OK = 8,  /* takes a flat input (c, 1, 1) */
+  NN_OWN_MARKS = 16, /* marks its parts for the profiler itself */
+};
+
+/* How a conv runs: on its own, or with the relu and maxpool after it (fused after the GEMM, or as a
+ * direct convolution at the model's input). */
+enum { NN_FUSE_NONE = 0, NN_FUSE_POOL, NN_FUSE_DIRECT };
+
+typedef struct nn_node {
+  const nn_op *op;
+  int in[NN_MAX_IN], nin; /* input tensors */
+  int out;                /* output tensor */
+  int word;               /* the spec word that names it, for messages */
+  /* attributes (each op reads its own) */
+  int oc, k, stride, pad, nobias, f, act;
+  float alpha, eps, momentum;
+  size_t w_off, nw, b_off, nb; /* weight and bias (BatchNorm: gamma and beta) in the flat buffers */
+  size_t s_off, ns;            /* state (BatchNorm: running mean and var) in m->state */
+  /* planned */
+  void *aux;          /* saved for backward (im2col, argmax, BatchNorm's mean and invstd, dropout's mask) */
+  int accum[NN_MAX_IN]; /* the gradient of input i is added: a later reader wrote it first */
+  /* fusion */
+  int fuse;      /* NN_FUSE_* (conv) */
+  int pool;      /* the maxpool node a fused conv runs (its output and argmax are the block's) */
+  int absorbed;  /* run by another node's fused step (fused_by): skipped */
+  int fused_by;
+  const uint8_t *fixed_mask; /* dropout: a mask given by a test instead of drawn (nn_dropout_fix) */
+} nn_node;
 
 struct lam_model {
   lam_ctx *ctx;
-  char spec[1024];
+  char spec[4096];         /* as given, presets expanded */
   int in_c, in_h, in_w;
-  int nlayers;
-  layer *L;
-  size_t nparams;
+  int nnodes, ntensors;
+  nn_node node[NN_MAX_NODES];
+  nn_tensor tensor[NN_MAX_NODES + 1]; /* tensor 0 is the input */
+  int output;              /* the last node's output tensor: the logits (classes, h, w) */
+  size_t nparams, nstate;
   float *params, *grads;   /* flat, backend memory */
-  uint16_t *params_lo;     /* bf16 precision: the conv weights rounded to bfloat16 for the GEMMs, refreshed at
-                            * every forward from params (the fp32 master copy); same offsets */
+  uint16_t *params_lo;     /* bf16 precision: weights rounded to bfloat16 for the GEMMs, refreshed at every
+                            * forward from params (the fp32 master copy); same offsets */
+  float *state;            /* BatchNorm's running statistics (flat; not optimized) */
   float *opt_m, *opt_v;    /* optimizer state (momentum / Adam moments), allocated at the first step */
   lam_opt_kind opt_kind;   /* what opt_m/opt_v hold */
   long opt_step;
+  uint64_t seed;           /* dropout's masks */
+  lam_norm norm;           /* of the uint8 pixels, per channel (lam_model_set_normalization) */
+  int training;            /* lam_model_forward's mode (lam_model_set_train) */
+  float smoothing;         /* the loss's label smoothing */
   /* Batch buffers */
   int cap;                 /* batch capacity of the buffers below */
-  float *x, *dx;           /* input (B, in_c, in_h, in_w); dx is scratch for the first layer's input gradient */
-  uint8_t *y;              /* labels of the batch (backend memory) */
-  float *scratch;          /* conv backward: transposed gradient and the column gradient (bf16: the transposed
-                            * gradient, then bf16 copies of it and of the column gradient; conv_scratch_floats) */
-  float *stats;            /* [loss sum, correct, samples]: accumulated on the device, read rarely */
-  uint8_t *pred;           /* argmax per sample of the last forward, (cap) */
-  size_t batch_bytes;      /* backend memory held by the batch buffers above and the layers' */
+  float *x;                /* input (B, in_c, in_h, in_w) */
+  uint8_t *y;              /* labels of the batch (backend memory), label_size each */
+  size_t label_size;       /* labels per sample: 1, or h*w of the output (per-pixel) */
+  float *count;            /* backend memory: labels counted in the batch (the loss's mean) */
+  void *arena;             /* activations, gradients and saved buffers, placed by liveness (plan.c) */
+  size_t arena_bytes;
+  float *scratch;          /* shared scratch of the ops (max over nodes of scratch_floats) */
+  float *gtmp;             /* a gradient that is added rather than written goes here first: input i's at
+                            * gtmp + i * gtmp_stride */
+  size_t gtmp_stride;
+  float *stats;            /* [loss sum, correct, counted]: accumulated on the device, read rarely */
+  int32_t *rng_ctr;        /* backend memory: dropout's step counter ([1] counts training forwards) */
+  uint8_t *pred;           /* argmax per label of the last forward */
+  size_t batch_bytes;      /* backend memory held by the batch buffers above */
+  size_t planned_bytes;    /* the arena at the capacity: what the plan needs */
   int fuse;                /* conv -> relu -> maxpool: 0 op by op, 1 fused after the GEMM, 2 also direct at the
                             * input, 3 (default) direct where the backend prefers it (LAMINA_FUSE) */
-  unsigned buffers_gen;    /* bumped whenever the batch buffers move (a graph of them is then stale) */
+  unsigned gen;            /* bumped whenever buffers a captured step uses move (a graph of them is then stale) */
   struct lam_prof *prof;   /* when profiling: a mark after every op (nn/prof.h) */
 };
 
-/* Floats of scratch a conv's backward needs at batch B: fp32 dyT (OC, BP) and dcol (K, BP), or in bf16
- * dyT, then (at a 16-byte boundary) dyT and dcol as bfloat16. */
-static inline size_t conv_bf16_offset(const layer *l, size_t BP) { return ((size_t)l->out_c * BP + 3) / 4 * 4; }
-static inline size_t dense_scratch_floats(const layer *l, int B) { /* bf16: the output gradient as bfloat16 */
-  return ((size_t)B * l->out_c + 1) / 2;
-}
-static inline size_t conv_scratch_floats(const layer *l, int B) {
-  size_t K = (size_t)l->in_c * l->k * l->k, BP = (size_t)B * l->out_h * l->out_w;
-  size_t f32 = ((size_t)l->out_c + K) * BP, bf16 = conv_bf16_offset(l, BP) + (((size_t)l->out_c + K) * BP + 1) / 2;
-  return f32 > bf16 ? f32 : bf16;
-}
+static inline nn_tensor *nn_in(lam_model *m, const nn_node *n, int i) { return &m->tensor[n->in[i]]; }
+static inline nn_tensor *nn_out(lam_model *m, const nn_node *n) { return &m->tensor[n->out]; }
+static inline int nn_bf16(const lam_model *m) { return m->ctx->precision == LAM_PRECISION_BF16; }
+static inline int nn_index(const lam_model *m, const nn_node *n) { return (int)(n - m->node); }
+
+/* Where backward puts the gradient of input i: NULL when it needs none; else its grad buffer, or, when
+ * the gradient is to be added (accum), m->gtmp — nn_din_done then adds it in. */
+float *nn_din(lam_model *m, const nn_node *n, int i);
+lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B);
 
 /* Marks the end of an op for the profiler; free when not profiling. */
 lam_status prof_mark(struct lam_prof *p, const char *name, int layer);
@@ -73,6 +143,60 @@ lam_status prof_mark(struct lam_prof *p, const char *name, int layer);
     if ((m)->prof) LAM_TRY(prof_mark((m)->prof, (name), (layer))); \
   } while (0)
 
+/* The parser's view of one node's words, for the ops' parse functions (spec.c). */
+typedef struct nn_word {
+  const char *s; /* into the spec */
+  int len, pos;  /* pos: offset in the spec */
+  int comma;     /* a comma (or a line's end) follows: the item ends */
+  int label;     /* the word is a label: 'NAME:' */
+} nn_word;
+typedef struct nn_parse {
+  const char *spec;
+  const nn_word *w;
+  int first, nargs; /* the node's name is w[first]; its arguments w[first+1 .. first+nargs] */
+} nn_parse;
+/* "bad model spec at word 3 ('x3', column 9): <what>" and the spec with a caret under the word (wi
+ * counts from the node's name: 0 is the name, 1 its first argument). */
+lam_status nn_spec_error(const nn_parse *p, int wi, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int nn_word_is(const nn_parse *p, int wi, const char *s);
+/* The argument wi as a whole number in [lo, hi]; else a spec error naming `what`. */
+lam_status nn_word_int(const nn_parse *p, int wi, int lo, int hi, const char *what, int *out);
+lam_status nn_word_float(const nn_parse *p, int wi, double lo, double hi, const char *what, float *out);
+/* Checks that the node's input is an image (not flat) / flat or 1x1, with a message naming the op. */
+lam_status nn_need_image(const nn_parse *p, const lam_model *m, const nn_node *n);
+/* The argument wi as '@NAME': the labelled tensor, which must exist already. */
+lam_status nn_word_ref(const nn_parse *p, const lam_model *m, int wi, int *tensor);
+
+/* The op table (src/nn/ops/). */
+extern const nn_op nn_op_conv, nn_op_convt, nn_op_dense, nn_op_maxpool, nn_op_avgpool, nn_op_gap, nn_op_upsample,
+    nn_op_relu, nn_op_tanh, nn_op_sigmoid, nn_op_gelu, nn_op_leakyrelu, nn_op_flatten, nn_op_bn, nn_op_dropout,
+    nn_op_add, nn_op_concat;
+const nn_op *nn_op_find(const char *name, int len);
+/* The conv's fused block (ops/conv.c), run by the conv node when n->fuse is set. */
+lam_status nn_conv_block_fwd(lam_model *m, nn_node *n, int B);
+lam_status nn_conv_block_bwd(lam_model *m, nn_node *n, int B);
+
+/* Builds the graph from the spec (spec.c): nodes, tensors, shapes, parameter and state offsets. */
+lam_status nn_parse_spec(lam_model *m, const char *spec);
+/* After parsing: gradients needed, readers and accumulation, fusion (graph.c). */
+void nn_graph_finish(lam_model *m);
+/* Plans the arena for `batch` samples (plan.c): offsets of every tensor's data and gradient and every
+ * node's aux buffer by liveness over forward + backward; *bytes is the arena's size. With base non-NULL
+ * the pointers are set into it. */
+lam_status nn_plan(lam_model *m, int batch, void *base, size_t *bytes);
+/* Largest scratch any node needs at batch B, and the largest tensor (floats per batch): gtmp's size. */
+size_t nn_scratch_floats(const lam_model *m, int B);
+/* Makes sure the batch buffers hold `batch` samples. */
+lam_status nn_model_reserve(lam_model *m, int batch);
+/* Forward of the whole graph on m->x (batch samples); the logits end in the output tensor's data. train:
+ * batch statistics and dropout (and running statistics updated); else evaluation. */
+lam_status nn_forward(lam_model *m, int batch, int train);
+/* Softmax cross-entropy on the logits against m->y: adds to m->stats, writes predictions; with
+ * backward, the gradient of the mean loss over the batch's counted labels into the output's grad. */
+lam_status nn_loss(lam_model *m, int batch, int backward, float smoothing, uint8_t *pred);
+/* Backward of the whole graph from the output's grad, accumulating into m->grads. */
+lam_status nn_backward(lam_model *m, int batch);
+
 /* The trainer's optimizer in a captured step (nn/optim.c): prepare makes the state buffers (before a
  * graph records their addresses); schedule fills sched (2 floats a step) for the next `steps` steps
  * from m->opt_step, with the same scalars lam_model_step would use; step_sched queues a step that reads
@@ -80,18 +204,5 @@ lam_status prof_mark(struct lam_prof *p, const char *name, int layer);
 lam_status nn_opt_prepare(lam_model *m, const lam_opt *o);
 void nn_opt_schedule(const lam_model *m, const lam_opt *o, int steps, float *sched);
 lam_status nn_opt_step_sched(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k);
-
-/* Builds the layer list from the spec (nn/spec.c). */
-lam_status nn_parse_spec(const char *spec, int in_c, int in_h, int in_w, layer **out, int *nlayers, char *expanded,
-                         size_t expanded_size);
-/* Makes sure the batch buffers hold `batch` samples. */
-lam_status nn_model_reserve(lam_model *m, int batch);
-/* Forward of the whole model on m->x (batch samples); logits end in the last layer's out. */
-lam_status nn_forward(lam_model *m, int batch);
-/* Softmax cross-entropy on the logits against m->y: adds to m->stats, writes predictions; with
- * backward, the gradient of the mean loss over `mean_over` samples into the last layer's dout. */
-lam_status nn_loss(lam_model *m, int batch, int backward, float mean_over, uint8_t *pred);
-/* Backward of the whole model from the last layer's dout, accumulating into m->grads. */
-lam_status nn_backward(lam_model *m, int batch);
 
 #endif

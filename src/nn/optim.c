@@ -30,6 +30,7 @@ static lam_status opt_state(lam_model *m, lam_opt_kind kind, int need_v) {
   lam_mem_free(ctx, m->opt_v);
   m->opt_m = m->opt_v = NULL;
   m->opt_step = 0;
+  m->gen++; /* a captured step that used the old state is stale */
   LAM_TRY(lam_mem_alloc(ctx, (void **)&m->opt_m, bytes));
   LAM_TRY(ctx->be->zero(ctx, m->opt_m, bytes));
   if (need_v) {

@@ -1,6 +1,7 @@
-/* spec.c — models in one line of text: "conv 32 3, relu, maxpool 2, ..., dense 10", or a preset. Parses
- * the words, checks every shape, and on any error quotes the word that is wrong with its position and
- * a caret under it. */
+/* spec.c — models in text: "conv 32 3, relu, maxpool 2, ..., dense 10", a preset, or a graph with
+ * labels ("e1: relu", "add @e1", "concat @e1"). Splits the words, hands each node's words to its op's
+ * parse (src/nn/ops/), which checks them and the shapes; any error quotes the word that is wrong with its
+ * position and a caret under it. */
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,8 +10,7 @@
 
 #include "nn.h"
 
-#define MAX_LAYERS 64
-#define MAX_WORDS 512
+#define MAX_WORDS 2048
 
 static const struct {
   const char *name, *spec;
@@ -19,49 +19,105 @@ static const struct {
     {"mlp", "flatten, dense 256, tanh, dense 10"},
 };
 
-typedef struct word {
-  const char *s; /* into the spec */
-  int len, pos;  /* pos: offset in the spec */
-  int comma;     /* a comma follows (the item ends) */
-} word;
+static const nn_op *const ops[] = {&nn_op_conv,    &nn_op_convt,    &nn_op_dense,  &nn_op_maxpool,  &nn_op_avgpool,
+                                   &nn_op_gap,     &nn_op_upsample, &nn_op_relu,   &nn_op_tanh,     &nn_op_sigmoid,
+                                   &nn_op_gelu,    &nn_op_leakyrelu, &nn_op_flatten, &nn_op_bn,     &nn_op_dropout,
+                                   &nn_op_add,     &nn_op_concat};
 
-/* "at word 3 ('x3', column 9)" plus the spec with a caret under the word. */
-static lam_status spec_error(const char *spec, const word *w, int wi, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static lam_status spec_error(const char *spec, const word *w, int wi, const char *fmt, ...) {
-  char what[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
+const nn_op *nn_op_find(const char *name, int len) {
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if ((int)strlen(ops[i]->name) == len && !strncmp(ops[i]->name, name, (size_t)len)) return ops[i];
+  if (len == 6 && !strncmp(name, "linear", 6)) return &nn_op_dense;
+  return NULL;
+}
+
+/* "at word 3 ('x3', column 9)" plus the spec with a caret under the word; w NULL: at the spec's end. */
+static lam_status spec_error_at(const char *spec, const nn_word *w, int wi, const char *what) {
   char caret[1100];
   int pos = w ? w->pos : (int)strlen(spec), len = w ? w->len : 1;
   if (pos > 1000) pos = 1000;
+  if (len > 60) len = 60;
   memset(caret, ' ', (size_t)pos);
-  memset(caret + pos, '^', (size_t)(len < 60 ? len : 60));
-  caret[pos + (len < 60 ? len : 60)] = '\0';
+  memset(caret + pos, '^', (size_t)len);
+  caret[pos + len] = '\0';
   if (w)
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "bad model spec at word %d ('%.*s', column %d): %s\n  %s\n  %s", wi + 1, w->len,
                     w->s, w->pos + 1, what, spec, caret);
   return LAM_FAIL(LAM_ERR_INVALID_ARG, "bad model spec at its end: %s\n  %s\n  %s", what, spec, caret);
 }
 
+lam_status nn_spec_error(const nn_parse *p, int wi, const char *fmt, ...) {
+  char what[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  int at = p->first + (wi > p->nargs ? p->nargs : wi);
+  return spec_error_at(p->spec, &p->w[at], at, what);
+}
 
-static int word_is(const word *w, const char *s) { return (int)strlen(s) == w->len && !strncmp(w->s, s, (size_t)w->len); }
+int nn_word_is(const nn_parse *p, int wi, const char *s) {
+  if (wi > p->nargs) return 0;
+  const nn_word *w = &p->w[p->first + wi];
+  return (int)strlen(s) == w->len && !strncmp(w->s, s, (size_t)w->len);
+}
 
-static int word_int(const word *w, int lo, int hi, int *out) {
-  char buf[32];
-  if (w->len >= (int)sizeof buf) return 0;
+static int word_text(const nn_parse *p, int wi, char *buf, size_t size) {
+  const nn_word *w = &p->w[p->first + wi];
+  if (wi > p->nargs || w->len >= (int)size) return 0;
   memcpy(buf, w->s, (size_t)w->len);
   buf[w->len] = '\0';
-  char *end;
-  long v = strtol(buf, &end, 10);
-  if (*end || end == buf || v < lo || v > hi) return 0;
-  *out = (int)v;
   return 1;
 }
 
-static int split_words(const char *spec, word *w, int max) {
+lam_status nn_word_int(const nn_parse *p, int wi, int lo, int hi, const char *what, int *out) {
+  char buf[32], *end;
+  if (wi > p->nargs) return nn_spec_error(p, p->nargs, "%s is missing after it", what);
+  long v = 0;
+  int ok = word_text(p, wi, buf, sizeof buf);
+  if (ok) v = strtol(buf, &end, 10);
+  if (!ok || *end || end == buf || v < lo || v > hi)
+    return nn_spec_error(p, wi, "%s must be a whole number from %d to %d", what, lo, hi);
+  *out = (int)v;
+  return LAM_OK;
+}
+
+lam_status nn_word_float(const nn_parse *p, int wi, double lo, double hi, const char *what, float *out) {
+  char buf[32], *end;
+  if (wi > p->nargs) return nn_spec_error(p, p->nargs, "%s is missing after it", what);
+  double v = 0;
+  int ok = word_text(p, wi, buf, sizeof buf);
+  if (ok) v = strtod(buf, &end);
+  if (!ok || *end || end == buf || !(v >= lo && v <= hi))
+    return nn_spec_error(p, wi, "%s must be a number from %g to %g", what, lo, hi);
+  *out = (float)v;
+  return LAM_OK;
+}
+
+lam_status nn_need_image(const nn_parse *p, const lam_model *m, const nn_node *n) {
+  const nn_tensor *t = &m->tensor[n->in[0]];
+  if (t->flat)
+    return nn_spec_error(p, 0, "%s needs an image input, but an earlier 'flatten' or 'dense' made it flat here",
+                         n->op->name);
+  return LAM_OK;
+}
+
+lam_status nn_word_ref(const nn_parse *p, const lam_model *m, int wi, int *tensor) {
+  if (wi > p->nargs) return nn_spec_error(p, 0, "%s takes @NAME, the label of an earlier layer's output", p->w[p->first].len ? "it" : "");
+  const nn_word *w = &p->w[p->first + wi];
+  if (w->len < 2 || w->s[0] != '@')
+    return nn_spec_error(p, wi, "expected @NAME, the label of an earlier layer's output (label a layer as 'NAME: layer')");
+  for (int t = 0; t < m->ntensors; t++)
+    if ((int)strlen(m->tensor[t].name) == w->len - 1 && !strncmp(m->tensor[t].name, w->s + 1, (size_t)w->len - 1)) {
+      *tensor = t;
+      return LAM_OK;
+    }
+  return nn_spec_error(p, wi, "no earlier layer is labelled '%.*s' (labels are 'NAME:' before a layer; 'input' is the "
+                              "model's input)", w->len - 1, w->s + 1);
+}
+
+/* Words split at spaces and commas; 'NAME:' (or 'NAME:layer') is a label. */
+static int split_words(const char *spec, nn_word *w, int max) {
   int n = 0;
   for (const char *p = spec; *p;) {
     if (isspace((unsigned char)*p)) { p++; continue; }
@@ -71,148 +127,96 @@ static int split_words(const char *spec, word *w, int max) {
       continue;
     }
     const char *s = p;
-    while (*p && *p != ',' && !isspace((unsigned char)*p)) p++;
+    while (*p && *p != ',' && *p != ':' && !isspace((unsigned char)*p)) p++;
     if (n == max) return -1;
-    w[n++] = (word){s, (int)(p - s), (int)(s - spec), 0};
+    w[n] = (nn_word){s, (int)(p - s), (int)(s - spec), 0, 0};
+    if (*p == ':') {
+      w[n].label = 1;
+      p++;
+    }
+    n++;
   }
   return n;
 }
 
-lam_status nn_parse_spec(const char *spec_in, int in_c, int in_h, int in_w, layer **out, int *nlayers, char *expanded,
-                         size_t expanded_size) {
+static int valid_label(const nn_word *w) {
+  if (w->len < 1 || w->len >= NN_NAME_LEN || !(isalpha((unsigned char)w->s[0]) || w->s[0] == '_')) return 0;
+  for (int i = 0; i < w->len; i++)
+    if (!isalnum((unsigned char)w->s[i]) && w->s[i] != '_') return 0;
+  return 1;
+}
+
+lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
   if (!spec_in) return LAM_FAIL(LAM_ERR_INVALID_ARG, "model spec is NULL");
-  if (in_c < 1 || in_h < 1 || in_w < 1 || in_c > 65536 || in_h > 65536 || in_w > 65536)
-    return LAM_FAIL(LAM_ERR_INVALID_ARG, "model input shape (%d, %d, %d) is not a valid (channels, height, width)", in_c,
-                    in_h, in_w);
+  if (m->in_c < 1 || m->in_h < 1 || m->in_w < 1 || m->in_c > 65536 || m->in_h > 65536 || m->in_w > 65536)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "model input shape (%d, %d, %d) is not a valid (channels, height, width)",
+                    m->in_c, m->in_h, m->in_w);
   const char *spec = spec_in;
   for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
     if (!strcmp(spec_in, presets[i].name)) spec = presets[i].spec;
-  if (strlen(spec) >= expanded_size)
-    return LAM_FAIL(LAM_ERR_INVALID_ARG, "model spec is too long (%zu characters, at most %zu)", strlen(spec), expanded_size - 1);
-  snprintf(expanded, expanded_size, "%s", spec);
+  if (strlen(spec) >= sizeof m->spec)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "model spec is too long (%zu characters, at most %zu)", strlen(spec),
+                    sizeof m->spec - 1);
+  snprintf(m->spec, sizeof m->spec, "%s", spec);
+  spec = m->spec;
 
-  word w[MAX_WORDS];
+  static _Thread_local nn_word w[MAX_WORDS];
   int nw = split_words(spec, w, MAX_WORDS);
   if (nw < 0) return LAM_FAIL(LAM_ERR_INVALID_ARG, "model spec has more than %d words", MAX_WORDS);
   if (nw == 0)
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "model spec is empty: give layers such as 'conv 32 3, relu, maxpool 2, "
                                          "flatten, dense 10', or a preset (cnn, mlp)");
-  layer *L = calloc(MAX_LAYERS, sizeof *L);
-  if (!L) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for the layer table");
-  int nl = 0, c = in_c, h = in_h, wd = in_w, flat = 0;
-  size_t off = 0;
-  lam_status s = LAM_OK;
-  for (int i = 0; i < nw && s == LAM_OK;) {
-    int first = i;
-    /* The words of this item: up to and including the one followed by a comma. */
+  m->ntensors = 1;
+  m->tensor[0] = (nn_tensor){.name = "input", .c = m->in_c, .h = m->in_h, .w = m->in_w, .producer = -1, .view_of = -1};
+  m->nnodes = 0;
+  int cur = 0;
+  size_t off = 0, soff = 0;
+  for (int i = 0; i < nw;) {
+    const nn_word *label = NULL;
+    int label_at = i;
+    if (w[i].label) {
+      label = &w[i];
+      if (!valid_label(label))
+        return spec_error_at(spec, label, i, "a label is a name of letters, digits and '_' (at most 31, not starting "
+                                             "with a digit) followed by ':'");
+      for (int t = 0; t < m->ntensors; t++)
+        if ((int)strlen(m->tensor[t].name) == label->len && !strncmp(m->tensor[t].name, label->s, (size_t)label->len))
+          return spec_error_at(spec, label, i, "this label is already used ('input' is the model's input)");
+      if (label->comma || i + 1 == nw) return spec_error_at(spec, label, i, "a label must be followed by a layer");
+      i++;
+    }
     int end = i;
     while (end < nw - 1 && !w[end].comma) end++;
-    int nargs = end - first; /* words after the layer name */
-    if (nl == MAX_LAYERS) {
-      s = spec_error(spec, &w[first], first, "more than %d layers", MAX_LAYERS);
-      break;
-    }
-    layer l = {0};
-    l.in_c = c, l.in_h = h, l.in_w = wd;
-    const word *name = &w[first];
-    if (word_is(name, "conv")) {
-      if (flat) { s = spec_error(spec, name, first, "conv needs an image input, but an earlier 'flatten' or 'dense' made it flat"); break; }
-      l.kind = L_CONV;
-      l.stride = 1;
-      if (nargs < 2) { s = spec_error(spec, name, first, "conv takes OUT K [stride S] [pad P], e.g. 'conv 32 3'"); break; }
-      if (!word_int(&w[first + 1], 1, 65536, &l.out_c)) { s = spec_error(spec, &w[first + 1], first + 1, "conv's OUT must be a whole number of channels from 1 to 65536"); break; }
-      if (!word_int(&w[first + 2], 1, 64, &l.k)) { s = spec_error(spec, &w[first + 2], first + 2, "conv's K (kernel size) must be a whole number from 1 to 64"); break; }
-      for (int j = first + 3; j <= end && s == LAM_OK; j += 2) {
-        int *dst = word_is(&w[j], "stride") ? &l.stride : word_is(&w[j], "pad") ? &l.pad : NULL;
-        if (!dst) { s = spec_error(spec, &w[j], j, "conv options are 'stride S' and 'pad P'"); break; }
-        if (j + 1 > end)
-          s = spec_error(spec, &w[j], j, "'%.*s' needs a whole number after it (stride 1..64, pad 0..64)", w[j].len, w[j].s);
-        else if (!word_int(&w[j + 1], word_is(&w[j], "pad") ? 0 : 1, 64, dst))
-          s = spec_error(spec, &w[j + 1], j + 1, "%s must be a whole number from %d to 64", word_is(&w[j], "pad") ? "pad" : "stride",
-                         word_is(&w[j], "pad") ? 0 : 1);
-      }
-      if (s != LAM_OK) break;
-      l.out_h = (h + 2 * l.pad - l.k) / l.stride + 1;
-      l.out_w = (wd + 2 * l.pad - l.k) / l.stride + 1;
-      if (h + 2 * l.pad < l.k || wd + 2 * l.pad < l.k) {
-        s = spec_error(spec, &w[first + 2], first + 2, "conv kernel %d is larger than its %dx%d input (with padding %d)", l.k,
-                       h, wd, l.pad);
-        break;
-      }
-      l.nw = (size_t)l.out_c * c * l.k * l.k;
-      l.nb = (size_t)l.out_c;
-    } else if (word_is(name, "dense") || word_is(name, "linear")) {
-      l.kind = L_DENSE;
-      if (!flat && (h > 1 || wd > 1)) {
-        s = spec_error(spec, name, first, "dense needs a flat input, but it gets %dx%dx%d: put 'flatten' before it", c, h, wd);
-        break;
-      }
-      if (nargs > 1) {
-        s = spec_error(spec, &w[first + 2], first + 2, "dense takes one whole number, its outputs, e.g. 'dense 10' "
-                                                       "(missing a comma?)");
-        break;
-      }
-      if (nargs != 1 || !word_int(&w[first + 1], 1, 1 << 24, &l.out_c)) {
-        s = spec_error(spec, nargs >= 1 ? &w[first + 1] : name, nargs >= 1 ? first + 1 : first,
-                       "dense takes one whole number, its outputs, e.g. 'dense 10'");
-        break;
-      }
-      l.in_c = c * h * wd, l.in_h = l.in_w = 1;
-      l.out_h = l.out_w = 1;
-      l.nw = (size_t)l.out_c * l.in_c;
-      l.nb = (size_t)l.out_c;
-      flat = 1;
-    } else if (word_is(name, "maxpool")) {
-      if (flat) { s = spec_error(spec, name, first, "maxpool needs an image input, but it is flat here"); break; }
-      l.kind = L_MAXPOOL;
-      if (nargs < 1 || !word_int(&w[first + 1], 1, 64, &l.k)) {
-        s = spec_error(spec, nargs >= 1 ? &w[first + 1] : name, nargs >= 1 ? first + 1 : first,
-                       "maxpool takes K [stride S], e.g. 'maxpool 2'");
-        break;
-      }
-      l.stride = l.k;
-      if (nargs == 3 && word_is(&w[first + 2], "stride")) {
-        if (!word_int(&w[first + 3], 1, 64, &l.stride)) { s = spec_error(spec, &w[first + 3], first + 3, "stride must be a whole number from 1 to 64"); break; }
-      } else if (nargs != 1) {
-        s = spec_error(spec, &w[first + 2], first + 2, "maxpool takes K [stride S]");
-        break;
-      }
-      if (l.k > h || l.k > wd) {
-        s = spec_error(spec, &w[first + 1], first + 1, "maxpool window %d is larger than its %dx%d input", l.k, h, wd);
-        break;
-      }
-      l.out_c = c;
-      l.out_h = (h - l.k) / l.stride + 1;
-      l.out_w = (wd - l.k) / l.stride + 1;
-    } else if (word_is(name, "relu") || word_is(name, "tanh") || word_is(name, "sigmoid") || word_is(name, "flatten")) {
-      if (nargs) { s = spec_error(spec, &w[first + 1], first + 1, "'%.*s' takes no arguments (missing a comma?)", name->len, name->s); break; }
-      l.kind = word_is(name, "relu") ? L_RELU : word_is(name, "tanh") ? L_TANH : word_is(name, "sigmoid") ? L_SIGMOID : L_FLATTEN;
-      if (l.kind == L_FLATTEN) {
-        l.out_c = c * h * wd, l.out_h = l.out_w = 1;
-        flat = 1;
-      } else {
-        l.out_c = c, l.out_h = h, l.out_w = wd;
-      }
-    } else {
-      s = spec_error(spec, name, first, "unknown layer; layers are conv, dense, maxpool, relu, tanh, sigmoid, flatten "
-                                         "(presets: cnn, mlp)");
-      break;
-    }
-    l.w_off = off;
-    l.b_off = off + l.nw;
-    off += l.nw + l.nb;
-    L[nl++] = l;
-    c = l.out_c, h = l.out_h, wd = l.out_w;
+    nn_parse p = {spec, w, i, end - i};
+    for (int j = i + 1; j <= end; j++)
+      if (w[j].label) return spec_error_at(spec, &w[j], j, "a label goes before a layer's name (missing a comma?)");
+    if (m->nnodes == NN_MAX_NODES) return spec_error_at(spec, &w[i], i, "too many layers (at most 256)");
+    const nn_op *op = nn_op_find(w[i].s, w[i].len);
+    if (!op)
+      return spec_error_at(spec, &w[i], i,
+                           "unknown layer; layers are conv, convt, dense, maxpool, avgpool, gap, upsample, relu, "
+                           "leakyrelu, gelu, tanh, sigmoid, bn, dropout, flatten, add, concat (presets: cnn, mlp); "
+                           "see 'lamina train --help'");
+    nn_node *n = &m->node[m->nnodes];
+    *n = (nn_node){.op = op, .in = {cur, -1}, .nin = 1, .out = m->ntensors, .word = i, .pool = -1};
+    nn_tensor *t = &m->tensor[m->ntensors];
+    *t = (nn_tensor){.producer = m->nnodes, .view_of = -1};
+    m->ntensors++; /* before parse: add/concat look labels up among the earlier tensors only */
+    m->nnodes++;
+    lam_status s = op->parse(&p, m, n);
+    if (s != LAM_OK) return s;
+    if (label) snprintf(t->name, sizeof t->name, "%.*s", label->len, label->s);
+    (void)label_at;
+    n->w_off = off;
+    n->b_off = off + n->nw;
+    off += n->nw + n->nb;
+    n->s_off = soff;
+    soff += n->ns;
+    cur = n->out;
     i = end + 1;
   }
-  if (s == LAM_OK && L[nl - 1].kind != L_DENSE && !(L[nl - 1].out_h == 1 && L[nl - 1].out_w == 1))
-    s = spec_error(spec, NULL, nw, "the last layer gives %dx%dx%d per sample; end with 'flatten, dense CLASSES' so it "
-                                   "gives one score per class", c, h, wd);
-  if (s != LAM_OK) {
-    free(L);
-    return s;
-  }
-  *out = L;
-  *nlayers = nl;
+  m->output = cur;
+  m->nparams = off;
+  m->nstate = soff;
   return LAM_OK;
 }

@@ -2,7 +2,7 @@
  * a device buffer the copy queue fills from it, and two events: copied[k] (queue 1, the copy landed:
  * the host buffer may be refilled) and consumed[k] (queue 0, the batch was normalized into the
  * model's input: the device buffer may be overwritten). A slot's host buffer holds batch*sample
- * pixels then batch labels, so one copy moves both.
+ * pixels then batch*label_size labels, so one copy moves both.
  *
  * Steady state: the loader runs up to nbuf batches ahead; the training loop queues copy i+1 on
  * queue 1 while queue 0 still computes step i, so the device finds each batch already there. The
@@ -22,8 +22,8 @@
 struct lam_feed {
   lam_ctx *ctx;
   int nbuf, batch;
-  size_t sample, slot_bytes;
-  uint8_t *h_buf[MAX_BUF]; /* pinned: (batch, sample) pixels, then (batch) labels */
+  size_t sample, label_size, slot_bytes;
+  uint8_t *h_buf[MAX_BUF]; /* pinned: (batch, sample) pixels, then (batch, label_size) labels */
   uint8_t *d_buf[MAX_BUF];
   int32_t *d_iota;         /* 0 .. batch-1: the gather op reads a slot in order */
   /* this epoch */
@@ -70,7 +70,7 @@ static void *loader(void *arg) {
     for (size_t b = 0; b < B; b++) {
       size_t j = (size_t)f->idx[off + b];
       memcpy(px + b * f->sample, f->images + j * f->sample, f->sample);
-      lb[b] = f->labels[j];
+      memcpy(lb + b * f->label_size, f->labels + j * f->label_size, f->label_size);
     }
     pthread_mutex_lock(&f->mu);
     f->filled[k] = i;
@@ -98,7 +98,7 @@ void feed_free(lam_feed *f) {
   free(f);
 }
 
-lam_status feed_create(lam_ctx *ctx, int nbuf, int batch, size_t sample, lam_feed **out) {
+lam_status feed_create(lam_ctx *ctx, int nbuf, int batch, size_t sample, size_t label_size, lam_feed **out) {
   LAM_CHECK_ARG(nbuf >= 2 && nbuf <= MAX_BUF, "streaming: %d buffers (use 2 or 3)", nbuf);
   *out = NULL;
   lam_feed *f = calloc(1, sizeof *f);
@@ -107,7 +107,8 @@ lam_status feed_create(lam_ctx *ctx, int nbuf, int batch, size_t sample, lam_fee
   f->nbuf = nbuf;
   f->batch = batch;
   f->sample = sample;
-  f->slot_bytes = (size_t)batch * sample + (size_t)batch;
+  f->label_size = label_size;
+  f->slot_bytes = (size_t)batch * (sample + label_size);
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
   lam_status s = LAM_OK;
@@ -158,7 +159,7 @@ lam_status feed_start(lam_feed *f, const uint8_t *images, const uint8_t *labels,
   return LAM_OK;
 }
 
-lam_status feed_next(lam_feed *f, float mean, float std, float *x, uint8_t *y) {
+lam_status feed_next(lam_feed *f, int C, size_t P, const lam_norm *norm, float *x, uint8_t *y) {
   lam_ctx *ctx = f->ctx;
   const lam_backend *be = ctx->be;
   int i = f->next, k = i % f->nbuf;
@@ -184,8 +185,8 @@ lam_status feed_next(lam_feed *f, float mean, float std, float *x, uint8_t *y) {
   LAM_TRY(be->event_record(ctx, EV_WAIT(i), 0));
   LAM_TRY(be->queue_wait(ctx, 0, EV_COPIED(k)));
   LAM_TRY(be->event_record(ctx, EV_WAIT(i) + 1, 0));
-  LAM_TRY(be->gather(ctx, B, f->sample, f->d_buf[k], f->d_buf[k] + (size_t)f->batch * f->sample, f->d_iota, NULL, mean, std,
-                     x, y));
+  LAM_TRY(be->gather(ctx, B, C, P, f->d_buf[k], f->label_size, f->d_buf[k] + (size_t)f->batch * f->sample, f->d_iota, NULL,
+                     norm, x, y));
   LAM_TRY(be->event_record(ctx, EV_CONSUMED(k), 0));
   f->next++;
   return LAM_OK;

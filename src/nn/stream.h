@@ -8,15 +8,15 @@
 
 typedef struct lam_feed lam_feed;
 
-/* Buffers for batches of up to `batch` samples of `sample` pixels, nbuf (2 or 3) of them. */
-lam_status feed_create(lam_ctx *ctx, int nbuf, int batch, size_t sample, lam_feed **out);
+/* Buffers for batches of up to `batch` samples of `sample` pixels and label_size labels, nbuf (2 or 3) of them. */
+lam_status feed_create(lam_ctx *ctx, int nbuf, int batch, size_t sample, size_t label_size, lam_feed **out);
 void feed_free(lam_feed *f);
 size_t feed_device_bytes(const lam_feed *f);
 int feed_buffers(const lam_feed *f);
 /* Starts the loader on an epoch: samples idx[0..n) of (images, labels) in host memory, in batches. */
 lam_status feed_start(lam_feed *f, const uint8_t *images, const uint8_t *labels, const int32_t *idx, size_t n);
-/* Queues the next batch's copy and its normalize into x (B, sample) and y (B), after the copy lands. */
-lam_status feed_next(lam_feed *f, float mean, float std, float *x, uint8_t *y);
+/* Queues the next batch's copy and its normalize into x (B, C, P) and y (B, label_size), after the copy lands. */
+lam_status feed_next(lam_feed *f, int C, size_t P, const lam_norm *norm, float *x, uint8_t *y);
 /* Joins the loader; gives the epoch's time the device waited for copies and the loop for the loader. */
 lam_status feed_finish(lam_feed *f, double *data_wait_ms, double *loader_wait_ms);
 

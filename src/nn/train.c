@@ -14,27 +14,43 @@
 #include "train.h"
 
 /* Normalization of the uint8 pixels, as torchvision's ToTensor + Normalize((0.5,), (0.5,)). */
-#define PIXEL_MEAN 0.5f
-#define PIXEL_STD 0.5f
+static int channels(const lam_dataset *d) { return d->c > 0 ? d->c : 1; }
+static size_t labels_per_image(const lam_dataset *d) {
+  return d->label_h > 0 && d->label_w > 0 ? (size_t)d->label_h * d->label_w : 1;
+}
 
 static lam_status check_data(const lam_model *m, const lam_dataset *d, const char *fn) {
   LAM_CHECK_ARG(d && d->images && d->labels, "%s: the data set is NULL or empty", fn);
   LAM_CHECK_ARG(d->n > 0 && d->n <= (size_t)INT32_MAX, "%s: the data set has %zu images", fn, d->n);
-  LAM_CHECK_ARG(m->in_c == 1 && m->in_h == d->h && m->in_w == d->w,
-                "%s: the model takes %dx%dx%d inputs but the images are 1x%dx%d", fn, m->in_c, m->in_h, m->in_w, d->h, d->w);
-  LAM_CHECK_ARG(lam_model_outputs(m) == d->classes, "%s: the model gives %d outputs but the data set has %d classes", fn,
-                lam_model_outputs(m), d->classes);
+  LAM_CHECK_ARG(m->in_c == channels(d) && m->in_h == d->h && m->in_w == d->w,
+                "%s: the model takes %dx%dx%d inputs but the images are %dx%dx%d", fn, m->in_c, m->in_h, m->in_w,
+                channels(d), d->h, d->w);
+  const nn_tensor *out = &m->tensor[m->output];
+  LAM_CHECK_ARG(out->c == d->classes,
+                "%s: the model gives %d outputs (classes) but the data set has %d classes (its largest label + 1, or "
+                "--classes): end the model with a layer of %d outputs, or give --classes %d", fn, out->c, d->classes,
+                d->classes, out->c);
+  if (labels_per_image(d) == 1)
+    LAM_CHECK_ARG(out->h == 1 && out->w == 1,
+                  "%s: the model gives %dx%dx%d per image but the data has one label per image: end the model with "
+                  "'flatten, dense %d' (or 'gap')", fn, out->c, out->h, out->w, d->classes);
+  else
+    LAM_CHECK_ARG(out->h == d->label_h && out->w == d->label_w,
+                  "%s: the model gives %dx%dx%d per image but the labels are per pixel, %dx%d: its output must be "
+                  "%dx%dx%d", fn, out->c, out->h, out->w, d->label_h, d->label_w, d->classes, d->label_h, d->label_w);
+  LAM_CHECK_ARG(m->norm.c == channels(d), "%s: the model normalizes %d channels but the images have %d", fn, m->norm.c,
+                channels(d));
   return LAM_OK;
 }
 
 /* Copies a data set to backend memory (uint8, as it is). */
 static lam_status upload_set(lam_ctx *ctx, const lam_dataset *d, uint8_t **images, uint8_t **labels) {
-  size_t bytes = d->n * (size_t)d->h * d->w;
+  size_t bytes = d->n * (size_t)channels(d) * d->h * d->w, lbytes = d->n * labels_per_image(d);
   *images = *labels = NULL;
   LAM_TRY(lam_mem_alloc(ctx, (void **)images, bytes));
   LAM_TRY(lam_mem_upload(ctx, *images, d->images, bytes));
-  LAM_TRY(lam_mem_alloc(ctx, (void **)labels, d->n));
-  LAM_TRY(lam_mem_upload(ctx, *labels, d->labels, d->n));
+  LAM_TRY(lam_mem_alloc(ctx, (void **)labels, lbytes));
+  LAM_TRY(lam_mem_upload(ctx, *labels, d->labels, lbytes));
   return LAM_OK;
 }
 
@@ -81,7 +97,7 @@ static lam_status make_streaming(lam_trainer *t, int buffers, const char *why) {
   feed_free(t->feed);
   t->feed = NULL;
   snprintf(t->stream_why, sizeof t->stream_why, "%s", why);
-  return feed_create(t->m->ctx, buffers, t->batch, t->sample, &t->feed);
+  return feed_create(t->m->ctx, buffers, t->batch, t->sample, t->label_size, &t->feed);
 }
 
 lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint64_t seed, const lam_dataset *train,
@@ -96,7 +112,8 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   t->opt = *opt;
   t->batch = batch;
   t->n = train->n;
-  t->sample = (size_t)train->h * train->w;
+  t->sample = (size_t)channels(train) * train->h * train->w;
+  t->label_size = labels_per_image(train);
   t->seed = seed;
   lam_rng_seed(&t->rng, seed);
   t->host = train;
@@ -114,7 +131,7 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
     s = make_resident(t);
     if (s == LAM_ERR_OUT_OF_MEMORY) { /* the set does not fit: stream it */
       char why[sizeof t->stream_why];
-      snprintf(why, sizeof why, "the data set (%.1f MB) does not fit: %.140s", (double)t->n * (t->sample + 1) / 1e6,
+      snprintf(why, sizeof why, "the data set (%.1f MB) does not fit: %.140s", (double)t->n * (t->sample + t->label_size) / 1e6,
                lam_last_error());
       s = make_streaming(t, 3, why);
     }
@@ -177,13 +194,20 @@ lam_status lam_trainer_stream_stats(const lam_trainer *t, lam_stream_stats *out)
 
 int lam_trainer_epochs_done(const lam_trainer *t) { return t ? t->epochs_done : 0; }
 
+lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch) {
+  LAM_CHECK_ARG(t && opt && batch, "lam_trainer_config: NULL argument");
+  *opt = t->opt;
+  *batch = t->batch;
+  return LAM_OK;
+}
+
 /* Opens the profile at its first step (of the first epoch that reaches it) and closes it after its last:
  * from then on the model's ops mark nothing. */
 static lam_status profile_window(lam_trainer *t, int step) {
   lam_model *m = t->m;
   if (!t->prof_steps) return LAM_OK;
   if (step == t->prof_first && !t->prof.nmarks) {
-    size_t per_step = 6 * (size_t)m->nlayers + 8; /* a conv marks up to 5 parts */
+    size_t per_step = 6 * (size_t)m->nnodes + 8; /* a conv marks up to 5 parts */
     LAM_TRY(prof_begin(&t->prof, m->ctx, per_step * (size_t)t->prof_steps + 1));
     m->prof = &t->prof;
     t->prof_done = 0;
@@ -208,14 +232,14 @@ static lam_status step_ops(lam_trainer *t, int B) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   if (!t->feed) {
-    LAM_TRY(be->gather(ctx, B, t->sample, t->d_images, t->d_labels, t->d_idx, t->d_state, PIXEL_MEAN, PIXEL_STD, m->x,
-                       m->y));
+    LAM_TRY(be->gather(ctx, B, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
+                       t->d_state, &m->norm, m->x, m->y));
     NN_PROF(m, "gather_normalize", 0);
   }
   LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
   NN_PROF(m, "zero_grad", 0);
-  LAM_TRY(nn_forward(m, B));
-  LAM_TRY(nn_loss(m, B, 1, (float)B, NULL));
+  LAM_TRY(nn_forward(m, B, 1));
+  LAM_TRY(nn_loss(m, B, 1, m->smoothing, NULL));
   LAM_TRY(nn_backward(m, B));
   LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1));
   NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
@@ -235,7 +259,7 @@ static lam_status step_body(lam_trainer *t, int B) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   if (B != t->batch || !graph_wanted(t)) return step_ops(t, B);
-  if (t->graph && (t->graph_gen != m->buffers_gen || t->graph_opt != m->opt_m)) { /* the buffers moved */
+  if (t->graph && t->graph_gen != m->gen) { /* buffers it uses moved */
     be->graph_free(ctx, t->graph);
     t->graph = NULL;
   }
@@ -246,8 +270,7 @@ static lam_status step_body(lam_trainer *t, int B) {
     lam_status e = be->graph_end(ctx, &t->graph); /* ends the capture whatever happened */
     if (s != LAM_OK) return s;
     LAM_TRY(e);
-    t->graph_gen = m->buffers_gen;
-    t->graph_opt = m->opt_m;
+    t->graph_gen = m->gen;
   }
   return be->graph_launch(ctx, t->graph);
 }
@@ -314,7 +337,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
     int B = (int)(t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch);
     LAM_TRY(profile_window(t, step));
     if (t->feed) {
-      LAM_TRY(feed_next(t->feed, PIXEL_MEAN, PIXEL_STD, m->x, m->y));
+      LAM_TRY(feed_next(t->feed, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, m->x, m->y));
       NN_PROF(m, "gather_normalize", 0);
     }
     LAM_TRY(step_body(t, B)); /* resident: its own gather, at the device's cursor (the step's offset) */
@@ -341,9 +364,10 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
   int32_t *idx = NULL, *h_idx = NULL;
   lam_status s = upload_set(ctx, d, &images, &labels);
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&idx, d->n * sizeof(int32_t));
-  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&pred, d->n);
+  const size_t L = labels_per_image(d), nl = d->n * L;
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&pred, nl);
   h_idx = malloc(d->n * sizeof *h_idx);
-  h_pred = malloc(d->n);
+  h_pred = malloc(nl);
   if (s == LAM_OK && (!h_idx || !h_pred)) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_evaluate: no host memory");
   if (s == LAM_OK) {
     for (size_t i = 0; i < d->n; i++) h_idx[i] = (int32_t)i;
@@ -352,19 +376,20 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
   if (s == LAM_OK) s = be->zero(ctx, m->stats, 4 * sizeof(float));
   for (size_t off = 0; off < d->n && s == LAM_OK; off += (size_t)batch) {
     int B = (int)(d->n - off < (size_t)batch ? d->n - off : (size_t)batch);
-    s = be->gather(ctx, B, (size_t)d->h * d->w, images, labels, idx + off, NULL, PIXEL_MEAN, PIXEL_STD, m->x, m->y);
-    if (s == LAM_OK) s = nn_forward(m, B);
-    if (s == LAM_OK) s = nn_loss(m, B, 0, (float)B, pred + off);
+    s = be->gather(ctx, B, m->in_c, (size_t)d->h * d->w, images, L, labels, idx + off, NULL, &m->norm, m->x, m->y);
+    if (s == LAM_OK) s = nn_forward(m, B, 0);
+    if (s == LAM_OK) s = nn_loss(m, B, 0, 0.0f, pred + off * L);
   }
   float st[4];
   if (s == LAM_OK) s = lam_mem_download(ctx, st, m->stats, sizeof st);
-  if (s == LAM_OK) s = lam_mem_download(ctx, h_pred, pred, d->n);
-  if (s == LAM_OK) {
-    *accuracy = st[1] / (double)d->n;
-    if (loss) *loss = st[0] / (double)d->n;
+  if (s == LAM_OK) s = lam_mem_download(ctx, h_pred, pred, nl);
+  if (s == LAM_OK) { /* over the labels counted: images, or pixels not ignored */
+    *accuracy = st[2] > 0 ? st[1] / (double)st[2] : 0.0;
+    if (loss) *loss = st[2] > 0 ? st[0] / (double)st[2] : 0.0;
     if (confusion) {
       memset(confusion, 0, (size_t)d->classes * d->classes * sizeof *confusion);
-      for (size_t i = 0; i < d->n; i++) confusion[(size_t)d->labels[i] * d->classes + h_pred[i]]++;
+      for (size_t i = 0; i < nl; i++)
+        if (d->labels[i] != LAM_LABEL_IGNORE) confusion[(size_t)d->labels[i] * d->classes + h_pred[i]]++;
     }
   }
   lam_mem_free(ctx, images);

@@ -11,7 +11,8 @@ struct lam_trainer {
   lam_model *m;
   lam_opt opt;
   int batch;
-  size_t n, sample;        /* images, pixels per image */
+  size_t n, sample;        /* images, pixels per image (all channels) */
+  size_t label_size;       /* labels per image: 1, or one per pixel */
   uint64_t seed;
   lam_rng rng;             /* the shuffle's generator: the next epoch's order depends only on it */
   int epochs_done;
@@ -26,8 +27,7 @@ struct lam_trainer {
   double epoch_ms, data_wait_ms, loader_wait_ms; /* the last epoch */
   int graph_off;                /* lam_trainer_set_graph(t, 0) */
   void *graph;                  /* the captured step (gather, zero_grad, forward, loss, backward, optimizer), or NULL */
-  unsigned graph_gen;           /* the model's buffers_gen it was captured with */
-  const float *graph_opt;       /* and the optimizer state it was captured with (m->opt_m) */
+  unsigned graph_gen;           /* the model's gen it was captured with */
   int eager_full_steps;         /* full-batch steps run without the graph (one warms cuBLAS up first) */
   lam_prof prof;                /* the per-op profile of steps [prof_first, prof_first + prof_steps) */
   int prof_first, prof_steps, prof_done;

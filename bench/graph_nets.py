@@ -1,0 +1,103 @@
+"""The graph-core issue's nets (air, res, unet) in lamina and PyTorch, one run, same GPU: time per
+training step (normalize uint8 on the GPU, forward, cross-entropy, backward, Adam), random uint8 data.
+
+lamina: `lamina train` on a random data set written here as .npy (N = batch x steps images), the median
+epoch time of epochs 2..E divided by its steps (the step is one CUDA-graph replay), and the device's
+peak memory from its JSON. PyTorch: ../shared/peers/graph_nets_torch.py (a copy passed with --peer),
+median of 6 x 10 replays. Prints a table and the ratios; --json writes the rows.
+
+  python3 bench/graph_nets.py --lamina build/lamina --peer .peers/graph_nets_torch.py [--nets air,res,unet]
+      [--precisions tf32,bf16] [--torch-modes graph:tf32,graph:bf16,compile:bf16] [--epochs 3] [--steps 20]
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+import numpy as np
+
+NETS = {  # spec file, input (C, H, W), classes, per-pixel labels, batch
+    "air": ("bench/nets/air.txt", (3, 32, 32), 10, False, 512),
+    "res": ("bench/nets/res.txt", (3, 32, 32), 10, False, 512),
+    "unet": ("bench/nets/unet.txt", (1, 64, 84), 11, True, 64),
+}
+
+
+def make_data(folder, shape, classes, per_pixel, n, seed=0):
+    rng = np.random.default_rng(seed)
+    c, h, w = shape
+    for part, count in (("train", n), ("t10k", max(n // 10, 8))):
+        img = rng.integers(0, 256, size=(count, h, w, c) if c > 1 else (count, h, w), dtype=np.uint8)
+        lab = rng.integers(0, classes, size=(count, h, w) if per_pixel else (count,), dtype=np.uint8)
+        lab.flat[0] = classes - 1  # every class present: the set's classes are the net's
+        np.save(os.path.join(folder, f"{part}-images.npy"), img)
+        np.save(os.path.join(folder, f"{part}-labels.npy"), lab)
+
+
+def run_lamina(lamina, net, prec, epochs, steps):
+    spec, shape, classes, per_pixel, batch = NETS[net]
+    with tempfile.TemporaryDirectory() as d:
+        make_data(d, shape, classes, per_pixel, batch * steps)
+        cmd = [lamina, "train", "--data", d, "--model", spec, "--epochs", str(epochs), "--batch", str(batch),
+               "--precision", prec, "--no-progress", "--json"]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            return {"net": net, "prec": prec, "error": p.stderr.strip()[-400:]}
+        j = json.loads(p.stdout)
+        secs = [e["seconds"] for e in j["epochs"][1:]] or [j["epochs"][0]["seconds"]]
+        ms = statistics.median(secs) / steps * 1e3
+        return {"net": net, "batch": batch, "prec": prec, "step_ms": round(ms, 3), "img_s": round(batch / ms * 1e3),
+                "peak_mb": round(j["memory"]["peak"] / 2**20)}
+
+
+def run_torch(peer, net, mode, prec):
+    batch = NETS[net][4]
+    p = subprocess.run([sys.executable, peer, f"{net}:{batch}:{mode}:{prec}"], capture_output=True, text=True)
+    for line in p.stdout.splitlines():
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"net": net, "mode": mode, "prec": prec, "error": (p.stderr or p.stdout).strip()[-400:]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lamina", required=True)
+    ap.add_argument("--peer", default=".peers/graph_nets_torch.py")
+    ap.add_argument("--nets", default="air,res,unet")
+    ap.add_argument("--precisions", default="tf32,bf16")
+    ap.add_argument("--torch-modes", default="graph:tf32,graph:bf16,compile:bf16")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    rows = []
+    for net in a.nets.split(","):
+        for prec in a.precisions.split(","):
+            r = run_lamina(a.lamina, net, prec, a.epochs, a.steps)
+            r["who"] = "lamina"
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        if os.path.exists(a.peer):
+            for mp in a.torch_modes.split(","):
+                mode, prec = mp.split(":")
+                r = run_torch(a.peer, net, mode, prec)
+                r["who"] = f"torch {mode}"
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+    print("\n| net | batch | who | precision | ms/step | img/s | peak MB |\n|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['net']} | {r.get('batch', r.get('bs', ''))} | {r['who']} | {r['prec']} | {r.get('step_ms', 'error')} | "
+              f"{r.get('img_s', '')} | {r.get('peak_mb', '')} |")
+    for net in a.nets.split(","):
+        def get(who, prec):
+            for r in rows:
+                if r["net"] == net and r["who"] == who and r["prec"] == prec and "step_ms" in r:
+                    return r["step_ms"]
+        for prec, peer in (("tf32", ("torch graph", "tf32")), ("bf16", ("torch compile", "bf16"))):
+            l, t = get("lamina", prec), get(*peer)
+            if l and t:
+                print(f"{net} {prec}: lamina {l} ms vs {peer[0]} {peer[1]} {t} ms: {t / l:.2f}x (want >= 1.5x)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

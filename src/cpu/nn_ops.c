@@ -1,0 +1,262 @@
+/* nn_ops.c — the CPU twins of the nn primitives beyond the CNN's first set (prims.h): per-channel bias,
+ * average and global average pooling, nearest upsampling, BatchNorm, dropout and the small helpers of
+ * concatenation, residual sums and per-pixel losses. The CUDA twins are in cuda/nn_ops.cu under the
+ * same names. This is the tests' oracle: plain loops, reductions summed in double, OpenMP over the outer
+ * loop with a static schedule (the same bits every run). */
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "../hash.h"
+
+/* Below this many values a loop runs on one thread (as in nn.c). */
+#define PAR_MIN ((size_t)32768)
+
+/* ---- per-channel bias over (B, C, P) ---- */
+
+lam_status cpu_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, const float *bias) {
+  (void)ctx;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int b = 0; b < B; b++)
+    for (int c = 0; c < C; c++) {
+      float *d = y + ((size_t)b * C + c) * P;
+      const float bc = bias[c];
+      for (int p = 0; p < P; p++) d[p] += bc;
+    }
+  return LAM_OK;
+}
+
+lam_status cpu_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *db) {
+  (void)ctx;
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    double s = 0.0;
+    for (int b = 0; b < B; b++) {
+      const float *d = dy + ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) s += d[p];
+    }
+    db[c] += (float)s;
+  }
+  return LAM_OK;
+}
+
+/* ---- pooling and upsampling ---- */
+
+lam_status cpu_avgpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y) {
+  (void)ctx;
+  const size_t HW = (size_t)g->H * g->W, OP = (size_t)g->OH * g->OW;
+  const float kk = (float)(g->K * g->K);
+#pragma omp parallel for schedule(static) if ((size_t)B * g->C * HW > PAR_MIN)
+  for (size_t bc = 0; bc < (size_t)B * g->C; bc++) {
+    const float *xs = x + bc * HW;
+    float *yo = y + bc * OP;
+    for (int oh = 0; oh < g->OH; oh++)
+      for (int ow = 0; ow < g->OW; ow++) {
+        const float *w = xs + (size_t)oh * g->stride * g->W + (size_t)ow * g->stride;
+        float s = 0.0f; /* in row order, as the CUDA twin: a K x K window is too short to need more */
+        for (int a = 0; a < g->K; a++)
+          for (int e = 0; e < g->K; e++) s += w[(size_t)a * g->W + e];
+        yo[(size_t)oh * g->OW + ow] = s / kk;
+      }
+  }
+  return LAM_OK;
+}
+
+/* The outputs o (rows or columns) whose window [o * stride, o * stride + K) holds input i: [*lo, *hi]. */
+static inline void covering(int i, int K, int stride, int n_out, int *lo, int *hi) {
+  int a = i - K + 1;
+  *lo = a <= 0 ? 0 : (a + stride - 1) / stride;
+  *hi = i / stride;
+  if (*hi > n_out - 1) *hi = n_out - 1;
+}
+
+lam_status cpu_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, float *dx) {
+  (void)ctx;
+  const size_t HW = (size_t)g->H * g->W, OP = (size_t)g->OH * g->OW;
+  const float kk = (float)(g->K * g->K);
+#pragma omp parallel for schedule(static) if ((size_t)B * g->C * HW > PAR_MIN)
+  for (size_t bc = 0; bc < (size_t)B * g->C; bc++) {
+    const float *d = dy + bc * OP;
+    float *o = dx + bc * HW;
+    for (int h = 0; h < g->H; h++) {
+      int oh0, oh1;
+      covering(h, g->K, g->stride, g->OH, &oh0, &oh1);
+      for (int w = 0; w < g->W; w++) {
+        int ow0, ow1;
+        covering(w, g->K, g->stride, g->OW, &ow0, &ow1);
+        float s = 0.0f; /* the windows in row order, as the CUDA twin */
+        for (int oh = oh0; oh <= oh1; oh++)
+          for (int ow = ow0; ow <= ow1; ow++) s += d[(size_t)oh * g->OW + ow];
+        o[(size_t)h * g->W + w] = s / kk;
+      }
+    }
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_plane_mean_fwd(lam_ctx *ctx, size_t rows, int P, const float *x, float *y) {
+  (void)ctx;
+#pragma omp parallel for schedule(static) if (rows * P > PAR_MIN)
+  for (size_t r = 0; r < rows; r++) {
+    const float *xs = x + r * P;
+    double s = 0.0;
+    for (int p = 0; p < P; p++) s += xs[p];
+    y[r] = (float)(s / P);
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_plane_mean_bwd(lam_ctx *ctx, size_t rows, int P, const float *dy, float *dx) {
+  (void)ctx;
+  const float fp = (float)P;
+#pragma omp parallel for schedule(static) if (rows * P > PAR_MIN)
+  for (size_t r = 0; r < rows; r++) {
+    const float v = dy[r] / fp;
+    float *d = dx + r * P;
+    for (int p = 0; p < P; p++) d[p] = v;
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_upsample_fwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *x, float *y) {
+  (void)ctx;
+  const size_t HW = (size_t)H * W, OW = (size_t)W * F, OHW = HW * F * F;
+#pragma omp parallel for schedule(static) if ((size_t)B * C * OHW > PAR_MIN)
+  for (size_t bc = 0; bc < (size_t)B * C; bc++) {
+    const float *xs = x + bc * HW;
+    float *yo = y + bc * OHW;
+    for (size_t oh = 0; oh < (size_t)H * F; oh++) {
+      const float *r = xs + oh / F * W;
+      float *d = yo + oh * OW;
+      for (size_t ow = 0; ow < OW; ow++) d[ow] = r[ow / F];
+    }
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_upsample_bwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *dy, float *dx) {
+  (void)ctx;
+  const size_t HW = (size_t)H * W, OW = (size_t)W * F, OHW = HW * F * F;
+#pragma omp parallel for schedule(static) if ((size_t)B * C * OHW > PAR_MIN)
+  for (size_t bc = 0; bc < (size_t)B * C; bc++) {
+    const float *d = dy + bc * OHW;
+    float *o = dx + bc * HW;
+    for (int h = 0; h < H; h++)
+      for (int w = 0; w < W; w++) {
+        const float *blk = d + (size_t)h * F * OW + (size_t)w * F;
+        float s = 0.0f; /* the F x F block in row order, as the CUDA twin */
+        for (int i = 0; i < F; i++)
+          for (int j = 0; j < F; j++) s += blk[(size_t)i * OW + j];
+        o[(size_t)h * W + w] = s;
+      }
+  }
+  return LAM_OK;
+}
+
+/* ---- BatchNorm ---- */
+
+lam_status cpu_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
+                      float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps,
+                      int train) {
+  (void)ctx;
+  if (train && (!mean || !invstd))
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_fwd: training needs mean and invstd to save the batch statistics in");
+  const size_t N = (size_t)B * P;
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    float m, is;
+    if (train) { /* two passes in double: the mean, then the squares about it */
+      double s = 0.0, v = 0.0;
+      for (int b = 0; b < B; b++) {
+        const float *xs = x + ((size_t)b * C + c) * P;
+        for (int p = 0; p < P; p++) s += xs[p];
+      }
+      const double mu = s / (double)N;
+      for (int b = 0; b < B; b++) {
+        const float *xs = x + ((size_t)b * C + c) * P;
+        for (int p = 0; p < P; p++) v += ((double)xs[p] - mu) * ((double)xs[p] - mu);
+      }
+      const double var = v / (double)N;
+      m = (float)mu, is = (float)(1.0 / sqrt(var + (double)eps));
+      mean[c] = m, invstd[c] = is;
+      if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
+      if (run_var) /* the unbiased variance, as PyTorch (one value: the biased one, to stay finite) */
+        run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1 ? var * N / (double)(N - 1) : var);
+    } else {
+      m = run_mean[c], is = 1.0f / sqrtf(run_var[c] + eps);
+    }
+    const float sc = is * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) y[o + p] = (x[o + p] - m) * sc + bt;
+    }
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
+                      const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta) {
+  (void)ctx;
+  const double N = (double)B * P;
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    const double m = mean[c], is = invstd[c];
+    double s1 = 0.0, s2 = 0.0; /* sum(dy), sum(dy xhat) */
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) {
+        double g = dy[o + p];
+        s1 += g;
+        s2 += g * (((double)x[o + p] - m) * is);
+      }
+    }
+    if (dgamma) dgamma[c] += (float)s2;
+    if (dbeta) dbeta[c] += (float)s1;
+    const double mdy = s1 / N, mdx = s2 / N, k = (gamma ? gamma[c] : 1.0) * is;
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) dx[o + p] = (float)(k * ((double)dy[o + p] - mdy - ((double)x[o + p] - m) * is * mdx));
+    }
+  }
+  return LAM_OK;
+}
+
+/* ---- dropout and elementwise helpers ---- */
+
+lam_status cpu_dropout_mask(lam_ctx *ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
+  (void)ctx;
+  const uint64_t key = lam_draw_key(seed, ctr ? *ctr : 0);
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+  for (size_t i = 0; i < n; i++) mask[i] = lam_draw_uniform(key, i) >= p;
+  return LAM_OK;
+}
+
+lam_status cpu_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y) {
+  (void)ctx;
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+  for (size_t i = 0; i < n; i++) y[i] = mask[i] ? x[i] * scale : 0.0f;
+  return LAM_OK;
+}
+
+lam_status cpu_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
+  (void)ctx;
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+  for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+  return LAM_OK;
+}
+
+lam_status cpu_copy_rows(lam_ctx *ctx, size_t rows, size_t cols, const float *src, size_t lds, float *dst, size_t ldd) {
+  (void)ctx;
+#pragma omp parallel for schedule(static) if (rows * cols > PAR_MIN)
+  for (size_t r = 0; r < rows; r++) memcpy(dst + r * ldd, src + r * lds, cols * sizeof *dst);
+  return LAM_OK;
+}
+
+lam_status cpu_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float *count) {
+  (void)ctx;
+  size_t k = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : k) if (n > PAR_MIN)
+  for (size_t i = 0; i < n; i++) k += labels[i] != LAM_LABEL_IGNORE;
+  *count = (float)k;
+  return LAM_OK;
+}

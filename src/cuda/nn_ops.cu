@@ -1,0 +1,580 @@
+/* nn_ops.cu — the CUDA twins of the primitives in cpu/nn_ops.c (prims.h): per-channel bias, average and
+ * global average pooling, nearest upsampling, BatchNorm, dropout, and the helpers of concatenation,
+ * residual sums and per-pixel losses. Everything is queued on the context's stream. Elementwise kernels
+ * are grid-stride loops with 32-bit indices where the tensor allows (64-bit divisions cost dozens of
+ * instructions). Per-channel reductions (channel_bias_bwd, bn_fwd's statistics, bn_bwd's sums) are
+ * one block per channel, or S blocks per channel over ranges of samples whose sums go to the scratch
+ * rowsum_part and are added up in a fixed order by a second kernel: no float atomics, so the results
+ * are the same bits every run (and on every GPU: S depends on the sizes only). */
+#include <stdint.h>
+
+#include "cuda.h"
+#include "../hash.h"
+
+#define NT 256
+#define LAUNCH_CHECK(st, name) CUDA_LAUNCH_TRY((st), (st)->stream, name)
+
+static unsigned blocks_for(size_t n) {
+  size_t b = (n + NT - 1) / NT;
+  if (b > 1u << 30) b = 1u << 30;
+  return (unsigned)(b ? b : 1);
+}
+
+/* 32-bit indices when every index and index + grid stride fits: n < 2^31. */
+static bool fits32(size_t n) { return n < ((size_t)1 << 31); }
+
+#define GRID_STRIDE(I, i, n) for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (I)gridDim.x * blockDim.x)
+
+/* Launches KERNEL<unsigned> or KERNEL<size_t> over n elements, by what n needs. */
+#define LAUNCH_ELEMENTWISE(st, KERNEL, n, ...)                                                          \
+  do {                                                                                                \
+    if (fits32(n)) KERNEL<unsigned><<<blocks_for(n), NT, 0, (st)->stream>>>((unsigned)(n), __VA_ARGS__); \
+    else KERNEL<size_t><<<blocks_for(n), NT, 0, (st)->stream>>>((size_t)(n), __VA_ARGS__);              \
+    LAUNCH_CHECK(st, #KERNEL);                                                                        \
+  } while (0)
+
+/* ---- per-channel reductions over (B, C, P) ---- */
+
+/* Threads of a reduction block; and how the samples are split: about RED_TARGET_BLOCKS blocks in all,
+ * each with at least RED_MIN_PER_BLOCK values. */
+#define RED_NT 256
+#define RED_TARGET_BLOCKS 1024
+#define RED_MIN_PER_BLOCK 8192
+
+/* Blocks per channel S for `vals` partial sums a block and `extra` floats a channel in rowsum_part
+ * (S = 1: one block per channel, which finishes the job itself). */
+static int channel_splits(int B, int C, int P, int vals, int extra) {
+  size_t N = (size_t)B * P, s = ((size_t)RED_TARGET_BLOCKS + C - 1) / C;
+  size_t by_size = (N + RED_MIN_PER_BLOCK - 1) / RED_MIN_PER_BLOCK;
+  if (s > by_size) s = by_size;
+  if (s > (size_t)B) s = (size_t)B;
+  size_t per_c = ROW_SUM_PART_FLOATS / (size_t)C;
+  size_t room = per_c > (size_t)extra ? (per_c - extra) / vals : 0;
+  if (s > room) s = room;
+  return s < 1 ? 1 : (int)s;
+}
+
+/* A channel's values are indexed in 32 bits. (Channels go in gridDim.x with one block each, and in
+ * gridDim.y only when split, that is when C < RED_TARGET_BLOCKS.) */
+static lam_status check_channel_size(const char *what, int B, int P) {
+  if ((size_t)B * P >= (size_t)1 << 31)
+    return lam_fail_at(LAM_ERR_UNSUPPORTED, __FILE__, __LINE__,
+                       "%s: %zu values per channel is beyond this kernel's 32-bit indexing; use a smaller batch", what,
+                       (size_t)B * P);
+  return LAM_OK;
+}
+
+/* The sums of a and b over the block (blockDim.x == RED_NT, every thread calls), in a fixed order:
+ * shuffles within each warp, then the warps' sums in warp order. Every thread gets the result. */
+__device__ float2 block_sum2(float a, float b) {
+  __shared__ float2 warp_sum[RED_NT / 32];
+  __shared__ float2 total;
+  for (int off = 16; off > 0; off /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, off);
+    b += __shfl_down_sync(0xffffffffu, b, off);
+  }
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = make_float2(a, b);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float2 t = warp_sum[0];
+    for (int w = 1; w < RED_NT / 32; w++) t.x += warp_sum[w].x, t.y += warp_sum[w].y;
+    total = t;
+  }
+  __syncthreads();
+  return total;
+}
+
+/* What a reduction sums per value of channel c: dy (channel bias); x - K and (x - K)^2 with the
+ * channel's first value K as the shift (BatchNorm's statistics: shifted sums keep the variance's digits
+ * when the mean is large against the spread); dy and dy xhat (BatchNorm's backward). */
+enum { RED_SUM = 0, RED_STATS, RED_BWD };
+struct red_args {
+  int B, C, P;
+  const float *x, *dy;    /* x: RED_STATS, RED_BWD; dy: RED_SUM, RED_BWD */
+  const float *mean, *invstd; /* RED_BWD */
+};
+
+/* This thread's share of the sums of channel c over the samples [b0, b1), flattened over (b, p). */
+template <int MODE> __device__ float2 thread_sums(const red_args &r, int c, int b0, int b1) {
+  const unsigned P = (unsigned)r.P, n = (unsigned)(b1 - b0) * P;
+  float a = 0.0f, b = 0.0f, K = 0.0f, m = 0.0f, is = 0.0f;
+  if (MODE == RED_STATS) K = r.x[(size_t)c * r.P];
+  if (MODE == RED_BWD) m = r.mean[c], is = r.invstd[c];
+  for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
+    size_t o = ((size_t)(b0 + j / P) * r.C + c) * P + j % P;
+    if (MODE == RED_SUM) a += r.dy[o];
+    if (MODE == RED_STATS) {
+      float d = r.x[o] - K;
+      a += d, b += d * d;
+    }
+    if (MODE == RED_BWD) {
+      float g = r.dy[o];
+      a += g, b += g * ((r.x[o] - m) * is);
+    }
+  }
+  return make_float2(a, b);
+}
+
+/* Block (s, c): the sums of channel c over the s-th of S ranges of samples, to part[(c S + s) 2 + k]. */
+template <int MODE> __global__ void channel_part_kernel(red_args r, float *part) {
+  const int S = gridDim.x, s = blockIdx.x, c = blockIdx.y;
+  const int b0 = (int)((long long)s * r.B / S), b1 = (int)((long long)(s + 1) * r.B / S);
+  float2 t = thread_sums<MODE>(r, c, b0, b1);
+  t = block_sum2(t.x, t.y);
+  if (threadIdx.x == 0) part[((size_t)c * S + s) * 2] = t.x, part[((size_t)c * S + s) * 2 + 1] = t.y;
+}
+
+/* Channel c's S partial sums, in order, in double. */
+__device__ inline void part_total(const float *part, int c, int S, double *a, double *b) {
+  double x = 0.0, y = 0.0;
+  for (int s = 0; s < S; s++) x += part[((size_t)c * S + s) * 2], y += part[((size_t)c * S + s) * 2 + 1];
+  *a = x, *b = y;
+}
+
+/* ---- per-channel bias ---- */
+
+template <typename I> __global__ void channel_bias_fwd_kernel(I n, I P, I C, float *y, const float *bias) {
+  GRID_STRIDE(I, i, n) y[i] += __ldg(bias + i / P % C);
+}
+
+lam_status cuda_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, const float *bias) {
+  cuda_state *st = cuda_st(ctx);
+  size_t n = (size_t)B * C * P;
+  LAUNCH_ELEMENTWISE(st, channel_bias_fwd_kernel, n, P, C, y, bias);
+  return LAM_OK;
+}
+
+/* One block per channel (blockIdx.x): db[c] += its sum. */
+__global__ void channel_sum_kernel(red_args r, float *db) {
+  const int c = blockIdx.x;
+  float2 t = thread_sums<RED_SUM>(r, c, 0, r.B);
+  float s = block_sum2(t.x, 0.0f).x;
+  if (threadIdx.x == 0) db[c] += s;
+}
+
+__global__ void channel_sum_final_kernel(int C, int S, const float *part, float *db) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double a, b;
+  part_total(part, c, S, &a, &b);
+  db[c] += (float)a;
+}
+
+lam_status cuda_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *db) {
+  cuda_state *st = cuda_st(ctx);
+  if (B <= 0 || C <= 0 || P <= 0) return LAM_OK;
+  LAM_TRY(check_channel_size("channel_bias_bwd", B, P));
+  red_args r = {B, C, P, NULL, dy, NULL, NULL};
+  int S = channel_splits(B, C, P, 2, 0);
+  if (S == 1) {
+    channel_sum_kernel<<<C, RED_NT, 0, st->stream>>>(r, db);
+    LAUNCH_CHECK(st, "channel_sum_kernel");
+    return LAM_OK;
+  }
+  channel_part_kernel<RED_SUM><<<dim3(S, C), RED_NT, 0, st->stream>>>(r, st->rowsum_part);
+  LAUNCH_CHECK(st, "channel_part_kernel<sum>");
+  channel_sum_final_kernel<<<(C + NT - 1) / NT, NT, 0, st->stream>>>(C, S, st->rowsum_part, db);
+  LAUNCH_CHECK(st, "channel_sum_final_kernel");
+  return LAM_OK;
+}
+
+/* ---- pooling and upsampling: one thread per output (forward) or per input (backward) ---- */
+
+/* Thread per output (B*C, OH, OW): its window's sum in row order, over K*K, as the CPU twin. */
+template <typename I> __global__ void avgpool_fwd_kernel(I n, lam_pool_geom g, const float *__restrict__ x,
+                                                         float *__restrict__ y) {
+  const float kk = (float)(g.K * g.K);
+  GRID_STRIDE(I, i, n) {
+    I ow = i % (I)g.OW, t = i / (I)g.OW, oh = t % (I)g.OH, bc = t / (I)g.OH;
+    const float *w = x + (size_t)bc * g.H * g.W + (size_t)oh * g.stride * g.W + (size_t)ow * g.stride;
+    float s = 0.0f;
+    for (int a = 0; a < g.K; a++)
+      for (int e = 0; e < g.K; e++) s += __ldg(w + a * g.W + e);
+    y[i] = s / kk;
+  }
+}
+
+lam_status cuda_avgpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y) {
+  cuda_state *st = cuda_st(ctx);
+  size_t n = (size_t)B * g->C * g->OH * g->OW;
+  LAUNCH_ELEMENTWISE(st, avgpool_fwd_kernel, n, *g, x, y);
+  return LAM_OK;
+}
+
+/* The outputs o whose window [o * stride, o * stride + K) holds input i: [*lo, *hi] (as the CPU twin). */
+__device__ inline void covering(int i, int K, int stride, int n_out, int *lo, int *hi) {
+  int a = i - K + 1;
+  *lo = a <= 0 ? 0 : (a + stride - 1) / stride;
+  *hi = i / stride;
+  if (*hi > n_out - 1) *hi = n_out - 1;
+}
+
+/* Thread per input (B*C, H, W): the gradients of the windows that hold it, in row order, over K*K:
+ * a gather, so no atomics where windows overlap. */
+template <typename I> __global__ void avgpool_bwd_kernel(I n, lam_pool_geom g, const float *__restrict__ dy,
+                                                         float *__restrict__ dx) {
+  const float kk = (float)(g.K * g.K);
+  GRID_STRIDE(I, i, n) {
+    I w = i % (I)g.W, t = i / (I)g.W, h = t % (I)g.H, bc = t / (I)g.H;
+    const float *d = dy + (size_t)bc * g.OH * g.OW;
+    int oh0, oh1, ow0, ow1;
+    covering((int)h, g.K, g.stride, g.OH, &oh0, &oh1);
+    covering((int)w, g.K, g.stride, g.OW, &ow0, &ow1);
+    float s = 0.0f;
+    for (int oh = oh0; oh <= oh1; oh++)
+      for (int ow = ow0; ow <= ow1; ow++) s += __ldg(d + oh * g.OW + ow);
+    dx[i] = s / kk;
+  }
+}
+
+lam_status cuda_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, float *dx) {
+  cuda_state *st = cuda_st(ctx);
+  size_t n = (size_t)B * g->C * g->H * g->W;
+  LAUNCH_ELEMENTWISE(st, avgpool_bwd_kernel, n, *g, dy, dx);
+  return LAM_OK;
+}
+
+/* Rows of P >= 32 values: a warp per row (coalesced), lanes strided, then shuffles; shorter rows: a
+ * thread per row. Either way the sum over P (IEEE division, as the CPU twin's). */
+__global__ void plane_mean_warp_kernel(size_t rows, int P, const float *__restrict__ x, float *__restrict__ y) {
+  const int lane = threadIdx.x % 32;
+  const size_t warps = (size_t)gridDim.x * (blockDim.x / 32);
+  for (size_t r = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+    const float *xs = x + r * P;
+    float s = 0.0f;
+    for (int p = lane; p < P; p += 32) s += __ldg(xs + p);
+    for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
+    if (lane == 0) y[r] = s / (float)P;
+  }
+}
+
+__global__ void plane_mean_thread_kernel(size_t rows, int P, const float *__restrict__ x, float *__restrict__ y) {
+  for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (size_t)gridDim.x * blockDim.x) {
+    const float *xs = x + r * P;
+    float s = 0.0f;
+    for (int p = 0; p < P; p++) s += __ldg(xs + p);
+    y[r] = s / (float)P;
+  }
+}
+
+lam_status cuda_plane_mean_fwd(lam_ctx *ctx, size_t rows, int P, const float *x, float *y) {
+  cuda_state *st = cuda_st(ctx);
+  if (P >= 32) {
+    plane_mean_warp_kernel<<<blocks_for(rows * 32), NT, 0, st->stream>>>(rows, P, x, y);
+    LAUNCH_CHECK(st, "plane_mean_warp_kernel");
+  } else {
+    plane_mean_thread_kernel<<<blocks_for(rows), NT, 0, st->stream>>>(rows, P, x, y);
+    LAUNCH_CHECK(st, "plane_mean_thread_kernel");
+  }
+  return LAM_OK;
+}
+
+template <typename I> __global__ void plane_mean_bwd_kernel(I n, I P, const float *__restrict__ dy,
+                                                            float *__restrict__ dx) {
+  const float fp = (float)P;
+  GRID_STRIDE(I, i, n) dx[i] = __ldg(dy + i / P) / fp;
+}
+
+lam_status cuda_plane_mean_bwd(lam_ctx *ctx, size_t rows, int P, const float *dy, float *dx) {
+  cuda_state *st = cuda_st(ctx);
+  size_t n = rows * P;
+  LAUNCH_ELEMENTWISE(st, plane_mean_bwd_kernel, n, P, dy, dx);
+  return LAM_OK;
+}
+
+/* Thread per output (B*C, H*F, W*F): its source value. */
+template <typename I> __global__ void upsample_fwd_kernel(I n, int H, int W, int F, const float *__restrict__ x,
+                                                          float *__restrict__ y) {
+  const I OW = (I)W * F, OH = (I)H * F;
+  GRID_STRIDE(I, i, n) {
+    I ow = i % OW, t = i / OW, oh = t % OH, bc = t / OH;
+    y[i] = __ldg(x + ((size_t)bc * H + oh / F) * W + ow / F);
+  }
+}
+
+lam_status cuda_upsample_fwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *x, float *y) {
+  cuda_state *st = cuda_st(ctx);
+  size_t n = (size_t)B * C * H * W * F * F;
+  LAUNCH_ELEMENTWISE(st, upsample_fwd_kernel, n, H, W, F, x, y);
+  return LAM_OK;
+}
+
+/* Thread per input (B*C, H, W): the sum of its F x F block of dy in row order, as the CPU twin. */
+template <typename I> __global__ void upsample_bwd_kernel(I n, int H, int W, int F, const float *__restrict__ dy,
+                                                          float *__restrict__ dx) {
+  const size_t OW = (size_t)W * F;
+  GRID_STRIDE(I, i, n) {
+    I w = i % (I)W, t = i / (I)W, h = t % (I)H, bc = t / (I)H;
+    const float *blk = dy + ((size_t)bc * H * F + (size_t)h * F) * OW + (size_t)w * F;
+    float s = 0.0f;
+    for (int a = 0; a < F; a++)
+      for (int e = 0; e < F; e++) s += __ldg(blk + a * OW + e);
+    dx[i] = s;
+  }
+}
+
+lam_status cuda_upsample_bwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *dy, float *dx) {
+  cuda_state *st = cuda_st(ctx);
+  size_t n = (size_t)B * C * H * W;
+  LAUNCH_ELEMENTWISE(st, upsample_bwd_kernel, n, H, W, F, dy, dx);
+  return LAM_OK;
+}
+
+/* ---- BatchNorm ---- */
+
+/* From channel c's shifted sums over N values (a = sum(x - K), b = sum((x - K)^2)): the mean and
+ * invstd, saved, and the running statistics updated as PyTorch does (unbiased variance). */
+__device__ inline void bn_finish(int c, double a, double b, double N, float K, float eps, float momentum, float *mean,
+                                 float *invstd, float *run_mean, float *run_var, float *m_out, float *is_out) {
+  double d = a / N, var = b / N - d * d;
+  if (var < 0.0) var = 0.0;
+  float m = (float)((double)K + d), is = (float)(1.0 / sqrt(var + (double)eps));
+  mean[c] = m, invstd[c] = is;
+  if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
+  if (run_var) run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1.0 ? var * N / (N - 1.0) : var);
+  *m_out = m, *is_out = is;
+}
+
+/* One block per channel (blockIdx.x): its statistics, then y over the channel. x and y may be one
+ * buffer (each value is read, then written, by the same thread): no __restrict__, no __ldg. */
+__global__ void bn_fwd_channel_kernel(red_args r, const float *gamma, const float *beta, float *y, float *mean,
+                                      float *invstd, float *run_mean, float *run_var, float momentum, float eps) {
+  __shared__ float sm, sis;
+  const int c = blockIdx.x;
+  float2 t = thread_sums<RED_STATS>(r, c, 0, r.B);
+  t = block_sum2(t.x, t.y);
+  if (threadIdx.x == 0) {
+    float m, is;
+    bn_finish(c, t.x, t.y, (double)r.B * r.P, r.x[(size_t)c * r.P], eps, momentum, mean, invstd, run_mean, run_var, &m,
+              &is);
+    sm = m, sis = is;
+  }
+  __syncthreads();
+  const float m = sm, sc = sis * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
+  const unsigned P = (unsigned)r.P, n = (unsigned)r.B * P;
+  for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
+    size_t o = ((size_t)(j / P) * r.C + c) * P + j % P;
+    y[o] = (r.x[o] - m) * sc + bt;
+  }
+}
+
+/* Thread per channel: the S blocks' sums in order, then bn_finish. */
+__global__ void bn_stats_final_kernel(int C, int S, double N, const float *x, int P, const float *part, float eps,
+                                      float momentum, float *mean, float *invstd, float *run_mean, float *run_var) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double a, b;
+  part_total(part, c, S, &a, &b);
+  float m, is;
+  bn_finish(c, a, b, N, x[(size_t)c * P], eps, momentum, mean, invstd, run_mean, run_var, &m, &is);
+}
+
+/* Thread per value: y = (x - mean) invstd gamma + beta, from the saved statistics (train) or the
+ * running ones (eval: invstd as the CPU twin, 1 / sqrtf, correctly rounded on both). x may be y. */
+template <typename I>
+__global__ void bn_apply_kernel(I n, I P, I C, const float *x, const float *gamma, const float *beta, float *y,
+                                const float *mean, const float *invstd, const float *run_mean, const float *run_var,
+                                float eps, int train) {
+  GRID_STRIDE(I, i, n) {
+    I c = i / P % C;
+    float m = train ? mean[c] : run_mean[c], is = train ? invstd[c] : 1.0f / sqrtf(run_var[c] + eps);
+    y[i] = (x[i] - m) * (is * (gamma ? gamma[c] : 1.0f)) + (beta ? beta[c] : 0.0f);
+  }
+}
+
+lam_status cuda_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
+                       float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps,
+                       int train) {
+  cuda_state *st = cuda_st(ctx);
+  size_t n = (size_t)B * C * P;
+  if (!n) return LAM_OK;
+  if (train) {
+    if (!mean || !invstd)
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_fwd: training needs mean and invstd to save the batch statistics in");
+    LAM_TRY(check_channel_size("bn_fwd", B, P));
+    red_args r = {B, C, P, x, NULL, NULL, NULL};
+    int S = channel_splits(B, C, P, 2, 0);
+    if (S == 1) {
+      bn_fwd_channel_kernel<<<C, RED_NT, 0, st->stream>>>(r, gamma, beta, y, mean, invstd, run_mean, run_var, momentum,
+                                                          eps);
+      LAUNCH_CHECK(st, "bn_fwd_channel_kernel");
+      return LAM_OK;
+    }
+    channel_part_kernel<RED_STATS><<<dim3(S, C), RED_NT, 0, st->stream>>>(r, st->rowsum_part);
+    LAUNCH_CHECK(st, "channel_part_kernel<stats>");
+    bn_stats_final_kernel<<<(C + NT - 1) / NT, NT, 0, st->stream>>>(C, S, (double)B * P, x, P, st->rowsum_part, eps,
+                                                                    momentum, mean, invstd, run_mean, run_var);
+    LAUNCH_CHECK(st, "bn_stats_final_kernel");
+  }
+  LAUNCH_ELEMENTWISE(st, bn_apply_kernel, n, P, C, x, gamma, beta, y, mean, invstd, run_mean, run_var, eps, train);
+  return LAM_OK;
+}
+
+/* One block per channel: sum(dy) and sum(dy xhat), the parameter gradients, then dx over the channel
+ * (dx may be dy: each value is read, then written, by the same thread). */
+__global__ void bn_bwd_channel_kernel(red_args r, const float *gamma, float *dx, float *dgamma, float *dbeta) {
+  __shared__ float s_mdy, s_mdx;
+  const int c = blockIdx.x;
+  float2 t = thread_sums<RED_BWD>(r, c, 0, r.B);
+  t = block_sum2(t.x, t.y);
+  const float N = (float)((double)r.B * r.P);
+  if (threadIdx.x == 0) {
+    if (dgamma) dgamma[c] += t.y;
+    if (dbeta) dbeta[c] += t.x;
+    s_mdy = t.x / N, s_mdx = t.y / N;
+  }
+  __syncthreads();
+  const float m = r.mean[c], is = r.invstd[c], k = (gamma ? gamma[c] : 1.0f) * is, mdy = s_mdy, mdx = s_mdx;
+  const unsigned P = (unsigned)r.P, n = (unsigned)r.B * P;
+  for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
+    size_t o = ((size_t)(j / P) * r.C + c) * P + j % P;
+    dx[o] = k * (r.dy[o] - mdy - (r.x[o] - m) * is * mdx);
+  }
+}
+
+/* Thread per channel: the S blocks' sums in order; the gradients, and mean(dy), mean(dy xhat) to fin. */
+__global__ void bn_bwd_final_kernel(int C, int S, double N, const float *part, float *fin, float *dgamma, float *dbeta) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double a, b;
+  part_total(part, c, S, &a, &b);
+  if (dgamma) dgamma[c] += (float)b;
+  if (dbeta) dbeta[c] += (float)a;
+  fin[2 * c] = (float)(a / N), fin[2 * c + 1] = (float)(b / N);
+}
+
+template <typename I>
+__global__ void bn_bwd_apply_kernel(I n, I P, I C, const float *x, const float *dy, const float *gamma, const float *mean,
+                                    const float *invstd, const float *fin, float *dx) {
+  GRID_STRIDE(I, i, n) {
+    I c = i / P % C;
+    float m = mean[c], is = invstd[c], k = (gamma ? gamma[c] : 1.0f) * is;
+    dx[i] = k * (dy[i] - fin[2 * c] - (x[i] - m) * is * fin[2 * c + 1]);
+  }
+}
+
+lam_status cuda_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
+                       const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta) {
+  cuda_state *st = cuda_st(ctx);
+  size_t n = (size_t)B * C * P;
+  if (!n) return LAM_OK;
+  LAM_TRY(check_channel_size("bn_bwd", B, P));
+  red_args r = {B, C, P, x, dy, mean, invstd};
+  int S = channel_splits(B, C, P, 2, 2); /* 2 partials a block, and the two means a channel */
+  if (S == 1) {
+    bn_bwd_channel_kernel<<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dgamma, dbeta);
+    LAUNCH_CHECK(st, "bn_bwd_channel_kernel");
+    return LAM_OK;
+  }
+  float *part = st->rowsum_part, *fin = part + (size_t)2 * C * S;
+  channel_part_kernel<RED_BWD><<<dim3(S, C), RED_NT, 0, st->stream>>>(r, part);
+  LAUNCH_CHECK(st, "channel_part_kernel<bwd>");
+  bn_bwd_final_kernel<<<(C + NT - 1) / NT, NT, 0, st->stream>>>(C, S, (double)B * P, part, fin, dgamma, dbeta);
+  LAUNCH_CHECK(st, "bn_bwd_final_kernel");
+  LAUNCH_ELEMENTWISE(st, bn_bwd_apply_kernel, n, P, C, x, dy, gamma, mean, invstd, fin, dx);
+  return LAM_OK;
+}
+
+/* ---- dropout and elementwise helpers ---- */
+
+/* The counter is read here, on the device: a replayed graph draws the mask of the step it replays. */
+__global__ void dropout_mask_kernel(size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
+  const uint64_t key = lam_draw_key(seed, ctr ? *ctr : 0);
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    mask[i] = lam_draw_uniform(key, i) >= p;
+}
+
+lam_status cuda_dropout_mask(lam_ctx *ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
+  cuda_state *st = cuda_st(ctx);
+  dropout_mask_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, seed, ctr, mask);
+  LAUNCH_CHECK(st, "dropout_mask_kernel");
+  return LAM_OK;
+}
+
+/* x may be y. */
+__global__ void mask_scale_kernel(size_t n, const float *x, const uint8_t *__restrict__ mask, float scale, float *y) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    y[i] = mask[i] ? x[i] * scale : 0.0f;
+}
+
+lam_status cuda_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y) {
+  cuda_state *st = cuda_st(ctx);
+  mask_scale_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, x, mask, scale, y);
+  LAUNCH_CHECK(st, "mask_scale_kernel");
+  return LAM_OK;
+}
+
+/* y may be a or b. */
+__global__ void add_kernel(size_t n, const float *a, const float *b, float *y) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    y[i] = a[i] + b[i];
+}
+
+lam_status cuda_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
+  cuda_state *st = cuda_st(ctx);
+  add_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, a, b, y);
+  LAUNCH_CHECK(st, "add_kernel");
+  return LAM_OK;
+}
+
+/* Block (chunk, row): rows stride over gridDim.y, threads over the row's columns (coalesced). */
+__global__ void copy_rows_kernel(size_t rows, size_t cols, const float *__restrict__ src, size_t lds,
+                                 float *__restrict__ dst, size_t ldd) {
+  for (size_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += (size_t)gridDim.x * blockDim.x)
+      dst[r * ldd + i] = __ldg(src + r * lds + i);
+}
+
+lam_status cuda_copy_rows(lam_ctx *ctx, size_t rows, size_t cols, const float *src, size_t lds, float *dst, size_t ldd) {
+  cuda_state *st = cuda_st(ctx);
+  if (!rows || !cols) return LAM_OK;
+  size_t bx = (cols + NT - 1) / NT, gx = bx < ((size_t)1 << 20) ? bx : (size_t)1 << 20, gy = rows < 65535 ? rows : 65535;
+  copy_rows_kernel<<<dim3((unsigned)gx, (unsigned)gy), NT, 0, st->stream>>>(rows, cols, src, lds, dst, ldd);
+  LAUNCH_CHECK(st, "copy_rows_kernel");
+  return LAM_OK;
+}
+
+/* Counting is integer work: each block's count to part (as unsigned), then one block adds them up. */
+#define COUNT_BLOCKS 1024
+static_assert(COUNT_BLOCKS <= ROW_SUM_PART_FLOATS, "label_count's partial counts live in rowsum_part");
+
+__global__ void label_count_kernel(size_t n, const uint8_t *__restrict__ labels, unsigned *part) {
+  __shared__ unsigned warp_sum[NT / 32];
+  unsigned k = 0;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    k += labels[i] != LAM_LABEL_IGNORE;
+  for (int off = 16; off > 0; off /= 2) k += __shfl_down_sync(0xffffffffu, k, off);
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = k;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned t = 0;
+    for (int w = 0; w < NT / 32; w++) t += warp_sum[w];
+    part[blockIdx.x] = t;
+  }
+}
+
+__global__ void label_count_final_kernel(int nparts, const unsigned *part, float *count) {
+  __shared__ unsigned long long warp_sum[NT / 32];
+  unsigned long long k = 0;
+  for (int i = threadIdx.x; i < nparts; i += NT) k += part[i];
+  for (int off = 16; off > 0; off /= 2) k += __shfl_down_sync(0xffffffffu, k, off);
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = k;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long t = 0;
+    for (int w = 0; w < NT / 32; w++) t += warp_sum[w];
+    *count = (float)t; /* rounded to nearest, as the CPU twin's conversion */
+  }
+}
+
+lam_status cuda_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float *count) {
+  cuda_state *st = cuda_st(ctx);
+  size_t nb = (n + NT - 1) / NT;
+  int blocks = (int)(nb < COUNT_BLOCKS ? (nb ? nb : 1) : COUNT_BLOCKS);
+  unsigned *part = (unsigned *)st->rowsum_part;
+  label_count_kernel<<<blocks, NT, 0, st->stream>>>(n, labels, part);
+  LAUNCH_CHECK(st, "label_count_kernel");
+  label_count_final_kernel<<<1, NT, 0, st->stream>>>(blocks, part, count);
+  LAUNCH_CHECK(st, "label_count_final_kernel");
+  return LAM_OK;
+}

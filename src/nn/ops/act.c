@@ -1,0 +1,72 @@
+/* act.c — elementwise ops: the activations (relu, leakyrelu, gelu, tanh, sigmoid) and dropout. Each
+ * activation's backward reads what it needs: its output (relu, leakyrelu, tanh, sigmoid) or its input
+ * (gelu). Dropout draws a keep mask per training step from a counter on the device (so a captured step
+ * draws anew at every replay) and scales what it keeps by 1 / (1 - p); in evaluation it is a copy. */
+#include "../nn.h"
+
+static lam_status act_parse(nn_parse *p, lam_model *m, nn_node *n) {
+  if (n->op == &nn_op_leakyrelu) {
+    n->alpha = 0.01f; /* PyTorch's default slope */
+    if (p->nargs > 1) return nn_spec_error(p, 2, "leakyrelu takes [SLOPE], e.g. 'leakyrelu 0.1' (missing a comma?)");
+    if (p->nargs == 1) LAM_TRY(nn_word_float(p, 1, 0.0, 1.0, "leakyrelu's SLOPE", &n->alpha));
+  } else if (p->nargs) {
+    return nn_spec_error(p, 1, "'%s' takes no arguments (missing a comma?)", n->op->name);
+  }
+  n->act = n->op == &nn_op_relu ? LAM_ACT_RELU : n->op == &nn_op_tanh ? LAM_ACT_TANH : n->op == &nn_op_sigmoid ? LAM_ACT_SIGMOID
+         : n->op == &nn_op_gelu ? LAM_ACT_GELU : LAM_ACT_LEAKY;
+  const nn_tensor *x = nn_in(m, n, 0);
+  nn_tensor *y = nn_out(m, n);
+  y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat;
+  return LAM_OK;
+}
+static lam_status act_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)train;
+  const nn_tensor *x = nn_in(m, n, 0);
+  return m->ctx->be->act_fwd(m->ctx, n->act, n->alpha, (size_t)B * nn_size(x), x->data, nn_out(m, n)->data);
+}
+static lam_status act_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0), *y = nn_out(m, n);
+  float *din = nn_din(m, n, 0);
+  if (!din) return LAM_OK;
+  return m->ctx->be->act_bwd(m->ctx, n->act, n->alpha, (size_t)B * nn_size(x), n->act == LAM_ACT_GELU ? x->data : NULL,
+                             n->act == LAM_ACT_GELU ? NULL : y->data, y->grad, din);
+}
+static double act_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
+
+#define ACT_OP(var, str, fl)                                                                                  \
+  const nn_op var = {NN_NAMES(str), .parse = act_parse, .fwd = act_fwd, .bwd = act_bwd, .macs = act_macs, \
+                     .flags = (fl) | NN_FLAT_OK}
+ACT_OP(nn_op_relu, "relu", NN_OUT_BWD);
+ACT_OP(nn_op_tanh, "tanh", NN_OUT_BWD);
+ACT_OP(nn_op_sigmoid, "sigmoid", NN_OUT_BWD);
+ACT_OP(nn_op_leakyrelu, "leakyrelu", NN_OUT_BWD);
+ACT_OP(nn_op_gelu, "gelu", NN_IN_BWD);
+
+/* ---- dropout P ---- */
+static lam_status dropout_parse(nn_parse *p, lam_model *m, nn_node *n) {
+  if (p->nargs != 1) return nn_spec_error(p, p->nargs ? 2 : 0, "dropout takes one number P in [0, 1), e.g. 'dropout 0.1'");
+  LAM_TRY(nn_word_float(p, 1, 0.0, 0.999, "dropout's P", &n->alpha));
+  const nn_tensor *x = nn_in(m, n, 0);
+  nn_tensor *y = nn_out(m, n);
+  y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat;
+  return LAM_OK;
+}
+static lam_status dropout_fwd(lam_model *m, nn_node *n, int B, int train) {
+  lam_ctx *ctx = m->ctx;
+  const nn_tensor *x = nn_in(m, n, 0);
+  size_t count = (size_t)B * nn_size(x);
+  if (!train) return ctx->be->copy_rows(ctx, 1, count, x->data, count, nn_out(m, n)->data, count);
+  if (n->fixed_mask) LAM_TRY(lam_mem_upload(ctx, n->aux, n->fixed_mask, count));
+  else LAM_TRY(ctx->be->dropout_mask(ctx, count, n->alpha, m->seed + (uint64_t)nn_index(m, n) * 0x9E3779B97F4A7C15ull,
+                                     m->rng_ctr + 1, n->aux));
+  return ctx->be->mask_scale(ctx, count, x->data, n->aux, 1.0f / (1.0f - n->alpha), nn_out(m, n)->data);
+}
+static lam_status dropout_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *y = nn_out(m, n);
+  float *din = nn_din(m, n, 0);
+  if (!din) return LAM_OK;
+  return m->ctx->be->mask_scale(m->ctx, (size_t)B * nn_size(y), y->grad, n->aux, 1.0f / (1.0f - n->alpha), din);
+}
+static size_t dropout_aux(const lam_model *m, const nn_node *n, int B) { return (size_t)B * nn_size(&m->tensor[n->out]); }
+const nn_op nn_op_dropout = {NN_NAMES("dropout"), .parse = dropout_parse, .fwd = dropout_fwd, .bwd = dropout_bwd,
+                             .aux_bytes = dropout_aux, .macs = act_macs, .flags = NN_FLAT_OK};

@@ -1,0 +1,291 @@
+/* conv.c — convolution (im2col + one GEMM over the whole batch), transposed convolution (the
+ * convolution's data gradient run forward: GEMM then col2im), and the fused conv -> relu -> maxpool
+ * block the graph's fusion pass makes. The conv saves its im2col for backward (bfloat16 in the bf16
+ * precision, where the weights are rounded into params_lo so the GEMMs read half the bytes). */
+#include <math.h>
+#include <stdio.h>
+
+#include "../nn.h"
+#include "../rng.h"
+
+static lam_conv_geom conv_geom(const lam_model *m, const nn_node *n) {
+  const nn_tensor *x = &m->tensor[n->in[0]], *y = &m->tensor[n->out];
+  return (lam_conv_geom){x->c, x->h, x->w, n->k, n->stride, n->pad, y->h, y->w};
+}
+/* The transposed conv as the conv it transposes: from its output (C, OH, OW) back to its input. */
+static lam_conv_geom convt_geom(const lam_model *m, const nn_node *n) {
+  const nn_tensor *x = &m->tensor[n->in[0]], *y = &m->tensor[n->out];
+  return (lam_conv_geom){y->c, y->h, y->w, n->k, n->stride, n->pad, x->h, x->w};
+}
+static lam_pool_geom pool_geom(const lam_model *m, const nn_node *pool) {
+  const nn_tensor *x = &m->tensor[pool->in[0]], *y = &m->tensor[pool->out];
+  return (lam_pool_geom){x->c, x->h, x->w, pool->k, pool->stride, y->h, y->w};
+}
+static size_t taps(const lam_model *m, const nn_node *n) { return (size_t)m->tensor[n->in[0]].c * n->k * n->k; }
+
+/* conv OUT K [stride S] [pad P] [nobias]  and  convt OUT K [stride S] [pad P] [nobias] */
+static lam_status parse_conv_like(nn_parse *p, lam_model *m, nn_node *n, int transposed) {
+  LAM_TRY(nn_need_image(p, m, n));
+  const char *use = transposed ? "convt takes OUT K [stride S] [pad P] [nobias], e.g. 'convt 64 2 stride 2'"
+                               : "conv takes OUT K [stride S] [pad P] [nobias], e.g. 'conv 32 3'";
+  if (p->nargs < 2) return nn_spec_error(p, 0, "%s", use);
+  char what[64];
+  snprintf(what, sizeof what, "%s's OUT (channels)", n->op->name);
+  LAM_TRY(nn_word_int(p, 1, 1, 65536, what, &n->oc));
+  snprintf(what, sizeof what, "%s's K (kernel size)", n->op->name);
+  LAM_TRY(nn_word_int(p, 2, 1, 64, what, &n->k));
+  n->stride = 1;
+  for (int j = 3; j <= p->nargs;) {
+    if (nn_word_is(p, j, "nobias")) {
+      n->nobias = 1;
+      j++;
+      continue;
+    }
+    int is_pad = nn_word_is(p, j, "pad");
+    if (!is_pad && !nn_word_is(p, j, "stride"))
+      return nn_spec_error(p, j, "%s options are 'stride S', 'pad P' and 'nobias'", n->op->name);
+    if (j + 1 > p->nargs)
+      return nn_spec_error(p, j, "'%s' needs a whole number after it (stride 1..64, pad 0..64)", is_pad ? "pad" : "stride");
+    LAM_TRY(nn_word_int(p, j + 1, is_pad ? 0 : 1, 64, is_pad ? "pad" : "stride", is_pad ? &n->pad : &n->stride));
+    j += 2;
+  }
+  const nn_tensor *x = nn_in(m, n, 0);
+  nn_tensor *y = nn_out(m, n);
+  y->c = n->oc;
+  if (transposed) {
+    y->h = (x->h - 1) * n->stride - 2 * n->pad + n->k;
+    y->w = (x->w - 1) * n->stride - 2 * n->pad + n->k;
+    if (y->h < 1 || y->w < 1)
+      return nn_spec_error(p, 0, "convt's padding %d leaves no output from its %dx%d input", n->pad, x->h, x->w);
+  } else {
+    if (x->h + 2 * n->pad < n->k || x->w + 2 * n->pad < n->k)
+      return nn_spec_error(p, 2, "conv kernel %d is larger than its %dx%d input (with padding %d)", n->k, x->h, x->w,
+                           n->pad);
+    y->h = (x->h + 2 * n->pad - n->k) / n->stride + 1;
+    y->w = (x->w + 2 * n->pad - n->k) / n->stride + 1;
+  }
+  n->nw = (size_t)n->oc * x->c * n->k * n->k;
+  n->nb = n->nobias ? 0 : (size_t)n->oc;
+  return LAM_OK;
+}
+static lam_status conv_parse(nn_parse *p, lam_model *m, nn_node *n) { return parse_conv_like(p, m, n, 0); }
+static lam_status convt_parse(nn_parse *p, lam_model *m, nn_node *n) { return parse_conv_like(p, m, n, 1); }
+
+/* PyTorch's reset_parameters: weight and bias uniform(±1/sqrt(fan_in)), fan_in = the weight's size(1) *
+ * K*K: in channels for a conv, out channels for a transposed conv. */
+static void init_uniform(const nn_node *n, size_t fan_in, void *rng, float *params) {
+  double bound = 1.0 / sqrt((double)fan_in);
+  for (size_t j = 0; j < n->nw + n->nb; j++)
+    params[n->w_off + j] = (float)((2.0 * lam_rng_uniform(rng) - 1.0) * bound);
+}
+static void conv_init(const lam_model *m, const nn_node *n, void *rng, float *params, float *state) {
+  (void)state;
+  init_uniform(n, taps(m, n), rng, params);
+}
+static void convt_init(const lam_model *m, const nn_node *n, void *rng, float *params, float *state) {
+  (void)state, (void)m;
+  init_uniform(n, (size_t)n->oc * n->k * n->k, rng, params);
+}
+
+static size_t planes(const lam_model *m, const nn_node *n, int B) {
+  const nn_tensor *y = &m->tensor[n->out];
+  return (size_t)B * y->h * y->w;
+}
+
+/* The conv GEMM: G (OC, B*P) = W (OC, K) x col (K, B*P), col the im2col of the input (n->aux), into
+ * scratch. bf16: col is written as bfloat16 and W rounded into params_lo. */
+static lam_status conv_gemm_fwd(lam_model *m, nn_node *n, int B) {
+  const lam_backend *be = m->ctx->be;
+  lam_conv_geom g = conv_geom(m, n);
+  int K = (int)taps(m, n), BP = (int)planes(m, n, B), li = nn_index(m, n) + 1;
+  LAM_TRY(be->im2col(m->ctx, &g, B, nn_in(m, n, 0)->data, n->aux, nn_bf16(m)));
+  NN_PROF(m, "conv.im2col", li);
+  if (nn_bf16(m)) {
+    uint16_t *Wlo = m->params_lo + n->w_off;
+    LAM_TRY(be->to_bf16(m->ctx, (size_t)n->oc * K, m->params + n->w_off, Wlo));
+    LAM_TRY(be->gemm_bf16(m->ctx, 0, 0, n->oc, BP, K, 1.0f, Wlo, K, (const uint16_t *)n->aux, BP, 0.0f, m->scratch, 0,
+                          BP));
+  } else {
+    LAM_TRY(be->gemm(m->ctx, 0, 0, n->oc, BP, K, 1.0f, m->params + n->w_off, K, n->aux, BP, 0.0f, m->scratch, BP));
+  }
+  NN_PROF(m, "conv.gemm", li);
+  return LAM_OK;
+}
+
+/* Where the bf16 precision keeps a conv's transposed gradient as bfloat16, within scratch. */
+static size_t dy16_offset(const nn_node *n, size_t BP) { return ((size_t)n->oc * BP + 3) / 4 * 4; }
+static uint16_t *conv_dy16(const lam_model *m, const nn_node *n, int B) {
+  return (uint16_t *)(m->scratch + dy16_offset(n, planes(m, n, B)));
+}
+
+/* The conv's backward from dyT (OC, B*P) in scratch: dW += dyT col^T and, if the input needs it, its
+ * gradient = col2im(W^T dyT). bf16: dyT rounded to bfloat16 first (unless dy16_ready: the fused block
+ * wrote it so); the column gradient is bfloat16 too (col2im sums in fp32). */
+static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready) {
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  lam_conv_geom g = conv_geom(m, n);
+  int K = (int)taps(m, n), BP = (int)planes(m, n, B), li = nn_index(m, n) + 1;
+  float *dyT = m->scratch, *dW = m->grads + n->w_off, *din = nn_din(m, n, 0);
+  if (nn_bf16(m)) {
+    uint16_t *dy16 = conv_dy16(m, n, B), *dcol16 = dy16 + (size_t)n->oc * BP;
+    if (!dy16_ready) LAM_TRY(be->to_bf16(ctx, (size_t)n->oc * BP, dyT, dy16));
+    LAM_TRY(be->gemm_bf16(ctx, 0, 1, n->oc, K, BP, 1.0f, dy16, BP, (const uint16_t *)n->aux, BP, 1.0f, dW, 0, K));
+    NN_PROF(m, "conv.gemm_dw", li);
+    if (!din) return LAM_OK;
+    LAM_TRY(be->gemm_bf16(ctx, 1, 0, K, BP, n->oc, 1.0f, m->params_lo + n->w_off, K, dy16, BP, 0.0f, dcol16, 1, BP));
+    NN_PROF(m, "conv.gemm_dx", li);
+    LAM_TRY(be->col2im(ctx, &g, B, dcol16, 1, din));
+  } else {
+    float *dcol = m->scratch + (size_t)n->oc * BP;
+    LAM_TRY(be->gemm(ctx, 0, 1, n->oc, K, BP, 1.0f, dyT, BP, n->aux, BP, 1.0f, dW, K));
+    NN_PROF(m, "conv.gemm_dw", li);
+    if (!din) return LAM_OK;
+    LAM_TRY(be->gemm(ctx, 1, 0, K, BP, n->oc, 1.0f, m->params + n->w_off, K, dyT, BP, 0.0f, dcol, BP));
+    NN_PROF(m, "conv.gemm_dx", li);
+    LAM_TRY(be->col2im(ctx, &g, B, dcol, 0, din));
+  }
+  NN_PROF(m, "conv.col2im", li);
+  return LAM_OK;
+}
+
+static const float *bias_of(const lam_model *m, const nn_node *n) { return n->nb ? m->params + n->b_off : NULL; }
+static float *dbias_of(const lam_model *m, const nn_node *n) { return n->nb ? m->grads + n->b_off : NULL; }
+
+static lam_status conv_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)train;
+  LAM_TRY(conv_gemm_fwd(m, n, B));
+  const nn_tensor *y = nn_out(m, n);
+  /* (OC, B*P) in scratch to (B, OC, P) with the bias */
+  LAM_TRY(m->ctx->be->cbp_to_bcp(m->ctx, B, n->oc, y->h * y->w, m->scratch, bias_of(m, n), y->data));
+  NN_PROF(m, "conv.bias_t", nn_index(m, n) + 1);
+  return LAM_OK;
+}
+
+static lam_status conv_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *y = nn_out(m, n);
+  LAM_TRY(m->ctx->be->bcp_to_cbp(m->ctx, B, n->oc, y->h * y->w, y->grad, m->scratch, dbias_of(m, n)));
+  NN_PROF(m, "conv.bias_t", nn_index(m, n) + 1);
+  return conv_gemm_bwd(m, n, B, 0);
+}
+
+/* The fused block: y = maxpool(relu(conv(x))) in one pass after the GEMM, or (direct) straight from the
+ * model's input. The pool node's output and argmax are the block's. */
+lam_status nn_conv_block_fwd(lam_model *m, nn_node *n, int B) {
+  const lam_backend *be = m->ctx->be;
+  nn_node *pool = &m->node[n->pool];
+  lam_pool_geom pg = pool_geom(m, pool);
+  nn_tensor *y = nn_out(m, pool);
+  int li = nn_index(m, n) + 1;
+  if (n->fuse == NN_FUSE_DIRECT) {
+    lam_conv_geom cg = conv_geom(m, n);
+    LAM_TRY(be->conv_pool_direct_fwd(m->ctx, &cg, &pg, B, nn_in(m, n, 0)->data, m->params + n->w_off, bias_of(m, n),
+                                     y->data, pool->aux));
+    NN_PROF(m, "conv_relu_pool.direct_fwd", li);
+    return LAM_OK;
+  }
+  LAM_TRY(conv_gemm_fwd(m, n, B));
+  LAM_TRY(be->conv_pool_fwd(m->ctx, &pg, B, m->scratch, bias_of(m, n), y->data, pool->aux));
+  NN_PROF(m, "conv_relu_pool.fwd", li);
+  return LAM_OK;
+}
+
+lam_status nn_conv_block_bwd(lam_model *m, nn_node *n, int B) {
+  const lam_backend *be = m->ctx->be;
+  nn_node *pool = &m->node[n->pool];
+  lam_pool_geom pg = pool_geom(m, pool);
+  nn_tensor *y = nn_out(m, pool);
+  int li = nn_index(m, n) + 1;
+  if (n->fuse == NN_FUSE_DIRECT) { /* the input is the model's: no gradient for it */
+    lam_conv_geom cg = conv_geom(m, n);
+    LAM_TRY(be->conv_pool_direct_bwd(m->ctx, &cg, &pg, B, nn_in(m, n, 0)->data, y->grad, y->data, pool->aux,
+                                     m->grads + n->w_off, m->grads + n->b_off, m->scratch));
+    NN_PROF(m, "conv_relu_pool.direct_bwd", li);
+    return LAM_OK;
+  }
+  void *dG = nn_bf16(m) ? (void *)conv_dy16(m, n, B) : (void *)m->scratch; /* bf16: straight into the GEMMs' form */
+  LAM_TRY(be->conv_pool_bwd(m->ctx, &pg, B, y->grad, y->data, pool->aux, dG, nn_bf16(m), dbias_of(m, n)));
+  NN_PROF(m, "conv_relu_pool.bwd", li);
+  return conv_gemm_bwd(m, n, B, nn_bf16(m));
+}
+
+/* im2col (K, B*P) as float; the bf16 precision uses the first half. None for the direct block. */
+static size_t conv_aux(const lam_model *m, const nn_node *n, int B) {
+  return n->fuse == NN_FUSE_DIRECT ? 0 : taps(m, n) * planes(m, n, B) * sizeof(float);
+}
+/* fp32: dyT (OC, BP) then dcol (K, BP); bf16: dyT, then (16-byte aligned) dyT and dcol as bfloat16;
+ * the direct block's partial sums. */
+static size_t conv_scratch(const lam_model *m, const nn_node *n, int B) {
+  size_t K = taps(m, n), BP = planes(m, n, B);
+  size_t f32 = ((size_t)n->oc + K) * BP, bf16 = dy16_offset(n, BP) + (((size_t)n->oc + K) * BP + 1) / 2;
+  size_t need = f32 > bf16 ? f32 : bf16;
+  if (n->fuse == NN_FUSE_DIRECT) {
+    const nn_tensor *y = &m->tensor[m->node[n->pool].out];
+    need = lam_direct_work_floats(n->oc, (int)K, (size_t)B * y->h * y->w);
+  }
+  return need;
+}
+static double conv_macs(const lam_model *m, const nn_node *n) {
+  const nn_tensor *y = &m->tensor[n->out];
+  return (double)n->oc * y->h * y->w * (double)taps(m, n);
+}
+
+/* ---- transposed convolution: y = col2im(W^T x) + bias; W (IC, OC*K*K) as PyTorch stores it ---- */
+static size_t convt_rows(const lam_model *m, const nn_node *n) {
+  (void)m;
+  return (size_t)n->oc * n->k * n->k;
+}
+static size_t in_planes(const lam_model *m, const nn_node *n, int B) {
+  const nn_tensor *x = &m->tensor[n->in[0]];
+  return (size_t)B * x->h * x->w;
+}
+
+static lam_status convt_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)train;
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  const nn_tensor *x = nn_in(m, n, 0);
+  nn_tensor *y = nn_out(m, n);
+  int IC = x->c, R = (int)convt_rows(m, n), BP = (int)in_planes(m, n, B);
+  lam_conv_geom g = convt_geom(m, n);
+  /* xT (IC, B*P) saved for dW; col (OC*K*K, B*P) = W^T xT; y = col2im(col) */
+  LAM_TRY(be->bcp_to_cbp(ctx, B, IC, x->h * x->w, x->data, n->aux, NULL));
+  LAM_TRY(be->gemm(ctx, 1, 0, R, BP, IC, 1.0f, m->params + n->w_off, R, n->aux, BP, 0.0f, m->scratch, BP));
+  LAM_TRY(be->col2im(ctx, &g, B, m->scratch, 0, y->data));
+  if (n->nb) LAM_TRY(be->channel_bias_fwd(ctx, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
+  return LAM_OK;
+}
+
+static lam_status convt_bwd(lam_model *m, nn_node *n, int B) {
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  const nn_tensor *x = nn_in(m, n, 0);
+  nn_tensor *y = nn_out(m, n);
+  int IC = x->c, R = (int)convt_rows(m, n), BP = (int)in_planes(m, n, B);
+  lam_conv_geom g = convt_geom(m, n);
+  float *dcol = m->scratch, *dxT = m->scratch + (size_t)R * BP, *din = nn_din(m, n, 0);
+  if (n->nb) LAM_TRY(be->channel_bias_bwd(ctx, B, n->oc, y->h * y->w, y->grad, m->grads + n->b_off));
+  LAM_TRY(be->im2col(ctx, &g, B, y->grad, dcol, 0));
+  LAM_TRY(be->gemm(ctx, 0, 1, IC, R, BP, 1.0f, n->aux, BP, dcol, BP, 1.0f, m->grads + n->w_off, R));
+  if (!din) return LAM_OK;
+  LAM_TRY(be->gemm(ctx, 0, 0, IC, BP, R, 1.0f, m->params + n->w_off, R, dcol, BP, 0.0f, dxT, BP));
+  return be->cbp_to_bcp(ctx, B, IC, x->h * x->w, dxT, NULL, din);
+}
+
+static size_t convt_aux(const lam_model *m, const nn_node *n, int B) {
+  return (size_t)m->tensor[n->in[0]].c * in_planes(m, n, B) * sizeof(float);
+}
+static size_t convt_scratch(const lam_model *m, const nn_node *n, int B) {
+  return (convt_rows(m, n) + (size_t)m->tensor[n->in[0]].c) * in_planes(m, n, B);
+}
+static double convt_macs(const lam_model *m, const nn_node *n) {
+  const nn_tensor *x = &m->tensor[n->in[0]];
+  return (double)x->c * x->h * x->w * (double)convt_rows(m, n);
+}
+
+const nn_op nn_op_conv = {NN_NAMES("conv"), .parse = conv_parse, .init = conv_init, .fwd = conv_fwd, .bwd = conv_bwd,
+                          .aux_bytes = conv_aux, .scratch_floats = conv_scratch, .macs = conv_macs,
+                          .flags = NN_OWN_MARKS};
+const nn_op nn_op_convt = {NN_NAMES("convt"), .parse = convt_parse, .init = convt_init, .fwd = convt_fwd,
+                           .bwd = convt_bwd, .aux_bytes = convt_aux, .scratch_floats = convt_scratch,
+                           .macs = convt_macs};

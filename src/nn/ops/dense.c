@@ -1,0 +1,100 @@
+/* dense.c — the fully connected layer y (B, out) = x (B, in) W^T + b, and flatten, the view that makes
+ * an image (c, h, w) the flat (c*h*w) a dense layer reads. In the bf16 precision x and W are rounded
+ * here (x kept in the node's aux for backward), so both backends round alike. */
+#include <math.h>
+
+#include "../nn.h"
+#include "../rng.h"
+
+static lam_status dense_parse(nn_parse *p, lam_model *m, nn_node *n) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  if (!x->flat && (x->h > 1 || x->w > 1))
+    return nn_spec_error(p, 0, "dense needs a flat input, but it gets %dx%dx%d: put 'flatten' (or 'gap') before it",
+                         x->c, x->h, x->w);
+  if (p->nargs > 1)
+    return nn_spec_error(p, 2, "dense takes one whole number, its outputs, e.g. 'dense 10' (missing a comma?)");
+  if (p->nargs != 1) return nn_spec_error(p, 0, "dense takes one whole number, its outputs, e.g. 'dense 10'");
+  LAM_TRY(nn_word_int(p, 1, 1, 1 << 24, "dense's outputs", &n->oc));
+  nn_tensor *y = nn_out(m, n);
+  y->c = n->oc, y->h = y->w = 1, y->flat = 1;
+  n->nw = (size_t)n->oc * nn_size(x);
+  n->nb = (size_t)n->oc;
+  return LAM_OK;
+}
+
+static void dense_init(const lam_model *m, const nn_node *n, void *rng, float *params, float *state) {
+  (void)state;
+  double bound = 1.0 / sqrt((double)nn_size(&m->tensor[n->in[0]]));
+  for (size_t j = 0; j < n->nw + n->nb; j++)
+    params[n->w_off + j] = (float)((2.0 * lam_rng_uniform(rng) - 1.0) * bound);
+}
+
+static lam_status dense_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)train;
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  const float *x = nn_in(m, n, 0)->data, *W = m->params + n->w_off;
+  float *y = nn_out(m, n)->data;
+  int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
+  if (nn_bf16(m)) {
+    uint16_t *xlo = n->aux, *Wlo = m->params_lo + n->w_off;
+    LAM_TRY(be->to_bf16(ctx, (size_t)B * in, x, xlo));
+    LAM_TRY(be->to_bf16(ctx, (size_t)out * in, W, Wlo));
+    LAM_TRY(be->gemm_bf16(ctx, 0, 1, B, out, in, 1.0f, xlo, in, Wlo, in, 0.0f, y, 0, out));
+  } else {
+    LAM_TRY(be->gemm(ctx, 0, 1, B, out, in, 1.0f, x, in, W, in, 0.0f, y, out));
+  }
+  return be->add_bias(ctx, B, out, y, m->params + n->b_off);
+}
+
+/* dW (out, in) += dy^T x; db += column sums of dy; dx (B, in) = dy W */
+static lam_status dense_bwd(lam_model *m, nn_node *n, int B) {
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  const float *x = nn_in(m, n, 0)->data, *W = m->params + n->w_off, *dy = nn_out(m, n)->grad;
+  float *dW = m->grads + n->w_off, *db = m->grads + n->b_off, *din = nn_din(m, n, 0);
+  int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
+  if (nn_bf16(m)) { /* dy rounded; x and W as the forward rounded them */
+    uint16_t *dylo = (uint16_t *)m->scratch, *xlo = n->aux, *Wlo = m->params_lo + n->w_off;
+    LAM_TRY(be->to_bf16(ctx, (size_t)B * out, dy, dylo));
+    LAM_TRY(be->gemm_bf16(ctx, 1, 0, out, in, B, 1.0f, dylo, out, xlo, in, 1.0f, dW, 0, in));
+    LAM_TRY(be->bias_grad(ctx, B, out, dy, db));
+    if (din) LAM_TRY(be->gemm_bf16(ctx, 0, 0, B, in, out, 1.0f, dylo, out, Wlo, in, 0.0f, din, 0, in));
+    return LAM_OK;
+  }
+  LAM_TRY(be->gemm(ctx, 1, 0, out, in, B, 1.0f, dy, out, x, in, 1.0f, dW, in));
+  LAM_TRY(be->bias_grad(ctx, B, out, dy, db));
+  if (din) LAM_TRY(be->gemm(ctx, 0, 0, B, in, out, 1.0f, dy, out, W, in, 0.0f, din, in));
+  return LAM_OK;
+}
+
+static size_t dense_aux(const lam_model *m, const nn_node *n, int B) { /* x as bfloat16 (bf16 precision) */
+  return (size_t)B * nn_size(&m->tensor[n->in[0]]) * sizeof(uint16_t);
+}
+static size_t dense_scratch(const lam_model *m, const nn_node *n, int B) { /* bf16: dy as bfloat16 */
+  (void)m;
+  return ((size_t)B * n->oc + 1) / 2;
+}
+static double dense_macs(const lam_model *m, const nn_node *n) {
+  (void)m;
+  return (double)n->nw;
+}
+
+const nn_op nn_op_dense = {NN_NAMES("dense"), .parse = dense_parse, .init = dense_init, .fwd = dense_fwd,
+                           .bwd = dense_bwd, .aux_bytes = dense_aux, .scratch_floats = dense_scratch,
+                           .macs = dense_macs, .flags = NN_IN_BWD | NN_FLAT_OK};
+
+/* ---- flatten: (c, h, w) -> (c*h*w, 1, 1), the same memory ---- */
+static lam_status flatten_parse(nn_parse *p, lam_model *m, nn_node *n) {
+  if (p->nargs) return nn_spec_error(p, 1, "'flatten' takes no arguments (missing a comma?)");
+  nn_tensor *y = nn_out(m, n);
+  y->c = (int)nn_size(nn_in(m, n, 0)), y->h = y->w = 1, y->flat = 1;
+  y->view_of = n->in[0];
+  return LAM_OK;
+}
+static lam_status flatten_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)m, (void)n, (void)B, (void)train;
+  return LAM_OK;
+}
+const nn_op nn_op_flatten = {NN_NAMES("flatten"), .parse = flatten_parse, .fwd = flatten_fwd,
+                             .flags = NN_VIEW | NN_FLAT_OK};

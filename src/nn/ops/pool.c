@@ -1,0 +1,104 @@
+/* pool.c — the ops that change an image's size: max and average pooling over K×K windows, the global
+ * average pool (gap: one value per channel) and nearest upsampling by a whole factor. */
+#include "../nn.h"
+
+static lam_pool_geom pool_geom(const lam_model *m, const nn_node *n) {
+  const nn_tensor *x = &m->tensor[n->in[0]], *y = &m->tensor[n->out];
+  return (lam_pool_geom){x->c, x->h, x->w, n->k, n->stride, y->h, y->w};
+}
+
+/* maxpool K [stride S]  and  avgpool K [stride S] */
+static lam_status pool_parse(nn_parse *p, lam_model *m, nn_node *n) {
+  LAM_TRY(nn_need_image(p, m, n));
+  if (p->nargs < 1) return nn_spec_error(p, 0, "%s takes K [stride S], e.g. '%s 2'", n->op->name, n->op->name);
+  LAM_TRY(nn_word_int(p, 1, 1, 64, "the window K", &n->k));
+  n->stride = n->k;
+  if (p->nargs == 3 && nn_word_is(p, 2, "stride")) {
+    LAM_TRY(nn_word_int(p, 3, 1, 64, "stride", &n->stride));
+  } else if (p->nargs != 1) {
+    return nn_spec_error(p, 2, "%s takes K [stride S]", n->op->name);
+  }
+  const nn_tensor *x = nn_in(m, n, 0);
+  if (n->k > x->h || n->k > x->w)
+    return nn_spec_error(p, 1, "%s window %d is larger than its %dx%d input", n->op->name, n->k, x->h, x->w);
+  nn_tensor *y = nn_out(m, n);
+  y->c = x->c;
+  y->h = (x->h - n->k) / n->stride + 1;
+  y->w = (x->w - n->k) / n->stride + 1;
+  return LAM_OK;
+}
+
+static lam_status maxpool_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)train;
+  lam_pool_geom g = pool_geom(m, n);
+  return m->ctx->be->maxpool_fwd(m->ctx, &g, B, nn_in(m, n, 0)->data, nn_out(m, n)->data, n->aux);
+}
+static lam_status maxpool_bwd(lam_model *m, nn_node *n, int B) {
+  lam_pool_geom g = pool_geom(m, n);
+  return m->ctx->be->maxpool_bwd(m->ctx, &g, B, nn_out(m, n)->grad, n->aux, nn_din(m, n, 0));
+}
+static size_t maxpool_aux(const lam_model *m, const nn_node *n, int B) { /* the argmax of every output */
+  return (size_t)B * nn_size(&m->tensor[n->out]) * sizeof(int32_t);
+}
+static double pool_macs(const lam_model *m, const nn_node *n) {
+  return (double)nn_size(&m->tensor[n->out]) * n->k * n->k;
+}
+const nn_op nn_op_maxpool = {NN_NAMES("maxpool"), .parse = pool_parse, .fwd = maxpool_fwd, .bwd = maxpool_bwd,
+                             .aux_bytes = maxpool_aux, .macs = pool_macs};
+
+static lam_status avgpool_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)train;
+  lam_pool_geom g = pool_geom(m, n);
+  return m->ctx->be->avgpool_fwd(m->ctx, &g, B, nn_in(m, n, 0)->data, nn_out(m, n)->data);
+}
+static lam_status avgpool_bwd(lam_model *m, nn_node *n, int B) {
+  lam_pool_geom g = pool_geom(m, n);
+  return m->ctx->be->avgpool_bwd(m->ctx, &g, B, nn_out(m, n)->grad, nn_din(m, n, 0));
+}
+const nn_op nn_op_avgpool = {NN_NAMES("avgpool"), .parse = pool_parse, .fwd = avgpool_fwd, .bwd = avgpool_bwd,
+                             .macs = pool_macs};
+
+/* ---- gap: (c, h, w) -> (c, 1, 1), the mean of each plane ---- */
+static lam_status gap_parse(nn_parse *p, lam_model *m, nn_node *n) {
+  LAM_TRY(nn_need_image(p, m, n));
+  if (p->nargs) return nn_spec_error(p, 1, "'gap' takes no arguments (missing a comma?)");
+  nn_tensor *y = nn_out(m, n);
+  y->c = nn_in(m, n, 0)->c, y->h = y->w = 1;
+  return LAM_OK;
+}
+static lam_status gap_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)train;
+  const nn_tensor *x = nn_in(m, n, 0);
+  return m->ctx->be->plane_mean_fwd(m->ctx, (size_t)B * x->c, x->h * x->w, x->data, nn_out(m, n)->data);
+}
+static lam_status gap_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  return m->ctx->be->plane_mean_bwd(m->ctx, (size_t)B * x->c, x->h * x->w, nn_out(m, n)->grad, nn_din(m, n, 0));
+}
+static double gap_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->in[0]]); }
+const nn_op nn_op_gap = {NN_NAMES("gap"), .parse = gap_parse, .fwd = gap_fwd, .bwd = gap_bwd, .macs = gap_macs};
+
+/* ---- upsample F: nearest, (c, h, w) -> (c, h*F, w*F) ---- */
+static lam_status upsample_parse(nn_parse *p, lam_model *m, nn_node *n) {
+  LAM_TRY(nn_need_image(p, m, n));
+  if (p->nargs != 1) return nn_spec_error(p, p->nargs ? 2 : 0, "upsample takes one whole number F, e.g. 'upsample 2'");
+  LAM_TRY(nn_word_int(p, 1, 1, 64, "upsample's factor F", &n->f));
+  const nn_tensor *x = nn_in(m, n, 0);
+  if ((long)x->h * n->f > 65536 || (long)x->w * n->f > 65536)
+    return nn_spec_error(p, 1, "upsampling %dx%d by %d makes an image larger than 65536", x->h, x->w, n->f);
+  nn_tensor *y = nn_out(m, n);
+  y->c = x->c, y->h = x->h * n->f, y->w = x->w * n->f;
+  return LAM_OK;
+}
+static lam_status upsample_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)train;
+  const nn_tensor *x = nn_in(m, n, 0);
+  return m->ctx->be->upsample_fwd(m->ctx, B, x->c, x->h, x->w, n->f, x->data, nn_out(m, n)->data);
+}
+static lam_status upsample_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  return m->ctx->be->upsample_bwd(m->ctx, B, x->c, x->h, x->w, n->f, nn_out(m, n)->grad, nn_din(m, n, 0));
+}
+static double upsample_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
+const nn_op nn_op_upsample = {NN_NAMES("upsample"), .parse = upsample_parse, .fwd = upsample_fwd,
+                              .bwd = upsample_bwd, .macs = upsample_macs};

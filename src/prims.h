@@ -1,0 +1,164 @@
+/* prims.h — the nn primitives, declared once. Each backend provides every one of them under its own
+ * prefix (cpu_<name> in cpu/, cuda_<name> in cuda/); the backend table (internal.h), the CPU header
+ * and the CUDA header are all made from the one list below, so a primitive's signature is written in
+ * one place. Arguments are validated by the caller (nn/). Matrices are row-major; "+=" means the
+ * primitive accumulates into that output, "=" that it overwrites it. Images are NCHW: (B, C, P) with P
+ * = H*W the pixels of a plane. */
+#ifndef LAMINA_PRIMS_H
+#define LAMINA_PRIMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Geometry of a convolution and of a pooling window, per sample (NCHW). */
+typedef struct lam_conv_geom {
+  int C, H, W;    /* input */
+  int K, stride, pad;
+  int OH, OW;     /* output */
+} lam_conv_geom;
+typedef struct lam_pool_geom {
+  int C, H, W, K, stride, OH, OW;
+} lam_pool_geom;
+
+/* Normalization of uint8 pixels per channel: x = (pixel / 255 - mean[c]) / std[c]. */
+#define LAM_NORM_MAX_CHANNELS 64
+typedef struct lam_norm {
+  int c;
+  float mean[LAM_NORM_MAX_CHANNELS], std[LAM_NORM_MAX_CHANNELS];
+} lam_norm;
+
+/* Activations (act_fwd/act_bwd); alpha is leaky relu's slope (>= 0), unused by the others. GELU is
+ * the exact (erf) form, PyTorch's default. */
+enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LEAKY };
+
+/* Labels of this value are ignored by the loss (per-pixel labels), as PyTorch's ignore_index. */
+#define LAM_LABEL_IGNORE 255
+
+/* X(name, (parameters)) for every primitive. */
+#define LAM_NN_PRIMS(X)                                                                                              \
+  /* C = alpha * op(A) * op(B) + beta * C, op(A) is M×K, op(B) is K×N; ta/tb: 1 = transposed. In tf32 on tensor     \
+   * cores when the context's precision says so (CUDA); else fp32 (the bf16 precision's layers round their        \
+   * operands and call gemm_bf16). */                                                                              \
+  X(gemm, (lam_ctx * ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,  \
+           int ldb, float beta, float *C, int ldc))                                                                 \
+  /* The same with A and B stored as bfloat16 (uint16_t bit patterns), summed in fp32; C is float, or bfloat16     \
+   * (c_bf16 = 1, rounded once at the end; then beta must be 0). */                                                \
+  X(gemm_bf16, (lam_ctx * ctx, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,         \
+                const uint16_t *B, int ldb, float beta, void *C, int c_bf16, int ldc))                               \
+  /* dst = src rounded to bfloat16 (to nearest even), n values. */                                                 \
+  X(to_bf16, (lam_ctx * ctx, size_t n, const float *src, uint16_t *dst))                                            \
+  X(zero, (lam_ctx * ctx, void *p, size_t bytes))                                                                   \
+  /* x (B, C, H, W) -> col (C*K*K, B*OH*OW): column b*OH*OW + p holds the patch of output p of sample b; col is     \
+   * float, or bfloat16 (bf16 = 1). */                                                                             \
+  X(im2col, (lam_ctx * ctx, const lam_conv_geom *g, int B, const float *x, void *col, int bf16))                    \
+  /* dx (B, C, H, W) = the patches of col (float, or bfloat16: bf16 = 1) summed back into place in fp32. */        \
+  X(col2im, (lam_ctx * ctx, const lam_conv_geom *g, int B, const void *col, int bf16, float *dx))                   \
+  /* dst (B, C, P) = src (C, B*P) transposed per sample, plus bias[c] (bias may be NULL). */                       \
+  X(cbp_to_bcp, (lam_ctx * ctx, int B, int C, int P, const float *src, const float *bias, float *dst))             \
+  /* dst (C, B*P) = src (B, C, P); and bias_grad[c] += the sum of src over b and p (may be NULL). */               \
+  X(bcp_to_cbp, (lam_ctx * ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad))              \
+  /* y (rows, cols) += b[c] on every row; db[c] += the sum of dy over the rows. */                                 \
+  X(add_bias, (lam_ctx * ctx, int rows, int cols, float *y, const float *b))                                       \
+  X(bias_grad, (lam_ctx * ctx, int rows, int cols, const float *dy, float *db))                                    \
+  /* y (B, C, P) += bias[c]; db[c] += the sum of dy (B, C, P) over b and p. */                                     \
+  X(channel_bias_fwd, (lam_ctx * ctx, int B, int C, int P, float *y, const float *bias))                           \
+  X(channel_bias_bwd, (lam_ctx * ctx, int B, int C, int P, const float *dy, float *db))                            \
+  /* y = the max of each window, arg = the index of that max within its H*W plane (the first maximum in row       \
+   * order; NaN wins). maxpool_bwd: dx = the gradient routed to each max (dx zeroed first). */                     \
+  X(maxpool_fwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg))           \
+  X(maxpool_bwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx))   \
+  /* y = the mean of each K×K window (stride g->stride, no padding); avgpool_bwd: dx = dy / (K*K) spread over     \
+   * each window, summed where windows overlap, 0 where none covers. */                                            \
+  X(avgpool_fwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *x, float *y))                         \
+  X(avgpool_bwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *dy, float *dx))                       \
+  /* Global average pool: y[r] = the mean of x[r*P .. r*P + P) for rows r < rows (rows = B*C); plane_mean_bwd:      \
+   * dx[r*P + p] = dy[r] / P. */                                                                                    \
+  X(plane_mean_fwd, (lam_ctx * ctx, size_t rows, int P, const float *x, float *y))                                 \
+  X(plane_mean_bwd, (lam_ctx * ctx, size_t rows, int P, const float *dy, float *dx))                               \
+  /* Nearest upsampling by F: y (B, C, H*F, W*F) from x (B, C, H, W); upsample_bwd: dx (B, C, H, W) = the sum of   \
+   * dy over each F×F block. */                                                                                    \
+  X(upsample_fwd, (lam_ctx * ctx, int B, int C, int H, int W, int F, const float *x, float *y))                   \
+  X(upsample_bwd, (lam_ctx * ctx, int B, int C, int H, int W, int F, const float *dy, float *dx))                 \
+  /* y = act(x) elementwise (x and y may be the same buffer). act_bwd: dx = dy * act'(x), from the output y where   \
+   * that is enough (relu: y > 0; leaky: y > 0 ? 1 : alpha; tanh: 1 - y^2; sigmoid: y (1 - y)) and from the input  \
+   * x for gelu; the one not needed may be NULL. */                                                                \
+  X(act_fwd, (lam_ctx * ctx, int act, float alpha, size_t n, const float *x, float *y))                            \
+  X(act_bwd, (lam_ctx * ctx, int act, float alpha, size_t n, const float *x, const float *y, const float *dy,       \
+              float *dx))                                                                                           \
+  /* BatchNorm over (B, C, P), per channel c. train = 1: mean and invstd = 1/sqrt(var + eps) of x over b and p      \
+   * (biased variance) are computed and saved (C each), and the running statistics updated as PyTorch does:     \
+   * run_mean = (1 - momentum) run_mean + momentum mean, run_var likewise with the unbiased variance (N/(N-1),   \
+   * N = B*P); train = 0: the running statistics are used (mean, invstd may be NULL, nothing updated).           \
+   * y = (x - mean) invstd gamma[c] + beta[c]. y may be x. */                                                       \
+  X(bn_fwd, (lam_ctx * ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,   \
+             float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps, int train))    \
+  /* The training-mode backward from the saved mean and invstd: dgamma[c] += sum(dy xhat), dbeta[c] += sum(dy),     \
+   * dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)) with xhat = (x - mean) invstd (dx overwritten). */     \
+  X(bn_bwd, (lam_ctx * ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,              \
+             const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta))                       \
+  /* Dropout's keep mask: mask[i] = 1 (keep) or 0 with probability p, from a counter-based hash of (seed, *ctr, i)   \
+   * that the CPU and CUDA compute alike (ctr is backend memory read when the op runs, NULL reads as 0: a step     \
+   * captured in a graph draws a new mask when the counter moves). */                                              \
+  X(dropout_mask, (lam_ctx * ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask))             \
+  /* y = mask[i] ? x * scale : 0 (dropout's forward and backward; y may be x). */                                   \
+  X(mask_scale, (lam_ctx * ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y))              \
+  /* y = a + b elementwise (y may be a or b). */                                                                    \
+  X(add, (lam_ctx * ctx, size_t n, const float *a, const float *b, float *y))                                      \
+  /* dst[r*ldd + i] = src[r*lds + i] for i < cols, r < rows (the slices of a channel concat). */                    \
+  X(copy_rows, (lam_ctx * ctx, size_t rows, size_t cols, const float *src, size_t lds, float *dst, size_t ldd))    \
+  /* *count = the number of the n labels that are not LAM_LABEL_IGNORE, as a float. */                              \
+  X(label_count, (lam_ctx * ctx, size_t n, const uint8_t *labels, float *count))                                  \
+  /* Softmax cross-entropy of logits (B, C, P) (class c of pixel p of sample b at (b*C + c)*P + p) against labels  \
+   * (B, P); labels equal to LAM_LABEL_IGNORE are skipped. With label smoothing s the target is (1 - s) onehot +   \
+   * s / C (PyTorch's). stats[0] += the loss summed over the labels counted, stats[1] += those predicted right,     \
+   * stats[2] += those counted; pred[b*P + p] = the argmax (first maximum; pred may be NULL); unless dlogits is     \
+   * NULL, dlogits = (softmax - target) * scale / *count (count: backend memory, read when the op runs; NULL reads  \
+   * as 1), and 0 for ignored labels. */                                                                            \
+  X(xent, (lam_ctx * ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits,          \
+           float scale, const float *count, float smoothing, float *stats, uint8_t *pred))                         \
+  /* x (B, C, P) = normalized images[idx[b]] (each image C*P uint8, NCHW; norm->c == C); y (B, label_size) =        \
+   * labels[idx[b]] (label_size bytes per image). With cursor (backend memory, may be NULL) idx starts *cursor      \
+   * entries further: read when the op runs, so a step captured in a graph gathers the batch of the step it       \
+   * replays. */                                                                                                    \
+  X(gather, (lam_ctx * ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size, const uint8_t *labels, \
+             const int32_t *idx, const int32_t *cursor, const lam_norm *norm, float *x, uint8_t *y))               \
+  /* ---- fused conv -> relu -> maxpool (stride = K): the plain ops cbp_to_bcp + act_fwd(relu) + maxpool_fwd, and   \
+   * maxpool_bwd + act_bwd(relu) + bcp_to_cbp, in one pass each. g is the pool's geometry over the conv's output   \
+   * planes (C, H, W). ---- */                                                                                      \
+  /* y (B, C, OH, OW) = maxpool(relu(G + bias)) from the conv GEMM's output G (C, B*H*W); arg = the index of each  \
+   * max within its H*W plane (the first maximum in row order, as maxpool_fwd); bias may be NULL. */               \
+  X(conv_pool_fwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,       \
+                    int32_t *arg))                                                                                  \
+  /* dG (C, B*H*W) = dy at each window's argmax where y > 0, else 0, as float or bfloat16 (bf16 = 1: the bf16       \
+   * precision's GEMMs read it so); db[c] += the sum of row c of dG as stored (db may be NULL). */                 \
+  X(conv_pool_bwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,                  \
+                    const int32_t *arg, void *dG, int bf16, float *db))                                             \
+  /* ---- the same block as the first layer, without im2col and GEMMs: a direct convolution for few input taps     \
+   * (C*K*K <= LAM_DIRECT_TAPS), whose input needs no gradient. cg is the conv's geometry, pg the pool's over the  \
+   * conv's output. ---- */                                                                                         \
+  /* y, arg as conv_pool_fwd, from x (B, C, H, W), W (OC, C*K*K) and bias, each conv output summed over its taps    \
+   * in (c, kh, kw) order. */                                                                                       \
+  X(conv_pool_direct_fwd, (lam_ctx * ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B, const float *x, \
+                           const float *W, const float *bias, float *y, int32_t *arg))                              \
+  /* dW += and db += the gradients through the pool's argmax and the relu, straight from x; work holds              \
+   * lam_direct_work_floats(...) floats (partial sums, added up in a fixed order: deterministic). */               \
+  X(conv_pool_direct_bwd, (lam_ctx * ctx, const lam_conv_geom *cg, const lam_pool_geom *pg, int B, const float *x, \
+                           const float *dy, const float *y, const int32_t *arg, float *dW, float *db, float *work)) \
+  /* One fused pass over the flat buffers. step is 1-based (bias correction): Adam's step size and second-moment    \
+   * correction are lam_adam_coef(step). With sched (backend memory, may be NULL) they are read when the op runs    \
+   * from sched[2 * *k], sched[2 * *k + 1] instead (a table the trainer fills for an epoch, so the optimizer can   \
+   * sit in the captured step); for SGD, first is sched[2 * *k] != 0. */                                           \
+  X(adam, (lam_ctx * ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,      \
+           float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k))                   \
+  X(sgd, (lam_ctx * ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,         \
+          int first, const float *sched, const int32_t *k))                                                         \
+  /* The trainer's device-side step: state[0] += B (the gather's cursor), state[1] += 1 (the row of sched). */     \
+  X(step_advance, (lam_ctx * ctx, int32_t *state, int B))                                                           \
+  /* gradient = error * input; w -= lr * gradient. */                                                               \
+  X(backprop_step, (lam_ctx * ctx, size_t n, const float *err, const float *in, float lr, float *w))                \
+  /* out (n, c, h, w) = (in / 255 - mean[ch]) / std[ch] as float (bf16 = 0) or bfloat16 (bf16 = 1), from NCHW or   \
+   * NHWC (nhwc = 1). */                                                                                            \
+  X(normalize_images, (lam_ctx * ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in, const float *mean, \
+                       const float *std, int bf16, void *out))
+
+#endif

@@ -1,0 +1,1786 @@
+/* test_prims.c — every nn primitive of src/prims.h, called through the context's backend table, over a
+ * set of shapes (odd sizes, C = 1, P = 1, 3 and 64 channels, sizes that split the CUDA reductions over
+ * several blocks a channel) on fresh random inputs. The fused conv_pool_* are left to test_fused, which
+ * checks them against the plain ops through whole models; here only their new NULL bias and NULL db.
+ *
+ * On the CPU backend each output element is checked against a float64 reference written here, and the
+ * backward primitives (activations, BatchNorm, pooling, upsampling, cross-entropy with smoothing and
+ * ignored labels) against central differences of their forward primitive. Run with "cuda", the same
+ * calls run on the CUDA backend and each element is checked against the CPU backend's result (CTest
+ * label gpu; exit 77 without a device). Outputs that a primitive overwrites are poisoned with NaN first
+ * and those it accumulates into hold random values, so an element left unwritten fails; every device
+ * buffer has guard bytes after it, so a write past the end fails. Tolerances are next to each check, as
+ * |got - want| <= tol * scale with the element's scale (the sum of the magnitudes that went into it);
+ * scale 0 asks for the exact value. */
+#include "testutil.h"
+
+#include "../src/half.h"
+#include "../src/hash.h"
+#include "../src/internal.h"
+
+static int g_cuda;       /* the backend under test is CUDA (else the CPU) */
+static lam_ctx *g_ctx;   /* the backend under test */
+static lam_ctx *g_cpu;   /* with "cuda": the CPU backend, the oracle */
+static tu_rng g_r;
+
+/* ---- data ---- */
+
+static void seed_case(const char *op, uint64_t k) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a of the op's name, then the case number */
+  for (const char *c = op; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ULL;
+  tu_rng_seed(&g_r, tu_case_seed(h ^ (k * 0x9e3779b97f4a7c15ULL)));
+}
+static double U(double a, double b) { return tu_uniform(&g_r, a, b); }
+static float fr(double a, double b) { /* uniform in [a, b), never exactly 0 */
+  float v = (float)U(a, b);
+  return v == 0.0f ? 0.125f : v;
+}
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  assert_non_null(p);
+  return p;
+}
+static float *frand(size_t n, double a, double b) {
+  float *p = xmalloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) p[i] = fr(a, b);
+  return p;
+}
+static float *fnan(size_t n) {
+  float *p = xmalloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) p[i] = NAN;
+  return p;
+}
+static float *fdup(const float *x, size_t n) {
+  float *p = xmalloc(n * sizeof *p);
+  memcpy(p, x, n * sizeof *p);
+  return p;
+}
+static double *dzero(size_t n) {
+  double *p = calloc(n ? n : 1, sizeof *p);
+  assert_non_null(p);
+  return p;
+}
+static uint8_t *u8rand(size_t n, int lo, int hi) { /* uniform integers in [lo, hi] */
+  uint8_t *p = xmalloc(n);
+  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(lo + (int)(tu_next(&g_r) % (uint64_t)(hi - lo + 1)));
+  return p;
+}
+static void *bdup(const void *x, size_t bytes) {
+  void *p = xmalloc(bytes);
+  memcpy(p, x, bytes);
+  return p;
+}
+/* An output buffer poisoned with NaN: n floats, or n bfloat16 (bf16 = 1). */
+static void *poison(size_t n, int bf16) {
+  if (!bf16) return fnan(n);
+  uint16_t *p = xmalloc(n * 2);
+  for (size_t i = 0; i < n; i++) p[i] = 0x7fc0;
+  return p;
+}
+static uint16_t *bf16rand(size_t n, double a, double b) {
+  uint16_t *p = xmalloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) p[i] = lam_f32_to_bf16(fr(a, b));
+  return p;
+}
+
+/* ---- backend memory, with GUARD bytes after each buffer ---- */
+
+#define GUARD 64
+#define GUARD_BYTE 0xA5
+
+/* A copy of host in the backend's memory (NULL for NULL). */
+static void *dput(lam_ctx *ctx, const void *host, size_t bytes) {
+  if (!host) return NULL;
+  uint8_t *t = xmalloc(bytes + GUARD);
+  memcpy(t, host, bytes);
+  memset(t + bytes, GUARD_BYTE, GUARD);
+  void *d = NULL;
+  TU_OK(lam_mem_alloc(ctx, &d, bytes + GUARD));
+  TU_OK(lam_mem_upload(ctx, d, t, bytes + GUARD));
+  free(t);
+  return d;
+}
+/* Waits for the backend, reads bytes back into host and checks the guard. */
+static void dget(lam_ctx *ctx, void *host, const void *d, size_t bytes, const char *what) {
+  uint8_t *t = xmalloc(bytes + GUARD);
+  TU_OK(lam_ctx_sync(ctx));
+  TU_OK(lam_mem_download(ctx, t, d, bytes + GUARD));
+  for (size_t i = 0; i < GUARD; i++)
+    if (t[bytes + i] != GUARD_BYTE) fail_msg("%s: wrote past the end of its %zu bytes (guard byte %zu)", what, bytes, i);
+  memcpy(host, t, bytes);
+  free(t);
+}
+static void dfree(lam_ctx *ctx, void *d) {
+  if (d) TU_OK(lam_mem_free(ctx, d));
+}
+#define BE(ctx) ((ctx)->be)
+
+/* ---- checks ---- */
+
+/* Every element: |got - want| <= tol * scale[i] (scale NULL: |want|); a NaN fails. */
+static void cmp_f(const char *what, size_t n, const float *got, const double *want, const double *scale, double tol) {
+  size_t bad = 0, worst = 0;
+  double worst_r = -1.0;
+  for (size_t i = 0; i < n; i++) {
+    double g = got[i], w = want[i], lim = tol * (scale ? scale[i] : fabs(w)), e = fabs(g - w);
+    int ok = !isnan(g) && !isnan(w) && e <= lim;
+    double r = ok ? (lim > 0 ? e / lim : 0.0) : INFINITY;
+    if (r > worst_r) worst_r = r, worst = i;
+    if (!ok) {
+      if (bad < 5)
+        print_error("%s: element %zu of %zu: got %.9g, want %.9g, |diff| %.3g > %.3g (tol %.1e x scale %.3g)\n", what,
+                    i, n, g, w, e, lim, tol, scale ? scale[i] : fabs(w));
+      bad++;
+    }
+  }
+  if (getenv("LAMINA_TEST_VERBOSE")) /* how close each check came to its tolerance */
+    printf("  %-100.100s worst |diff| / tolerance = %.3g\n", what, worst_r);
+  if (bad)
+    fail_msg("%s: %zu of %zu elements outside the tolerance (worst at %zu: got %.9g, want %.9g)", what, bad, n, worst,
+             (double)got[worst], want[worst]);
+}
+
+/* The backend's float output: on the CPU against the float64 reference ref (tolerance tol_ref), with
+ * "cuda" against the CPU backend's output cpu (tolerance tol_cpu), each on the element's scale. */
+static void verify(const char *what, size_t n, const float *got, const double *ref, const float *cpu,
+                   const double *scale, double tol_ref, double tol_cpu) {
+  if (!g_cuda) {
+    cmp_f(what, n, got, ref, scale, tol_ref);
+    return;
+  }
+  double *w = dzero(n);
+  for (size_t i = 0; i < n; i++) w[i] = cpu[i];
+  char buf[320];
+  snprintf(buf, sizeof buf, "%s [cuda vs cpu]", what);
+  cmp_f(buf, n, got, w, scale, tol_cpu);
+  free(w);
+}
+
+/* Exact outputs (bytes, indices, bit patterns): equal to the reference, or with "cuda" to the CPU's. */
+static void verify_bytes(const char *what, size_t n, size_t size, const void *got, const void *ref, const void *cpu) {
+  const uint8_t *g = got, *w = g_cuda ? cpu : ref;
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(g + i * size, w + i * size, size)) {
+      long long gv = 0, wv = 0;
+      memcpy(&gv, g + i * size, size < 8 ? size : 8);
+      memcpy(&wv, w + i * size, size < 8 ? size : 8);
+      fail_msg("%s%s: element %zu of %zu: got %lld, want %lld", what, g_cuda ? " [cuda vs cpu]" : "", i, n, gv, wv);
+    }
+}
+
+static float *as_float_bf16(const uint16_t *h, size_t n) {
+  float *p = xmalloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) p[i] = lam_bf16_to_f32(h[i]);
+  return p;
+}
+
+/* ---- matrix products, bfloat16, zero ---- */
+
+static const int k_gemm[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 64, 33}, {64, 3, 130}, {2, 1, 50}};
+
+/* Row-major op(A)(i, k) and op(B)(k, j) for the strides of the case. */
+static double opa(const float *A, int ta, int lda, int i, int k) { return ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]; }
+static double opb(const float *B, int tb, int ldb, int k, int j) { return tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]; }
+
+static void run_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float al, const float *A, int lda, size_t na,
+                     const float *B, int ldb, size_t nb, float beta, float *C, int ldc, size_t nc) {
+  float *dA = dput(ctx, A, na * 4), *dB = dput(ctx, B, nb * 4), *dC = dput(ctx, C, nc * 4);
+  TU_OK(BE(ctx)->gemm(ctx, ta, tb, M, N, K, al, dA, lda, dB, ldb, beta, dC, ldc));
+  dget(ctx, C, dC, nc * 4, "gemm");
+  dfree(ctx, dA), dfree(ctx, dB), dfree(ctx, dC);
+}
+
+static void test_gemm(void **state) {
+  (void)state;
+  uint64_t k = 0;
+  for (size_t s = 0; s < sizeof k_gemm / sizeof k_gemm[0]; s++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (int bi = 0; bi < 2; bi++) {
+          seed_case("gemm", k++);
+          int M = k_gemm[s][0], N = k_gemm[s][1], K = k_gemm[s][2];
+          int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 2; /* padded rows */
+          size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+          float alpha = 1.25f, beta = bi ? 0.75f : 0.0f;
+          float *A = frand(na, -1, 1), *B = frand(nb, -1, 1), *C0 = frand(nc, -1, 1);
+          double *ref = dzero(nc), *scale = dzero(nc);
+          for (size_t i = 0; i < nc; i++) ref[i] = C0[i]; /* the padding stays as it is: scale 0, exact */
+          for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+              double sum = 0, mag = 0;
+              for (int q = 0; q < K; q++) {
+                double p = opa(A, ta, lda, i, q) * opb(B, tb, ldb, q, j);
+                sum += p, mag += fabs(p);
+              }
+              size_t o = (size_t)i * ldc + j;
+              ref[o] = alpha * sum + beta * (double)C0[o];
+              scale[o] = fabs(alpha) * mag + fabs(beta * C0[o]);
+            }
+          float *got = fdup(C0, nc), *cpu = NULL;
+          run_gemm(g_ctx, ta, tb, M, N, K, alpha, A, lda, na, B, ldb, nb, beta, got, ldc, nc);
+          if (g_cuda) {
+            cpu = fdup(C0, nc);
+            run_gemm(g_cpu, ta, tb, M, N, K, alpha, A, lda, na, B, ldb, nb, beta, cpu, ldc, nc);
+          }
+          char what[160];
+          snprintf(what, sizeof what, "gemm M=%d N=%d K=%d ta=%d tb=%d beta=%g", M, N, K, ta, tb, beta);
+          /* fp32 sums of K products: a few ulps of their magnitudes (cuBLAS in fp32: the context's precision) */
+          verify(what, nc, got, ref, cpu, scale, 1e-5, 1e-5);
+          free(A), free(B), free(C0), free(ref), free(scale), free(got), free(cpu);
+        }
+}
+
+static void run_gemm_bf16(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float al, const uint16_t *A, int lda,
+                          size_t na, const uint16_t *B, int ldb, size_t nb, float beta, void *C, int c_bf16, int ldc,
+                          size_t nc) {
+  size_t cs = c_bf16 ? 2 : 4;
+  void *dA = dput(ctx, A, na * 2), *dB = dput(ctx, B, nb * 2), *dC = dput(ctx, C, nc * cs);
+  TU_OK(BE(ctx)->gemm_bf16(ctx, ta, tb, M, N, K, al, dA, lda, dB, ldb, beta, dC, c_bf16, ldc));
+  dget(ctx, C, dC, nc * cs, "gemm_bf16");
+  dfree(ctx, dA), dfree(ctx, dB), dfree(ctx, dC);
+}
+
+static void test_gemm_bf16(void **state) {
+  (void)state;
+  uint64_t k = 0;
+  for (size_t s = 0; s < sizeof k_gemm / sizeof k_gemm[0]; s++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (int mode = 0; mode < 3; mode++) { /* C float beta 0, C float beta 0.75, C bfloat16 */
+          seed_case("gemm_bf16", k++);
+          int M = k_gemm[s][0], N = k_gemm[s][1], K = k_gemm[s][2], c_bf16 = mode == 2;
+          int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 3, ldc = N + 1;
+          size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+          float alpha = 0.75f, beta = mode == 1 ? 0.75f : 0.0f;
+          uint16_t *A16 = bf16rand(na, -1, 1), *B16 = bf16rand(nb, -1, 1), *C16 = bf16rand(nc, -1, 1);
+          float *A = as_float_bf16(A16, na), *B = as_float_bf16(B16, nb), *C0 = as_float_bf16(C16, nc);
+          double *ref = dzero(nc), *scale = dzero(nc);
+          for (size_t i = 0; i < nc; i++) ref[i] = C0[i];
+          for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+              double sum = 0, mag = 0;
+              for (int q = 0; q < K; q++) {
+                double p = opa(A, ta, lda, i, q) * opb(B, tb, ldb, q, j);
+                sum += p, mag += fabs(p);
+              }
+              size_t o = (size_t)i * ldc + j;
+              ref[o] = alpha * sum + beta * (double)C0[o];
+              /* fp32 sums (1e-5 of the magnitudes); a bfloat16 C is also rounded once: 2^-8 of itself */
+              scale[o] = 1e-5 * (fabs(alpha) * mag + fabs(beta * C0[o])) + (c_bf16 ? 0x1p-8 * fabs(ref[o]) : 0.0);
+            }
+          void *got = c_bf16 ? bdup(C16, nc * 2) : (void *)fdup(C0, nc), *cpu = NULL;
+          run_gemm_bf16(g_ctx, ta, tb, M, N, K, alpha, A16, lda, na, B16, ldb, nb, beta, got, c_bf16, ldc, nc);
+          if (g_cuda) {
+            cpu = c_bf16 ? bdup(C16, nc * 2) : (void *)fdup(C0, nc);
+            run_gemm_bf16(g_cpu, ta, tb, M, N, K, alpha, A16, lda, na, B16, ldb, nb, beta, cpu, c_bf16, ldc, nc);
+          }
+          float *gf = c_bf16 ? as_float_bf16(got, nc) : fdup(got, nc);
+          float *cf = !cpu ? NULL : c_bf16 ? as_float_bf16(cpu, nc) : fdup(cpu, nc);
+          char what[160];
+          snprintf(what, sizeof what, "gemm_bf16 M=%d N=%d K=%d ta=%d tb=%d beta=%g c_bf16=%d", M, N, K, ta, tb, beta,
+                   c_bf16);
+          /* tol 1 on the scale above; CUDA vs CPU: both round a bfloat16 C, which may land one ulp apart */
+          verify(what, nc, gf, ref, cf, scale, 1.0, 2.0);
+          free(A16), free(B16), free(C16), free(A), free(B), free(C0), free(ref), free(scale), free(got), free(cpu);
+          free(gf), free(cf);
+        }
+}
+
+/* Round to nearest even, by comparing the two neighbouring bfloat16 values (not the library's bit trick). */
+static uint16_t ref_bf16(float f) {
+  uint32_t u, lo, hi;
+  memcpy(&u, &f, 4);
+  lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  memcpy(&flo, &lo, 4), memcpy(&fhi, &hi, 4);
+  double dl = fabs((double)f - flo), dh = fabs((double)fhi - f);
+  if (dl != dh) return (uint16_t)((dl < dh ? lo : hi) >> 16);
+  return (uint16_t)(((lo >> 16) & 1) ? hi >> 16 : lo >> 16);
+}
+
+static void run_to_bf16(lam_ctx *ctx, size_t n, const float *x, uint16_t *y) {
+  float *dx = dput(ctx, x, n * 4);
+  uint16_t *dy = dput(ctx, y, n * 2);
+  TU_OK(BE(ctx)->to_bf16(ctx, n, dx, dy));
+  dget(ctx, y, dy, n * 2, "to_bf16");
+  dfree(ctx, dx), dfree(ctx, dy);
+}
+
+static void test_to_bf16(void **state) {
+  (void)state;
+  static const size_t ns[] = {1, 1001, 40001};
+  for (size_t c = 0; c < 3; c++) {
+    seed_case("to_bf16", c);
+    size_t n = ns[c];
+    float *x = frand(n, -1, 1);
+    for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)(tu_next(&g_r) % 41) - 20); /* wide exponents */
+    uint16_t *ref = xmalloc(n * 2), *got = xmalloc(n * 2), *cpu = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++) ref[i] = ref_bf16(x[i]), got[i] = cpu[i] = 0xffff;
+    run_to_bf16(g_ctx, n, x, got);
+    if (g_cuda) run_to_bf16(g_cpu, n, x, cpu);
+    verify_bytes("to_bf16", n, 2, got, ref, cpu); /* exact */
+    free(x), free(ref), free(got), free(cpu);
+  }
+}
+
+static void test_zero(void **state) {
+  (void)state;
+  static const size_t ns[] = {1, 13, 40003};
+  for (size_t c = 0; c < 3; c++) {
+    seed_case("zero", c);
+    size_t n = ns[c], tot = n + 7;
+    uint8_t *h = u8rand(tot, 1, 255), *got = xmalloc(tot);
+    uint8_t *d = dput(g_ctx, h, tot);
+    TU_OK(BE(g_ctx)->zero(g_ctx, d + 3, n)); /* an odd offset and length */
+    dget(g_ctx, got, d, tot, "zero");
+    for (size_t i = 0; i < tot; i++) {
+      uint8_t want = i >= 3 && i < 3 + n ? 0 : h[i];
+      if (got[i] != want) fail_msg("zero n=%zu: byte %zu is %d, want %d", n, i, got[i], want);
+    }
+    dfree(g_ctx, d);
+    free(h), free(got);
+  }
+}
+
+/* ---- im2col, col2im ---- */
+
+typedef struct cg_case {
+  int C, H, W, K, stride, pad;
+} cg_case;
+static const cg_case k_cg[] = {{1, 5, 5, 3, 1, 0}, {3, 7, 6, 3, 2, 1},  {2, 4, 9, 2, 1, 1},
+                               {64, 6, 6, 3, 1, 1}, {1, 1, 1, 1, 1, 0}, {3, 8, 8, 5, 3, 2}};
+static lam_conv_geom mk_cg(const cg_case *c) {
+  lam_conv_geom g = {c->C, c->H, c->W, c->K, c->stride, c->pad, 0, 0};
+  g.OH = (c->H + 2 * c->pad - c->K) / c->stride + 1, g.OW = (c->W + 2 * c->pad - c->K) / c->stride + 1;
+  return g;
+}
+/* The input index that column entry (row, col) of im2col reads, or -1 for padding. */
+static long col_src(const lam_conv_geom *g, int B, size_t row, size_t col) {
+  size_t P = (size_t)g->OH * g->OW;
+  int c = (int)(row / (g->K * g->K)), kk = (int)(row % (g->K * g->K)), b = (int)(col / P), p = (int)(col % P);
+  int ih = p / g->OW * g->stride - g->pad + kk / g->K, iw = p % g->OW * g->stride - g->pad + kk % g->K;
+  (void)B;
+  if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) return -1;
+  return (((long)b * g->C + c) * g->H + ih) * g->W + iw;
+}
+
+static void run_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, size_t nx, void *col, size_t ncol,
+                       int bf16) {
+  float *dx = dput(ctx, x, nx * 4);
+  void *dc = dput(ctx, col, ncol * (bf16 ? 2 : 4));
+  TU_OK(BE(ctx)->im2col(ctx, g, B, dx, dc, bf16));
+  dget(ctx, col, dc, ncol * (bf16 ? 2 : 4), "im2col");
+  dfree(ctx, dx), dfree(ctx, dc);
+}
+static void run_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, size_t ncol, int bf16, float *dx,
+                       size_t nx) {
+  void *dc = dput(ctx, col, ncol * (bf16 ? 2 : 4));
+  float *dd = dput(ctx, dx, nx * 4);
+  TU_OK(BE(ctx)->col2im(ctx, g, B, dc, bf16, dd));
+  dget(ctx, dx, dd, nx * 4, "col2im");
+  dfree(ctx, dc), dfree(ctx, dd);
+}
+
+static void test_im2col_col2im(void **state) {
+  (void)state;
+  uint64_t k = 0;
+  for (size_t s = 0; s < sizeof k_cg / sizeof k_cg[0]; s++)
+    for (int B = 1; B <= 3; B += 2)
+      for (int bf16 = 0; bf16 < 2; bf16++) {
+        seed_case("im2col", k++);
+        lam_conv_geom g = mk_cg(&k_cg[s]);
+        size_t nx = (size_t)B * g.C * g.H * g.W, rows = (size_t)g.C * g.K * g.K, cols = (size_t)B * g.OH * g.OW;
+        size_t ncol = rows * cols;
+        char what[160];
+        snprintf(what, sizeof what, "im2col C=%d H=%d W=%d K=%d stride=%d pad=%d B=%d bf16=%d", g.C, g.H, g.W, g.K,
+                 g.stride, g.pad, B, bf16);
+        float *x = frand(nx, -2, 2);
+        /* im2col: each entry the input value it copies (rounded for bf16) or 0: exact */
+        double *ref = dzero(ncol);
+        for (size_t r = 0; r < rows; r++)
+          for (size_t c = 0; c < cols; c++) {
+            long i = col_src(&g, B, r, c);
+            float v = i < 0 ? 0.0f : x[i];
+            ref[r * cols + c] = bf16 ? lam_bf16_to_f32(ref_bf16(v)) : v;
+          }
+        void *got = poison(ncol, bf16), *cpu = g_cuda ? poison(ncol, bf16) : NULL;
+        run_im2col(g_ctx, &g, B, x, nx, got, ncol, bf16);
+        if (g_cuda) run_im2col(g_cpu, &g, B, x, nx, cpu, ncol, bf16);
+        float *gf = bf16 ? as_float_bf16(got, ncol) : fdup(got, ncol);
+        float *cf = !cpu ? NULL : bf16 ? as_float_bf16(cpu, ncol) : fdup(cpu, ncol);
+        double *zero_scale = dzero(ncol);
+        verify(what, ncol, gf, ref, cf, zero_scale, 0.0, 0.0);
+        free(gf), free(cf), free(got), free(cpu), free(ref), free(zero_scale);
+
+        /* col2im: every input element the sum of the entries that copied it */
+        snprintf(what, sizeof what, "col2im C=%d H=%d W=%d K=%d stride=%d pad=%d B=%d bf16=%d", g.C, g.H, g.W, g.K,
+                 g.stride, g.pad, B, bf16);
+        void *col = bf16 ? (void *)bf16rand(ncol, -1, 1) : (void *)frand(ncol, -1, 1);
+        float *colf = bf16 ? as_float_bf16(col, ncol) : fdup(col, ncol);
+        double *dref = dzero(nx), *dscale = dzero(nx);
+        for (size_t r = 0; r < rows; r++)
+          for (size_t c = 0; c < cols; c++) {
+            long i = col_src(&g, B, r, c);
+            if (i >= 0) dref[i] += colf[r * cols + c], dscale[i] += fabs(colf[r * cols + c]);
+          }
+        float *dg = fnan(nx), *dc = g_cuda ? fnan(nx) : NULL;
+        run_col2im(g_ctx, &g, B, col, ncol, bf16, dg, nx);
+        if (g_cuda) run_col2im(g_cpu, &g, B, col, ncol, bf16, dc, nx);
+        verify(what, nx, dg, dref, dc, dscale, 1e-6, 1e-6); /* fp32 sums of at most K*K entries, any order */
+        free(col), free(colf), free(dref), free(dscale), free(dg), free(dc), free(x);
+      }
+}
+
+/* ---- layout changes with bias; biases ---- */
+
+typedef struct bcp_case {
+  int B, C, P;
+} bcp_case;
+/* (B, C, P): odd sizes, C = 1, P = 1, 3 and 64 channels; the last ones split a channel's reduction over
+ * several CUDA blocks (unevenly), or have more channels than the split allows. */
+static const bcp_case k_bcp[] = {{1, 1, 1},   {2, 3, 5},     {5, 3, 1},    {3, 64, 7},  {4, 1, 33},  {2, 17, 256},
+                                 {7, 64, 64}, {33, 3, 1000}, {9, 5, 4099}, {4, 1100, 9}, {130, 2, 70}, {64, 64, 256}};
+#define N_BCP (sizeof k_bcp / sizeof k_bcp[0])
+
+static void run_cbp_to_bcp(lam_ctx *ctx, int B, int C, int P, const float *src, const float *bias, float *dst) {
+  size_t n = (size_t)B * C * P;
+  float *ds = dput(ctx, src, n * 4), *db = dput(ctx, bias, (size_t)C * 4), *dd = dput(ctx, dst, n * 4);
+  TU_OK(BE(ctx)->cbp_to_bcp(ctx, B, C, P, ds, db, dd));
+  dget(ctx, dst, dd, n * 4, "cbp_to_bcp");
+  dfree(ctx, ds), dfree(ctx, db), dfree(ctx, dd);
+}
+static void run_bcp_to_cbp(lam_ctx *ctx, int B, int C, int P, const float *src, float *dst, float *bg) {
+  size_t n = (size_t)B * C * P;
+  float *ds = dput(ctx, src, n * 4), *dd = dput(ctx, dst, n * 4), *dg = dput(ctx, bg, (size_t)C * 4);
+  TU_OK(BE(ctx)->bcp_to_cbp(ctx, B, C, P, ds, dd, dg));
+  dget(ctx, dst, dd, n * 4, "bcp_to_cbp");
+  if (bg) dget(ctx, bg, dg, (size_t)C * 4, "bcp_to_cbp bias_grad");
+  dfree(ctx, ds), dfree(ctx, dd), dfree(ctx, dg);
+}
+
+static void test_layout(void **state) {
+  (void)state;
+  for (size_t s = 0; s < N_BCP; s++)
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+      seed_case("layout", 2 * s + with_bias);
+      int B = k_bcp[s].B, C = k_bcp[s].C, P = k_bcp[s].P;
+      size_t n = (size_t)B * C * P;
+      char what[160];
+      float *src = frand(n, -2, 2), *bias = with_bias ? frand(C, -1, 1) : NULL;
+      /* cbp_to_bcp: dst (B, C, P) = src (C, B*P) + bias: one rounded add */
+      double *ref = dzero(n), *scale = dzero(n);
+      for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++)
+          for (int p = 0; p < P; p++) {
+            size_t o = ((size_t)b * C + c) * P + p;
+            double v = src[(size_t)c * B * P + (size_t)b * P + p], bb = bias ? bias[c] : 0.0;
+            ref[o] = v + bb, scale[o] = fabs(v) + fabs(bb);
+          }
+      float *got = fnan(n), *cpu = g_cuda ? fnan(n) : NULL;
+      run_cbp_to_bcp(g_ctx, B, C, P, src, bias, got);
+      if (g_cuda) run_cbp_to_bcp(g_cpu, B, C, P, src, bias, cpu);
+      snprintf(what, sizeof what, "cbp_to_bcp B=%d C=%d P=%d bias=%d", B, C, P, with_bias);
+      verify(what, n, got, ref, cpu, scale, 1e-7, 1e-7);
+      free(got), free(cpu);
+
+      /* bcp_to_cbp: dst (C, B*P) = src (B, C, P), exact; bias_grad[c] += the sum of channel c */
+      float *bg0 = with_bias ? frand(C, -1, 1) : NULL, *bg = bg0 ? fdup(bg0, C) : NULL, *bgc = NULL;
+      double *bref = dzero(C), *bscale = dzero(C);
+      for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++)
+          for (int p = 0; p < P; p++) {
+            size_t o = ((size_t)b * C + c) * P + p;
+            ref[(size_t)c * B * P + (size_t)b * P + p] = src[o], scale[(size_t)c * B * P + (size_t)b * P + p] = 0;
+            bref[c] += src[o], bscale[c] += fabs(src[o]);
+          }
+      for (int c = 0; c < C && bg0; c++) bref[c] += bg0[c], bscale[c] += fabs(bg0[c]);
+      got = fnan(n), cpu = g_cuda ? fnan(n) : NULL;
+      run_bcp_to_cbp(g_ctx, B, C, P, src, got, bg);
+      if (g_cuda) {
+        bgc = bg0 ? fdup(bg0, C) : NULL;
+        run_bcp_to_cbp(g_cpu, B, C, P, src, cpu, bgc);
+      }
+      snprintf(what, sizeof what, "bcp_to_cbp B=%d C=%d P=%d", B, C, P);
+      verify(what, n, got, ref, cpu, scale, 0.0, 0.0);
+      snprintf(what, sizeof what, "bcp_to_cbp bias_grad B=%d C=%d P=%d", B, C, P);
+      if (bg) verify(what, C, bg, bref, bgc, bscale, 1e-5, 1e-5); /* fp32 sums of B*P values */
+      free(src), free(bias), free(ref), free(scale), free(got), free(cpu), free(bg0), free(bg), free(bgc), free(bref);
+      free(bscale);
+    }
+}
+
+static const int k_rc[][2] = {{1, 1}, {3, 7}, {64, 10}, {512, 3}, {5, 300}};
+
+static void run_add_bias(lam_ctx *ctx, int rows, int cols, float *y, const float *b) {
+  size_t n = (size_t)rows * cols;
+  float *dy = dput(ctx, y, n * 4), *db = dput(ctx, b, (size_t)cols * 4);
+  TU_OK(BE(ctx)->add_bias(ctx, rows, cols, dy, db));
+  dget(ctx, y, dy, n * 4, "add_bias");
+  dfree(ctx, dy), dfree(ctx, db);
+}
+static void run_bias_grad(lam_ctx *ctx, int rows, int cols, const float *dy, float *db) {
+  size_t n = (size_t)rows * cols;
+  float *ddy = dput(ctx, dy, n * 4), *ddb = dput(ctx, db, (size_t)cols * 4);
+  TU_OK(BE(ctx)->bias_grad(ctx, rows, cols, ddy, ddb));
+  dget(ctx, db, ddb, (size_t)cols * 4, "bias_grad");
+  dfree(ctx, ddy), dfree(ctx, ddb);
+}
+
+static void test_dense_bias(void **state) {
+  (void)state;
+  for (size_t s = 0; s < sizeof k_rc / sizeof k_rc[0]; s++) {
+    seed_case("dense_bias", s);
+    int rows = k_rc[s][0], cols = k_rc[s][1];
+    size_t n = (size_t)rows * cols;
+    char what[120];
+    float *y0 = frand(n, -2, 2), *b = frand(cols, -1, 1), *dy = frand(n, -1, 1), *db0 = frand(cols, -1, 1);
+    double *ref = dzero(n), *scale = dzero(n), *bref = dzero(cols), *bscale = dzero(cols);
+    for (size_t i = 0; i < n; i++) {
+      ref[i] = (double)y0[i] + b[i % cols], scale[i] = fabs(y0[i]) + fabs(b[i % cols]);
+      bref[i % cols] += dy[i], bscale[i % cols] += fabs(dy[i]);
+    }
+    for (int c = 0; c < cols; c++) bref[c] += db0[c], bscale[c] += fabs(db0[c]);
+    float *got = fdup(y0, n), *cpu = g_cuda ? fdup(y0, n) : NULL;
+    run_add_bias(g_ctx, rows, cols, got, b);
+    if (g_cuda) run_add_bias(g_cpu, rows, cols, cpu, b);
+    snprintf(what, sizeof what, "add_bias rows=%d cols=%d", rows, cols);
+    verify(what, n, got, ref, cpu, scale, 1e-7, 1e-7); /* one rounded add */
+    float *gb = fdup(db0, cols), *cb = g_cuda ? fdup(db0, cols) : NULL;
+    run_bias_grad(g_ctx, rows, cols, dy, gb);
+    if (g_cuda) run_bias_grad(g_cpu, rows, cols, dy, cb);
+    snprintf(what, sizeof what, "bias_grad rows=%d cols=%d", rows, cols);
+    verify(what, cols, gb, bref, cb, bscale, 1e-5, 1e-5); /* fp32 sums of the rows */
+    free(y0), free(b), free(dy), free(db0), free(ref), free(scale), free(bref), free(bscale), free(got), free(cpu);
+    free(gb), free(cb);
+  }
+}
+
+static void run_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, const float *bias) {
+  size_t n = (size_t)B * C * P;
+  float *dy = dput(ctx, y, n * 4), *db = dput(ctx, bias, (size_t)C * 4);
+  TU_OK(BE(ctx)->channel_bias_fwd(ctx, B, C, P, dy, db));
+  dget(ctx, y, dy, n * 4, "channel_bias_fwd");
+  dfree(ctx, dy), dfree(ctx, db);
+}
+static void run_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *db) {
+  size_t n = (size_t)B * C * P;
+  float *ddy = dput(ctx, dy, n * 4), *ddb = dput(ctx, db, (size_t)C * 4);
+  TU_OK(BE(ctx)->channel_bias_bwd(ctx, B, C, P, ddy, ddb));
+  dget(ctx, db, ddb, (size_t)C * 4, "channel_bias_bwd");
+  dfree(ctx, ddy), dfree(ctx, ddb);
+}
+
+static void test_channel_bias(void **state) {
+  (void)state;
+  for (size_t s = 0; s < N_BCP; s++) {
+    seed_case("channel_bias", s);
+    int B = k_bcp[s].B, C = k_bcp[s].C, P = k_bcp[s].P;
+    size_t n = (size_t)B * C * P;
+    char what[120];
+    float *y0 = frand(n, -2, 2), *bias = frand(C, -1, 1), *dy = frand(n, -1, 1), *db0 = frand(C, -1, 1);
+    double *ref = dzero(n), *scale = dzero(n), *bref = dzero(C), *bscale = dzero(C);
+    for (size_t i = 0; i < n; i++) {
+      int c = (int)(i / P % C);
+      ref[i] = (double)y0[i] + bias[c], scale[i] = fabs(y0[i]) + fabs(bias[c]);
+      bref[c] += dy[i], bscale[c] += fabs(dy[i]);
+    }
+    for (int c = 0; c < C; c++) bref[c] += db0[c], bscale[c] += fabs(db0[c]);
+    float *got = fdup(y0, n), *cpu = g_cuda ? fdup(y0, n) : NULL;
+    run_channel_bias_fwd(g_ctx, B, C, P, got, bias);
+    if (g_cuda) run_channel_bias_fwd(g_cpu, B, C, P, cpu, bias);
+    snprintf(what, sizeof what, "channel_bias_fwd B=%d C=%d P=%d", B, C, P);
+    verify(what, n, got, ref, cpu, scale, 1e-7, 1e-7); /* one rounded add */
+    float *gb = fdup(db0, C), *cb = g_cuda ? fdup(db0, C) : NULL;
+    run_channel_bias_bwd(g_ctx, B, C, P, dy, gb);
+    if (g_cuda) run_channel_bias_bwd(g_cpu, B, C, P, dy, cb);
+    snprintf(what, sizeof what, "channel_bias_bwd B=%d C=%d P=%d", B, C, P);
+    /* the CPU sums in double (one rounding at the end); CUDA in fp32 over a tree of blocks */
+    verify(what, C, gb, bref, cb, bscale, 2e-7, 1e-5);
+    free(y0), free(bias), free(dy), free(db0), free(ref), free(scale), free(bref), free(bscale), free(got), free(cpu);
+    free(gb), free(cb);
+  }
+}
+
+/* ---- pooling, global average, upsampling ---- */
+
+typedef struct pg_case {
+  int C, H, W, K, stride;
+} pg_case;
+/* Odd planes, windows that overlap (stride < K), leave rows and columns uncovered, or are the whole plane. */
+static const pg_case k_pg[] = {{1, 4, 4, 2, 2}, {3, 7, 9, 3, 2}, {2, 5, 5, 2, 1}, {64, 8, 8, 2, 2},
+                               {3, 6, 7, 3, 3}, {1, 1, 1, 1, 1}, {5, 9, 9, 4, 3}, {2, 6, 5, 5, 1}};
+static lam_pool_geom mk_pg(const pg_case *c) {
+  lam_pool_geom g = {c->C, c->H, c->W, c->K, c->stride, (c->H - c->K) / c->stride + 1, (c->W - c->K) / c->stride + 1};
+  return g;
+}
+
+static void run_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg) {
+  size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * g->C * g->OH * g->OW;
+  float *dx = dput(ctx, x, nx * 4), *dy = dput(ctx, y, ny * 4);
+  int32_t *da = dput(ctx, arg, ny * 4);
+  TU_OK(BE(ctx)->maxpool_fwd(ctx, g, B, dx, dy, da));
+  dget(ctx, y, dy, ny * 4, "maxpool_fwd y");
+  dget(ctx, arg, da, ny * 4, "maxpool_fwd arg");
+  dfree(ctx, dx), dfree(ctx, dy), dfree(ctx, da);
+}
+static void run_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx) {
+  size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * g->C * g->OH * g->OW;
+  float *ddy = dput(ctx, dy, ny * 4), *ddx = dput(ctx, dx, nx * 4);
+  int32_t *da = dput(ctx, arg, ny * 4);
+  TU_OK(BE(ctx)->maxpool_bwd(ctx, g, B, ddy, da, ddx));
+  dget(ctx, dx, ddx, nx * 4, "maxpool_bwd");
+  dfree(ctx, ddy), dfree(ctx, ddx), dfree(ctx, da);
+}
+static void run_avgpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y) {
+  size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * g->C * g->OH * g->OW;
+  float *dx = dput(ctx, x, nx * 4), *dy = dput(ctx, y, ny * 4);
+  TU_OK(BE(ctx)->avgpool_fwd(ctx, g, B, dx, dy));
+  dget(ctx, y, dy, ny * 4, "avgpool_fwd");
+  dfree(ctx, dx), dfree(ctx, dy);
+}
+static void run_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, float *dx) {
+  size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * g->C * g->OH * g->OW;
+  float *ddy = dput(ctx, dy, ny * 4), *ddx = dput(ctx, dx, nx * 4);
+  TU_OK(BE(ctx)->avgpool_bwd(ctx, g, B, ddy, ddx));
+  dget(ctx, dx, ddx, nx * 4, "avgpool_bwd");
+  dfree(ctx, ddy), dfree(ctx, ddx);
+}
+
+/* Central differences of L = sum(w * f(x)) over every x[i] (steps of h, as the floats round them), f
+ * run by `fwd` on the CPU backend, against the analytic gradient g: |g - fd| <= atol + rtol |fd|. */
+typedef void (*fwd_fn)(const void *args, const float *x, double *loss);
+static void check_fd(const char *what, size_t n, float *x, const float *g, fwd_fn fwd, const void *args, double h,
+                     double atol, double rtol) {
+  for (size_t i = 0; i < n; i++) {
+    float x0 = x[i];
+    double lp, lm, hh = h;
+    x[i] = (float)(x0 + hh);
+    double up = (double)x[i] - x0;
+    fwd(args, x, &lp);
+    x[i] = (float)(x0 - hh);
+    double dn = x0 - (double)x[i];
+    fwd(args, x, &lm);
+    x[i] = x0;
+    double fd = (lp - lm) / (up + dn);
+    if (!(fabs(g[i] - fd) <= atol + rtol * fabs(fd)))
+      fail_msg("%s: d/dx[%zu]: backward %.9g, central difference %.9g (tolerance %.2g + %.2g |fd|)", what, i,
+               (double)g[i], fd, atol, rtol);
+  }
+}
+
+typedef struct pool_fd {
+  const lam_pool_geom *g;
+  int B, avg;
+  const float *w; /* dL/dy */
+} pool_fd;
+static void pool_loss(const void *a, const float *x, double *loss) {
+  const pool_fd *p = a;
+  size_t ny = (size_t)p->B * p->g->C * p->g->OH * p->g->OW;
+  float *y = fnan(ny);
+  int32_t *arg = xmalloc(ny * 4);
+  /* only on the CPU backend, whose memory is host memory */
+  if (p->avg) TU_OK(BE(g_ctx)->avgpool_fwd(g_ctx, p->g, p->B, x, y));
+  else TU_OK(BE(g_ctx)->maxpool_fwd(g_ctx, p->g, p->B, x, y, arg));
+  double s = 0;
+  for (size_t i = 0; i < ny; i++) s += (double)p->w[i] * y[i];
+  *loss = s;
+  free(y), free(arg);
+}
+
+static void test_pool(void **state) {
+  (void)state;
+  uint64_t k = 0;
+  for (size_t s = 0; s < sizeof k_pg / sizeof k_pg[0]; s++)
+    for (int B = 1; B <= 4; B += 3) {
+      seed_case("pool", k++);
+      lam_pool_geom g = mk_pg(&k_pg[s]);
+      const int KK = g.K * g.K;
+      size_t nx = (size_t)B * g.C * g.H * g.W, ny = (size_t)B * g.C * g.OH * g.OW, HW = (size_t)g.H * g.W,
+             OP = (size_t)g.OH * g.OW;
+      char what[160], geo[100];
+      snprintf(geo, sizeof geo, "C=%d H=%d W=%d K=%d stride=%d B=%d", g.C, g.H, g.W, g.K, g.stride, B);
+      float *x = frand(nx, -2, 2), *dy = frand(ny, -1, 1);
+      double *ymax = dzero(ny), *yavg = dzero(ny), *yscale = dzero(ny), *zero = dzero(nx > ny ? nx : ny);
+      int32_t *arg = xmalloc(ny * 4);
+      for (size_t bc = 0; bc < (size_t)B * g.C; bc++)
+        for (int oh = 0; oh < g.OH; oh++)
+          for (int ow = 0; ow < g.OW; ow++) {
+            size_t o = bc * OP + (size_t)oh * g.OW + ow;
+            int best = -1;
+            double m = 0, sum = 0, mag = 0;
+            for (int a = 0; a < g.K; a++)
+              for (int e = 0; e < g.K; e++) {
+                int idx = (oh * g.stride + a) * g.W + ow * g.stride + e;
+                double v = x[bc * HW + idx];
+                if (best < 0 || v > m) m = v, best = idx; /* the first maximum in row order */
+                sum += v, mag += fabs(v);
+              }
+            ymax[o] = m, arg[o] = best, yavg[o] = sum / KK, yscale[o] = mag / KK;
+          }
+      /* maxpool_fwd: the max and its index, exact */
+      float *y = fnan(ny), *yc = g_cuda ? fnan(ny) : NULL;
+      int32_t *ag = xmalloc(ny * 4), *ac = xmalloc(ny * 4);
+      for (size_t i = 0; i < ny; i++) ag[i] = ac[i] = -7;
+      run_maxpool_fwd(g_ctx, &g, B, x, y, ag);
+      if (g_cuda) run_maxpool_fwd(g_cpu, &g, B, x, yc, ac);
+      snprintf(what, sizeof what, "maxpool_fwd %s", geo);
+      verify(what, ny, y, ymax, yc, zero, 0.0, 0.0);
+      verify_bytes(what, ny, 4, ag, arg, ac);
+      /* maxpool_bwd: dx = the gradients routed to each max, summed where windows overlap */
+      double *dref = dzero(nx), *dscale = dzero(nx);
+      for (size_t bc = 0; bc < (size_t)B * g.C; bc++)
+        for (size_t o = 0; o < OP; o++)
+          dref[bc * HW + arg[bc * OP + o]] += dy[bc * OP + o], dscale[bc * HW + arg[bc * OP + o]] += fabs(dy[bc * OP + o]);
+      float *dx = fnan(nx), *dxc = g_cuda ? fnan(nx) : NULL;
+      run_maxpool_bwd(g_ctx, &g, B, dy, arg, dx);
+      if (g_cuda) run_maxpool_bwd(g_cpu, &g, B, dy, arg, dxc);
+      snprintf(what, sizeof what, "maxpool_bwd %s", geo);
+      /* sums of a few values, in any order (CUDA: atomics); no finite differences: a step may move the max */
+      verify(what, nx, dx, dref, dxc, dscale, 1e-7, 1e-7);
+
+      /* avgpool_fwd: the window's mean; avgpool_bwd: dy / (K*K) over each window, summed where they overlap */
+      free(y), free(yc);
+      y = fnan(ny), yc = g_cuda ? fnan(ny) : NULL;
+      run_avgpool_fwd(g_ctx, &g, B, x, y);
+      if (g_cuda) run_avgpool_fwd(g_cpu, &g, B, x, yc);
+      snprintf(what, sizeof what, "avgpool_fwd %s", geo);
+      verify(what, ny, y, yavg, yc, yscale, 1e-6, 1e-7); /* fp32 sums of K*K values, the same order on both */
+      memset(dref, 0, nx * sizeof *dref), memset(dscale, 0, nx * sizeof *dscale);
+      for (size_t bc = 0; bc < (size_t)B * g.C; bc++)
+        for (int oh = 0; oh < g.OH; oh++)
+          for (int ow = 0; ow < g.OW; ow++)
+            for (int a = 0; a < g.K; a++)
+              for (int e = 0; e < g.K; e++) {
+                size_t i = bc * HW + (size_t)(oh * g.stride + a) * g.W + ow * g.stride + e;
+                double v = dy[bc * OP + (size_t)oh * g.OW + ow];
+                dref[i] += v / KK, dscale[i] += fabs(v) / KK;
+              }
+      free(dx), free(dxc);
+      dx = fnan(nx), dxc = g_cuda ? fnan(nx) : NULL;
+      run_avgpool_bwd(g_ctx, &g, B, dy, dx);
+      if (g_cuda) run_avgpool_bwd(g_cpu, &g, B, dy, dxc);
+      snprintf(what, sizeof what, "avgpool_bwd %s", geo);
+      verify(what, nx, dx, dref, dxc, dscale, 1e-6, 1e-7); /* uncovered inputs: exactly 0 */
+      if (!g_cuda && nx <= 600) {
+        pool_fd pf = {&g, B, 1, dy};
+        check_fd(what, nx, x, dx, pool_loss, &pf, 1e-2, 2e-4, 1e-3); /* linear: only float noise */
+      }
+      free(x), free(dy), free(ymax), free(yavg), free(yscale), free(zero), free(arg), free(y), free(yc), free(ag);
+      free(ac), free(dref), free(dscale), free(dx), free(dxc);
+    }
+}
+
+static const size_t k_pm[][2] = {{1, 1}, {7, 3}, {64, 31}, {5, 32}, {130, 33}, {3, 1000}, {192, 49}, {2, 70000}};
+
+static void run_plane_mean_fwd(lam_ctx *ctx, size_t rows, int P, const float *x, float *y) {
+  float *dx = dput(ctx, x, rows * P * 4), *dy = dput(ctx, y, rows * 4);
+  TU_OK(BE(ctx)->plane_mean_fwd(ctx, rows, P, dx, dy));
+  dget(ctx, y, dy, rows * 4, "plane_mean_fwd");
+  dfree(ctx, dx), dfree(ctx, dy);
+}
+static void run_plane_mean_bwd(lam_ctx *ctx, size_t rows, int P, const float *dy, float *dx) {
+  float *ddy = dput(ctx, dy, rows * 4), *ddx = dput(ctx, dx, rows * P * 4);
+  TU_OK(BE(ctx)->plane_mean_bwd(ctx, rows, P, ddy, ddx));
+  dget(ctx, dx, ddx, rows * P * 4, "plane_mean_bwd");
+  dfree(ctx, ddy), dfree(ctx, ddx);
+}
+
+typedef struct pm_fd {
+  size_t rows;
+  int P;
+  const float *w;
+} pm_fd;
+static void pm_loss(const void *a, const float *x, double *loss) {
+  const pm_fd *p = a;
+  float *y = fnan(p->rows);
+  TU_OK(BE(g_ctx)->plane_mean_fwd(g_ctx, p->rows, p->P, x, y));
+  double s = 0;
+  for (size_t r = 0; r < p->rows; r++) s += (double)p->w[r] * y[r];
+  *loss = s;
+  free(y);
+}
+
+static void test_plane_mean(void **state) {
+  (void)state;
+  for (size_t s = 0; s < sizeof k_pm / sizeof k_pm[0]; s++) {
+    seed_case("plane_mean", s);
+    size_t rows = k_pm[s][0], n = rows * k_pm[s][1];
+    int P = (int)k_pm[s][1];
+    char what[120];
+    float *x = frand(n, -2, 2), *dy = frand(rows, -1, 1);
+    double *ref = dzero(rows), *scale = dzero(rows), *dref = dzero(n);
+    for (size_t r = 0; r < rows; r++) {
+      for (int p = 0; p < P; p++) ref[r] += x[r * P + p], scale[r] += fabs(x[r * P + p]);
+      ref[r] /= P, scale[r] /= P;
+      for (int p = 0; p < P; p++) dref[r * P + p] = (double)dy[r] / P;
+    }
+    float *y = fnan(rows), *yc = g_cuda ? fnan(rows) : NULL;
+    run_plane_mean_fwd(g_ctx, rows, P, x, y);
+    if (g_cuda) run_plane_mean_fwd(g_cpu, rows, P, x, yc);
+    snprintf(what, sizeof what, "plane_mean_fwd rows=%zu P=%d", rows, P);
+    verify(what, rows, y, ref, yc, scale, 2e-7, 1e-5); /* CPU: summed in double; CUDA: fp32 (warp lanes) */
+    float *dx = fnan(n), *dxc = g_cuda ? fnan(n) : NULL;
+    run_plane_mean_bwd(g_ctx, rows, P, dy, dx);
+    if (g_cuda) run_plane_mean_bwd(g_cpu, rows, P, dy, dxc);
+    snprintf(what, sizeof what, "plane_mean_bwd rows=%zu P=%d", rows, P);
+    verify(what, n, dx, dref, dxc, NULL, 1e-7, 0.0); /* one rounded division, the same on both */
+    if (!g_cuda && n <= 200) {
+      pm_fd pf = {rows, P, dy};
+      check_fd(what, n, x, dx, pm_loss, &pf, 1e-2, 2e-4, 1e-3);
+    }
+    free(x), free(dy), free(ref), free(scale), free(dref), free(y), free(yc), free(dx), free(dxc);
+  }
+}
+
+static const int k_up[][5] = {{1, 1, 1, 1, 2}, {2, 3, 5, 7, 2}, {3, 64, 4, 4, 3}, {2, 1, 9, 1, 1}, {1, 2, 3, 2, 4}};
+
+static void run_upsample(lam_ctx *ctx, int bwd, int B, int C, int H, int W, int F, const float *in, float *out) {
+  size_t small = (size_t)B * C * H * W, big = small * F * F, nin = bwd ? big : small, nout = bwd ? small : big;
+  float *di = dput(ctx, in, nin * 4), *dout = dput(ctx, out, nout * 4);
+  if (bwd) TU_OK(BE(ctx)->upsample_bwd(ctx, B, C, H, W, F, di, dout));
+  else TU_OK(BE(ctx)->upsample_fwd(ctx, B, C, H, W, F, di, dout));
+  dget(ctx, out, dout, nout * 4, bwd ? "upsample_bwd" : "upsample_fwd");
+  dfree(ctx, di), dfree(ctx, dout);
+}
+
+typedef struct up_fd {
+  int B, C, H, W, F;
+  const float *w;
+} up_fd;
+static void up_loss(const void *a, const float *x, double *loss) {
+  const up_fd *u = a;
+  size_t big = (size_t)u->B * u->C * u->H * u->W * u->F * u->F;
+  float *y = fnan(big);
+  TU_OK(BE(g_ctx)->upsample_fwd(g_ctx, u->B, u->C, u->H, u->W, u->F, x, y));
+  double s = 0;
+  for (size_t i = 0; i < big; i++) s += (double)u->w[i] * y[i];
+  *loss = s;
+  free(y);
+}
+
+static void test_upsample(void **state) {
+  (void)state;
+  for (size_t s = 0; s < sizeof k_up / sizeof k_up[0]; s++) {
+    seed_case("upsample", s);
+    int B = k_up[s][0], C = k_up[s][1], H = k_up[s][2], W = k_up[s][3], F = k_up[s][4];
+    size_t small = (size_t)B * C * H * W, big = small * F * F, OW = (size_t)W * F, OH = (size_t)H * F;
+    char what[120];
+    float *x = frand(small, -2, 2), *dy = frand(big, -1, 1);
+    double *ref = dzero(big), *zero = dzero(big), *dref = dzero(small), *dscale = dzero(small);
+    for (size_t bc = 0; bc < (size_t)B * C; bc++)
+      for (size_t oh = 0; oh < OH; oh++)
+        for (size_t ow = 0; ow < OW; ow++) {
+          size_t o = (bc * OH + oh) * OW + ow, i = (bc * H + oh / F) * W + ow / F;
+          ref[o] = x[i], dref[i] += dy[o], dscale[i] += fabs(dy[o]);
+        }
+    float *y = fnan(big), *yc = g_cuda ? fnan(big) : NULL;
+    run_upsample(g_ctx, 0, B, C, H, W, F, x, y);
+    if (g_cuda) run_upsample(g_cpu, 0, B, C, H, W, F, x, yc);
+    snprintf(what, sizeof what, "upsample_fwd B=%d C=%d H=%d W=%d F=%d", B, C, H, W, F);
+    verify(what, big, y, ref, yc, zero, 0.0, 0.0); /* copies: exact */
+    float *dx = fnan(small), *dxc = g_cuda ? fnan(small) : NULL;
+    run_upsample(g_ctx, 1, B, C, H, W, F, dy, dx);
+    if (g_cuda) run_upsample(g_cpu, 1, B, C, H, W, F, dy, dxc);
+    snprintf(what, sizeof what, "upsample_bwd B=%d C=%d H=%d W=%d F=%d", B, C, H, W, F);
+    verify(what, small, dx, dref, dxc, dscale, 1e-6, 0.0); /* fp32 sums of F*F values, the same order on both */
+    if (!g_cuda && small <= 200) {
+      up_fd uf = {B, C, H, W, F, dy};
+      check_fd(what, small, x, dx, up_loss, &uf, 1e-2, 2e-4, 1e-3);
+    }
+    free(x), free(dy), free(ref), free(zero), free(dref), free(dscale), free(y), free(yc), free(dx), free(dxc);
+  }
+}
+
+/* ---- activations ---- */
+
+static const char *act_name(int a) {
+  static const char *n[] = {"relu", "tanh", "sigmoid", "gelu", "leaky"};
+  return n[a];
+}
+static double act_ref(int a, double alpha, double x) {
+  switch (a) {
+    case LAM_ACT_RELU: return x > 0 ? x : 0;
+    case LAM_ACT_TANH: return tanh(x);
+    case LAM_ACT_SIGMOID: return 1 / (1 + exp(-x));
+    case LAM_ACT_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    default: return x > 0 ? x : alpha * x;
+  }
+}
+/* act'(x); and the magnitude its float evaluation works with, for the tolerance */
+static double act_grad_ref(int a, double alpha, double x) {
+  switch (a) {
+    case LAM_ACT_RELU: return x > 0 ? 1 : 0;
+    case LAM_ACT_TANH: return 1 - tanh(x) * tanh(x);
+    case LAM_ACT_SIGMOID: {
+      double s = 1 / (1 + exp(-x));
+      return s * (1 - s);
+    }
+    case LAM_ACT_GELU: return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+    default: return x > 0 ? 1 : alpha;
+  }
+}
+
+static void run_act(lam_ctx *ctx, int bwd, int act, float alpha, size_t n, const float *x, const float *y,
+                    const float *dy, float *out, int inplace) {
+  float *dx_ = dput(ctx, x, n * 4), *dy_ = dput(ctx, y, n * 4), *dg = dput(ctx, dy, n * 4), *dout;
+  /* in place: forward writes over x, backward over dy */
+  dout = inplace ? (bwd ? dg : dx_) : dput(ctx, out, n * 4);
+  if (bwd) TU_OK(BE(ctx)->act_bwd(ctx, act, alpha, n, act == LAM_ACT_GELU ? dx_ : NULL, act == LAM_ACT_GELU ? NULL : dy_,
+                                  dg, dout));
+  else TU_OK(BE(ctx)->act_fwd(ctx, act, alpha, n, dx_, dout));
+  dget(ctx, out, dout, n * 4, bwd ? "act_bwd" : "act_fwd");
+  dfree(ctx, dx_), dfree(ctx, dy_), dfree(ctx, dg);
+  if (!inplace) dfree(ctx, dout);
+}
+
+typedef struct act_fd {
+  int act;
+  float alpha;
+} act_fd;
+static void act_loss(const void *a, const float *x, double *loss) { /* x is one value here */
+  const act_fd *f = a;
+  float y;
+  TU_OK(BE(g_ctx)->act_fwd(g_ctx, f->act, f->alpha, 1, x, &y));
+  *loss = y;
+}
+
+static void test_act(void **state) {
+  (void)state;
+  static const size_t ns[] = {1, 37, 40000};
+  const float alpha = 0.07f;
+  uint64_t k = 0;
+  for (int act = 0; act <= LAM_ACT_LEAKY; act++)
+    for (size_t c = 0; c < 3; c++)
+      for (int inplace = 0; inplace < 2; inplace++) {
+        seed_case("act", k++);
+        size_t n = ns[c];
+        char what[120];
+        float *x = frand(n, -5, 5), *dy = frand(n, -1, 1);
+        double *ref = dzero(n), *scale = dzero(n), *gref = dzero(n), *gscale = dzero(n);
+        float *yf = xmalloc(n * 4); /* the float output the backward reads */
+        for (size_t i = 0; i < n; i++) {
+          ref[i] = act_ref(act, alpha, x[i]);
+          yf[i] = (float)ref[i];
+          /* gelu's 1 + erf(x / sqrt 2) cancels for negative x: its error is of x's size */
+          scale[i] = act == LAM_ACT_GELU ? fabs(x[i]) : fabs(ref[i]);
+          double y = yf[i];
+          switch (act) { /* from the output y (as the primitive), or x for gelu */
+            case LAM_ACT_RELU: gref[i] = y > 0 ? dy[i] : 0; break;
+            case LAM_ACT_LEAKY: gref[i] = y > 0 ? dy[i] : (double)alpha * dy[i]; break;
+            case LAM_ACT_TANH: gref[i] = dy[i] * (1 - y * y); break;
+            case LAM_ACT_SIGMOID: gref[i] = dy[i] * y * (1 - y); break;
+            default: gref[i] = dy[i] * act_grad_ref(act, alpha, x[i]);
+          }
+          /* 1 - y^2 and y (1 - y) lose digits near saturation: the error is of |dy| times the terms' size */
+          gscale[i] = act == LAM_ACT_RELU || act == LAM_ACT_LEAKY ? fabs(gref[i]) : fabs(dy[i]) * (fabs(gref[i] / dy[i]) + 1);
+        }
+        float *got = fnan(n), *cpu = g_cuda ? fnan(n) : NULL;
+        run_act(g_ctx, 0, act, alpha, n, x, NULL, NULL, got, inplace);
+        if (g_cuda) run_act(g_cpu, 0, act, alpha, n, x, NULL, NULL, cpu, inplace);
+        snprintf(what, sizeof what, "act_fwd %s n=%zu%s", act_name(act), n, inplace ? " in place" : "");
+        /* float tanhf, expf, erff: a few ulps (CUDA's within 2 ulps of the correctly rounded value) */
+        verify(what, n, got, ref, cpu, scale, 1e-6, 2e-6);
+        free(got), free(cpu);
+        got = fnan(n), cpu = g_cuda ? fnan(n) : NULL;
+        run_act(g_ctx, 1, act, alpha, n, x, yf, dy, got, inplace);
+        if (g_cuda) run_act(g_cpu, 1, act, alpha, n, x, yf, dy, cpu, inplace);
+        snprintf(what, sizeof what, "act_bwd %s n=%zu%s", act_name(act), n, inplace ? " in place" : "");
+        verify(what, n, got, gref, cpu, gscale, 1e-6, 2e-6);
+        if (!g_cuda && n == 37 && !inplace) { /* act_bwd(dy = 1) against central differences of act_fwd */
+          float *one = xmalloc(n * 4), *g1 = fnan(n);
+          for (size_t i = 0; i < n; i++) {
+            one[i] = 1.0f;
+            if (fabsf(x[i]) < 0.1f) x[i] = x[i] < 0 ? -0.5f : 0.5f; /* away from relu's and leaky's kink */
+            yf[i] = (float)act_ref(act, alpha, x[i]);
+          }
+          run_act(g_ctx, 1, act, alpha, n, x, yf, one, g1, 0);
+          act_fd af = {act, alpha};
+          for (size_t i = 0; i < n; i++) check_fd(what, 1, x + i, g1 + i, act_loss, &af, 1e-2, 1e-4, 1e-3);
+          free(one), free(g1);
+        }
+        free(x), free(dy), free(ref), free(scale), free(gref), free(gscale), free(yf), free(got), free(cpu);
+      }
+}
+
+/* ---- BatchNorm ---- */
+
+typedef struct bn_ref {
+  double *mean, *var, *invstd; /* per channel */
+} bn_ref;
+
+static void bn_stats(int B, int C, int P, const float *x, bn_ref *r) {
+  r->mean = dzero(C), r->var = dzero(C), r->invstd = dzero(C);
+  double N = (double)B * P;
+  for (int c = 0; c < C; c++) {
+    double s = 0, v = 0;
+    for (int b = 0; b < B; b++)
+      for (int p = 0; p < P; p++) s += x[((size_t)b * C + c) * P + p];
+    r->mean[c] = s / N;
+    for (int b = 0; b < B; b++)
+      for (int p = 0; p < P; p++) {
+        double d = x[((size_t)b * C + c) * P + p] - r->mean[c];
+        v += d * d;
+      }
+    r->var[c] = v / N;
+  }
+}
+static void bn_ref_free(bn_ref *r) { free(r->mean), free(r->var), free(r->invstd); }
+
+typedef struct bn_bufs { /* host copies of every output */
+  float *y, *mean, *invstd, *rm, *rv;
+} bn_bufs;
+
+static void run_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta,
+                       bn_bufs *o, float momentum, float eps, int train, int inplace) {
+  size_t n = (size_t)B * C * P, cb = (size_t)C * 4;
+  float *dx = dput(ctx, x, n * 4), *dg = dput(ctx, gamma, cb), *db = dput(ctx, beta, cb);
+  float *dy = inplace ? dx : dput(ctx, o->y, n * 4);
+  float *dm = train ? dput(ctx, o->mean, cb) : NULL, *di = train ? dput(ctx, o->invstd, cb) : NULL;
+  float *drm = dput(ctx, o->rm, cb), *drv = dput(ctx, o->rv, cb);
+  TU_OK(BE(ctx)->bn_fwd(ctx, B, C, P, dx, dg, db, dy, dm, di, drm, drv, momentum, eps, train));
+  dget(ctx, o->y, dy, n * 4, "bn_fwd y");
+  if (train) dget(ctx, o->mean, dm, cb, "bn_fwd mean"), dget(ctx, o->invstd, di, cb, "bn_fwd invstd");
+  dget(ctx, o->rm, drm, cb, "bn_fwd run_mean");
+  dget(ctx, o->rv, drv, cb, "bn_fwd run_var");
+  dfree(ctx, dx), dfree(ctx, dg), dfree(ctx, db), dfree(ctx, dm), dfree(ctx, di), dfree(ctx, drm), dfree(ctx, drv);
+  if (!inplace) dfree(ctx, dy);
+}
+
+static void run_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
+                       const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta, int inplace) {
+  size_t n = (size_t)B * C * P, cb = (size_t)C * 4;
+  float *d_x = dput(ctx, x, n * 4), *d_dy = dput(ctx, dy, n * 4), *d_g = dput(ctx, gamma, cb);
+  float *d_m = dput(ctx, mean, cb), *d_i = dput(ctx, invstd, cb), *d_dg = dput(ctx, dgamma, cb),
+        *d_db = dput(ctx, dbeta, cb);
+  float *d_dx = inplace ? d_dy : dput(ctx, dx, n * 4);
+  TU_OK(BE(ctx)->bn_bwd(ctx, B, C, P, d_x, d_dy, d_g, d_m, d_i, d_dx, d_dg, d_db));
+  dget(ctx, dx, d_dx, n * 4, "bn_bwd dx");
+  dget(ctx, dgamma, d_dg, cb, "bn_bwd dgamma");
+  dget(ctx, dbeta, d_db, cb, "bn_bwd dbeta");
+  dfree(ctx, d_x), dfree(ctx, d_dy), dfree(ctx, d_g), dfree(ctx, d_m), dfree(ctx, d_i), dfree(ctx, d_dg), dfree(ctx, d_db);
+  if (!inplace) dfree(ctx, d_dx);
+}
+
+/* For the finite differences: L = sum(w * y) of a training-mode forward, as a function of x, gamma or beta. */
+typedef struct bn_fd {
+  int B, C, P, wrt; /* 0: x, 1: gamma, 2: beta */
+  const float *x, *gamma, *beta, *w;
+} bn_fd;
+static void bn_loss(const void *a, const float *v, double *loss) {
+  const bn_fd *f = a;
+  size_t n = (size_t)f->B * f->C * f->P;
+  float *y = fnan(n), *m = fnan(f->C), *is = fnan(f->C), *rm = frand(f->C, 0, 1), *rv = frand(f->C, 1, 2);
+  TU_OK(BE(g_ctx)->bn_fwd(g_ctx, f->B, f->C, f->P, f->wrt == 0 ? v : f->x, f->wrt == 1 ? v : f->gamma,
+                   f->wrt == 2 ? v : f->beta, y, m, is, rm, rv, 0.1f, 1e-5f, 1));
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += (double)f->w[i] * y[i];
+  *loss = s;
+  free(y), free(m), free(is), free(rm), free(rv);
+}
+
+static void test_bn(void **state) {
+  (void)state;
+  const float momentum = 0.1f, eps = 1e-5f;
+  for (size_t s = 0; s < N_BCP; s++)
+    for (int mode = 0; mode < 3; mode++) { /* train, train in place (y = x, dx = dy), eval */
+      seed_case("bn", 3 * s + mode);
+      int B = k_bcp[s].B, C = k_bcp[s].C, P = k_bcp[s].P, train = mode < 2, inplace = mode == 1;
+      size_t n = (size_t)B * C * P;
+      double N = (double)B * P;
+      char what[160], geo[100];
+      snprintf(geo, sizeof geo, "B=%d C=%d P=%d %s", B, C, P, mode == 0 ? "train" : mode == 1 ? "train in place" : "eval");
+      /* each channel its own offset and spread; one case far from 0 against its spread */
+      float *x = xmalloc(n * 4), *gamma = frand(C, 0.5, 1.5), *beta = frand(C, -1, 1);
+      double *off = dzero(C), *spread = dzero(C);
+      for (int c = 0; c < C; c++) {
+        off[c] = s == 7 ? 100.0 + c : U(-3, 3), spread[c] = U(0.2, 2);
+        if (tu_next(&g_r) & 1) gamma[c] = -gamma[c];
+      }
+      for (size_t i = 0; i < n; i++) x[i] = (float)(off[i / P % C] + spread[i / P % C] * fr(-1, 1));
+      float *rm0 = frand(C, -1, 1), *rv0 = frand(C, 0.5, 2);
+      bn_ref r;
+      bn_stats(B, C, P, x, &r);
+      double *yref = dzero(n), *yscale = dzero(n), *mref = dzero(C), *mscale = dzero(C), *iref = dzero(C),
+             *rmref = dzero(C), *rmscale = dzero(C), *rvref = dzero(C), *zero = dzero(C);
+      for (int c = 0; c < C; c++) {
+        double m = train ? r.mean[c] : rm0[c], is = train ? 1 / sqrt(r.var[c] + eps) : 1 / sqrt((double)rv0[c] + eps);
+        r.invstd[c] = is;
+        mref[c] = r.mean[c], mscale[c] = fabs(r.mean[c]) + sqrt(r.var[c]), iref[c] = is;
+        double uv = N > 1 ? r.var[c] * N / (N - 1) : r.var[c];
+        rmref[c] = train ? (1 - momentum) * (double)rm0[c] + momentum * r.mean[c] : rm0[c];
+        rmscale[c] = train ? fabs(rmref[c]) + momentum * mscale[c] : 0;
+        rvref[c] = train ? (1 - momentum) * (double)rv0[c] + momentum * uv : rv0[c];
+        for (int b = 0; b < B; b++)
+          for (int p = 0; p < P; p++) {
+            size_t o = ((size_t)b * C + c) * P + p;
+            double xh = (x[o] - m) * is;
+            yref[o] = xh * gamma[c] + beta[c];
+            /* the float (x - mean) invstd gamma + beta; the mean's own error enters as mean * invstd * gamma */
+            yscale[o] = fabs(xh * gamma[c]) + fabs(beta[c]) + fabs(gamma[c]) * (1 + fabs(m) * is);
+          }
+      }
+      bn_bufs o = {fnan(n), fnan(C), fnan(C), fdup(rm0, C), fdup(rv0, C)}, oc = {0};
+      if (inplace) memcpy(o.y, x, n * 4);
+      run_bn_fwd(g_ctx, B, C, P, x, gamma, beta, &o, momentum, eps, train, inplace);
+      if (g_cuda) {
+        oc = (bn_bufs){fnan(n), fnan(C), fnan(C), fdup(rm0, C), fdup(rv0, C)};
+        if (inplace) memcpy(oc.y, x, n * 4);
+        run_bn_fwd(g_cpu, B, C, P, x, gamma, beta, &oc, momentum, eps, train, inplace);
+      }
+      /* the CPU's statistics are float64 sums; CUDA's fp32 shifted sums over blocks, in float64 at the end */
+      snprintf(what, sizeof what, "bn_fwd y %s", geo);
+      verify(what, n, o.y, yref, oc.y, yscale, 2e-6, 2e-5);
+      if (train) {
+        snprintf(what, sizeof what, "bn_fwd mean %s", geo);
+        verify(what, C, o.mean, mref, oc.mean, mscale, 1e-7, 1e-6);
+        snprintf(what, sizeof what, "bn_fwd invstd %s", geo);
+        verify(what, C, o.invstd, iref, oc.invstd, NULL, 2e-7, 1e-5);
+        snprintf(what, sizeof what, "bn_fwd run_mean %s", geo);
+        verify(what, C, o.rm, rmref, oc.rm, rmscale, 2e-7, 1e-6);
+        snprintf(what, sizeof what, "bn_fwd run_var %s", geo);
+        verify(what, C, o.rv, rvref, oc.rv, NULL, 5e-7, 2e-5);
+      } else { /* eval: the running statistics are left as they are */
+        snprintf(what, sizeof what, "bn_fwd run_mean %s", geo);
+        verify(what, C, o.rm, rmref, oc.rm, zero, 0.0, 0.0);
+        snprintf(what, sizeof what, "bn_fwd run_var %s", geo);
+        verify(what, C, o.rv, rvref, oc.rv, zero, 0.0, 0.0);
+      }
+
+      /* bn_bwd from the statistics of x (as float, as bn_fwd saves them) */
+      if (train) {
+        float *mf = xmalloc(C * 4), *isf = xmalloc(C * 4), *dy = frand(n, -1, 1), *dg0 = frand(C, -1, 1),
+              *db0 = frand(C, -1, 1);
+        for (int c = 0; c < C; c++) mf[c] = (float)r.mean[c], isf[c] = (float)(1 / sqrt(r.var[c] + eps));
+        double *dxref = dzero(n), *dxscale = dzero(n), *dgref = dzero(C), *dgscale = dzero(C), *dbref = dzero(C),
+               *dbscale = dzero(C);
+        for (int c = 0; c < C; c++) {
+          double s1 = 0, s2 = 0, a1 = 0, a2 = 0;
+          for (int b = 0; b < B; b++)
+            for (int p = 0; p < P; p++) {
+              size_t q = ((size_t)b * C + c) * P + p;
+              double xh = ((double)x[q] - mf[c]) * isf[c];
+              s1 += dy[q], s2 += dy[q] * xh, a1 += fabs(dy[q]), a2 += fabs(dy[q] * xh);
+            }
+          dgref[c] = dg0[c] + s2, dgscale[c] = fabs(dg0[c]) + a2;
+          dbref[c] = db0[c] + s1, dbscale[c] = fabs(db0[c]) + a1;
+          double kk = (double)gamma[c] * isf[c];
+          for (int b = 0; b < B; b++)
+            for (int p = 0; p < P; p++) {
+              size_t q = ((size_t)b * C + c) * P + p;
+              double xh = ((double)x[q] - mf[c]) * isf[c];
+              dxref[q] = kk * (dy[q] - s1 / N - xh * s2 / N);
+              dxscale[q] = fabs(kk) * (fabs(dy[q]) + a1 / N + fabs(xh) * (1 + a2 / N) + fabs(mf[c]) * isf[c] * a2 / N);
+            }
+        }
+        float *dx = inplace ? fdup(dy, n) : fnan(n), *dgg = fdup(dg0, C), *dbg = fdup(db0, C);
+        float *dxc = NULL, *dgc = NULL, *dbc = NULL;
+        run_bn_bwd(g_ctx, B, C, P, x, dy, gamma, mf, isf, dx, dgg, dbg, inplace);
+        if (g_cuda) {
+          dxc = inplace ? fdup(dy, n) : fnan(n), dgc = fdup(dg0, C), dbc = fdup(db0, C);
+          run_bn_bwd(g_cpu, B, C, P, x, dy, gamma, mf, isf, dxc, dgc, dbc, inplace);
+        }
+        snprintf(what, sizeof what, "bn_bwd dx %s", geo);
+        verify(what, n, dx, dxref, dxc, dxscale, 1e-6, 2e-5);
+        snprintf(what, sizeof what, "bn_bwd dgamma %s", geo);
+        verify(what, C, dgg, dgref, dgc, dgscale, 2e-7, 1e-5);
+        snprintf(what, sizeof what, "bn_bwd dbeta %s", geo);
+        verify(what, C, dbg, dbref, dbc, dbscale, 2e-7, 1e-5);
+        if (!g_cuda && !inplace && n <= 64 && B * P > 1) {
+          /* d/dx, d/dgamma, d/dbeta of sum(dy * y) through the batch statistics, from bn_fwd itself */
+          float *z = fdup(dg0, C), *zb = fdup(db0, C);
+          for (int c = 0; c < C; c++) z[c] = 0, zb[c] = 0;
+          float *dxn = fnan(n);
+          run_bn_bwd(g_ctx, B, C, P, x, dy, gamma, o.mean, o.invstd, dxn, z, zb, 0);
+          bn_fd f = {B, C, P, 0, x, gamma, beta, dy};
+          float *v = fdup(x, n);
+          check_fd(what, n, v, dxn, bn_loss, &f, 2e-2, 1e-3, 2e-3);
+          free(v);
+          f.wrt = 1, v = fdup(gamma, C);
+          check_fd(what, C, v, z, bn_loss, &f, 2e-2, 1e-3, 2e-3);
+          free(v);
+          f.wrt = 2, v = fdup(beta, C);
+          check_fd(what, C, v, zb, bn_loss, &f, 2e-2, 1e-3, 2e-3);
+          free(v), free(z), free(zb), free(dxn);
+        }
+        free(mf), free(isf), free(dy), free(dg0), free(db0), free(dxref), free(dxscale), free(dgref), free(dgscale);
+        free(dbref), free(dbscale), free(dx), free(dgg), free(dbg), free(dxc), free(dgc), free(dbc);
+      }
+      free(x), free(gamma), free(beta), free(off), free(spread), free(rm0), free(rv0), free(yref), free(yscale);
+      free(mref), free(mscale), free(iref), free(rmref), free(rmscale), free(rvref), free(zero);
+      free(o.y), free(o.mean), free(o.invstd), free(o.rm), free(o.rv);
+      free(oc.y), free(oc.mean), free(oc.invstd), free(oc.rm), free(oc.rv);
+      bn_ref_free(&r);
+    }
+}
+
+/* ---- dropout, elementwise helpers ---- */
+
+static void run_dropout(lam_ctx *ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
+  int32_t *dc = dput(ctx, ctr, 4);
+  uint8_t *dm = dput(ctx, mask, n);
+  TU_OK(BE(ctx)->dropout_mask(ctx, n, p, seed, dc, dm));
+  dget(ctx, mask, dm, n, "dropout_mask");
+  dfree(ctx, dc), dfree(ctx, dm);
+}
+
+static void test_dropout_mask(void **state) {
+  (void)state;
+  static const size_t ns[] = {1, 1000, 100003};
+  static const float ps[] = {0.0f, 0.25f, 0.5f, 1.0f};
+  uint64_t k = 0;
+  for (size_t c = 0; c < 3; c++)
+    for (size_t pi = 0; pi < 4; pi++)
+      for (int with_ctr = 0; with_ctr < 2; with_ctr++) {
+        seed_case("dropout_mask", k++);
+        size_t n = ns[c];
+        float p = ps[pi];
+        uint64_t seed = tu_next(&g_r);
+        int32_t ctr = with_ctr ? 7 : 0;
+        char what[120];
+        snprintf(what, sizeof what, "dropout_mask n=%zu p=%g ctr=%s", n, p, with_ctr ? "7" : "NULL");
+        uint8_t *ref = xmalloc(n), *got = u8rand(n, 2, 200), *cpu = u8rand(n, 2, 200);
+        uint64_t key = lam_draw_key(seed, ctr);
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++) ref[i] = lam_draw_uniform(key, i) >= p, kept += ref[i];
+        run_dropout(g_ctx, n, p, seed, with_ctr ? &ctr : NULL, got);
+        if (g_cuda) run_dropout(g_cpu, n, p, seed, with_ctr ? &ctr : NULL, cpu);
+        verify_bytes(what, n, 1, got, ref, cpu); /* bit for bit: the same hash on both */
+        if (n > 1000) { /* the fraction kept is 1 - p within 5 standard deviations */
+          double f = (double)kept / n, sd = sqrt(p * (1.0 - p) / n);
+          if (fabs(f - (1.0 - p)) > 5 * sd + 1e-12) fail_msg("%s: kept %.5f, want %.5f +- %.5f", what, f, 1.0 - p, 5 * sd);
+        }
+        if (with_ctr && p == 0.5f && n > 1000) { /* the next counter draws another mask */
+          int32_t ctr2 = ctr + 1;
+          uint8_t *m2 = u8rand(n, 2, 200);
+          run_dropout(g_ctx, n, p, seed, &ctr2, m2);
+          size_t same = 0;
+          for (size_t i = 0; i < n; i++) same += m2[i] == got[i];
+          if (fabs((double)same / n - 0.5) > 0.02) fail_msg("%s: counter 8 agrees with 7 on %zu of %zu", what, same, n);
+          free(m2);
+        }
+        free(ref), free(got), free(cpu);
+      }
+}
+
+static void run_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y,
+                           int inplace) {
+  float *dx = dput(ctx, x, n * 4), *dy = inplace ? dx : dput(ctx, y, n * 4);
+  uint8_t *dm = dput(ctx, mask, n);
+  TU_OK(BE(ctx)->mask_scale(ctx, n, dx, dm, scale, dy));
+  dget(ctx, y, dy, n * 4, "mask_scale");
+  dfree(ctx, dx), dfree(ctx, dm);
+  if (!inplace) dfree(ctx, dy);
+}
+static void run_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y, int alias) {
+  float *da = dput(ctx, a, n * 4), *db = dput(ctx, b, n * 4);
+  float *dy = alias == 1 ? da : alias == 2 ? db : dput(ctx, y, n * 4);
+  TU_OK(BE(ctx)->add(ctx, n, da, db, dy));
+  dget(ctx, y, dy, n * 4, "add");
+  dfree(ctx, da), dfree(ctx, db);
+  if (!alias) dfree(ctx, dy);
+}
+
+static void test_elementwise(void **state) {
+  (void)state;
+  static const size_t ns[] = {1, 37, 40001};
+  uint64_t k = 0;
+  for (size_t c = 0; c < 3; c++)
+    for (int alias = 0; alias < 3; alias++) {
+      seed_case("elementwise", k++);
+      size_t n = ns[c];
+      char what[120];
+      float *x = frand(n, -2, 2), *b = frand(n, -2, 2), scale = 1.0f / 0.7f;
+      uint8_t *mask = u8rand(n, 0, 1);
+      double *ref = dzero(n), *rs = dzero(n);
+      /* mask_scale: y = mask ? x * scale : 0 (one rounded product; dropped: exactly 0) */
+      for (size_t i = 0; i < n; i++) ref[i] = mask[i] ? (double)x[i] * scale : 0.0, rs[i] = fabs(ref[i]);
+      float *got = alias ? fdup(x, n) : fnan(n), *cpu = g_cuda ? (alias ? fdup(x, n) : fnan(n)) : NULL;
+      run_mask_scale(g_ctx, n, x, mask, scale, got, alias != 0);
+      if (g_cuda) run_mask_scale(g_cpu, n, x, mask, scale, cpu, alias != 0);
+      snprintf(what, sizeof what, "mask_scale n=%zu%s", n, alias ? " in place" : "");
+      verify(what, n, got, ref, cpu, rs, 1e-7, 0.0);
+      free(got), free(cpu);
+      /* add: y = a + b, y separate, y = a or y = b (one rounded add) */
+      for (size_t i = 0; i < n; i++) ref[i] = (double)x[i] + b[i], rs[i] = fabs(x[i]) + fabs(b[i]);
+      const float *init = alias == 2 ? b : x;
+      got = alias ? fdup(init, n) : fnan(n), cpu = g_cuda ? (alias ? fdup(init, n) : fnan(n)) : NULL;
+      run_add(g_ctx, n, x, b, got, alias);
+      if (g_cuda) run_add(g_cpu, n, x, b, cpu, alias);
+      snprintf(what, sizeof what, "add n=%zu y=%s", n, alias == 0 ? "new" : alias == 1 ? "a" : "b");
+      verify(what, n, got, ref, cpu, rs, 1e-7, 0.0);
+      free(x), free(b), free(mask), free(ref), free(rs), free(got), free(cpu);
+    }
+}
+
+static void run_copy_rows(lam_ctx *ctx, size_t rows, size_t cols, const float *src, size_t lds, float *dst, size_t ldd) {
+  size_t ns = rows * lds, nd = rows * ldd;
+  float *dsrc = dput(ctx, src, ns * 4), *ddst = dput(ctx, dst, nd * 4);
+  TU_OK(BE(ctx)->copy_rows(ctx, rows, cols, dsrc, lds, ddst, ldd));
+  dget(ctx, dst, ddst, nd * 4, "copy_rows");
+  dfree(ctx, dsrc), dfree(ctx, ddst);
+}
+
+static void test_copy_rows(void **state) {
+  (void)state;
+  static const size_t k_cr[][4] = {{1, 1, 1, 1}, {3, 5, 8, 5}, {4, 7, 7, 20}, {64, 33, 100, 40}, {2, 1000, 1000, 3000},
+                                   {70000, 2, 3, 5}};
+  for (size_t s = 0; s < sizeof k_cr / sizeof k_cr[0]; s++) {
+    seed_case("copy_rows", s);
+    size_t rows = k_cr[s][0], cols = k_cr[s][1], lds = k_cr[s][2], ldd = k_cr[s][3], nd = rows * ldd;
+    float *src = frand(rows * lds, -1, 1), *d0 = frand(nd, -1, 1);
+    double *ref = dzero(nd), *zero = dzero(nd);
+    for (size_t r = 0; r < rows; r++)
+      for (size_t i = 0; i < ldd; i++) ref[r * ldd + i] = i < cols ? src[r * lds + i] : d0[r * ldd + i];
+    float *got = fdup(d0, nd), *cpu = g_cuda ? fdup(d0, nd) : NULL;
+    run_copy_rows(g_ctx, rows, cols, src, lds, got, ldd);
+    if (g_cuda) run_copy_rows(g_cpu, rows, cols, src, lds, cpu, ldd);
+    char what[120];
+    snprintf(what, sizeof what, "copy_rows rows=%zu cols=%zu lds=%zu ldd=%zu", rows, cols, lds, ldd);
+    verify(what, nd, got, ref, cpu, zero, 0.0, 0.0); /* copied exactly, the rest of dst untouched */
+    free(src), free(d0), free(ref), free(zero), free(got), free(cpu);
+  }
+}
+
+static void run_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float *count) {
+  uint8_t *dl = dput(ctx, labels, n);
+  float *dc = dput(ctx, count, 4);
+  TU_OK(BE(ctx)->label_count(ctx, n, dl, dc));
+  dget(ctx, count, dc, 4, "label_count");
+  dfree(ctx, dl), dfree(ctx, dc);
+}
+
+static void test_label_count(void **state) {
+  (void)state;
+  static const size_t ns[] = {1, 100, 70001, 300000};
+  for (size_t c = 0; c < 4; c++) {
+    seed_case("label_count", c);
+    size_t n = ns[c], want = 0;
+    uint8_t *l = u8rand(n, 0, 254);
+    for (size_t i = 0; i < n; i++) {
+      if (tu_next(&g_r) % 10 < 3) l[i] = LAM_LABEL_IGNORE;
+      want += l[i] != LAM_LABEL_IGNORE;
+    }
+    float got = NAN, cpu = NAN;
+    double ref = (double)(float)want, zero = 0;
+    run_label_count(g_ctx, n, l, &got);
+    if (g_cuda) run_label_count(g_cpu, n, l, &cpu);
+    char what[80];
+    snprintf(what, sizeof what, "label_count n=%zu", n);
+    verify(what, 1, &got, &ref, &cpu, &zero, 0.0, 0.0); /* exact */
+    free(l);
+  }
+}
+
+/* ---- softmax cross-entropy ---- */
+
+typedef struct xent_case {
+  int B, C, P;
+  double offset; /* added to every logit */
+} xent_case;
+static const xent_case k_xent[] = {{5, 10, 1, 0},  {1, 1, 1, 0},   {3, 3, 7, 0},    {4, 64, 5, 0}, {2, 21, 100, 0},
+                                   {300, 10, 1, 0}, {3, 5, 1000, 0}, {4, 7, 3, 1000}, {1, 2, 1, 0}};
+
+typedef struct xent_out {
+  float *dl, stats[3];
+  uint8_t *pred;
+} xent_out;
+
+static void run_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float scale,
+                     const float *count, float s, xent_out *o) {
+  size_t n = (size_t)B * C * P, np = (size_t)B * P;
+  float *dlg = dput(ctx, logits, n * 4), *ddl = dput(ctx, o->dl, n * 4), *dc = dput(ctx, count, 4),
+        *dst = dput(ctx, o->stats, 12);
+  uint8_t *dlab = dput(ctx, labels, np), *dp = dput(ctx, o->pred, np);
+  TU_OK(BE(ctx)->xent(ctx, B, C, P, dlg, dlab, ddl, scale, dc, s, dst, dp));
+  if (o->dl) dget(ctx, o->dl, ddl, n * 4, "xent dlogits");
+  if (o->pred) dget(ctx, o->pred, dp, np, "xent pred");
+  dget(ctx, o->stats, dst, 12, "xent stats");
+  dfree(ctx, dlg), dfree(ctx, ddl), dfree(ctx, dc), dfree(ctx, dst), dfree(ctx, dlab), dfree(ctx, dp);
+}
+
+typedef struct xent_fd {
+  int B, C, P;
+  const uint8_t *labels;
+  float scale, count, s;
+} xent_fd;
+static void xent_loss(const void *a, const float *logits, double *loss) {
+  const xent_fd *f = a;
+  float stats[3] = {0, 0, 0};
+  TU_OK(BE(g_ctx)->xent(g_ctx, f->B, f->C, f->P, logits, f->labels, NULL, 1.0f, NULL, f->s, stats, NULL));
+  *loss = (double)stats[0] * f->scale / f->count;
+}
+
+static void test_xent(void **state) {
+  (void)state;
+  uint64_t k = 0;
+  for (size_t s = 0; s < sizeof k_xent / sizeof k_xent[0]; s++)
+    for (int v = 0; v < 4; v++) { /* v: smoothing 0.1 (odd), ignored labels and a count (>= 2) */
+      seed_case("xent", k++);
+      int B = k_xent[s].B, C = k_xent[s].C, P = k_xent[s].P, ign = v >= 2;
+      float sm = v & 1 ? 0.1f : 0.0f, scale = ign ? 0.5f : 1.0f;
+      size_t n = (size_t)B * C * P, np = (size_t)B * P;
+      char what[160], geo[120];
+      float *logits = frand(n, -4, 4);
+      for (size_t i = 0; i < n; i++) logits[i] += (float)k_xent[s].offset;
+      uint8_t *labels = u8rand(np, 0, C - 1);
+      size_t counted = 0;
+      for (size_t i = 0; i < np; i++) {
+        if (ign && tu_next(&g_r) % 5 == 0) labels[i] = LAM_LABEL_IGNORE;
+        counted += labels[i] != LAM_LABEL_IGNORE;
+      }
+      float count = (float)(counted ? counted : 1), *countp = ign ? &count : NULL;
+      double f = scale / (countp ? (double)count : 1.0);
+      snprintf(geo, sizeof geo, "B=%d C=%d P=%d offset=%g smoothing=%g ignore=%d", B, C, P, k_xent[s].offset, sm, ign);
+      /* float64 reference: loss = -(1 - s) log p_y - (s / C) sum_c log p_c; dlogits = (p - target) f */
+      double *dref = dzero(n), *dscale = dzero(n), st[3] = {0.5, 1.5, 2.5}, loss_mag = 0;
+      uint8_t *pref = xmalloc(np);
+      for (int b = 0; b < B; b++)
+        for (int p = 0; p < P; p++) {
+          const float *l = logits + (size_t)b * C * P + p;
+          int am = 0;
+          for (int c = 1; c < C; c++)
+            if (l[(size_t)c * P] > l[(size_t)am * P]) am = c;
+          pref[(size_t)b * P + p] = (uint8_t)am;
+          int y = labels[(size_t)b * P + p];
+          if (y == LAM_LABEL_IGNORE) continue; /* dlogits 0, exactly */
+          double mx = l[(size_t)am * P], se = 0, slp = 0, sd = 0;
+          for (int c = 0; c < C; c++) se += exp(l[(size_t)c * P] - mx);
+          double lse = log(se) + mx;
+          for (int c = 0; c < C; c++) slp += l[(size_t)c * P] - lse, sd += fabs(mx - l[(size_t)c * P]);
+          st[0] += -(1 - sm) * (l[(size_t)y * P] - lse) - sm / C * slp;
+          /* the float sum of C exponentials and its log: an error of about one (C eps at worst) */
+          loss_mag += fabs(mx - l[(size_t)y * P]) + fabs(log(se)) + 1 + sm * sd;
+          st[1] += am == y, st[2] += 1;
+          for (int c = 0; c < C; c++) {
+            double pc = exp(l[(size_t)c * P] - lse), t = (c == y ? 1 - sm : 0) + sm / C;
+            size_t o = (size_t)b * C * P + (size_t)c * P + p;
+            dref[o] = (pc - t) * f, dscale[o] = (pc + t) * fabs(f);
+          }
+        }
+      double stscale[3] = {0.5 + loss_mag, 0, 0}; /* the counts exactly */
+      int with_dl = v != 1, with_pred = v != 2;
+      xent_out o = {with_dl ? fnan(n) : NULL, {0.5f, 1.5f, 2.5f}, with_pred ? u8rand(np, 200, 254) : NULL},
+               oc = {0};
+      run_xent(g_ctx, B, C, P, logits, labels, scale, countp, sm, &o);
+      if (g_cuda) {
+        oc = (xent_out){with_dl ? fnan(n) : NULL, {0.5f, 1.5f, 2.5f}, with_pred ? u8rand(np, 200, 254) : NULL};
+        run_xent(g_cpu, B, C, P, logits, labels, scale, countp, sm, &oc);
+      }
+      snprintf(what, sizeof what, "xent stats %s", geo);
+      /* each pixel's loss in float from exact differences; summed in double (CPU) or fp32 blocks (CUDA) */
+      verify(what, 3, o.stats, st, oc.stats, stscale, 2e-6, 1e-5);
+      snprintf(what, sizeof what, "xent dlogits %s", geo);
+      /* p = expf(l - max) / sum: a few ulps, and the sum's C roundings at worst */
+      if (with_dl) verify(what, n, o.dl, dref, oc.dl, dscale, 2e-6, 4e-6);
+      snprintf(what, sizeof what, "xent pred %s", geo);
+      if (with_pred) verify_bytes(what, np, 1, o.pred, pref, oc.pred);
+      if (!g_cuda && with_dl && n <= 100) { /* dlogits against central differences of the loss sum * f */
+        xent_fd xf = {B, C, P, labels, scale, countp ? count : 1.0f, sm};
+        float *lg = fdup(logits, n);
+        snprintf(what, sizeof what, "xent dlogits %s (finite differences)", geo);
+        check_fd(what, n, lg, o.dl, xent_loss, &xf, 1e-2, 5e-4, 2e-3);
+        free(lg);
+      }
+      free(logits), free(labels), free(dref), free(dscale), free(pref), free(o.dl), free(o.pred), free(oc.dl);
+      free(oc.pred);
+    }
+}
+
+/* ---- gather ---- */
+
+typedef struct gather_case {
+  int B, C;
+  size_t P, label_size;
+  int cursor;
+} gather_case;
+static const gather_case k_gather[] = {{1, 1, 1, 1, 0},   {3, 3, 10, 1, 1}, {4, 1, 784, 1, 0},
+                                       {5, 3, 64, 64, 1}, {2, 64, 9, 3, 0}, {7, 2, 1, 5, 1}};
+
+static void run_gather(lam_ctx *ctx, const gather_case *g, size_t nimg, const uint8_t *images, const uint8_t *labels,
+                       const int32_t *idx, size_t nidx, const lam_norm *norm, float *x, uint8_t *y) {
+  size_t sample = (size_t)g->C * g->P;
+  int32_t cur = 3;
+  uint8_t *di = dput(ctx, images, nimg * sample), *dl = dput(ctx, labels, nimg * g->label_size);
+  int32_t *dx_idx = dput(ctx, idx, nidx * 4), *dc = g->cursor ? dput(ctx, &cur, 4) : NULL;
+  float *dx = dput(ctx, x, (size_t)g->B * sample * 4);
+  uint8_t *dy = dput(ctx, y, (size_t)g->B * g->label_size);
+  TU_OK(BE(ctx)->gather(ctx, g->B, g->C, g->P, di, g->label_size, dl, dx_idx, dc, norm, dx, dy));
+  dget(ctx, x, dx, (size_t)g->B * sample * 4, "gather x");
+  dget(ctx, y, dy, (size_t)g->B * g->label_size, "gather y");
+  dfree(ctx, di), dfree(ctx, dl), dfree(ctx, dx_idx), dfree(ctx, dc), dfree(ctx, dx), dfree(ctx, dy);
+}
+
+static void test_gather(void **state) {
+  (void)state;
+  for (size_t s = 0; s < sizeof k_gather / sizeof k_gather[0]; s++) {
+    seed_case("gather", s);
+    const gather_case *g = &k_gather[s];
+    size_t nimg = (size_t)g->B + 6, sample = (size_t)g->C * g->P, nidx = (size_t)g->B + 3, nx = (size_t)g->B * sample;
+    uint8_t *images = u8rand(nimg * sample, 0, 255), *labels = u8rand(nimg * g->label_size, 0, 255);
+    int32_t *idx = xmalloc(nidx * 4);
+    for (size_t i = 0; i < nidx; i++) idx[i] = (int32_t)(tu_next(&g_r) % nimg);
+    lam_norm norm = {g->C, {0}, {0}};
+    for (int c = 0; c < g->C; c++) norm.mean[c] = (float)U(0.2, 0.8), norm.std[c] = (float)U(0.1, 0.5);
+    const int32_t *id = idx + (g->cursor ? 3 : 0); /* the cursor starts the batch 3 entries further */
+    double *xref = dzero(nx), *xscale = dzero(nx);
+    uint8_t *yref = xmalloc((size_t)g->B * g->label_size);
+    for (int b = 0; b < g->B; b++) {
+      for (int c = 0; c < g->C; c++)
+        for (size_t p = 0; p < g->P; p++) {
+          double u = images[(size_t)id[b] * sample + (size_t)c * g->P + p];
+          size_t o = (size_t)b * sample + (size_t)c * g->P + p;
+          xref[o] = (u / 255.0 - norm.mean[c]) / norm.std[c];
+          xscale[o] = (u / 255.0 + norm.mean[c]) / norm.std[c]; /* u a + k in float: a few ulps of its terms */
+        }
+      memcpy(yref + (size_t)b * g->label_size, labels + (size_t)id[b] * g->label_size, g->label_size);
+    }
+    float *x = fnan(nx), *xc = g_cuda ? fnan(nx) : NULL;
+    size_t ny = (size_t)g->B * g->label_size;
+    uint8_t *y = xmalloc(ny), *yc = xmalloc(ny);
+    for (size_t i = 0; i < ny; i++) y[i] = yc[i] = (uint8_t)~yref[i]; /* every byte wrong first */
+    run_gather(g_ctx, g, nimg, images, labels, idx, nidx, &norm, x, y);
+    if (g_cuda) run_gather(g_cpu, g, nimg, images, labels, idx, nidx, &norm, xc, yc);
+    char what[160];
+    snprintf(what, sizeof what, "gather x B=%d C=%d P=%zu label_size=%zu cursor=%d", g->B, g->C, g->P, g->label_size,
+             g->cursor);
+    verify(what, nx, x, xref, xc, xscale, 1e-6, 1e-6);
+    snprintf(what, sizeof what, "gather y B=%d C=%d P=%zu label_size=%zu cursor=%d", g->B, g->C, g->P, g->label_size,
+             g->cursor);
+    verify_bytes(what, (size_t)g->B * g->label_size, 1, y, yref, yc);
+    free(images), free(labels), free(idx), free(xref), free(xscale), free(yref), free(x), free(xc), free(y), free(yc);
+  }
+}
+
+/* ---- optimizers, the trainer's step, backprop_step, normalize_images ---- */
+
+typedef struct opt_bufs {
+  float *p, *m, *v; /* v unused by SGD */
+} opt_bufs;
+
+static void run_adam(lam_ctx *ctx, size_t n, opt_bufs *o, const float *g, float lr, float b1, float b2, float eps,
+                     float wd, int decoupled, long step, const float *sched, const int32_t *kk) {
+  float *dp = dput(ctx, o->p, n * 4), *dg = dput(ctx, g, n * 4), *dm = dput(ctx, o->m, n * 4), *dv = dput(ctx, o->v, n * 4);
+  float *ds = dput(ctx, sched, 6 * 4);
+  int32_t *dk = dput(ctx, kk, 4);
+  TU_OK(BE(ctx)->adam(ctx, n, dp, dg, dm, dv, lr, b1, b2, eps, wd, decoupled, step, ds, dk));
+  dget(ctx, o->p, dp, n * 4, "adam p");
+  dget(ctx, o->m, dm, n * 4, "adam m");
+  dget(ctx, o->v, dv, n * 4, "adam v");
+  dfree(ctx, dp), dfree(ctx, dg), dfree(ctx, dm), dfree(ctx, dv), dfree(ctx, ds), dfree(ctx, dk);
+}
+static void run_sgd(lam_ctx *ctx, size_t n, opt_bufs *o, const float *g, float lr, float mom, float wd, int first,
+                    const float *sched, const int32_t *kk) {
+  float *dp = dput(ctx, o->p, n * 4), *dg = dput(ctx, g, n * 4), *dm = dput(ctx, o->m, n * 4), *ds = dput(ctx, sched, 6 * 4);
+  int32_t *dk = dput(ctx, kk, 4);
+  TU_OK(BE(ctx)->sgd(ctx, n, dp, dg, dm, lr, mom, wd, first, ds, dk));
+  dget(ctx, o->p, dp, n * 4, "sgd p");
+  dget(ctx, o->m, dm, n * 4, "sgd buf");
+  dfree(ctx, dp), dfree(ctx, dg), dfree(ctx, dm), dfree(ctx, ds), dfree(ctx, dk);
+}
+
+static void test_optimizers(void **state) {
+  (void)state;
+  static const size_t ns[] = {1, 37, 40001};
+  uint64_t k = 0;
+  for (size_t c = 0; c < 3; c++)
+    for (int v = 0; v < 8; v++) { /* bit 0: weight decay; bit 1: decoupled (Adam) / momentum (SGD); bit 2: sched */
+      seed_case("optimizers", k++);
+      size_t n = ns[c];
+      char what[160];
+      float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = v & 1 ? 0.01f : 0.0f;
+      int decoupled = (v >> 1) & 1, use_sched = (v >> 2) & 1;
+      long step = 7;
+      float *p0 = frand(n, -1, 1), *g = frand(n, -1, 1), *m0 = frand(n, -0.1, 0.1), *v0 = frand(n, 1e-4, 1e-2);
+      float sched[6] = {0.5f, 0.25f, 3e-3f, 0.9f, 0.0f, 0.2f}; /* rows k: Adam's (step size, bc2), SGD's first */
+      int32_t kk = 1, kk2 = 1 + (int32_t)(c & 1);                /* SGD: row 1 (first) or 2 (not) */
+      float coef[2];
+      if (use_sched) coef[0] = sched[2], coef[1] = sched[3];
+      else lam_adam_coef(lr, b1, b2, step, coef);
+      /* Adam: p' = p (1 - lr wd) - step_size m' / (sqrt(v') / bc2 + eps) (decoupled), or g += wd p */
+      double *pref = dzero(n), *pscale = dzero(n), *mref = dzero(n), *mscale = dzero(n), *vref = dzero(n);
+      for (size_t i = 0; i < n; i++) {
+        double gi = g[i], pi = p0[i];
+        if (decoupled) pi *= 1.0 - (double)lr * wd;
+        else gi += (double)wd * pi;
+        double mi = b1 * (double)m0[i] + (1.0 - b1) * gi, vi = b2 * (double)v0[i] + (1.0 - b2) * gi * gi;
+        double upd = coef[0] * mi / (sqrt(vi) / coef[1] + eps);
+        mref[i] = mi, mscale[i] = fabs(b1 * m0[i]) + fabs((1.0 - b1) * gi), vref[i] = vi;
+        pref[i] = pi - upd, pscale[i] = fabs(pi) + fabs(upd);
+      }
+      opt_bufs o = {fdup(p0, n), fdup(m0, n), fdup(v0, n)}, oc = {0};
+      run_adam(g_ctx, n, &o, g, lr, b1, b2, eps, wd, decoupled, step, use_sched ? sched : NULL, use_sched ? &kk : NULL);
+      if (g_cuda) {
+        oc = (opt_bufs){fdup(p0, n), fdup(m0, n), fdup(v0, n)};
+        run_adam(g_cpu, n, &oc, g, lr, b1, b2, eps, wd, decoupled, step, use_sched ? sched : NULL, use_sched ? &kk : NULL);
+      }
+      snprintf(what, sizeof what, "adam n=%zu wd=%g decoupled=%d sched=%d", n, wd, decoupled, use_sched);
+      verify(what, n, o.p, pref, oc.p, pscale, 1e-6, 1e-6); /* a few float roundings of each term */
+      verify(what, n, o.m, mref, oc.m, mscale, 1e-6, 1e-6);
+      verify(what, n, o.v, vref, oc.v, NULL, 1e-6, 1e-6);
+      free(o.p), free(o.m), free(o.v), free(oc.p), free(oc.m), free(oc.v);
+
+      /* SGD: g += wd p; buf = first ? g : momentum buf + g; p -= lr buf (torch.optim.SGD) */
+      float mom = decoupled ? 0.9f : 0.0f;
+      int first = use_sched ? sched[2 * kk2] != 0.0f : (int)(c & 1);
+      for (size_t i = 0; i < n; i++) {
+        double gi = g[i] + (double)wd * p0[i], bi = gi;
+        if (mom != 0.0f) bi = first ? gi : mom * (double)m0[i] + gi;
+        mref[i] = mom != 0.0f ? bi : m0[i], mscale[i] = fabs(gi) + fabs(mom * m0[i]);
+        pref[i] = p0[i] - lr * bi, pscale[i] = fabs(p0[i]) + fabs(lr * bi);
+      }
+      o = (opt_bufs){fdup(p0, n), fdup(m0, n), NULL};
+      run_sgd(g_ctx, n, &o, g, lr, mom, wd, use_sched ? 0 : first, use_sched ? sched : NULL, use_sched ? &kk2 : NULL);
+      if (g_cuda) {
+        oc = (opt_bufs){fdup(p0, n), fdup(m0, n), NULL};
+        run_sgd(g_cpu, n, &oc, g, lr, mom, wd, use_sched ? 0 : first, use_sched ? sched : NULL, use_sched ? &kk2 : NULL);
+      }
+      snprintf(what, sizeof what, "sgd n=%zu wd=%g momentum=%g first=%d sched=%d", n, wd, mom, first, use_sched);
+      verify(what, n, o.p, pref, oc.p, pscale, 1e-6, 1e-6);
+      verify(what, n, o.m, mref, oc.m, mscale, 1e-6, 1e-6);
+      free(o.p), free(o.m), free(oc.p), free(oc.m);
+      free(p0), free(g), free(m0), free(v0), free(pref), free(pscale), free(mref), free(mscale), free(vref);
+    }
+}
+
+static void test_step_backprop(void **state) {
+  (void)state;
+  seed_case("step_advance", 0);
+  int32_t s0[2] = {5, 9}, sg[2], ref[2] = {5 + 512, 10}, sc[2];
+  int32_t *d = dput(g_ctx, s0, 8);
+  TU_OK(BE(g_ctx)->step_advance(g_ctx, d, 512));
+  dget(g_ctx, sg, d, 8, "step_advance");
+  dfree(g_ctx, d);
+  memcpy(sc, ref, 8);
+  verify_bytes("step_advance", 2, 4, sg, ref, sc);
+  static const size_t ns[] = {1, 37, 40001};
+  for (size_t c = 0; c < 3; c++) {
+    seed_case("backprop_step", c);
+    size_t n = ns[c];
+    float *err = frand(n, -1, 1), *in = frand(n, -1, 1), *w0 = frand(n, -1, 1), lr = 0.05f;
+    double *wref = dzero(n), *wscale = dzero(n);
+    for (size_t i = 0; i < n; i++)
+      wref[i] = w0[i] - lr * ((double)err[i] * in[i]), wscale[i] = fabs(w0[i]) + fabs(lr * err[i] * in[i]);
+    float *got = fdup(w0, n), *cpu = g_cuda ? fdup(w0, n) : NULL;
+    for (int pass = 0; pass < 1 + g_cuda; pass++) {
+      lam_ctx *ctx = pass ? g_cpu : g_ctx;
+      float *out = pass ? cpu : got, *de = dput(ctx, err, n * 4), *di = dput(ctx, in, n * 4), *dw = dput(ctx, out, n * 4);
+      TU_OK(BE(ctx)->backprop_step(ctx, n, de, di, lr, dw));
+      dget(ctx, out, dw, n * 4, "backprop_step");
+      dfree(ctx, de), dfree(ctx, di), dfree(ctx, dw);
+    }
+    char what[80];
+    snprintf(what, sizeof what, "backprop_step n=%zu", n);
+    verify(what, n, got, wref, cpu, wscale, 1e-6, 1e-6);
+    free(err), free(in), free(w0), free(wref), free(wscale), free(got), free(cpu);
+  }
+}
+
+static void test_normalize_images(void **state) {
+  (void)state;
+  uint64_t k = 0;
+  for (int c = 1; c <= 3; c += 2)
+    for (int nhwc = 0; nhwc < 2; nhwc++)
+      for (int bf16 = 0; bf16 < 2; bf16++) {
+        seed_case("normalize_images", k++);
+        size_t n = 2, h = 3, w = 5, tot = n * c * h * w;
+        uint8_t *in = u8rand(tot, 0, 255);
+        float mean[3], std[3];
+        for (int i = 0; i < c; i++) mean[i] = (float)U(0.2, 0.8), std[i] = (float)U(0.1, 0.5);
+        double *ref = dzero(tot), *scale = dzero(tot);
+        for (size_t img = 0; img < n; img++)
+          for (int ch = 0; ch < c; ch++)
+            for (size_t p = 0; p < h * w; p++) {
+              size_t o = (img * c + ch) * h * w + p, src = nhwc ? (img * h * w + p) * c + ch : o;
+              ref[o] = (in[src] / 255.0 - mean[ch]) / std[ch];
+              /* float: a few ulps of the terms; bfloat16: half an ulp of the value (2^-9) on top */
+              scale[o] = 1e-6 * (in[src] / 255.0 + mean[ch]) / std[ch] + (bf16 ? 0x1p-8 * fabs(ref[o]) : 0.0);
+            }
+        void *got = poison(tot, bf16), *cpu = g_cuda ? poison(tot, bf16) : NULL;
+        for (int pass = 0; pass < 1 + g_cuda; pass++) {
+          lam_ctx *ctx = pass ? g_cpu : g_ctx;
+          void *out = pass ? cpu : got;
+          uint8_t *di = dput(ctx, in, tot);
+          void *dout = dput(ctx, out, tot * (bf16 ? 2 : 4));
+          TU_OK(BE(ctx)->normalize_images(ctx, n, c, (int)h, (int)w, nhwc, di, mean, std, bf16, dout));
+          dget(ctx, out, dout, tot * (bf16 ? 2 : 4), "normalize_images");
+          dfree(ctx, di), dfree(ctx, dout);
+        }
+        float *gf = bf16 ? as_float_bf16((uint16_t *)got, tot) : fdup(got, tot);
+        float *cf = !cpu ? NULL : bf16 ? as_float_bf16((uint16_t *)cpu, tot) : fdup(cpu, tot);
+        char what[120];
+        snprintf(what, sizeof what, "normalize_images c=%d nhwc=%d bf16=%d", c, nhwc, bf16);
+        verify(what, tot, gf, ref, cf, scale, 1.0, 2.0); /* tol 1 on the scale above; 2: two roundings apart */
+        free(in), free(ref), free(scale), free(got), free(cpu), free(gf), free(cf);
+      }
+}
+
+/* ---- the fused conv -> relu -> maxpool: NULL bias and NULL db (test_fused covers the rest) ---- */
+
+static void test_conv_pool_null(void **state) {
+  (void)state;
+  seed_case("conv_pool_null", 0);
+  const lam_pool_geom g = {3, 6, 7, 2, 2, 3, 3};
+  const int B = 2;
+  size_t nG = (size_t)g.C * B * g.H * g.W, ny = (size_t)B * g.C * g.OH * g.OW;
+  float *G = frand(nG, -1, 1), *zeros = xmalloc(g.C * 4), *dy = frand(ny, -1, 1), *db0 = frand(g.C, -1, 1);
+  for (int c = 0; c < g.C; c++) zeros[c] = 0.0f;
+  float *dG = dput(g_ctx, G, nG * 4), *dz = dput(g_ctx, zeros, g.C * 4), *y1 = fnan(ny), *y2 = fnan(ny);
+  int32_t *a1 = xmalloc(ny * 4), *a2 = xmalloc(ny * 4);
+  float *dy1 = dput(g_ctx, y1, ny * 4), *dy2 = dput(g_ctx, y2, ny * 4);
+  int32_t *da1 = dput(g_ctx, a1, ny * 4), *da2 = dput(g_ctx, a2, ny * 4);
+  TU_OK(BE(g_ctx)->conv_pool_fwd(g_ctx, &g, B, dG, NULL, dy1, da1));
+  TU_OK(BE(g_ctx)->conv_pool_fwd(g_ctx, &g, B, dG, dz, dy2, da2));
+  dget(g_ctx, y1, dy1, ny * 4, "conv_pool_fwd"), dget(g_ctx, y2, dy2, ny * 4, "conv_pool_fwd");
+  dget(g_ctx, a1, da1, ny * 4, "conv_pool_fwd"), dget(g_ctx, a2, da2, ny * 4, "conv_pool_fwd");
+  /* no bias = a bias of zeros, bit for bit */
+  if (memcmp(y1, y2, ny * 4) || memcmp(a1, a2, ny * 4)) fail_msg("conv_pool_fwd: bias NULL differs from zeros");
+  for (int bf16 = 0; bf16 < 2; bf16++) {
+    size_t es = bf16 ? 2 : 4;
+    float *ddy = dput(g_ctx, dy, ny * 4), *ddb = dput(g_ctx, db0, g.C * 4);
+    void *g1 = dput(g_ctx, G, nG * es), *g2 = dput(g_ctx, G, nG * es);
+    void *h1 = xmalloc(nG * es), *h2 = xmalloc(nG * es);
+    TU_OK(BE(g_ctx)->conv_pool_bwd(g_ctx, &g, B, ddy, dy1, da1, g1, bf16, NULL));
+    TU_OK(BE(g_ctx)->conv_pool_bwd(g_ctx, &g, B, ddy, dy1, da1, g2, bf16, ddb));
+    dget(g_ctx, h1, g1, nG * es, "conv_pool_bwd"), dget(g_ctx, h2, g2, nG * es, "conv_pool_bwd");
+    if (memcmp(h1, h2, nG * es)) fail_msg("conv_pool_bwd bf16=%d: dG with db NULL differs", bf16);
+    dfree(g_ctx, ddy), dfree(g_ctx, ddb), dfree(g_ctx, g1), dfree(g_ctx, g2);
+    free(h1), free(h2);
+  }
+  dfree(g_ctx, dG), dfree(g_ctx, dz), dfree(g_ctx, dy1), dfree(g_ctx, dy2), dfree(g_ctx, da1), dfree(g_ctx, da2);
+  free(G), free(zeros), free(dy), free(db0), free(y1), free(y2), free(a1), free(a2);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "cuda")) {
+    const char *why = NULL;
+    if (lam_cuda_device_count(&why) == 0) {
+      printf("test_prims cuda: no CUDA device (%s): skipping\n", why ? why : "none");
+      return 77;
+    }
+    g_cuda = 1;
+  }
+  if (lam_ctx_create(&g_ctx, g_cuda ? LAM_DEVICE_CUDA : LAM_DEVICE_CPU) != LAM_OK ||
+      (g_cuda && lam_ctx_create(&g_cpu, LAM_DEVICE_CPU) != LAM_OK)) {
+    fprintf(stderr, "test_prims: %s\n", lam_last_error());
+    return 1;
+  }
+  if (lam_ctx_set_precision(g_ctx, LAM_PRECISION_FP32) != LAM_OK) { /* the CPU's matrix products are fp32 */
+    fprintf(stderr, "test_prims: %s\n", lam_last_error());
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gemm),         cmocka_unit_test(test_gemm_bf16),       cmocka_unit_test(test_to_bf16),
+      cmocka_unit_test(test_zero),         cmocka_unit_test(test_im2col_col2im),   cmocka_unit_test(test_layout),
+      cmocka_unit_test(test_dense_bias),   cmocka_unit_test(test_channel_bias),    cmocka_unit_test(test_pool),
+      cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
+      cmocka_unit_test(test_bn),           cmocka_unit_test(test_dropout_mask),    cmocka_unit_test(test_elementwise),
+      cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),
+      cmocka_unit_test(test_gather),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
+      cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null),
+  };
+  tu_apply_filter();
+  int failed = cmocka_run_group_tests_name(g_cuda ? "prims_cuda" : "prims", tests, NULL, NULL);
+  lam_ctx_free(g_ctx);
+  if (g_cpu) lam_ctx_free(g_cpu);
+  return failed ? 1 : 0;
+}
