@@ -221,6 +221,106 @@ static void test_gradients(void **state) {
   print_message("  %zu parameters checked, %zu at kinks (matched the one-sided difference)\n", total, kinks);
 }
 
+/* ---- the graph's ops, by finite differences alone (no float64 interpreter of them here: the PyTorch
+ * references in test_graph_torch check their values). Labels per image, or per pixel (255 ignored) where
+ * the model ends in an image. Run with "cuda", these run on the CUDA backend too. ---- */
+static const gc_case k_graph_cases[] = {
+    {"conv 3 3 pad 1, bn, tanh, flatten, dense 3", 2, 5, 5, 4, "bn (batch statistics) on a conv"},
+    {"flatten, dense 6, bn, sigmoid, dense 3", 2, 2, 2, 5, "bn on a flat input (BatchNorm1d)"},
+    {"conv 3 3 pad 1 nobias, bn momentum 0.3 eps 0.01, gelu, gap, dense 3", 2, 5, 4, 3, "nobias conv, gelu, gap"},
+    {"conv 3 2, leakyrelu 0.2, avgpool 2, flatten, dense 3", 2, 7, 7, 2, "leakyrelu, avgpool 2"},
+    {"conv 2 2, tanh, avgpool 3 stride 2, flatten, dense 3", 1, 8, 8, 2, "overlapping avgpool 3 stride 2"},
+    {"conv 2 3 pad 1, tanh, upsample 2, conv 2 3, flatten, dense 3", 1, 4, 5, 2, "nearest upsample 2"},
+    {"conv 3 2 stride 2, tanh, convt 2 2 stride 2, sigmoid, flatten, dense 3", 1, 6, 6, 2, "convt stride 2"},
+    {"conv 2 3 pad 1, tanh, convt 3 3 stride 2 pad 1, flatten, dense 3", 2, 4, 4, 2, "convt 3 stride 2 pad 1"},
+    {"a: conv 3 3 pad 1, tanh, conv 3 3 pad 1, add @a, tanh, flatten, dense 3", 2, 4, 4, 2,
+     "residual add: a gradient summed from two readers"},
+    {"a: tanh, add @a, conv 2 3 pad 1, flatten, dense 3", 2, 4, 4, 2, "add of a tensor to itself"},
+    {"e: conv 2 3 pad 1, tanh, maxpool 2, conv 3 3 pad 1, sigmoid, upsample 2, concat @e, conv 2 1, flatten, dense 3",
+     1, 6, 6, 2, "U-Net skip: concat after upsample"},
+    {"conv 3 3 pad 1, tanh, conv 3 1", 2, 4, 5, 2, "per-pixel labels (some ignored): the model ends in an image"},
+    {"e: conv 4 3 pad 1, bn, relu, maxpool 2, conv 4 3 pad 1, relu, convt 4 2 stride 2, concat @e, conv 3 1", 1, 6, 8,
+     2, "a tiny U-Net, per-pixel loss"},
+    {"i: flatten, dense 8, relu, dropout 0.0, dense 3", 1, 3, 3, 3, "dropout 0 is the identity in training"},
+};
+#define N_GRAPH_CASES (sizeof k_graph_cases / sizeof k_graph_cases[0])
+
+static gc_stats graph_grad_check(lam_ctx *ctx, const gc_case *gc, uint64_t id) {
+  const uint64_t seed = tu_case_seed(0x9a11 + id);
+  char what[300];
+  snprintf(what, sizeof what, "'%s' on %dx%dx%d batch %d seed %#llx", gc->spec, gc->c, gc->h, gc->w, gc->batch,
+           (unsigned long long)seed);
+  lam_model *m = NULL;
+  TU_OK(lam_model_create(ctx, gc->spec, gc->c, gc->h, gc->w, seed, &m));
+  int C, OH, OW;
+  TU_OK(lam_model_output_shape(m, &C, &OH, &OW));
+  const size_t n = lam_model_param_count(m), L = (size_t)OH * OW, B = (size_t)gc->batch;
+  tu_rng r;
+  tu_rng_seed(&r, seed);
+  const size_t nx = B * gc->c * gc->h * gc->w;
+  float *x = malloc(nx * sizeof *x), *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
+  uint8_t *y = malloc(B * L);
+  assert_true(x && p && g && y);
+  nu_fill_normal(&r, x, nx, 1.0);
+  nu_fill_labels(&r, y, (int)(B * L), C);
+  if (L > 1)
+    for (size_t i = 0; i < B * L; i += 5) y[i] = 255; /* ignored pixels */
+  TU_OK(lam_model_params_get(m, p, n));
+  const double L0 = loss_at(m, gc->batch, x, y);
+  tu_fill_nan(g, n);
+  TU_OK(lam_model_grads_get(m, g, n));
+  gc_stats st = {n, 0, 0, 0, 0, 0.0};
+  for (size_t i = 0; i < n; i++) {
+    const double gi = g[i];
+    fd_result r1, r2;
+    if (!isfinite(gi)) {
+      print_error("%s: parameter %zu: gradient %g is not finite\n", what, i, gi);
+      st.bad++;
+      continue;
+    }
+    fd_verdict v1 = fd_check(m, p, n, i, FD_H, L0, gi, gc->batch, x, y, &r1);
+    if (v1 == FD_PASS) {
+      if (r1.err / r1.tol > st.worst_rel) st.worst_rel = r1.err / r1.tol;
+      continue;
+    }
+    if (v1 == FD_KINK_OK) {
+      st.kinks++;
+      continue;
+    }
+    fd_verdict v2 = fd_check(m, p, n, i, FD_H / 4, L0, gi, gc->batch, x, y, &r2);
+    if (v2 == FD_PASS || v2 == FD_KINK_OK) {
+      st.retried++;
+    } else if (v1 == FD_FAIL && v2 == FD_FAIL) {
+      if (st.bad < 5)
+        print_error("%s: parameter %zu: grad %.7g, finite difference %.7g (one-sided %.7g, %.7g), err %.3g > tol %.3g\n",
+                    what, i, gi, r1.fd, r1.fdm, r1.fdp, r1.err, r1.tol);
+      st.bad++;
+    } else {
+      st.skipped++;
+    }
+  }
+  print_message("  %-72s %4zu params, kinks %zu, at h/4 %zu, skipped %zu, worst err/tol %.2f  (%s)\n", gc->spec, n,
+                st.kinks, st.retried, st.skipped, st.worst_rel, gc->why);
+  if (st.bad) fail_msg("%s: %zu of %zu gradients disagree with the finite differences", what, st.bad, n);
+  if (st.skipped > n / 50 + 1)
+    fail_msg("%s: %zu of %zu parameters skipped as kink crossings (more than 2%% + 1)", what, st.skipped, n);
+  lam_model_free(m);
+  free(x);
+  free(p);
+  free(g);
+  free(y);
+  return st;
+}
+
+static lam_ctx *g_graph_ctx; /* the backend the graph cases run on: the CPU, or CUDA with "cuda" */
+
+static void test_graph_gradients(void **state) {
+  (void)state;
+  size_t total = 0;
+  for (size_t i = 0; i < N_GRAPH_CASES; i++) total += graph_grad_check(g_graph_ctx, &k_graph_cases[i], i).n;
+  print_message("  %zu parameters of the graph's ops checked\n", total);
+}
+
 /* ---- forward and loss against float64 ------------------------------------------------------------ */
 
 /* Logits within 1e-5 * max(1, max |logit|) of the float64 interpreter (float32 sums of at most a few
@@ -574,14 +674,29 @@ static void test_adamw(void **state) {
   opt_check(&o, "adamw defaults, betas .8/.99");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   lam_status st = lam_ctx_create(&g_ctx, LAM_DEVICE_CPU);
   if (st != LAM_OK || !g_ctx) {
     fprintf(stderr, "lam_ctx_create(CPU) failed: %s: %s\n", lam_status_str(st), lam_last_error());
     return 1;
   }
+  g_graph_ctx = g_ctx;
+  if (argc > 1 && !strcmp(argv[1], "cuda")) { /* the graph's ops on CUDA: exit 77 (skipped) without a device */
+    const char *why = NULL;
+    if (lam_cuda_device_count(&why) == 0) {
+      printf("test_grad cuda: no CUDA device (%s): skipping\n", why ? why : "none");
+      lam_ctx_free(g_ctx);
+      return 77;
+    }
+    TU_OK(lam_ctx_create(&g_graph_ctx, LAM_DEVICE_CUDA));
+    const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_graph_gradients)};
+    int failed = cmocka_run_group_tests_name("grad_cuda", cuda_tests, NULL, NULL);
+    lam_ctx_free(g_graph_ctx);
+    lam_ctx_free(g_ctx);
+    return failed ? 1 : 0;
+  }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gradients),   cmocka_unit_test(test_forward_reference),
+      cmocka_unit_test(test_gradients),   cmocka_unit_test(test_graph_gradients), cmocka_unit_test(test_forward_reference),
       cmocka_unit_test(test_loss_stable), cmocka_unit_test(test_loss_precise_large_logits),
       cmocka_unit_test(test_grads_zeroed),
       cmocka_unit_test(test_backprop_step), cmocka_unit_test(test_opt_default),

@@ -258,6 +258,7 @@ static void cuda_destroy(lam_ctx *ctx) {
   free(st->events);
   if (st->copy_stream) cudaStreamDestroy(st->copy_stream);
   if (st->rowsum_part) cudaFree(st->rowsum_part);
+  if (st->xent_done) cudaFree(st->xent_done);
   cuda_staging_free(ctx);
   for (size_t i = 0; i < 4 * st->ev_pool_chunks; i++) cudaEventDestroy(st->ev_pool[i]);
   free(st->ev_pool);
@@ -335,6 +336,8 @@ extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
   INIT_TRY(cudaEventCreate(&st->ev_start));
   INIT_TRY(cudaEventCreate(&st->ev_stop));
   INIT_TRY(cudaMalloc((void **)&st->rowsum_part, ROW_SUM_PART_FLOATS * sizeof(float)));
+  INIT_TRY(cudaMalloc((void **)&st->xent_done, sizeof(unsigned)));
+  INIT_TRY(cudaMemset(st->xent_done, 0, sizeof(unsigned)));
   for (int i = 0; i < LAM_CUDA_SLOTS; i++)
     INIT_TRY(cudaStreamCreateWithFlags(&st->slot[i].stream, cudaStreamNonBlocking));
 #undef INIT_TRY

@@ -46,6 +46,7 @@ typedef struct cuda_state {
   size_t marks_cap;
   cudaStream_t copy_stream; /* queue 1: host->device copies that overlap the work on `stream` */
   float *rowsum_part;       /* ROW_SUM_PART_FLOATS partial row sums (nn.cu's row_sum) */
+  unsigned *xent_done;      /* xent's count of finished blocks (nn.cu), 0 between calls */
   cudaEvent_t *events;      /* the event slots of event_record & co., made on demand and kept */
   size_t events_cap;
 } cuda_state;

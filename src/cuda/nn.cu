@@ -497,13 +497,14 @@ lam_status cuda_act_bwd(lam_ctx *ctx, int act, float alpha, size_t n, const floa
 /* Softmax cross-entropy: one thread per pixel (b, p) of (B, P), grid-stride over at most XENT_BLOCKS
  * blocks; class c of the pixel at (b * C + c) * P + p, so a warp's loads coalesce over p (P = 1: one
  * thread per sample, as before). Each block's loss, hits and count are summed by a tree in shared memory
- * into part (3 per block); xent_stats_kernel adds the blocks' sums up in block order: no float atomics,
- * the same bits every run. (With one block, the result is the old kernel's, whose tree it keeps.) */
+ * into part (3 per block); the last block to finish (a count in st->xent_done) adds the blocks' sums up
+ * in block order: no float atomics, the same bits every run, one launch. (With one block, the result is
+ * the old kernel's, whose tree it keeps.) */
 #define XENT_BLOCKS 1024
 static_assert(3 * XENT_BLOCKS <= ROW_SUM_PART_FLOATS, "xent's partial sums live in rowsum_part");
 
 __global__ void xent_kernel(int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits, float scale,
-                            const float *count, float s, float *part, uint8_t *pred) {
+                            const float *count, float s, float *part, unsigned *done, float *stats, uint8_t *pred) {
   __shared__ float sl[NT], sc[NT], sn[NT];
   const float f = count ? scale / *count : scale;
   const float on = 1.0f - s + s / (float)C, off = s / (float)C; /* the target: (1 - s) onehot + s / C */
@@ -550,28 +551,36 @@ __global__ void xent_kernel(int B, int C, int P, const float *logits, const uint
       sl[threadIdx.x] += sl[threadIdx.x + w], sc[threadIdx.x] += sc[threadIdx.x + w], sn[threadIdx.x] += sn[threadIdx.x + w];
     __syncthreads();
   }
+  if (gridDim.x == 1) { /* the common small case: no partials, no second pass */
+    if (threadIdx.x == 0) stats[0] += sl[0], stats[1] += sc[0], stats[2] += sn[0];
+    return;
+  }
+  __shared__ bool last;
   if (threadIdx.x == 0) {
     part[3 * blockIdx.x] = sl[0];
     part[3 * blockIdx.x + 1] = sc[0];
     part[3 * blockIdx.x + 2] = sn[0];
+    __threadfence(); /* the partials are visible before the count says so */
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
   }
-}
-
-/* One block of NT threads: thread t sums the partials of blocks t, t + NT, ... in order, then a tree. */
-__global__ void xent_stats_kernel(int nparts, const float *part, float *stats) {
-  __shared__ float sv[3][NT];
+  __syncthreads();
+  if (!last) return;
+  /* The last block to finish adds the partials in block order (deterministic), and resets the count. */
+  __threadfence();
   float a[3] = {0.0f, 0.0f, 0.0f};
-  for (int k = threadIdx.x; k < nparts; k += NT)
-    for (int v = 0; v < 3; v++) a[v] += part[3 * k + v];
-  for (int v = 0; v < 3; v++) sv[v][threadIdx.x] = a[v];
+  for (unsigned k = threadIdx.x; k < gridDim.x; k += NT)
+    for (int v = 0; v < 3; v++) a[v] += ((volatile float *)part)[3 * k + v];
+  sl[threadIdx.x] = a[0], sc[threadIdx.x] = a[1], sn[threadIdx.x] = a[2];
   __syncthreads();
   for (int w = NT / 2; w > 0; w /= 2) {
     if ((int)threadIdx.x < w)
-      for (int v = 0; v < 3; v++) sv[v][threadIdx.x] += sv[v][threadIdx.x + w];
+      sl[threadIdx.x] += sl[threadIdx.x + w], sc[threadIdx.x] += sc[threadIdx.x + w], sn[threadIdx.x] += sn[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0)
-    for (int v = 0; v < 3; v++) stats[v] += sv[v][0];
+  if (threadIdx.x == 0) {
+    stats[0] += sl[0], stats[1] += sc[0], stats[2] += sn[0];
+    *done = 0;
+  }
 }
 
 lam_status cuda_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits,
@@ -581,11 +590,10 @@ lam_status cuda_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, con
   LAM_TRY(check_grid("xent", total, 1));
   size_t nb = (total + NT - 1) / NT;
   int blocks = (int)(nb < XENT_BLOCKS ? (nb ? nb : 1) : XENT_BLOCKS);
+  unsigned *done = st->xent_done; /* zero between calls: the last block resets it */
   xent_kernel<<<blocks, NT, 0, st->stream>>>(B, C, P, logits, labels, dlogits, scale, count, smoothing, st->rowsum_part,
-                                             pred);
+                                             done, stats, pred);
   LAUNCH_CHECK(st, "xent_kernel");
-  xent_stats_kernel<<<1, NT, 0, st->stream>>>(blocks, st->rowsum_part, stats);
-  LAUNCH_CHECK(st, "xent_stats_kernel");
   return LAM_OK;
 }
 

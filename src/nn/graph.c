@@ -108,8 +108,12 @@ lam_status nn_loss(lam_model *m, int B, int backward, float smoothing, uint8_t *
   lam_ctx *ctx = m->ctx;
   nn_tensor *out = &m->tensor[m->output];
   int P = out->h * out->w;
-  if (backward) LAM_TRY(ctx->be->label_count(ctx, (size_t)B * P, m->y, m->count));
-  LAM_TRY(ctx->be->xent(ctx, B, out->c, P, out->data, m->y, backward ? out->grad : NULL, 1.0f, m->count, smoothing,
+  /* the mean over the labels counted: B for a class per image; per pixel, those not ignored (counted on the
+   * device first, so a captured step needs no host value) */
+  float scale = P == 1 ? 1.0f / (float)B : 1.0f;
+  const float *count = P == 1 ? NULL : m->count;
+  if (backward && count) LAM_TRY(ctx->be->label_count(ctx, (size_t)B * P, m->y, m->count));
+  LAM_TRY(ctx->be->xent(ctx, B, out->c, P, out->data, m->y, backward ? out->grad : NULL, scale, count, smoothing,
                         m->stats, pred));
   NN_PROF(m, "softmax_xent", 0);
   return LAM_OK;

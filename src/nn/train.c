@@ -26,6 +26,8 @@ static lam_status check_data(const lam_model *m, const lam_dataset *d, const cha
                 "%s: the model takes %dx%dx%d inputs but the images are %dx%dx%d", fn, m->in_c, m->in_h, m->in_w,
                 channels(d), d->h, d->w);
   const nn_tensor *out = &m->tensor[m->output];
+  LAM_CHECK_ARG(d->classes <= LAM_LABEL_IGNORE, "%s: %d classes: training takes at most %d (label %d means 'ignore')",
+                fn, d->classes, LAM_LABEL_IGNORE, LAM_LABEL_IGNORE);
   LAM_CHECK_ARG(out->c == d->classes,
                 "%s: the model gives %d outputs (classes) but the data set has %d classes (its largest label + 1, or "
                 "--classes): end the model with a layer of %d outputs, or give --classes %d", fn, out->c, d->classes,
