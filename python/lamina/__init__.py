@@ -11,6 +11,12 @@ over liblamina (C/CUDA) through ctypes.
     model.evaluate(x_test, y_test)                             # {"accuracy": ..., "loss": ...}
     model.save("cnn.lamina"); model = lamina.load("cnn.lamina")
 
+    # Any spec (labels, add/concat, bn, dropout), colour images (N,C,H,W) or (N,H,W,C), masks (N,H,W):
+    unet = lamina.Model("e: conv 8 3 pad 1, relu, maxpool 2, conv 16 3 pad 1, relu, upsample 2, "
+                        "concat @e, conv 2 1", input_shape=(3, 32, 32))
+    unet.fit(images, masks, normalize="auto")                  # masks: a class per pixel, 255 = ignore
+    unet.evaluate(images, masks)["mean_iou"]
+
 The library is found through LAMINA_LIBRARY, then inside this package, then in the repository's
 build/ and build-gpu/ folders, then on the system library path. Failures in C raise LaminaError with
 lamina's own message; bad arguments are caught first as TypeError or ValueError.

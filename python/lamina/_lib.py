@@ -149,6 +149,11 @@ class Dataset(Structure):
                 ("labels", c_void_p), ("c", c_int), ("label_h", c_int), ("label_w", c_int)]
 
 
+class NodeInfo(Structure):
+    _fields_ = [("name", c_char * 32), ("op", c_char * 16), ("reads", c_char * 32), ("c", c_int), ("h", c_int),
+                ("w", c_int), ("params", c_size_t), ("flops", c_double), ("fused", c_int)]
+
+
 class ModelMemory(Structure):
     _fields_ = [("params", c_size_t), ("grads", c_size_t), ("optimizer", c_size_t), ("activations", c_size_t),
                 ("data", c_size_t)]
@@ -171,6 +176,7 @@ DEVICES = {"auto": 0, "cpu": 1, "cuda": 2}
 DEVICE_NAMES = {v: k for k, v in DEVICES.items()}
 DTYPE_F32, DTYPE_U8 = 0, 1
 LAYOUT_NCHW = 0
+LABEL_IGNORE = 255  # a per-pixel label that counts for nothing (LAM_LABEL_IGNORE, src/prims.h)
 OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
 
 ProgressFn = CFUNCTYPE(None, c_void_p, c_int, c_int, c_double, c_double)
@@ -206,6 +212,15 @@ _SIGNATURES = {
     "lam_model_param_count": (c_size_t, [_P]),
     "lam_model_outputs": (c_int, [_P]),
     "lam_model_describe": (_status, [_P, c_char_p, c_size_t]),
+    "lam_model_output_shape": (_status, [_P, POINTER(c_int), POINTER(c_int), POINTER(c_int)]),
+    "lam_model_nodes": (_status, [_P, c_int, POINTER(NodeInfo), c_int, POINTER(c_int), POINTER(c_size_t)]),
+    "lam_model_set_normalization": (_status, [_P, c_int, _P, _P]),
+    "lam_model_normalization": (_status, [_P, _P, _P]),
+    "lam_model_state_count": (c_size_t, [_P]),
+    "lam_model_state_get": (_status, [_P, _P, c_size_t]),
+    "lam_model_state_set": (_status, [_P, _P, c_size_t]),
+    "lam_model_set_train": (_status, [_P, c_int]),
+    "lam_model_set_label_smoothing": (_status, [_P, c_float]),
     "lam_model_params_get": (_status, [_P, _P, c_size_t]),
     "lam_model_params_set": (_status, [_P, _P, c_size_t]),
     "lam_model_forward": (_status, [_P, c_int, _P, _P]),
@@ -215,6 +230,7 @@ _SIGNATURES = {
     "lam_trainer_free": (None, [_P]),
     "lam_trainer_epoch": (_status, [_P, ProgressFn, c_void_p, c_int, POINTER(EpochStats)]),
     "lam_trainer_epochs_done": (c_int, [_P]),
+    "lam_dataset_channel_stats": (_status, [POINTER(Dataset), _P, _P]),
     "lam_evaluate": (_status, [_P, POINTER(Dataset), c_int, POINTER(c_double), POINTER(c_double), _P]),
     "lam_checkpoint_save": (_status, [c_char_p, _P, _P]),
     "lam_checkpoint_load": (_status, [_P, c_char_p, POINTER(c_void_p), POINTER(Dataset), POINTER(c_void_p)]),

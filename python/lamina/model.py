@@ -1,56 +1,96 @@
-"""Models from NumPy: build from a one-line spec, fit on uint8 images, evaluate, predict, save and load —
-the same C engine and checkpoint files as `lamina train` / `lamina eval`."""
+"""Models from NumPy: build from a spec (a preset, a chain of layers or a labelled graph with add/concat),
+fit on uint8 images of any channel count with a class per image or a mask per image, evaluate, predict,
+save and load — the same C engine and checkpoint files as `lamina train` / `lamina eval`."""
 import os
 import struct
 import sys
 
 import numpy as np
-from ctypes import byref, c_double, c_float, c_void_p, create_string_buffer
+from ctypes import byref, c_double, c_float, c_int, c_void_p, create_string_buffer
 
 from . import _arrays, _lib
 from ._context import Closing, get_context
 from ._lib import check, lib
 
-# The trainer's normalization of uint8 pixels, (p / 255 - 0.5) / 0.5 (PIXEL_MEAN and PIXEL_STD in
-# src/nn/train.c); predict() normalizes with these through the library (see _pixel_table).
+# A new model's normalization of uint8 pixels, (p / 255 - 0.5) / 0.5 in every channel (the C library's
+# default; lam_model_set_normalization changes it, and checkpoints carry it).
 PIXEL_MEAN = 0.5
 PIXEL_STD = 0.5
 
 
-def _pixel_table(ctx):
-    """The normalized value of each of the 256 pixel values, as the context's backend computes it: (p/255 -
-    0.5)/0.5 in float32 is p * (1/127.5) - 1, and whether that is rounded once (a fused multiply-add, as
-    CUDA and CPU builds for FMA machines do) or twice changes 158 of the 256 values by an ulp. Asking the
-    library once per context, through lam_normalize_images (the same arithmetic as the trainer's batch
-    gather), makes predict() see exactly the inputs that training and evaluate() see."""
-    lut = getattr(ctx, "pixel_table", None)
-    if lut is not None:
-        return lut
-    pixels = np.arange(256, dtype=np.uint8)
-    lut = np.empty(256, np.float32)
-    mean, std = (c_float * 1)(PIXEL_MEAN), (c_float * 1)(PIXEL_STD)
-    d_in, d_out = c_void_p(), c_void_p()
+def _pixel_table(ctx, mean, std):
+    """(c, 256) float32: the normalized value of each pixel value in each channel, as the context's
+    backend computes it. (p/255 - mean)/std in float32 is p * a + k, and whether that is rounded once (a
+    fused multiply-add, as CUDA and CPU builds for FMA machines do) or twice changes some values by an
+    ulp. Asking the library once per context and normalization, through lam_normalize_images (the same
+    arithmetic as the trainer's batch gather), makes predict() see exactly the inputs that training and
+    evaluate() see."""
+    key = (mean.tobytes(), std.tobytes())
     with ctx.lock:
+        tables = ctx.__dict__.setdefault("pixel_tables", {})
+        lut = tables.get(key)
+        if lut is not None:
+            return lut
+        c = mean.size
+        pixels = np.tile(np.arange(256, dtype=np.uint8), c)  # one image of c x 1 x 256 pixels
+        lut = np.empty((c, 256), np.float32)
+        cmean, cstd = (c_float * c)(*mean.tolist()), (c_float * c)(*std.tolist())
+        d_in, d_out = c_void_p(), c_void_p()
         try:
             check(lib.lam_mem_alloc(ctx.ptr, byref(d_in), pixels.nbytes))
             check(lib.lam_mem_alloc(ctx.ptr, byref(d_out), lut.nbytes))
             check(lib.lam_mem_upload(ctx.ptr, d_in, pixels.ctypes.data, pixels.nbytes))
-            # One "image" of 1 x 1 x 256 pixels.
-            check(lib.lam_normalize_images(ctx.ptr, 1, 1, 1, 256, _lib.LAYOUT_NCHW, d_in, mean, std, _lib.DTYPE_F32,
+            check(lib.lam_normalize_images(ctx.ptr, 1, c, 1, 256, _lib.LAYOUT_NCHW, d_in, cmean, cstd, _lib.DTYPE_F32,
                                            d_out))
             check(lib.lam_mem_download(ctx.ptr, lut.ctypes.data, d_out, lut.nbytes))
         finally:
             lib.lam_mem_free(ctx.ptr, d_in)
             lib.lam_mem_free(ctx.ptr, d_out)
-    ctx.pixel_table = lut
-    return lut
+        tables[key] = lut
+        return lut
 
 
 def _dataset(x8, y8, classes):
-    """A lam_dataset over NumPy memory. The caller keeps x8 and y8 alive while C uses the struct, and
-    never passes it to lam_dataset_free (NumPy owns the memory)."""
-    n, _, h, w = x8.shape
-    return _lib.Dataset(n=n, h=h, w=w, classes=classes, images=x8.ctypes.data, labels=y8.ctypes.data)
+    """A lam_dataset over NumPy memory: x8 (n, c, h, w) uint8, y8 (n,) or (n, H, W) uint8. The caller
+    keeps x8 and y8 alive while C uses the struct, and never passes it to lam_dataset_free (NumPy owns
+    the memory)."""
+    n, c, h, w = x8.shape
+    lh, lw = y8.shape[1:] if y8.ndim == 3 else (1, 1)
+    return _lib.Dataset(n=n, h=h, w=w, classes=classes, images=x8.ctypes.data, labels=y8.ctypes.data, c=c,
+                        label_h=lh, label_w=lw)
+
+
+def _channel_values(v, c, name):
+    """One number, or c of them (one per channel), as float32 (c,)."""
+    try:
+        a = np.asarray(v, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} must be a number or {c} numbers (one per channel), not {v!r}") from e
+    if a.ndim == 0:
+        a = np.full(c, float(a))
+    if a.shape != (c,):
+        raise ValueError(f"{name} must be one number or {c} (one per channel of the model's input), not {v!r}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be finite, not {v!r}")
+    return a.astype(np.float32)
+
+
+def _norm_pair(mean, std, c):
+    m, s = _channel_values(mean, c, "mean"), _channel_values(std, c, "std")
+    if np.any(s <= 0):
+        raise ValueError(f"std must be > 0 in every channel, not {std!r}")
+    return m, s
+
+
+def _iou(conf):
+    """Per-class intersection over union from a confusion matrix (rows: true, columns: predicted), NaN for
+    a class that is neither in the labels nor in the predictions, and their mean over the other classes."""
+    conf = conf.astype(np.float64)
+    tp = np.diag(conf)
+    union = conf.sum(axis=0) + conf.sum(axis=1) - tp
+    iou = np.full(tp.shape, np.nan)
+    np.divide(tp, union, out=iou, where=union > 0)
+    return iou, (float(np.mean(iou[union > 0])) if np.any(union > 0) else float("nan"))
 
 
 def _positive_int(v, name, hi=None):
@@ -68,10 +108,12 @@ def _seed(v, name="seed"):
 
 
 class Model(Closing):
-    """A network from a one-line spec: a preset ("cnn", "mlp") or layers separated by commas, e.g.
-    "conv 32 3, relu, maxpool 2, flatten, dense 10" (see README). input_shape is (channels, height,
-    width) of one image (or (height, width) for one channel). Parameters start as PyTorch's defaults,
-    drawn from seed. device: "auto", "cpu" or "cuda"."""
+    """A network from a spec: a preset ("cnn", "mlp") or layers separated by commas, e.g.
+    "conv 32 3, relu, maxpool 2, flatten, dense 10", where "NAME:" labels a layer's output and "add @NAME"
+    or "concat @NAME" joins it back in (residual and U-Net-like graphs; see README and lamina.h). The last
+    layer gives the classes: (classes, 1, 1) for a class per image, or (classes, H, W) for a class per
+    pixel. input_shape is (channels, height, width) of one image (or (height, width) for one channel).
+    Parameters start as PyTorch's defaults, drawn from seed. device: "auto", "cpu" or "cuda"."""
 
     def __init__(self, spec="cnn", input_shape=(1, 28, 28), device="auto", seed=1, _handle=None, _ctx=None):
         self._ptr = None
@@ -116,6 +158,35 @@ class Model(Closing):
         return lib.lam_model_outputs(self._handle())
 
     @property
+    def output_shape(self):
+        """The output per image, (classes, H, W): H = W = 1 for a class per image."""
+        c, h, w = c_int(), c_int(), c_int()
+        check(lib.lam_model_output_shape(self._handle(), byref(c), byref(h), byref(w)))
+        return (c.value, h.value, w.value)
+
+    @property
+    def per_pixel(self):
+        """Whether the model labels every pixel (its labels are (n, H, W) masks) rather than each image."""
+        _, h, w = self.output_shape
+        return h * w > 1
+
+    @property
+    def normalization(self):
+        """(mean, std), float32 arrays of one value per input channel: the model sees (pixel / 255 -
+        mean) / std. 0.5 and 0.5 for a new model; fit(normalize=...) or set_normalization() change it,
+        and checkpoints keep it."""
+        c = self.input_shape[0]
+        mean, std = np.empty(c, np.float32), np.empty(c, np.float32)
+        check(lib.lam_model_normalization(self._handle(), mean.ctypes.data, std.ctypes.data))
+        return mean, std
+
+    def set_normalization(self, mean, std):
+        """Sets the per-channel normalization: each one number (every channel) or one per channel."""
+        m, s = _norm_pair(mean, std, self.input_shape[0])
+        with self._ctx.lock:
+            check(lib.lam_model_set_normalization(self._handle(), m.size, m.ctypes.data, s.ctypes.data))
+
+    @property
     def param_count(self):
         return lib.lam_model_param_count(self._handle())
 
@@ -155,6 +226,36 @@ class Model(Closing):
         with self._ctx.lock:
             check(lib.lam_model_params_set(self._handle(), p.ctypes.data, p.size))
 
+    def get_state(self):
+        """BatchNorm's running statistics as one flat float32 array (per bn layer: the running means,
+        then the running variances); empty for a model without bn. Checkpoints keep them."""
+        n = lib.lam_model_state_count(self._handle())
+        st = np.empty(n, np.float32)
+        if n:
+            with self._ctx.lock:
+                check(lib.lam_model_state_get(self._handle(), st.ctypes.data, n))
+        return st
+
+    def set_state(self, state):
+        st = np.ascontiguousarray(_arrays.as_array(state, "state"), dtype=np.float32).reshape(-1)
+        n = lib.lam_model_state_count(self._handle())
+        if st.size != n:
+            raise ValueError(f"state has {st.size} values but the model's running statistics have {n}")
+        if n:
+            with self._ctx.lock:
+                check(lib.lam_model_state_set(self._handle(), st.ctypes.data, n))
+
+    def nodes(self):
+        """The graph, one dict per node: name (its label or ""), op, reads (the label that add/concat
+        reads, or ""), shape (c, h, w) of its output, params, flops (forward, per image) and fused (1: it
+        runs inside another node's fused kernel, 2: it runs the fused block)."""
+        count = c_int()
+        check(lib.lam_model_nodes(self._handle(), 1, None, 0, byref(count), None))
+        arr = (_lib.NodeInfo * count.value)()
+        check(lib.lam_model_nodes(self._handle(), 1, arr, count.value, byref(count), None))
+        return [{"name": n.name.decode(), "op": n.op.decode(), "reads": n.reads.decode(), "shape": (n.c, n.h, n.w),
+                 "params": int(n.params), "flops": float(n.flops), "fused": int(n.fused)} for n in arr]
+
     def memory(self):
         """Where the model's (and its last trainer's) backend memory goes, in bytes."""
         mm = _lib.ModelMemory()
@@ -164,23 +265,45 @@ class Model(Closing):
 
     # ---- training ------------------------------------------------------------------------------
 
-    def _train_data(self, x, y, what):
-        c, h, w = self.input_shape
-        if c != 1:
-            raise ValueError(f"{what} takes one-channel images; this model's input is {self.input_shape}")
-        x8 = _arrays.images(x, self.input_shape)
-        if x8.shape[0] == 0:
+    def _train_data(self, x, y, what, layout=None):
+        """x as (n, c, h, w) uint8 and y as (n,) uint8 classes or (n, H, W) uint8 masks, checked."""
+        x8 = _arrays.images(x, self.input_shape, layout=layout)
+        n = x8.shape[0]
+        if n == 0:
             raise ValueError(f"{what}: x holds no images")
-        if x8.shape[0] > 2**31 - 1:
-            raise ValueError(f"{what}: {x8.shape[0]} images is more than lamina's data sets hold (2**31 - 1)")
-        y8 = _arrays.labels(y, x8.shape[0], self.outputs)
+        if n > 2**31 - 1:
+            raise ValueError(f"{what}: {n} images is more than lamina's data sets hold (2**31 - 1)")
+        k, oh, ow = self.output_shape
+        if oh * ow > 1:
+            y8 = _arrays.masks(y, n, (k, oh, ow), _lib.LABEL_IGNORE)
+        else:
+            y8 = _arrays.labels(y, n, k)
         return x8, y8
 
+    def _normalize_arg(self, normalize):
+        """fit(normalize=...): None (keep the model's), "default", "auto" or (mean, std)."""
+        c = self.input_shape[0]
+        if normalize is None:
+            return None
+        if isinstance(normalize, str) and normalize.strip().lower() in ("default", "auto"):
+            if normalize.strip().lower() == "auto":
+                return "auto"
+            return np.full(c, PIXEL_MEAN, np.float32), np.full(c, PIXEL_STD, np.float32)
+        if isinstance(normalize, (tuple, list)) and len(normalize) == 2:
+            return _norm_pair(normalize[0], normalize[1], c)
+        raise ValueError(f"normalize must be None (keep the model's), 'default', 'auto' or a pair (mean, std), "
+                         f"not {normalize!r}")
+
     def fit(self, x, y, epochs=1, batch_size=64, optimizer="adam", lr=None, momentum=None, weight_decay=None,
-            seed=None, verbose=1, validation_data=None):
-        """Trains on uint8 images x ((n, h, w) or (n, 1, h, w)) with integer labels y for `epochs` epochs,
-        shuffling each epoch, softmax cross-entropy. The images go to the device once, as uint8, and are
-        normalized there as (p/255 - 0.5)/0.5.
+            seed=None, verbose=1, validation_data=None, normalize=None, label_smoothing=None, layout=None):
+        """Trains on uint8 images x with integer labels y for `epochs` epochs, shuffling each epoch,
+        softmax cross-entropy. The images go to the device once, as uint8, and are normalized there
+        per channel as (p/255 - mean)/std (see normalization).
+
+        x: (n, c, h, w) or (n, h, w, c) uint8 (layout "nchw" or "nhwc"; by default told from the shape
+        against input_shape, refused where both fit), or (n, h, w) for one channel.
+        y: (n,) a class per image, or for a model whose output is (classes, H, W), (n, H, W) masks: a
+        class per pixel, 255 = ignore (counted in neither loss nor accuracy).
 
         optimizer: "sgd", "adam" or "adamw", with PyTorch's defaults for lr (0.01 for sgd, 1e-3 for
         adam/adamw), momentum (0) and weight_decay (0; adamw 0.01) unless given. The optimizer's state
@@ -188,12 +311,17 @@ class Model(Closing):
         seed: the shuffling seed; by default the model's seed on the first fit() (as `lamina train`,
         which uses --seed for both) and a different one derived from it on each later call.
         verbose: 0 silent, 1 a line per epoch (and a live progress line on a terminal).
-        validation_data: (x_val, y_val) to evaluate after every epoch.
+        validation_data: (x_val, y_val) to evaluate after every epoch (in the same layout as x).
+        normalize: None keeps the model's normalization (0.5/0.5 for a new model, the file's for a
+        loaded one); "default" 0.5/0.5; "auto" each channel's mean and std over x; or (mean, std), each
+        one number or one per channel. Kept in the model and its checkpoints, used by evaluate/predict.
+        label_smoothing: in [0, 1) (PyTorch's label_smoothing); None keeps the model's (0 when new).
 
         Returns the history: a list with one dict per epoch: epoch, loss, accuracy (training, over
-        the epoch), seconds, images_per_s, and val_loss, val_accuracy with validation_data.
+        the epoch; over the pixels not ignored for masks), seconds, images_per_s, and val_loss,
+        val_accuracy (and val_mean_iou for masks) with validation_data.
         """
-        x8, y8 = self._train_data(x, y, "fit")
+        x8, y8 = self._train_data(x, y, "fit", layout)
         epochs = _positive_int(epochs, "epochs")
         batch_size = _positive_int(batch_size, "batch_size", 65536)
         if not isinstance(optimizer, str) or optimizer.lower() not in _lib.OPTIMIZERS:
@@ -215,10 +343,25 @@ class Model(Closing):
         if validation_data is not None:
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
                 raise TypeError("validation_data must be a pair (x_val, y_val)")
-            val = self._train_data(validation_data[0], validation_data[1], "validation_data")
+            val = self._train_data(validation_data[0], validation_data[1], "validation_data", layout)
+        norm = self._normalize_arg(normalize)
+        if label_smoothing is not None:
+            if (isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float, np.number))
+                    or not 0 <= label_smoothing < 1):
+                raise ValueError(f"label_smoothing must be a number in [0, 1), not {label_smoothing!r}")
 
         self._free_trainer()
         ds = _dataset(x8, y8, self.outputs)
+        if norm == "auto":
+            c = self.input_shape[0]
+            mean, std = np.empty(c, np.float32), np.empty(c, np.float32)
+            check(lib.lam_dataset_channel_stats(byref(ds), mean.ctypes.data, std.ctypes.data))
+            # A channel that is one value everywhere has std 0: leave it unscaled rather than divide by 0.
+            norm = (mean, np.where(std > 0, std, np.float32(1)).astype(np.float32))
+        if norm is not None:
+            self.set_normalization(*norm)
+        if label_smoothing is not None:
+            check(lib.lam_model_set_label_smoothing(self._handle(), float(label_smoothing)))
         t = c_void_p()
         with self._ctx.lock:
             check(lib.lam_trainer_create(self._handle(), byref(opt), batch_size, seed, byref(ds), byref(t)))
@@ -257,55 +400,72 @@ class Model(Closing):
             if validation_data is not None:
                 ev = self._evaluate(*val, batch_size=1000)
                 rec["val_loss"], rec["val_accuracy"] = ev["loss"], ev["accuracy"]
+                if "mean_iou" in ev:
+                    rec["val_mean_iou"] = ev["mean_iou"]
             history.append(rec)
             if verbose:
                 line = (f"epoch {rec['epoch']}: loss {rec['loss']:.4f}  accuracy {rec['accuracy']:.4f}  "
                         f"{rec['seconds']:.2f} s  {rec['images_per_s']:,.0f} images/s")
                 if "val_accuracy" in rec:
                     line += f"  val_loss {rec['val_loss']:.4f}  val_accuracy {rec['val_accuracy']:.4f}"
+                if "val_mean_iou" in rec:
+                    line += f"  val_mean_iou {rec['val_mean_iou']:.4f}"
                 print(line, flush=True)
         return history
 
     # ---- evaluation and inference --------------------------------------------------------------
 
-    def evaluate(self, x, y, batch_size=1000, confusion=False):
-        """Accuracy and mean loss on uint8 images x with labels y: {"accuracy", "loss"}, and with
-        confusion=True a classes×classes matrix (rows: true class, columns: predicted)."""
-        x8, y8 = self._train_data(x, y, "evaluate")
+    def evaluate(self, x, y, batch_size=1000, confusion=False, layout=None):
+        """Accuracy and mean loss on uint8 images x with labels y (as fit() takes them): {"accuracy",
+        "loss"}; for masks, over the pixels not ignored, plus "iou" (per class, NaN for a class neither in
+        y nor predicted) and "mean_iou" (over the other classes), from the confusion matrix. With
+        confusion=True also the classes×classes matrix (rows: true class, columns: predicted; pixels for
+        masks)."""
+        x8, y8 = self._train_data(x, y, "evaluate", layout)
         return self._evaluate(x8, y8, _positive_int(batch_size, "batch_size", 65536), confusion)
 
     def _evaluate(self, x8, y8, batch_size, confusion=False):
         ds = _dataset(x8, y8, self.outputs)
         acc, loss = c_double(), c_double()
         k = self.outputs
-        conf = np.zeros((k, k), np.uint64) if confusion else None
+        per_pixel = y8.ndim == 3
+        conf = np.zeros((k, k), np.uint64) if confusion or per_pixel else None
         with self._ctx.lock:
             check(lib.lam_evaluate(self._handle(), byref(ds), batch_size, byref(acc), byref(loss),
-                                   conf.ctypes.data if confusion else None))
+                                   None if conf is None else conf.ctypes.data))
         res = {"accuracy": acc.value, "loss": loss.value}
+        if per_pixel:
+            res["iou"], res["mean_iou"] = _iou(conf)
         if confusion:
             res["confusion"] = conf.astype(np.int64)
         return res
 
-    def predict_logits(self, x, batch_size=1000):
-        """The last layer's outputs for uint8 images x: float32 (n, classes). The pixels are normalized
-        with values that lamina's own normalize op computed, so the logits are those that evaluate()
-        and training see."""
-        x8 = _arrays.images(x, self.input_shape)
+    def predict_logits(self, x, batch_size=1000, layout=None):
+        """The last layer's outputs for uint8 images x (as fit() takes them), in evaluation mode
+        (BatchNorm's running statistics, no dropout): float32 (n, classes), or (n, classes, H, W) for a
+        model that labels every pixel. The pixels are normalized with values that lamina's own normalize
+        op computed, so the logits are those that evaluate() and training see."""
+        x8 = _arrays.images(x, self.input_shape, layout=layout)
         batch_size = _positive_int(batch_size, "batch_size", 65536)
-        n = x8.shape[0]
-        logits = np.empty((n, self.outputs), np.float32)
-        lut = _pixel_table(self._ctx)
+        n, c = x8.shape[0], self.input_shape[0]
+        k, oh, ow = self.output_shape
+        logits = np.empty((n, k, oh, ow), np.float32)
+        lut = _pixel_table(self._ctx, *self.normalization)
+        chan = np.arange(c).reshape(c, 1, 1)
+        with self._ctx.lock:
+            check(lib.lam_model_set_train(self._handle(), 0))
         for off in range(0, n, batch_size):
             b = min(batch_size, n - off)
-            xf = lut[x8[off:off + b]]  # (b, c, h, w) float32, C-contiguous
+            xb = x8[off:off + b]
+            xf = lut[0][xb] if c == 1 else lut[chan, xb]  # (b, c, h, w) float32, C-contiguous
             with self._ctx.lock:
                 check(lib.lam_model_forward(self._handle(), b, xf.ctypes.data, logits[off:off + b].ctypes.data))
-        return logits
+        return logits if oh * ow > 1 else logits.reshape(n, k)
 
-    def predict(self, x, batch_size=1000):
-        """Predicted class of each uint8 image in x: int64 (n,)."""
-        return self.predict_logits(x, batch_size).argmax(axis=1)
+    def predict(self, x, batch_size=1000, layout=None):
+        """Predicted class of each uint8 image in x: int64 (n,), or (n, H, W) for a model that labels
+        every pixel."""
+        return self.predict_logits(x, batch_size, layout).argmax(axis=1)
 
     # ---- files ---------------------------------------------------------------------------------
 

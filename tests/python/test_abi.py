@@ -62,7 +62,7 @@ def _py_kind(t):
 
 _STRUCTS = {"lam_build_info": _lib.BuildInfo, "lam_cuda_device_info": _lib.CudaDeviceInfo,
             "lam_mem_stats": _lib.MemStats, "lam_hidden_timing": _lib.HiddenTiming, "lam_dataset": _lib.Dataset,
-            "lam_model_memory": _lib.ModelMemory, "lam_opt": _lib.Opt, "lam_epoch_stats": _lib.EpochStats}
+            "lam_node_info": _lib.NodeInfo, "lam_model_memory": _lib.ModelMemory, "lam_opt": _lib.Opt, "lam_epoch_stats": _lib.EpochStats}
 _STRUCT_FOR_PY = {cls.__name__: c for c, cls in _STRUCTS.items()}
 
 
