@@ -57,6 +57,19 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   X(cbp_to_bcp, (lam_ctx * ctx, int B, int C, int P, const float *src, const float *bias, float *dst))             \
   /* dst (C, B*P) = src (B, C, P); and bias_grad[c] += the sum of src over b and p (may be NULL). */               \
   X(bcp_to_cbp, (lam_ctx * ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad))              \
+  /* ---- a whole 2-D convolution (no bias) over NCHW tensors, x (B, g->C, g->H, g->W) -> y (B, OC, g->OH, g->OW), \
+   * W (OC, g->C, K, K): cuDNN where the CUDA backend has it, else im2col + GEMM (conv_im2col.h). ws is scratch \
+   * of at least conv2d_workspace's bytes (at this geometry, OC and B). ---- */                                  \
+  X(conv2d_workspace, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, size_t *bytes))                      \
+  /* y = conv(x, W) */                                                                                              \
+  X(conv2d_fwd, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *W, float *y,     \
+                 void *ws, size_t ws_bytes))                                                                        \
+  /* dx = the input gradient from dy (B, OC, OH, OW) (dx overwritten) */                                           \
+  X(conv2d_bwd_data, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, const float *dy, const float *W,         \
+                      float *dx, void *ws, size_t ws_bytes))                                                        \
+  /* dW += the weight gradient from x and dy */                                                                     \
+  X(conv2d_bwd_filter, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *dy,       \
+                        float *dW, void *ws, size_t ws_bytes))                                                      \
   /* y (rows, cols) += b[c] on every row; db[c] += the sum of dy over the rows. */                                 \
   X(add_bias, (lam_ctx * ctx, int rows, int cols, float *y, const float *b))                                       \
   X(bias_grad, (lam_ctx * ctx, int rows, int cols, const float *dy, float *db))                                    \

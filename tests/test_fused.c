@@ -3,8 +3,9 @@
  * the plain path). Fusion after the GEMM (conv_pool_fwd/bwd, LAMINA_FUSE=1) must give the plain path's
  * logits, loss, gradients and parameters after optimizer steps bit for bit; the direct first layer
  * (conv_pool_direct_fwd/bwd, the default) sums its taps in another order than the GEMM, so its logits,
- * loss and first gradients must agree within float rounding (1e-5 relative to the tensor's scale). Run with "cuda" it checks the CUDA backend
- * (CTest label gpu; exit 77 without a device). */
+ * loss and first gradients must agree within float rounding (1e-5 relative to the tensor's scale). The plain
+ * path is the same im2col + GEMM (LAMINA_CONV=im2col), not the backend's conv2d (cuDNN: other arithmetic).
+ * Run with "cuda" it checks the CUDA backend (CTest label gpu; exit 77 without a device). */
 #include "testutil.h"
 
 static lam_device g_dev = LAM_DEVICE_CPU;
@@ -103,6 +104,7 @@ int main(int argc, char **argv) {
     }
     g_dev = LAM_DEVICE_CUDA;
   }
+  setenv("LAMINA_CONV", "im2col", 1);
   if (lam_ctx_create(&g_ctx, g_dev) != LAM_OK) {
     fprintf(stderr, "test_fused: %s\n", lam_last_error());
     return 1;

@@ -252,6 +252,7 @@ static void cuda_destroy(lam_ctx *ctx) {
   cuda_state *st = cuda_st(ctx);
   if (!st) return;
   cuda_nn_destroy(st);
+  cuda_conv_destroy(st);
   for (size_t i = 0; i < st->marks_cap; i++) cudaEventDestroy(st->marks[i]);
   free(st->marks);
   for (size_t i = 0; i < st->events_cap; i++) cudaEventDestroy(st->events[i]);

@@ -47,6 +47,8 @@ typedef struct cuda_state {
   cudaStream_t copy_stream; /* queue 1: host->device copies that overlap the work on `stream` */
   float *rowsum_part;       /* ROW_SUM_PART_FLOATS partial row sums (nn.cu's row_sum) */
   unsigned *xent_done;      /* xent's count of finished blocks (nn.cu), 0 between calls */
+  void *cudnn;              /* conv.cu's cuDNN handle and plans, made at the first convolution */
+  int cudnn_failed;         /* cuDNN could not be loaded: im2col + GEMM */
   cudaEvent_t *events;      /* the event slots of event_record & co., made on demand and kept */
   size_t events_cap;
 } cuda_state;
@@ -82,6 +84,7 @@ LAM_NN_PRIMS(LAM_CUDA_PRIM)
 #undef LAM_CUDA_PRIM
 lam_status cuda_set_precision(lam_ctx *ctx, int p);
 void cuda_nn_destroy(cuda_state *st);
+void cuda_conv_destroy(cuda_state *st); /* conv.cu */
 
 /* Frees the pinned staging buffers (after the slots' work is done). */
 void cuda_staging_free(lam_ctx *ctx);

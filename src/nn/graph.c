@@ -40,6 +40,7 @@ static void fuse(lam_model *m) {
     int want_direct = m->fuse == 2 || (m->fuse == 3 && m->ctx->be->direct_first_conv);
     if (want_direct && c->in[0] == 0 && !c->nobias && x->c * c->k * c->k <= LAM_DIRECT_TAPS) c->fuse = NN_FUSE_DIRECT;
     c->pool = r2;
+    c->keep_input = 0; /* the block keeps its im2col (or reads the model's input) */
     relu->absorbed = pool->absorbed = 1;
     relu->fused_by = pool->fused_by = i;
     m->tensor[c->out].fused_away = m->tensor[relu->out].fused_away = 1;

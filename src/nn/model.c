@@ -22,6 +22,10 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
    * stay to compare against. */
   const char *fuse = getenv("LAMINA_FUSE");
   m->fuse = !fuse || !*fuse ? 3 : !strcmp(fuse, "0") ? 0 : !strcmp(fuse, "1") ? 1 : !strcmp(fuse, "2") ? 2 : 3;
+  /* LAMINA_CONV=im2col: a conv on its own runs the same im2col + GEMM as the fused block (bit for bit the
+   * same arithmetic: test_fused compares the two), not the backend's conv2d (cuDNN on CUDA). */
+  const char *conv = getenv("LAMINA_CONV");
+  m->conv_im2col = conv && !strcmp(conv, "im2col");
   m->in_c = in_c, m->in_h = in_h, m->in_w = in_w;
   /* as torchvision's ToTensor + Normalize(0.5, 0.5) per channel, until the caller says otherwise */
   m->norm.c = in_c;
@@ -104,7 +108,8 @@ static lam_status batch_alloc(lam_model *m, void **p, size_t bytes) {
 static size_t label_size(const lam_model *m) { return (size_t)m->tensor[m->output].h * m->tensor[m->output].w; }
 
 lam_status nn_model_reserve(lam_model *m, int B) {
-  if (B <= m->cap) return LAM_OK;
+  if (B <= m->cap && m->plan_precision == m->ctx->precision) return LAM_OK;
+  if (B < m->cap) B = m->cap; /* a new precision: the same capacity, planned again */
   if (B < 1 || B > (1 << 20)) return LAM_FAIL(LAM_ERR_INVALID_ARG, "batch %d is out of range (1 to 1048576)", B);
   lam_ctx *ctx = m->ctx;
   LAM_TRY(ctx->be->sync(ctx)); /* queued work may still use the old buffers */
@@ -124,7 +129,10 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   }
   if (s == LAM_OK) s = batch_alloc(m, (void **)&m->y, (size_t)B * m->label_size);
   if (s == LAM_OK) s = batch_alloc(m, (void **)&m->pred, (size_t)B * m->label_size);
-  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->scratch, nn_scratch_floats(m, B) * sizeof(float));
+  size_t scratch = 0;
+  if (s == LAM_OK) s = nn_scratch_floats(m, B, &scratch);
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->scratch, scratch * sizeof(float));
+  m->scratch_bytes = scratch * sizeof(float);
   if (s == LAM_OK) s = batch_alloc(m, (void **)&m->gtmp, NN_MAX_IN * m->gtmp_stride * sizeof(float));
   if (s != LAM_OK) {
     free_batch(m);
@@ -132,6 +140,7 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   }
   m->planned_bytes = arena;
   m->cap = B;
+  m->plan_precision = m->ctx->precision;
   return LAM_OK;
 }
 
@@ -195,7 +204,9 @@ lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, 
     size_t big = 0;
     for (int t = 0; t < m->ntensors; t++)
       if (nn_size(&m->tensor[t]) > big) big = nn_size(&m->tensor[t]);
-    *planned_bytes = arena + nn_scratch_floats(m, batch) * sizeof(float) + (size_t)batch * nn_size(&m->tensor[0]) * 4 +
+    size_t scratch = 0;
+    if (s == LAM_OK) s = nn_scratch_floats(m, batch, &scratch);
+    *planned_bytes = arena + scratch * sizeof(float) + (size_t)batch * nn_size(&m->tensor[0]) * 4 +
                      NN_MAX_IN * (size_t)batch * big * sizeof(float);
     free(c);
     LAM_TRY(s);

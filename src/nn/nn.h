@@ -80,7 +80,8 @@ typedef struct nn_node {
   int pool;      /* the maxpool node a fused conv runs (its output and argmax are the block's) */
   int absorbed;  /* run by another node's fused step (fused_by): skipped */
   int fused_by;
-  const uint8_t *fixed_mask; /* dropout: a mask given by a test instead of drawn (nn_dropout_fix) */
+  const uint8_t *fixed_mask; /* dropout: a mask given by a test instead of drawn (lam_model_set_dropout_mask) */
+  int keep_input; /* backward reads the input's data (besides NN_IN_BWD ops: a conv on its own) */
 } nn_node;
 
 struct lam_model {
@@ -112,6 +113,8 @@ struct lam_model {
   void *arena;             /* activations, gradients and saved buffers, placed by liveness (plan.c) */
   size_t arena_bytes;
   float *scratch;          /* shared scratch of the ops (max over nodes of scratch_floats) */
+  size_t scratch_bytes;
+  lam_precision plan_precision; /* the precision the buffers were planned for (a conv's needs depend on it) */
   float *gtmp;             /* a gradient that is added rather than written goes here first: input i's at
                             * gtmp + i * gtmp_stride */
   size_t gtmp_stride;
@@ -122,6 +125,7 @@ struct lam_model {
   size_t planned_bytes;    /* the arena at the capacity: what the plan needs */
   int fuse;                /* conv -> relu -> maxpool: 0 op by op, 1 fused after the GEMM, 2 also direct at the
                             * input, 3 (default) direct where the backend prefers it (LAMINA_FUSE) */
+  int conv_im2col;         /* LAMINA_CONV=im2col: a conv on its own is im2col + GEMM too, not conv2d (to compare) */
   unsigned gen;            /* bumped whenever buffers a captured step uses move (a graph of them is then stale) */
   struct lam_prof *prof;   /* when profiling: a mark after every op (nn/prof.h) */
 };
@@ -130,6 +134,8 @@ static inline nn_tensor *nn_in(lam_model *m, const nn_node *n, int i) { return &
 static inline nn_tensor *nn_out(lam_model *m, const nn_node *n) { return &m->tensor[n->out]; }
 static inline int nn_bf16(const lam_model *m) { return m->ctx->precision == LAM_PRECISION_BF16; }
 static inline int nn_index(const lam_model *m, const nn_node *n) { return (int)(n - m->node); }
+/* Backward reads the node's input data. */
+static inline int nn_reads_input_bwd(const nn_node *n) { return (n->op->flags & NN_IN_BWD) || n->keep_input; }
 
 /* Where backward puts the gradient of input i: NULL when it needs none; else its grad buffer, or, when
  * the gradient is to be added (accum), m->gtmp — nn_din_done then adds it in. */
@@ -184,8 +190,8 @@ void nn_graph_finish(lam_model *m);
  * node's aux buffer by liveness over forward + backward; *bytes is the arena's size. With base non-NULL
  * the pointers are set into it. */
 lam_status nn_plan(lam_model *m, int batch, void *base, size_t *bytes);
-/* Largest scratch any node needs at batch B, and the largest tensor (floats per batch): gtmp's size. */
-size_t nn_scratch_floats(const lam_model *m, int B);
+/* Largest scratch any node needs at batch B (floats); an op that cannot say fails with its reason. */
+lam_status nn_scratch_floats(const lam_model *m, int B, size_t *floats);
 /* Makes sure the batch buffers hold `batch` samples. */
 lam_status nn_model_reserve(lam_model *m, int batch);
 /* Forward of the whole graph on m->x (batch samples); the logits end in the output tensor's data. train:

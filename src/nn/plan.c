@@ -42,7 +42,7 @@ static void tensor_lives(const lam_model *m, int r, int *d0, int *d1, int *g0, i
       if (root(m, n->in[j]) != r) continue;
       int q = runner(m, i);
       *d1 = imax(*d1, q);
-      if (n->op->flags & NN_IN_BWD) *d1 = imax(*d1, 2 * N - q);
+      if (nn_reads_input_bwd(n)) *d1 = imax(*d1, 2 * N - q);
       if (!(n->op->flags & NN_VIEW)) *g0 = imin(*g0, 2 * N - q);
     }
   }
@@ -57,7 +57,7 @@ static void tensor_lives(const lam_model *m, int r, int *d0, int *d1, int *g0, i
           if (m->node[i].in[j] == t) {
             int q2 = runner(m, i);
             *d1 = imax(*d1, q2);
-            if (m->node[i].op->flags & NN_IN_BWD) *d1 = imax(*d1, 2 * N - q2);
+            if (nn_reads_input_bwd(&m->node[i])) *d1 = imax(*d1, 2 * N - q2);
             if (!(m->node[i].op->flags & NN_VIEW)) *g0 = imin(*g0, 2 * N - q2);
           }
     }
@@ -141,13 +141,15 @@ lam_status nn_plan(lam_model *m, int B, void *base, size_t *bytes) {
   return LAM_OK;
 }
 
-size_t nn_scratch_floats(const lam_model *m, int B) {
+lam_status nn_scratch_floats(const lam_model *m, int B, size_t *floats) {
   size_t need = 1;
   for (int i = 0; i < m->nnodes; i++) {
     const nn_node *n = &m->node[i];
     if (n->absorbed || !n->op->scratch_floats) continue;
     size_t s = n->op->scratch_floats(m, n, B);
+    if (s == (size_t)-1) return LAM_FAIL(LAM_ERR_INVALID_ARG, "node %d (%s): %s", i + 1, n->op->name, lam_last_error());
     if (s > need) need = s;
   }
-  return need;
+  *floats = need;
+  return LAM_OK;
 }

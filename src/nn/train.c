@@ -260,6 +260,7 @@ static lam_status step_body(lam_trainer *t, int B) {
   lam_model *m = t->m;
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
+  LAM_TRY(nn_model_reserve(m, t->batch)); /* nothing to do unless the precision changed since the plan */
   if (B != t->batch || !graph_wanted(t)) return step_ops(t, B);
   if (t->graph && t->graph_gen != m->gen) { /* buffers it uses moved */
     be->graph_free(ctx, t->graph);

@@ -1,7 +1,9 @@
-/* conv.c — convolution (im2col + one GEMM over the whole batch), transposed convolution (the
- * convolution's data gradient run forward: GEMM then col2im), and the fused conv -> relu -> maxpool
- * block the graph's fusion pass makes. The conv saves its im2col for backward (bfloat16 in the bf16
- * precision, where the weights are rounded into params_lo so the GEMMs read half the bytes). */
+/* conv.c — convolution, transposed convolution, and the fused conv -> relu -> maxpool block the graph's
+ * fusion pass makes. A conv on its own runs the backend's conv2d primitives (cuDNN on CUDA where built
+ * with it, else im2col + GEMM) and keeps its input for backward; in the bf16 precision, and in the fused
+ * block, it is im2col + one GEMM over the batch that saves its im2col for backward (bfloat16 in bf16,
+ * where the weights are rounded into params_lo so the GEMMs read half the bytes). A transposed conv is the
+ * conv's data gradient run forward: conv2d_bwd_data forward, conv2d_fwd and conv2d_bwd_filter back. */
 #include <math.h>
 #include <stdio.h>
 
@@ -66,6 +68,7 @@ static lam_status parse_conv_like(nn_parse *p, lam_model *m, nn_node *n, int tra
   }
   n->nw = (size_t)n->oc * x->c * n->k * n->k;
   n->nb = n->nobias ? 0 : (size_t)n->oc;
+  n->keep_input = 1; /* conv2d_bwd_filter reads it (the fusion pass clears this for its fused blocks) */
   return LAM_OK;
 }
 static lam_status conv_parse(nn_parse *p, lam_model *m, nn_node *n) { return parse_conv_like(p, m, n, 0); }
@@ -152,8 +155,24 @@ static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready)
 static const float *bias_of(const lam_model *m, const nn_node *n) { return n->nb ? m->params + n->b_off : NULL; }
 static float *dbias_of(const lam_model *m, const nn_node *n) { return n->nb ? m->grads + n->b_off : NULL; }
 
+/* Whether this conv runs as the conv2d primitives (not fused, not the bf16 precision's own GEMMs, not
+ * LAMINA_CONV=im2col). */
+static int whole_conv(const lam_model *m, const nn_node *n) { return !n->fuse && !nn_bf16(m) && !m->conv_im2col; }
+
 static lam_status conv_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
+  if (whole_conv(m, n)) {
+    lam_conv_geom g = conv_geom(m, n);
+    nn_tensor *y = nn_out(m, n);
+    LAM_TRY(m->ctx->be->conv2d_fwd(m->ctx, &g, n->oc, B, nn_in(m, n, 0)->data, m->params + n->w_off, y->data,
+                                   m->scratch, m->scratch_bytes));
+    NN_PROF(m, "conv.conv2d", nn_index(m, n) + 1);
+    if (n->nb) {
+      LAM_TRY(m->ctx->be->channel_bias_fwd(m->ctx, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
+      NN_PROF(m, "conv.bias", nn_index(m, n) + 1);
+    }
+    return LAM_OK;
+  }
   LAM_TRY(conv_gemm_fwd(m, n, B));
   const nn_tensor *y = nn_out(m, n);
   /* (OC, B*P) in scratch to (B, OC, P) with the bias */
@@ -164,6 +183,22 @@ static lam_status conv_fwd(lam_model *m, nn_node *n, int B, int train) {
 
 static lam_status conv_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *y = nn_out(m, n);
+  if (whole_conv(m, n)) {
+    lam_ctx *ctx = m->ctx;
+    lam_conv_geom g = conv_geom(m, n);
+    int li = nn_index(m, n) + 1;
+    float *din = nn_din(m, n, 0);
+    if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, B, n->oc, y->h * y->w, y->grad, m->grads + n->b_off));
+    LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, &g, n->oc, B, nn_in(m, n, 0)->data, y->grad, m->grads + n->w_off,
+                                       m->scratch, m->scratch_bytes));
+    NN_PROF(m, "conv.conv2d_dw", li);
+    if (din) {
+      LAM_TRY(ctx->be->conv2d_bwd_data(ctx, &g, n->oc, B, y->grad, m->params + n->w_off, din, m->scratch,
+                                       m->scratch_bytes));
+      NN_PROF(m, "conv.conv2d_dx", li);
+    }
+    return LAM_OK;
+  }
   LAM_TRY(m->ctx->be->bcp_to_cbp(m->ctx, B, n->oc, y->h * y->w, y->grad, m->scratch, dbias_of(m, n)));
   NN_PROF(m, "conv.bias_t", nn_index(m, n) + 1);
   return conv_gemm_bwd(m, n, B, 0);
@@ -209,13 +244,20 @@ lam_status nn_conv_block_bwd(lam_model *m, nn_node *n, int B) {
   return conv_gemm_bwd(m, n, B, nn_bf16(m));
 }
 
-/* im2col (K, B*P) as float; the bf16 precision uses the first half. None for the direct block. */
+/* im2col (K, B*P) as float; the bf16 precision uses the first half. None for the direct block and for a
+ * whole conv (which keeps its input instead). */
 static size_t conv_aux(const lam_model *m, const nn_node *n, int B) {
-  return n->fuse == NN_FUSE_DIRECT ? 0 : taps(m, n) * planes(m, n, B) * sizeof(float);
+  return n->fuse == NN_FUSE_DIRECT || whole_conv(m, n) ? 0 : taps(m, n) * planes(m, n, B) * sizeof(float);
 }
 /* fp32: dyT (OC, BP) then dcol (K, BP); bf16: dyT, then (16-byte aligned) dyT and dcol as bfloat16;
  * the direct block's partial sums. */
 static size_t conv_scratch(const lam_model *m, const nn_node *n, int B) {
+  if (whole_conv(m, n)) {
+    lam_conv_geom g = conv_geom(m, n);
+    size_t bytes = 0;
+    if (m->ctx->be->conv2d_workspace(m->ctx, &g, n->oc, B, &bytes) != LAM_OK) return (size_t)-1; /* reserve says why */
+    return (bytes + sizeof(float) - 1) / sizeof(float);
+  }
   size_t K = taps(m, n), BP = planes(m, n, B);
   size_t f32 = ((size_t)n->oc + K) * BP, bf16 = dy16_offset(n, BP) + (((size_t)n->oc + K) * BP + 1) / 2;
   size_t need = f32 > bf16 ? f32 : bf16;
@@ -231,61 +273,44 @@ static double conv_macs(const lam_model *m, const nn_node *n) {
 }
 
 /* ---- transposed convolution: y = col2im(W^T x) + bias; W (IC, OC*K*K) as PyTorch stores it ---- */
-static size_t convt_rows(const lam_model *m, const nn_node *n) {
-  (void)m;
-  return (size_t)n->oc * n->k * n->k;
-}
-static size_t in_planes(const lam_model *m, const nn_node *n, int B) {
-  const nn_tensor *x = &m->tensor[n->in[0]];
-  return (size_t)B * x->h * x->w;
-}
-
 static lam_status convt_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   lam_ctx *ctx = m->ctx;
-  const lam_backend *be = ctx->be;
-  const nn_tensor *x = nn_in(m, n, 0);
   nn_tensor *y = nn_out(m, n);
-  int IC = x->c, R = (int)convt_rows(m, n), BP = (int)in_planes(m, n, B);
   lam_conv_geom g = convt_geom(m, n);
-  /* xT (IC, B*P) saved for dW; col (OC*K*K, B*P) = W^T xT; y = col2im(col) */
-  LAM_TRY(be->bcp_to_cbp(ctx, B, IC, x->h * x->w, x->data, n->aux, NULL));
-  LAM_TRY(be->gemm(ctx, 1, 0, R, BP, IC, 1.0f, m->params + n->w_off, R, n->aux, BP, 0.0f, m->scratch, BP));
-  LAM_TRY(be->col2im(ctx, &g, B, m->scratch, 0, y->data));
-  if (n->nb) LAM_TRY(be->channel_bias_fwd(ctx, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
+  /* y is the "input" of the conv it transposes, x that conv's "output" of IC channels */
+  LAM_TRY(ctx->be->conv2d_bwd_data(ctx, &g, nn_in(m, n, 0)->c, B, nn_in(m, n, 0)->data, m->params + n->w_off, y->data,
+                                   m->scratch, m->scratch_bytes));
+  if (n->nb) LAM_TRY(ctx->be->channel_bias_fwd(ctx, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
   return LAM_OK;
 }
 
 static lam_status convt_bwd(lam_model *m, nn_node *n, int B) {
   lam_ctx *ctx = m->ctx;
-  const lam_backend *be = ctx->be;
   const nn_tensor *x = nn_in(m, n, 0);
   nn_tensor *y = nn_out(m, n);
-  int IC = x->c, R = (int)convt_rows(m, n), BP = (int)in_planes(m, n, B);
   lam_conv_geom g = convt_geom(m, n);
-  float *dcol = m->scratch, *dxT = m->scratch + (size_t)R * BP, *din = nn_din(m, n, 0);
-  if (n->nb) LAM_TRY(be->channel_bias_bwd(ctx, B, n->oc, y->h * y->w, y->grad, m->grads + n->b_off));
-  LAM_TRY(be->im2col(ctx, &g, B, y->grad, dcol, 0));
-  LAM_TRY(be->gemm(ctx, 0, 1, IC, R, BP, 1.0f, n->aux, BP, dcol, BP, 1.0f, m->grads + n->w_off, R));
+  float *din = nn_din(m, n, 0);
+  if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, B, n->oc, y->h * y->w, y->grad, m->grads + n->b_off));
+  LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, &g, x->c, B, y->grad, x->data, m->grads + n->w_off, m->scratch,
+                                     m->scratch_bytes));
   if (!din) return LAM_OK;
-  LAM_TRY(be->gemm(ctx, 0, 0, IC, BP, R, 1.0f, m->params + n->w_off, R, dcol, BP, 0.0f, dxT, BP));
-  return be->cbp_to_bcp(ctx, B, IC, x->h * x->w, dxT, NULL, din);
+  return ctx->be->conv2d_fwd(ctx, &g, x->c, B, y->grad, m->params + n->w_off, din, m->scratch, m->scratch_bytes);
 }
 
-static size_t convt_aux(const lam_model *m, const nn_node *n, int B) {
-  return (size_t)m->tensor[n->in[0]].c * in_planes(m, n, B) * sizeof(float);
-}
 static size_t convt_scratch(const lam_model *m, const nn_node *n, int B) {
-  return (convt_rows(m, n) + (size_t)m->tensor[n->in[0]].c) * in_planes(m, n, B);
+  lam_conv_geom g = convt_geom(m, n);
+  size_t bytes = 0;
+  if (m->ctx->be->conv2d_workspace(m->ctx, &g, m->tensor[n->in[0]].c, B, &bytes) != LAM_OK) return (size_t)-1;
+  return (bytes + sizeof(float) - 1) / sizeof(float);
 }
 static double convt_macs(const lam_model *m, const nn_node *n) {
   const nn_tensor *x = &m->tensor[n->in[0]];
-  return (double)x->c * x->h * x->w * (double)convt_rows(m, n);
+  return (double)x->c * x->h * x->w * (double)n->oc * n->k * n->k;
 }
 
 const nn_op nn_op_conv = {NN_NAMES("conv"), .parse = conv_parse, .init = conv_init, .fwd = conv_fwd, .bwd = conv_bwd,
                           .aux_bytes = conv_aux, .scratch_floats = conv_scratch, .macs = conv_macs,
                           .flags = NN_OWN_MARKS};
 const nn_op nn_op_convt = {NN_NAMES("convt"), .parse = convt_parse, .init = convt_init, .fwd = convt_fwd,
-                           .bwd = convt_bwd, .aux_bytes = convt_aux, .scratch_floats = convt_scratch,
-                           .macs = convt_macs};
+                           .bwd = convt_bwd, .scratch_floats = convt_scratch, .macs = convt_macs};
