@@ -431,6 +431,81 @@ static void test_im2col_col2im(void **state) {
       }
 }
 
+/* ---- whole 2-D convolutions (cuDNN on CUDA, im2col + GEMM on the CPU) ---- */
+
+typedef struct conv_io {
+  const float *x, *W, *dy; /* inputs */
+  float *y, *dx, *dW;      /* outputs: y and dx overwritten, dW accumulated */
+} conv_io;
+
+static void run_conv2d(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, conv_io *io) {
+  size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * OC * g->OH * g->OW, nw = (size_t)OC * g->C * g->K * g->K;
+  size_t ws_bytes = 0;
+  TU_OK(BE(ctx)->conv2d_workspace(ctx, g, OC, B, &ws_bytes));
+  void *ws = NULL;
+  TU_OK(lam_mem_alloc(ctx, &ws, ws_bytes ? ws_bytes : 1));
+  float *dx_in = dput(ctx, io->x, nx * 4), *dW_in = dput(ctx, io->W, nw * 4), *ddy = dput(ctx, io->dy, ny * 4);
+  float *dy_out = dput(ctx, io->y, ny * 4), *ddx = dput(ctx, io->dx, nx * 4), *ddW = dput(ctx, io->dW, nw * 4);
+  TU_OK(BE(ctx)->conv2d_fwd(ctx, g, OC, B, dx_in, dW_in, dy_out, ws, ws_bytes));
+  TU_OK(BE(ctx)->conv2d_bwd_data(ctx, g, OC, B, ddy, dW_in, ddx, ws, ws_bytes));
+  TU_OK(BE(ctx)->conv2d_bwd_filter(ctx, g, OC, B, dx_in, ddy, ddW, ws, ws_bytes));
+  dget(ctx, io->y, dy_out, ny * 4, "conv2d_fwd");
+  dget(ctx, io->dx, ddx, nx * 4, "conv2d_bwd_data");
+  dget(ctx, io->dW, ddW, nw * 4, "conv2d_bwd_filter");
+  dfree(ctx, dx_in), dfree(ctx, dW_in), dfree(ctx, ddy), dfree(ctx, dy_out), dfree(ctx, ddx), dfree(ctx, ddW);
+  TU_OK(lam_mem_free(ctx, ws));
+}
+
+static void test_conv2d(void **state) {
+  (void)state;
+  static const int ocs[] = {1, 5, 16};
+  uint64_t k = 0;
+  for (size_t s = 0; s < sizeof k_cg / sizeof k_cg[0]; s++)
+    for (int oi = 0; oi < 3; oi++)
+      for (int B = 1; B <= 3; B += 2) {
+        seed_case("conv2d", k++);
+        lam_conv_geom g = mk_cg(&k_cg[s]);
+        int OC = ocs[oi], KK = g.K * g.K;
+        size_t nx = (size_t)B * g.C * g.H * g.W, P = (size_t)g.OH * g.OW, ny = (size_t)B * OC * P,
+               nw = (size_t)OC * g.C * KK, rows = (size_t)g.C * KK;
+        float *x = frand(nx, -1, 1), *W = frand(nw, -1, 1), *dy = frand(ny, -1, 1), *dW0 = frand(nw, -1, 1);
+        double *yref = dzero(ny), *ys = dzero(ny), *dxref = dzero(nx), *dxs = dzero(nx), *dwref = dzero(nw),
+               *dws = dzero(nw);
+        for (size_t i = 0; i < nw; i++) dwref[i] = dW0[i], dws[i] = fabs(dW0[i]);
+        for (int b = 0; b < B; b++)
+          for (size_t p = 0; p < P; p++)
+            for (size_t r = 0; r < rows; r++) { /* tap r = (c, kh, kw) of output p of sample b */
+              long xi = col_src(&g, B, r, (size_t)b * P + p);
+              if (xi < 0) continue;
+              for (int oc = 0; oc < OC; oc++) {
+                size_t yi = ((size_t)b * OC + oc) * P + p, wi = (size_t)oc * rows + r;
+                double xw = (double)x[xi] * W[wi], gw = (double)dy[yi] * W[wi], gx = (double)dy[yi] * x[xi];
+                yref[yi] += xw, ys[yi] += fabs(xw);
+                dxref[xi] += gw, dxs[xi] += fabs(gw);
+                dwref[wi] += gx, dws[wi] += fabs(gx);
+              }
+            }
+        conv_io io = {x, W, dy, fnan(ny), fnan(nx), fdup(dW0, nw)}, ioc = {x, W, dy, NULL, NULL, NULL};
+        run_conv2d(g_ctx, &g, OC, B, &io);
+        if (g_cuda) {
+          ioc.y = fnan(ny), ioc.dx = fnan(nx), ioc.dW = fdup(dW0, nw);
+          run_conv2d(g_cpu, &g, OC, B, &ioc);
+        }
+        char what[160], geo[120];
+        snprintf(geo, sizeof geo, "C=%d H=%d W=%d K=%d stride=%d pad=%d OC=%d B=%d", g.C, g.H, g.W, g.K, g.stride, g.pad,
+                 OC, B);
+        /* fp32 sums of the products (the CPU's GEMM); cuDNN may pick Winograd or FFT: 1e-4 of the magnitudes */
+        snprintf(what, sizeof what, "conv2d_fwd %s", geo);
+        verify(what, ny, io.y, yref, ioc.y, ys, 1e-5, 1e-4);
+        snprintf(what, sizeof what, "conv2d_bwd_data %s", geo);
+        verify(what, nx, io.dx, dxref, ioc.dx, dxs, 1e-5, 1e-4);
+        snprintf(what, sizeof what, "conv2d_bwd_filter %s", geo);
+        verify(what, nw, io.dW, dwref, ioc.dW, dws, 1e-5, 1e-4);
+        free(x), free(W), free(dy), free(dW0), free(yref), free(ys), free(dxref), free(dxs), free(dwref), free(dws);
+        free(io.y), free(io.dx), free(io.dW), free(ioc.y), free(ioc.dx), free(ioc.dW);
+      }
+}
+
 /* ---- layout changes with bias; biases ---- */
 
 typedef struct bcp_case {
@@ -1770,7 +1845,8 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemm),         cmocka_unit_test(test_gemm_bf16),       cmocka_unit_test(test_to_bf16),
-      cmocka_unit_test(test_zero),         cmocka_unit_test(test_im2col_col2im),   cmocka_unit_test(test_layout),
+      cmocka_unit_test(test_zero),         cmocka_unit_test(test_im2col_col2im),   cmocka_unit_test(test_conv2d),
+      cmocka_unit_test(test_layout),
       cmocka_unit_test(test_dense_bias),   cmocka_unit_test(test_channel_bias),    cmocka_unit_test(test_pool),
       cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
       cmocka_unit_test(test_bn),           cmocka_unit_test(test_dropout_mask),    cmocka_unit_test(test_elementwise),

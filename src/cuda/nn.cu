@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "cuda.h"
+#include "vec.cuh"
 
 #define NT 256
 
@@ -453,28 +454,60 @@ template <int ACT> __device__ inline float act_grad(float x, float y, float g, f
   return g * y * (1.0f - y);
 }
 
-/* x and y may be one buffer: plain loads, no __restrict__. */
-template <int ACT> __global__ void act_fwd_kernel(float alpha, size_t n, const float *x, float *y) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    y[i] = act_of<ACT>(x[i], alpha);
+/* Thread per V values (n counts groups of V: float4s where the pointers allow, vec.cuh). x and y may be
+ * one buffer: plain loads, no __restrict__. */
+template <int ACT, int V> __global__ void act_fwd_kernel(float alpha, size_t n, const float *x, float *y) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float v[V];
+    vload<V>(v, x, i);
+#pragma unroll
+    for (int q = 0; q < V; q++) v[q] = act_of<ACT>(v[q], alpha);
+    vstore<V>(y, i, v);
+  }
 }
 
-template <int ACT>
+/* The backward reads x for gelu, y for the others (the one not needed may be NULL); dx may be dy. */
+template <int ACT, int V>
 __global__ void act_bwd_kernel(float alpha, size_t n, const float *x, const float *y, const float *dy, float *dx) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    dx[i] = act_grad<ACT>(ACT == LAM_ACT_GELU ? x[i] : 0.0f, ACT == LAM_ACT_GELU ? 0.0f : y[i], dy[i], alpha);
+  const float *src = ACT == LAM_ACT_GELU ? x : y;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float s[V], g[V];
+    vload<V>(s, src, i);
+    vload<V>(g, dy, i);
+#pragma unroll
+    for (int q = 0; q < V; q++) g[q] = act_grad<ACT>(s[q], s[q], g[q], alpha);
+    vstore<V>(dx, i, g);
+  }
+}
+
+template <int V> static void act_fwd_launch(cuda_state *st, int act, float alpha, size_t n, const float *x, float *y) {
+  unsigned g = blocks_for(n);
+  switch (act) {
+    case LAM_ACT_RELU: act_fwd_kernel<LAM_ACT_RELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    case LAM_ACT_LEAKY: act_fwd_kernel<LAM_ACT_LEAKY, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    case LAM_ACT_TANH: act_fwd_kernel<LAM_ACT_TANH, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    case LAM_ACT_GELU: act_fwd_kernel<LAM_ACT_GELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    default: act_fwd_kernel<LAM_ACT_SIGMOID, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y);
+  }
+}
+
+template <int V>
+static void act_bwd_launch(cuda_state *st, int act, float alpha, size_t n, const float *x, const float *y,
+                           const float *dy, float *dx) {
+  unsigned g = blocks_for(n);
+  switch (act) {
+    case LAM_ACT_RELU: act_bwd_kernel<LAM_ACT_RELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    case LAM_ACT_LEAKY: act_bwd_kernel<LAM_ACT_LEAKY, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    case LAM_ACT_TANH: act_bwd_kernel<LAM_ACT_TANH, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    case LAM_ACT_GELU: act_bwd_kernel<LAM_ACT_GELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    default: act_bwd_kernel<LAM_ACT_SIGMOID, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx);
+  }
 }
 
 lam_status cuda_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, float *y) {
   cuda_state *st = cuda_st(ctx);
-  unsigned g = blocks_for(n);
-  switch (act) {
-    case LAM_ACT_RELU: act_fwd_kernel<LAM_ACT_RELU><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
-    case LAM_ACT_LEAKY: act_fwd_kernel<LAM_ACT_LEAKY><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
-    case LAM_ACT_TANH: act_fwd_kernel<LAM_ACT_TANH><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
-    case LAM_ACT_GELU: act_fwd_kernel<LAM_ACT_GELU><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
-    default: act_fwd_kernel<LAM_ACT_SIGMOID><<<g, NT, 0, st->stream>>>(alpha, n, x, y);
-  }
+  if (n % 4 == 0 && aligned16(x) && aligned16(y)) act_fwd_launch<4>(st, act, alpha, n / 4, x, y);
+  else act_fwd_launch<1>(st, act, alpha, n, x, y);
   LAUNCH_CHECK(st, "act_fwd_kernel");
   return LAM_OK;
 }
@@ -482,14 +515,9 @@ lam_status cuda_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, const floa
 lam_status cuda_act_bwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, const float *y, const float *dy,
                         float *dx) {
   cuda_state *st = cuda_st(ctx);
-  unsigned g = blocks_for(n);
-  switch (act) {
-    case LAM_ACT_RELU: act_bwd_kernel<LAM_ACT_RELU><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
-    case LAM_ACT_LEAKY: act_bwd_kernel<LAM_ACT_LEAKY><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
-    case LAM_ACT_TANH: act_bwd_kernel<LAM_ACT_TANH><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
-    case LAM_ACT_GELU: act_bwd_kernel<LAM_ACT_GELU><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
-    default: act_bwd_kernel<LAM_ACT_SIGMOID><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx);
-  }
+  if (n % 4 == 0 && aligned16(act == LAM_ACT_GELU ? x : y) && aligned16(dy) && aligned16(dx))
+    act_bwd_launch<4>(st, act, alpha, n / 4, x, y, dy, dx);
+  else act_bwd_launch<1>(st, act, alpha, n, x, y, dy, dx);
   LAUNCH_CHECK(st, "act_bwd_kernel");
   return LAM_OK;
 }

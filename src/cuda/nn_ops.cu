@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "cuda.h"
+#include "vec.cuh"
 #include "../hash.h"
 
 #define NT 256
@@ -30,6 +31,20 @@ static bool fits32(size_t n) { return n < ((size_t)1 << 31); }
   do {                                                                                                \
     if (fits32(n)) KERNEL<unsigned><<<blocks_for(n), NT, 0, (st)->stream>>>((unsigned)(n), __VA_ARGS__); \
     else KERNEL<size_t><<<blocks_for(n), NT, 0, (st)->stream>>>((size_t)(n), __VA_ARGS__);              \
+    LAUNCH_CHECK(st, #KERNEL);                                                                        \
+  } while (0)
+
+/* The same for KERNEL<I, V> over the n values of rows of P (planes of (B, C, P), say), which gets
+ * (n / V, P / V, ...): float4s (V = 4) where vec is true (P % 4 == 0, pointers 16-byte aligned). */
+#define LAUNCH_ROWWISE(st, KERNEL, vec, n, P, ...)                                                      \
+  do {                                                                                                \
+    const size_t nv_ = (vec) ? (n) / 4 : (n), pv_ = (vec) ? (size_t)(P) / 4 : (size_t)(P);             \
+    if ((vec) && fits32(nv_))                                                                         \
+      KERNEL<unsigned, 4><<<blocks_for(nv_), NT, 0, (st)->stream>>>((unsigned)nv_, (unsigned)pv_, __VA_ARGS__); \
+    else if (vec) KERNEL<size_t, 4><<<blocks_for(nv_), NT, 0, (st)->stream>>>(nv_, pv_, __VA_ARGS__);  \
+    else if (fits32(nv_))                                                                             \
+      KERNEL<unsigned, 1><<<blocks_for(nv_), NT, 0, (st)->stream>>>((unsigned)nv_, (unsigned)pv_, __VA_ARGS__); \
+    else KERNEL<size_t, 1><<<blocks_for(nv_), NT, 0, (st)->stream>>>(nv_, pv_, __VA_ARGS__);             \
     LAUNCH_CHECK(st, #KERNEL);                                                                        \
   } while (0)
 
@@ -94,34 +109,47 @@ struct red_args {
   const float *mean, *invstd; /* RED_BWD */
 };
 
-/* This thread's share of the sums of channel c over the samples [b0, b1), flattened over (b, p). */
-template <int MODE> __device__ float2 thread_sums(const red_args &r, int c, int b0, int b1) {
-  const unsigned P = (unsigned)r.P, n = (unsigned)(b1 - b0) * P;
+/* This thread's share of the sums of channel c over the samples [b0, b1), flattened over (b, p), V
+ * values at a time (V = 4: P % 4 == 0 and x, dy 16-byte aligned). */
+template <int MODE, int V> __device__ float2 thread_sums(const red_args &r, int c, int b0, int b1) {
+  const unsigned PV = (unsigned)r.P / V, n = (unsigned)(b1 - b0) * PV;
   float a = 0.0f, b = 0.0f, K = 0.0f, m = 0.0f, is = 0.0f;
   if (MODE == RED_STATS) K = r.x[(size_t)c * r.P];
   if (MODE == RED_BWD) m = r.mean[c], is = r.invstd[c];
   for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
-    size_t o = ((size_t)(b0 + j / P) * r.C + c) * P + j % P;
-    if (MODE == RED_SUM) a += r.dy[o];
-    if (MODE == RED_STATS) {
-      float d = r.x[o] - K;
-      a += d, b += d * d;
-    }
-    if (MODE == RED_BWD) {
-      float g = r.dy[o];
-      a += g, b += g * ((r.x[o] - m) * is);
+    size_t o = ((size_t)(b0 + j / PV) * r.C + c) * PV + j % PV; /* in units of V values */
+    float xv[V], gv[V];
+    if (MODE != RED_SUM) vload<V>(xv, r.x, o);
+    if (MODE != RED_STATS) vload<V>(gv, r.dy, o);
+#pragma unroll
+    for (int q = 0; q < V; q++) {
+      if (MODE == RED_SUM) a += gv[q];
+      if (MODE == RED_STATS) {
+        float d = xv[q] - K;
+        a += d, b += d * d;
+      }
+      if (MODE == RED_BWD) a += gv[q], b += gv[q] * ((xv[q] - m) * is);
     }
   }
   return make_float2(a, b);
 }
 
+/* Whether the reductions over (B, C, P) can take float4s. */
+static bool red_vec(int P, const void *a, const void *b) { return P % 4 == 0 && aligned16(a) && aligned16(b); }
+
 /* Block (s, c): the sums of channel c over the s-th of S ranges of samples, to part[(c S + s) 2 + k]. */
-template <int MODE> __global__ void channel_part_kernel(red_args r, float *part) {
+template <int MODE, int V> __global__ void channel_part_kernel(red_args r, float *part) {
   const int S = gridDim.x, s = blockIdx.x, c = blockIdx.y;
   const int b0 = (int)((long long)s * r.B / S), b1 = (int)((long long)(s + 1) * r.B / S);
-  float2 t = thread_sums<MODE>(r, c, b0, b1);
+  float2 t = thread_sums<MODE, V>(r, c, b0, b1);
   t = block_sum2(t.x, t.y);
   if (threadIdx.x == 0) part[((size_t)c * S + s) * 2] = t.x, part[((size_t)c * S + s) * 2 + 1] = t.y;
+}
+
+template <int MODE>
+static void channel_part_launch(cuda_state *st, const red_args &r, int S, float *part) {
+  if (red_vec(r.P, r.x, r.dy)) channel_part_kernel<MODE, 4><<<dim3(S, r.C), RED_NT, 0, st->stream>>>(r, part);
+  else channel_part_kernel<MODE, 1><<<dim3(S, r.C), RED_NT, 0, st->stream>>>(r, part);
 }
 
 /* Channel c's S partial sums, in order, in double. */
@@ -133,21 +161,28 @@ __device__ inline void part_total(const float *part, int c, int S, double *a, do
 
 /* ---- per-channel bias ---- */
 
-template <typename I> __global__ void channel_bias_fwd_kernel(I n, I P, I C, float *y, const float *bias) {
-  GRID_STRIDE(I, i, n) y[i] += __ldg(bias + i / P % C);
+template <typename I, int V> __global__ void channel_bias_fwd_kernel(I n, I PV, I C, float *y, const float *bias) {
+  GRID_STRIDE(I, i, n) {
+    const float b = __ldg(bias + i / PV % C);
+    float v[V];
+    vload<V>(v, y, i);
+#pragma unroll
+    for (int q = 0; q < V; q++) v[q] += b;
+    vstore<V>(y, i, v);
+  }
 }
 
 lam_status cuda_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, const float *bias) {
   cuda_state *st = cuda_st(ctx);
   size_t n = (size_t)B * C * P;
-  LAUNCH_ELEMENTWISE(st, channel_bias_fwd_kernel, n, P, C, y, bias);
+  LAUNCH_ROWWISE(st, channel_bias_fwd_kernel, P % 4 == 0 && aligned16(y), n, P, C, y, bias);
   return LAM_OK;
 }
 
 /* One block per channel (blockIdx.x): db[c] += its sum. */
-__global__ void channel_sum_kernel(red_args r, float *db) {
+template <int V> __global__ void channel_sum_kernel(red_args r, float *db) {
   const int c = blockIdx.x;
-  float2 t = thread_sums<RED_SUM>(r, c, 0, r.B);
+  float2 t = thread_sums<RED_SUM, V>(r, c, 0, r.B);
   float s = block_sum2(t.x, 0.0f).x;
   if (threadIdx.x == 0) db[c] += s;
 }
@@ -167,11 +202,12 @@ lam_status cuda_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float 
   red_args r = {B, C, P, NULL, dy, NULL, NULL};
   int S = channel_splits(B, C, P, 2, 0);
   if (S == 1) {
-    channel_sum_kernel<<<C, RED_NT, 0, st->stream>>>(r, db);
+    if (red_vec(P, dy, NULL)) channel_sum_kernel<4><<<C, RED_NT, 0, st->stream>>>(r, db);
+    else channel_sum_kernel<1><<<C, RED_NT, 0, st->stream>>>(r, db);
     LAUNCH_CHECK(st, "channel_sum_kernel");
     return LAM_OK;
   }
-  channel_part_kernel<RED_SUM><<<dim3(S, C), RED_NT, 0, st->stream>>>(r, st->rowsum_part);
+  channel_part_launch<RED_SUM>(st, r, S, st->rowsum_part);
   LAUNCH_CHECK(st, "channel_part_kernel<sum>");
   channel_sum_final_kernel<<<(C + NT - 1) / NT, NT, 0, st->stream>>>(C, S, st->rowsum_part, db);
   LAUNCH_CHECK(st, "channel_sum_final_kernel");
@@ -227,10 +263,33 @@ template <typename I> __global__ void avgpool_bwd_kernel(I n, lam_pool_geom g, c
   }
 }
 
+/* Windows that do not overlap (stride = K, the usual pool): each input lies in at most one, found with
+ * one division a coordinate (shifts for KT = 2, K fixed at compile time). Same value as the above. */
+template <typename I, int KT> __global__ void avgpool_bwd_disjoint_kernel(I n, lam_pool_geom g, const float *__restrict__ dy,
+                                                                         float *__restrict__ dx) {
+  const int K = KT ? KT : g.K;
+  const float kk = (float)(K * K);
+  GRID_STRIDE(I, i, n) {
+    I w = i % (I)g.W, t = i / (I)g.W, h = t % (I)g.H, bc = t / (I)g.H;
+    int oh = (int)h / K, ow = (int)w / K;
+    float s = 0.0f;
+    if (oh < g.OH && ow < g.OW) s = __ldg(dy + ((size_t)bc * g.OH + oh) * g.OW + ow);
+    dx[i] = s / kk;
+  }
+}
+
 lam_status cuda_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, float *dx) {
   cuda_state *st = cuda_st(ctx);
   size_t n = (size_t)B * g->C * g->H * g->W;
-  LAUNCH_ELEMENTWISE(st, avgpool_bwd_kernel, n, *g, dy, dx);
+  if (g->stride == g->K && g->K == 2 && fits32(n)) {
+    avgpool_bwd_disjoint_kernel<unsigned, 2><<<blocks_for(n), NT, 0, st->stream>>>((unsigned)n, *g, dy, dx);
+    LAUNCH_CHECK(st, "avgpool_bwd_disjoint_kernel");
+  } else if (g->stride == g->K && fits32(n)) {
+    avgpool_bwd_disjoint_kernel<unsigned, 0><<<blocks_for(n), NT, 0, st->stream>>>((unsigned)n, *g, dy, dx);
+    LAUNCH_CHECK(st, "avgpool_bwd_disjoint_kernel");
+  } else {
+    LAUNCH_ELEMENTWISE(st, avgpool_bwd_kernel, n, *g, dy, dx);
+  }
   return LAM_OK;
 }
 
@@ -269,33 +328,54 @@ lam_status cuda_plane_mean_fwd(lam_ctx *ctx, size_t rows, int P, const float *x,
   return LAM_OK;
 }
 
-template <typename I> __global__ void plane_mean_bwd_kernel(I n, I P, const float *__restrict__ dy,
-                                                            float *__restrict__ dx) {
+template <typename I, int V> __global__ void plane_mean_bwd_kernel(I n, I PV, int P, const float *__restrict__ dy,
+                                                                   float *__restrict__ dx) {
   const float fp = (float)P;
-  GRID_STRIDE(I, i, n) dx[i] = __ldg(dy + i / P) / fp;
+  GRID_STRIDE(I, i, n) {
+    float v[V];
+    v[0] = __ldg(dy + i / PV) / fp;
+#pragma unroll
+    for (int q = 1; q < V; q++) v[q] = v[0];
+    vstore<V>(dx, i, v);
+  }
 }
 
 lam_status cuda_plane_mean_bwd(lam_ctx *ctx, size_t rows, int P, const float *dy, float *dx) {
   cuda_state *st = cuda_st(ctx);
   size_t n = rows * P;
-  LAUNCH_ELEMENTWISE(st, plane_mean_bwd_kernel, n, P, dy, dx);
+  LAUNCH_ROWWISE(st, plane_mean_bwd_kernel, P % 4 == 0 && aligned16(dx), n, P, P, dy, dx);
   return LAM_OK;
 }
 
-/* Thread per output (B*C, H*F, W*F): its source value. */
-template <typename I> __global__ void upsample_fwd_kernel(I n, int H, int W, int F, const float *__restrict__ x,
-                                                          float *__restrict__ y) {
-  const I OW = (I)W * F, OH = (I)H * F;
+/* Thread per input (B*C, H, W): its F x F block of y (a warp's rows of the block are contiguous, so the
+ * stores coalesce; FT = 2 fixes F at compile time). (v1 took a thread per output: four divisions each
+ * made it compute-bound, 1.1 TB/s at batch 512 x 256 x 16 x 16 on the H200.) */
+template <typename I, int FT> __global__ void upsample_fwd_kernel(I n, int H, int W, int F, const float *__restrict__ x,
+                                                                  float *__restrict__ y) {
+  const int f = FT ? FT : F;
+  const size_t OW = (size_t)W * f;
   GRID_STRIDE(I, i, n) {
-    I ow = i % OW, t = i / OW, oh = t % OH, bc = t / OH;
-    y[i] = __ldg(x + ((size_t)bc * H + oh / F) * W + ow / F);
+    I w = i % (I)W, t = i / (I)W, h = t % (I)H, bc = t / (I)H;
+    const float v = __ldg(x + i);
+    float *o = y + ((size_t)bc * H + h) * f * OW + (size_t)w * f;
+#pragma unroll
+    for (int a = 0; a < f; a++)
+#pragma unroll
+      for (int e = 0; e < f; e++) o[a * OW + e] = v;
   }
 }
 
 lam_status cuda_upsample_fwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *x, float *y) {
   cuda_state *st = cuda_st(ctx);
-  size_t n = (size_t)B * C * H * W * F * F;
-  LAUNCH_ELEMENTWISE(st, upsample_fwd_kernel, n, H, W, F, x, y);
+  size_t n = (size_t)B * C * H * W;
+  if (F == 2 && fits32(n)) {
+    upsample_fwd_kernel<unsigned, 2><<<blocks_for(n), NT, 0, st->stream>>>((unsigned)n, H, W, F, x, y);
+  } else if (fits32(n)) {
+    upsample_fwd_kernel<unsigned, 0><<<blocks_for(n), NT, 0, st->stream>>>((unsigned)n, H, W, F, x, y);
+  } else {
+    upsample_fwd_kernel<size_t, 0><<<blocks_for(n), NT, 0, st->stream>>>(n, H, W, F, x, y);
+  }
+  LAUNCH_CHECK(st, "upsample_fwd_kernel");
   return LAM_OK;
 }
 
@@ -337,11 +417,12 @@ __device__ inline void bn_finish(int c, double a, double b, double N, float K, f
 
 /* One block per channel (blockIdx.x): its statistics, then y over the channel. x and y may be one
  * buffer (each value is read, then written, by the same thread): no __restrict__, no __ldg. */
+template <int V>
 __global__ void bn_fwd_channel_kernel(red_args r, const float *gamma, const float *beta, float *y, float *mean,
                                       float *invstd, float *run_mean, float *run_var, float momentum, float eps) {
   __shared__ float sm, sis;
   const int c = blockIdx.x;
-  float2 t = thread_sums<RED_STATS>(r, c, 0, r.B);
+  float2 t = thread_sums<RED_STATS, V>(r, c, 0, r.B);
   t = block_sum2(t.x, t.y);
   if (threadIdx.x == 0) {
     float m, is;
@@ -351,10 +432,14 @@ __global__ void bn_fwd_channel_kernel(red_args r, const float *gamma, const floa
   }
   __syncthreads();
   const float m = sm, sc = sis * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
-  const unsigned P = (unsigned)r.P, n = (unsigned)r.B * P;
+  const unsigned PV = (unsigned)r.P / V, n = (unsigned)r.B * PV;
   for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
-    size_t o = ((size_t)(j / P) * r.C + c) * P + j % P;
-    y[o] = (r.x[o] - m) * sc + bt;
+    size_t o = ((size_t)(j / PV) * r.C + c) * PV + j % PV;
+    float v[V];
+    vload<V>(v, r.x, o);
+#pragma unroll
+    for (int q = 0; q < V; q++) v[q] = (v[q] - m) * sc + bt;
+    vstore<V>(y, o, v);
   }
 }
 
@@ -369,16 +454,20 @@ __global__ void bn_stats_final_kernel(int C, int S, double N, const float *x, in
   bn_finish(c, a, b, N, x[(size_t)c * P], eps, momentum, mean, invstd, run_mean, run_var, &m, &is);
 }
 
-/* Thread per value: y = (x - mean) invstd gamma + beta, from the saved statistics (train) or the
+/* Thread per V values: y = (x - mean) invstd gamma + beta, from the saved statistics (train) or the
  * running ones (eval: invstd as the CPU twin, 1 / sqrtf, correctly rounded on both). x may be y. */
-template <typename I>
-__global__ void bn_apply_kernel(I n, I P, I C, const float *x, const float *gamma, const float *beta, float *y,
+template <typename I, int V>
+__global__ void bn_apply_kernel(I n, I PV, I C, const float *x, const float *gamma, const float *beta, float *y,
                                 const float *mean, const float *invstd, const float *run_mean, const float *run_var,
                                 float eps, int train) {
   GRID_STRIDE(I, i, n) {
-    I c = i / P % C;
+    I c = i / PV % C;
     float m = train ? mean[c] : run_mean[c], is = train ? invstd[c] : 1.0f / sqrtf(run_var[c] + eps);
-    y[i] = (x[i] - m) * (is * (gamma ? gamma[c] : 1.0f)) + (beta ? beta[c] : 0.0f);
+    float sc = is * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f, v[V];
+    vload<V>(v, x, i);
+#pragma unroll
+    for (int q = 0; q < V; q++) v[q] = (v[q] - m) * sc + bt;
+    vstore<V>(y, i, v);
   }
 }
 
@@ -388,6 +477,7 @@ lam_status cuda_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const 
   cuda_state *st = cuda_st(ctx);
   size_t n = (size_t)B * C * P;
   if (!n) return LAM_OK;
+  const bool vec = P % 4 == 0 && aligned16(x) && aligned16(y);
   if (train) {
     if (!mean || !invstd)
       return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_fwd: training needs mean and invstd to save the batch statistics in");
@@ -395,27 +485,31 @@ lam_status cuda_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const 
     red_args r = {B, C, P, x, NULL, NULL, NULL};
     int S = channel_splits(B, C, P, 2, 0);
     if (S == 1) {
-      bn_fwd_channel_kernel<<<C, RED_NT, 0, st->stream>>>(r, gamma, beta, y, mean, invstd, run_mean, run_var, momentum,
-                                                          eps);
+      if (vec)
+        bn_fwd_channel_kernel<4><<<C, RED_NT, 0, st->stream>>>(r, gamma, beta, y, mean, invstd, run_mean, run_var,
+                                                               momentum, eps);
+      else
+        bn_fwd_channel_kernel<1><<<C, RED_NT, 0, st->stream>>>(r, gamma, beta, y, mean, invstd, run_mean, run_var,
+                                                               momentum, eps);
       LAUNCH_CHECK(st, "bn_fwd_channel_kernel");
       return LAM_OK;
     }
-    channel_part_kernel<RED_STATS><<<dim3(S, C), RED_NT, 0, st->stream>>>(r, st->rowsum_part);
+    channel_part_launch<RED_STATS>(st, r, S, st->rowsum_part);
     LAUNCH_CHECK(st, "channel_part_kernel<stats>");
     bn_stats_final_kernel<<<(C + NT - 1) / NT, NT, 0, st->stream>>>(C, S, (double)B * P, x, P, st->rowsum_part, eps,
                                                                     momentum, mean, invstd, run_mean, run_var);
     LAUNCH_CHECK(st, "bn_stats_final_kernel");
   }
-  LAUNCH_ELEMENTWISE(st, bn_apply_kernel, n, P, C, x, gamma, beta, y, mean, invstd, run_mean, run_var, eps, train);
+  LAUNCH_ROWWISE(st, bn_apply_kernel, vec, n, P, C, x, gamma, beta, y, mean, invstd, run_mean, run_var, eps, train);
   return LAM_OK;
 }
 
 /* One block per channel: sum(dy) and sum(dy xhat), the parameter gradients, then dx over the channel
  * (dx may be dy: each value is read, then written, by the same thread). */
-__global__ void bn_bwd_channel_kernel(red_args r, const float *gamma, float *dx, float *dgamma, float *dbeta) {
+template <int V> __global__ void bn_bwd_channel_kernel(red_args r, const float *gamma, float *dx, float *dgamma, float *dbeta) {
   __shared__ float s_mdy, s_mdx;
   const int c = blockIdx.x;
-  float2 t = thread_sums<RED_BWD>(r, c, 0, r.B);
+  float2 t = thread_sums<RED_BWD, V>(r, c, 0, r.B);
   t = block_sum2(t.x, t.y);
   const float N = (float)((double)r.B * r.P);
   if (threadIdx.x == 0) {
@@ -425,10 +519,15 @@ __global__ void bn_bwd_channel_kernel(red_args r, const float *gamma, float *dx,
   }
   __syncthreads();
   const float m = r.mean[c], is = r.invstd[c], k = (gamma ? gamma[c] : 1.0f) * is, mdy = s_mdy, mdx = s_mdx;
-  const unsigned P = (unsigned)r.P, n = (unsigned)r.B * P;
+  const unsigned PV = (unsigned)r.P / V, n = (unsigned)r.B * PV;
   for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
-    size_t o = ((size_t)(j / P) * r.C + c) * P + j % P;
-    dx[o] = k * (r.dy[o] - mdy - (r.x[o] - m) * is * mdx);
+    size_t o = ((size_t)(j / PV) * r.C + c) * PV + j % PV;
+    float xv[V], gv[V];
+    vload<V>(xv, r.x, o);
+    vload<V>(gv, r.dy, o);
+#pragma unroll
+    for (int q = 0; q < V; q++) gv[q] = k * (gv[q] - mdy - (xv[q] - m) * is * mdx);
+    vstore<V>(dx, o, gv);
   }
 }
 
@@ -443,13 +542,18 @@ __global__ void bn_bwd_final_kernel(int C, int S, double N, const float *part, f
   fin[2 * c] = (float)(a / N), fin[2 * c + 1] = (float)(b / N);
 }
 
-template <typename I>
-__global__ void bn_bwd_apply_kernel(I n, I P, I C, const float *x, const float *dy, const float *gamma, const float *mean,
+template <typename I, int V>
+__global__ void bn_bwd_apply_kernel(I n, I PV, I C, const float *x, const float *dy, const float *gamma, const float *mean,
                                     const float *invstd, const float *fin, float *dx) {
   GRID_STRIDE(I, i, n) {
-    I c = i / P % C;
-    float m = mean[c], is = invstd[c], k = (gamma ? gamma[c] : 1.0f) * is;
-    dx[i] = k * (dy[i] - fin[2 * c] - (x[i] - m) * is * fin[2 * c + 1]);
+    I c = i / PV % C;
+    float m = mean[c], is = invstd[c], k = (gamma ? gamma[c] : 1.0f) * is, mdy = fin[2 * c], mdx = fin[2 * c + 1];
+    float xv[V], gv[V];
+    vload<V>(xv, x, i);
+    vload<V>(gv, dy, i);
+#pragma unroll
+    for (int q = 0; q < V; q++) gv[q] = k * (gv[q] - mdy - (xv[q] - m) * is * mdx);
+    vstore<V>(dx, i, gv);
   }
 }
 
@@ -459,25 +563,29 @@ lam_status cuda_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const 
   size_t n = (size_t)B * C * P;
   if (!n) return LAM_OK;
   LAM_TRY(check_channel_size("bn_bwd", B, P));
+  const bool vec = red_vec(P, x, dy) && aligned16(dx);
   red_args r = {B, C, P, x, dy, mean, invstd};
   int S = channel_splits(B, C, P, 2, 2); /* 2 partials a block, and the two means a channel */
   if (S == 1) {
-    bn_bwd_channel_kernel<<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dgamma, dbeta);
+    if (vec) bn_bwd_channel_kernel<4><<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dgamma, dbeta);
+    else bn_bwd_channel_kernel<1><<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dgamma, dbeta);
     LAUNCH_CHECK(st, "bn_bwd_channel_kernel");
     return LAM_OK;
   }
   float *part = st->rowsum_part, *fin = part + (size_t)2 * C * S;
-  channel_part_kernel<RED_BWD><<<dim3(S, C), RED_NT, 0, st->stream>>>(r, part);
+  channel_part_launch<RED_BWD>(st, r, S, part);
   LAUNCH_CHECK(st, "channel_part_kernel<bwd>");
   bn_bwd_final_kernel<<<(C + NT - 1) / NT, NT, 0, st->stream>>>(C, S, (double)B * P, part, fin, dgamma, dbeta);
   LAUNCH_CHECK(st, "bn_bwd_final_kernel");
-  LAUNCH_ELEMENTWISE(st, bn_bwd_apply_kernel, n, P, C, x, dy, gamma, mean, invstd, fin, dx);
+  LAUNCH_ROWWISE(st, bn_bwd_apply_kernel, vec, n, P, C, x, dy, gamma, mean, invstd, fin, dx);
   return LAM_OK;
 }
 
 /* ---- dropout and elementwise helpers ---- */
 
-/* The counter is read here, on the device: a replayed graph draws the mask of the step it replays. */
+/* The counter is read here, on the device: a replayed graph draws the mask of the step it replays. The
+ * grid is capped so that each thread draws many values from the key it mixed once. */
+#define DROPOUT_BLOCKS 2048
 __global__ void dropout_mask_kernel(size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
   const uint64_t key = lam_draw_key(seed, ctr ? *ctr : 0);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -486,33 +594,54 @@ __global__ void dropout_mask_kernel(size_t n, float p, uint64_t seed, const int3
 
 lam_status cuda_dropout_mask(lam_ctx *ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
   cuda_state *st = cuda_st(ctx);
-  dropout_mask_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, seed, ctr, mask);
+  unsigned blocks = blocks_for(n);
+  dropout_mask_kernel<<<blocks < DROPOUT_BLOCKS ? blocks : DROPOUT_BLOCKS, NT, 0, st->stream>>>(n, p, seed, ctr, mask);
   LAUNCH_CHECK(st, "dropout_mask_kernel");
   return LAM_OK;
 }
 
-/* x may be y. */
+/* Thread per V values (n counts groups of V); x may be y. */
+template <int V>
 __global__ void mask_scale_kernel(size_t n, const float *x, const uint8_t *__restrict__ mask, float scale, float *y) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    y[i] = mask[i] ? x[i] * scale : 0.0f;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float v[V];
+    uint8_t k[V];
+    vload<V>(v, x, i);
+    vload_u8<V>(k, mask, i);
+#pragma unroll
+    for (int q = 0; q < V; q++) v[q] = k[q] ? v[q] * scale : 0.0f;
+    vstore<V>(y, i, v);
+  }
 }
 
 lam_status cuda_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y) {
   cuda_state *st = cuda_st(ctx);
-  mask_scale_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, x, mask, scale, y);
+  if (n % 4 == 0 && aligned16(x) && aligned16(y) && ((uintptr_t)mask & 3) == 0)
+    mask_scale_kernel<4><<<blocks_for(n / 4), NT, 0, st->stream>>>(n / 4, x, mask, scale, y);
+  else
+    mask_scale_kernel<1><<<blocks_for(n), NT, 0, st->stream>>>(n, x, mask, scale, y);
   LAUNCH_CHECK(st, "mask_scale_kernel");
   return LAM_OK;
 }
 
-/* y may be a or b. */
-__global__ void add_kernel(size_t n, const float *a, const float *b, float *y) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    y[i] = a[i] + b[i];
+/* Thread per V values; y may be a or b. */
+template <int V> __global__ void add_kernel(size_t n, const float *a, const float *b, float *y) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float u[V], v[V];
+    vload<V>(u, a, i);
+    vload<V>(v, b, i);
+#pragma unroll
+    for (int q = 0; q < V; q++) u[q] += v[q];
+    vstore<V>(y, i, u);
+  }
 }
 
 lam_status cuda_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
   cuda_state *st = cuda_st(ctx);
-  add_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, a, b, y);
+  if (n % 4 == 0 && aligned16(a) && aligned16(b) && aligned16(y))
+    add_kernel<4><<<blocks_for(n / 4), NT, 0, st->stream>>>(n / 4, a, b, y);
+  else
+    add_kernel<1><<<blocks_for(n), NT, 0, st->stream>>>(n, a, b, y);
   LAUNCH_CHECK(st, "add_kernel");
   return LAM_OK;
 }
