@@ -109,6 +109,19 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
    * dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)) with xhat = (x - mean) invstd (dx overwritten). */     \
   X(bn_bwd, (lam_ctx * ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,              \
              const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta))                       \
+  /* BatchNorm then an activation, fused: y = act(z), z = (x - mean) invstd gamma[c] + beta[c], with the statistics \
+   * and running statistics of bn_fwd (train: computed, saved and updated exactly as bn_fwd does; eval: the         \
+   * running ones) and act, alpha as act_fwd. z is never stored. y must not be x: the backward re-reads x. */       \
+  X(bn_act_fwd, (lam_ctx * ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,      \
+                 const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,          \
+                 float momentum, float eps, int train))                                                             \
+  /* Its training-mode backward: dz = dy act'(.) formed on the fly (from y for relu, leaky, tanh and sigmoid, as    \
+   * act_bwd; from z recomputed out of x, mean, invstd, gamma and beta for gelu, whose y may be NULL), then         \
+   * bn_bwd's math on dz: dgamma[c] += sum(dz xhat), dbeta[c] += sum(dz), dx = gamma invstd (dz - mean(dz) - xhat   \
+   * mean(dz xhat)) (dx overwritten; dx may be dy). dz is never stored. */                                          \
+  X(bn_act_bwd, (lam_ctx * ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,          \
+                 const float *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,    \
+                 float *dx, float *dgamma, float *dbeta))                                                           \
   /* Dropout's keep mask: mask[i] = 1 (keep) or 0 with probability p, from a counter-based hash of (seed, *ctr, i)   \
    * that the CPU and CUDA compute alike (ctr is backend memory read when the op runs, NULL reads as 0: a step     \
    * captured in a graph draws a new mask when the counter moves). */                                              \

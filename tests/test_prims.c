@@ -1288,6 +1288,298 @@ static void test_bn(void **state) {
     }
 }
 
+/* ---- BatchNorm followed by an activation (bn_act_fwd, bn_act_bwd) ---- */
+
+static void run_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
+                           const float *beta, bn_bufs *o, float momentum, float eps, int train) {
+  size_t n = (size_t)B * C * P, cb = (size_t)C * 4;
+  float *dx = dput(ctx, x, n * 4), *dg = dput(ctx, gamma, cb), *db = dput(ctx, beta, cb), *dy = dput(ctx, o->y, n * 4);
+  float *dm = train ? dput(ctx, o->mean, cb) : NULL, *di = train ? dput(ctx, o->invstd, cb) : NULL;
+  float *drm = dput(ctx, o->rm, cb), *drv = dput(ctx, o->rv, cb);
+  TU_OK(BE(ctx)->bn_act_fwd(ctx, B, C, P, act, alpha, dx, dg, db, dy, dm, di, drm, drv, momentum, eps, train));
+  dget(ctx, o->y, dy, n * 4, "bn_act_fwd y");
+  if (train) dget(ctx, o->mean, dm, cb, "bn_act_fwd mean"), dget(ctx, o->invstd, di, cb, "bn_act_fwd invstd");
+  dget(ctx, o->rm, drm, cb, "bn_act_fwd run_mean");
+  dget(ctx, o->rv, drv, cb, "bn_act_fwd run_var");
+  dfree(ctx, dx), dfree(ctx, dg), dfree(ctx, db), dfree(ctx, dy), dfree(ctx, dm), dfree(ctx, di), dfree(ctx, drm);
+  dfree(ctx, drv);
+}
+
+/* y may be NULL (gelu); dx, dgamma, dbeta are read back. */
+static void run_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
+                           const float *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,
+                           float *dx, float *dgamma, float *dbeta) {
+  size_t n = (size_t)B * C * P, cb = (size_t)C * 4;
+  float *d_x = dput(ctx, x, n * 4), *d_y = dput(ctx, y, n * 4), *d_dy = dput(ctx, dy, n * 4), *d_g = dput(ctx, gamma, cb),
+        *d_b = dput(ctx, beta, cb), *d_m = dput(ctx, mean, cb), *d_i = dput(ctx, invstd, cb);
+  float *d_dx = dput(ctx, dx, n * 4), *d_dg = dput(ctx, dgamma, cb), *d_db = dput(ctx, dbeta, cb);
+  TU_OK(BE(ctx)->bn_act_bwd(ctx, B, C, P, act, alpha, d_x, d_y, d_dy, d_g, d_b, d_m, d_i, d_dx, d_dg, d_db));
+  dget(ctx, dx, d_dx, n * 4, "bn_act_bwd dx");
+  dget(ctx, dgamma, d_dg, cb, "bn_act_bwd dgamma");
+  dget(ctx, dbeta, d_db, cb, "bn_act_bwd dbeta");
+  dfree(ctx, d_x), dfree(ctx, d_y), dfree(ctx, d_dy), dfree(ctx, d_g), dfree(ctx, d_b), dfree(ctx, d_m), dfree(ctx, d_i);
+  dfree(ctx, d_dx), dfree(ctx, d_dg), dfree(ctx, d_db);
+}
+
+/* For the finite differences: L = sum(w * y) of a training-mode bn_act_fwd, as a function of x, gamma or
+ * beta (the array check_fd moves is v, read whole through base: check_fd is called one element at a time). */
+typedef struct bn_act_fd {
+  int B, C, P, act, wrt; /* wrt 0: x, 1: gamma, 2: beta */
+  float alpha;
+  const float *x, *gamma, *beta, *w;
+} bn_act_fd;
+static void bn_act_loss(const void *a, const float *v, double *loss) {
+  const bn_act_fd *f = a;
+  size_t n = (size_t)f->B * f->C * f->P;
+  float *y = fnan(n), *m = fnan(f->C), *is = fnan(f->C), *rm = frand(f->C, 0, 1), *rv = frand(f->C, 1, 2);
+  TU_OK(BE(g_ctx)->bn_act_fwd(g_ctx, f->B, f->C, f->P, f->act, f->alpha, f->wrt == 0 ? v : f->x,
+                              f->wrt == 1 ? v : f->gamma, f->wrt == 2 ? v : f->beta, y, m, is, rm, rv, 0.1f, 1e-5f, 1));
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += (double)f->w[i] * y[i];
+  *loss = s;
+  free(y), free(m), free(is), free(rm), free(rv);
+}
+
+/* Over the shapes of test_bn and each activation: bn_act_fwd (train, eval) and bn_act_bwd against float64
+ * references, and on the backend under test against bn_fwd + act_fwd and act_bwd + bn_bwd (the same float
+ * expressions: to 1e-6 relative, in practice bit for bit; the smooth activations' backward to float
+ * rounding), the statistics and running statistics bit for bit as bn_fwd's; on the CPU the backward by
+ * central differences of bn_act_fwd; with "cuda" everything against the CPU backend. */
+static void test_bn_act(void **state) {
+  (void)state;
+  static const int acts[] = {LAM_ACT_RELU, LAM_ACT_LEAKY, LAM_ACT_GELU, LAM_ACT_TANH, LAM_ACT_SIGMOID};
+  const float momentum = 0.1f, eps = 1e-5f, alpha = 0.1f;
+  uint64_t k = 0;
+  for (size_t s = 0; s < N_BCP; s++)
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++)
+      for (int train = 1; train >= 0; train--) {
+        seed_case("bn_act", k++);
+        const int act = acts[a], B = k_bcp[s].B, C = k_bcp[s].C, P = k_bcp[s].P, gelu = act == LAM_ACT_GELU;
+        const int kink = act == LAM_ACT_RELU || act == LAM_ACT_LEAKY;
+        size_t n = (size_t)B * C * P;
+        double N = (double)B * P;
+        char what[200], geo[120];
+        snprintf(geo, sizeof geo, "%s B=%d C=%d P=%d %s", act_name(act), B, C, P, train ? "train" : "eval");
+        /* as test_bn: each channel its own offset and spread, one case far from 0 against its spread */
+        float *x = xmalloc(n * 4), *gamma = frand(C, 0.5, 1.5), *beta = frand(C, -1, 1);
+        double *off = dzero(C), *spread = dzero(C);
+        for (int c = 0; c < C; c++) {
+          off[c] = s == 7 ? 100.0 + c : U(-3, 3), spread[c] = U(0.2, 2);
+          if (tu_next(&g_r) & 1) gamma[c] = -gamma[c];
+        }
+        for (size_t i = 0; i < n; i++) x[i] = (float)(off[i / P % C] + spread[i / P % C] * fr(-1, 1));
+        float *rm0 = frand(C, -1, 1), *rv0 = frand(C, 0.5, 2);
+        bn_ref r;
+        bn_stats(B, C, P, x, &r);
+        if (!train) /* running statistics near the batch's, as after training: z in the activations' range */
+          for (int c = 0; c < C; c++)
+            rm0[c] = (float)(r.mean[c] + U(-0.5, 0.5) * sqrt(r.var[c])), rv0[c] = (float)(r.var[c] * U(0.5, 2) + 1e-3);
+        const int fd = !g_cuda && train && n <= 64 && B * P > 1;
+        if (fd && kink) /* finite differences: beta moved so that no z lies within 0.05 of the kink at 0 */
+          for (int c = 0; c < C; c++) {
+            double is = 1 / sqrt(r.var[c] + eps), b0 = beta[c];
+            for (int t = 0, ok = 0; !ok; t++) {
+              if (t > 100) fail_msg("bn_act: no beta keeps channel %d away from the kink", c);
+              beta[c] = (float)(b0 + 0.1 * ((t + 1) / 2) * (t % 2 ? 1 : -1)), ok = 1;
+              for (int b = 0; b < B; b++)
+                for (int p = 0; p < P; p++) {
+                  double z = (x[((size_t)b * C + c) * P + p] - r.mean[c]) * is * gamma[c] + beta[c];
+                  if (fabs(z) < 0.05) ok = 0;
+                }
+            }
+          }
+
+        /* ---- forward: the float64 reference ---- */
+        double *yref = dzero(n), *yscale = dzero(n), *mref = dzero(C), *mscale = dzero(C), *iref = dzero(C),
+               *rmref = dzero(C), *rmscale = dzero(C), *rvref = dzero(C), *zero = dzero(C);
+        for (int c = 0; c < C; c++) {
+          double m = train ? r.mean[c] : rm0[c], is = train ? 1 / sqrt(r.var[c] + eps) : 1 / sqrt((double)rv0[c] + eps);
+          mref[c] = r.mean[c], mscale[c] = fabs(r.mean[c]) + sqrt(r.var[c]), iref[c] = is;
+          double uv = N > 1 ? r.var[c] * N / (N - 1) : r.var[c];
+          rmref[c] = train ? (1 - momentum) * (double)rm0[c] + momentum * r.mean[c] : rm0[c];
+          rmscale[c] = train ? fabs(rmref[c]) + momentum * mscale[c] : 0;
+          rvref[c] = train ? (1 - momentum) * (double)rv0[c] + momentum * uv : rv0[c];
+          for (int b = 0; b < B; b++)
+            for (int p = 0; p < P; p++) {
+              size_t o = ((size_t)b * C + c) * P + p;
+              double xh = (x[o] - m) * is, z = xh * gamma[c] + beta[c];
+              yref[o] = act_ref(act, alpha, z);
+              /* z's float error (bn_fwd's scale, test_bn) through act'(z), plus act's own few ulps (gelu's
+               * 1 + erf cancels for negative z: of z's size, as in test_act) */
+              double zs = fabs(xh * gamma[c]) + fabs(beta[c]) + fabs(gamma[c]) * (1 + fabs(m) * is);
+              yscale[o] = fabs(act_grad_ref(act, alpha, z)) * zs + (gelu ? fabs(z) : fabs(yref[o]));
+            }
+        }
+        bn_bufs o = {fnan(n), fnan(C), fnan(C), fdup(rm0, C), fdup(rv0, C)}, oc = {0};
+        run_bn_act_fwd(g_ctx, B, C, P, act, alpha, x, gamma, beta, &o, momentum, eps, train);
+        if (g_cuda) {
+          oc = (bn_bufs){fnan(n), fnan(C), fnan(C), fdup(rm0, C), fdup(rv0, C)};
+          run_bn_act_fwd(g_cpu, B, C, P, act, alpha, x, gamma, beta, &oc, momentum, eps, train);
+        }
+        snprintf(what, sizeof what, "bn_act_fwd y %s", geo);
+        verify(what, n, o.y, yref, oc.y, yscale, 2e-6, 2e-5);
+        if (train) {
+          snprintf(what, sizeof what, "bn_act_fwd mean %s", geo);
+          verify(what, C, o.mean, mref, oc.mean, mscale, 1e-7, 1e-6);
+          snprintf(what, sizeof what, "bn_act_fwd invstd %s", geo);
+          verify(what, C, o.invstd, iref, oc.invstd, NULL, 2e-7, 1e-5);
+          snprintf(what, sizeof what, "bn_act_fwd run_mean %s", geo);
+          verify(what, C, o.rm, rmref, oc.rm, rmscale, 2e-7, 1e-6);
+          snprintf(what, sizeof what, "bn_act_fwd run_var %s", geo);
+          verify(what, C, o.rv, rvref, oc.rv, NULL, 5e-7, 2e-5);
+        } else { /* eval: the running statistics are left as they are */
+          snprintf(what, sizeof what, "bn_act_fwd run_mean %s", geo);
+          verify(what, C, o.rm, rmref, oc.rm, zero, 0.0, 0.0);
+          snprintf(what, sizeof what, "bn_act_fwd run_var %s", geo);
+          verify(what, C, o.rv, rvref, oc.rv, zero, 0.0, 0.0);
+        }
+
+        /* ---- forward: against bn_fwd + act_fwd on the same backend ---- */
+        bn_bufs ob = {fnan(n), fnan(C), fnan(C), fdup(rm0, C), fdup(rv0, C)}; /* ob.y: z */
+        run_bn_fwd(g_ctx, B, C, P, x, gamma, beta, &ob, momentum, eps, train, 0);
+        float *ycomp = fnan(n);
+        run_act(g_ctx, 0, act, alpha, n, ob.y, NULL, NULL, ycomp, 0);
+        double *w = dzero(n);
+        for (size_t i = 0; i < n; i++) w[i] = ycomp[i];
+        snprintf(what, sizeof what, "bn_act_fwd y %s [vs bn_fwd + act_fwd]", geo);
+        cmp_f(what, n, o.y, w, NULL, 1e-6);
+        /* the statistics come from bn_fwd's own code: the same bits */
+        const float *same[4][2] = {{o.mean, ob.mean}, {o.invstd, ob.invstd}, {o.rm, ob.rm}, {o.rv, ob.rv}};
+        static const char *sname[4] = {"mean", "invstd", "run_mean", "run_var"};
+        for (int q = train ? 0 : 2; q < 4; q++) {
+          for (int c = 0; c < C; c++) w[c] = same[q][1][c];
+          snprintf(what, sizeof what, "bn_act_fwd %s %s [vs bn_fwd]", sname[q], geo);
+          cmp_f(what, C, same[q][0], w, zero, 0.0);
+        }
+
+        if (train) {
+          /* ---- backward: the float64 reference, from the statistics of x (as float, as the forward saves
+           * them) and a y = act(z) rounded to float; gelu's y is not passed (NULL) ---- */
+          float *mf = xmalloc(C * 4), *isf = xmalloc(C * 4), *yin = xmalloc(n * 4), *dy = frand(n, -1, 1),
+                *dg0 = frand(C, -1, 1), *db0 = frand(C, -1, 1);
+          double *dzref = dzero(n), *dzscale = dzero(n);
+          for (int c = 0; c < C; c++) mf[c] = (float)r.mean[c], isf[c] = (float)(1 / sqrt(r.var[c] + eps));
+          for (size_t i = 0; i < n; i++) {
+            int c = (int)(i / P % C);
+            double xh = ((double)x[i] - mf[c]) * isf[c], z = xh * gamma[c] + beta[c];
+            yin[i] = (float)act_ref(act, alpha, z);
+            double yv = yin[i];
+            switch (act) { /* as test_act: from y, or from z for gelu */
+              case LAM_ACT_RELU: dzref[i] = yv > 0 ? dy[i] : 0; break;
+              case LAM_ACT_LEAKY: dzref[i] = yv > 0 ? dy[i] : (double)alpha * dy[i]; break;
+              case LAM_ACT_TANH: dzref[i] = dy[i] * (1 - yv * yv); break;
+              case LAM_ACT_SIGMOID: dzref[i] = dy[i] * yv * (1 - yv); break;
+              default: dzref[i] = dy[i] * act_grad_ref(act, alpha, z);
+            }
+            /* dz's float error: exact products for relu and leaky; 1 - y^2 and y (1 - y) of |dy| times their
+             * terms' size (test_act); gelu's of |dy| times its terms' and z's float error times gelu'' <= 0.8 */
+            dzscale[i] = kink ? fabs(dzref[i]) : fabs(dy[i]) * (fabs(dzref[i] / dy[i]) + 1);
+            if (gelu) dzscale[i] += fabs(dy[i]) * 0.8 * (fabs(xh * gamma[c]) + fabs(beta[c]));
+          }
+          double *dxref = dzero(n), *dxscale = dzero(n), *dgref = dzero(C), *dgscale = dzero(C), *dbref = dzero(C),
+                 *dbscale = dzero(C);
+          for (int c = 0; c < C; c++) { /* bn_bwd's reference (test_bn) on dz */
+            double s1 = 0, s2 = 0, a1 = 0, a2 = 0;
+            for (int b = 0; b < B; b++)
+              for (int p = 0; p < P; p++) {
+                size_t q = ((size_t)b * C + c) * P + p;
+                double xh = ((double)x[q] - mf[c]) * isf[c];
+                s1 += dzref[q], s2 += dzref[q] * xh, a1 += dzscale[q], a2 += dzscale[q] * fabs(xh);
+              }
+            dgref[c] = dg0[c] + s2, dgscale[c] = fabs(dg0[c]) + a2;
+            dbref[c] = db0[c] + s1, dbscale[c] = fabs(db0[c]) + a1;
+            double kk = (double)gamma[c] * isf[c];
+            for (int b = 0; b < B; b++)
+              for (int p = 0; p < P; p++) {
+                size_t q = ((size_t)b * C + c) * P + p;
+                double xh = ((double)x[q] - mf[c]) * isf[c];
+                dxref[q] = kk * (dzref[q] - s1 / N - xh * s2 / N);
+                dxscale[q] = fabs(kk) * (dzscale[q] + a1 / N + fabs(xh) * (1 + a2 / N) + fabs(mf[c]) * isf[c] * a2 / N);
+              }
+          }
+          const float *yarg = gelu ? NULL : yin;
+          float *dx = fnan(n), *dgg = fdup(dg0, C), *dbg = fdup(db0, C), *dxc = NULL, *dgc = NULL, *dbc = NULL;
+          run_bn_act_bwd(g_ctx, B, C, P, act, alpha, x, yarg, dy, gamma, beta, mf, isf, dx, dgg, dbg);
+          if (g_cuda) {
+            dxc = fnan(n), dgc = fdup(dg0, C), dbc = fdup(db0, C);
+            run_bn_act_bwd(g_cpu, B, C, P, act, alpha, x, yarg, dy, gamma, beta, mf, isf, dxc, dgc, dbc);
+          }
+          snprintf(what, sizeof what, "bn_act_bwd dx %s", geo);
+          verify(what, n, dx, dxref, dxc, dxscale, 1e-6, 2e-5);
+          snprintf(what, sizeof what, "bn_act_bwd dgamma %s", geo);
+          verify(what, C, dgg, dgref, dgc, dgscale, 2e-7, 1e-5);
+          snprintf(what, sizeof what, "bn_act_bwd dbeta %s", geo);
+          verify(what, C, dbg, dbref, dbc, dbscale, 2e-7, 1e-5);
+
+          /* ---- backward: against act_bwd + bn_bwd on the same backend, after the forward above (bn_act_bwd
+           * recomputes gelu's z as bn_fwd computed it); dx written over dy ---- */
+          float *dz = fnan(n), *dx2 = fdup(dy, n), *dxcomp = fnan(n), *dg2 = fdup(dg0, C), *db2 = fdup(db0, C),
+                *dgcomp = fdup(dg0, C), *dbcomp = fdup(db0, C);
+          run_act(g_ctx, 1, act, alpha, n, ob.y, ycomp, dy, dz, 0);
+          run_bn_bwd(g_ctx, B, C, P, x, dz, gamma, ob.mean, ob.invstd, dxcomp, dgcomp, dbcomp, 0);
+          {
+            size_t cb = (size_t)C * 4;
+            float *d_x = dput(g_ctx, x, n * 4), *d_y = dput(g_ctx, gelu ? NULL : o.y, n * 4),
+                  *d_dy = dput(g_ctx, dy, n * 4), *d_g = dput(g_ctx, gamma, cb), *d_b = dput(g_ctx, beta, cb),
+                  *d_m = dput(g_ctx, o.mean, cb), *d_i = dput(g_ctx, o.invstd, cb), *d_dg = dput(g_ctx, dg2, cb),
+                  *d_db = dput(g_ctx, db2, cb);
+            TU_OK(BE(g_ctx)->bn_act_bwd(g_ctx, B, C, P, act, alpha, d_x, d_y, d_dy, d_g, d_b, d_m, d_i, d_dy, d_dg,
+                                        d_db));
+            dget(g_ctx, dx2, d_dy, n * 4, "bn_act_bwd dx (over dy)");
+            dget(g_ctx, dg2, d_dg, cb, "bn_act_bwd dgamma"), dget(g_ctx, db2, d_db, cb, "bn_act_bwd dbeta");
+            dfree(g_ctx, d_x), dfree(g_ctx, d_y), dfree(g_ctx, d_dy), dfree(g_ctx, d_g), dfree(g_ctx, d_b);
+            dfree(g_ctx, d_m), dfree(g_ctx, d_i), dfree(g_ctx, d_dg), dfree(g_ctx, d_db);
+          }
+          /* relu and leaky: dz is an exact product, so the same bits (1e-6 relative); the others' dz may round
+           * apart by an ulp (the compiler contracts a * b + c * d into an fma either way), on the scale */
+          const float *pairs[3][2] = {{dx2, dxcomp}, {dg2, dgcomp}, {db2, dbcomp}};
+          const double *pscale[3] = {dxscale, dgscale, dbscale};
+          static const char *pname[3] = {"dx (over dy)", "dgamma", "dbeta"};
+          for (int q = 0; q < 3; q++) {
+            size_t m = q ? (size_t)C : n;
+            double *want = dzero(m);
+            for (size_t i = 0; i < m; i++) want[i] = pairs[q][1][i];
+            snprintf(what, sizeof what, "bn_act_bwd %s %s [vs act_bwd + bn_bwd]", pname[q], geo);
+            cmp_f(what, m, pairs[q][0], want, kink ? NULL : pscale[q], 1e-6);
+            free(want);
+          }
+
+          /* ---- backward by central differences of bn_act_fwd (CPU): d/dx, d/dgamma, d/dbeta of sum(w y)
+           * with w = dy; steps and the absolute tolerance scaled by the largest invstd |gamma| ---- */
+          if (fd) {
+            double isg = 1;
+            for (int c = 0; c < C; c++)
+              if (o.invstd[c] * fabs(gamma[c]) > isg) isg = o.invstd[c] * fabs(gamma[c]);
+            const double h = 1e-2 / isg, atol = 1e-3 * isg, rtol = 2e-3;
+            float *z = fdup(dg0, C), *zb = fdup(db0, C), *dxn = fnan(n);
+            for (int c = 0; c < C; c++) z[c] = 0, zb[c] = 0;
+            run_bn_act_bwd(g_ctx, B, C, P, act, alpha, x, o.y, dy, gamma, beta, o.mean, o.invstd, dxn, z, zb);
+            snprintf(what, sizeof what, "bn_act_bwd %s [vs central differences]", geo);
+            bn_act_fd f = {B, C, P, act, 0, alpha, x, gamma, beta, dy};
+            float *v = fdup(x, n);
+            check_fd(what, n, v, dxn, bn_act_loss, &f, h, atol, rtol);
+            free(v);
+            f.wrt = 1, v = fdup(gamma, C);
+            check_fd(what, C, v, z, bn_act_loss, &f, h, atol, rtol);
+            free(v);
+            f.wrt = 2, v = fdup(beta, C);
+            check_fd(what, C, v, zb, bn_act_loss, &f, h, atol, rtol);
+            free(v), free(z), free(zb), free(dxn);
+          }
+          free(mf), free(isf), free(yin), free(dy), free(dg0), free(db0), free(dzref), free(dzscale), free(dxref);
+          free(dxscale), free(dgref), free(dgscale), free(dbref), free(dbscale), free(dx), free(dgg), free(dbg);
+          free(dxc), free(dgc), free(dbc), free(dz), free(dx2), free(dxcomp), free(dg2), free(db2), free(dgcomp);
+          free(dbcomp);
+        }
+        free(x), free(gamma), free(beta), free(off), free(spread), free(rm0), free(rv0), free(yref), free(yscale);
+        free(mref), free(mscale), free(iref), free(rmref), free(rmscale), free(rvref), free(zero), free(ycomp), free(w);
+        free(o.y), free(o.mean), free(o.invstd), free(o.rm), free(o.rv);
+        free(oc.y), free(oc.mean), free(oc.invstd), free(oc.rm), free(oc.rv);
+        free(ob.y), free(ob.mean), free(ob.invstd), free(ob.rm), free(ob.rv);
+        bn_ref_free(&r);
+      }
+}
+
 /* ---- dropout, elementwise helpers ---- */
 
 static void run_dropout(lam_ctx *ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
@@ -1849,7 +2141,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_layout),
       cmocka_unit_test(test_dense_bias),   cmocka_unit_test(test_channel_bias),    cmocka_unit_test(test_pool),
       cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
-      cmocka_unit_test(test_bn),           cmocka_unit_test(test_dropout_mask),    cmocka_unit_test(test_elementwise),
+      cmocka_unit_test(test_bn),           cmocka_unit_test(test_bn_act),          cmocka_unit_test(test_dropout_mask),
+      cmocka_unit_test(test_elementwise),
       cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),
       cmocka_unit_test(test_gather),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
       cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null),

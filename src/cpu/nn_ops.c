@@ -1,8 +1,9 @@
 /* nn_ops.c — the CPU twins of the nn primitives beyond the CNN's first set (prims.h): per-channel bias,
- * average and global average pooling, nearest upsampling, BatchNorm, dropout and the small helpers of
- * concatenation, residual sums and per-pixel losses. The CUDA twins are in cuda/nn_ops.cu under the
- * same names. This is the tests' oracle: plain loops, reductions summed in double, OpenMP over the outer
- * loop with a static schedule (the same bits every run). */
+ * average and global average pooling, nearest upsampling, BatchNorm (alone and followed by an
+ * activation), dropout and the small helpers of concatenation, residual sums and per-pixel losses. The
+ * CUDA twins are in cuda/nn_ops.cu under the same names. This is the tests' oracle: plain loops,
+ * reductions summed in double, OpenMP over the outer loop with a static schedule (the same bits every
+ * run). */
 #include <math.h>
 #include <string.h>
 
@@ -153,7 +154,36 @@ lam_status cpu_upsample_bwd(lam_ctx *ctx, int B, int C, int H, int W, int F, con
   return LAM_OK;
 }
 
-/* ---- BatchNorm ---- */
+/* ---- BatchNorm, and BatchNorm followed by an activation ---- */
+
+/* Channel c's mean and invstd: train, those of x over b and p (saved, and the running statistics
+ * updated); else the running ones. Shared by bn_fwd and bn_act_fwd, so the two agree bit for bit. */
+static void bn_channel_stats(int B, int C, int P, int c, const float *x, float *mean, float *invstd, float *run_mean,
+                             float *run_var, float momentum, float eps, int train, float *m_out, float *is_out) {
+  const size_t N = (size_t)B * P;
+  float m, is;
+  if (train) { /* two passes in double: the mean, then the squares about it */
+    double s = 0.0, v = 0.0;
+    for (int b = 0; b < B; b++) {
+      const float *xs = x + ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) s += xs[p];
+    }
+    const double mu = s / (double)N;
+    for (int b = 0; b < B; b++) {
+      const float *xs = x + ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) v += ((double)xs[p] - mu) * ((double)xs[p] - mu);
+    }
+    const double var = v / (double)N;
+    m = (float)mu, is = (float)(1.0 / sqrt(var + (double)eps));
+    mean[c] = m, invstd[c] = is;
+    if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
+    if (run_var) /* the unbiased variance, as PyTorch (one value: the biased one, to stay finite) */
+      run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1 ? var * N / (double)(N - 1) : var);
+  } else {
+    m = run_mean[c], is = 1.0f / sqrtf(run_var[c] + eps);
+  }
+  *m_out = m, *is_out = is;
+}
 
 lam_status cpu_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
                       float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps,
@@ -161,30 +191,10 @@ lam_status cpu_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const f
   (void)ctx;
   if (train && (!mean || !invstd))
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_fwd: training needs mean and invstd to save the batch statistics in");
-  const size_t N = (size_t)B * P;
 #pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
   for (int c = 0; c < C; c++) {
     float m, is;
-    if (train) { /* two passes in double: the mean, then the squares about it */
-      double s = 0.0, v = 0.0;
-      for (int b = 0; b < B; b++) {
-        const float *xs = x + ((size_t)b * C + c) * P;
-        for (int p = 0; p < P; p++) s += xs[p];
-      }
-      const double mu = s / (double)N;
-      for (int b = 0; b < B; b++) {
-        const float *xs = x + ((size_t)b * C + c) * P;
-        for (int p = 0; p < P; p++) v += ((double)xs[p] - mu) * ((double)xs[p] - mu);
-      }
-      const double var = v / (double)N;
-      m = (float)mu, is = (float)(1.0 / sqrt(var + (double)eps));
-      mean[c] = m, invstd[c] = is;
-      if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
-      if (run_var) /* the unbiased variance, as PyTorch (one value: the biased one, to stay finite) */
-        run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1 ? var * N / (double)(N - 1) : var);
-    } else {
-      m = run_mean[c], is = 1.0f / sqrtf(run_var[c] + eps);
-    }
+    bn_channel_stats(B, C, P, c, x, mean, invstd, run_mean, run_var, momentum, eps, train, &m, &is);
     const float sc = is * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
     for (int b = 0; b < B; b++) {
       size_t o = ((size_t)b * C + c) * P;
@@ -216,6 +226,86 @@ lam_status cpu_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const f
     for (int b = 0; b < B; b++) {
       size_t o = ((size_t)b * C + c) * P;
       for (int p = 0; p < P; p++) dx[o + p] = (float)(k * ((double)dy[o + p] - mdy - ((double)x[o + p] - m) * is * mdx));
+    }
+  }
+  return LAM_OK;
+}
+
+/* The activations of act_fwd/act_bwd (cpu/nn.c), one value at a time and with the same float
+ * expressions, so bn_act_* agree bit for bit with bn_fwd + act_fwd and act_bwd + bn_bwd (but for gelu's
+ * derivative, whose a b + c d the compiler may contract into an fma either way: an ulp apart). */
+static inline float bn_act_of(int act, float alpha, float z) {
+  switch (act) {
+    case LAM_ACT_RELU: return z > 0.0f ? z : 0.0f;
+    case LAM_ACT_LEAKY: return z > 0.0f ? z : alpha * z;
+    case LAM_ACT_TANH: return tanhf(z);
+    case LAM_ACT_GELU: return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+    default: return 1.0f / (1.0f + expf(-z));
+  }
+}
+/* dz = g act'(z), from y = act(z) (relu, leaky, tanh, sigmoid) or from z (gelu). */
+static inline float bn_act_dz(int act, float alpha, float z, float y, float g) {
+  switch (act) {
+    case LAM_ACT_RELU: return y > 0.0f ? g : 0.0f;
+    case LAM_ACT_LEAKY: return y > 0.0f ? g : alpha * g;
+    case LAM_ACT_TANH: return g * (1.0f - y * y);
+    case LAM_ACT_GELU:
+      return g * (0.5f * (1.0f + erff(z * 0.70710678118654752f)) + z * expf(-0.5f * z * z) * 0.39894228040143268f);
+    default: return g * y * (1.0f - y);
+  }
+}
+
+lam_status cpu_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
+                          const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                          float momentum, float eps, int train) {
+  (void)ctx;
+  if (train && (!mean || !invstd))
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_fwd: training needs mean and invstd to save the batch statistics in");
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    float m, is;
+    bn_channel_stats(B, C, P, c, x, mean, invstd, run_mean, run_var, momentum, eps, train, &m, &is);
+    const float sc = is * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) y[o + p] = bn_act_of(act, alpha, (x[o + p] - m) * sc + bt);
+    }
+  }
+  return LAM_OK;
+}
+
+lam_status cpu_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
+                          const float *dy, const float *gamma, const float *beta, const float *mean,
+                          const float *invstd, float *dx, float *dgamma, float *dbeta) {
+  (void)ctx;
+  const double N = (double)B * P;
+  const int gelu = act == LAM_ACT_GELU; /* dz from z, recomputed as bn_act_fwd computed it; else from y */
+  if (!gelu && !y)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: relu, leaky, tanh and sigmoid read y, which is NULL");
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    const float mf = mean[c], sc = invstd[c] * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
+    const double m = mean[c], is = invstd[c];
+    double s1 = 0.0, s2 = 0.0; /* sum(dz), sum(dz xhat) */
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) {
+        float z = gelu ? (x[o + p] - mf) * sc + bt : 0.0f, yv = gelu ? 0.0f : y[o + p];
+        double g = bn_act_dz(act, alpha, z, yv, dy[o + p]);
+        s1 += g;
+        s2 += g * (((double)x[o + p] - m) * is);
+      }
+    }
+    if (dgamma) dgamma[c] += (float)s2;
+    if (dbeta) dbeta[c] += (float)s1;
+    const double mdz = s1 / N, mdx = s2 / N, k = (gamma ? gamma[c] : 1.0) * is;
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) { /* dz again: each value is read before dx's is written (dx may be dy) */
+        float z = gelu ? (x[o + p] - mf) * sc + bt : 0.0f, yv = gelu ? 0.0f : y[o + p];
+        double g = bn_act_dz(act, alpha, z, yv, dy[o + p]);
+        dx[o + p] = (float)(k * (g - mdz - ((double)x[o + p] - m) * is * mdx));
+      }
     }
   }
   return LAM_OK;

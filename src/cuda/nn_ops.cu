@@ -1,11 +1,11 @@
 /* nn_ops.cu — the CUDA twins of the primitives in cpu/nn_ops.c (prims.h): per-channel bias, average and
- * global average pooling, nearest upsampling, BatchNorm, dropout, and the helpers of concatenation,
- * residual sums and per-pixel losses. Everything is queued on the context's stream. Elementwise kernels
- * are grid-stride loops with 32-bit indices where the tensor allows (64-bit divisions cost dozens of
- * instructions). Per-channel reductions (channel_bias_bwd, bn_fwd's statistics, bn_bwd's sums) are
- * one block per channel, or S blocks per channel over ranges of samples whose sums go to the scratch
- * rowsum_part and are added up in a fixed order by a second kernel: no float atomics, so the results
- * are the same bits every run (and on every GPU: S depends on the sizes only). */
+ * global average pooling, nearest upsampling, BatchNorm (alone and followed by an activation), dropout, and
+ * the helpers of concatenation, residual sums and per-pixel losses. Everything is queued on the context's
+ * stream. Elementwise kernels are grid-stride loops with 32-bit indices where the tensor allows (64-bit
+ * divisions cost dozens of instructions). Per-channel reductions (channel_bias_bwd, bn_*fwd's statistics,
+ * bn_*bwd's sums) are one block per channel, or S blocks per channel over ranges of samples whose sums go to
+ * the scratch rowsum_part and are added up in a fixed order by a second kernel: no float atomics, so the
+ * results are the same bits every run (and on every GPU: S depends on the sizes only). */
 #include <stdint.h>
 
 #include "cuda.h"
@@ -99,28 +99,87 @@ __device__ float2 block_sum2(float a, float b) {
   return total;
 }
 
+/* The activation after a BatchNorm (bn_act_*), fixed at compile time, with leaky's slope alpha; BN_ACT_NONE
+ * is none: the plain BatchNorm (bn_fwd, bn_bwd), whose kernels these are too. The same float expressions
+ * as nn.cu's act_of and act_grad (which this file cannot share) and the CPU twins, so bn_act_* agree with
+ * bn_fwd + act_fwd and act_bwd + bn_bwd (gelu's derivative to an ulp: its a b + c d may contract either
+ * way). */
+#define BN_ACT_NONE (-1)
+template <int ACT> struct bn_act {
+  float alpha;
+  /* dz is formed from y = act(z) (relu and leaky: y > 0; tanh; sigmoid), gelu's from z */
+  static constexpr bool from_y = ACT != BN_ACT_NONE && ACT != LAM_ACT_GELU;
+  __device__ __forceinline__ float of(float z) const {
+    if constexpr (ACT == BN_ACT_NONE) return z;
+    else if constexpr (ACT == LAM_ACT_RELU) return z > 0.0f ? z : 0.0f;
+    else if constexpr (ACT == LAM_ACT_LEAKY) return z > 0.0f ? z : alpha * z;
+    else if constexpr (ACT == LAM_ACT_TANH) return tanhf(z);
+    else if constexpr (ACT == LAM_ACT_GELU) return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+    else return 1.0f / (1.0f + expf(-z));
+  }
+  /* g act'(z), from y or z as from_y says (the other is not read) */
+  __device__ __forceinline__ float dz(float z, float y, float g) const {
+    if constexpr (ACT == BN_ACT_NONE) return g;
+    else if constexpr (ACT == LAM_ACT_RELU) return y > 0.0f ? g : 0.0f;
+    else if constexpr (ACT == LAM_ACT_LEAKY) return y > 0.0f ? g : alpha * g;
+    else if constexpr (ACT == LAM_ACT_TANH) return g * (1.0f - y * y);
+    else if constexpr (ACT == LAM_ACT_GELU)
+      return g * (0.5f * (1.0f + erff(z * 0.70710678118654752f)) + z * expf(-0.5f * z * z) * 0.39894228040143268f);
+    else return g * y * (1.0f - y);
+  }
+};
+
+/* gv (dy, V values at o in units of V, channel c) becomes dz = dy act'(.): from y, or from z = (x - m)
+ * sc + bt recomputed from xv exactly as the forward computed it (sc = invstd gamma, bt = beta). */
+template <int ACT, int V>
+__device__ __forceinline__ void bn_dz(const bn_act<ACT> &act, const float (&xv)[V], float (&gv)[V], const float *y,
+                                      size_t o, float m, float sc, float bt) {
+  if constexpr (ACT != BN_ACT_NONE) {
+    float yv[V];
+    if constexpr (bn_act<ACT>::from_y) vload<V>(yv, y, o);
+#pragma unroll
+    for (int q = 0; q < V; q++) {
+      if constexpr (bn_act<ACT>::from_y) gv[q] = act.dz(0.0f, yv[q], gv[q]);
+      else gv[q] = act.dz((xv[q] - m) * sc + bt, 0.0f, gv[q]);
+    }
+  }
+}
+
 /* What a reduction sums per value of channel c: dy (channel bias); x - K and (x - K)^2 with the
  * channel's first value K as the shift (BatchNorm's statistics: shifted sums keep the variance's digits
- * when the mean is large against the spread); dy and dy xhat (BatchNorm's backward). */
+ * when the mean is large against the spread); dz and dz xhat (BatchNorm's backward, dz = dy without an
+ * activation, else bn_dz's). */
 enum { RED_SUM = 0, RED_STATS, RED_BWD };
 struct red_args {
   int B, C, P;
   const float *x, *dy;    /* x: RED_STATS, RED_BWD; dy: RED_SUM, RED_BWD */
   const float *mean, *invstd; /* RED_BWD */
+  /* RED_BWD after an activation: y (relu, leaky, tanh, sigmoid; else NULL), gamma and beta (gelu's z; may
+   * be NULL: 1 and 0), leaky's slope */
+  const float *y, *gamma, *beta;
+  float alpha;
 };
 
+/* Channel c's gamma and beta, 1 and 0 where not given. */
+__device__ __forceinline__ float gamma_of(const float *gamma, int c) { return gamma ? gamma[c] : 1.0f; }
+__device__ __forceinline__ float beta_of(const float *beta, int c) { return beta ? beta[c] : 0.0f; }
+
 /* This thread's share of the sums of channel c over the samples [b0, b1), flattened over (b, p), V
- * values at a time (V = 4: P % 4 == 0 and x, dy 16-byte aligned). */
-template <int MODE, int V> __device__ float2 thread_sums(const red_args &r, int c, int b0, int b1) {
+ * values at a time (V = 4: P % 4 == 0 and x, dy, y 16-byte aligned). */
+template <int MODE, int V, int ACT = BN_ACT_NONE>
+__device__ float2 thread_sums(const red_args &r, int c, int b0, int b1) {
   const unsigned PV = (unsigned)r.P / V, n = (unsigned)(b1 - b0) * PV;
-  float a = 0.0f, b = 0.0f, K = 0.0f, m = 0.0f, is = 0.0f;
+  const bn_act<ACT> act = {r.alpha};
+  float a = 0.0f, b = 0.0f, K = 0.0f, m = 0.0f, is = 0.0f, sc = 0.0f, bt = 0.0f;
   if (MODE == RED_STATS) K = r.x[(size_t)c * r.P];
   if (MODE == RED_BWD) m = r.mean[c], is = r.invstd[c];
+  if (MODE == RED_BWD && ACT == LAM_ACT_GELU) sc = is * gamma_of(r.gamma, c), bt = beta_of(r.beta, c);
   for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
     size_t o = ((size_t)(b0 + j / PV) * r.C + c) * PV + j % PV; /* in units of V values */
     float xv[V], gv[V];
     if (MODE != RED_SUM) vload<V>(xv, r.x, o);
     if (MODE != RED_STATS) vload<V>(gv, r.dy, o);
+    if (MODE == RED_BWD) bn_dz<ACT, V>(act, xv, gv, r.y, o, m, sc, bt);
 #pragma unroll
     for (int q = 0; q < V; q++) {
       if (MODE == RED_SUM) a += gv[q];
@@ -138,18 +197,19 @@ template <int MODE, int V> __device__ float2 thread_sums(const red_args &r, int 
 static bool red_vec(int P, const void *a, const void *b) { return P % 4 == 0 && aligned16(a) && aligned16(b); }
 
 /* Block (s, c): the sums of channel c over the s-th of S ranges of samples, to part[(c S + s) 2 + k]. */
-template <int MODE, int V> __global__ void channel_part_kernel(red_args r, float *part) {
+template <int MODE, int V, int ACT> __global__ void channel_part_kernel(red_args r, float *part) {
   const int S = gridDim.x, s = blockIdx.x, c = blockIdx.y;
   const int b0 = (int)((long long)s * r.B / S), b1 = (int)((long long)(s + 1) * r.B / S);
-  float2 t = thread_sums<MODE, V>(r, c, b0, b1);
+  float2 t = thread_sums<MODE, V, ACT>(r, c, b0, b1);
   t = block_sum2(t.x, t.y);
   if (threadIdx.x == 0) part[((size_t)c * S + s) * 2] = t.x, part[((size_t)c * S + s) * 2 + 1] = t.y;
 }
 
-template <int MODE>
+template <int MODE, int ACT = BN_ACT_NONE>
 static void channel_part_launch(cuda_state *st, const red_args &r, int S, float *part) {
-  if (red_vec(r.P, r.x, r.dy)) channel_part_kernel<MODE, 4><<<dim3(S, r.C), RED_NT, 0, st->stream>>>(r, part);
-  else channel_part_kernel<MODE, 1><<<dim3(S, r.C), RED_NT, 0, st->stream>>>(r, part);
+  if (red_vec(r.P, r.x, r.dy) && aligned16(r.y))
+    channel_part_kernel<MODE, 4, ACT><<<dim3(S, r.C), RED_NT, 0, st->stream>>>(r, part);
+  else channel_part_kernel<MODE, 1, ACT><<<dim3(S, r.C), RED_NT, 0, st->stream>>>(r, part);
 }
 
 /* Channel c's S partial sums, in order, in double. */
@@ -199,7 +259,7 @@ lam_status cuda_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float 
   cuda_state *st = cuda_st(ctx);
   if (B <= 0 || C <= 0 || P <= 0) return LAM_OK;
   LAM_TRY(check_channel_size("channel_bias_bwd", B, P));
-  red_args r = {B, C, P, NULL, dy, NULL, NULL};
+  red_args r = {B, C, P, NULL, dy, NULL, NULL, NULL, NULL, NULL, 0.0f};
   int S = channel_splits(B, C, P, 2, 0);
   if (S == 1) {
     if (red_vec(P, dy, NULL)) channel_sum_kernel<4><<<C, RED_NT, 0, st->stream>>>(r, db);
@@ -400,7 +460,8 @@ lam_status cuda_upsample_bwd(lam_ctx *ctx, int B, int C, int H, int W, int F, co
   return LAM_OK;
 }
 
-/* ---- BatchNorm ---- */
+/* ---- BatchNorm, alone (bn_fwd, bn_bwd) or followed by an activation (bn_act_fwd, bn_act_bwd): the same
+ * kernels, with the activation a template argument (BN_ACT_NONE for the plain ones) ---- */
 
 /* From channel c's shifted sums over N values (a = sum(x - K), b = sum((x - K)^2)): the mean and
  * invstd, saved, and the running statistics updated as PyTorch does (unbiased variance). */
@@ -415,11 +476,12 @@ __device__ inline void bn_finish(int c, double a, double b, double N, float K, f
   *m_out = m, *is_out = is;
 }
 
-/* One block per channel (blockIdx.x): its statistics, then y over the channel. x and y may be one
- * buffer (each value is read, then written, by the same thread): no __restrict__, no __ldg. */
-template <int V>
-__global__ void bn_fwd_channel_kernel(red_args r, const float *gamma, const float *beta, float *y, float *mean,
-                                      float *invstd, float *run_mean, float *run_var, float momentum, float eps) {
+/* One block per channel (blockIdx.x): its statistics, then y = act(z) over the channel. For bn_fwd x and
+ * y may be one buffer (each value is read, then written, by the same thread): no __restrict__, no __ldg. */
+template <int V, int ACT>
+__global__ void bn_fwd_channel_kernel(red_args r, bn_act<ACT> act, const float *gamma, const float *beta, float *y,
+                                      float *mean, float *invstd, float *run_mean, float *run_var, float momentum,
+                                      float eps) {
   __shared__ float sm, sis;
   const int c = blockIdx.x;
   float2 t = thread_sums<RED_STATS, V>(r, c, 0, r.B);
@@ -431,14 +493,14 @@ __global__ void bn_fwd_channel_kernel(red_args r, const float *gamma, const floa
     sm = m, sis = is;
   }
   __syncthreads();
-  const float m = sm, sc = sis * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
+  const float m = sm, sc = sis * gamma_of(gamma, c), bt = beta_of(beta, c);
   const unsigned PV = (unsigned)r.P / V, n = (unsigned)r.B * PV;
   for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
     size_t o = ((size_t)(j / PV) * r.C + c) * PV + j % PV;
     float v[V];
     vload<V>(v, r.x, o);
 #pragma unroll
-    for (int q = 0; q < V; q++) v[q] = (v[q] - m) * sc + bt;
+    for (int q = 0; q < V; q++) v[q] = act.of((v[q] - m) * sc + bt);
     vstore<V>(y, o, v);
   }
 }
@@ -454,43 +516,47 @@ __global__ void bn_stats_final_kernel(int C, int S, double N, const float *x, in
   bn_finish(c, a, b, N, x[(size_t)c * P], eps, momentum, mean, invstd, run_mean, run_var, &m, &is);
 }
 
-/* Thread per V values: y = (x - mean) invstd gamma + beta, from the saved statistics (train) or the
- * running ones (eval: invstd as the CPU twin, 1 / sqrtf, correctly rounded on both). x may be y. */
-template <typename I, int V>
-__global__ void bn_apply_kernel(I n, I PV, I C, const float *x, const float *gamma, const float *beta, float *y,
-                                const float *mean, const float *invstd, const float *run_mean, const float *run_var,
-                                float eps, int train) {
+/* Thread per V values: y = act((x - mean) invstd gamma + beta), from the saved statistics (train) or the
+ * running ones (eval: invstd as the CPU twin, 1 / sqrtf, correctly rounded on both). x may be y
+ * (bn_fwd). ACT is deduced from act (LAUNCH_ROWWISE gives I and V). */
+template <typename I, int V, int ACT>
+__global__ void bn_apply_kernel(I n, I PV, I C, bn_act<ACT> act, const float *x, const float *gamma, const float *beta,
+                                float *y, const float *mean, const float *invstd, const float *run_mean,
+                                const float *run_var, float eps, int train) {
   GRID_STRIDE(I, i, n) {
     I c = i / PV % C;
     float m = train ? mean[c] : run_mean[c], is = train ? invstd[c] : 1.0f / sqrtf(run_var[c] + eps);
-    float sc = is * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f, v[V];
+    float sc = is * gamma_of(gamma, c), bt = beta_of(beta, c), v[V];
     vload<V>(v, x, i);
 #pragma unroll
-    for (int q = 0; q < V; q++) v[q] = (v[q] - m) * sc + bt;
+    for (int q = 0; q < V; q++) v[q] = act.of((v[q] - m) * sc + bt);
     vstore<V>(y, i, v);
   }
 }
 
-lam_status cuda_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
-                       float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps,
-                       int train) {
-  cuda_state *st = cuda_st(ctx);
+/* bn_fwd and bn_act_fwd: train: one block per channel (S = 1: statistics and y in one kernel, the second
+ * read of the channel mostly from L2), or S blocks per channel (channel_part_kernel, bn_stats_final_kernel)
+ * and then bn_apply_kernel; eval: bn_apply_kernel alone. */
+template <int ACT>
+static lam_status bn_fwd_run(cuda_state *st, const char *what, int B, int C, int P, bn_act<ACT> act, const float *x,
+                             const float *gamma, const float *beta, float *y, float *mean, float *invstd,
+                             float *run_mean, float *run_var, float momentum, float eps, int train) {
   size_t n = (size_t)B * C * P;
   if (!n) return LAM_OK;
   const bool vec = P % 4 == 0 && aligned16(x) && aligned16(y);
   if (train) {
     if (!mean || !invstd)
-      return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_fwd: training needs mean and invstd to save the batch statistics in");
-    LAM_TRY(check_channel_size("bn_fwd", B, P));
-    red_args r = {B, C, P, x, NULL, NULL, NULL};
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: training needs mean and invstd to save the batch statistics in", what);
+    LAM_TRY(check_channel_size(what, B, P));
+    red_args r = {B, C, P, x, NULL, NULL, NULL, NULL, NULL, NULL, 0.0f};
     int S = channel_splits(B, C, P, 2, 0);
     if (S == 1) {
       if (vec)
-        bn_fwd_channel_kernel<4><<<C, RED_NT, 0, st->stream>>>(r, gamma, beta, y, mean, invstd, run_mean, run_var,
-                                                               momentum, eps);
+        bn_fwd_channel_kernel<4, ACT><<<C, RED_NT, 0, st->stream>>>(r, act, gamma, beta, y, mean, invstd, run_mean,
+                                                                    run_var, momentum, eps);
       else
-        bn_fwd_channel_kernel<1><<<C, RED_NT, 0, st->stream>>>(r, gamma, beta, y, mean, invstd, run_mean, run_var,
-                                                               momentum, eps);
+        bn_fwd_channel_kernel<1, ACT><<<C, RED_NT, 0, st->stream>>>(r, act, gamma, beta, y, mean, invstd, run_mean,
+                                                                    run_var, momentum, eps);
       LAUNCH_CHECK(st, "bn_fwd_channel_kernel");
       return LAM_OK;
     }
@@ -500,16 +566,41 @@ lam_status cuda_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const 
                                                                     momentum, mean, invstd, run_mean, run_var);
     LAUNCH_CHECK(st, "bn_stats_final_kernel");
   }
-  LAUNCH_ROWWISE(st, bn_apply_kernel, vec, n, P, C, x, gamma, beta, y, mean, invstd, run_mean, run_var, eps, train);
+  LAUNCH_ROWWISE(st, bn_apply_kernel, vec, n, P, C, act, x, gamma, beta, y, mean, invstd, run_mean, run_var, eps, train);
   return LAM_OK;
 }
 
-/* One block per channel: sum(dy) and sum(dy xhat), the parameter gradients, then dx over the channel
+lam_status cuda_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
+                       float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps,
+                       int train) {
+  return bn_fwd_run(cuda_st(ctx), "bn_fwd", B, C, P, bn_act<BN_ACT_NONE>{0.0f}, x, gamma, beta, y, mean, invstd,
+                    run_mean, run_var, momentum, eps, train);
+}
+
+lam_status cuda_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
+                           const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                           float momentum, float eps, int train) {
+  cuda_state *st = cuda_st(ctx);
+#define BN_ACT_FWD(A)                                                                                              \
+  bn_fwd_run(st, "bn_act_fwd", B, C, P, bn_act<A>{alpha}, x, gamma, beta, y, mean, invstd, run_mean, run_var, momentum, \
+             eps, train)
+  switch (act) { /* as act_fwd: any other value is the sigmoid */
+    case LAM_ACT_RELU: return BN_ACT_FWD(LAM_ACT_RELU);
+    case LAM_ACT_LEAKY: return BN_ACT_FWD(LAM_ACT_LEAKY);
+    case LAM_ACT_TANH: return BN_ACT_FWD(LAM_ACT_TANH);
+    case LAM_ACT_GELU: return BN_ACT_FWD(LAM_ACT_GELU);
+    default: return BN_ACT_FWD(LAM_ACT_SIGMOID);
+  }
+#undef BN_ACT_FWD
+}
+
+/* One block per channel: sum(dz) and sum(dz xhat), the parameter gradients, then dx over the channel
  * (dx may be dy: each value is read, then written, by the same thread). */
-template <int V> __global__ void bn_bwd_channel_kernel(red_args r, const float *gamma, float *dx, float *dgamma, float *dbeta) {
+template <int V, int ACT>
+__global__ void bn_bwd_channel_kernel(red_args r, const float *gamma, float *dx, float *dgamma, float *dbeta) {
   __shared__ float s_mdy, s_mdx;
   const int c = blockIdx.x;
-  float2 t = thread_sums<RED_BWD, V>(r, c, 0, r.B);
+  float2 t = thread_sums<RED_BWD, V, ACT>(r, c, 0, r.B);
   t = block_sum2(t.x, t.y);
   const float N = (float)((double)r.B * r.P);
   if (threadIdx.x == 0) {
@@ -518,20 +609,24 @@ template <int V> __global__ void bn_bwd_channel_kernel(red_args r, const float *
     s_mdy = t.x / N, s_mdx = t.y / N;
   }
   __syncthreads();
-  const float m = r.mean[c], is = r.invstd[c], k = (gamma ? gamma[c] : 1.0f) * is, mdy = s_mdy, mdx = s_mdx;
+  const bn_act<ACT> act = {r.alpha};
+  const float m = r.mean[c], is = r.invstd[c], k = gamma_of(gamma, c) * is, mdy = s_mdy, mdx = s_mdx;
+  const float sc = ACT == LAM_ACT_GELU ? is * gamma_of(gamma, c) : 0.0f; /* gelu's z, as the forward */
+  const float bt = ACT == LAM_ACT_GELU ? beta_of(r.beta, c) : 0.0f;
   const unsigned PV = (unsigned)r.P / V, n = (unsigned)r.B * PV;
   for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
     size_t o = ((size_t)(j / PV) * r.C + c) * PV + j % PV;
     float xv[V], gv[V];
     vload<V>(xv, r.x, o);
     vload<V>(gv, r.dy, o);
+    bn_dz<ACT, V>(act, xv, gv, r.y, o, m, sc, bt);
 #pragma unroll
     for (int q = 0; q < V; q++) gv[q] = k * (gv[q] - mdy - (xv[q] - m) * is * mdx);
     vstore<V>(dx, o, gv);
   }
 }
 
-/* Thread per channel: the S blocks' sums in order; the gradients, and mean(dy), mean(dy xhat) to fin. */
+/* Thread per channel: the S blocks' sums in order; the gradients, and mean(dz), mean(dz xhat) to fin. */
 __global__ void bn_bwd_final_kernel(int C, int S, double N, const float *part, float *fin, float *dgamma, float *dbeta) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
@@ -542,43 +637,74 @@ __global__ void bn_bwd_final_kernel(int C, int S, double N, const float *part, f
   fin[2 * c] = (float)(a / N), fin[2 * c + 1] = (float)(b / N);
 }
 
-template <typename I, int V>
-__global__ void bn_bwd_apply_kernel(I n, I PV, I C, const float *x, const float *dy, const float *gamma, const float *mean,
-                                    const float *invstd, const float *fin, float *dx) {
+/* Thread per V values: dz again, then dx (dx may be dy). ACT is deduced from act. */
+template <typename I, int V, int ACT>
+__global__ void bn_bwd_apply_kernel(I n, I PV, I C, bn_act<ACT> act, const float *x, const float *y, const float *dy,
+                                    const float *gamma, const float *beta, const float *mean, const float *invstd,
+                                    const float *fin, float *dx) {
   GRID_STRIDE(I, i, n) {
     I c = i / PV % C;
-    float m = mean[c], is = invstd[c], k = (gamma ? gamma[c] : 1.0f) * is, mdy = fin[2 * c], mdx = fin[2 * c + 1];
+    float m = mean[c], is = invstd[c], k = gamma_of(gamma, c) * is, mdy = fin[2 * c], mdx = fin[2 * c + 1];
+    float sc = ACT == LAM_ACT_GELU ? k : 0.0f, bt = ACT == LAM_ACT_GELU ? beta_of(beta, c) : 0.0f;
     float xv[V], gv[V];
     vload<V>(xv, x, i);
     vload<V>(gv, dy, i);
+    bn_dz<ACT, V>(act, xv, gv, y, i, m, sc, bt);
 #pragma unroll
     for (int q = 0; q < V; q++) gv[q] = k * (gv[q] - mdy - (xv[q] - m) * is * mdx);
     vstore<V>(dx, i, gv);
   }
 }
 
-lam_status cuda_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
-                       const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta) {
-  cuda_state *st = cuda_st(ctx);
+/* bn_bwd and bn_act_bwd: one block per channel (S = 1: sums and dx in one kernel), or S blocks per
+ * channel (channel_part_kernel, bn_bwd_final_kernel) and then bn_bwd_apply_kernel. */
+template <int ACT>
+static lam_status bn_bwd_run(cuda_state *st, const char *what, int B, int C, int P, bn_act<ACT> act, const float *x,
+                             const float *y, const float *dy, const float *gamma, const float *beta, const float *mean,
+                             const float *invstd, float *dx, float *dgamma, float *dbeta) {
   size_t n = (size_t)B * C * P;
   if (!n) return LAM_OK;
-  LAM_TRY(check_channel_size("bn_bwd", B, P));
-  const bool vec = red_vec(P, x, dy) && aligned16(dx);
-  red_args r = {B, C, P, x, dy, mean, invstd};
+  LAM_TRY(check_channel_size(what, B, P));
+  if (!bn_act<ACT>::from_y) y = NULL; /* not read */
+  else if (!y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: relu, leaky, tanh and sigmoid read y, which is NULL", what);
+  const bool vec = red_vec(P, x, dy) && aligned16(y) && aligned16(dx);
+  red_args r = {B, C, P, x, dy, mean, invstd, y, gamma, beta, act.alpha};
   int S = channel_splits(B, C, P, 2, 2); /* 2 partials a block, and the two means a channel */
   if (S == 1) {
-    if (vec) bn_bwd_channel_kernel<4><<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dgamma, dbeta);
-    else bn_bwd_channel_kernel<1><<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dgamma, dbeta);
+    if (vec) bn_bwd_channel_kernel<4, ACT><<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dgamma, dbeta);
+    else bn_bwd_channel_kernel<1, ACT><<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dgamma, dbeta);
     LAUNCH_CHECK(st, "bn_bwd_channel_kernel");
     return LAM_OK;
   }
   float *part = st->rowsum_part, *fin = part + (size_t)2 * C * S;
-  channel_part_launch<RED_BWD>(st, r, S, part);
+  channel_part_launch<RED_BWD, ACT>(st, r, S, part);
   LAUNCH_CHECK(st, "channel_part_kernel<bwd>");
   bn_bwd_final_kernel<<<(C + NT - 1) / NT, NT, 0, st->stream>>>(C, S, (double)B * P, part, fin, dgamma, dbeta);
   LAUNCH_CHECK(st, "bn_bwd_final_kernel");
-  LAUNCH_ROWWISE(st, bn_bwd_apply_kernel, vec, n, P, C, x, dy, gamma, mean, invstd, fin, dx);
+  LAUNCH_ROWWISE(st, bn_bwd_apply_kernel, vec, n, P, C, act, x, y, dy, gamma, beta, mean, invstd, fin, dx);
   return LAM_OK;
+}
+
+lam_status cuda_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
+                       const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta) {
+  return bn_bwd_run(cuda_st(ctx), "bn_bwd", B, C, P, bn_act<BN_ACT_NONE>{0.0f}, x, NULL, dy, gamma, NULL, mean, invstd,
+                    dx, dgamma, dbeta);
+}
+
+lam_status cuda_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
+                           const float *dy, const float *gamma, const float *beta, const float *mean,
+                           const float *invstd, float *dx, float *dgamma, float *dbeta) {
+  cuda_state *st = cuda_st(ctx);
+#define BN_ACT_BWD(A) \
+  bn_bwd_run(st, "bn_act_bwd", B, C, P, bn_act<A>{alpha}, x, y, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta)
+  switch (act) { /* as act_bwd: any other value is the sigmoid */
+    case LAM_ACT_RELU: return BN_ACT_BWD(LAM_ACT_RELU);
+    case LAM_ACT_LEAKY: return BN_ACT_BWD(LAM_ACT_LEAKY);
+    case LAM_ACT_TANH: return BN_ACT_BWD(LAM_ACT_TANH);
+    case LAM_ACT_GELU: return BN_ACT_BWD(LAM_ACT_GELU);
+    default: return BN_ACT_BWD(LAM_ACT_SIGMOID);
+  }
+#undef BN_ACT_BWD
 }
 
 /* ---- dropout and elementwise helpers ---- */

@@ -22,10 +22,26 @@ static int readers(const lam_model *m, int t, int *last) {
   return r;
 }
 
+static int is_act(const nn_op *op) {
+  return op == &nn_op_relu || op == &nn_op_leakyrelu || op == &nn_op_gelu || op == &nn_op_tanh || op == &nn_op_sigmoid;
+}
+
 /* Fuses conv -> relu -> maxpool (windows that do not overlap) into the conv node, unless LAMINA_FUSE=0;
- * at the model's input with few taps as a direct convolution where the backend prefers it. */
+ * at the model's input with few taps as a direct convolution where the backend prefers it. Then
+ * BatchNorm -> activation where the BatchNorm's output has that one reader: its output is never stored. */
 static void fuse(lam_model *m) {
   if (!m->fuse) return;
+  for (int i = 0; i + 1 < m->nnodes; i++) {
+    nn_node *bn = &m->node[i];
+    int r;
+    if (bn->op != &nn_op_bn || readers(m, bn->out, &r) != 1 || !is_act(m->node[r].op) || bn->out == m->output) continue;
+    nn_node *act = &m->node[r];
+    bn->fuse = NN_FUSE_ACT;
+    bn->pool = r;
+    act->absorbed = 1;
+    act->fused_by = i;
+    m->tensor[bn->out].fused_away = 1;
+  }
   for (int i = 0; i + 2 < m->nnodes; i++) {
     nn_node *c = &m->node[i];
     if (c->op != &nn_op_conv || c->absorbed) continue;
@@ -95,6 +111,11 @@ lam_status nn_forward(lam_model *m, int B, int train) {
   for (int i = 0; i < m->nnodes; i++) {
     nn_node *n = &m->node[i];
     if (n->absorbed) continue;
+    if (n->fuse == NN_FUSE_ACT) {
+      LAM_TRY(nn_bn_act_fwd(m, n, B, train));
+      NN_PROF(m, "bn_act.fwd", i + 1);
+      continue;
+    }
     if (n->fuse) {
       LAM_TRY(nn_conv_block_fwd(m, n, B));
       continue; /* each part marked itself */
@@ -127,7 +148,10 @@ lam_status nn_backward(lam_model *m, int B) {
     int any = n->nw + n->nb > 0;
     for (int j = 0; j < n->nin; j++) any |= m->tensor[n->in[j]].need_grad;
     if (!any) continue;
-    if (n->fuse) {
+    if (n->fuse == NN_FUSE_ACT) {
+      LAM_TRY(nn_bn_act_bwd(m, n, B));
+      NN_PROF(m, "bn_act.bwd", i + 1);
+    } else if (n->fuse) {
       LAM_TRY(nn_conv_block_bwd(m, n, B));
     } else {
       LAM_TRY(n->op->bwd(m, n, B));

@@ -58,9 +58,9 @@ enum {
   NN_OWN_MARKS = 16, /* marks its parts for the profiler itself */
 };
 
-/* How a conv runs: on its own, or with the relu and maxpool after it (fused after the GEMM, or as a
- * direct convolution at the model's input). */
-enum { NN_FUSE_NONE = 0, NN_FUSE_POOL, NN_FUSE_DIRECT };
+/* How a node runs: on its own; a conv with the relu and maxpool after it (fused after the GEMM, or as a
+ * direct convolution at the model's input); a BatchNorm with the activation after it. */
+enum { NN_FUSE_NONE = 0, NN_FUSE_POOL, NN_FUSE_DIRECT, NN_FUSE_ACT };
 
 typedef struct nn_node {
   const nn_op *op;
@@ -77,7 +77,8 @@ typedef struct nn_node {
   int accum[NN_MAX_IN]; /* the gradient of input i is added: a later reader wrote it first */
   /* fusion */
   int fuse;      /* NN_FUSE_* (conv) */
-  int pool;      /* the maxpool node a fused conv runs (its output and argmax are the block's) */
+  int pool;      /* the maxpool node a fused conv runs (its output and argmax are the block's); the activation
+                  * node a fused BatchNorm runs (its output is the pair's) */
   int absorbed;  /* run by another node's fused step (fused_by): skipped */
   int fused_by;
   const uint8_t *fixed_mask; /* dropout: a mask given by a test instead of drawn (lam_model_set_dropout_mask) */
@@ -178,9 +179,12 @@ extern const nn_op nn_op_conv, nn_op_convt, nn_op_dense, nn_op_maxpool, nn_op_av
     nn_op_relu, nn_op_tanh, nn_op_sigmoid, nn_op_gelu, nn_op_leakyrelu, nn_op_flatten, nn_op_bn, nn_op_dropout,
     nn_op_add, nn_op_concat;
 const nn_op *nn_op_find(const char *name, int len);
-/* The conv's fused block (ops/conv.c), run by the conv node when n->fuse is set. */
+/* The fused steps, run by the node whose fuse is set: the conv's block (ops/conv.c), BatchNorm with its
+ * activation (ops/norm.c). */
 lam_status nn_conv_block_fwd(lam_model *m, nn_node *n, int B);
 lam_status nn_conv_block_bwd(lam_model *m, nn_node *n, int B);
+lam_status nn_bn_act_fwd(lam_model *m, nn_node *n, int B, int train);
+lam_status nn_bn_act_bwd(lam_model *m, nn_node *n, int B);
 
 /* Builds the graph from the spec (spec.c): nodes, tensors, shapes, parameter and state offsets. */
 lam_status nn_parse_spec(lam_model *m, const char *spec);

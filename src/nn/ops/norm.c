@@ -42,6 +42,28 @@ static lam_status bn_bwd(lam_model *m, nn_node *n, int B) {
   return m->ctx->be->bn_bwd(m->ctx, B, x->c, x->h * x->w, x->data, nn_out(m, n)->grad, m->params + n->w_off, mean,
                             invstd, din ? din : m->scratch, m->grads + n->w_off, m->grads + n->b_off);
 }
+/* With the activation after it (the graph's fusion pass): y = act(bn(x)) in one pass, the BatchNorm's own
+ * output never stored; backward recomputes what it needs from x and y. */
+lam_status nn_bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const nn_node *act = &m->node[n->pool];
+  float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
+  return m->ctx->be->bn_act_fwd(m->ctx, B, x->c, x->h * x->w, act->act, act->alpha, x->data, m->params + n->w_off,
+                                m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run, run + x->c, n->momentum,
+                                n->eps, train);
+}
+
+lam_status nn_bn_act_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const nn_node *act = &m->node[n->pool];
+  const nn_tensor *y = nn_out(m, act);
+  const float *mean = n->aux, *invstd = mean + x->c;
+  float *din = nn_din(m, n, 0);
+  return m->ctx->be->bn_act_bwd(m->ctx, B, x->c, x->h * x->w, act->act, act->alpha, x->data, y->data, y->grad,
+                                m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch,
+                                m->grads + n->w_off, m->grads + n->b_off);
+}
+
 static size_t bn_aux(const lam_model *m, const nn_node *n, int B) {
   (void)B;
   return 2 * (size_t)m->tensor[n->in[0]].c * sizeof(float);
