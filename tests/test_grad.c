@@ -128,6 +128,59 @@ static fd_verdict fd_check(lam_model *m, float *p, size_t n, size_t i, double h,
   return FD_FAIL;
 }
 
+/* The parameter's name from the float64 interpreter's net, or its index where there is none. */
+static void param_name(const nu_net *net, size_t i, char *nm, size_t size) {
+  if (net) nu_param_name(net, i, nm, size);
+  else snprintf(nm, size, "parameter %zu", i);
+}
+
+/* Every parameter's gradient g[i] against the loss's differences (fd_check at h, then at h/4), counted
+ * into *st; the parameters p are restored. */
+static void fd_params(lam_model *m, const char *what, const nu_net *net, float *p, const float *g, size_t n, int B,
+                      const float *x, const uint8_t *y, double L0, gc_stats *st) {
+  char nm[160];
+  for (size_t i = 0; i < n; i++) {
+    const double gi = g[i];
+    if (!isfinite(gi)) {
+      param_name(net, i, nm, sizeof nm);
+      print_error("%s: %s: gradient %g is not finite\n", what, nm, gi);
+      st->bad++;
+      continue;
+    }
+    fd_result r1, r2;
+    fd_verdict v1 = fd_check(m, p, n, i, FD_H, L0, gi, B, x, y, &r1);
+    if (v1 == FD_PASS) {
+      if (r1.err / r1.tol > st->worst_rel) st->worst_rel = r1.err / r1.tol;
+      continue;
+    }
+    if (v1 == FD_KINK_OK) {
+      st->kinks++;
+      continue;
+    }
+    /* Kinks on both sides within h (the first conv of a relu/max-pool net moves hundreds of pre-activations
+     * at once) can also make the one-sided differences agree on a wrong slope: look again closer, at h/4,
+     * with tolerances 4x wider for the noise. */
+    fd_verdict v2 = fd_check(m, p, n, i, FD_H / 4, L0, gi, B, x, y, &r2);
+    if (v2 == FD_PASS || v2 == FD_KINK_OK) {
+      st->retried++;
+      continue;
+    }
+    param_name(net, i, nm, sizeof nm);
+    if (v1 == FD_FAIL && v2 == FD_FAIL) {
+      if (st->bad < 5)
+        print_error("%s: %s: grad %.7g, finite difference %.7g (one-sided %.7g, %.7g), err %.3g > tol %.3g; "
+                    "at h/4: %.7g (%.7g, %.7g)\n",
+                    what, nm, gi, r1.fd, r1.fdm, r1.fdp, r1.err, r1.tol, r2.fd, r2.fdm, r2.fdp);
+      st->bad++;
+    } else {
+      st->skipped++;
+      print_message("  %s: %s skipped (kinks on both sides?): grad %.6g; h: central %.6g, one-sided %+.6g / %+.6g; "
+                    "h/4: %.6g, %+.6g / %+.6g\n",
+                    what, nm, gi, r1.fd, r1.fdm, r1.fdp, r2.fd, r2.fdm, r2.fdp);
+    }
+  }
+}
+
 static gc_stats grad_check(const gc_case *gc, uint64_t id) {
   const uint64_t seed = tu_case_seed(0x67ad + id);
   char what[256];
@@ -156,47 +209,7 @@ static gc_stats grad_check(const gc_case *gc, uint64_t id) {
   TU_OK(lam_model_grads_get(m, g, n));
 
   gc_stats st = {n, 0, 0, 0, 0, 0.0};
-  char nm[160];
-  for (size_t i = 0; i < n; i++) {
-    const double gi = g[i];
-    if (!isfinite(gi)) {
-      nu_param_name(&net, i, nm, sizeof nm);
-      print_error("%s: %s: gradient %g is not finite\n", what, nm, gi);
-      st.bad++;
-      continue;
-    }
-    fd_result r1, r2;
-    fd_verdict v1 = fd_check(m, p, n, i, FD_H, L0, gi, B, x, y, &r1);
-    if (v1 == FD_PASS) {
-      if (r1.err / r1.tol > st.worst_rel) st.worst_rel = r1.err / r1.tol;
-      continue;
-    }
-    if (v1 == FD_KINK_OK) {
-      st.kinks++;
-      continue;
-    }
-    /* Kinks on both sides within h (the first conv of a relu/max-pool net moves hundreds of pre-activations
-     * at once) can also make the one-sided differences agree on a wrong slope: look again closer, at h/4,
-     * with tolerances 4x wider for the noise. */
-    fd_verdict v2 = fd_check(m, p, n, i, FD_H / 4, L0, gi, B, x, y, &r2);
-    if (v2 == FD_PASS || v2 == FD_KINK_OK) {
-      st.retried++;
-      continue;
-    }
-    nu_param_name(&net, i, nm, sizeof nm);
-    if (v1 == FD_FAIL && v2 == FD_FAIL) {
-      if (st.bad < 5)
-        print_error("%s: %s: grad %.7g, finite difference %.7g (one-sided %.7g, %.7g), err %.3g > tol %.3g; "
-                    "at h/4: %.7g (%.7g, %.7g)\n",
-                    what, nm, gi, r1.fd, r1.fdm, r1.fdp, r1.err, r1.tol, r2.fd, r2.fdm, r2.fdp);
-      st.bad++;
-    } else {
-      st.skipped++;
-      print_message("  %s: %s skipped (kinks on both sides?): grad %.6g; h: central %.6g, one-sided %+.6g / %+.6g; "
-                    "h/4: %.6g, %+.6g / %+.6g\n",
-                    what, nm, gi, r1.fd, r1.fdm, r1.fdp, r2.fd, r2.fdm, r2.fdp);
-    }
-  }
+  fd_params(m, what, &net, p, g, n, B, x, y, L0, &st);
   print_message("  %-72s %4zu params, kinks %zu, at h/4 %zu, skipped %zu, worst err/tol %.2f  (%s)\n", gc->spec, n,
                 st.kinks, st.retried, st.skipped, st.worst_rel, gc->why);
   if (st.bad) fail_msg("%s: %zu of %zu gradients disagree with the finite differences", what, st.bad, n);
@@ -270,35 +283,7 @@ static gc_stats graph_grad_check(lam_ctx *ctx, const gc_case *gc, uint64_t id) {
   tu_fill_nan(g, n);
   TU_OK(lam_model_grads_get(m, g, n));
   gc_stats st = {n, 0, 0, 0, 0, 0.0};
-  for (size_t i = 0; i < n; i++) {
-    const double gi = g[i];
-    fd_result r1, r2;
-    if (!isfinite(gi)) {
-      print_error("%s: parameter %zu: gradient %g is not finite\n", what, i, gi);
-      st.bad++;
-      continue;
-    }
-    fd_verdict v1 = fd_check(m, p, n, i, FD_H, L0, gi, gc->batch, x, y, &r1);
-    if (v1 == FD_PASS) {
-      if (r1.err / r1.tol > st.worst_rel) st.worst_rel = r1.err / r1.tol;
-      continue;
-    }
-    if (v1 == FD_KINK_OK) {
-      st.kinks++;
-      continue;
-    }
-    fd_verdict v2 = fd_check(m, p, n, i, FD_H / 4, L0, gi, gc->batch, x, y, &r2);
-    if (v2 == FD_PASS || v2 == FD_KINK_OK) {
-      st.retried++;
-    } else if (v1 == FD_FAIL && v2 == FD_FAIL) {
-      if (st.bad < 5)
-        print_error("%s: parameter %zu: grad %.7g, finite difference %.7g (one-sided %.7g, %.7g), err %.3g > tol %.3g\n",
-                    what, i, gi, r1.fd, r1.fdm, r1.fdp, r1.err, r1.tol);
-      st.bad++;
-    } else {
-      st.skipped++;
-    }
-  }
+  fd_params(m, what, NULL, p, g, n, gc->batch, x, y, L0, &st);
   print_message("  %-72s %4zu params, kinks %zu, at h/4 %zu, skipped %zu, worst err/tol %.2f  (%s)\n", gc->spec, n,
                 st.kinks, st.retried, st.skipped, st.worst_rel, gc->why);
   if (st.bad) fail_msg("%s: %zu of %zu gradients disagree with the finite differences", what, st.bad, n);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "../act.h"
 #include "../half.h"
 
 /* Below this many values a loop runs on one thread: starting a team costs more than it saves, and
@@ -229,12 +230,6 @@ lam_status cpu_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const fl
   return LAM_OK;
 }
 
-/* GELU's exact (erf) form and its derivative Phi(x) + x phi(x), in float as the CUDA twin. */
-static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-static inline float gelu_grad(float x) {
-  return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * expf(-0.5f * x * x) * 0.39894228040143268f;
-}
-
 lam_status cpu_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, float *y) {
   (void)ctx;
   switch (act) {
@@ -252,7 +247,7 @@ lam_status cpu_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, const float
       break;
     case LAM_ACT_GELU:
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
-      for (size_t i = 0; i < n; i++) y[i] = gelu(x[i]);
+      for (size_t i = 0; i < n; i++) y[i] = lam_act(LAM_ACT_GELU, alpha, x[i]);
       break;
     default:
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
@@ -279,7 +274,7 @@ lam_status cpu_act_bwd(lam_ctx *ctx, int act, float alpha, size_t n, const float
       break;
     case LAM_ACT_GELU:
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
-      for (size_t i = 0; i < n; i++) dx[i] = dy[i] * gelu_grad(x[i]);
+      for (size_t i = 0; i < n; i++) dx[i] = lam_act_grad(LAM_ACT_GELU, alpha, x[i], 0.0f, dy[i]);
       break;
     default:
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)

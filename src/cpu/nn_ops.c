@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "../act.h"
 #include "../hash.h"
 
 /* Below this many values a loop runs on one thread (as in nn.c). */
@@ -231,30 +232,6 @@ lam_status cpu_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const f
   return LAM_OK;
 }
 
-/* The activations of act_fwd/act_bwd (cpu/nn.c), one value at a time and with the same float
- * expressions, so bn_act_* agree bit for bit with bn_fwd + act_fwd and act_bwd + bn_bwd (but for gelu's
- * derivative, whose a b + c d the compiler may contract into an fma either way: an ulp apart). */
-static inline float bn_act_of(int act, float alpha, float z) {
-  switch (act) {
-    case LAM_ACT_RELU: return z > 0.0f ? z : 0.0f;
-    case LAM_ACT_LEAKY: return z > 0.0f ? z : alpha * z;
-    case LAM_ACT_TANH: return tanhf(z);
-    case LAM_ACT_GELU: return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
-    default: return 1.0f / (1.0f + expf(-z));
-  }
-}
-/* dz = g act'(z), from y = act(z) (relu, leaky, tanh, sigmoid) or from z (gelu). */
-static inline float bn_act_dz(int act, float alpha, float z, float y, float g) {
-  switch (act) {
-    case LAM_ACT_RELU: return y > 0.0f ? g : 0.0f;
-    case LAM_ACT_LEAKY: return y > 0.0f ? g : alpha * g;
-    case LAM_ACT_TANH: return g * (1.0f - y * y);
-    case LAM_ACT_GELU:
-      return g * (0.5f * (1.0f + erff(z * 0.70710678118654752f)) + z * expf(-0.5f * z * z) * 0.39894228040143268f);
-    default: return g * y * (1.0f - y);
-  }
-}
-
 lam_status cpu_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
                           const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
                           float momentum, float eps, int train) {
@@ -268,7 +245,7 @@ lam_status cpu_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alph
     const float sc = is * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
     for (int b = 0; b < B; b++) {
       size_t o = ((size_t)b * C + c) * P;
-      for (int p = 0; p < P; p++) y[o + p] = bn_act_of(act, alpha, (x[o + p] - m) * sc + bt);
+      for (int p = 0; p < P; p++) y[o + p] = lam_act(act, alpha, (x[o + p] - m) * sc + bt);
     }
   }
   return LAM_OK;
@@ -291,7 +268,7 @@ lam_status cpu_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alph
       size_t o = ((size_t)b * C + c) * P;
       for (int p = 0; p < P; p++) {
         float z = gelu ? (x[o + p] - mf) * sc + bt : 0.0f, yv = gelu ? 0.0f : y[o + p];
-        double g = bn_act_dz(act, alpha, z, yv, dy[o + p]);
+        double g = lam_act_grad(act, alpha, z, yv, dy[o + p]);
         s1 += g;
         s2 += g * (((double)x[o + p] - m) * is);
       }
@@ -303,7 +280,7 @@ lam_status cpu_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alph
       size_t o = ((size_t)b * C + c) * P;
       for (int p = 0; p < P; p++) { /* dz again: each value is read before dx's is written (dx may be dy) */
         float z = gelu ? (x[o + p] - mf) * sc + bt : 0.0f, yv = gelu ? 0.0f : y[o + p];
-        double g = bn_act_dz(act, alpha, z, yv, dy[o + p]);
+        double g = lam_act_grad(act, alpha, z, yv, dy[o + p]);
         dx[o + p] = (float)(k * (g - mdz - ((double)x[o + p] - m) * is * mdx));
       }
     }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "cuda.h"
+#include "../act.h"
 #include "vec.cuh"
 
 #define NT 256
@@ -435,23 +436,11 @@ lam_status cuda_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const f
   return LAM_OK;
 }
 
-/* The activations and their derivatives, as the CPU twins compute them (cpu/nn.c). */
-template <int ACT> __device__ inline float act_of(float v, float alpha) {
-  if (ACT == LAM_ACT_RELU) return v > 0.0f ? v : 0.0f;
-  if (ACT == LAM_ACT_LEAKY) return v > 0.0f ? v : alpha * v;
-  if (ACT == LAM_ACT_TANH) return tanhf(v);
-  if (ACT == LAM_ACT_GELU) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-  return 1.0f / (1.0f + expf(-v));
-}
-
+/* The activations and their derivatives (act.h: the CPU twins' expressions), with ACT fixed at compile time. */
+template <int ACT> __device__ inline float act_of(float v, float alpha) { return lam_act(ACT, alpha, v); }
 /* dy * act'(.) from the output y (relu, leaky, tanh, sigmoid) or the input x (gelu). */
 template <int ACT> __device__ inline float act_grad(float x, float y, float g, float alpha) {
-  if (ACT == LAM_ACT_RELU) return y > 0.0f ? g : 0.0f;
-  if (ACT == LAM_ACT_LEAKY) return y > 0.0f ? g : alpha * g;
-  if (ACT == LAM_ACT_TANH) return g * (1.0f - y * y);
-  if (ACT == LAM_ACT_GELU)
-    return g * (0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * expf(-0.5f * x * x) * 0.39894228040143268f);
-  return g * y * (1.0f - y);
+  return lam_act_grad(ACT, alpha, x, y, g);
 }
 
 /* Thread per V values (n counts groups of V: float4s where the pointers allow, vec.cuh). x and y may be

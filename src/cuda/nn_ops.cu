@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "cuda.h"
+#include "../act.h"
 #include "vec.cuh"
 #include "../hash.h"
 
@@ -100,10 +101,9 @@ __device__ float2 block_sum2(float a, float b) {
 }
 
 /* The activation after a BatchNorm (bn_act_*), fixed at compile time, with leaky's slope alpha; BN_ACT_NONE
- * is none: the plain BatchNorm (bn_fwd, bn_bwd), whose kernels these are too. The same float expressions
- * as nn.cu's act_of and act_grad (which this file cannot share) and the CPU twins, so bn_act_* agree with
- * bn_fwd + act_fwd and act_bwd + bn_bwd (gelu's derivative to an ulp: its a b + c d may contract either
- * way). */
+ * is none: the plain BatchNorm (bn_fwd, bn_bwd), whose kernels these are too. The expressions are act.h's,
+ * as act_fwd/act_bwd's and the CPU twins', so bn_act_* agree with bn_fwd + act_fwd and act_bwd + bn_bwd
+ * (gelu's derivative to an ulp). */
 #define BN_ACT_NONE (-1)
 template <int ACT> struct bn_act {
   float alpha;
@@ -111,21 +111,12 @@ template <int ACT> struct bn_act {
   static constexpr bool from_y = ACT != BN_ACT_NONE && ACT != LAM_ACT_GELU;
   __device__ __forceinline__ float of(float z) const {
     if constexpr (ACT == BN_ACT_NONE) return z;
-    else if constexpr (ACT == LAM_ACT_RELU) return z > 0.0f ? z : 0.0f;
-    else if constexpr (ACT == LAM_ACT_LEAKY) return z > 0.0f ? z : alpha * z;
-    else if constexpr (ACT == LAM_ACT_TANH) return tanhf(z);
-    else if constexpr (ACT == LAM_ACT_GELU) return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
-    else return 1.0f / (1.0f + expf(-z));
+    else return lam_act(ACT, alpha, z);
   }
   /* g act'(z), from y or z as from_y says (the other is not read) */
   __device__ __forceinline__ float dz(float z, float y, float g) const {
     if constexpr (ACT == BN_ACT_NONE) return g;
-    else if constexpr (ACT == LAM_ACT_RELU) return y > 0.0f ? g : 0.0f;
-    else if constexpr (ACT == LAM_ACT_LEAKY) return y > 0.0f ? g : alpha * g;
-    else if constexpr (ACT == LAM_ACT_TANH) return g * (1.0f - y * y);
-    else if constexpr (ACT == LAM_ACT_GELU)
-      return g * (0.5f * (1.0f + erff(z * 0.70710678118654752f)) + z * expf(-0.5f * z * z) * 0.39894228040143268f);
-    else return g * y * (1.0f - y);
+    else return lam_act_grad(ACT, alpha, z, y, g);
   }
 };
 

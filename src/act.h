@@ -1,0 +1,45 @@
+/* act.h — the activations and their derivatives, written once for every place that computes them: the
+ * CPU's act_* and bn_act_* (cpu/nn.c, cpu/nn_ops.c) and the CUDA kernels (cuda/nn.cu, cuda/nn_ops.cu).
+ * One float expression each, so a fused BatchNorm + activation gives what the two ops give apart (gelu's
+ * derivative to an ulp: its a b + c d may be contracted into an fma differently at each call site).
+ * act is LAM_ACT_* (prims.h), alpha leaky relu's slope; with act a compile-time constant the switch folds. */
+#ifndef LAMINA_ACT_H
+#define LAMINA_ACT_H
+
+#include <math.h>
+
+#include "prims.h"
+
+#ifndef LAM_HD /* the same in hash.h: a function both the host and CUDA kernels call */
+#ifdef __CUDACC__
+#define LAM_HD __host__ __device__ __forceinline__
+#else
+#define LAM_HD static inline
+#endif
+#endif
+
+/* act(z); GELU in its exact erf form. */
+LAM_HD float lam_act(int act, float alpha, float z) {
+  switch (act) {
+    case LAM_ACT_RELU: return z > 0.0f ? z : 0.0f;
+    case LAM_ACT_LEAKY: return z > 0.0f ? z : alpha * z;
+    case LAM_ACT_TANH: return tanhf(z);
+    case LAM_ACT_GELU: return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+    default: return 1.0f / (1.0f + expf(-z)); /* sigmoid */
+  }
+}
+
+/* g act'(z): from the output y = act(z) for relu (y > 0), leaky, tanh and sigmoid; from z itself for gelu
+ * (Phi(z) + z phi(z)). The one not needed is not read. */
+LAM_HD float lam_act_grad(int act, float alpha, float z, float y, float g) {
+  switch (act) {
+    case LAM_ACT_RELU: return y > 0.0f ? g : 0.0f;
+    case LAM_ACT_LEAKY: return y > 0.0f ? g : alpha * g;
+    case LAM_ACT_TANH: return g * (1.0f - y * y);
+    case LAM_ACT_GELU:
+      return g * (0.5f * (1.0f + erff(z * 0.70710678118654752f)) + z * expf(-0.5f * z * z) * 0.39894228040143268f);
+    default: return g * y * (1.0f - y); /* sigmoid */
+  }
+}
+
+#endif
