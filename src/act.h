@@ -10,13 +10,6 @@
 
 #include "prims.h"
 
-#ifndef LAM_HD /* the same in hash.h: a function both the host and CUDA kernels call */
-#ifdef __CUDACC__
-#define LAM_HD __host__ __device__ __forceinline__
-#else
-#define LAM_HD static inline
-#endif
-#endif
 
 /* act(z); GELU in its exact erf form. */
 LAM_HD float lam_act(int act, float alpha, float z) {

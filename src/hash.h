@@ -6,13 +6,8 @@
 
 #include <stdint.h>
 
-#ifndef LAM_HD /* the same in act.h: a function both the host and CUDA kernels call */
-#ifdef __CUDACC__
-#define LAM_HD __host__ __device__ __forceinline__
-#else
-#define LAM_HD static inline
-#endif
-#endif
+#include "prims.h" /* LAM_HD */
+
 
 #define LAM_GOLDEN64 0x9e3779b97f4a7c15ULL
 

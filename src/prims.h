@@ -31,6 +31,13 @@ typedef struct lam_norm {
  * the exact (erf) form, PyTorch's default. */
 enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LEAKY };
 
+/* A function that both the host and CUDA kernels call (act.h, hash.h): one definition for both twins. */
+#ifdef __CUDACC__
+#define LAM_HD __host__ __device__ __forceinline__
+#else
+#define LAM_HD static inline
+#endif
+
 /* Labels of this value are ignored by the loss (per-pixel labels), as PyTorch's ignore_index. */
 #define LAM_LABEL_IGNORE 255
 
