@@ -63,6 +63,24 @@ static void fuse(lam_model *m) {
   }
 }
 
+/* An activation whose backward reads only its output (relu, leakyrelu, tanh, sigmoid) runs in place where
+ * its input has no other reader and nobody else needs that input's values: its output is the input's memory,
+ * its backward turns the output's gradient into the input's in the same buffer. */
+static void run_in_place(lam_model *m) {
+  if (!m->fuse) return;
+  for (int i = 0; i < m->nnodes; i++) {
+    nn_node *n = &m->node[i];
+    nn_tensor *x = &m->tensor[n->in[0]];
+    if (n->absorbed || !is_act(n->op) || !(n->op->flags & NN_OUT_BWD) || n->in[0] == 0 || x->view_of >= 0 ||
+        x->fused_away || n->in[0] == m->output || readers(m, n->in[0], NULL) != 1)
+      continue;
+    const nn_node *p = &m->node[x->producer];
+    if (p->absorbed || p->fuse || p->op->flags & NN_OUT_BWD) continue; /* its backward reads x's values */
+    n->inplace = 1;
+    m->tensor[n->out].view_of = n->in[0];
+  }
+}
+
 void nn_graph_finish(lam_model *m) {
   for (int i = 0; i < m->nnodes; i++) {
     nn_node *n = &m->node[i];
@@ -70,19 +88,21 @@ void nn_graph_finish(lam_model *m) {
     for (int j = 0; j < n->nin; j++) need |= m->tensor[n->in[j]].need_grad;
     m->tensor[n->out].need_grad = need;
   }
+  fuse(m);
+  run_in_place(m);
   /* Backward runs the nodes last to first, each writing its inputs' gradients in slot order: the first
-   * write into a tensor's gradient (views share their base's) stores, every later one adds. */
+   * write into a tensor's gradient (views and in-place outputs share their base's) stores, every later one
+   * adds. */
   int written[NN_MAX_NODES + 1] = {0};
   for (int i = m->nnodes - 1; i >= 0; i--) {
     nn_node *n = &m->node[i];
-    if (n->op->flags & NN_VIEW) continue; /* its gradient is its input's memory */
+    if (n->op->flags & NN_VIEW || n->inplace) continue; /* its gradient is its input's memory */
     for (int j = 0; j < n->nin; j++) {
       int r = root(m, n->in[j]);
       n->accum[j] = written[r];
       written[r] = 1;
     }
   }
-  fuse(m);
 }
 
 float *nn_din(lam_model *m, const nn_node *n, int i) {

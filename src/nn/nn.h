@@ -83,6 +83,7 @@ typedef struct nn_node {
   int fused_by;
   const uint8_t *fixed_mask; /* dropout: a mask given by a test instead of drawn (lam_model_set_dropout_mask) */
   int keep_input; /* backward reads the input's data (besides NN_IN_BWD ops: a conv on its own) */
+  int inplace;    /* an activation that writes over its input, and its input's gradient over its own */
 } nn_node;
 
 struct lam_model {

@@ -51,6 +51,7 @@ static void tensor_lives(const lam_model *m, int r, int *d0, int *d1, int *g0, i
     if (t != r && root(m, t) == r && m->tensor[t].producer >= 0) {
       int q = runner(m, m->tensor[t].producer);
       *d1 = imax(*d1, q);
+      if (m->node[m->tensor[t].producer].op->flags & NN_OUT_BWD) *d1 = imax(*d1, 2 * N - q); /* in place */
       if (t == m->output) *d1 = imax(*d1, N), *g0 = imin(*g0, N);
       for (int i = 0; i < N; i++)
         for (int j = 0; j < m->node[i].nin; j++)
