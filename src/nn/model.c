@@ -104,6 +104,16 @@ static lam_status batch_alloc(lam_model *m, void **p, size_t bytes) {
   return LAM_OK;
 }
 
+/* Floats per sample of the largest gradient that is added rather than written (0: none is): gtmp's
+ * slots, one per input slot. */
+static size_t added_grad_size(const lam_model *m) {
+  size_t big = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    for (int j = 0; j < m->node[i].nin; j++)
+      if (m->node[i].accum[j] && nn_size(&m->tensor[m->node[i].in[j]]) > big) big = nn_size(&m->tensor[m->node[i].in[j]]);
+  return big;
+}
+
 /* Labels per sample: one per output pixel (1 for a classifier). */
 static size_t label_size(const lam_model *m) { return (size_t)m->tensor[m->output].h * m->tensor[m->output].w; }
 
@@ -115,11 +125,9 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   LAM_TRY(ctx->be->sync(ctx)); /* queued work may still use the old buffers */
   free_batch(m);
   m->gen++; /* a captured graph that used the old buffers is stale */
-  size_t arena = 0, in = nn_size(&m->tensor[0]), big = 0;
-  for (int t = 0; t < m->ntensors; t++)
-    if (nn_size(&m->tensor[t]) > big) big = nn_size(&m->tensor[t]);
+  size_t arena = 0, in = nn_size(&m->tensor[0]);
   m->label_size = label_size(m);
-  m->gtmp_stride = ((size_t)B * big + 63) / 64 * 64;
+  m->gtmp_stride = ((size_t)B * added_grad_size(m) + 63) / 64 * 64;
   lam_status s = nn_plan(m, B, NULL, &arena);
   if (s == LAM_OK) s = batch_alloc(m, &m->arena, arena);
   if (s == LAM_OK) s = batch_alloc(m, (void **)&m->x, (size_t)B * in * sizeof(float));
@@ -133,7 +141,7 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   if (s == LAM_OK) s = nn_scratch_floats(m, B, &scratch);
   if (s == LAM_OK) s = batch_alloc(m, (void **)&m->scratch, scratch * sizeof(float));
   m->scratch_bytes = scratch * sizeof(float);
-  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->gtmp, NN_MAX_IN * m->gtmp_stride * sizeof(float));
+  if (s == LAM_OK && m->gtmp_stride) s = batch_alloc(m, (void **)&m->gtmp, NN_MAX_IN * m->gtmp_stride * sizeof(float));
   if (s != LAM_OK) {
     free_batch(m);
     return s;
@@ -201,13 +209,10 @@ lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, 
     memcpy(c, m, sizeof *c);
     size_t arena = 0;
     lam_status s = nn_plan(c, batch, NULL, &arena);
-    size_t big = 0;
-    for (int t = 0; t < m->ntensors; t++)
-      if (nn_size(&m->tensor[t]) > big) big = nn_size(&m->tensor[t]);
     size_t scratch = 0;
     if (s == LAM_OK) s = nn_scratch_floats(m, batch, &scratch);
     *planned_bytes = arena + scratch * sizeof(float) + (size_t)batch * nn_size(&m->tensor[0]) * 4 +
-                     NN_MAX_IN * (size_t)batch * big * sizeof(float);
+                     NN_MAX_IN * (size_t)batch * added_grad_size(m) * sizeof(float);
     free(c);
     LAM_TRY(s);
   }

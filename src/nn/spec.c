@@ -103,7 +103,9 @@ lam_status nn_need_image(const nn_parse *p, const lam_model *m, const nn_node *n
 }
 
 lam_status nn_word_ref(const nn_parse *p, const lam_model *m, int wi, int *tensor) {
-  if (wi > p->nargs) return nn_spec_error(p, 0, "%s takes @NAME, the label of an earlier layer's output", p->w[p->first].len ? "it" : "");
+  if (wi > p->nargs)
+    return nn_spec_error(p, 0, "'%.*s' takes @NAME, the label of an earlier layer's output", p->w[p->first].len,
+                         p->w[p->first].s);
   const nn_word *w = &p->w[p->first + wi];
   if (w->len < 2 || w->s[0] != '@')
     return nn_spec_error(p, wi, "expected @NAME, the label of an earlier layer's output (label a layer as 'NAME: layer')");
@@ -173,7 +175,6 @@ lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
   size_t off = 0, soff = 0;
   for (int i = 0; i < nw;) {
     const nn_word *label = NULL;
-    int label_at = i;
     if (w[i].label) {
       label = &w[i];
       if (!valid_label(label))
@@ -206,7 +207,6 @@ lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
     lam_status s = op->parse(&p, m, n);
     if (s != LAM_OK) return s;
     if (label) snprintf(t->name, sizeof t->name, "%.*s", label->len, label->s);
-    (void)label_at;
     n->w_off = off;
     n->b_off = off + n->nw;
     off += n->nw + n->nb;
