@@ -306,6 +306,32 @@ if [ "$rc" -eq 1 ] && has "$TMP/err" "not a lamina checkpoint"; then ok "eval of
 usage_error "train with a bad --model is a usage error quoting the word" x3 -- train --data "$TMP/mini" --model "conv 32 x3" --device cpu
 usage_error "train --max-memory abc is rejected" --max-memory -- train --max-memory abc
 
+# A class per pixel: 4x4 images whose bright pixels are class 1, dark ones class 0, every 7th label 255
+# (ignored); labels as IDX rank 3. Train a tiny fully convolutional model, save, evaluate: IoU per class.
+mkseg() { # mkseg PREFIX N
+  local prefix=$1 n=$2 i p
+  for ((i = 0; i < n; i++)); do
+    for ((p = 0; p < 16; p++)); do if [ $(((i * 5 + p * 3) % 7 < 3)) -eq 1 ]; then byte 230; else byte 20; fi; done
+  done | mk_idx "$TMP/seg/$prefix-images-idx3-ubyte" 3 "$n" 4 4
+  for ((i = 0; i < n; i++)); do
+    for ((p = 0; p < 16; p++)); do
+      if [ $(((i * 16 + p) % 7)) -eq 6 ]; then byte 255; elif [ $(((i * 5 + p * 3) % 7 < 3)) -eq 1 ]; then byte 1; else byte 0; fi
+    done
+  done | mk_idx "$TMP/seg/$prefix-labels-idx3-ubyte" 3 "$n" 4 4
+}
+mkdir -p "$TMP/seg"
+mkseg train 48
+mkseg t10k 16
+run train --data "$TMP/seg" --model "conv 4 3 pad 1, relu, conv 2 1" --epochs 6 --batch 8 --lr 0.05 --device cpu --save "$TMP/seg.ckpt" --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"epoch":6'; then ok "train with a class per pixel (IDX rank-3 labels, 255 ignored)"; else not_ok "per-pixel train" "want exit 0 (rc $rc)"; fi
+run eval --load "$TMP/seg.ckpt" --data "$TMP/seg" --device cpu --json
+miou=$(sed -n 's/.*"mean_iou":\([0-9.]*\).*/\1/p' "$TMP/out")
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"iou":[' && awk -v a="$miou" 'BEGIN { exit !(a >= 0.9) }'; then ok "eval per pixel: IoU per class, mean IoU $miou"; else not_ok "eval per pixel" "want exit 0 and mean_iou >= 0.9 (rc $rc, '$miou')"; fi
+run eval --load "$TMP/seg.ckpt" --data "$TMP/seg" --device cpu
+if [ "$rc" -eq 0 ] && has "$TMP/out" "mean IoU" && has "$TMP/out" "pixel accuracy"; then ok "eval per pixel, text: IoU lines"; else not_ok "eval per pixel text" "want 'mean IoU' and 'pixel accuracy'"; fi
+run train --data "$TMP/seg" --model "conv 4 3 pad 1, relu, flatten, dense 2" --epochs 1 --batch 8 --device cpu
+if [ "$rc" -eq 1 ] && has "$TMP/err" "per pixel"; then ok "a per-image model on per-pixel labels: exit 1 saying so"; else not_ok "per-pixel mismatch" "want exit 1 naming per-pixel labels (rc $rc)"; fi
+
 # Classes come from the data: a model with another count is an error naming both; --classes raises it.
 run train --data "$TMP/mini" --model "flatten, dense 10" --epochs 1 --batch 8 --device cpu
 if [ "$rc" -eq 1 ] && has "$TMP/err" "gives 10 outputs" && has "$TMP/err" "has 4 classes"; then ok "a model of 10 classes on 4: exit 1 naming both"; else not_ok "classes mismatch" "want exit 1 naming 10 and 4 (rc $rc)"; fi

@@ -308,6 +308,7 @@ lam_status lam_model_set_label_smoothing(lam_model *m, float s) {
   LAM_CHECK_ARG(m, "lam_model_set_label_smoothing: model is NULL");
   LAM_CHECK_ARG(s >= 0.0f && s < 1.0f, "lam_model_set_label_smoothing: %g is not in [0, 1)", (double)s);
   m->smoothing = s;
+  m->gen++; /* a captured step has the old value baked in */
   return LAM_OK;
 }
 
