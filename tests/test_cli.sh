@@ -306,6 +306,13 @@ if [ "$rc" -eq 1 ] && has "$TMP/err" "not a lamina checkpoint"; then ok "eval of
 usage_error "train with a bad --model is a usage error quoting the word" x3 -- train --data "$TMP/mini" --model "conv 32 x3" --device cpu
 usage_error "train --max-memory abc is rejected" --max-memory -- train --max-memory abc
 
+# --normalize: the training set's statistics, given values (one channel here), or a usage error naming the form.
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --normalize auto --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"epoch":1'; then ok "train --normalize auto"; else not_ok "--normalize auto" "want exit 0 (rc $rc)"; fi
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --normalize 0.2/0.3 --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"epoch":1'; then ok "train --normalize MEAN/STD"; else not_ok "--normalize given" "want exit 0 (rc $rc)"; fi
+usage_error "train --normalize with two channels' values on one-channel images" "1 means" -- train --data "$TMP/mini" --model "$MINI_MODEL" --device cpu --normalize 0.5,0.4/0.2,0.1
+usage_error "train --normalize with std 0" "std" -- train --data "$TMP/mini" --model "$MINI_MODEL" --device cpu --normalize 0.5/0
 # A class per pixel: 4x4 images whose bright pixels are class 1, dark ones class 0, every 7th label 255
 # (ignored); labels as IDX rank 3. Train a tiny fully convolutional model, save, evaluate: IoU per class.
 mkseg() { # mkseg PREFIX N
