@@ -192,6 +192,19 @@ static inline void check_scalar(const char *what, float got, float want, double 
   check_rel(what, &got, &want, 1, 0.0, tol);
 }
 
+/* The parameters after the Adam steps (got, flat) against the reference (want), tensor by tensor (tsz[i]
+ * values named tname[i]), each within tol of how far Adam moved it from its start p0. */
+static inline void check_moved(const char *name, const float *got, const float *p0, const float *want, size_t T,
+                               const int32_t *tsz, char *const *tname, size_t steps, double tol) {
+  char what[160];
+  for (size_t i = 0, off = 0; i < T; off += (size_t)tsz[i], i++) {
+    double moved = 0.0;
+    for (size_t k = off; k < off + (size_t)tsz[i]; k++) moved = fmax(moved, fabs((double)want[k] - (double)p0[k]));
+    snprintf(what, sizeof what, "%s %s after %zu Adam steps", name, tname[i], steps);
+    check_rel(what, got + off, want + off, (size_t)tsz[i], moved, tol);
+  }
+}
+
 /* The float32 record `name` of rank ndim (-1: any), as a pointer to its data. */
 static inline const float *ref_f32(const ref_file *f, const char *name, int ndim) {
   return (const float *)ref_get(f, name, REF_F32, ndim)->data;

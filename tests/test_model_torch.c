@@ -133,13 +133,8 @@ static void run_model(const char *name, lam_device dev) {
   /* Parameters after the steps, relative to how far Adam moved each tensor. */
   poison(buf, P);
   TU_OK(lam_model_params_get(m, buf, P));
-  const float *p0 = (const float *)params->data, *p1 = (const float *)after->data;
-  for (size_t i = 0, off = 0; i < T; off += (size_t)tsz[i], i++) {
-    double moved = 0.0;
-    for (size_t k = off; k < off + (size_t)tsz[i]; k++) moved = fmax(moved, fabs((double)p1[k] - (double)p0[k]));
-    snprintf(what, sizeof what, "%s %s after %zu Adam steps", name, tname[i], adam->count);
-    check_rel(what, buf + off, p1 + off, (size_t)tsz[i], moved, TOL_PARAMS_AFTER);
-  }
+  check_moved(name, buf, (const float *)params->data, (const float *)after->data, T, tsz, tname, adam->count,
+              TOL_PARAMS_AFTER);
 
   free(buf);
   free(out);

@@ -1105,6 +1105,29 @@ typedef struct bn_bufs { /* host copies of every output */
   float *y, *mean, *invstd, *rm, *rv;
 } bn_bufs;
 
+/* A BatchNorm forward's statistics against their references (and CUDA's against the CPU's): training saves the
+ * batch mean and invstd and moves the running statistics; evaluation leaves them exactly as they were. */
+static void verify_bn_stats(const char *op, const char *geo, int C, int train, const bn_bufs *o, const bn_bufs *oc,
+                            const double *mref, const double *mscale, const double *iref, const double *rmref,
+                            const double *rmscale, const double *rvref, const double *zero) {
+  char what[200];
+  if (train) {
+    snprintf(what, sizeof what, "%s mean %s", op, geo);
+    verify(what, C, o->mean, mref, oc->mean, mscale, 1e-7, 1e-6);
+    snprintf(what, sizeof what, "%s invstd %s", op, geo);
+    verify(what, C, o->invstd, iref, oc->invstd, NULL, 2e-7, 1e-5);
+    snprintf(what, sizeof what, "%s run_mean %s", op, geo);
+    verify(what, C, o->rm, rmref, oc->rm, rmscale, 2e-7, 1e-6);
+    snprintf(what, sizeof what, "%s run_var %s", op, geo);
+    verify(what, C, o->rv, rvref, oc->rv, NULL, 5e-7, 2e-5);
+  } else { /* eval: the running statistics are left as they are */
+    snprintf(what, sizeof what, "%s run_mean %s", op, geo);
+    verify(what, C, o->rm, rmref, oc->rm, zero, 0.0, 0.0);
+    snprintf(what, sizeof what, "%s run_var %s", op, geo);
+    verify(what, C, o->rv, rvref, oc->rv, zero, 0.0, 0.0);
+  }
+}
+
 static void run_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta,
                        bn_bufs *o, float momentum, float eps, int train, int inplace) {
   size_t n = (size_t)B * C * P, cb = (size_t)C * 4;
@@ -1205,21 +1228,7 @@ static void test_bn(void **state) {
       /* the CPU's statistics are float64 sums; CUDA's fp32 shifted sums over blocks, in float64 at the end */
       snprintf(what, sizeof what, "bn_fwd y %s", geo);
       verify(what, n, o.y, yref, oc.y, yscale, 2e-6, 2e-5);
-      if (train) {
-        snprintf(what, sizeof what, "bn_fwd mean %s", geo);
-        verify(what, C, o.mean, mref, oc.mean, mscale, 1e-7, 1e-6);
-        snprintf(what, sizeof what, "bn_fwd invstd %s", geo);
-        verify(what, C, o.invstd, iref, oc.invstd, NULL, 2e-7, 1e-5);
-        snprintf(what, sizeof what, "bn_fwd run_mean %s", geo);
-        verify(what, C, o.rm, rmref, oc.rm, rmscale, 2e-7, 1e-6);
-        snprintf(what, sizeof what, "bn_fwd run_var %s", geo);
-        verify(what, C, o.rv, rvref, oc.rv, NULL, 5e-7, 2e-5);
-      } else { /* eval: the running statistics are left as they are */
-        snprintf(what, sizeof what, "bn_fwd run_mean %s", geo);
-        verify(what, C, o.rm, rmref, oc.rm, zero, 0.0, 0.0);
-        snprintf(what, sizeof what, "bn_fwd run_var %s", geo);
-        verify(what, C, o.rv, rvref, oc.rv, zero, 0.0, 0.0);
-      }
+      verify_bn_stats("bn_fwd", geo, C, train, &o, &oc, mref, mscale, iref, rmref, rmscale, rvref, zero);
 
       /* bn_bwd from the statistics of x (as float, as bn_fwd saves them) */
       if (train) {
@@ -1418,21 +1427,7 @@ static void test_bn_act(void **state) {
         }
         snprintf(what, sizeof what, "bn_act_fwd y %s", geo);
         verify(what, n, o.y, yref, oc.y, yscale, 2e-6, 2e-5);
-        if (train) {
-          snprintf(what, sizeof what, "bn_act_fwd mean %s", geo);
-          verify(what, C, o.mean, mref, oc.mean, mscale, 1e-7, 1e-6);
-          snprintf(what, sizeof what, "bn_act_fwd invstd %s", geo);
-          verify(what, C, o.invstd, iref, oc.invstd, NULL, 2e-7, 1e-5);
-          snprintf(what, sizeof what, "bn_act_fwd run_mean %s", geo);
-          verify(what, C, o.rm, rmref, oc.rm, rmscale, 2e-7, 1e-6);
-          snprintf(what, sizeof what, "bn_act_fwd run_var %s", geo);
-          verify(what, C, o.rv, rvref, oc.rv, NULL, 5e-7, 2e-5);
-        } else { /* eval: the running statistics are left as they are */
-          snprintf(what, sizeof what, "bn_act_fwd run_mean %s", geo);
-          verify(what, C, o.rm, rmref, oc.rm, zero, 0.0, 0.0);
-          snprintf(what, sizeof what, "bn_act_fwd run_var %s", geo);
-          verify(what, C, o.rv, rvref, oc.rv, zero, 0.0, 0.0);
-        }
+        verify_bn_stats("bn_act_fwd", geo, C, train, &o, &oc, mref, mscale, iref, rmref, rmscale, rvref, zero);
 
         /* ---- forward: against bn_fwd + act_fwd on the same backend ---- */
         bn_bufs ob = {fnan(n), fnan(C), fnan(C), fdup(rm0, C), fdup(rv0, C)}; /* ob.y: z */
