@@ -31,13 +31,16 @@ def make_data(folder, shape, classes, per_pixel, n, seed=0):
         np.save(os.path.join(folder, f"{part}-labels.npy"), lab)
 
 
-def run_lamina(lamina, net, prec, epochs, steps):
+def run_lamina(lamina, net, prec, epochs, steps, profile=False):
     spec, shape, classes, per_pixel, batch = NETS[net]
     with tempfile.TemporaryDirectory() as d:
         make_data(d, shape, classes, per_pixel, batch * steps)
         cmd = [lamina, "train", "--data", d, "--model", spec, "--epochs", str(epochs), "--batch", str(batch),
-               "--precision", prec, "--no-progress", "--json"]
+               "--precision", prec, "--no-progress"] + (["--profile"] if profile else ["--json"])
         p = subprocess.run(cmd, capture_output=True, text=True)
+        if profile:
+            print(f"== lamina {net} {prec} batch {batch}\n{p.stdout}{p.stderr[-400:]}", flush=True)
+            return None
         if p.returncode != 0:
             return {"net": net, "prec": prec, "error": p.stderr.strip()[-400:]}
         j = json.loads(p.stdout)
@@ -47,9 +50,17 @@ def run_lamina(lamina, net, prec, epochs, steps):
                 "peak_mb": round(j["memory"]["peak"] / 2**20)}
 
 
-def run_torch(peer, net, mode, prec):
+# The peer resets PyTorch's peak counter after capturing its graph, so its figure leaves out the graph's
+# memory pool; with whole_peak the reset is a no-op and the peak covers the whole run (warm-up, capture,
+# replays), as lamina's does.
+WHOLE_PEAK = ("import runpy, sys, torch; torch.cuda.reset_peak_memory_stats = lambda *a, **k: None; "
+              "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def run_torch(peer, net, mode, prec, whole_peak=False):
     batch = NETS[net][4]
-    p = subprocess.run([sys.executable, peer, f"{net}:{batch}:{mode}:{prec}"], capture_output=True, text=True)
+    pre = [sys.executable, "-c", WHOLE_PEAK] if whole_peak else [sys.executable]
+    p = subprocess.run(pre + [peer, f"{net}:{batch}:{mode}:{prec}"], capture_output=True, text=True)
     for line in p.stdout.splitlines():
         if line.startswith("{"):
             return json.loads(line)
@@ -66,7 +77,15 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--json")
+    ap.add_argument("--profile", action="store_true", help="print lamina's per-op profile of each net instead")
+    ap.add_argument("--whole-peak", action="store_true",
+                    help="PyTorch's peak over the whole run, its graph's pool included (the peer's own figure leaves it out)")
     a = ap.parse_args()
+    if a.profile:
+        for net in a.nets.split(","):
+            for prec in a.precisions.split(","):
+                run_lamina(a.lamina, net, prec, 1, a.steps, profile=True)
+        return
     rows = []
     for net in a.nets.split(","):
         for prec in a.precisions.split(","):
@@ -77,7 +96,7 @@ def main():
         if os.path.exists(a.peer):
             for mp in a.torch_modes.split(","):
                 mode, prec = mp.split(":")
-                r = run_torch(a.peer, net, mode, prec)
+                r = run_torch(a.peer, net, mode, prec, a.whole_peak)
                 r["who"] = f"torch {mode}"
                 rows.append(r)
                 print(json.dumps(r), flush=True)

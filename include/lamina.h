@@ -356,6 +356,7 @@ lam_status lam_model_loss_backward(lam_model *m, int batch, const float *x, cons
 typedef struct lam_model_memory {
   size_t params, grads, optimizer; /* the flat buffers */
   size_t activations;              /* per-batch buffers: layer outputs and their gradients, im2col, scratch */
+  size_t scratch;                  /* of activations: the ops' shared scratch (cuDNN's workspace, GEMM columns) */
   size_t data;                     /* the trainer's resident data set (uint8) and its index order */
 } lam_model_memory;
 typedef struct lam_trainer lam_trainer;

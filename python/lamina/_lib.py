@@ -156,7 +156,7 @@ class NodeInfo(Structure):
 
 class ModelMemory(Structure):
     _fields_ = [("params", c_size_t), ("grads", c_size_t), ("optimizer", c_size_t), ("activations", c_size_t),
-                ("data", c_size_t)]
+                ("scratch", c_size_t), ("data", c_size_t)]
 
 
 class Opt(Structure):

@@ -236,10 +236,10 @@ static void print_memory(lam_ctx *ctx, lam_model *m, lam_trainer *t) {
   lam_mem_stats ms;
   if (lam_model_memory_get(m, t, &mm) != LAM_OK || lam_mem_stats_get(ctx, &ms) != LAM_OK) return;
   const double MB = 1e6;
-  printf("  memory (%s): parameters %.2f MB, gradients %.2f MB, optimizer %.2f MB, activations %.2f MB, data "
-         "%.2f MB; in use %.2f MB, reserved %.2f MB, peak %.2f MB\n",
+  printf("  memory (%s): parameters %.2f MB, gradients %.2f MB, optimizer %.2f MB, activations %.2f MB (scratch "
+         "%.2f MB), data %.2f MB; in use %.2f MB, reserved %.2f MB, peak %.2f MB\n",
          lam_device_str(lam_ctx_device(ctx)), mm.params / MB, mm.grads / MB, mm.optimizer / MB, mm.activations / MB,
-         mm.data / MB, ms.in_use / MB, ms.reserved / MB, ms.peak / MB);
+         mm.scratch / MB, mm.data / MB, ms.in_use / MB, ms.reserved / MB, ms.peak / MB);
 }
 
 static lam_status print_profile(lam_trainer *t, FILE *f) {
@@ -473,8 +473,8 @@ int cmd_train(int argc, char **argv) {
     lam_model_memory_get(m, t, &mm);
     lam_mem_stats_get(ctx, &ms);
     printf("],\"test_acc\":%.6f,\"memory\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"activations\":%zu,"
-           "\"data\":%zu,\"in_use\":%zu,\"reserved\":%zu,\"peak\":%zu}}\n",
-           nhist ? test_acc[nhist - 1] : 0.0, mm.params, mm.grads, mm.optimizer, mm.activations, mm.data, ms.in_use,
+           "\"scratch\":%zu,\"data\":%zu,\"in_use\":%zu,\"reserved\":%zu,\"peak\":%zu}}\n",
+           nhist ? test_acc[nhist - 1] : 0.0, mm.params, mm.grads, mm.optimizer, mm.activations, mm.scratch, mm.data, ms.in_use,
            ms.reserved, ms.peak);
   } else if (o.save) {
     printf("saved %s\n", o.save);

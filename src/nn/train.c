@@ -412,6 +412,7 @@ lam_status lam_model_memory_get(const lam_model *m, const lam_trainer *t, lam_mo
                             .grads = flat,
                             .optimizer = (m->opt_m ? flat : 0) + (m->opt_v ? flat : 0),
                             .activations = m->batch_bytes,
+                            .scratch = m->scratch_bytes,
                             .data = !t       ? 0
                                     : (t->feed ? feed_device_bytes(t->feed)
                                                : lam_cache_round(t->n * t->sample) + lam_cache_round(t->n) +
