@@ -33,15 +33,15 @@ static inline lam_status conv_im2col_fwd(lam_ctx *ctx, const lam_conv_geom *g, i
   return ctx->be->cbp_to_bcp(ctx, B, OC, g->OH * g->OW, G, NULL, y);
 }
 
-/* dx = col2im(W^T dy^T) */
+/* dx = col2im(W^T dy^T) (accumulate: dx +=) */
 static inline lam_status conv_im2col_bwd_data(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, const float *dy,
-                                              const float *W, float *dx, void *ws, size_t ws_bytes) {
+                                              const float *W, float *dx, int accumulate, void *ws, size_t ws_bytes) {
   LAM_TRY(conv_im2col_check(g, OC, B, ws_bytes));
   const int K = (int)conv_im2col_taps(g), BP = (int)conv_im2col_cols(g, B);
   float *dcol = (float *)ws, *dyT = dcol + (size_t)K * BP;
   LAM_TRY(ctx->be->bcp_to_cbp(ctx, B, OC, g->OH * g->OW, dy, dyT, NULL));
   LAM_TRY(ctx->be->gemm(ctx, 1, 0, K, BP, OC, 1.0f, W, K, dyT, BP, 0.0f, dcol, BP));
-  return ctx->be->col2im(ctx, g, B, dcol, 0, dx);
+  return ctx->be->col2im(ctx, g, B, dcol, 0, accumulate, dx);
 }
 
 /* dW += dy^T col(x)^T */

@@ -58,8 +58,9 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   /* x (B, C, H, W) -> col (C*K*K, B*OH*OW): column b*OH*OW + p holds the patch of output p of sample b; col is     \
    * float, or bfloat16 (bf16 = 1). */                                                                             \
   X(im2col, (lam_ctx * ctx, const lam_conv_geom *g, int B, const float *x, void *col, int bf16))                    \
-  /* dx (B, C, H, W) = the patches of col (float, or bfloat16: bf16 = 1) summed back into place in fp32. */        \
-  X(col2im, (lam_ctx * ctx, const lam_conv_geom *g, int B, const void *col, int bf16, float *dx))                   \
+  /* dx (B, C, H, W) = the patches of col (float, or bfloat16: bf16 = 1) summed back into place in fp32; with     \
+   * accumulate, dx += that sum (a gradient that adds to another reader's). */                                      \
+  X(col2im, (lam_ctx * ctx, const lam_conv_geom *g, int B, const void *col, int bf16, int accumulate, float *dx))   \
   /* dst (B, C, P) = src (C, B*P) transposed per sample, plus bias[c] (bias may be NULL). */                       \
   X(cbp_to_bcp, (lam_ctx * ctx, int B, int C, int P, const float *src, const float *bias, float *dst))             \
   /* dst (C, B*P) = src (B, C, P); and bias_grad[c] += the sum of src over b and p (may be NULL). */               \
@@ -71,9 +72,9 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   /* y = conv(x, W) */                                                                                              \
   X(conv2d_fwd, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *W, float *y,     \
                  void *ws, size_t ws_bytes))                                                                        \
-  /* dx = the input gradient from dy (B, OC, OH, OW) (dx overwritten) */                                           \
+  /* dx = the input gradient from dy (B, OC, OH, OW); with accumulate, dx += it */                                 \
   X(conv2d_bwd_data, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, const float *dy, const float *W,         \
-                      float *dx, void *ws, size_t ws_bytes))                                                        \
+                      float *dx, int accumulate, void *ws, size_t ws_bytes))                                        \
   /* dW += the weight gradient from x and dy */                                                                     \
   X(conv2d_bwd_filter, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *dy,       \
                         float *dW, void *ws, size_t ws_bytes))                                                      \

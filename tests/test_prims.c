@@ -372,11 +372,11 @@ static void run_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float 
   dget(ctx, col, dc, ncol * (bf16 ? 2 : 4), "im2col");
   dfree(ctx, dx), dfree(ctx, dc);
 }
-static void run_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, size_t ncol, int bf16, float *dx,
-                       size_t nx) {
+static void run_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, size_t ncol, int bf16, int acc,
+                       float *dx, size_t nx) {
   void *dc = dput(ctx, col, ncol * (bf16 ? 2 : 4));
   float *dd = dput(ctx, dx, nx * 4);
-  TU_OK(BE(ctx)->col2im(ctx, g, B, dc, bf16, dd));
+  TU_OK(BE(ctx)->col2im(ctx, g, B, dc, bf16, acc, dd));
   dget(ctx, dx, dd, nx * 4, "col2im");
   dfree(ctx, dc), dfree(ctx, dd);
 }
@@ -412,22 +412,27 @@ static void test_im2col_col2im(void **state) {
         verify(what, ncol, gf, ref, cf, zero_scale, 0.0, 0.0);
         free(gf), free(cf), free(got), free(cpu), free(ref), free(zero_scale);
 
-        /* col2im: every input element the sum of the entries that copied it */
-        snprintf(what, sizeof what, "col2im C=%d H=%d W=%d K=%d stride=%d pad=%d B=%d bf16=%d", g.C, g.H, g.W, g.K,
-                 g.stride, g.pad, B, bf16);
+        /* col2im: every input element the sum of the entries that copied it (accumulating: added to what
+         * was there, every other case) */
+        int acc = (int)(k & 1);
+        snprintf(what, sizeof what, "col2im C=%d H=%d W=%d K=%d stride=%d pad=%d B=%d bf16=%d accumulate=%d", g.C, g.H,
+                 g.W, g.K, g.stride, g.pad, B, bf16, acc);
         void *col = bf16 ? (void *)bf16rand(ncol, -1, 1) : (void *)frand(ncol, -1, 1);
         float *colf = bf16 ? as_float_bf16(col, ncol) : fdup(col, ncol);
         double *dref = dzero(nx), *dscale = dzero(nx);
+        float *dx0 = frand(nx, -1, 1);
+        if (acc)
+          for (size_t i = 0; i < nx; i++) dref[i] = dx0[i], dscale[i] = fabs(dx0[i]);
         for (size_t r = 0; r < rows; r++)
           for (size_t c = 0; c < cols; c++) {
             long i = col_src(&g, B, r, c);
             if (i >= 0) dref[i] += colf[r * cols + c], dscale[i] += fabs(colf[r * cols + c]);
           }
-        float *dg = fnan(nx), *dc = g_cuda ? fnan(nx) : NULL;
-        run_col2im(g_ctx, &g, B, col, ncol, bf16, dg, nx);
-        if (g_cuda) run_col2im(g_cpu, &g, B, col, ncol, bf16, dc, nx);
+        float *dg = acc ? fdup(dx0, nx) : fnan(nx), *dc = !g_cuda ? NULL : acc ? fdup(dx0, nx) : fnan(nx);
+        run_col2im(g_ctx, &g, B, col, ncol, bf16, acc, dg, nx);
+        if (g_cuda) run_col2im(g_cpu, &g, B, col, ncol, bf16, acc, dc, nx);
         verify(what, nx, dg, dref, dc, dscale, 1e-6, 1e-6); /* fp32 sums of at most K*K entries, any order */
-        free(col), free(colf), free(dref), free(dscale), free(dg), free(dc), free(x);
+        free(col), free(colf), free(dref), free(dscale), free(dg), free(dc), free(x), free(dx0);
       }
 }
 
@@ -435,7 +440,8 @@ static void test_im2col_col2im(void **state) {
 
 typedef struct conv_io {
   const float *x, *W, *dy; /* inputs */
-  float *y, *dx, *dW;      /* outputs: y and dx overwritten, dW accumulated */
+  float *y, *dx, *dW;      /* outputs: y overwritten, dx overwritten or (acc) added to, dW accumulated */
+  int acc;
 } conv_io;
 
 static void run_conv2d(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, conv_io *io) {
@@ -447,7 +453,7 @@ static void run_conv2d(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, conv
   float *dx_in = dput(ctx, io->x, nx * 4), *dW_in = dput(ctx, io->W, nw * 4), *ddy = dput(ctx, io->dy, ny * 4);
   float *dy_out = dput(ctx, io->y, ny * 4), *ddx = dput(ctx, io->dx, nx * 4), *ddW = dput(ctx, io->dW, nw * 4);
   TU_OK(BE(ctx)->conv2d_fwd(ctx, g, OC, B, dx_in, dW_in, dy_out, ws, ws_bytes));
-  TU_OK(BE(ctx)->conv2d_bwd_data(ctx, g, OC, B, ddy, dW_in, ddx, ws, ws_bytes));
+  TU_OK(BE(ctx)->conv2d_bwd_data(ctx, g, OC, B, ddy, dW_in, ddx, io->acc, ws, ws_bytes));
   TU_OK(BE(ctx)->conv2d_bwd_filter(ctx, g, OC, B, dx_in, ddy, ddW, ws, ws_bytes));
   dget(ctx, io->y, dy_out, ny * 4, "conv2d_fwd");
   dget(ctx, io->dx, ddx, nx * 4, "conv2d_bwd_data");
@@ -469,9 +475,13 @@ static void test_conv2d(void **state) {
         size_t nx = (size_t)B * g.C * g.H * g.W, P = (size_t)g.OH * g.OW, ny = (size_t)B * OC * P,
                nw = (size_t)OC * g.C * KK, rows = (size_t)g.C * KK;
         float *x = frand(nx, -1, 1), *W = frand(nw, -1, 1), *dy = frand(ny, -1, 1), *dW0 = frand(nw, -1, 1);
+        float *dx0 = frand(nx, -1, 1);
+        int acc = (int)(k & 1); /* the data gradient added to what dx held, every other case */
         double *yref = dzero(ny), *ys = dzero(ny), *dxref = dzero(nx), *dxs = dzero(nx), *dwref = dzero(nw),
                *dws = dzero(nw);
         for (size_t i = 0; i < nw; i++) dwref[i] = dW0[i], dws[i] = fabs(dW0[i]);
+        if (acc)
+          for (size_t i = 0; i < nx; i++) dxref[i] = dx0[i], dxs[i] = fabs(dx0[i]);
         for (int b = 0; b < B; b++)
           for (size_t p = 0; p < P; p++)
             for (size_t r = 0; r < rows; r++) { /* tap r = (c, kh, kw) of output p of sample b */
@@ -485,15 +495,16 @@ static void test_conv2d(void **state) {
                 dwref[wi] += gx, dws[wi] += fabs(gx);
               }
             }
-        conv_io io = {x, W, dy, fnan(ny), fnan(nx), fdup(dW0, nw)}, ioc = {x, W, dy, NULL, NULL, NULL};
+        conv_io io = {x, W, dy, fnan(ny), acc ? fdup(dx0, nx) : fnan(nx), fdup(dW0, nw), acc},
+                ioc = {x, W, dy, NULL, NULL, NULL, acc};
         run_conv2d(g_ctx, &g, OC, B, &io);
         if (g_cuda) {
-          ioc.y = fnan(ny), ioc.dx = fnan(nx), ioc.dW = fdup(dW0, nw);
+          ioc.y = fnan(ny), ioc.dx = acc ? fdup(dx0, nx) : fnan(nx), ioc.dW = fdup(dW0, nw);
           run_conv2d(g_cpu, &g, OC, B, &ioc);
         }
         char what[160], geo[120];
-        snprintf(geo, sizeof geo, "C=%d H=%d W=%d K=%d stride=%d pad=%d OC=%d B=%d", g.C, g.H, g.W, g.K, g.stride, g.pad,
-                 OC, B);
+        snprintf(geo, sizeof geo, "C=%d H=%d W=%d K=%d stride=%d pad=%d OC=%d B=%d accumulate=%d", g.C, g.H, g.W, g.K,
+                 g.stride, g.pad, OC, B, acc);
         /* fp32 sums of the products (the CPU's GEMM); cuDNN may pick Winograd or FFT: 1e-4 of the magnitudes */
         snprintf(what, sizeof what, "conv2d_fwd %s", geo);
         verify(what, ny, io.y, yref, ioc.y, ys, 1e-5, 1e-4);
@@ -501,7 +512,7 @@ static void test_conv2d(void **state) {
         verify(what, nx, io.dx, dxref, ioc.dx, dxs, 1e-5, 1e-4);
         snprintf(what, sizeof what, "conv2d_bwd_filter %s", geo);
         verify(what, nw, io.dW, dwref, ioc.dW, dws, 1e-5, 1e-4);
-        free(x), free(W), free(dy), free(dW0), free(yref), free(ys), free(dxref), free(dxs), free(dwref), free(dws);
+        free(x), free(W), free(dy), free(dW0), free(dx0), free(yref), free(ys), free(dxref), free(dxs), free(dwref), free(dws);
         free(io.y), free(io.dx), free(io.dW), free(ioc.y), free(ioc.dx), free(ioc.dW);
       }
 }

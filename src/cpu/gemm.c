@@ -115,8 +115,8 @@ lam_status cpu_conv2d_fwd(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, c
   return conv_im2col_fwd(ctx, g, OC, B, x, W, y, ws, ws_bytes);
 }
 lam_status cpu_conv2d_bwd_data(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, const float *dy, const float *W,
-                               float *dx, void *ws, size_t ws_bytes) {
-  return conv_im2col_bwd_data(ctx, g, OC, B, dy, W, dx, ws, ws_bytes);
+                               float *dx, int accumulate, void *ws, size_t ws_bytes) {
+  return conv_im2col_bwd_data(ctx, g, OC, B, dy, W, dx, accumulate, ws, ws_bytes);
 }
 lam_status cpu_conv2d_bwd_filter(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *dy,
                                  float *dW, void *ws, size_t ws_bytes) {

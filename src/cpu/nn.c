@@ -88,7 +88,7 @@ lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *
   return LAM_OK;
 }
 
-lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *colv, int bf16, float *dx) {
+lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *colv, int bf16, int accumulate, float *dx) {
   (void)ctx;
   const int P = g->OH * g->OW, KK = g->K * g->K;
   const size_t ncols = (size_t)B * P;
@@ -97,7 +97,7 @@ lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *c
   for (int b = 0; b < B; b++)
     for (int c = 0; c < g->C; c++) {
       float *xs = dx + ((size_t)b * g->C + c) * g->H * g->W;
-      memset(xs, 0, (size_t)g->H * g->W * sizeof *xs); /* col2im writes dx: zeroed here, plane by plane */
+      if (!accumulate) memset(xs, 0, (size_t)g->H * g->W * sizeof *xs); /* col2im writes dx: zeroed here, plane by plane */
       for (int kk = 0; kk < KK; kk++) {
         int ki = kk / g->K, kj = kk % g->K, lo, hi;
         valid_cols(g, kj, &lo, &hi);

@@ -1,9 +1,10 @@
 /* conv.cu — the 2-D convolution primitives (prims.h: conv2d_*) on CUDA: cuDNN's convolutions over the
  * NCHW float tensors when lamina is built with cuDNN and its handle can be made, else im2col + cuBLAS
  * (conv_im2col.h). cuDNN computes in fp32 for the fp32 precision and may use TF32 tensor cores for tf32 and
- * bf16 (the bf16 precision's activations are float). Algorithms come from cuDNN's heuristics, the first
- * that fits the workspace, cached per geometry; no call here synchronizes, so a step can be captured. */
+ * bf16 (the bf16 precision's activations are float). Algorithms are measured once per geometry (cuDNN's
+ * Find, outside any capture) and cached; the calls that run a step do not synchronize, so it can be captured. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../conv_im2col.h"
@@ -84,8 +85,26 @@ static lam_status set_descs(lam_ctx *ctx, cudnn_state *c, const lam_conv_geom *g
   return LAM_OK;
 }
 
-/* The plan for this geometry: cached, or chosen now from cuDNN's heuristics (the first algorithm that
- * succeeds with a workspace of at most CONV_WS_MAX). The descriptors are set for it either way. */
+/* How the algorithms are chosen (LAMINA_CONV_ALGO): measured by cuDNN's Find on this GPU (the default; as
+ * PyTorch's cudnn.benchmark), or taken from its heuristics ("heuristic", without running anything). A
+ * Find runs every algorithm once and synchronizes, so it is done only outside a graph capture (the
+ * trainer plans every geometry before it captures; one met first inside a capture takes the heuristics). */
+static int find_wanted(void) {
+  const char *e = getenv("LAMINA_CONV_ALGO");
+  return !(e && !strcmp(e, "heuristic"));
+}
+
+/* The first usable entry of a perf list (sorted best first by cuDNN): status success, workspace within
+ * CONV_WS_MAX. Returns its index, or -1. */
+template <typename Perf> static int first_fit(const Perf *a, int n) {
+  for (int i = 0; i < n; i++)
+    if (a[i].status == CUDNN_STATUS_SUCCESS && a[i].memory <= CONV_WS_MAX) return i;
+  return -1;
+}
+
+/* The plan for this geometry: cached, or chosen now (find_wanted: the fastest measured algorithm whose
+ * workspace is at most CONV_WS_MAX; else the heuristics' first that fits). The descriptors are set for it
+ * either way. */
 static lam_status plan_of(lam_ctx *ctx, cudnn_state *c, const lam_conv_geom *g, int OC, int B, const conv_plan **out) {
   LAM_TRY(set_descs(ctx, c, g, OC, B));
   int math = math_of(ctx);
@@ -99,27 +118,31 @@ static lam_status plan_of(lam_ctx *ctx, cudnn_state *c, const lam_conv_geom *g, 
   conv_plan p;
   memset(&p, 0, sizeof p);
   p.g = *g, p.OC = OC, p.B = B, p.math = math;
-  int n = 0, found = 0;
+  int find = find_wanted() && !cuda_st(ctx)->capturing, n = 0, k;
   cudnnConvolutionFwdAlgoPerf_t f[16];
-  CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(c->h, c->x, c->w, c->c, c->y, 16, &n, f));
-  for (int i = 0; i < n && !found; i++)
-    if (f[i].status == CUDNN_STATUS_SUCCESS && f[i].memory <= CONV_WS_MAX) p.fwd = f[i].algo, p.ws[0] = f[i].memory, found = 1;
-  if (!found) return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no forward algorithm for this convolution");
+  if (find)
+    CUDNN_TRY(cudnnFindConvolutionForwardAlgorithm(c->h, c->x, c->w, c->c, c->y, 16, &n, f));
+  else
+    CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(c->h, c->x, c->w, c->c, c->y, 16, &n, f));
+  if ((k = first_fit(f, n)) < 0) return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no forward algorithm for this convolution");
+  p.fwd = f[k].algo;
   cudnnConvolutionBwdDataAlgoPerf_t d[16];
-  found = 0;
-  CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->h, c->w, c->y, c->c, c->x, 16, &n, d));
-  for (int i = 0; i < n && !found; i++)
-    if (d[i].status == CUDNN_STATUS_SUCCESS && d[i].memory <= CONV_WS_MAX)
-      p.bwd_data = d[i].algo, p.ws[1] = d[i].memory, found = 1;
-  if (!found) return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no backward-data algorithm for this convolution");
+  if (find)
+    CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(c->h, c->w, c->y, c->c, c->x, 16, &n, d));
+  else
+    CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->h, c->w, c->y, c->c, c->x, 16, &n, d));
+  if ((k = first_fit(d, n)) < 0)
+    return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no backward-data algorithm for this convolution");
+  p.bwd_data = d[k].algo;
   cudnnConvolutionBwdFilterAlgoPerf_t w[16];
-  found = 0;
-  CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->h, c->x, c->y, c->c, c->w, 16, &n, w));
-  for (int i = 0; i < n && !found; i++)
-    if (w[i].status == CUDNN_STATUS_SUCCESS && w[i].memory <= CONV_WS_MAX)
-      p.bwd_filter = w[i].algo, p.ws[2] = w[i].memory, found = 1;
-  if (!found) return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no backward-filter algorithm for this convolution");
-  /* the heuristics' sizes, checked against the size queries of the chosen algorithms */
+  if (find)
+    CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(c->h, c->x, c->y, c->c, c->w, 16, &n, w));
+  else
+    CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->h, c->x, c->y, c->c, c->w, 16, &n, w));
+  if ((k = first_fit(w, n)) < 0)
+    return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no backward-filter algorithm for this convolution");
+  p.bwd_filter = w[k].algo;
+  /* the workspaces from the size queries of the chosen algorithms */
   CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(c->h, c->x, c->w, c->c, c->y, p.fwd, &p.ws[0]));
   CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(c->h, c->w, c->y, c->c, c->x, p.bwd_data, &p.ws[1]));
   CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(c->h, c->x, c->y, c->c, c->w, p.bwd_filter, &p.ws[2]));
@@ -167,20 +190,20 @@ lam_status cuda_conv2d_fwd(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, 
 }
 
 lam_status cuda_conv2d_bwd_data(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, const float *dy, const float *W,
-                                float *dx, void *ws, size_t ws_bytes) {
+                                float *dx, int accumulate, void *ws, size_t ws_bytes) {
 #ifdef LAMINA_WITH_CUDNN
   cudnn_state *c = cudnn_of(ctx);
   if (c) {
     const conv_plan *p;
     LAM_TRY(plan_of(ctx, c, g, OC, B, &p));
     LAM_TRY(check_ws("conv2d_bwd_data", ws_bytes, p->ws[1]));
-    const float one = 1.0f, zero = 0.0f;
-    CUDNN_TRY(cudnnConvolutionBackwardData(c->h, &one, c->w, W, c->y, dy, c->c, p->bwd_data, ws, ws_bytes, &zero, c->x,
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    CUDNN_TRY(cudnnConvolutionBackwardData(c->h, &one, c->w, W, c->y, dy, c->c, p->bwd_data, ws, ws_bytes, &beta, c->x,
                                            dx));
     return cuda_after_launch(cuda_st(ctx), cuda_st(ctx)->stream, "cudnnConvolutionBackwardData", __FILE__, __LINE__);
   }
 #endif
-  return conv_im2col_bwd_data(ctx, g, OC, B, dy, W, dx, ws, ws_bytes);
+  return conv_im2col_bwd_data(ctx, g, OC, B, dy, W, dx, accumulate, ws, ws_bytes);
 }
 
 lam_status cuda_conv2d_bwd_filter(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *dy,

@@ -204,12 +204,12 @@ lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float 
 }
 
 /* Block (b, c): sample b's channel c, one thread per input element (two divisions each): the sum of
- * every column entry that came from it (a gather: no atomics, the same order every run), written, not
- * added (the caller no longer zeroes dx first). Stride 1 with KT > 0: the K*K loads unrolled and in
+ * every column entry that came from it (a gather: no atomics, the same order every run), written (or,
+ * with acc, added: the caller never zeroes dx first). Stride 1 with KT > 0: the K*K loads unrolled and in
  * flight together. (v1 had a run-time K, so each load waited for the one before: 68 us at batch 512 on
  * the H200; v2 fixed K but took four divisions a thread over a (channel, b*H*W) grid: 33 us.) */
 template <int KT, typename T>
-__global__ void col2im_kernel(lam_conv_geom g, int B, const T *__restrict__ col, float *__restrict__ dx) {
+__global__ void col2im_kernel(lam_conv_geom g, int B, const T *__restrict__ col, int acc, float *__restrict__ dx) {
   const int K = KT ? KT : g.K, c = blockIdx.y, P = g.OH * g.OW, HW = g.H * g.W;
   const unsigned b = blockIdx.x;
   const size_t ncols = (size_t)B * P;
@@ -242,22 +242,23 @@ __global__ void col2im_kernel(lam_conv_geom g, int B, const T *__restrict__ col,
         }
       }
     }
-    out[r] = sum;
+    out[r] = acc ? out[r] + sum : sum;
   }
 }
 
-template <typename T> static void col2im_launch(cuda_state *st, const lam_conv_geom *g, int B, const T *col, float *dx) {
+template <typename T>
+static void col2im_launch(cuda_state *st, const lam_conv_geom *g, int B, const T *col, int acc, float *dx) {
   dim3 grid(B, g->C);
   unsigned nt = plane_threads((size_t)g->H * g->W);
-  if (g->K == 3 && g->stride == 1) col2im_kernel<3, T><<<grid, nt, 0, st->stream>>>(*g, B, col, dx);
-  else col2im_kernel<0, T><<<grid, nt, 0, st->stream>>>(*g, B, col, dx);
+  if (g->K == 3 && g->stride == 1) col2im_kernel<3, T><<<grid, nt, 0, st->stream>>>(*g, B, col, acc, dx);
+  else col2im_kernel<0, T><<<grid, nt, 0, st->stream>>>(*g, B, col, acc, dx);
 }
 
-lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, int bf16, float *dx) {
+lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, int bf16, int accumulate, float *dx) {
   cuda_state *st = cuda_st(ctx);
   LAM_TRY(check_planes("col2im", g->C));
-  if (bf16) col2im_launch(st, g, B, (const __nv_bfloat16 *)col, dx);
-  else col2im_launch(st, g, B, (const float *)col, dx);
+  if (bf16) col2im_launch(st, g, B, (const __nv_bfloat16 *)col, accumulate, dx);
+  else col2im_launch(st, g, B, (const float *)col, accumulate, dx);
   LAUNCH_CHECK(st, "col2im_kernel");
   return LAM_OK;
 }

@@ -110,7 +110,7 @@ static size_t added_grad_size(const lam_model *m) {
   size_t big = 0;
   for (int i = 0; i < m->nnodes; i++)
     for (int j = 0; j < m->node[i].nin; j++)
-      if (m->node[i].accum[j] && nn_size(&m->tensor[m->node[i].in[j]]) > big) big = nn_size(&m->tensor[m->node[i].in[j]]);
+      if (m->node[i].accum[j] && !nn_adds(&m->node[i], j) && nn_size(&m->tensor[m->node[i].in[j]]) > big) big = nn_size(&m->tensor[m->node[i].in[j]]);
   return big;
 }
 

@@ -56,6 +56,7 @@ enum {
   NN_VIEW = 4,     /* the output is the input's memory in a new shape */
   NN_FLAT_OK = 8,  /* takes a flat input (c, 1, 1) */
   NN_OWN_MARKS = 16, /* marks its parts for the profiler itself */
+  NN_ADDS_GRAD = 32, /* backward adds into an input's gradient itself where nn_adds says so (no temporary) */
 };
 
 /* How a node runs: on its own; a conv with the relu and maxpool after it (fused after the GEMM, or as a
@@ -140,8 +141,10 @@ static inline int nn_index(const lam_model *m, const nn_node *n) { return (int)(
 static inline int nn_reads_input_bwd(const nn_node *n) { return (n->op->flags & NN_IN_BWD) || n->keep_input; }
 
 /* Where backward puts the gradient of input i: NULL when it needs none; else its grad buffer, or, when
- * the gradient is to be added (accum), m->gtmp — nn_din_done then adds it in. */
+ * the gradient is to be added (accum) by an op that cannot add itself, m->gtmp — nn_din_done then adds
+ * it in. An NN_ADDS_GRAD op gets the grad buffer always, and adds into it where nn_adds is 1. */
 float *nn_din(lam_model *m, const nn_node *n, int i);
+static inline int nn_adds(const nn_node *n, int i) { return n->accum[i] && (n->op->flags & NN_ADDS_GRAD); }
 lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B);
 
 /* Marks the end of an op for the profiler; free when not profiling. */

@@ -138,7 +138,7 @@ static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready)
     if (!din) return LAM_OK;
     LAM_TRY(be->gemm_bf16(ctx, 1, 0, K, BP, n->oc, 1.0f, m->params_lo + n->w_off, K, dy16, BP, 0.0f, dcol16, 1, BP));
     NN_PROF(m, "conv.gemm_dx", li);
-    LAM_TRY(be->col2im(ctx, &g, B, dcol16, 1, din));
+    LAM_TRY(be->col2im(ctx, &g, B, dcol16, 1, nn_adds(n, 0), din));
   } else {
     float *dcol = m->scratch + (size_t)n->oc * BP;
     LAM_TRY(be->gemm(ctx, 0, 1, n->oc, K, BP, 1.0f, dyT, BP, n->aux, BP, 1.0f, dW, K));
@@ -146,7 +146,7 @@ static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready)
     if (!din) return LAM_OK;
     LAM_TRY(be->gemm(ctx, 1, 0, K, BP, n->oc, 1.0f, m->params + n->w_off, K, dyT, BP, 0.0f, dcol, BP));
     NN_PROF(m, "conv.gemm_dx", li);
-    LAM_TRY(be->col2im(ctx, &g, B, dcol, 0, din));
+    LAM_TRY(be->col2im(ctx, &g, B, dcol, 0, nn_adds(n, 0), din));
   }
   NN_PROF(m, "conv.col2im", li);
   return LAM_OK;
@@ -193,7 +193,7 @@ static lam_status conv_bwd(lam_model *m, nn_node *n, int B) {
                                        m->scratch, m->scratch_bytes));
     NN_PROF(m, "conv.conv2d_dw", li);
     if (din) {
-      LAM_TRY(ctx->be->conv2d_bwd_data(ctx, &g, n->oc, B, y->grad, m->params + n->w_off, din, m->scratch,
+      LAM_TRY(ctx->be->conv2d_bwd_data(ctx, &g, n->oc, B, y->grad, m->params + n->w_off, din, nn_adds(n, 0), m->scratch,
                                        m->scratch_bytes));
       NN_PROF(m, "conv.conv2d_dx", li);
     }
@@ -279,7 +279,7 @@ static lam_status convt_fwd(lam_model *m, nn_node *n, int B, int train) {
   nn_tensor *y = nn_out(m, n);
   lam_conv_geom g = convt_geom(m, n);
   /* y is the "input" of the conv it transposes, x that conv's "output" of IC channels */
-  LAM_TRY(ctx->be->conv2d_bwd_data(ctx, &g, nn_in(m, n, 0)->c, B, nn_in(m, n, 0)->data, m->params + n->w_off, y->data,
+  LAM_TRY(ctx->be->conv2d_bwd_data(ctx, &g, nn_in(m, n, 0)->c, B, nn_in(m, n, 0)->data, m->params + n->w_off, y->data, 0,
                                    m->scratch, m->scratch_bytes));
   if (n->nb) LAM_TRY(ctx->be->channel_bias_fwd(ctx, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
   return LAM_OK;
@@ -311,6 +311,6 @@ static double convt_macs(const lam_model *m, const nn_node *n) {
 
 const nn_op nn_op_conv = {NN_NAMES("conv"), .parse = conv_parse, .init = conv_init, .fwd = conv_fwd, .bwd = conv_bwd,
                           .aux_bytes = conv_aux, .scratch_floats = conv_scratch, .macs = conv_macs,
-                          .flags = NN_OWN_MARKS};
+                          .flags = NN_OWN_MARKS | NN_ADDS_GRAD};
 const nn_op nn_op_convt = {NN_NAMES("convt"), .parse = convt_parse, .init = convt_init, .fwd = convt_fwd,
                            .bwd = convt_bwd, .scratch_floats = convt_scratch, .macs = convt_macs};

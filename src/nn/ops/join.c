@@ -35,14 +35,15 @@ static lam_status add_fwd(lam_model *m, nn_node *n, int B, int train) {
 static lam_status add_bwd(lam_model *m, nn_node *n, int B) {
   size_t count = (size_t)B * nn_size(nn_out(m, n));
   for (int i = 0; i < 2; i++) {
-    float *din = nn_din(m, n, i);
-    if (din) LAM_TRY(m->ctx->be->copy_rows(m->ctx, 1, count, nn_out(m, n)->grad, count, din, count));
+    float *din = nn_din(m, n, i), *dy = nn_out(m, n)->grad;
+    if (din && nn_adds(n, i)) LAM_TRY(m->ctx->be->add(m->ctx, count, din, dy, din));
+    else if (din) LAM_TRY(m->ctx->be->copy_rows(m->ctx, 1, count, dy, count, din, count));
   }
   return LAM_OK;
 }
 static double join_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_add = {NN_NAMES("add"), .parse = join_parse, .fwd = add_fwd, .bwd = add_bwd, .macs = join_macs,
-                         .flags = NN_FLAT_OK};
+                         .flags = NN_FLAT_OK | NN_ADDS_GRAD};
 
 /* y (B, ca + cb, P): per sample, a's channels then b's */
 static lam_status concat_fwd(lam_model *m, nn_node *n, int B, int train) {
