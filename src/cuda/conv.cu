@@ -1,8 +1,9 @@
 /* conv.cu — the 2-D convolution primitives (prims.h: conv2d_*) on CUDA: cuDNN's convolutions over the
  * NCHW float tensors when lamina is built with cuDNN and its handle can be made, else im2col + cuBLAS
  * (conv_im2col.h). cuDNN computes in fp32 for the fp32 precision and may use TF32 tensor cores for tf32 and
- * bf16 (the bf16 precision's activations are float). Algorithms are measured once per geometry (cuDNN's
- * Find, outside any capture) and cached; the calls that run a step do not synchronize, so it can be captured. */
+ * bf16 (the bf16 precision's activations are float). Algorithms come from cuDNN's heuristics (or its Find:
+ * LAMINA_CONV_ALGO), chosen once per geometry and cached; no call that runs a step synchronizes, so it can
+ * be captured. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,13 +86,15 @@ static lam_status set_descs(lam_ctx *ctx, cudnn_state *c, const lam_conv_geom *g
   return LAM_OK;
 }
 
-/* How the algorithms are chosen (LAMINA_CONV_ALGO): measured by cuDNN's Find on this GPU (the default; as
- * PyTorch's cudnn.benchmark), or taken from its heuristics ("heuristic", without running anything). A
- * Find runs every algorithm once and synchronizes, so it is done only outside a graph capture (the
- * trainer plans every geometry before it captures; one met first inside a capture takes the heuristics). */
+/* How the algorithms are chosen (LAMINA_CONV_ALGO): from cuDNN's heuristics (the default, without running
+ * anything), or "find": measured by cuDNN's Find on this GPU (as PyTorch's cudnn.benchmark). Find times
+ * each algorithm once, and on the H200 its picks made the benchmark nets' steps slower, not faster (res
+ * 11.9 against 11.5 ms, unet 5.9 against 4.9; air 4.70 against 4.84: BENCHMARKS.md), so it is opt-in. It
+ * synchronizes, so it runs only outside a graph capture (the trainer plans every geometry before it
+ * captures; one met first inside a capture takes the heuristics). */
 static int find_wanted(void) {
   const char *e = getenv("LAMINA_CONV_ALGO");
-  return !(e && !strcmp(e, "heuristic"));
+  return e && !strcmp(e, "find");
 }
 
 /* The first usable entry of a perf list (sorted best first by cuDNN): status success, workspace within
@@ -102,8 +105,8 @@ template <typename Perf> static int first_fit(const Perf *a, int n) {
   return -1;
 }
 
-/* The plan for this geometry: cached, or chosen now (find_wanted: the fastest measured algorithm whose
- * workspace is at most CONV_WS_MAX; else the heuristics' first that fits). The descriptors are set for it
+/* The plan for this geometry: cached, or chosen now (the heuristics' first algorithm whose workspace is
+ * at most CONV_WS_MAX; with find_wanted, the fastest measured one that fits). The descriptors are set for it
  * either way. */
 static lam_status plan_of(lam_ctx *ctx, cudnn_state *c, const lam_conv_geom *g, int OC, int B, const conv_plan **out) {
   LAM_TRY(set_descs(ctx, c, g, OC, B));
