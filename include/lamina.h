@@ -28,7 +28,8 @@ typedef enum lam_status {
   LAM_ERR_CUDA,          /* a CUDA runtime call or kernel launch failed */
   LAM_ERR_OUT_OF_MEMORY, /* host or device memory exhausted, or over a cap */
   LAM_ERR_UNSUPPORTED,   /* valid, but not supported by this backend */
-  LAM_ERR_IO             /* a file could not be read or written */
+  LAM_ERR_IO,            /* a file could not be read or written */
+  LAM_ERR_DIVERGED       /* training produced a loss that is NaN or infinite: the parameters are lost */
 } lam_status;
 
 typedef enum lam_device { LAM_DEVICE_AUTO = 0, LAM_DEVICE_CPU, LAM_DEVICE_CUDA } lam_device;
@@ -452,6 +453,14 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
                         uint64_t *confusion);
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
+
+/* Whether lamina may write the file `path` names (what: "checkpoint", "trace", ... for the message):
+ * LAM_OK, or the reason it would refuse — an empty path, a missing or unwritable folder, a directory, a
+ * device node, FIFO or socket, a dangling symbolic link, an existing file this user cannot write. Files are
+ * only ever written as regular files, atomically (a temporary file renamed over the old one); a symbolic
+ * link is followed and the file it points to replaced, the link kept. Call it before work that would be
+ * lost to a bad path. */
+lam_status lam_output_path_check(const char *path, const char *what);
 
 /* Writes model spec, input shape, parameters, optimizer (kind, hyper-parameters, state, step), epochs
  * done and the shuffling generator's state, with a CRC-32, atomically (temporary file, fsync, rename).

@@ -2,6 +2,7 @@
  * is fine for the tens of live buffers a context holds (tensors are views into a few big buffers). */
 #include "cache.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "status.h"
@@ -68,9 +69,13 @@ lam_status lam_cache_alloc(lam_cache *c, void **ptr, size_t bytes) {
     s = c->raw_alloc(c->owner, &p, size);
   }
   if (s != LAM_OK) {
-    if (s == LAM_ERR_OUT_OF_MEMORY)
-      return LAM_FAIL(s, "out of %s: asked for %zu bytes with %zu in use and %zu reserved (%s)", c->what,
-                      size, c->in_use, c->reserved, lam_last_error());
+    if (s == LAM_ERR_OUT_OF_MEMORY) {
+      /* the allocator's reason, copied out first: lam_last_error() is the buffer LAM_FAIL writes */
+      char why[512];
+      snprintf(why, sizeof why, "%s", lam_last_error());
+      return LAM_FAIL(s, "out of %s: asked for %zu bytes with %zu in use and %zu reserved (%s)", c->what, size,
+                      c->in_use, c->reserved, why);
+    }
     return s;
   }
   s = push_block(c, p, size);

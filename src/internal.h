@@ -99,6 +99,10 @@ struct lam_ctx {
 
 /* The backends. cuda_ctx_init fills ctx->be, ctx->state and ctx->name, or fails (no device). */
 extern const lam_backend lam_cpu_backend;
+/* lam_output_path_check, and where to write: path, or the file its symbolic link points to (out, size
+ * bytes; outpath.c). */
+lam_status lam_output_path_resolve(const char *path, const char *what, char *out, size_t size);
+
 lam_status cpu_ctx_init(lam_ctx *ctx);
 lam_status cuda_ctx_init(lam_ctx *ctx);
 int cuda_device_count(const char **why);

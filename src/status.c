@@ -34,6 +34,7 @@ const char *lam_status_str(lam_status s) {
     case LAM_ERR_OUT_OF_MEMORY: return "out of memory";
     case LAM_ERR_UNSUPPORTED: return "unsupported";
     case LAM_ERR_IO: return "I/O error";
+    case LAM_ERR_DIVERGED: return "diverged";
   }
   return "unknown status";
 }

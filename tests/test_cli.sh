@@ -313,6 +313,67 @@ run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device
 if [ "$rc" -eq 0 ] && has "$TMP/out" '"epoch":1'; then ok "train --normalize MEAN/STD"; else not_ok "--normalize given" "want exit 0 (rc $rc)"; fi
 usage_error "train --normalize with two channels' values on one-channel images" "1 means" -- train --data "$TMP/mini" --model "$MINI_MODEL" --device cpu --normalize 0.5,0.4/0.2,0.1
 usage_error "train --normalize with std 0" "std" -- train --data "$TMP/mini" --model "$MINI_MODEL" --device cpu --normalize 0.5/0
+# Output files: checked before any training (exit 1, nothing trained, nothing replaced); only regular
+# files are written; a symbolic link is followed, its target replaced and the link kept; no temporary
+# file is left behind.
+no_epoch() { ! has "$TMP/out" "epoch 1/"; }
+printf 'keep' >"$TMP/ro.ckpt"
+chmod 444 "$TMP/ro.ckpt"
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --save "$TMP/ro.ckpt"
+if [ "$rc" -eq 1 ] && has "$TMP/err" "read-only" && [ "$(cat "$TMP/ro.ckpt")" = keep ] && no_epoch; then
+  ok "--save over a read-only file is refused before training, the file kept"
+else not_ok "--save read-only" "want exit 1, 'read-only', the file unchanged, no epoch"; fi
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --save /dev/null
+if [ "$rc" -eq 1 ] && has "$TMP/err" "character device" && [ -c /dev/null ] && no_epoch; then
+  ok "--save /dev/null is refused (a device node), before training"
+else not_ok "--save /dev/null" "want exit 1 and 'character device', /dev/null still a device"; fi
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --save "$TMP/no-such-folder/m.ckpt"
+if [ "$rc" -eq 1 ] && has "$TMP/err" "create it first" && no_epoch; then ok "--save into a missing folder fails before training"
+else not_ok "--save missing folder" "want exit 1 and 'create it first' before any epoch"; fi
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --save ""
+if [ "$rc" -eq 1 ] && has "$TMP/err" "empty" && no_epoch; then ok "--save '' fails before training"
+else not_ok "--save ''" "want exit 1 and 'empty'"; fi
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --trace /nonexistent-lamina/t.json
+if [ "$rc" -eq 1 ] && has "$TMP/err" "trace" && no_epoch; then ok "--trace into a missing folder fails before training"
+else not_ok "--trace missing folder" "want exit 1 naming the trace before any epoch"; fi
+mkdir -p "$TMP/real"
+printf 'old' >"$TMP/real/target.ckpt"
+ln -s real/target.ckpt "$TMP/link.ckpt"
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --save "$TMP/link.ckpt" --json
+if [ "$rc" -eq 0 ] && [ -L "$TMP/link.ckpt" ] && [ "$(head -c 3 "$TMP/real/target.ckpt")" != old ] &&
+  [ "$(wc -c <"$TMP/real/target.ckpt")" -gt 100 ] && ! ls "$TMP/real" "$TMP" | grep -q '\.tmp\.'; then
+  ok "--save through a symbolic link replaces its target, keeps the link, leaves no temporary file"
+else not_ok "--save symlink" "want exit 0, the link kept, the target a checkpoint, no .tmp files"; fi
+ln -s "$TMP/no-such-folder/x.ckpt" "$TMP/dangling.ckpt"
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --save "$TMP/dangling.ckpt"
+if [ "$rc" -eq 1 ] && has "$TMP/err" "symbolic link" && [ -L "$TMP/dangling.ckpt" ] && no_epoch; then
+  ok "--save through a dangling link is refused before training"
+else not_ok "--save dangling link" "want exit 1 and 'symbolic link'"; fi
+# A loss that turns NaN stops training with exit 1 naming the epoch; the checkpoint of the last finite
+# epoch stays loadable; --json prints no NaN.
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 4 --batch 8 --device cpu --opt sgd --lr 1000 --momentum 1000 --save "$TMP/nan.ckpt" --json
+if [ "$rc" -eq 1 ] && has "$TMP/err" "diverged in epoch" && ! grep -qi "nan" "$TMP/out"; then
+  ok "a diverging run stops with exit 1 and 'diverged in epoch', no NaN on stdout"
+else not_ok "divergence" "want exit 1, 'diverged in epoch' and no NaN in the JSON"; fi
+# (this run's loss is finite for two epochs and NaN in the third: the file holds epoch 2)
+run eval --load "$TMP/nan.ckpt" --data "$TMP/mini" --device cpu --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" '"accuracy":' && ! grep -qi "nan" "$TMP/out"; then
+  ok "the last checkpoint before the divergence is finite and loads"
+else not_ok "checkpoint before divergence" "want eval exit 0 with an accuracy and no NaN"; fi
+
+# Numbers: --seed is decimal (010 is ten, not eight); counts that are not numbers say so.
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --seed 010 --json
+l010=$(json_field train_loss)
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --seed 10 --json
+l10=$(json_field train_loss)
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --seed 8 --json
+l8=$(json_field train_loss)
+if [ -n "$l10" ] && [ "$l010" = "$l10" ] && [ "$l10" != "$l8" ]; then ok "--seed 010 is seed 10 (decimal), not 8"
+else not_ok "--seed 010" "train_loss with 010 '$l010', 10 '$l10', 8 '$l8': want 010 = 10 != 8"; fi
+for v in abc nan inf; do
+  usage_error "--n $v says it is not a count" --n "not a count" -- hidden --n $v --device cpu
+done
+
 # A class per pixel: 4x4 images whose bright pixels are class 1, dark ones class 0, every 7th label 255
 # (ignored); labels as IDX rank 3. Train a tiny fully convolutional model, save, evaluate: IoU per class.
 mkseg() { # mkseg PREFIX N
@@ -431,10 +492,10 @@ usage_error "bench transfer --shape with letters is rejected" --shape -- bench t
 usage_error "bench transfer --dtypes f64 is rejected" --dtypes -- bench transfer --dtypes f64
 usage_error "bench without a benchmark is rejected" transfer -- bench
 run bench transfer --device cpu --batch 32 --reps 2 --plot "$TMP/no/such/dir/plot"
-if [ "$rc" -eq 1 ] && has "$TMP/err" "--plot" && has "$TMP/err" "cannot write" && ! has "$TMP/out" "copy u8"; then
+if [ "$rc" -eq 1 ] && has "$TMP/err" "--plot" && has "$TMP/err" "create it first" && ! has "$TMP/out" "copy u8"; then
   ok "bench transfer --plot into a missing folder: exit 1 before measuring, says why"
 else
-  not_ok "bench transfer --plot unwritable" "want exit 1 and 'cannot write' before any measurement"
+  not_ok "bench transfer --plot unwritable" "want exit 1 and 'create it first' before any measurement"
 fi
 run bench transfer --device cpu --batch 32,64,128 --reps 3 --warmup 0 --plot "$TMP/plot.png"
 if [ "$rc" -eq 0 ] && [ -s "$TMP/plot.png" ] && [ -s "$TMP/plot.svg" ] && head -c 4 "$TMP/plot.png" | grep -q PNG &&

@@ -320,7 +320,8 @@ static void test_mem_free_foreign(void **state) {
  * SIZE_MAX - 10 catches a round-up to 256 bytes that wraps to a tiny block. */
 static void test_impossible_alloc(void **state) {
   (void)state;
-  static const size_t sizes[] = {(size_t)-1, (size_t)-1 - 10, (size_t)-1 - 255, (size_t)1 << 62};
+  /* 2^50 passes the plausibility check and reaches the allocator, which cannot map a petabyte */
+  static const size_t sizes[] = {(size_t)-1, (size_t)-1 - 10, (size_t)-1 - 255, (size_t)1 << 62, (size_t)1 << 50};
   lam_mem_stats before, after;
   TU_OK(lam_mem_stats_get(g_ctx, &before));
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -329,13 +330,20 @@ static void test_impossible_alloc(void **state) {
     if (st != LAM_ERR_OUT_OF_MEMORY && st != LAM_ERR_INVALID_ARG)
       fail_msg("lam_mem_alloc(%zu bytes) returned %s", sizes[i], lam_status_str(st));
     assert_msg("impossible lam_mem_alloc", NULL);
+    if (st == LAM_ERR_OUT_OF_MEMORY) { /* the cache's message carries the allocator's reason intact */
+      char want[64];
+      snprintf(want, sizeof want, "asked for %zu bytes", sizes[i]);
+      const char *e = lam_last_error();
+      if (!strstr(e, want) || !strstr(e, "memory [src/") || !strstr(e, "(") || strstr(e, "((") )
+        fail_msg("lam_mem_alloc(%zu bytes): garbled message '%s'", sizes[i], e);
+    }
     st = lam_host_alloc(g_ctx, &p, sizes[i]);
     if (st != LAM_ERR_OUT_OF_MEMORY && st != LAM_ERR_INVALID_ARG)
       fail_msg("lam_host_alloc(%zu bytes) returned %s", sizes[i], lam_status_str(st));
   }
   TU_OK(lam_mem_stats_get(g_ctx, &after));
   assert_int_equal(after.in_use, before.in_use);
-  assert_int_equal(after.reserved, before.reserved);
+  assert_true(after.reserved <= before.reserved); /* a failed allocation may give cached blocks back, never keep more */
   void *p = NULL;
   EXPECT_FAIL(lam_mem_alloc(g_ctx, NULL, 64), LAM_ERR_INVALID_ARG, NULL);
   EXPECT_FAIL(lam_host_alloc(g_ctx, NULL, 64), LAM_ERR_INVALID_ARG, NULL);
@@ -351,8 +359,8 @@ static void test_impossible_alloc(void **state) {
 /* Every status has a fixed, non-empty, distinct name; an out-of-range value still gets a string. */
 static void test_status_str(void **state) {
   (void)state;
-  const char *names[LAM_ERR_IO + 1];
-  for (int s = LAM_OK; s <= LAM_ERR_IO; s++) {
+  const char *names[LAM_ERR_DIVERGED + 1];
+  for (int s = LAM_OK; s <= LAM_ERR_DIVERGED; s++) {
     names[s] = lam_status_str((lam_status)s);
     assert_non_null(names[s]);
     assert_true(strlen(names[s]) > 0);

@@ -28,10 +28,12 @@ int cli_parse_count(const char *cmd, const char *opt, const char *s, size_t max,
   double v;
   if (strpbrk(p, "eE.")) {
     v = strtod(p, &end);
-    if (end == p || errno) goto bad;
+    if (end == p || (errno && !(errno == ERANGE && v > 1))) goto bad;
+    if (errno == ERANGE) goto big; /* 1e999 */
   } else {
     unsigned long long u = strtoull(p, &end, 10);
-    if (end == p || errno == ERANGE) goto big;
+    if (end == p) goto bad; /* not digits at all: 'abc', 'nan', 'inf' */
+    if (errno == ERANGE) goto big;
     v = (double)u;
     if (!*end && u <= max) { *out = (size_t)u; return 0; }
   }
@@ -69,15 +71,18 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long
   return 0;
 }
 
+/* Decimal (a leading 0 is not octal: --seed 010 is ten), or hexadecimal after 0x. */
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out) {
   errno = 0;
   char *end = NULL;
-  if (*s == '-') goto bad;
-  unsigned long long v = strtoull(s, &end, 0);
+  if (*s == '-' || *s == '+' || *s == ' ') goto bad;
+  int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
   if (end == s || *end || errno) goto bad;
   *out = v;
   return 0;
 bad:
-  cli_usage_error(cmd, "%s: '%s' is not a non-negative whole number", opt, s);
+  cli_usage_error(cmd, "%s: '%s' is not a non-negative whole number (decimal, or hexadecimal after 0x; at most "
+                       "18446744073709551615)", opt, s);
   return -1;
 }

@@ -146,23 +146,13 @@ static int one_memory(opts *o, const char *t) {
   return 0;
 }
 
-/* The directory part of path, for the check that it can be written. */
-static void dir_of(const char *path, char *dir, size_t size) {
-  const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(dir, size, ".");
-  else if (slash == path) snprintf(dir, size, "/");
-  else snprintf(dir, size, "%.*s", (int)(slash - path), path);
-}
-
-static int check_writable(const char *opt, const char *path) {
-  char dir[1024];
-  dir_of(path, dir, sizeof dir);
-  if (access(dir, W_OK) != 0) {
-    fprintf(stderr, "lamina bench transfer: %s %s: cannot write in '%s' (%s); choose a path in a folder that exists and "
-                    "you can write\n", opt, path, dir, strerror(errno));
-    return -1;
-  }
-  return 0;
+/* A file the command will write (opt names it for the message), with suffix appended (may be ""). */
+static int check_writable(const char *opt, const char *path, const char *suffix) {
+  char full[4096];
+  snprintf(full, sizeof full, "%s%s", path, suffix);
+  if (lam_output_path_check(full, opt) == LAM_OK) return 0;
+  fprintf(stderr, "lamina bench transfer: %s\n", lam_last_error());
+  return -1;
 }
 
 /* Single-quotes s for /bin/sh. */
@@ -352,9 +342,9 @@ int cmd_bench(int argc, char **argv) {
   /* Fail before measuring: a plot or CSV that could not be written, or no Python to draw with. */
   char why[1200];
   const char *python = NULL;
-  if (o.csv && check_writable("--csv", o.csv)) return 1;
+  if (o.csv && check_writable("--csv", o.csv, "")) return 1;
   if (o.plot) {
-    if (check_writable("--plot", o.plot)) return 1;
+    if (check_writable("--plot", o.plot, ".png") || check_writable("--plot", o.plot, ".svg")) return 1;
     python = find_python(o.python, why, sizeof why);
     if (!python) {
       fprintf(stderr, "lamina bench transfer: --plot needs Python 3 with matplotlib; %s has none. Install it "

@@ -330,6 +330,10 @@ int cmd_train(int argc, char **argv) {
   train_opts o;
   int rc = parse("train", argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
+  /* the files it will write, checked before any work that a bad path would throw away */
+  if ((o.save && lam_output_path_check(o.save, "checkpoint (--save)") != LAM_OK) ||
+      (o.trace && lam_output_path_check(o.trace, "trace (--trace)") != LAM_OK))
+    return fail("train", NULL);
   lam_dataset *train = NULL, *test = NULL;
   lam_ctx *ctx = NULL;
   lam_model *m = NULL;

@@ -41,7 +41,8 @@
  *
  * Saving builds the whole file in host memory, writes it to "<path>.tmp.<pid>" in the same folder,
  * flushes and fsyncs it, and renames it over path: a reader sees the old file or the new one, never
- * half of one, and a failed save leaves any file at path untouched and no temporary file behind.
+ * half of one, and a failed save leaves any file at path untouched and no temporary file behind. Only a
+ * regular file is replaced; a symbolic link is followed (outpath.c says what is refused and why).
  * Loading reads the whole file and checks, in order: the magic, the version, the length against what
  * the header says the file holds, and the CRC; only then does it build anything.
  */
@@ -228,7 +229,9 @@ static lam_status sync_folder(const char *path) {
 
 /* Writes bytes to path atomically: a temporary file in the same folder, flushed, fsync'd, closed and
  * renamed over path. On any failure the temporary file is removed and path is left as it was. */
-static lam_status write_atomic(const char *path, const uint8_t *p, size_t n) {
+static lam_status write_atomic(const char *asked, const uint8_t *p, size_t n) {
+  char path[4096];
+  LAM_TRY(lam_output_path_resolve(asked, "checkpoint", path, sizeof path));
   size_t tlen = strlen(path) + 32;
   char *tmp = malloc(tlen);
   if (!tmp) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "saving checkpoint '%s': no host memory", path);

@@ -109,7 +109,9 @@ lam_status lam_trainer_profile_table(lam_trainer *t, lam_prof_row *rows, int max
 lam_status lam_trainer_profile_trace(lam_trainer *t, const char *path) {
   LAM_CHECK_ARG(t && path, "lam_trainer_profile_trace: %s is NULL", t ? "path" : "trainer");
   LAM_TRY(prof_resolve(&t->prof));
-  char tmp[4096];
+  char real[4096], tmp[4200];
+  LAM_TRY(lam_output_path_resolve(path, "trace", real, sizeof real));
+  path = real;
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "w");
   if (!f) return LAM_FAIL(LAM_ERR_IO, "cannot write the trace '%s': fopen failed: %s", tmp, strerror(errno));

@@ -5,6 +5,7 @@
  * accuracy accumulate in m->stats and are read once per epoch (or when a progress callback asks). The shuffle is a seeded Fisher-Yates on the host, one
  * upload of the index order per epoch. A set that does not fit (or when asked) streams instead:
  * stream.c brings each batch in while the previous one computes, in the same shuffled order. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,6 +327,11 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
                            .train_acc = st[2] > 0 ? st[1] / st[2] : 0.0,
                            .seconds = secs,
                            .images_per_s = secs > 0 ? (double)t->n / secs : 0.0};
+  /* Read once an epoch, where the statistics are read anyway: no step waits for a check. */
+  if (!isfinite(out->train_loss))
+    return LAM_FAIL(LAM_ERR_DIVERGED, "training diverged in epoch %d: its mean loss is %s, so the parameters are no "
+                    "longer finite and this model cannot train on; start again (or from the last checkpoint) with a "
+                    "lower learning rate or momentum", t->epochs_done, isnan(out->train_loss) ? "NaN" : "infinite");
   return LAM_OK;
 }
 

@@ -77,6 +77,15 @@ class Colour(unittest.TestCase):
         a.close()
         b.close()
 
+    def test_divergence_raises(self):
+        # a learning rate of inf makes the loss NaN: fit says so (status "diverged") instead of returning it
+        m = self.model()
+        with self.assertRaises(lamina.LaminaError) as cm:
+            m.fit(self.x, self.y, epochs=2, batch_size=32, optimizer="sgd", lr=float("inf"), verbose=0)
+        self.assertEqual(cm.exception.status_name, "diverged")
+        self.assertIn("epoch 1", cm.exception.message)
+        m.close()
+
     def test_normalization(self):
         m = self.model()
         mean, std = m.normalization

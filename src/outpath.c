@@ -1,0 +1,76 @@
+/* outpath.c — where lamina may write a file the user named (a checkpoint, a trace): only a regular file,
+ * replaced atomically by a temporary file renamed over it. A symlink is followed: the file it points to is
+ * replaced and the link stays (a link replaced by a plain file would leave its target stale). Refused, with
+ * the reason: an empty path, a folder that is missing or not writable, a directory, a device node, FIFO or
+ * socket, a dangling link, and an existing read-only file (the rename would replace it only because the
+ * folder is writable; a file with no write permission bit is refused even to root). Checked before training, so that nothing is lost
+ * to a bad path after an epoch. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static const char *kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+lam_status lam_output_path_resolve(const char *path, const char *what, char *out, size_t size) {
+  LAM_CHECK_ARG(path && what && out && size, "lam_output_path_resolve: NULL argument");
+  if (!*path) return LAM_FAIL(LAM_ERR_INVALID_ARG, "the %s path is empty: give a file name", what);
+  size_t len = strlen(path);
+  if (len + 32 >= size || len + 32 >= PATH_MAX)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "the %s path is too long (%zu characters)", what, len);
+  if (path[len - 1] == '/')
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "the %s path '%s' names a folder: give a file name in it", what, path);
+  snprintf(out, size, "%s", path);
+  struct stat st;
+  if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+    char real[PATH_MAX];
+    if (!realpath(path, real))
+      return LAM_FAIL(LAM_ERR_IO, "the %s path '%s' is a symbolic link that cannot be followed (%s): point it at a "
+                      "file in an existing folder, or remove it", what, path, strerror(errno));
+    if (strlen(real) + 32 >= size) return LAM_FAIL(LAM_ERR_INVALID_ARG, "the %s path '%s' resolves to too long a path", what, path);
+    snprintf(out, size, "%s", real);
+  }
+  if (stat(out, &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "the %s path '%s' is %s: lamina writes only regular files; give another "
+                      "file name", what, path, kind_of(st.st_mode));
+    /* read-only: no write permission for this user, or none for anybody (which root's access() ignores) */
+    if (access(out, W_OK) != 0 || !(st.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)))
+      return LAM_FAIL(LAM_ERR_IO, "the %s file '%s' exists and is read-only: lamina does not replace a file it could "
+                      "not write; change its permissions or give another name", what, path);
+  } else if (errno != ENOENT) {
+    return LAM_FAIL(LAM_ERR_IO, "the %s path '%s' cannot be used: %s", what, path, strerror(errno));
+  }
+  /* the folder: it must exist and take a new file (the temporary) */
+  char dir[PATH_MAX];
+  const char *slash = strrchr(out, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == out) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - out), out);
+  if (stat(dir, &st) != 0)
+    return LAM_FAIL(LAM_ERR_IO, "the %s path '%s' is in folder '%s', which cannot be used (%s): create it first",
+                    what, path, dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    return LAM_FAIL(LAM_ERR_IO, "the %s path '%s' is in '%s', which is not a folder", what, path, dir);
+  if (access(dir, W_OK | X_OK) != 0)
+    return LAM_FAIL(LAM_ERR_IO, "the %s path '%s' is in folder '%s', where this user cannot create files (%s)", what,
+                    path, dir, strerror(errno));
+  return LAM_OK;
+}
+
+lam_status lam_output_path_check(const char *path, const char *what) {
+  char resolved[PATH_MAX];
+  return lam_output_path_resolve(path, what ? what : "output", resolved, sizeof resolved);
+}
