@@ -471,13 +471,13 @@ static void test_truncated(void **state) {
   for (size_t n = 1; n < len; n += (n < 256 || n + 64 >= len) ? 1 : 13) {
     write_all(cut, f, n);
     snprintf(what, sizeof what, "cut to %zu of %zu bytes", n, len);
-    snprintf(has, sizeof has, "file has %zu", n);
-    EXPECT_LOAD_FAIL(what, cut, n % 2, LAM_ERR_IO, cut, "truncated", "expected at least", has);
+    snprintf(has, sizeof has, "file has %zu bytes", n);
+    EXPECT_LOAD_FAIL(what, cut, n % 2, LAM_ERR_IO, cut, "truncated", has);
   }
-  /* The message says how long the file should be once the header is there to say it. */
+  /* A cut past the header fails the CRC, checked first: the message says damaged or truncated. */
   write_all(cut, f, len - 1);
-  snprintf(what, sizeof what, "expected at least %zu bytes", len);
-  EXPECT_LOAD_FAIL("one byte short", cut, 0, LAM_ERR_IO, what);
+  snprintf(what, sizeof what, "file has %zu bytes", len - 1);
+  EXPECT_LOAD_FAIL("one byte short", cut, 0, LAM_ERR_IO, "CRC-32 mismatch", "damaged or truncated", what);
   print_message("truncated: %s\n", lam_last_error());
   free(f);
 }
@@ -510,7 +510,9 @@ static void test_corrupted(void **state) {
       f[at] ^= (uint8_t)(1u << bit);
       char what[96];
       snprintf(what, sizeof what, "bit %d of byte %zu of %zu flipped", bit, at, len);
-      EXPECT_LOAD_FAIL(what, bad, (int)(at % 2), LAM_ERR_IO, bad);
+      /* the magic: not a checkpoint; anywhere else, the CRC (checked first) says damage, never a newer
+       * version, an impossible length or trailing data */
+      EXPECT_LOAD_FAIL(what, bad, (int)(at % 2), LAM_ERR_IO, bad, at < 8 ? "not a lamina checkpoint" : "CRC-32 mismatch");
     }
   }
   /* Trailing bytes after a good file. */
@@ -519,7 +521,10 @@ static void test_corrupted(void **state) {
   memcpy(longer, f, len);
   memset(longer + len, 0, 3);
   write_all(bad, longer, len + 3);
-  EXPECT_LOAD_FAIL("3 bytes appended", bad, 0, LAM_ERR_IO, bad, "corrupted", "trailing");
+  EXPECT_LOAD_FAIL("3 bytes appended", bad, 0, LAM_ERR_IO, bad, "corrupted", "CRC-32 mismatch");
+  fix_crc(longer, len + 3); /* a CRC that holds over the longer file: the structure says what is wrong */
+  write_all(bad, longer, len + 3);
+  EXPECT_LOAD_FAIL("3 bytes appended, CRC fixed", bad, 0, LAM_ERR_IO, bad, "corrupted", "trailing");
   free(longer);
   free(f);
 }
@@ -556,10 +561,13 @@ static void test_future_version(void **state) {
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 3", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 3", "reads 2");
   print_message("future version: %s\n", lam_last_error());
-  /* A newer version's layout may differ entirely: the version is checked before anything else. */
+  /* Every version ends with its CRC, checked before the version: a header alone is a truncated file. */
   write_all(bad, f, 12);
-  EXPECT_LOAD_FAIL("version 3, header only", bad, 0, LAM_ERR_IO, "newer lamina", "version 3");
+  EXPECT_LOAD_FAIL("version 3, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
   set_le32(f + 8, 0);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("version 0, CRC not fixed", bad, 0, LAM_ERR_IO, "CRC-32 mismatch");
+  fix_crc(f, len);
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 0", bad, 0, LAM_ERR_IO, "corrupted", "version 0");
   free(f);

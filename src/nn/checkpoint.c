@@ -34,6 +34,9 @@
  *   always:
  *           u32             CRC-32 (zlib's crc32) of every byte before it
  *
+ * Every version ends with that CRC, and it is checked right after the magic, before the version: a
+ * damaged byte is reported as damage, never read as a newer version or an impossible length.
+ *
  * When the model holds no optimizer state for the trainer's kind yet (no step taken, or state for
  * another kind that the next step would discard), the state is written as zeros with 0 steps: the
  * next step then does exactly what it would have done (Adam from zero moments; SGD's first step
@@ -364,7 +367,8 @@ static const uint8_t *take(rd *r, size_t n) {
            "short or the copy is incomplete: save it again or use an older checkpoint", (path), (r)->want, (r)->len)
 #define CORRUPTED(path, fmt, ...) LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is corrupted: " fmt, (path), __VA_ARGS__)
 
-/* Checks magic, version, length and CRC, and reads the fields. */
+/* Checks magic, CRC, version and length, and reads the fields. The CRC comes right after the magic: a
+ * damaged byte anywhere must be reported as damage, not read as a version or a length first. */
 static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c) {
   memset(c, 0, sizeof *c);
   if (len == 0)
@@ -373,6 +377,14 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
   size_t head = len < CKPT_MAGIC_LEN ? len : CKPT_MAGIC_LEN;
   if (memcmp(p, CKPT_MAGIC, head) != 0)
     return LAM_FAIL(LAM_ERR_IO, "'%s' is not a lamina checkpoint: it does not start with the magic \"LAMCKPT\"", path);
+  if (len < CKPT_MAGIC_LEN + 4 + 4)
+    return LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' is truncated: the file has %zu bytes, less than any checkpoint's header "
+                    "and CRC; the save was cut short or the copy is incomplete: use another copy or an older checkpoint",
+                    path, len);
+  uint32_t want = get_u32(p + len - 4), got = crc32_of(p, len - 4);
+  if (want != got)
+    return CORRUPTED(path, "CRC-32 mismatch (stored %08x, computed %08x): damaged or truncated after it was written (the "
+                     "file has %zu bytes); use another copy or an older checkpoint", want, got, len);
   rd r = {p, len, 0, 0};
   const uint8_t *q;
   if (!(q = take(&r, CKPT_MAGIC_LEN + 4))) return TRUNCATED(path, &r);
@@ -446,15 +458,10 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
     c->epochs_done = (int32_t)get_u32(q + 12);
     for (int i = 0; i < 4; i++) c->rng.s[i] = get_u64(q + 16 + 8 * i);
   }
-  size_t body = r.off;
   if (!take(&r, 4)) return TRUNCATED(path, &r);
   if (r.off != len)
     return CORRUPTED(path, "it has %zu bytes where its header describes %zu (%zu bytes of trailing data)", len,
                      r.off, len - r.off);
-  uint32_t want = get_u32(p + body), got = crc32_of(p, body);
-  if (want != got)
-    return CORRUPTED(path, "CRC-32 mismatch (stored %08x, computed %08x over %zu bytes); the file was damaged after it "
-                     "was written: use another copy or an older checkpoint", want, got, body);
 
   /* The CRC holds: the values are what was written; check the ones that must make sense. */
   if (train) {
