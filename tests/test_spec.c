@@ -81,6 +81,12 @@ static const bad_spec k_bad[] = {
     {"", 1, 28, 28, NULL, 0, "empty"},
     {"  ", 1, 28, 28, NULL, 0, "empty"},
     {"cnn", 1, 4, 4, NULL, 0, "conv 64 3"}, /* the preset's second conv meets a 1x1 input: show the expansion */
+    /* sizes that overflowed 32-bit arithmetic (flatten of 65536x65536 became 0 values, dense 10 had 10
+     * parameters); a tensor of more than 2^31 - 1 values per sample; more than 2^40 parameters */
+    {"flatten, dense 10", 1, 65536, 65536, NULL, 0, "4294967296 values per sample"},
+    {"conv 65536 3 pad 1, flatten, dense 10", 1, 256, 256, "conv", 1, NULL},
+    {"flatten, dense 65536", 1, 46340, 46340, "dense", 2, NULL},
+    {"flatten, dense 10", 65, 2, 2, NULL, 0, "channels 1 to 64"}, /* the normalization's 64 channels */
 };
 #define N_BAD (sizeof k_bad / sizeof k_bad[0])
 

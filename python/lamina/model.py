@@ -126,6 +126,10 @@ class Model(Closing):
             shape = (1,) + shape
         if len(shape) != 3 or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
             raise ValueError(f"input_shape must be (channels, height, width) of positive integers, not {input_shape!r}")
+        if shape[0] > 64 or shape[1] > 65536 or shape[2] > 65536:  # checked here: C ints would wrap them
+            raise ValueError(f"input_shape {input_shape!r} is too large: channels 1 to 64, height and width 1 to 65536")
+        if "\0" in spec:
+            raise ValueError("spec contains a NUL character (the C library would read only the part before it)")
         self.input_shape = tuple(int(s) for s in shape)
         self.seed = _seed(seed)
         self._ctx = _ctx or get_context(device)

@@ -10,6 +10,8 @@
 #define NN_MAX_NODES 256
 #define NN_MAX_IN 2
 #define NN_NAME_LEN 32
+#define NN_MAX_SAMPLE 2147483647ull        /* values of one tensor per sample: the kernels index in 32 bits */
+#define NN_MAX_PARAMS (1ull << 40)         /* parameters of a model: far above any memory, far below overflow */
 
 /* A tensor per sample: (c, h, w); a batch of B lies (B, c, h, w) in memory. */
 typedef struct nn_tensor {

@@ -150,9 +150,14 @@ static int valid_label(const nn_word *w) {
 
 lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
   if (!spec_in) return LAM_FAIL(LAM_ERR_INVALID_ARG, "model spec is NULL");
-  if (m->in_c < 1 || m->in_h < 1 || m->in_w < 1 || m->in_c > 65536 || m->in_h > 65536 || m->in_w > 65536)
-    return LAM_FAIL(LAM_ERR_INVALID_ARG, "model input shape (%d, %d, %d) is not a valid (channels, height, width)",
-                    m->in_c, m->in_h, m->in_w);
+  if (m->in_c < 1 || m->in_h < 1 || m->in_w < 1 || m->in_c > LAM_NORM_MAX_CHANNELS || m->in_h > 65536 ||
+      m->in_w > 65536)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "model input shape (%d, %d, %d) is not a valid (channels, height, width): "
+                    "channels 1 to %d, height and width 1 to 65536", m->in_c, m->in_h, m->in_w, LAM_NORM_MAX_CHANNELS);
+  if ((uint64_t)m->in_c * m->in_h * m->in_w > NN_MAX_SAMPLE)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "model input shape (%d, %d, %d) is %llu values per sample, more than lamina's "
+                    "limit of %llu", m->in_c, m->in_h, m->in_w,
+                    (unsigned long long)((uint64_t)m->in_c * m->in_h * m->in_w), (unsigned long long)NN_MAX_SAMPLE);
   const char *spec = spec_in;
   for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
     if (!strcmp(spec_in, presets[i].name)) spec = presets[i].spec;
@@ -206,6 +211,15 @@ lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
     m->nnodes++;
     lam_status s = op->parse(&p, m, n);
     if (s != LAM_OK) return s;
+    /* sizes in 64 bits: a sample's values must fit the kernels' 32-bit indexing, and the parameters the
+     * 64-bit offsets (the memory cap then says whether they fit the machine) */
+    uint64_t vals = (uint64_t)(t->c > 0 ? t->c : 0) * (uint64_t)(t->h > 0 ? t->h : 0) * (uint64_t)(t->w > 0 ? t->w : 0);
+    if (vals == 0 || vals > NN_MAX_SAMPLE)
+      return nn_spec_error(&p, 0, "this layer's output is %dx%dx%d = %llu values per sample; lamina takes 1 to "
+                           "%llu", t->c, t->h, t->w, (unsigned long long)vals, (unsigned long long)NN_MAX_SAMPLE);
+    if (n->nw > NN_MAX_PARAMS || n->nb > NN_MAX_PARAMS || off + n->nw + n->nb > NN_MAX_PARAMS)
+      return nn_spec_error(&p, 0, "the model has more than %llu parameters by this layer (%zu in it)",
+                           (unsigned long long)NN_MAX_PARAMS, n->nw + n->nb);
     if (label) snprintf(t->name, sizeof t->name, "%.*s", label->len, label->s);
     n->w_off = off;
     n->b_off = off + n->nw;

@@ -198,6 +198,14 @@ class Models(unittest.TestCase):
             lamina.Model(10, device=DEV)
         with self.assertRaisesRegex(ValueError, "input_shape"):
             lamina.Model("mlp", input_shape=(28, 0), device=DEV)
+        # sizes that wrapped in C ints (2**32 + 28 became 28) or overflowed (65536 x 65536 flat = 0 values)
+        with self.assertRaisesRegex(ValueError, "too large"):
+            lamina.Model("flatten, dense 10", input_shape=(1, 2**32 + 28, 28), device=DEV)
+        with self.assertRaises(lamina.LaminaError) as cm:
+            lamina.Model("flatten, dense 10", input_shape=(1, 65536, 65536), device=DEV)
+        self.assertIn("values per sample", cm.exception.message)
+        with self.assertRaisesRegex(ValueError, "NUL"):  # the C library would read only "flatten"
+            lamina.Model("flatten\0, dense 10", device=DEV)
         with self.assertRaisesRegex(TypeError, "uint8 pixels.*not float32.*raw pixels"):
             m.fit(x.astype(np.float32), y, verbose=0)
         with self.assertRaisesRegex(ValueError, r"shape \(4, 28, 27\)"):
