@@ -1,7 +1,7 @@
 # lamina — the two commands a user needs on a fresh Debian 12 machine (CUDA toolkit at /usr/local/cuda):
 #   make demo   installs missing Debian packages, builds, runs the main job on the best device
 #   make test   installs missing Debian packages, builds, runs every test (GPU tests skip without a GPU)
-# Other targets: make build, make deps, make bench, make clean.
+# Other targets: make build, make deps, make bench, make fuzz (FUZZ_SECONDS per target), make sanitize, make clean.
 
 BUILD ?= build
 CMAKE_FLAGS ?=
@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build, the tests and the benchmarks need.
 DEB_PACKAGES := build-essential cmake pkg-config libcmocka-dev zlib1g-dev libopenblas-openmp-dev python3-numpy python3-matplotlib python3-venv python3-setuptools python3-wheel dataset-fashion-mnist
 
-.PHONY: all deps build test demo bench clean
+.PHONY: all deps build test demo bench fuzz sanitize clean
 
 all: build
 
@@ -35,6 +35,15 @@ demo: build
 
 bench: build
 	/usr/bin/python3 bench/hidden.py
+
+# libFuzzer on the readers, the spec parser, the checkpoint loader and the number parsing (scripts/fuzz).
+fuzz: deps
+	@scripts/install-deps clang libclang-rt-14-dev libomp-14-dev
+	scripts/fuzz
+
+# The CPU tests on an AddressSanitizer + UBSan build (scripts/sanitize; CI runs it after make test).
+sanitize: deps
+	scripts/sanitize
 
 clean:
 	rm -rf $(BUILD)
