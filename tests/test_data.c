@@ -540,7 +540,29 @@ static void test_corrupt_gzip(void **state) {
     fputc(0xa5 ^ (int)at, f);
   }
   fclose(f);
-  EXPECT_LOAD_FAIL("scrambled gzip", im, lb, 10, LAM_ERR_IO, "image file", im);
+  EXPECT_LOAD_FAIL("scrambled gzip", im, lb, 10, LAM_ERR_IO, "image file", im, "damaged", "cannot be decompressed");
+
+  /* Good deflate data whose CRC-32 in the gzip trailer is wrong (small and large: the check fails in the
+   * first read or in the payload): said as a CRC mismatch, not as an unreadable header. */
+  for (int big = 0; big < 2; big++) {
+    uint32_t n = big ? BN : 3;
+    uint8_t *p = malloc((size_t)n * H * W);
+    assert_non_null(p);
+    for (size_t i = 0; i < (size_t)n * H * W; i++) p[i] = (uint8_t)(i * 7 % 13);
+    write_labels(lb, 0, n, lab, n);
+    write_images(im, 1, n, H, W, p, (size_t)n * H * W);
+    free(p);
+    long sz = file_size(im);
+    FILE *g = fopen(im, "r+b");
+    assert_non_null(g);
+    fseek(g, sz - 8, SEEK_SET); /* the trailer: CRC-32, then the length */
+    int c = fgetc(g);
+    fseek(g, sz - 8, SEEK_SET);
+    fputc(c ^ 0xff, g);
+    fclose(g);
+    EXPECT_LOAD_FAIL(big ? "gzip CRC wrong, 200 images" : "gzip CRC wrong, 3 images", im, lb, 10, LAM_ERR_IO, im,
+                     "damaged", "CRC-32");
+  }
 
   /* Not gzip at all, but starting with the gzip magic. */
   uint8_t junk[64] = {0x1f, 0x8b, 0x08, 0x00};

@@ -44,12 +44,19 @@ int data_read(data_src *s, void *dst, size_t bytes, size_t *got) {
 }
 
 const char *data_reason(data_src *s) {
+  static _Thread_local char why[256];
   int err = Z_OK;
   const char *msg = gzerror(s->gz, &err);
   if (err == Z_ERRNO) return strerror(errno);
   if (!msg || !*msg) return "unknown zlib error";
   size_t n = strlen(s->path);
   if (strncmp(msg, s->path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
+  if (err == Z_DATA_ERROR) { /* zlib's words for damage, said as what they mean */
+    snprintf(why, sizeof why, "its gzip data cannot be decompressed (zlib: %s%s)", msg,
+             strstr(msg, "incorrect data check") ? ": the CRC-32 of the decompressed data does not match the one "
+                                                   "stored" : "");
+    return why;
+  }
   return msg;
 }
 
@@ -86,8 +93,7 @@ lam_status data_open(const char *path, data_role role, data_src *s) {
   (void)gzbuffer(s->gz, GZ_BUFFER); /* before the first read, as zlib requires; failure only costs speed */
   size_t got = 0;
   if (gz_read_full(s->gz, s->peek, DATA_PEEK, &got) != 0) {
-    lam_status st_ = LAM_FAIL(LAM_ERR_IO, "%s file '%s': cannot read the header: %s; the file is damaged, fetch it "
-                              "again", s->what, path, data_reason(s));
+    lam_status st_ = LAM_FAIL(LAM_ERR_IO, "%s file '%s' is damaged: %s; fetch it again", s->what, path, data_reason(s));
     gzclose_r(s->gz);
     s->gz = NULL;
     return st_;
