@@ -361,6 +361,15 @@ if [ "$rc" -eq 0 ] && has "$TMP/out" '"accuracy":' && ! grep -qi "nan" "$TMP/out
   ok "the last checkpoint before the divergence is finite and loads"
 else not_ok "checkpoint before divergence" "want eval exit 0 with an accuracy and no NaN"; fi
 
+# Test images of another size than the training images: said before any training (it was after an epoch).
+mkdir -p "$TMP/sizes"
+cp "$TMP/mini/train-images-idx3-ubyte" "$TMP/mini/train-labels-idx1-ubyte" "$TMP/sizes/"
+{ for ((i = 0; i < 20; i++)); do for ((p = 0; p < 9; p++)); do byte 16; done; done; } | mk_idx "$TMP/sizes/t10k-images-idx3-ubyte" 3 20 3 3
+cp "$TMP/mini/t10k-labels-idx1-ubyte" "$TMP/sizes/"
+run train --data "$TMP/sizes" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu
+if [ "$rc" -eq 1 ] && has "$TMP/err" "test images 1x3x3" && no_epoch; then ok "test images of another size: exit 1 before training"
+else not_ok "test image size" "want exit 1 naming both sizes before any epoch"; fi
+
 # Numbers: --seed is decimal (010 is ten, not eight); counts that are not numbers say so.
 run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --seed 010 --json
 l010=$(json_field train_loss)

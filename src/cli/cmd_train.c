@@ -351,6 +351,17 @@ int cmd_train(int argc, char **argv) {
     ret = fail("train", "loading the data");
     goto out;
   }
+  { /* the test part must fit the model the training part makes: said now, not after an epoch */
+    int tc = train->c > 0 ? train->c : 1, ec = test->c > 0 ? test->c : 1;
+    int tl = train->label_h > 1 || train->label_w > 1, el = test->label_h > 1 || test->label_w > 1;
+    if (tc != ec || train->h != test->h || train->w != test->w || tl != el) {
+      fprintf(stderr, "lamina train: the data set's parts differ: training images are %dx%dx%d with %s, test images "
+                      "%dx%dx%d with %s; both parts of '%s' must have one image size and one kind of label\n",
+              tc, train->h, train->w, tl ? "a label per pixel" : "a label per image", ec, test->h, test->w,
+              el ? "a label per pixel" : "a label per image", o.data);
+      goto out;
+    }
+  }
   if (set_classes(&o, train, test)) {
     ret = o.classes ? cli_usage_error("train", "--classes: %s", lam_last_error()) : fail("train", "the classes");
     goto out;
