@@ -126,7 +126,9 @@ lam_status lam_mem_alloc(lam_ctx *ctx, void **ptr, size_t bytes);
 /* Returns a block to the cache. NULL is fine; a pointer not from lam_mem_alloc is an error. */
 lam_status lam_mem_free(lam_ctx *ctx, void *ptr);
 /* Caps the bytes the context's allocator may hold (0: no cap). Going over it is LAM_ERR_OUT_OF_MEMORY
- * with the numbers, like running out of device memory; a cap below what is reserved now is an error. */
+ * with the numbers, like running out of device memory; a cap below what is reserved now is an error.
+ * A CPU context starts capped at the host memory available when it is made (/proc/meminfo's
+ * MemAvailable), so a model too big for the machine is that error, not the kernel's OOM killer. */
 lam_status lam_mem_set_limit(lam_ctx *ctx, size_t bytes);
 /* Gives every cached (free) block back to the system; returns the bytes released in *released. */
 lam_status lam_mem_release_cached(lam_ctx *ctx, size_t *released);

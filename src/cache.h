@@ -27,6 +27,7 @@ typedef struct lam_cache {
   size_t nblocks, cap;
   size_t in_use, reserved, peak;
   size_t limit; /* most bytes the cache may hold from the system; 0: no cap */
+  int limit_auto; /* the limit is the CPU's default: the memory the machine had available at the start */
   uint64_t allocs, hits;
   void *owner;
   lam_raw_alloc_fn raw_alloc;

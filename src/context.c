@@ -85,6 +85,19 @@ lam_status lam_cuda_device_info_get(int device, lam_cuda_device_info *info) {
   return cuda_device_info_get(device, info);
 }
 
+/* The host memory available now (MemAvailable: free plus what the kernel can reclaim), or 0 when it
+ * cannot be read (no cap then). */
+static size_t host_available_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  return (size_t)kb * 1024;
+}
+
 lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
   LAM_CHECK_ARG(out, "lam_ctx_create: ctx is NULL");
   *out = NULL;
@@ -122,6 +135,10 @@ lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
   ctx->device = d;
   lam_cache_init(&ctx->cache, ctx, cache_raw_alloc, cache_raw_free,
                  d == LAM_DEVICE_CUDA ? "device memory" : "host memory");
+  if (d == LAM_DEVICE_CPU) { /* more than the machine has would end in the kernel's OOM killer, without a word */
+    ctx->cache.limit = host_available_bytes();
+    ctx->cache.limit_auto = ctx->cache.limit != 0;
+  }
   *out = ctx;
   return LAM_OK;
 }
@@ -184,6 +201,7 @@ lam_status lam_mem_free(lam_ctx *ctx, void *ptr) {
 
 lam_status lam_mem_set_limit(lam_ctx *ctx, size_t bytes) {
   LAM_CHECK_ARG(ctx, "lam_mem_set_limit: ctx is NULL");
+  ctx->cache.limit_auto = 0;
   if (bytes && ctx->cache.reserved > bytes) lam_cache_release(&ctx->cache);
   if (bytes && ctx->cache.reserved > bytes)
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_mem_set_limit: %zu bytes are already in use, more than the cap of %zu",

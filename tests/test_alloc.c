@@ -319,12 +319,37 @@ static void test_limit(void **state) {
   TU_OK(lam_mem_free(c, a));
 }
 
+/* A CPU context starts capped at the memory the machine has available: more is an error that says so,
+ * found before any memory is taken (it was the kernel's OOM killer). */
+static void test_default_cap(void **state) {
+  lam_ctx *c = *state;
+  if (lam_ctx_device(c) != LAM_DEVICE_CPU) skip();
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) skip();
+  char line[256];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  if (!kb) skip();
+  size_t want = (size_t)kb * 1024 + ((size_t)4 << 30); /* 4 GiB more than there is */
+  void *p = NULL;
+  lam_status st = lam_mem_alloc(c, &p, want);
+  if (st != LAM_ERR_OUT_OF_MEMORY) fail_msg("%zu bytes with %llu kB available: %s", want, kb, lam_status_str(st));
+  assert_null(p);
+  if (!strstr(lam_last_error(), "available")) fail_msg("the message should say it is the available memory: %s", lam_last_error());
+  lam_mem_stats s = stats(c);
+  assert_int_equal(s.in_use, 0);
+  assert_int_equal(s.reserved, 0);
+  TU_OK(lam_mem_set_limit(c, 0)); /* the caller may lift it */
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_ctx, teardown_ctx)
 int main(void) {
   const struct CMUnitTest tests[] = {
       T(test_fresh_context), T(test_in_use_and_peak), T(test_cache_hit), T(test_release_cached),
       T(test_alignment),     T(test_zero_bytes),      T(test_upload_download), T(test_host_alloc),
-      T(test_churn),         T(test_limit),
+      T(test_churn),         T(test_limit),           T(test_default_cap),
   };
   tu_apply_filter();
   return cmocka_run_group_tests_name("alloc", tests, NULL, NULL) ? 1 : 0;
