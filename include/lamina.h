@@ -62,6 +62,13 @@ const char *lam_ctx_device_name(const lam_ctx *ctx);
 const char *lam_ctx_choice_reason(const lam_ctx *ctx);
 /* Waits until all work queued on the context is done. */
 lam_status lam_ctx_sync(lam_ctx *ctx);
+/* OpenMP threads of the host-side work (the CPU backend's ops; on CUDA the staging copies). By default:
+ * LAMINA_THREADS if set, else OMP_NUM_THREADS if set, else the cores this process may use less those
+ * that other processes keep busy when the context is made (a thread sharing a core with another busy
+ * process makes every parallel region wait for it). Applies to the thread that calls it (and made the
+ * context); lam_ctx_device_name says the count and why. */
+lam_status lam_ctx_set_threads(lam_ctx *ctx, int threads);
+int lam_ctx_threads(const lam_ctx *ctx);
 
 /* Parses "cpu", "cuda" or "auto" (case-sensitive). */
 lam_status lam_device_parse(const char *s, lam_device *out);

@@ -133,6 +133,7 @@ lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
     return s;
   }
   ctx->device = d;
+  if (!ctx->threads) ctx->threads = lam_omp_max_threads(); /* CUDA: its host-side copies */
   lam_cache_init(&ctx->cache, ctx, cache_raw_alloc, cache_raw_free,
                  d == LAM_DEVICE_CUDA ? "device memory" : "host memory");
   if (d == LAM_DEVICE_CPU) { /* more than the machine has would end in the kernel's OOM killer, without a word */
@@ -152,6 +153,17 @@ void lam_ctx_free(lam_ctx *ctx) {
 }
 
 lam_device lam_ctx_device(const lam_ctx *ctx) { return ctx ? ctx->device : LAM_DEVICE_AUTO; }
+
+lam_status lam_ctx_set_threads(lam_ctx *ctx, int threads) {
+  LAM_CHECK_ARG(ctx, "lam_ctx_set_threads: ctx is NULL");
+  LAM_CHECK_ARG(threads >= 1 && threads <= 4096, "lam_ctx_set_threads: %d threads is out of range (1 to 4096)", threads);
+  ctx->threads = threads;
+  lam_cpu_use_threads(threads);
+  if (ctx->device == LAM_DEVICE_CPU)
+    snprintf(ctx->name, sizeof ctx->name, "cpu (%d OpenMP thread%s, as asked)", threads, threads == 1 ? "" : "s");
+  return LAM_OK;
+}
+int lam_ctx_threads(const lam_ctx *ctx) { return ctx ? ctx->threads : 0; }
 const char *lam_ctx_device_name(const lam_ctx *ctx) { return ctx ? ctx->name : ""; }
 const char *lam_ctx_choice_reason(const lam_ctx *ctx) { return ctx ? ctx->reason : ""; }
 

@@ -94,6 +94,7 @@ struct lam_ctx {
   size_t pinned_staging; /* bytes of pinned staging buffers the backend holds */
   lam_precision precision; /* of the matrix products (lam_ctx_set_precision) */
   int no_graphs;           /* graphs would hide what a debug mode wants to see (LAMINA_CUDA_SYNC=1) */
+  int threads;             /* OpenMP threads of the host-side work (cpu/threads.c; lam_ctx_set_threads) */
   void *state;      /* the backend's own state */
 };
 
@@ -113,6 +114,12 @@ int cuda_runtime_version(void);
 /* Host-side helpers shared by the backends (cpu/hostcopy.c). */
 double lam_now_ms(void); /* a monotonic clock, milliseconds */
 int lam_omp_max_threads(void); /* OpenMP threads a parallel region gets (1 without OpenMP) */
+/* cpu/threads.c: the default thread count (LAMINA_THREADS, OMP_NUM_THREADS, else the cores this process
+ * may use less those other processes keep busy; why says which, "" for plain), the busy cores of the
+ * allowed ones (a 20 ms sample of /proc/stat), and the count the calling thread's regions use from now. */
+int lam_cpu_default_threads(char *why, size_t size);
+int lam_cpu_busy_cores(int *allowed);
+void lam_cpu_use_threads(int n);
 /* Copies several (dst, src, bytes) pieces using all OpenMP threads; the pieces are split evenly. */
 typedef struct lam_copy_job {
   void *dst;

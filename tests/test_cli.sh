@@ -370,6 +370,28 @@ run train --data "$TMP/sizes" --model "$MINI_MODEL" --epochs 1 --batch 8 --devic
 if [ "$rc" -eq 1 ] && has "$TMP/err" "test images 1x3x3" && no_epoch; then ok "test images of another size: exit 1 before training"
 else not_ok "test image size" "want exit 1 naming both sizes before any epoch"; fi
 
+# Threads: --threads and LAMINA_THREADS are used and said; a core that another process keeps busy is
+# left out by default (a thread sharing it made every parallel region wait: 6x slower).
+run hidden --n 1000 --device cpu --repeat 1 --threads 1 --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" "1 OpenMP thread, as asked"; then ok "hidden --threads 1"; else not_ok "--threads 1" "want the device to say '1 OpenMP thread, as asked'"; fi
+LAMINA_THREADS=1 run hidden --n 1000 --device cpu --repeat 1 --json
+if [ "$rc" -eq 0 ] && has "$TMP/out" "LAMINA_THREADS=1"; then ok "LAMINA_THREADS=1 is used and said"; else not_ok "LAMINA_THREADS" "want 'LAMINA_THREADS=1' in the device"; fi
+usage_error "--threads 0 is rejected" --threads -- hidden --threads 0 --device cpu
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+  taskset -c 0 bash -c 'while :; do :; done' &
+  busy=$!
+  sleep 0.3
+  taskset -c 0,1 "$LAMINA" hidden --n 1000 --device cpu --repeat 1 --json >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  kill "$busy" 2>/dev/null
+  wait "$busy" 2>/dev/null
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "cores busy with other work" && has "$TMP/out" "(1 OpenMP thread"; then
+    ok "a core held by a busy loop is left out: 1 thread on 2 cores"
+  else not_ok "busy core" "want '1 OpenMP thread: ... cores busy with other work'"; fi
+else
+  ok "# skip busy-core check: needs taskset and 2 cores"
+fi
+
 # Numbers: --seed is decimal (010 is ten, not eight); counts that are not numbers say so.
 run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --seed 010 --json
 l010=$(json_field train_loss)

@@ -19,7 +19,7 @@ typedef struct hidden_opts {
   lam_dtype dtype;
   lam_device device;
   enum resident resident;
-  int pinned, unfused, json;
+  int pinned, unfused, json, threads;
   uint64_t seed;
   long repeat, warmup;
 } hidden_opts;
@@ -40,6 +40,8 @@ static void usage(FILE *f) {
           "  --unfused              the course's three separate ops (normalize, weigh, activate) instead of\n"
           "                         the fused kernel; implies --resident\n"
           "  --seed S               input seed (default 42)\n"
+          "  --threads N            OpenMP threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else\n"
+          "                         the cores other processes do not keep busy)\n"
           "  --repeat R             timed calls (default 10)\n"
           "  --warmup W             untimed calls first (default 1)\n"
           "  --json                 print one JSON object instead of text\n"
@@ -49,14 +51,15 @@ static void usage(FILE *f) {
 
 static int parse(int argc, char **argv, hidden_opts *o) {
   *o = (hidden_opts){.n = 10000000, .seed = 42, .repeat = 10, .warmup = 1};
-  enum { O_N = 1, O_DTYPE, O_DEVICE, O_RESIDENT, O_PINNED, O_UNFUSED, O_SEED, O_REPEAT, O_WARMUP, O_JSON, O_HELP };
+  enum { O_N = 1, O_DTYPE, O_DEVICE, O_RESIDENT, O_PINNED, O_UNFUSED, O_SEED, O_REPEAT, O_WARMUP, O_JSON, O_HELP, O_THREADS };
   static const struct option longopts[] = {
       {"n", required_argument, 0, O_N},           {"dtype", required_argument, 0, O_DTYPE},
       {"device", required_argument, 0, O_DEVICE}, {"resident", optional_argument, 0, O_RESIDENT},
       {"pinned", no_argument, 0, O_PINNED},       {"unfused", no_argument, 0, O_UNFUSED},
       {"seed", required_argument, 0, O_SEED},     {"repeat", required_argument, 0, O_REPEAT},
       {"warmup", required_argument, 0, O_WARMUP}, {"json", no_argument, 0, O_JSON},
-      {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
+      {"help", no_argument, 0, O_HELP},           {"threads", required_argument, 0, O_THREADS},
+      {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
   int c;
@@ -93,6 +96,10 @@ static int parse(int argc, char **argv, hidden_opts *o) {
         o->warmup = v;
         break;
       case O_JSON: o->json = 1; break;
+      case O_THREADS:
+        if (cli_parse_int("hidden", "--threads", optarg, 1, 4096, &v)) return EXIT_USAGE;
+        o->threads = (int)v;
+        break;
       case O_HELP: usage(stdout); return -1;
       case ':': return cli_usage_error("hidden", "%s needs a value", argv[optind - 1]);
       default: return cli_usage_error("hidden", "unknown option '%s'", argv[optind - 1]);
@@ -216,6 +223,7 @@ int cmd_hidden(int argc, char **argv) {
 
   lam_ctx *ctx = NULL;
   lam_status s = lam_ctx_create(&ctx, o.device);
+  if (s == LAM_OK && o.threads) s = lam_ctx_set_threads(ctx, o.threads);
   if (s != LAM_OK) {
     fprintf(stderr, "lamina hidden: %s\n", lam_last_error());
     return 1;

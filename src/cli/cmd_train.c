@@ -11,7 +11,7 @@
 
 typedef struct train_opts {
   const char *data, *model, *save, *resume, *load;
-  int epochs, batch, json, progress;
+  int epochs, batch, json, progress, threads;
   lam_opt_kind opt_kind;
   double lr, momentum, weight_decay;
   int lr_set, wd_set;
@@ -54,6 +54,8 @@ static void train_usage(FILE *f) {
           "  --weight-decay W       (default 0; adamw 0.01)\n"
           "  --device auto|cpu|cuda backend (default auto)\n"
           "  --seed S               initialization and shuffling seed (default 1)\n"
+          "  --threads N            OpenMP threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else\n"
+          "                         the cores other processes do not keep busy)\n"
           "  --save FILE            write a checkpoint after every epoch (atomically)\n"
           "  --resume FILE          continue from a checkpoint exactly where it stopped\n"
           "  --max-memory BYTES     cap the memory lamina may take (e.g. 2G; K/M/G are powers of 1000); going\n"
@@ -87,12 +89,14 @@ static void eval_usage(FILE *f) {
           "  --data        as for train (default fashion-mnist)\n"
           "  --batch B     images per step (default 1000)\n"
           "  --device      auto|cpu|cuda (default auto)\n"
+          "  --threads N   OpenMP threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else the\n"
+          "                cores other processes do not keep busy)\n"
           "  --json        one JSON object instead of text\n"
           "  --help        this text\n");
 }
 
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
-       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP,
+       O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
        O_CLASSES, O_NORMALIZE, O_SMOOTHING };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
@@ -109,7 +113,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"save", required_argument, 0, O_SAVE},         {"resume", required_argument, 0, O_RESUME},
       {"load", required_argument, 0, O_LOAD},         {"json", no_argument, 0, O_JSON},
       {"no-progress", no_argument, 0, O_NOPROGRESS},  {"help", no_argument, 0, O_HELP},
-      {"max-memory", required_argument, 0, O_MAXMEM},  {"profile", no_argument, 0, O_PROFILE},
+      {"max-memory", required_argument, 0, O_MAXMEM},  {"threads", required_argument, 0, O_THREADS},  {"profile", no_argument, 0, O_PROFILE},
       {"trace", required_argument, 0, O_TRACE},        {"stream", no_argument, 0, O_STREAM},
       {"buffers", required_argument, 0, O_BUFFERS},  {"precision", required_argument, 0, O_PRECISION},
       {"graph", required_argument, 0, O_GRAPH},      {"classes", required_argument, 0, O_CLASSES},
@@ -198,6 +202,10 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->stream = (int)v;
         break;
       case O_NOPROGRESS: o->progress = 0; break;
+      case O_THREADS:
+        if (cli_parse_int(cmd, "--threads", optarg, 1, 4096, &v)) return EXIT_USAGE;
+        o->threads = (int)v;
+        break;
       case O_PROFILE: o->profile = 1; break;
       case O_TRACE: o->trace = optarg, o->profile = 1; break;
       case O_MAXMEM:
@@ -369,7 +377,8 @@ int cmd_train(int argc, char **argv) {
   }
   if ((ret = cli_model_spec("train", o.model, &spec)) != 0) goto out;
   ret = 1;
-  if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.max_memory && lam_mem_set_limit(ctx, o.max_memory) != LAM_OK) ||
+  if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.threads && lam_ctx_set_threads(ctx, o.threads) != LAM_OK) ||
+      (o.max_memory && lam_mem_set_limit(ctx, o.max_memory) != LAM_OK) ||
       lam_ctx_set_precision(ctx, o.precision) != LAM_OK) {
     ret = fail("train", NULL);
     goto out;
@@ -522,7 +531,8 @@ int cmd_eval(int argc, char **argv) {
     ret = fail("eval", "loading the data");
     goto out;
   }
-  if (lam_ctx_create(&ctx, o.device) != LAM_OK || lam_checkpoint_load(ctx, o.load, &m, NULL, NULL) != LAM_OK) {
+  if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.threads && lam_ctx_set_threads(ctx, o.threads) != LAM_OK) ||
+      lam_checkpoint_load(ctx, o.load, &m, NULL, NULL) != LAM_OK) {
     ret = fail("eval", NULL);
     goto out;
   }

@@ -118,7 +118,10 @@ lam_status cpu_ctx_init(lam_ctx *ctx) {
   ctx->state = calloc(1, sizeof(cpu_state));
   if (!ctx->state) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for the CPU backend state");
   ctx->be = &lam_cpu_backend;
-  int nt = lam_omp_max_threads();
-  snprintf(ctx->name, sizeof ctx->name, "cpu (%d OpenMP thread%s)", nt, nt == 1 ? "" : "s");
+  char why[96];
+  int nt = lam_cpu_default_threads(why, sizeof why);
+  ctx->threads = nt;
+  lam_cpu_use_threads(nt);
+  snprintf(ctx->name, sizeof ctx->name, "cpu (%d OpenMP thread%s%s%s)", nt, nt == 1 ? "" : "s", why[0] ? ": " : "", why);
   return LAM_OK;
 }
