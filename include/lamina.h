@@ -29,7 +29,8 @@ typedef enum lam_status {
   LAM_ERR_OUT_OF_MEMORY, /* host or device memory exhausted, or over a cap */
   LAM_ERR_UNSUPPORTED,   /* valid, but not supported by this backend */
   LAM_ERR_IO,            /* a file could not be read or written */
-  LAM_ERR_DIVERGED       /* training produced a loss that is NaN or infinite: the parameters are lost */
+  LAM_ERR_DIVERGED,      /* training produced a loss that is NaN or infinite: the parameters are lost */
+  LAM_ERR_INTERRUPTED    /* stopped on request (lam_trainer_set_stop) between two steps; it can resume */
 } lam_status;
 
 typedef enum lam_device { LAM_DEVICE_AUTO = 0, LAM_DEVICE_CPU, LAM_DEVICE_CUDA } lam_device;
@@ -414,6 +415,14 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
 void lam_trainer_free(lam_trainer *t);
 lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out);
 int lam_trainer_epochs_done(const lam_trainer *t);
+/* A flag the trainer reads after every step (a signal handler's, say): when it is non-zero,
+ * lam_trainer_epoch stops after the step in flight and returns LAM_ERR_INTERRUPTED. The trainer then
+ * holds the epoch's place (the steps done, the shuffle, the loss so far): lam_checkpoint_save keeps it, and
+ * the next lam_trainer_epoch (after a load, too) continues that epoch where it stopped, as if it never had
+ * (on the CPU, bit for bit). NULL: no flag. */
+lam_status lam_trainer_set_stop(lam_trainer *t, const volatile int *flag);
+/* Steps of the current epoch done when it was interrupted (0: at an epoch's end). */
+int lam_trainer_steps_in_epoch(const lam_trainer *t);
 /* The optimizer and batch the trainer was made with (or restored from a checkpoint). */
 lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch);
 
@@ -475,6 +484,9 @@ lam_status lam_output_path_check(const char *path, const char *what);
  * done and the shuffling generator's state, with a CRC-32, atomically (temporary file, fsync, rename).
  * t may be NULL to save the model alone. */
 lam_status lam_checkpoint_save(const char *path, lam_model *m, const lam_trainer *t);
+/* Removes the temporary file of a checkpoint being written right now, if any: for a signal handler that
+ * is about to exit (async-signal-safe: one unlink). */
+void lam_checkpoint_abort_cleanup(void);
 /* Reads a checkpoint into a new model on ctx. A truncated, corrupted (CRC) or wrong-version file is
  * LAM_ERR_IO with a message saying which. If trainer is not NULL and the file has training state, a
  * trainer on `train` continues exactly where the saved one stopped (batch from the file). */

@@ -35,6 +35,7 @@ const char *lam_status_str(lam_status s) {
     case LAM_ERR_UNSUPPORTED: return "unsupported";
     case LAM_ERR_IO: return "I/O error";
     case LAM_ERR_DIVERGED: return "diverged";
+    case LAM_ERR_INTERRUPTED: return "interrupted";
   }
   return "unknown status";
 }

@@ -306,6 +306,64 @@ static void test_resume_adamw(void **state) {
   check_resume(LAM_OPT_ADAMW, 1u << 2);
 }
 
+/* Stopped in the middle of an epoch (lam_trainer_set_stop, as a signal handler would), saved, freed,
+ * loaded and trained on: the same losses and parameters, bit for bit, as without the stop; the stop
+ * comes from the progress callback after step `at` of epoch 2. */
+static volatile int g_stop;
+static int g_stop_at;
+static void stop_cb(void *user, int step, int steps, double loss, double ips) {
+  (void)user, (void)steps, (void)loss, (void)ips;
+  if (step == g_stop_at) g_stop = 1;
+}
+static void check_stop_resume(lam_opt_kind kind, int at) {
+  const char *path = path_of("stop.ckpt");
+  double want[EPOCHS], got[EPOCHS];
+  lam_model *m;
+  lam_trainer *t;
+  make(kind, &m, &t);
+  for (int e = 0; e < EPOCHS; e++) want[e] = epoch(t);
+  float *want_p = params_of(m);
+  size_t np = lam_model_param_count(m);
+  lam_trainer_free(t);
+  lam_model_free(m);
+
+  make(kind, &m, &t);
+  got[0] = epoch(t);
+  g_stop = 0, g_stop_at = at;
+  TU_OK(lam_trainer_set_stop(t, &g_stop));
+  lam_epoch_stats st;
+  lam_status s = lam_trainer_epoch(t, stop_cb, NULL, 1, &st);
+  if (s != LAM_ERR_INTERRUPTED) fail_msg("stopped at step %d: returned %s, want interrupted", at, lam_status_str(s));
+  assert_non_null(strstr(lam_last_error(), "after step"));
+  assert_int_equal(lam_trainer_steps_in_epoch(t), at);
+  assert_int_equal(lam_trainer_epochs_done(t), 1);
+  TU_OK(lam_checkpoint_save(path, m, t));
+  lam_trainer_free(t);
+  lam_model_free(m);
+  TU_OK(lam_checkpoint_load(g_ctx, path, &m, &g_set, &t));
+  assert_int_equal(lam_trainer_steps_in_epoch(t), at);
+  for (int e = 1; e < EPOCHS; e++) got[e] = epoch(t); /* epoch 2 continues from step at + 1 */
+  assert_int_equal(lam_trainer_steps_in_epoch(t), 0);
+  float *got_p = params_of(m);
+  for (int e = 0; e < EPOCHS; e++)
+    if (memcmp(&got[e], &want[e], sizeof(double)) != 0)
+      fail_msg("stop at step %d: epoch %d loss %.17g, uninterrupted %.17g", at, e + 1, got[e], want[e]);
+  for (size_t i = 0; i < np; i++)
+    if (memcmp(&got_p[i], &want_p[i], sizeof(float)) != 0)
+      fail_msg("stop at step %d: parameter %zu is %.9g, uninterrupted %.9g", at, i, got_p[i], want_p[i]);
+  free(want_p);
+  free(got_p);
+  lam_trainer_free(t);
+  lam_model_free(m);
+  assert_int_equal(tmp_files_left(), 0);
+}
+static void test_stop_mid_epoch(void **state) {
+  (void)state;
+  check_stop_resume(LAM_OPT_ADAM, 1);
+  check_stop_resume(LAM_OPT_SGD, 2);
+  check_stop_resume(LAM_OPT_ADAMW, (NIMG + BATCH - 1) / BATCH - 1); /* the last step but one */
+}
+
 /* Saved before the first step (no optimizer state yet), and reloaded before every epoch. */
 static void test_resume_every_epoch(void **state) {
   (void)state;
@@ -333,13 +391,15 @@ static void test_format(void **state) {
   const uint64_t layers[5][2] = {{36, 4}, {0, 0}, {0, 0}, {0, 0}, {360, 10}};
   assert_int_equal(np, 410);
   /* v2: normalization of 1 channel (4 + 8), no running statistics (8), label smoothing (4) */
-  size_t want_len = 8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4 + 24 + 4 + (4 + 24 + 8 + 2 * np * 4 + 4 + 8 + 4 + 32) + 4;
+  /* v3: the interrupted epoch's place (4 + 32 + 12) */
+  size_t want_len =
+      8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4 + 24 + 4 + (4 + 24 + 8 + 2 * np * 4 + 4 + 8 + 4 + 32 + 48) + 4;
   if (len != want_len) fail_msg("the file has %zu bytes, the documented layout %zu", len, want_len);
 
   size_t o = 0;
   assert_memory_equal(f, "LAMCKPT\0", 8);
   o += 8;
-  assert_int_equal(le32(f + o), 2); /* version */
+  assert_int_equal(le32(f + o), 3); /* version */
   o += 4;
   assert_int_equal(le32(f + o), sl);
   o += 4;
@@ -386,6 +446,8 @@ static void test_format(void **state) {
   assert_int_equal(le64(f + o + 4), TRAIN_SEED);
   assert_int_equal(le32(f + o + 12), 1); /* epochs done */
   o += 16 + 32;
+  assert_int_equal(le32(f + o), 0); /* v3: not interrupted */
+  o += 48;
   assert_int_equal(o, len - 4);
   if (le32(f + o) != crc32_ref(f, o)) fail_msg("stored CRC %08x, CRC-32 of the file %08x", le32(f + o), crc32_ref(f, o));
 
@@ -556,14 +618,14 @@ static void test_future_version(void **state) {
   save_trained(good, LAM_OPT_ADAM, 1, 1);
   size_t len;
   uint8_t *f = read_all(good, &len);
-  set_le32(f + 8, 3);
+  set_le32(f + 8, 4);
   fix_crc(f, len);
   write_all(bad, f, len);
-  EXPECT_LOAD_FAIL("version 3", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 3", "reads 2");
+  EXPECT_LOAD_FAIL("version 4", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 4", "reads 3");
   print_message("future version: %s\n", lam_last_error());
   /* Every version ends with its CRC, checked before the version: a header alone is a truncated file. */
   write_all(bad, f, 12);
-  EXPECT_LOAD_FAIL("version 3, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
+  EXPECT_LOAD_FAIL("version 4, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
   set_le32(f + 8, 0);
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 0, CRC not fixed", bad, 0, LAM_ERR_IO, "CRC-32 mismatch");
@@ -573,18 +635,31 @@ static void test_future_version(void **state) {
   free(f);
 }
 
-/* A version-1 file (the v2 fields cut out, version 1, CRC fixed) still loads: same parameters, and the
- * default normalization. */
+/* A version-1 file (the v2 and v3 fields cut out, version 1, CRC fixed) and a version-2 file (the v3
+ * fields cut out) still load: same parameters, the default normalization (v1), the epochs done. */
 static void test_v1_loads(void **state) {
   (void)state;
-  const char *v2 = path_of("v2.ckpt"), *v1 = path_of("v1.ckpt");
+  const char *v3 = path_of("v3.ckpt"), *v1 = path_of("v1.ckpt"), *v2 = path_of("v2.ckpt");
   lam_model *m;
   lam_trainer *t;
   make(LAM_OPT_ADAM, &m, &t);
   (void)epoch(t);
-  TU_OK(lam_checkpoint_save(v2, m, t));
+  TU_OK(lam_checkpoint_save(v3, m, t));
   size_t len, np = lam_model_param_count(m), sl = strlen(lam_model_spec(m));
-  uint8_t *f = read_all(v2, &len);
+  uint8_t *f = read_all(v3, &len);
+  /* v2: the last 48 bytes before the CRC (the interrupted epoch's place) go */
+  memmove(f + len - 4 - 48, f + len - 4, 4);
+  len -= 48;
+  set_le32(f + 8, 2);
+  fix_crc(f, len);
+  write_all(v2, f, len);
+  lam_model *m2 = NULL;
+  lam_trainer *t2 = NULL;
+  TU_OK(lam_checkpoint_load(g_ctx, v2, &m2, &g_set, &t2));
+  assert_int_equal(lam_trainer_epochs_done(t2), 1);
+  assert_int_equal(lam_trainer_steps_in_epoch(t2), 0);
+  lam_trainer_free(t2);
+  lam_model_free(m2);
   size_t cut = 8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4; /* where the v2 block starts: 24 bytes here */
   memmove(f + cut, f + cut + 24, len - cut - 24);
   len -= 24;
@@ -821,7 +896,7 @@ static void test_null_args(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_adam),          cmocka_unit_test(test_resume_sgd_momentum),
-      cmocka_unit_test(test_resume_adamw),         cmocka_unit_test(test_resume_every_epoch),
+      cmocka_unit_test(test_resume_adamw),         cmocka_unit_test(test_resume_every_epoch), cmocka_unit_test(test_stop_mid_epoch),
       cmocka_unit_test(test_format),               cmocka_unit_test(test_model_only_roundtrip),
       cmocka_unit_test(test_truncated),            cmocka_unit_test(test_corrupted),
       cmocka_unit_test(test_wrong_magic),          cmocka_unit_test(test_future_version),

@@ -392,6 +392,31 @@ else
   ok "# skip busy-core check: needs taskset and 2 cores"
 fi
 
+# Signals: SIGINT (and SIGTERM) stop training after the step in flight, save the place in the epoch and
+# exit 130 (143); --resume finishes the run. On Fashion-MNIST (60k images: long enough to be stopped).
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  for sig in INT TERM; do
+    want=$([ $sig = INT ] && echo 130 || echo 143)
+    rm -f "$TMP/sig.ckpt"
+    "$LAMINA" train --data fashion-mnist --model mlp --epochs 2 --batch 64 --device cpu --save "$TMP/sig.ckpt" \
+      --no-progress >"$TMP/out" 2>"$TMP/err" &
+    pid=$!
+    sleep 1.5
+    kill -$sig $pid
+    wait $pid
+    rc=$?
+    if [ "$rc" -eq "$want" ] && has "$TMP/err" "stopped by SIG$sig after" && has "$TMP/err" "--resume" &&
+      [ -s "$TMP/sig.ckpt" ] && ! ls "$TMP" | grep -q '\.tmp\.'; then
+      ok "SIG$sig: exit $want, the place saved, no temporary file"
+    else not_ok "SIG$sig" "want exit $want, 'stopped by SIG$sig after' and a checkpoint"; fi
+  done
+  run train --data fashion-mnist --epochs 2 --device cpu --resume "$TMP/sig.ckpt" --json
+  if [ "$rc" -eq 0 ] && has "$TMP/out" '"epoch":2'; then ok "--resume after a signal finishes the run"
+  else not_ok "resume after a signal" "want exit 0 and epoch 2 in the JSON"; fi
+else
+  ok "# skip signal checks: no /usr/share/datasets/fashion-mnist"
+fi
+
 # Numbers: --seed is decimal (010 is ten, not eight); counts that are not numbers say so.
 run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --seed 010 --json
 l010=$(json_field train_loss)

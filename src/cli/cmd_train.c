@@ -2,6 +2,7 @@
  * progress line and one summary line per epoch (or one JSON object), save and resume checkpoints, and
  * evaluate a saved model with a confusion matrix. */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,9 +267,48 @@ static lam_status print_profile(lam_trainer *t, FILE *f) {
   return LAM_OK;
 }
 
+/* SIGINT and SIGTERM during training: the first finishes the step in flight, saves (with --save) and
+ * exits 130 or 143; a second SIGINT exits at once (130), removing a checkpoint's temporary file if a
+ * save is being written. */
+static volatile sig_atomic_t g_signal;
+static void on_signal(int sig) {
+  if (g_signal && sig == SIGINT) {
+    lam_checkpoint_abort_cleanup();
+    _exit(130);
+  }
+  g_signal = sig;
+}
+static void catch_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
 static int fail(const char *cmd, const char *what) {
   fprintf(stderr, "lamina %s: %s%s%s\n", cmd, what ? what : "", what ? ": " : "", lam_last_error());
   return 1;
+}
+
+/* After a signal: the checkpoint (with --save) holds the place in the epoch; exit 128 + the signal. */
+static int stopped(const train_opts *o, lam_model *m, lam_trainer *t) {
+  int sig = (int)g_signal, step = lam_trainer_steps_in_epoch(t), epoch = lam_trainer_epochs_done(t);
+  char where[96];
+  if (step) snprintf(where, sizeof where, "after step %d of epoch %d", step, epoch + 1);
+  else snprintf(where, sizeof where, "after epoch %d", epoch);
+  const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+  if (!o->save) {
+    fprintf(stderr, "lamina train: stopped by %s %s; nothing saved (give --save FILE to keep the place)\n", name,
+            where);
+  } else if (lam_checkpoint_save(o->save, m, t) != LAM_OK) {
+    fprintf(stderr, "lamina train: stopped by %s %s, but saving failed: %s\n", name, where, lam_last_error());
+  } else {
+    fprintf(stderr, "lamina train: stopped by %s %s; saved %s: continue with --resume %s\n", name, where, o->save,
+            o->save);
+  }
+  return 128 + sig;
 }
 
 /* --classes: raises the classes of both parts (each label must be below it). */
@@ -412,6 +452,8 @@ int cmd_train(int argc, char **argv) {
     }
   }
   lam_trainer_set_graph(t, o.graph);
+  catch_signals();
+  lam_trainer_set_stop(t, (const volatile int *)&g_signal);
   if (o.stream && lam_trainer_set_stream(t, o.stream) != LAM_OK) {
     ret = fail("train", "--stream");
     goto out;
@@ -434,14 +476,28 @@ int cmd_train(int argc, char **argv) {
            train->label_h > 1 || train->label_w > 1 ? " per pixel" : "", lam_model_param_count(m), batch,
            lam_precision_str(o.precision),
            graph ? "step in a CUDA graph" : "step op by op");
-    if (o.resume) printf("  resumed from %s after epoch %d\n", o.resume, lam_trainer_epochs_done(t));
+    if (o.resume && lam_trainer_steps_in_epoch(t))
+      printf("  resumed from %s at step %d of epoch %d\n", o.resume, lam_trainer_steps_in_epoch(t) + 1,
+             lam_trainer_epochs_done(t) + 1);
+    else if (o.resume)
+      printf("  resumed from %s after epoch %d\n", o.resume, lam_trainer_epochs_done(t));
     fflush(stdout);
   }
   while (lam_trainer_epochs_done(t) < o.epochs) {
+    if (g_signal) { /* came while evaluating or saving */
+      ret = stopped(&o, m, t);
+      goto out;
+    }
     progress_state ps = {lam_trainer_epochs_done(t) + 1, o.epochs, cli_now_ms()};
     lam_epoch_stats es;
     int steps = (int)((train->n + (size_t)batch - 1) / (size_t)batch);
-    if (lam_trainer_epoch(t, show ? progress : NULL, &ps, steps / 50 > 0 ? steps / 50 : 1, &es) != LAM_OK) {
+    lam_status es_s = lam_trainer_epoch(t, show ? progress : NULL, &ps, steps / 50 > 0 ? steps / 50 : 1, &es);
+    if (es_s == LAM_ERR_INTERRUPTED) {
+      if (show) fprintf(stderr, "\n");
+      ret = stopped(&o, m, t);
+      goto out;
+    }
+    if (es_s != LAM_OK) {
       ret = fail("train", "training");
       goto out;
     }

@@ -2,12 +2,13 @@
  * that an interrupted training run resumes exactly where it stopped: on the CPU the resumed run's
  * losses and parameters equal an uninterrupted run's bit for bit.
  *
- * File format, version 2 (version 1 files, which lack the part marked v2, still load). Every number is
- * little-endian; floats are IEEE-754 binary32 bit patterns.
+ * File format, version 3 (version 2 files, which lack the part marked v3, and version 1 files, which also
+ * lack the part marked v2, still load). Every number is little-endian; floats are IEEE-754 binary32 bit
+ * patterns.
  *
  *   offset  type            field
  *   0       char[8]         magic "LAMCKPT\0"
- *   8       u32             version (2)
+ *   8       u32             version (3)
  *   12      u32             L: length of the model spec in bytes (no terminating NUL; < 4096, v1 < 1024)
  *           char[L]         the model spec, presets expanded (lam_model_spec): the graph, with its labels
  *           i32 × 3         in_c, in_h, in_w
@@ -31,6 +32,9 @@
  *           u64             the trainer's seed
  *           i32             epochs done
  *           u64 × 4         the shuffle generator's state (xoshiro256**)
+ *   v3:     i32             steps done of an interrupted epoch (lam_trainer_set_stop; 0: at an epoch's end)
+ *           u64 × 4         the generator's state before that epoch's shuffle
+ *           f32 × 3         that epoch's loss sum, correct and counted labels so far
  *   always:
  *           u32             CRC-32 (zlib's crc32) of every byte before it
  *
@@ -51,6 +55,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,26 +69,32 @@
 
 #define CKPT_MAGIC "LAMCKPT" /* with its NUL: 8 bytes */
 #define CKPT_MAGIC_LEN 8
-#define CKPT_VERSION 2u
+#define CKPT_VERSION 3u
 #define CKPT_MAX_LAYERS 4096u /* far above any spec that fits in 1024 characters */
 
 /* ---- little-endian packing --------------------------------------------------------------------- */
 
 /* A byte buffer sized up front; put_* never run past it (the size is computed from the same fields). */
+/* The file being built: writes past cap are counted in len but not made (build_image then reports the
+ * size it got wrong instead of overrunning the buffer). */
 typedef struct wbuf {
   uint8_t *p;
   size_t len, cap;
 } wbuf;
 
 static void put_bytes(wbuf *b, const void *src, size_t n) {
-  memcpy(b->p + b->len, src, n);
+  if (b->len <= b->cap && n <= b->cap - b->len) memcpy(b->p + b->len, src, n);
   b->len += n;
 }
 static void put_u32(wbuf *b, uint32_t v) {
-  for (int i = 0; i < 4; i++) b->p[b->len++] = (uint8_t)(v >> (8 * i));
+  uint8_t q[4];
+  for (int i = 0; i < 4; i++) q[i] = (uint8_t)(v >> (8 * i));
+  put_bytes(b, q, 4);
 }
 static void put_u64(wbuf *b, uint64_t v) {
-  for (int i = 0; i < 8; i++) b->p[b->len++] = (uint8_t)(v >> (8 * i));
+  uint8_t q[8];
+  for (int i = 0; i < 8; i++) q[i] = (uint8_t)(v >> (8 * i));
+  put_bytes(b, q, 8);
 }
 static void put_f32(wbuf *b, float f) {
   uint32_t u;
@@ -134,6 +145,7 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
   size_t size = CKPT_MAGIC_LEN + 4 + 4 + spec_len + 3 * 4 + 8 + 4 + (size_t)m->nnodes * 16 + np * 4 + 4;
   size += 4 + 8 * (size_t)m->norm.c + 8 + 4 * m->nstate + 4; /* v2 */
   if (t) size += 4 + 6 * 4 + 8 + (size_t)nstate * np * 4 + 4 + 8 + 4 + 4 * 8;
+  if (t) size += 4 + 4 * 8 + 3 * 4; /* v3 */
   size += 4; /* CRC */
 
   size_t nhost = np > m->nstate ? np : m->nstate;
@@ -192,6 +204,9 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
       put_u64(&b, t->seed);
       put_u32(&b, (uint32_t)t->epochs_done);
       for (int i = 0; i < 4; i++) put_u64(&b, t->rng.s[i]);
+      put_u32(&b, (uint32_t)t->step_done);
+      for (int i = 0; i < 4; i++) put_u64(&b, t->epoch_rng.s[i]);
+      for (int i = 0; i < 3; i++) put_f32(&b, t->part[i]);
     }
   }
   free(host);
@@ -199,7 +214,7 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
     free(b.p);
     return s;
   }
-  put_u32(&b, crc32_of(b.p, b.len));
+  if (b.len + 4 == b.cap) put_u32(&b, crc32_of(b.p, b.len));
   if (b.len != b.cap) { /* the size computed above and the fields written disagree: a bug here */
     free(b.p);
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "saving checkpoint '%s': internal error, wrote %zu bytes for %zu", path, b.len,
@@ -230,6 +245,13 @@ static lam_status sync_folder(const char *path) {
   return LAM_OK;
 }
 
+/* The temporary file being written, for lam_checkpoint_abort_cleanup (a signal handler's). */
+static char g_tmp[4200];
+static volatile sig_atomic_t g_tmp_live;
+void lam_checkpoint_abort_cleanup(void) {
+  if (g_tmp_live) unlink(g_tmp);
+}
+
 /* Writes bytes to path atomically: a temporary file in the same folder, flushed, fsync'd, closed and
  * renamed over path. On any failure the temporary file is removed and path is left as it was. */
 static lam_status write_atomic(const char *asked, const uint8_t *p, size_t n) {
@@ -239,9 +261,13 @@ static lam_status write_atomic(const char *asked, const uint8_t *p, size_t n) {
   char *tmp = malloc(tlen);
   if (!tmp) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "saving checkpoint '%s': no host memory", path);
   snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+  g_tmp_live = 0;
+  snprintf(g_tmp, sizeof g_tmp, "%s", tmp);
+  g_tmp_live = strlen(tmp) < sizeof g_tmp;
   FILE *f = fopen(tmp, "wb");
   if (!f) {
     int err = errno;
+    g_tmp_live = 0;
     lam_status s = LAM_FAIL(LAM_ERR_IO, "cannot save checkpoint '%s': fopen of the temporary file '%s' failed: %s; check "
                             "that the folder exists and is writable", path, tmp, strerror(err));
     free(tmp);
@@ -255,6 +281,7 @@ static lam_status write_atomic(const char *asked, const uint8_t *p, size_t n) {
   int rc = fclose(f);
   if (!call && rc != 0) call = "fclose", err = errno;
   if (!call && rename(tmp, path) != 0) call = "rename", err = errno;
+  g_tmp_live = 0; /* renamed, or removed just below */
   if (call) {
     remove(tmp);
     lam_status s = LAM_FAIL(LAM_ERR_IO, "cannot save checkpoint '%s': %s of the temporary file '%s' failed: %s (%zu bytes "
@@ -343,6 +370,9 @@ typedef struct ckpt {
   uint64_t seed;
   int32_t epochs_done;
   lam_rng rng;
+  int32_t step_done; /* v3: an interrupted epoch's place */
+  lam_rng epoch_rng;
+  float part[3];
 } ckpt;
 
 /* A cursor over the file: take() hands out the next n bytes, or NULL when the file ends first. */
@@ -392,7 +422,7 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
   if (version > CKPT_VERSION)
     return LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' was written by a newer lamina: version %u, this build reads %u; "
                     "update lamina to load it", path, version, CKPT_VERSION);
-  if (version != 1 && version != 2) return CORRUPTED(path, "version %u is not one lamina ever wrote", version);
+  if (version < 1) return CORRUPTED(path, "version %u is not one lamina ever wrote", version);
   c->version = version;
 
   /* The structure, far enough to know the length; values are checked once the CRC holds. */
@@ -457,6 +487,12 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
     c->seed = get_u64(q + 4);
     c->epochs_done = (int32_t)get_u32(q + 12);
     for (int i = 0; i < 4; i++) c->rng.s[i] = get_u64(q + 16 + 8 * i);
+    if (version >= 3) {
+      if (!(q = take(&r, 4 + 4 * 8 + 3 * 4))) return TRUNCATED(path, &r);
+      c->step_done = (int32_t)get_u32(q);
+      for (int i = 0; i < 4; i++) c->epoch_rng.s[i] = get_u64(q + 4 + 8 * i);
+      for (int i = 0; i < 3; i++) c->part[i] = get_f32(q + 36 + 4 * i);
+    }
   }
   if (!take(&r, 4)) return TRUNCATED(path, &r);
   if (r.off != len)
@@ -465,9 +501,9 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
 
   /* The CRC holds: the values are what was written; check the ones that must make sense. */
   if (train) {
-    if (c->batch < 1 || c->opt_step < 0 || c->epochs_done < 0)
-      return CORRUPTED(path, "training state out of range (batch %d, %lld optimizer steps, %d epochs done)",
-                       c->batch, (long long)c->opt_step, c->epochs_done);
+    if (c->batch < 1 || c->opt_step < 0 || c->epochs_done < 0 || c->step_done < 0 || c->step_done > c->opt_step)
+      return CORRUPTED(path, "training state out of range (batch %d, %lld optimizer steps, %d epochs done, %d steps "
+                       "into the next)", c->batch, (long long)c->opt_step, c->epochs_done, c->step_done);
   }
   return LAM_OK;
 }
@@ -576,7 +612,14 @@ lam_status lam_checkpoint_load(lam_ctx *ctx, const char *path, lam_model **model
     if (s == LAM_OK) {
       t->rng = c.rng;
       t->epochs_done = c.epochs_done;
-      s = restore_opt(path, m, &c);
+      t->step_done = c.step_done;
+      t->epoch_rng = c.epoch_rng;
+      memcpy(t->part, c.part, sizeof t->part);
+      if (c.step_done >= t->steps)
+        s = LAM_FAIL(LAM_ERR_INVALID_ARG, "checkpoint '%s' stopped %d steps into an epoch, but an epoch of this data "
+                     "set at batch %d has %d steps: resume on the data it was trained on", path, c.step_done, t->batch,
+                     t->steps);
+      if (s == LAM_OK) s = restore_opt(path, m, &c);
     }
   }
   free(bytes);

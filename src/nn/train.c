@@ -196,6 +196,12 @@ lam_status lam_trainer_stream_stats(const lam_trainer *t, lam_stream_stats *out)
 }
 
 int lam_trainer_epochs_done(const lam_trainer *t) { return t ? t->epochs_done : 0; }
+int lam_trainer_steps_in_epoch(const lam_trainer *t) { return t ? t->step_done : 0; }
+lam_status lam_trainer_set_stop(lam_trainer *t, const volatile int *flag) {
+  LAM_CHECK_ARG(t, "lam_trainer_set_stop: trainer is NULL");
+  t->stop = flag;
+  return LAM_OK;
+}
 
 lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch) {
   LAM_CHECK_ARG(t && opt && batch, "lam_trainer_config: NULL argument");
@@ -224,7 +230,7 @@ static lam_status profile_window(lam_trainer *t, int step) {
   return LAM_OK;
 }
 
-static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, int every, double t0);
+static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, int every, double t0, int first);
 
 /* One training step of B, queued op by op: the batch's gather (when resident: at the device-side
  * cursor), zeroing the gradients, forward, loss, backward, the optimizer (its scalars from the epoch's
@@ -297,6 +303,11 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   lam_model *m = t->m;
   lam_ctx *ctx = m->ctx;
   double t0 = lam_now_ms();
+  /* An interrupted epoch continues: the same shuffle (from the generator's state before it), the steps
+   * done skipped, the loss so far kept. */
+  const int first = t->step_done;
+  if (first) t->rng = t->epoch_rng;
+  else t->epoch_rng = t->rng;
   for (size_t i = 0; i < t->n; i++) t->h_idx[i] = (int32_t)i;
   for (size_t i = t->n - 1; i > 0; i--) { /* Fisher-Yates */
     size_t j = (size_t)lam_rng_below(&t->rng, i + 1);
@@ -304,14 +315,19 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
     t->h_idx[i] = t->h_idx[j];
     t->h_idx[j] = tmp;
   }
-  if (t->feed) LAM_TRY(feed_start(t->feed, t->host->images, t->host->labels, t->h_idx, t->n));
+  const size_t skip = (size_t)first * t->batch;
+  if (t->feed) LAM_TRY(feed_start(t->feed, t->host->images, t->host->labels, t->h_idx + skip, t->n - skip));
   else LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, t->n * sizeof(int32_t)));
-  /* the optimizer's scalars for this epoch's steps, and both device-side counters at 0 */
+  /* the optimizer's scalars for this epoch's steps (row k is the epoch's step k: the table starts where
+   * the epoch did), and both device-side counters at the first step */
   LAM_TRY(nn_opt_prepare(m, &t->opt));
+  m->opt_step -= first;
   nn_opt_schedule(m, &t->opt, t->steps, t->h_sched);
+  m->opt_step += first;
   LAM_TRY(lam_mem_upload(ctx, t->d_sched, t->h_sched, (size_t)t->steps * 2 * sizeof(float)));
-  LAM_TRY(ctx->be->zero(ctx, t->d_state, 2 * sizeof(int32_t)));
-  lam_status s = epoch_steps(t, cb, user, every, t0);
+  const int32_t cursor[2] = {(int32_t)skip, first};
+  LAM_TRY(lam_mem_upload(ctx, t->d_state, cursor, sizeof cursor));
+  lam_status s = epoch_steps(t, cb, user, every, t0, first);
   if (t->feed) { /* joins the loader whatever happened */
     lam_status fs = feed_finish(t->feed, &t->data_wait_ms, &t->loader_wait_ms);
     if (s == LAM_OK) s = fs;
@@ -322,11 +338,12 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   double secs = (lam_now_ms() - t0) / 1e3;
   t->epoch_ms = secs * 1e3;
   t->epochs_done++;
+  t->step_done = 0;
   *out = (lam_epoch_stats){.epoch = t->epochs_done,
                            .train_loss = st[2] > 0 ? st[0] / st[2] : 0.0,
                            .train_acc = st[2] > 0 ? st[1] / st[2] : 0.0,
                            .seconds = secs,
-                           .images_per_s = secs > 0 ? (double)t->n / secs : 0.0};
+                           .images_per_s = secs > 0 ? (double)(t->n - skip) / secs : 0.0};
   /* Read once an epoch, where the statistics are read anyway: no step waits for a check. */
   if (!isfinite(out->train_loss))
     return LAM_FAIL(LAM_ERR_DIVERGED, "training diverged in epoch %d: its mean loss is %s, so the parameters are no "
@@ -335,13 +352,18 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   return LAM_OK;
 }
 
-static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, int every, double t0) {
+static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, int every, double t0, int first) {
   lam_model *m = t->m;
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
-  LAM_TRY(be->zero(ctx, m->stats, 4 * sizeof(float)));
+  if (first) {
+    const float st[4] = {t->part[0], t->part[1], t->part[2], 0.0f};
+    LAM_TRY(lam_mem_upload(ctx, m->stats, st, sizeof st));
+  } else {
+    LAM_TRY(be->zero(ctx, m->stats, 4 * sizeof(float)));
+  }
   const int steps = t->steps;
-  for (int step = 0; step < steps; step++) {
+  for (int step = first; step < steps; step++) {
     size_t off = (size_t)step * t->batch;
     int B = (int)(t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch);
     LAM_TRY(profile_window(t, step));
@@ -356,6 +378,16 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
       LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st));
       double secs = (lam_now_ms() - t0) / 1e3;
       cb(user, step + 1, steps, st[2] > 0 ? st[0] / st[2] : 0.0, secs > 0 ? st[2] / secs : 0.0);
+    }
+    if (t->stop && *t->stop && step + 1 < steps) { /* asked to stop: hold the epoch's place */
+      float st[4];
+      LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the step in flight */
+      memcpy(t->part, st, sizeof t->part);
+      t->step_done = step + 1;
+      LAM_TRY(profile_window(t, steps));
+      return LAM_FAIL(LAM_ERR_INTERRUPTED, "training stopped as asked after step %d of %d of epoch %d; the trainer "
+                      "holds its place: save it (lam_checkpoint_save) or train on to continue the epoch", step + 1,
+                      steps, t->epochs_done + 1);
     }
   }
   return profile_window(t, steps); /* a window that runs to the epoch's end closes here */

@@ -16,6 +16,10 @@ struct lam_trainer {
   uint64_t seed;
   lam_rng rng;             /* the shuffle's generator: the next epoch's order depends only on it */
   int epochs_done;
+  const volatile int *stop;     /* lam_trainer_set_stop: read after every step */
+  int step_done;                /* an interrupted epoch: its steps done (0: none) */
+  lam_rng epoch_rng;            /* the generator before this epoch's shuffle: resuming redoes the same order */
+  float part[3];                /* an interrupted epoch's loss sum, correct and counted labels so far */
   uint8_t *d_images, *d_labels; /* the training set in backend memory, uint8 */
   int32_t *h_idx, *d_idx;       /* this epoch's order */
   int steps;                    /* per epoch */
