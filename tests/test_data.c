@@ -1029,7 +1029,7 @@ static void test_npy_bad(void **state) {
   char hdr[256];
 
   /* Magic, version, header length. */
-  uint8_t raw[16 + PIX];
+  uint8_t raw[16 + PIX] = {0}; /* 10 bytes after the magic: zeros, not whatever the stack held */
   write_npy(im, 0, 1, "|u1", 3, s3, g_pix, PIX);
   memcpy(raw, "\x93NUMPX", 6);
   write_bytes(im, 0, raw, 6 + 10);
