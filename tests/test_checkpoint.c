@@ -236,6 +236,34 @@ static int teardown(void **state) {
 
 /* ---- resuming is exact ------------------------------------------------------------------------ */
 
+/* EPOCHS epochs of training with kind, without a break: the losses into want, the final parameters
+ * returned (np of them). */
+static float *uninterrupted(lam_opt_kind kind, double *want, size_t *np) {
+  lam_model *m;
+  lam_trainer *t;
+  make(kind, &m, &t);
+  for (int e = 0; e < EPOCHS; e++) want[e] = epoch(t);
+  float *p = params_of(m);
+  *np = lam_model_param_count(m);
+  lam_trainer_free(t);
+  lam_model_free(m);
+  return p;
+}
+
+/* The interrupted run's losses and parameters are the uninterrupted one's, bit for bit. */
+static void expect_same_run(const char *what, const double *want, const double *got, const float *want_p,
+                            const float *got_p, size_t np) {
+  for (int e = 0; e < EPOCHS; e++)
+    print_message("%s: epoch %d loss %.17g (uninterrupted %.17g)\n", what, e + 1, got[e], want[e]);
+  for (int e = 0; e < EPOCHS; e++)
+    if (memcmp(&got[e], &want[e], sizeof(double)) != 0)
+      fail_msg("%s: epoch %d loss %.17g, uninterrupted %.17g (differ by %.3g)", what, e + 1, got[e], want[e],
+               got[e] - want[e]);
+  for (size_t i = 0; i < np; i++)
+    if (memcmp(&got_p[i], &want_p[i], sizeof(float)) != 0)
+      fail_msg("%s: parameter %zu of %zu is %.9g, uninterrupted %.9g", what, i, np, got_p[i], want_p[i]);
+}
+
 /* Trains EPOCHS epochs without a break, then again from the same seeds with a save / free / load
  * before every epoch whose bit is set in reload_mask; losses and final parameters must be identical. */
 static void check_resume(lam_opt_kind kind, unsigned reload_mask) {
@@ -245,14 +273,10 @@ static void check_resume(lam_opt_kind kind, unsigned reload_mask) {
   const char *path = path_of("resume.ckpt");
 
   double want[EPOCHS], got[EPOCHS];
+  size_t np;
+  float *want_p = uninterrupted(kind, want, &np);
   lam_model *m;
   lam_trainer *t;
-  make(kind, &m, &t);
-  for (int e = 0; e < EPOCHS; e++) want[e] = epoch(t);
-  float *want_p = params_of(m);
-  size_t np = lam_model_param_count(m);
-  lam_trainer_free(t);
-  lam_model_free(m);
   if (!(want[EPOCHS - 1] < 0.8 * want[0]))
     fail_msg("%s: the model does not learn (losses %.6f .. %.6f): the test would prove little", what, want[0],
              want[EPOCHS - 1]);
@@ -273,15 +297,7 @@ static void check_resume(lam_opt_kind kind, unsigned reload_mask) {
     got[e] = epoch(t);
   }
   float *got_p = params_of(m);
-  for (int e = 0; e < EPOCHS; e++)
-    print_message("%s: epoch %d loss %.17g (uninterrupted %.17g)\n", what, e + 1, got[e], want[e]);
-  for (int e = 0; e < EPOCHS; e++)
-    if (memcmp(&got[e], &want[e], sizeof(double)) != 0)
-      fail_msg("%s: epoch %d loss %.17g, uninterrupted %.17g (differ by %.3g)", what, e + 1, got[e], want[e],
-               got[e] - want[e]);
-  for (size_t i = 0; i < np; i++)
-    if (memcmp(&got_p[i], &want_p[i], sizeof(float)) != 0)
-      fail_msg("%s: parameter %zu of %zu is %.9g, uninterrupted %.9g", what, i, np, got_p[i], want_p[i]);
+  expect_same_run(what, want, got, want_p, got_p, np);
   assert_int_equal(lam_trainer_epochs_done(t), EPOCHS);
   free(want_p);
   free(got_p);
@@ -317,16 +333,13 @@ static void stop_cb(void *user, int step, int steps, double loss, double ips) {
 }
 static void check_stop_resume(lam_opt_kind kind, int at) {
   const char *path = path_of("stop.ckpt");
+  char what[64];
+  snprintf(what, sizeof what, "stopped after step %d of epoch 2", at);
   double want[EPOCHS], got[EPOCHS];
+  size_t np;
+  float *want_p = uninterrupted(kind, want, &np);
   lam_model *m;
   lam_trainer *t;
-  make(kind, &m, &t);
-  for (int e = 0; e < EPOCHS; e++) want[e] = epoch(t);
-  float *want_p = params_of(m);
-  size_t np = lam_model_param_count(m);
-  lam_trainer_free(t);
-  lam_model_free(m);
-
   make(kind, &m, &t);
   got[0] = epoch(t);
   g_stop = 0, g_stop_at = at;
@@ -345,12 +358,7 @@ static void check_stop_resume(lam_opt_kind kind, int at) {
   for (int e = 1; e < EPOCHS; e++) got[e] = epoch(t); /* epoch 2 continues from step at + 1 */
   assert_int_equal(lam_trainer_steps_in_epoch(t), 0);
   float *got_p = params_of(m);
-  for (int e = 0; e < EPOCHS; e++)
-    if (memcmp(&got[e], &want[e], sizeof(double)) != 0)
-      fail_msg("stop at step %d: epoch %d loss %.17g, uninterrupted %.17g", at, e + 1, got[e], want[e]);
-  for (size_t i = 0; i < np; i++)
-    if (memcmp(&got_p[i], &want_p[i], sizeof(float)) != 0)
-      fail_msg("stop at step %d: parameter %zu is %.9g, uninterrupted %.9g", at, i, got_p[i], want_p[i]);
+  expect_same_run(what, want, got, want_p, got_p, np);
   free(want_p);
   free(got_p);
   lam_trainer_free(t);
