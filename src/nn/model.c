@@ -37,9 +37,9 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
   }
   nn_graph_finish(m);
   size_t np = m->nparams ? m->nparams : 1, ns = m->nstate ? m->nstate : 1;
-  float *host = malloc(np * sizeof *host), *hstate = malloc(ns * sizeof *hstate);
-  if (!host || !hstate) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory for %zu parameters", np);
-  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->params, np * sizeof(float));
+  float *host = NULL, *hstate = NULL;
+  /* the backend buffers first: a model over the memory cap fails there, before any host staging */
+  s = lam_mem_alloc(ctx, (void **)&m->params, np * sizeof(float));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->grads, np * sizeof(float));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->params_lo, np * sizeof(uint16_t));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->state, ns * sizeof(float));
@@ -47,6 +47,10 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->count, sizeof(float));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->rng_ctr, 2 * sizeof(int32_t));
   if (s == LAM_OK) s = ctx->be->zero(ctx, m->rng_ctr, 2 * sizeof(int32_t));
+  if (s == LAM_OK) {
+    host = malloc(np * sizeof *host), hstate = malloc(ns * sizeof *hstate);
+    if (!host || !hstate) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory for %zu parameters", np);
+  }
   if (s == LAM_OK) {
     lam_rng r;
     lam_rng_seed(&r, seed);
