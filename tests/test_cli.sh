@@ -392,6 +392,18 @@ else
   ok "# skip busy-core check: needs taskset and 2 cores"
 fi
 
+# A symbolic-link loop as the data folder says so (it was "has neither train-images..."); a memory cap too
+# small for the data set is an error before any training (it came after an epoch).
+ln -s loop "$TMP/loop"
+run train --data "$TMP/loop" --model "$MINI_MODEL" --epochs 1 --device cpu
+if [ "$rc" -eq 1 ] && has "$TMP/err" "symbolic links"; then ok "a symbolic-link loop as --data says so"
+else not_ok "--data loop" "want exit 1 and 'symbolic links'"; fi
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  run train --data fashion-mnist --model mlp --epochs 1 --device cpu --max-memory 5M
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "cap of 5000000" && no_epoch; then ok "--max-memory 5M: the cap's error before training"
+  else not_ok "--max-memory 5M" "want exit 1 naming the cap before any epoch"; fi
+fi
+
 # Signals: SIGINT (and SIGTERM) stop training after the step in flight, save the place in the epoch and
 # exit 130 (143); --resume finishes the run. On Fashion-MNIST (60k images: long enough to be stopped).
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
