@@ -1,7 +1,7 @@
 /* fuzz_checkpoint.c — the checkpoint loader (src/nn/checkpoint.c). The input is a checkpoint without its
  * last four bytes: the harness appends the CRC-32 that makes it hold, so the fuzzer gets past the CRC
  * check into the structure (the part a damaged file never reaches); the first input byte chooses whether
- * the CRC is added at all. Memory is capped at 64 MB: a header that claims a huge model is an error. */
+ * the CRC is added at all. Memory is capped at 16 MB: a header that claims a huge model is an error. */
 #define _GNU_SOURCE /* memfd_create (fuzz_util.h) */
 #include <string.h>
 #include <zlib.h>
@@ -12,7 +12,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
   static lam_ctx *ctx;
   if (!ctx) {
-    if (lam_ctx_create(&ctx, LAM_DEVICE_CPU) != LAM_OK || lam_mem_set_limit(ctx, 64u << 20) != LAM_OK) abort();
+    if (lam_ctx_create(&ctx, LAM_DEVICE_CPU) != LAM_OK || lam_mem_set_limit(ctx, 16u << 20) != LAM_OK) abort();
   }
   if (n < 1) return 0;
   int add_crc = !(data[0] & 1);

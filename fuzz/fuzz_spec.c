@@ -1,6 +1,6 @@
 /* fuzz_spec.c — the model spec parser (src/nn/spec.c and each op's parse): any text, on a colour
  * 32x32 input or a 28x28 grey one (the first byte chooses), must become a model or a spec error — never
- * a crash, an overflow or an allocation it cannot make (memory capped at 64 MB, so a huge model is the
+ * a crash, an overflow or an allocation it cannot make (memory capped at 16 MB, so a huge model is the
  * cap's clear error). A model that is made also gets its node table and memory plan at batch 2. */
 #define _GNU_SOURCE /* memfd_create (fuzz_util.h) */
 #include <string.h>
@@ -11,7 +11,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
   static lam_ctx *ctx;
   if (!ctx) {
-    if (lam_ctx_create(&ctx, LAM_DEVICE_CPU) != LAM_OK || lam_mem_set_limit(ctx, 64u << 20) != LAM_OK) abort();
+    if (lam_ctx_create(&ctx, LAM_DEVICE_CPU) != LAM_OK || lam_mem_set_limit(ctx, 16u << 20) != LAM_OK) abort();
   }
   if (n < 1 || n > 8192) return 0;
   char *spec = malloc(n);
