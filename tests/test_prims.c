@@ -773,6 +773,48 @@ static void pool_loss(const void *a, const float *x, double *loss) {
   free(y), free(arg);
 }
 
+/* NaN in the windows: a NaN wins over every number, a later NaN over an earlier one (the rule both twins
+ * write: v > max or v is NaN replaces), on the 2x2 stride-2 path and a 3x3 one; y and arg exactly. */
+static void test_pool_nan(void **state) {
+  (void)state;
+  static const int geo[][4] = {{2, 9, 12, 2}, {3, 7, 9, 3}}; /* C, H, W, K (stride 2) */
+  uint64_t k = 900;
+  for (size_t s = 0; s < 2; s++) {
+    seed_case("pool_nan", k++);
+    int C = geo[s][0], H = geo[s][1], W = geo[s][2], K = geo[s][3], B = 3;
+    lam_pool_geom g = {C, H, W, K, 2, (H - K) / 2 + 1, (W - K) / 2 + 1};
+    size_t nx = (size_t)B * C * H * W, ny = (size_t)B * C * g.OH * g.OW;
+    float *x = frand(nx, -2, 2), *y = fnan(ny), *yc = fnan(ny);
+    for (size_t i = 0; i < nx; i += 1 + (i * 7919) % 9) x[i] = NAN; /* about one in five */
+    int32_t *arg = xmalloc(ny * 4), *argc = xmalloc(ny * 4);
+    run_maxpool_fwd(g_ctx, &g, B, x, y, arg);
+    if (g_cuda) run_maxpool_fwd(g_cpu, &g, B, x, yc, argc);
+    size_t nans = 0;
+    for (size_t bc = 0; bc < (size_t)B * C; bc++)
+      for (int oh = 0; oh < g.OH; oh++)
+        for (int ow = 0; ow < g.OW; ow++) {
+          size_t o = bc * g.OH * g.OW + (size_t)oh * g.OW + ow;
+          int best = -1;
+          float m = 0;
+          for (int a = 0; a < K; a++)
+            for (int e = 0; e < K; e++) {
+              int idx = (oh * 2 + a) * W + ow * 2 + e;
+              float v = x[bc * H * W + idx];
+              if (best < 0 || v > m || isnan(v)) m = v, best = idx;
+            }
+          nans += isnan(m);
+          int same = isnan(m) ? isnan(y[o]) : y[o] == m;
+          if (!same || arg[o] != best)
+            fail_msg("maxpool with NaN, K=%d, output %zu: y %g arg %d, want %g at %d", K, o, y[o], arg[o], m, best);
+          if (g_cuda && ((isnan(m) ? !isnan(yc[o]) : yc[o] != m) || argc[o] != best))
+            fail_msg("maxpool with NaN on the CPU, K=%d, output %zu: y %g arg %d, want %g at %d", K, o, yc[o], argc[o], m,
+                     best);
+        }
+    if (!nans) fail_msg("maxpool with NaN, K=%d: no window held a NaN: the test would prove little", K);
+    free(x), free(y), free(yc), free(arg), free(argc);
+  }
+}
+
 static void test_pool(void **state) {
   (void)state;
   uint64_t k = 0;
@@ -2145,7 +2187,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_gemm),         cmocka_unit_test(test_gemm_bf16),       cmocka_unit_test(test_to_bf16),
       cmocka_unit_test(test_zero),         cmocka_unit_test(test_im2col_col2im),   cmocka_unit_test(test_conv2d),
       cmocka_unit_test(test_layout),
-      cmocka_unit_test(test_dense_bias),   cmocka_unit_test(test_channel_bias),    cmocka_unit_test(test_pool),
+      cmocka_unit_test(test_dense_bias),   cmocka_unit_test(test_channel_bias),    cmocka_unit_test(test_pool), cmocka_unit_test(test_pool_nan),
       cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
       cmocka_unit_test(test_bn),           cmocka_unit_test(test_bn_act),          cmocka_unit_test(test_dropout_mask),
       cmocka_unit_test(test_elementwise),
