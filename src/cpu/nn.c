@@ -525,8 +525,13 @@ lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
       }
       float *d = (float *)dGv + at;
       memset(d, 0, P * sizeof *d);
-      for (size_t k = 0; k < OP; k++) /* windows do not overlap (stride = K): each max is its own */
-        if (y[o + k] > 0) d[arg[o + k]] = dy[o + k];
+      for (size_t k = 0; k < OP; k++) { /* windows do not overlap (stride = K): each max is its own */
+        /* dy where the relu passed, else +0: by a bit mask, not a branch (random signs mispredict) */
+        uint32_t u, mask = 0u - (uint32_t)(y[o + k] > 0);
+        memcpy(&u, dy + o + k, 4);
+        u &= mask;
+        memcpy(d + arg[o + k], &u, 4);
+      }
       if (db)
         for (size_t p = 0; p < P; p++) sum += d[p]; /* cpu_bcp_to_cbp's order: the same bias gradient */
     }
