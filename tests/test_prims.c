@@ -693,8 +693,10 @@ typedef struct pg_case {
   int C, H, W, K, stride;
 } pg_case;
 /* Odd planes, windows that overlap (stride < K), leave rows and columns uncovered, or are the whole plane. */
+/* the last: 2x2 windows of a plane with more than 4096 of them (the CPU's row-by-row path) */
 static const pg_case k_pg[] = {{1, 4, 4, 2, 2}, {3, 7, 9, 3, 2}, {2, 5, 5, 2, 1}, {64, 8, 8, 2, 2},
-                               {3, 6, 7, 3, 3}, {1, 1, 1, 1, 1}, {5, 9, 9, 4, 3}, {2, 6, 5, 5, 1}};
+                               {3, 6, 7, 3, 3}, {1, 1, 1, 1, 1}, {5, 9, 9, 4, 3}, {2, 6, 5, 5, 1},
+                               {1, 131, 133, 2, 2}};
 static lam_pool_geom mk_pg(const pg_case *c) {
   lam_pool_geom g = {c->C, c->H, c->W, c->K, c->stride, (c->H - c->K) / c->stride + 1, (c->W - c->K) / c->stride + 1};
   return g;
