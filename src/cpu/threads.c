@@ -3,7 +3,8 @@
  * process's time slice: on a 2-core machine with one core held by `yes`, 2 threads ran the hidden layer
  * 6x slower than 1 (3.07 against 0.51 ms at 1M). So the default leaves out the cores other processes
  * keep busy: /proc/stat is sampled twice, 20 ms apart, over the cores this process may run on, and a core
- * more than half busy in that window is taken. LAMINA_THREADS (or OMP_NUM_THREADS, which OpenMP reads
+ * more than three quarters busy in that window is taken (a process that holds a core shows ~100%; one
+ * that merely ends or starts in the window, less). LAMINA_THREADS (or OMP_NUM_THREADS, which OpenMP reads
  * itself) overrides it, as does lam_ctx_set_threads (the CLI's --threads). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_ISSET */
 #include <sched.h>
@@ -56,7 +57,7 @@ int lam_cpu_busy_cores(int *allowed) {
   int n1 = read_stat(b1, t1, MAX_CPUS), taken = 0;
   for (int c = 0; c < n0 && c < n1; c++) {
     if (!CPU_ISSET(c, &set) || t1[c] <= t0[c]) continue;
-    if (2 * (b1[c] - b0[c]) > t1[c] - t0[c]) taken++;
+    if (4 * (b1[c] - b0[c]) > 3 * (t1[c] - t0[c])) taken++;
   }
   return taken;
 }
