@@ -331,16 +331,17 @@ static void stop_cb(void *user, int step, int steps, double loss, double ips) {
   (void)user, (void)steps, (void)loss, (void)ips;
   if (step == g_stop_at) g_stop = 1;
 }
-static void check_stop_resume(lam_opt_kind kind, int at) {
+static void check_stop_resume(lam_opt_kind kind, int at, int stream) {
   const char *path = path_of("stop.ckpt");
-  char what[64];
-  snprintf(what, sizeof what, "stopped after step %d of epoch 2", at);
+  char what[96];
+  snprintf(what, sizeof what, "stopped after step %d of epoch 2%s", at, stream ? ", streaming" : "");
   double want[EPOCHS], got[EPOCHS];
   size_t np;
   float *want_p = uninterrupted(kind, want, &np);
   lam_model *m;
   lam_trainer *t;
   make(kind, &m, &t);
+  if (stream) TU_OK(lam_trainer_set_stream(t, 2)); /* batches from the loader thread: it starts at the place */
   got[0] = epoch(t);
   g_stop = 0, g_stop_at = at;
   TU_OK(lam_trainer_set_stop(t, &g_stop));
@@ -355,6 +356,7 @@ static void check_stop_resume(lam_opt_kind kind, int at) {
   lam_model_free(m);
   TU_OK(lam_checkpoint_load(g_ctx, path, &m, &g_set, &t));
   assert_int_equal(lam_trainer_steps_in_epoch(t), at);
+  if (stream) TU_OK(lam_trainer_set_stream(t, 2));
   for (int e = 1; e < EPOCHS; e++) got[e] = epoch(t); /* epoch 2 continues from step at + 1 */
   assert_int_equal(lam_trainer_steps_in_epoch(t), 0);
   float *got_p = params_of(m);
@@ -367,9 +369,10 @@ static void check_stop_resume(lam_opt_kind kind, int at) {
 }
 static void test_stop_mid_epoch(void **state) {
   (void)state;
-  check_stop_resume(LAM_OPT_ADAM, 1);
-  check_stop_resume(LAM_OPT_SGD, 2);
-  check_stop_resume(LAM_OPT_ADAMW, (NIMG + BATCH - 1) / BATCH - 1); /* the last step but one */
+  check_stop_resume(LAM_OPT_ADAM, 1, 0);
+  check_stop_resume(LAM_OPT_SGD, 2, 0);
+  check_stop_resume(LAM_OPT_ADAMW, (NIMG + BATCH - 1) / BATCH - 1, 0); /* the last step but one */
+  check_stop_resume(LAM_OPT_ADAM, 3, 1); /* the streaming loader resumes at the place too */
 }
 
 /* Saved before the first step (no optimizer state yet), and reloaded before every epoch. */
