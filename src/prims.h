@@ -186,8 +186,10 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
            float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k))                   \
   X(sgd, (lam_ctx * ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,         \
           int first, const float *sched, const int32_t *k))                                                         \
-  /* The trainer's device-side step: state[0] += B (the gather's cursor), state[1] += 1 (the row of sched). */     \
-  X(step_advance, (lam_ctx * ctx, int32_t *state, int B))                                                           \
+  /* The trainer's device-side step: state[0] += B (the gather's cursor), state[1] += 1 (the row of sched); and   \
+   * where stats is not NULL, holds a loss sum (stats[0]) that is no longer finite and no step yet (stats[3] 0),   \
+   * stats[3] = state[1] after the increment: the first step of the epoch whose loss was NaN or infinite. */       \
+  X(step_advance, (lam_ctx * ctx, int32_t *state, int B, float *stats))                                             \
   /* gradient = error * input; w -= lr * gradient. */                                                               \
   X(backprop_step, (lam_ctx * ctx, size_t n, const float *err, const float *in, float lr, float *w))                \
   /* out (n, c, h, w) = (in / 255 - mean[ch]) / std[ch] as float (bf16 = 0) or bfloat16 (bf16 = 1), from NCHW or   \

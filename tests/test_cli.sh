@@ -352,8 +352,8 @@ else not_ok "--save dangling link" "want exit 1 and 'symbolic link'"; fi
 # A loss that turns NaN stops training with exit 1 naming the epoch; the checkpoint of the last finite
 # epoch stays loadable; --json prints no NaN.
 run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 4 --batch 8 --device cpu --opt sgd --lr 1000 --momentum 1000 --save "$TMP/nan.ckpt" --json
-if [ "$rc" -eq 1 ] && has "$TMP/err" "diverged in epoch" && ! grep -qi "nan" "$TMP/out"; then
-  ok "a diverging run stops with exit 1 and 'diverged in epoch', no NaN on stdout"
+if [ "$rc" -eq 1 ] && has "$TMP/err" "diverged in epoch 3 at step" && ! grep -qi "nan" "$TMP/out"; then
+  ok "a diverging run stops with exit 1 naming the epoch and the step, no NaN on stdout"
 else not_ok "divergence" "want exit 1, 'diverged in epoch' and no NaN in the JSON"; fi
 # (this run's loss is finite for two epochs and NaN in the third: the file holds epoch 2)
 run eval --load "$TMP/nan.ckpt" --data "$TMP/mini" --device cpu --json

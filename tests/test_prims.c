@@ -2064,11 +2064,24 @@ static void test_step_backprop(void **state) {
   seed_case("step_advance", 0);
   int32_t s0[2] = {5, 9}, sg[2], ref[2] = {5 + 512, 10}, sc[2];
   int32_t *d = dput(g_ctx, s0, 8);
-  TU_OK(BE(g_ctx)->step_advance(g_ctx, d, 512));
+  TU_OK(BE(g_ctx)->step_advance(g_ctx, d, 512, NULL));
   dget(g_ctx, sg, d, 8, "step_advance");
-  dfree(g_ctx, d);
   memcpy(sc, ref, 8);
   verify_bytes("step_advance", 2, 4, sg, ref, sc);
+  /* the first step with a non-finite loss: noted once (stats[3]), never for a finite loss */
+  const float cases[3][4] = {{3.5f, 1, 2, 0}, {NAN, 1, 2, 0}, {INFINITY, 1, 2, 7}};
+  const float want3[3] = {0, 11, 7}; /* state[1] is 10 after the call above, 11 after this one */
+  for (int c = 0; c < 3; c++) {
+    int32_t s1[2] = {5 + 512, 10};
+    TU_OK(lam_mem_upload(g_ctx, d, s1, 8));
+    float *ds = dput(g_ctx, cases[c], 16), got[4];
+    TU_OK(BE(g_ctx)->step_advance(g_ctx, d, 1, ds));
+    dget(g_ctx, got, ds, 16, "step_advance stats");
+    dfree(g_ctx, ds);
+    if (got[3] != want3[c]) fail_msg("step_advance with loss sum %g, stats[3] %g: stats[3] = %g, want %g", cases[c][0],
+                                     cases[c][3], got[3], want3[c]);
+  }
+  dfree(g_ctx, d);
   static const size_t ns[] = {1, 37, 40001};
   for (size_t c = 0; c < 3; c++) {
     seed_case("backprop_step", c);

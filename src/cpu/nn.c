@@ -445,10 +445,11 @@ lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf,
   return LAM_OK;
 }
 
-lam_status cpu_step_advance(lam_ctx *ctx, int32_t *state, int B) {
+lam_status cpu_step_advance(lam_ctx *ctx, int32_t *state, int B, float *stats) {
   (void)ctx;
   state[0] += B;
   state[1] += 1;
+  if (stats && !isfinite(stats[0]) && stats[3] == 0.0f) stats[3] = (float)state[1];
   return LAM_OK;
 }
 

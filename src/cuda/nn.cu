@@ -706,14 +706,15 @@ lam_status cuda_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf
   return LAM_OK;
 }
 
-__global__ void step_advance_kernel(int32_t *state, int B) {
+__global__ void step_advance_kernel(int32_t *state, int B, float *stats) {
   state[0] += B;
   state[1] += 1;
+  if (stats && !isfinite(stats[0]) && stats[3] == 0.0f) stats[3] = (float)state[1];
 }
 
-lam_status cuda_step_advance(lam_ctx *ctx, int32_t *state, int B) {
+lam_status cuda_step_advance(lam_ctx *ctx, int32_t *state, int B, float *stats) {
   cuda_state *st = cuda_st(ctx);
-  step_advance_kernel<<<1, 1, 0, st->stream>>>(state, B);
+  step_advance_kernel<<<1, 1, 0, st->stream>>>(state, B, stats);
   LAUNCH_CHECK(st, "step_advance_kernel");
   return LAM_OK;
 }

@@ -127,7 +127,7 @@ static int has_dropout(const lam_model *m) {
 }
 
 lam_status nn_forward(lam_model *m, int B, int train) {
-  if (train && has_dropout(m)) LAM_TRY(m->ctx->be->step_advance(m->ctx, m->rng_ctr, 0)); /* a new mask per step */
+  if (train && has_dropout(m)) LAM_TRY(m->ctx->be->step_advance(m->ctx, m->rng_ctr, 0, NULL)); /* a new mask per step */
   for (int i = 0; i < m->nnodes; i++) {
     nn_node *n = &m->node[i];
     if (n->absorbed) continue;

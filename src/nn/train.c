@@ -252,7 +252,7 @@ static lam_status step_ops(lam_trainer *t, int B) {
   LAM_TRY(nn_backward(m, B));
   LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1));
   NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
-  return be->step_advance(ctx, t->d_state, B);
+  return be->step_advance(ctx, t->d_state, B, m->stats); /* and notes the first step with a non-finite loss */
 }
 
 static int graph_wanted(const lam_trainer *t) {
@@ -345,10 +345,13 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
                            .seconds = secs,
                            .images_per_s = secs > 0 ? (double)(t->n - skip) / secs : 0.0};
   /* Read once an epoch, where the statistics are read anyway: no step waits for a check. */
-  if (!isfinite(out->train_loss))
-    return LAM_FAIL(LAM_ERR_DIVERGED, "training diverged in epoch %d: its mean loss is %s, so the parameters are no "
+  if (!isfinite(out->train_loss)) {
+    char at[64] = "";
+    if (st[3] >= 1.0f) snprintf(at, sizeof at, " at step %d of %d", (int)st[3], t->steps);
+    return LAM_FAIL(LAM_ERR_DIVERGED, "training diverged in epoch %d%s: its loss became %s, so the parameters are no "
                     "longer finite and this model cannot train on; start again (or from the last checkpoint) with a "
-                    "lower learning rate or momentum", t->epochs_done, isnan(out->train_loss) ? "NaN" : "infinite");
+                    "lower learning rate or momentum", t->epochs_done, at, isnan(out->train_loss) ? "NaN" : "infinite");
+  }
   return LAM_OK;
 }
 
