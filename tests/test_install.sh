@@ -46,10 +46,10 @@ if cc "$T/app.c" -o "$T/app_shared" $(pkg-config --cflags --libs lamina) -lm 2>"
 else
   echo "not ok - shared link or run"; cat "$T/cc.log"; fail=1
 fi
-# static: liblamina.a first, then what pkg-config --static says it needs
-if cc "$T/app.c" -o "$T/app_static" $(pkg-config --cflags lamina) -Wl,-Bstatic -llamina -Wl,-Bdynamic \
-  $(pkg-config --static --libs lamina) -lm 2>"$T/cc.log" && "$T/app_static" && ! ldd "$T/app_static" | grep -q liblamina; then
-  echo "ok - static: -Wl,-Bstatic -llamina -Wl,-Bdynamic \$(pkg-config --static --libs lamina) links and runs"
+# static: lamina-static.pc names liblamina.a and what it needs
+if cc "$T/app.c" -o "$T/app_static" $(pkg-config --cflags --libs lamina-static) -lm 2>"$T/cc.log" && "$T/app_static" &&
+  ! ldd "$T/app_static" | grep -q liblamina; then
+  echo "ok - static: cc app.c \$(pkg-config --cflags --libs lamina-static) links and runs"
 else
   echo "not ok - static link or run"; cat "$T/cc.log"; fail=1
 fi
