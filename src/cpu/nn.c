@@ -193,17 +193,19 @@ static inline int window2_max(float v0, float v1, float v2, float v3, int W, flo
 
 /* The 2x2 stride-2 windows of a plane, their top-left corners given (off, n of them): one loop over all
  * the plane's windows, which the compiler vectorizes with gathers. Per row, 13 windows (conv1 of the
- * reference CNN) or 5 (conv2) left nearly all the work to the vector loop's scalar remainder. With relu,
- * the max is clamped at 0 (relu after the max = the max of the relus); bias is added to every value. */
+ * reference CNN) or 5 (conv2) left nearly all the work to the vector loop's scalar remainder. conv
+ * (the fused block): bias is added to every value and the max clamped at 0 (relu after the max = the max of
+ * the relus); else (max-pool) the values are taken as they are, bit for bit. */
 #define WINDOW2_MAX_OFF 4096
-static inline void window2_plane(const float *plane, int W, const int32_t *off, int n, float bias, int relu, float *y,
+static inline void window2_plane(const float *plane, int W, const int32_t *off, int n, float bias, int conv, float *y,
                                  int32_t *arg) {
+  const float b = conv ? bias : -0.0f; /* x + -0 is x, -0 included */
 #pragma omp simd
   for (int k = 0; k < n; k++) {
     const int at = off[k];
     float m;
-    int i = window2_max(plane[at] + bias, plane[at + 1] + bias, plane[at + W] + bias, plane[at + W + 1] + bias, W, &m);
-    y[k] = relu ? (m > 0 ? m : 0.0f) : m;
+    int i = window2_max(plane[at] + b, plane[at + 1] + b, plane[at + W] + b, plane[at + W + 1] + b, W, &m);
+    y[k] = conv ? (m > 0 ? m : 0.0f) : m;
     arg[k] = at + i;
   }
 }
@@ -211,6 +213,29 @@ static inline void window2_plane(const float *plane, int W, const int32_t *off, 
 static void window2_offsets(int W, int OH, int OW, int32_t *off) {
   for (int oh = 0; oh < OH; oh++)
     for (int ow = 0; ow < OW; ow++) off[oh * OW + ow] = 2 * oh * W + 2 * ow;
+}
+/* Every 2x2 stride-2 window of a plane (OH x OW of them), as window2_plane: through the corners off where
+ * the caller made them (a plane of at most WINDOW2_MAX_OFF windows), else a vectorized loop a row. */
+static inline void window2_pool(const float *plane, int W, int OH, int OW, const int32_t *off, float bias, int conv,
+                                float *y, int32_t *arg) {
+  if (off) {
+    window2_plane(plane, W, off, OH * OW, bias, conv, y, arg);
+    return;
+  }
+  const float b = conv ? bias : -0.0f;
+  for (int oh = 0; oh < OH; oh++) {
+    const float *r0 = plane + (size_t)(2 * oh) * W, *r1 = r0 + W;
+    float *yr = y + (size_t)oh * OW;
+    int32_t *ar = arg + (size_t)oh * OW;
+    const int base = 2 * oh * W;
+#pragma omp simd
+    for (int ow = 0; ow < OW; ow++) {
+      float m;
+      int i = window2_max(r0[2 * ow] + b, r0[2 * ow + 1] + b, r1[2 * ow] + b, r1[2 * ow + 1] + b, W, &m);
+      yr[ow] = conv ? (m > 0 ? m : 0.0f) : m;
+      ar[ow] = base + 2 * ow + i;
+    }
+  }
 }
 
 lam_status cpu_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg) {
@@ -223,24 +248,8 @@ lam_status cpu_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const fl
     for (int c = 0; c < g->C; c++) {
       const float *xs = x + ((size_t)b * g->C + c) * g->H * g->W;
       size_t o = ((size_t)b * g->C + c) * g->OH * g->OW;
-      if (g->K == 2 && g->stride == 2 && use_off) { /* the common case: one vectorized loop a plane */
-        window2_plane(xs, g->W, off, g->OH * g->OW, 0.0f, 0, y + o, arg + o);
-        continue;
-      }
-      if (g->K == 2 && g->stride == 2) { /* a plane too large for the offsets: a vectorized loop a row */
-        for (int oh = 0; oh < g->OH; oh++) {
-          const float *r0 = xs + (size_t)(2 * oh) * g->W, *r1 = r0 + g->W;
-          float *yr = y + o + (size_t)oh * g->OW;
-          int32_t *ar = arg + o + (size_t)oh * g->OW;
-          const int W = g->W, base = 2 * oh * g->W;
-#pragma omp simd
-          for (int ow = 0; ow < g->OW; ow++) {
-            float m;
-            int i = window2_max(r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1], W, &m);
-            yr[ow] = m;
-            ar[ow] = base + 2 * ow + i;
-          }
-        }
+      if (g->K == 2 && g->stride == 2) { /* the common case, vectorized */
+        window2_pool(xs, g->W, g->OH, g->OW, use_off ? off : NULL, 0.0f, 0, y + o, arg + o);
         continue;
       }
       for (int oh = 0; oh < g->OH; oh++)
@@ -499,25 +508,8 @@ lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
       const float bc = bias ? bias[c] : 0.0f; /* + 0 leaves every value (and the max and relu) as it is */
       float *yo = y + ((size_t)b * g->C + c) * g->OH * g->OW;
       int32_t *ao = arg + ((size_t)b * g->C + c) * g->OH * g->OW;
-      if (g->K == 2 && g->stride == 2 && use_off) { /* the common window, as maxpool_fwd's, with bias and relu */
-        window2_plane(plane, g->W, off, g->OH * g->OW, bc, 1, yo, ao);
-        continue;
-      }
-      if (g->K == 2 && g->stride == 2) {
-        const int W = g->W;
-        for (int oh = 0; oh < g->OH; oh++) {
-          const float *r0 = plane + (size_t)(2 * oh) * W, *r1 = r0 + W;
-          float *yr = yo + (size_t)oh * g->OW;
-          int32_t *ar = ao + (size_t)oh * g->OW;
-          const int base = 2 * oh * W;
-#pragma omp simd
-          for (int ow = 0; ow < g->OW; ow++) {
-            float m;
-            int i = window2_max(r0[2 * ow] + bc, r0[2 * ow + 1] + bc, r1[2 * ow] + bc, r1[2 * ow + 1] + bc, W, &m);
-            yr[ow] = m > 0 ? m : 0.0f; /* relu after the max = the max of the relus */
-            ar[ow] = base + 2 * ow + i;
-          }
-        }
+      if (g->K == 2 && g->stride == 2) { /* the common window, as maxpool_fwd's, with the bias and the relu */
+        window2_pool(plane, g->W, g->OH, g->OW, use_off ? off : NULL, bc, 1, yo, ao);
         continue;
       }
       for (int oh = 0; oh < g->OH; oh++)
