@@ -83,7 +83,8 @@ static void train_usage(FILE *f) {
 
 static void eval_usage(FILE *f) {
   fprintf(f,
-          "usage: lamina eval --load FILE [--data fashion-mnist|DIR] [--batch B] [--device D] [--json]\n"
+          "usage: lamina eval --load FILE [--data fashion-mnist|DIR] [--batch B] [--device D] [--threads N]\n"
+          "                   [--json]\n"
           "Evaluates a saved model on the test part of the data set: accuracy, loss and the confusion matrix\n"
           "(rows: true class, columns: predicted); for labels per pixel also each class's IoU and the mean IoU.\n"
           "  --load FILE   a checkpoint from lamina train --save (required)\n"
