@@ -19,7 +19,7 @@
 
 #include "../internal.h"
 
-#define MAX_CPUS 1024
+#define MAX_CPUS 256 /* cpuN lines read; the samples live on the stack (contexts may be made on several threads) */
 
 /* Busy and total jiffies of each cpuN line of /proc/stat; returns how many were read, or 0. */
 static int read_stat(unsigned long long *busy, unsigned long long *total, int max) {
@@ -49,7 +49,7 @@ int lam_cpu_busy_cores(int *allowed) {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) != 0) return *allowed = 0, 0;
   *allowed = CPU_COUNT(&set);
-  static unsigned long long b0[MAX_CPUS], t0[MAX_CPUS], b1[MAX_CPUS], t1[MAX_CPUS];
+  unsigned long long b0[MAX_CPUS], t0[MAX_CPUS], b1[MAX_CPUS], t1[MAX_CPUS];
   int n0 = read_stat(b0, t0, MAX_CPUS);
   if (!n0) return 0;
   struct timespec pause = {0, 20 * 1000 * 1000};
