@@ -19,16 +19,26 @@ over liblamina (C/CUDA) through ctypes.
 
 The library is found through LAMINA_LIBRARY, then inside this package, then in the repository's
 build/ and build-gpu/ folders, then on the system library path. Failures in C raise LaminaError with
-lamina's own message; bad arguments are caught first as TypeError or ValueError.
+lamina's own message; bad arguments are caught first as TypeError or ValueError, and a file that is not
+there as FileNotFoundError.
 """
+try:
+    import numpy as _numpy  # noqa: F401  (every array lamina takes or gives is NumPy's)
+except ImportError as _e:
+    import sys as _sys
+    raise ImportError(
+        f"lamina needs NumPy, which this Python ({_sys.executable}) lacks ({_e}). Use Debian's "
+        f"/usr/bin/python3 with python3-numpy (`make deps`), or a venv made by it with "
+        f"`/usr/bin/python3 -m venv --system-site-packages VENV`, or install numpy into this Python "
+        f"(`pip install numpy` where PyPI is reachable).") from None
 from ._lib import C_API_VERSION as __version__
 from ._lib import LIBRARY_PATH as library_path
 from ._lib import LaminaError
 from ._context import (build_info, cuda_device_count, cuda_unavailable_reason, device_info, memory_stats,
-                       release_cached, synchronize)
+                       release_cached, set_memory_limit, synchronize)
 from .hidden import DeviceArray, create_hidden_layer, device_empty, to_device
 from .model import Model, load
 
 __all__ = ["__version__", "LaminaError", "Model", "DeviceArray", "build_info", "create_hidden_layer", "cuda_device_count",
            "cuda_unavailable_reason", "device_empty", "device_info", "library_path", "load", "memory_stats",
-           "release_cached", "synchronize", "to_device"]
+           "release_cached", "set_memory_limit", "synchronize", "to_device"]

@@ -6,8 +6,10 @@ freed: device arrays and models hold them, and freeing at interpreter exit would
 finalizers; the process's exit gives everything back.
 
 A C context may be used by one thread at a time, and ctypes drops the GIL during calls, so every call
-on a context holds its lock.
+on a context holds its lock. A model sees its context through a ModelContext, whose lock also sets the
+model's precision.
 """
+import operator
 import threading
 from ctypes import byref, c_char_p, c_size_t, c_void_p
 
@@ -42,6 +44,7 @@ class Context:
         self.name = lib.lam_ctx_device_name(self.ptr).decode()
         self.reason = lib.lam_ctx_choice_reason(self.ptr).decode()
         self.lock = threading.RLock()
+        self.precision = _lib.PRECISIONS["fp32"]  # what lam_ctx_create starts with; ModelContext changes it
 
     def __repr__(self):
         return f"<lamina context {self.device}: {self.name}>"
@@ -49,6 +52,56 @@ class Context:
     def sync(self):
         with self.lock:
             check(lib.lam_ctx_sync(self.ptr))
+
+
+def normalize_precision(precision):
+    names = "', '".join(_lib.PRECISIONS)
+    if not isinstance(precision, str):
+        raise TypeError(f"precision must be one of '{names}', not {type(precision).__name__}")
+    p = precision.strip().lower()
+    if p not in _lib.PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not one of '{names}'")
+    return p
+
+
+class _PrecisionLock:
+    """A context's lock that, once held, also puts the context in one precision. The precision belongs
+    to the C context (cuBLAS's math mode, how convs lay out their buffers), and the models on a device
+    share its context: each model's calls set its own first. Setting it is cheap (a field, and on CUDA
+    the handle's math mode); a model re-plans its batch buffers for a new one by itself."""
+
+    def __init__(self, ctx, code):
+        self._ctx = ctx
+        self._code = code
+
+    def __enter__(self):
+        ctx = self._ctx
+        ctx.lock.acquire()
+        try:
+            if ctx.precision != self._code:
+                check(lib.lam_ctx_set_precision(ctx.ptr, self._code))
+                ctx.precision = self._code
+        except BaseException:
+            ctx.lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self._ctx.lock.release()
+
+
+class ModelContext:
+    """A Context as one model uses it: the same context (its attributes read through), whose lock also
+    sets the model's precision ("fp32", "tf32" or "bf16"), so that everything the model does in C,
+    under `with ctx.lock`, runs in it."""
+
+    def __init__(self, ctx, precision):
+        self.context = ctx
+        self.precision_name = normalize_precision(precision)
+        self.lock = _PrecisionLock(ctx, _lib.PRECISIONS[self.precision_name])
+
+    def __getattr__(self, name):  # ptr, device, name, reason, sync
+        return getattr(self.context, name)
 
 
 _contexts = {}  # "cpu", "cuda", and "auto" pointing at one of them
@@ -130,6 +183,22 @@ def memory_stats(device="auto"):
     with ctx.lock:
         check(lib.lam_mem_stats_get(ctx.ptr, byref(s)))
     return {name: int(getattr(s, name)) for name, _ in _lib.MemStats._fields_}
+
+
+def set_memory_limit(max_memory, device="auto"):
+    """Caps the bytes `device`'s allocator may hold (max_memory: bytes; 0 or None: no cap); going over it
+    raises LaminaError ("out of memory") with the numbers. A CPU context starts capped at the memory
+    the machine had available when it was made; raise the cap here if the machine can take more."""
+    try:
+        n = 0 if max_memory is None else operator.index(max_memory)  # int or a NumPy integer
+    except TypeError:
+        n = -1
+    if isinstance(max_memory, bool) or not 0 <= n < 2**64:
+        raise ValueError(f"max_memory must be a number of bytes (an integer >= 0; 0 or None: no cap), "
+                         f"not {max_memory!r}")
+    ctx = get_context(device)
+    with ctx.lock:
+        check(lib.lam_mem_set_limit(ctx.ptr, n))
 
 
 def release_cached(device="auto"):

@@ -7,10 +7,11 @@ right after the failing call gets the right one.
 import ctypes
 import ctypes.util
 import os
+import re
 import warnings
 
 from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_char, c_char_p, c_double, c_float, c_int, c_size_t,
-                    c_uint64, c_void_p)
+                    c_uint8, c_uint64, c_void_p, cast)
 
 # The C header's LAMINA_VERSION that these declarations were written against: a library of another
 # version may lay its structs out differently.
@@ -164,6 +165,14 @@ class Opt(Structure):
                 ("beta1", c_float), ("beta2", c_float), ("eps", c_float)]
 
 
+class LrSchedule(Structure):
+    _fields_ = [("kind", c_int), ("epochs", c_int), ("warmup_epochs", c_double), ("step_epochs", c_int),
+                ("gamma", c_double)]
+
+
+VAL_SPLIT_SEED = 0x76616C69  # LAM_VAL_SPLIT_SEED: fit(val_split=) holds out what `lamina train --val-split` does
+
+
 class EpochStats(Structure):
     _fields_ = [("epoch", c_int), ("train_loss", c_double), ("train_acc", c_double), ("seconds", c_double),
                 ("images_per_s", c_double)]
@@ -178,6 +187,7 @@ DTYPE_F32, DTYPE_U8 = 0, 1
 LAYOUT_NCHW = 0
 LABEL_IGNORE = 255  # a per-pixel label that counts for nothing (LAM_LABEL_IGNORE, src/prims.h)
 OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
+PRECISIONS = {"fp32": 0, "tf32": 1, "bf16": 2}  # lam_precision
 
 ProgressFn = CFUNCTYPE(None, c_void_p, c_int, c_int, c_double, c_double)
 
@@ -194,6 +204,7 @@ _SIGNATURES = {
     "lam_ctx_device_name": (c_char_p, [_P]),
     "lam_ctx_choice_reason": (c_char_p, [_P]),
     "lam_ctx_sync": (_status, [_P]),
+    "lam_ctx_set_precision": (_status, [_P, c_int]),
     "lam_build_info_get": (None, [POINTER(BuildInfo)]),
     "lam_cuda_device_count": (c_int, [POINTER(c_char_p)]),
     "lam_cuda_device_info_get": (_status, [c_int, POINTER(CudaDeviceInfo)]),
@@ -201,6 +212,7 @@ _SIGNATURES = {
     "lam_mem_alloc": (_status, [_P, POINTER(c_void_p), c_size_t]),
     "lam_mem_free": (_status, [_P, _P]),
     "lam_mem_release_cached": (_status, [_P, POINTER(c_size_t)]),
+    "lam_mem_set_limit": (_status, [_P, c_size_t]),
     "lam_mem_upload": (_status, [_P, _P, _P, c_size_t]),
     "lam_mem_download": (_status, [_P, _P, _P, c_size_t]),
     "lam_hidden": (_status, [_P, c_size_t, _P, c_int, _P, _P, POINTER(HiddenTiming)]),
@@ -224,12 +236,21 @@ _SIGNATURES = {
     "lam_model_params_get": (_status, [_P, _P, c_size_t]),
     "lam_model_params_set": (_status, [_P, _P, c_size_t]),
     "lam_model_forward": (_status, [_P, c_int, _P, _P]),
+    "lam_model_release_batch": (_status, [_P]),
     "lam_model_memory_get": (_status, [_P, _P, POINTER(ModelMemory)]),
     "lam_opt_default": (Opt, [c_int]),
     "lam_trainer_create": (_status, [_P, POINTER(Opt), c_int, c_uint64, POINTER(Dataset), POINTER(c_void_p)]),
     "lam_trainer_free": (None, [_P]),
     "lam_trainer_epoch": (_status, [_P, ProgressFn, c_void_p, c_int, POINTER(EpochStats)]),
     "lam_trainer_epochs_done": (c_int, [_P]),
+    "lam_lr_schedule_parse": (_status, [c_char_p, POINTER(LrSchedule)]),
+    "lam_trainer_set_lr_schedule": (_status, [_P, POINTER(LrSchedule)]),
+    "lam_trainer_lr": (c_double, [_P]),
+    "lam_dataset_split": (_status, [POINTER(Dataset), c_double, c_uint64, POINTER(POINTER(Dataset)),
+                                    POINTER(POINTER(Dataset))]),
+    "lam_dataset_free": (None, [POINTER(Dataset)]),
+    "lam_output_path_check": (_status, [c_char_p, c_char_p]),
+    "lam_output_write_atomic": (_status, [c_char_p, c_char_p, c_char_p, c_size_t]),
     "lam_dataset_channel_stats": (_status, [POINTER(Dataset), _P, _P]),
     "lam_evaluate": (_status, [_P, POINTER(Dataset), c_int, POINTER(c_double), POINTER(c_double), _P]),
     "lam_checkpoint_save": (_status, [c_char_p, _P, _P]),
@@ -273,9 +294,27 @@ def last_error():
     return msg.decode(errors="replace") if msg else ""
 
 
+# The C library's advice names the CLI's flags (its messages serve `lamina train` too); from Python the
+# same advice is a keyword argument or a function.
+_CLI_ADVICE = [
+    (re.compile(r"--device (auto|cpu|cuda)\b"), r"device='\1'"),
+    (re.compile(r"\(--max-memory\)"), "(lamina.set_memory_limit(max_memory))"),
+    (re.compile(r"--max-memory\b"), "lamina.set_memory_limit(max_memory)"),
+    (re.compile(r"a smaller --batch\b"), "a smaller batch_size"),
+    (re.compile(r"see 'lamina train --help'"), "see help(lamina.Model)"),
+]
+
+
+def python_advice(msg):
+    """msg with the CLI flags it suggests turned into what a Python caller passes instead."""
+    for pattern, repl in _CLI_ADVICE:
+        msg = pattern.sub(repl, msg)
+    return msg
+
+
 def check(status, what=None):
     """Raises LaminaError for a non-OK status, with lamina's message (or `what` if C left none)."""
     if status != LAM_OK:
         name = lib.lam_status_str(status)
         name = name.decode() if name else f"status {status}"
-        raise LaminaError(last_error() or what or "lamina call failed", status, name)
+        raise LaminaError(python_advice(last_error() or what or "lamina call failed"), status, name)

@@ -1,6 +1,7 @@
 """Models from NumPy: build from a spec (a preset, a chain of layers or a labelled graph with add/concat),
 fit on uint8 images of any channel count with a class per image or a mask per image, evaluate, predict,
 save and load — the same C engine and checkpoint files as `lamina train` / `lamina eval`."""
+import errno
 import os
 import struct
 import sys
@@ -9,8 +10,8 @@ import numpy as np
 from ctypes import byref, c_double, c_float, c_int, c_void_p, create_string_buffer
 
 from . import _arrays, _lib
-from ._context import Closing, get_context
-from ._lib import check, lib
+from ._context import Closing, ModelContext, get_context
+from ._lib import LaminaError, check, lib
 
 # A new model's normalization of uint8 pixels, (p / 255 - 0.5) / 0.5 in every channel (the C library's
 # default; lam_model_set_normalization changes it, and checkpoints carry it).
@@ -113,9 +114,13 @@ class Model(Closing):
     or "concat @NAME" joins it back in (residual and U-Net-like graphs; see README and lamina.h). The last
     layer gives the classes: (classes, 1, 1) for a class per image, or (classes, H, W) for a class per
     pixel. input_shape is (channels, height, width) of one image (or (height, width) for one channel).
-    Parameters start as PyTorch's defaults, drawn from seed. device: "auto", "cpu" or "cuda"."""
+    Parameters start as PyTorch's defaults, drawn from seed. device: "auto", "cpu" or "cuda".
+    precision: of the dense and conv layers' matrix products, "fp32" (IEEE single), "tf32" (tensor
+    cores, CUDA only) or "bf16" (operands rounded to bfloat16, sums in fp32; emulated on the CPU);
+    parameters, gradients and optimizer state stay fp32 in all three (lam_ctx_set_precision)."""
 
-    def __init__(self, spec="cnn", input_shape=(1, 28, 28), device="auto", seed=1, _handle=None, _ctx=None):
+    def __init__(self, spec="cnn", input_shape=(1, 28, 28), device="auto", seed=1, precision="fp32", _handle=None,
+                 _ctx=None):
         self._ptr = None
         self._trainer = None
         self._trainer_data = None  # (lam_dataset, x8, y8): a streaming trainer reads them until it is freed
@@ -132,7 +137,13 @@ class Model(Closing):
             raise ValueError("spec contains a NUL character (the C library would read only the part before it)")
         self.input_shape = tuple(int(s) for s in shape)
         self.seed = _seed(seed)
-        self._ctx = _ctx or get_context(device)
+        self._ctx = ModelContext(_ctx or get_context(device), precision)
+        try:  # the lock sets the precision: one the device lacks fails here, not at the first fit
+            with self._ctx.lock:
+                pass
+        except LaminaError as e:
+            why = e.message.split("lam_ctx_set_precision: ", 1)[-1]
+            raise LaminaError(f"precision={self._ctx.precision_name!r}: {why}", e.status, e.status_name) from None
         self._fits = 0          # fit() calls so far: later calls shuffle with seeds derived from seed
         self.epochs_done = 0    # epochs trained through this object
         if _handle is not None:
@@ -203,10 +214,16 @@ class Model(Closing):
     def device_name(self):
         return self._ctx.name
 
+    @property
+    def precision(self):
+        """"fp32", "tf32" or "bf16": the precision of the model's matrix products."""
+        return self._ctx.precision_name
+
     def __repr__(self):
         if self._ptr is None:
             return "Model(closed)"
-        return (f"Model({self.spec!r}, input_shape={self.input_shape}, device={self.device!r}, "
+        precision = "" if self.precision == "fp32" else f", precision={self.precision!r}"
+        return (f"Model({self.spec!r}, input_shape={self.input_shape}, device={self.device!r}{precision}, "
                 f"params={self.param_count})")
 
     def summary(self):
@@ -299,7 +316,8 @@ class Model(Closing):
                          f"not {normalize!r}")
 
     def fit(self, x, y, epochs=1, batch_size=64, optimizer="adam", lr=None, momentum=None, weight_decay=None,
-            seed=None, verbose=1, validation_data=None, normalize=None, label_smoothing=None, layout=None):
+            seed=None, verbose=1, validation_data=None, normalize=None, label_smoothing=None, layout=None,
+            val_split=None, lr_schedule=None, warmup=0, save_best=None, early_stop=None, log=None):
         """Trains on uint8 images x with integer labels y for `epochs` epochs, shuffling each epoch,
         softmax cross-entropy. The images go to the device once, as uint8, and are normalized there
         per channel as (p/255 - mean)/std (see normalization).
@@ -320,10 +338,19 @@ class Model(Closing):
         loaded one); "default" 0.5/0.5; "auto" each channel's mean and std over x; or (mean, std), each
         one number or one per channel. Kept in the model and its checkpoints, used by evaluate/predict.
         label_smoothing: in [0, 1) (PyTorch's label_smoothing); None keeps the model's (0 when new).
+        val_split: a fraction 0 < F < 1 of x held out as validation data (the images `lamina train
+        --val-split F` holds out: the same every call), instead of validation_data.
+        lr_schedule: the rate over this call's epochs, stepped every batch on the device: "constant"
+        (default), "cosine", "step:E:G" or "onecycle" (as `lamina train --lr-schedule`); warmup: a
+        linear warm-up over that many epochs (fractions allowed; onecycle's rise).
+        save_best: a path: the model of the epoch with the lowest validation loss is written there.
+        early_stop: stop when the validation loss has not improved for that many epochs.
+        save_best and early_stop need validation data (validation_data or val_split).
+        log: a CSV path, rewritten atomically after every epoch (the columns of `lamina train --log`).
 
         Returns the history: a list with one dict per epoch: epoch, loss, accuracy (training, over
-        the epoch; over the pixels not ignored for masks), seconds, images_per_s, and val_loss,
-        val_accuracy (and val_mean_iou for masks) with validation_data.
+        the epoch; over the pixels not ignored for masks), lr (of the epoch's last step), seconds,
+        images_per_s, and val_loss, val_accuracy (and val_mean_iou for masks) with validation data.
         """
         x8, y8 = self._train_data(x, y, "fit", layout)
         epochs = _positive_int(epochs, "epochs")
@@ -344,10 +371,26 @@ class Model(Closing):
             # Knuth's multiplicative constant: distinct seeds per call, none equal to the first.
             seed = (self.seed + self._fits * 2654435761) % 2**64
         seed = _seed(seed)
+        val = None
         if validation_data is not None:
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
                 raise TypeError("validation_data must be a pair (x_val, y_val)")
+            if val_split is not None:
+                raise ValueError("give validation_data or val_split, not both")
             val = self._train_data(validation_data[0], validation_data[1], "validation_data", layout)
+        if val_split is not None:
+            if isinstance(val_split, bool) or not isinstance(val_split, (float, np.floating)) or not 0 < val_split < 1:
+                raise ValueError(f"val_split must be a fraction between 0 and 1 (e.g. 0.1), not {val_split!r}")
+            x8, y8, val = self._split(x8, y8, float(val_split))
+        sched = self._schedule_arg(lr_schedule, warmup, epochs)
+        if early_stop is not None:
+            early_stop = _positive_int(early_stop, "early_stop")
+        if (save_best is not None or early_stop is not None) and val is None:
+            raise ValueError(f"{'save_best' if save_best is not None else 'early_stop'} chooses by the validation "
+                             f"loss: give validation_data=(x_val, y_val) or val_split=F too")
+        for path, what in ((save_best, b"best model (save_best=)"), (log, b"log (log=)")):
+            if path is not None:  # checked before any training that a bad path would throw away
+                check(lib.lam_output_path_check(os.fsencode(path), what))
         norm = self._normalize_arg(normalize)
         if label_smoothing is not None:
             if (isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float, np.number))
@@ -372,6 +415,7 @@ class Model(Closing):
         self._trainer = t.value
         self._trainer_data = (ds, x8, y8)
         self._fits += 1
+        check(lib.lam_trainer_set_lr_schedule(self._trainer, byref(sched)))
 
         live = bool(verbose) and sys.stdout.isatty()
         steps = (x8.shape[0] + batch_size - 1) // batch_size
@@ -390,6 +434,7 @@ class Model(Closing):
         cb = _lib.ProgressFn(progress) if live else _lib.ProgressFn()
         every = max(1, steps // 40) if live else 0
         history = []
+        best_loss, since_best = float("inf"), 0
         for _ in range(epochs):
             st = _lib.EpochStats()
             with self._ctx.lock:
@@ -399,10 +444,11 @@ class Model(Closing):
             if interrupted:
                 raise KeyboardInterrupt
             self.epochs_done += 1
-            rec = {"epoch": self.epochs_done, "loss": st.train_loss, "accuracy": st.train_acc, "seconds": st.seconds,
-                   "images_per_s": st.images_per_s}
-            if validation_data is not None:
-                ev = self._evaluate(*val, batch_size=1000)
+            rec = {"epoch": self.epochs_done, "loss": st.train_loss, "accuracy": st.train_acc,
+                   "lr": lib.lam_trainer_lr(self._trainer), "seconds": st.seconds, "images_per_s": st.images_per_s}
+            if val is not None:
+                # at the training batch: a larger one would grow the batch buffers the trainer keeps
+                ev = self._evaluate(*val, batch_size=batch_size)
                 rec["val_loss"], rec["val_accuracy"] = ev["loss"], ev["accuracy"]
                 if "mean_iou" in ev:
                     rec["val_mean_iou"] = ev["mean_iou"]
@@ -415,7 +461,62 @@ class Model(Closing):
                 if "val_mean_iou" in rec:
                     line += f"  val_mean_iou {rec['val_mean_iou']:.4f}"
                 print(line, flush=True)
+            if log is not None:
+                self._write_log(log, history)
+            if val is not None and rec["val_loss"] < best_loss:
+                best_loss, since_best = rec["val_loss"], 0
+                if save_best is not None:
+                    with self._ctx.lock:
+                        check(lib.lam_checkpoint_save(os.fsencode(save_best), self._handle(), None))
+            elif val is not None:
+                since_best += 1
+                if early_stop is not None and since_best >= early_stop:
+                    if verbose:
+                        print(f"early stop: val_loss has not improved for {since_best} epochs (best {best_loss:.4f})")
+                    break
         return history
+
+    def _split(self, x8, y8, fraction):
+        """(x_train, y_train, (x_val, y_val)): the images `lamina train --val-split` holds out."""
+        ds = _dataset(x8, y8, self.outputs)
+        parts = (_lib.POINTER(_lib.Dataset)(), _lib.POINTER(_lib.Dataset)())
+        check(lib.lam_dataset_split(byref(ds), fraction, _lib.VAL_SPLIT_SEED, byref(parts[0]), byref(parts[1])))
+        out = []
+        try:
+            for p in parts:
+                n = p.contents.n
+                xs = np.ctypeslib.as_array(_lib.cast(p.contents.images, _lib.POINTER(_lib.c_uint8)),
+                                           (n * int(np.prod(x8.shape[1:])),))
+                ys = np.ctypeslib.as_array(_lib.cast(p.contents.labels, _lib.POINTER(_lib.c_uint8)),
+                                           (n * int(np.prod(y8.shape[1:])),))
+                out.append((xs.reshape((n,) + x8.shape[1:]).copy(), ys.reshape((n,) + y8.shape[1:]).copy()))
+        finally:
+            for p in parts:
+                lib.lam_dataset_free(p)
+        return out[0][0], out[0][1], out[1]
+
+    @staticmethod
+    def _schedule_arg(lr_schedule, warmup, epochs):
+        s = _lib.LrSchedule()
+        name = "constant" if lr_schedule is None else lr_schedule
+        if not isinstance(name, str):
+            raise TypeError(f"lr_schedule must be a string such as 'cosine' or 'step:10:0.1', not {lr_schedule!r}")
+        if lib.lam_lr_schedule_parse(name.encode(), byref(s)) != _lib.LAM_OK:
+            raise ValueError(f"lr_schedule {name!r}: expected 'constant', 'cosine', 'step:E:G' (e.g. 'step:10:0.1') "
+                             f"or 'onecycle'")
+        if isinstance(warmup, bool) or not isinstance(warmup, (int, float, np.number)) or not 0 <= warmup < epochs:
+            raise ValueError(f"warmup must be a number of epochs from 0 to less than epochs ({epochs}), not {warmup!r}")
+        s.epochs, s.warmup_epochs = epochs, float(warmup)
+        return s
+
+    @staticmethod
+    def _write_log(path, history):
+        cols = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "test_acc", "lr", "seconds", "images_per_s")
+        rows = ["epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s"]
+        for r in history:
+            rows.append(",".join("" if r.get(c) is None else f"{r[c]:.6g}" for c in cols))
+        data = ("\n".join(rows) + "\n").encode()
+        check(lib.lam_output_write_atomic(os.fsencode(path), b"log (log=)", data, len(data)))
 
     # ---- evaluation and inference --------------------------------------------------------------
 
@@ -426,7 +527,18 @@ class Model(Closing):
         confusion=True also the classes×classes matrix (rows: true class, columns: predicted; pixels for
         masks)."""
         x8, y8 = self._train_data(x, y, "evaluate", layout)
-        return self._evaluate(x8, y8, _positive_int(batch_size, "batch_size", 65536), confusion)
+        try:
+            return self._evaluate(x8, y8, _positive_int(batch_size, "batch_size", 65536), confusion)
+        finally:
+            self._release_batch()
+
+    def _release_batch(self):
+        """Frees the batch buffers that evaluate and predict planned (hundreds of MB of device memory for
+        the CNN at batch 1000), which the model would otherwise hold until it is freed; the next call
+        plans them again. They go back to the context's cache: lamina.release_cached() hands them on."""
+        if self._ptr is not None:
+            with self._ctx.lock:
+                check(lib.lam_model_release_batch(self._ptr))
 
     def _evaluate(self, x8, y8, batch_size, confusion=False):
         ds = _dataset(x8, y8, self.outputs)
@@ -458,12 +570,15 @@ class Model(Closing):
         chan = np.arange(c).reshape(c, 1, 1)
         with self._ctx.lock:
             check(lib.lam_model_set_train(self._handle(), 0))
-        for off in range(0, n, batch_size):
-            b = min(batch_size, n - off)
-            xb = x8[off:off + b]
-            xf = lut[0][xb] if c == 1 else lut[chan, xb]  # (b, c, h, w) float32, C-contiguous
-            with self._ctx.lock:
-                check(lib.lam_model_forward(self._handle(), b, xf.ctypes.data, logits[off:off + b].ctypes.data))
+        try:
+            for off in range(0, n, batch_size):
+                b = min(batch_size, n - off)
+                xb = x8[off:off + b]
+                xf = lut[0][xb] if c == 1 else lut[chan, xb]  # (b, c, h, w) float32, C-contiguous
+                with self._ctx.lock:
+                    check(lib.lam_model_forward(self._handle(), b, xf.ctypes.data, logits[off:off + b].ctypes.data))
+        finally:
+            self._release_batch()
         return logits if oh * ow > 1 else logits.reshape(n, k)
 
     def predict(self, x, batch_size=1000, layout=None):
@@ -475,7 +590,12 @@ class Model(Closing):
 
     def save(self, path):
         """Writes a checkpoint (atomically), in the format of `lamina train --save`: the model, and the
-        training state of the last fit() if there was one (so `lamina train --resume` can go on)."""
+        training state of the last fit() if there was one (so `lamina train --resume` can go on).
+        FileNotFoundError when the folder it goes in does not exist."""
+        folder = os.path.dirname(os.path.abspath(os.fsdecode(path)))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(errno.ENOENT, f"Model.save: the folder {folder!r} does not exist; create it "
+                                                  f"first (os.makedirs) or save elsewhere", os.fsdecode(path))
         with self._ctx.lock:
             check(lib.lam_checkpoint_save(os.fsencode(path), self._handle(), self._trainer))
 
@@ -508,10 +628,16 @@ def _checkpoint_input_shape(path):
         return struct.unpack("<3i", f.read(12))
 
 
-def load(path, device="auto"):
-    """A Model from a checkpoint written by Model.save or `lamina train --save`, on `device`. The
-    model's parameters are restored; training state in the file (optimizer moments, epochs) is not
-    taken over, so fit() on the loaded model starts a fresh optimizer."""
+def load(path, device="auto", precision="fp32"):
+    """A Model from a checkpoint written by Model.save or `lamina train --save`, on `device`, computing
+    in `precision` (as Model's). The model's parameters are restored; training state in the file
+    (optimizer moments, epochs) is not taken over, so fit() on the loaded model starts a fresh
+    optimizer. FileNotFoundError when there is no file at path."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, "lamina.load: no checkpoint file there (Model.save or `lamina train "
+                                              "--save` writes one)", os.fsdecode(path))
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "lamina.load: a folder, not a checkpoint file", os.fsdecode(path))
     ctx = get_context(device)
     m = c_void_p()
     with ctx.lock:
@@ -521,4 +647,8 @@ def load(path, device="auto"):
     except Exception:
         lib.lam_model_free(m.value)
         raise
-    return Model(input_shape=shape, seed=1, _handle=m.value, _ctx=ctx)
+    try:
+        return Model(input_shape=shape, seed=1, precision=precision, _handle=m.value, _ctx=ctx)
+    except Exception:
+        lib.lam_model_free(m.value)
+        raise

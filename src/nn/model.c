@@ -82,7 +82,7 @@ static void free_batch(lam_model *m) {
   m->x = m->scratch = m->gtmp = NULL;
   m->y = m->pred = NULL;
   m->cap = 0;
-  m->batch_bytes = m->planned_bytes = 0;
+  m->batch_bytes = m->planned_bytes = m->scratch_bytes = 0;
 }
 
 void lam_model_free(lam_model *m) {
@@ -153,6 +153,16 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   m->planned_bytes = arena;
   m->cap = B;
   m->plan_precision = m->ctx->precision;
+  return LAM_OK;
+}
+
+lam_status lam_model_release_batch(lam_model *m) {
+  LAM_CHECK_ARG(m, "lam_model_release_batch: model is NULL");
+  if (!m->cap) return LAM_OK; /* nothing planned (or already released) */
+  LAM_TRY(m->ctx->be->sync(m->ctx)); /* queued work may still use the buffers */
+  free_batch(m);                     /* cap 0: the next nn_model_reserve plans again */
+  m->tensor[0].data = NULL;
+  m->gen++; /* a captured graph that used the buffers is stale */
   return LAM_OK;
 }
 

@@ -16,7 +16,8 @@ from lamina import _lib
 HEADER = os.environ.get("LAMINA_HEADER") or os.path.join(REPO, "include", "lamina.h")
 
 # C types that are ints at the ABI level (enums included).
-_INT_TYPES = {"int", "lam_status", "lam_device", "lam_dtype", "lam_layout", "lam_opt_kind", "int32_t"}
+_INT_TYPES = {"int", "lam_status", "lam_device", "lam_dtype", "lam_layout", "lam_opt_kind", "lam_precision",
+              "int32_t"}
 _U64_TYPES = {"size_t", "uint64_t"}  # both are c_ulong on LP64: ctypes cannot tell them apart either
 
 

@@ -85,7 +85,9 @@ class CudaModel(unittest.TestCase):
         self.assertLess(h[1]["loss"], h[0]["loss"])
         res = m.evaluate(xt, yt)
         self.assertGreater(res["accuracy"], 0.6)
+        self.assertEqual(m.memory()["activations"], 0)  # evaluate gave its batch buffers back
         pred = m.predict(xt)
+        self.assertEqual(m.memory()["activations"], 0)
         self.assertEqual(float(np.mean(pred == yt)), res["accuracy"])
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "gpu.lamina")
