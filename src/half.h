@@ -1,4 +1,4 @@
-/* half.h — float to 16-bit floats on the host, rounding to nearest even (the CUDA intrinsics' rounding):
+/* half.h — float to 16-bit floats (and back) on the host, rounding to nearest even (the CUDA intrinsics' rounding):
  * bfloat16 for the normalize op's CPU twin, IEEE half for the transfer benchmark's f16 batches. */
 #ifndef LAMINA_HALF_H
 #define LAMINA_HALF_H
@@ -38,6 +38,22 @@ static inline uint16_t lam_f32_to_f16(float f) {
   uint32_t r = ((mag - 0x38000000u) >> 13), rem = mag & 0x1fffu; /* rebias the exponent 127 -> 15 */
   if (rem > 0x1000u || (rem == 0x1000u && (r & 1))) r++;
   return (uint16_t)(sign | r);
+}
+
+/* IEEE half to float: exact (every half is a float). For safetensors files of F16 weights. */
+static inline float lam_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+  if (e == 0x1fu) u = sign | 0x7f800000u | (m << 13); /* infinity, NaN */
+  else if (e) u = sign | ((e + 112u) << 23) | (m << 13); /* rebias 15 -> 127 */
+  else if (!m) u = sign;                                  /* zero */
+  else {                                                  /* subnormal: normalize the mantissa */
+    e = 113u;
+    while (!(m & 0x400u)) m <<= 1, e--;
+    u = sign | (e << 23) | ((m & 0x3ffu) << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
 }
 
 #endif

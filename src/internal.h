@@ -103,6 +103,10 @@ extern const lam_backend lam_cpu_backend;
 /* lam_output_path_check, and where to write: path, or the file its symbolic link points to (out, size
  * bytes; outpath.c). */
 lam_status lam_output_path_resolve(const char *path, const char *what, char *out, size_t size);
+/* Writes n bytes to path atomically (outpath.c): checked and resolved as above, written to
+ * "<path>.tmp.<pid>" in the same folder, flushed, fsync'd and renamed over it; on failure path is left as
+ * it was and the temporary file removed. what names the file in messages ("safetensors file", ...). */
+lam_status lam_output_write_atomic(const char *path, const char *what, const void *data, size_t n);
 
 lam_status cpu_ctx_init(lam_ctx *ctx);
 lam_status cuda_ctx_init(lam_ctx *ctx);

@@ -4,8 +4,9 @@
  * the reason: an empty path, a folder that is missing or not writable, a directory, a device node, FIFO or
  * socket, a dangling link, and an existing read-only file (the rename would replace it only because the
  * folder is writable; a file with no write permission bit is refused even to root). Checked before training, so that nothing is lost
- * to a bad path after an epoch. */
+ * to a bad path after an epoch. lam_output_write_atomic writes such a file: temporary, fsync, rename. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,4 +74,48 @@ lam_status lam_output_path_resolve(const char *path, const char *what, char *out
 lam_status lam_output_path_check(const char *path, const char *what) {
   char resolved[PATH_MAX];
   return lam_output_path_resolve(path, what ? what : "output", resolved, sizeof resolved);
+}
+
+/* The folder's fsync makes the rename itself durable. Filesystems that cannot sync a folder say EINVAL
+ * (EBADF, EROFS): the data is on disk already, so that is not a failure. */
+static lam_status sync_folder_of(const char *path, const char *what) {
+  char dir[PATH_MAX];
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return LAM_OK;
+  int rc = fsync(fd), err = errno;
+  close(fd);
+  if (rc != 0 && err != EINVAL && err != EBADF && err != EROFS)
+    return LAM_FAIL(LAM_ERR_IO, "the %s '%s' was written and renamed into place, but fsync of its folder '%s' failed: "
+                    "%s; it may not survive a power loss", what, path, dir, strerror(err));
+  return LAM_OK;
+}
+
+lam_status lam_output_write_atomic(const char *asked, const char *what, const void *data, size_t n) {
+  LAM_CHECK_ARG(asked && what && (data || !n), "lam_output_write_atomic: NULL argument");
+  char path[PATH_MAX], tmp[PATH_MAX + 32];
+  LAM_TRY(lam_output_path_resolve(asked, what, path, sizeof path));
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f)
+    return LAM_FAIL(LAM_ERR_IO, "cannot write the %s '%s': fopen of the temporary file '%s' failed: %s; check that the "
+                    "folder is writable", what, path, tmp, strerror(errno));
+  const char *call = NULL;
+  int err = 0;
+  if (n && fwrite(data, 1, n, f) != n) call = "fwrite", err = errno;
+  else if (fflush(f) != 0) call = "fflush", err = errno;
+  else if (fsync(fileno(f)) != 0) call = "fsync", err = errno;
+  int rc = fclose(f);
+  if (!call && rc != 0) call = "fclose", err = errno;
+  if (!call && rename(tmp, path) != 0) call = "rename", err = errno;
+  if (call) {
+    remove(tmp);
+    return LAM_FAIL(LAM_ERR_IO, "cannot write the %s '%s': %s of the temporary file '%s' failed: %s (%zu bytes to "
+                    "write); any file already at '%s' is unchanged", what, path, call, tmp,
+                    err ? strerror(err) : "unknown error", n, path);
+  }
+  return sync_folder_of(path, what);
 }

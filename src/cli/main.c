@@ -14,6 +14,8 @@ static void usage(FILE *f) {
           "  train    train a model (e.g. the reference CNN on Fashion-MNIST)\n"
           "  eval     evaluate a saved model: accuracy and confusion matrix\n"
           "  model    a model spec's graph: shapes, parameters, FLOPs and planned memory\n"
+          "  export   a saved model's weights to a safetensors file, in PyTorch's names and layouts\n"
+          "  import   a safetensors file of weights (e.g. from PyTorch) to a saved model\n"
           "  bench    benchmarks: 'bench transfer' times image batches from host to device\n"
           "  info     build features, devices and memory\n"
           "\n"
@@ -42,5 +44,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "eval")) return cmd_eval(argc - 1, argv + 1);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "model")) return cmd_model(argc - 1, argv + 1);
-  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, train, eval, model, bench, info)", cmd);
+  if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
+  if (!strcmp(cmd, "import")) return cmd_import(argc - 1, argv + 1);
+  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, train, eval, model, export, import, bench, info)", cmd);
 }
