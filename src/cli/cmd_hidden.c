@@ -272,18 +272,37 @@ int cmd_hidden(int argc, char **argv) {
          m_out = cli_median(t_out, R);
   int ok = err <= MAX_ABS_ERR; /* false for NaN */
   const char *dev = lam_device_str(lam_ctx_device(ctx));
-  int gdev = o.resident == RES_ALL, wdev = o.resident != RES_NONE;
+  int gdev = o.resident == RES_ALL, wdev = o.resident != RES_NONE, print_rc = 0;
   if (o.json) {
-    printf("{\"device\":\"%s\",\"device_name\":\"%s\",\"n\":%zu,\"dtype\":\"%s\",\"resident\":\"%s\",\"pinned\":%s,"
-           "\"fused\":%s,\"repeat\":%d,\"warmup\":%ld,\"chunks\":%d,\"max_abs_err\":%.3e,\"ok\":%s,"
-           "\"ms\":{\"total\":%.6g,\"staging\":%.6g,\"copy_in\":%.6g,\"kernel\":%.6g,\"copy_out\":%.6g,"
-           "\"total_min\":%.6g",
-           dev, lam_ctx_device_name(ctx), o.n, lam_dtype_str(o.dtype), resident_str[o.resident],
-           o.pinned ? "true" : "false", o.unfused ? "false" : "true", R, o.warmup, chunks, isnan(err) ? -1.0 : err,
-           ok ? "true" : "false", med_total, m_stage, m_in, m_kern, m_out, min_total);
-    if (floor_ms >= 0) printf(",\"staging_floor\":%.6g", floor_ms);
-    if (b2b_ms >= 0) printf(",\"back_to_back\":%.6g", b2b_ms);
-    printf("}}\n");
+    /* max_abs_err is null where a result was NaN (ok is then false) */
+    json_t *j = json_object(), *ms = json_object();
+    int bad = !j || !ms;
+    bad |= json_object_set_new(j, "device", cli_json_str(dev));
+    bad |= json_object_set_new(j, "device_name", cli_json_str(lam_ctx_device_name(ctx)));
+    bad |= json_object_set_new(j, "n", json_integer((json_int_t)o.n));
+    bad |= json_object_set_new(j, "dtype", cli_json_str(lam_dtype_str(o.dtype)));
+    bad |= json_object_set_new(j, "resident", cli_json_str(resident_str[o.resident]));
+    bad |= json_object_set_new(j, "pinned", json_boolean(o.pinned));
+    bad |= json_object_set_new(j, "fused", json_boolean(!o.unfused));
+    bad |= json_object_set_new(j, "repeat", json_integer(R));
+    bad |= json_object_set_new(j, "warmup", json_integer(o.warmup));
+    bad |= json_object_set_new(j, "chunks", json_integer(chunks));
+    bad |= json_object_set_new(j, "max_abs_err", cli_json_num(err));
+    bad |= json_object_set_new(j, "ok", json_boolean(ok));
+    bad |= json_object_set_new(ms, "total", cli_json_num(med_total));
+    bad |= json_object_set_new(ms, "staging", cli_json_num(m_stage));
+    bad |= json_object_set_new(ms, "copy_in", cli_json_num(m_in));
+    bad |= json_object_set_new(ms, "kernel", cli_json_num(m_kern));
+    bad |= json_object_set_new(ms, "copy_out", cli_json_num(m_out));
+    bad |= json_object_set_new(ms, "total_min", cli_json_num(min_total));
+    if (floor_ms >= 0) bad |= json_object_set_new(ms, "staging_floor", cli_json_num(floor_ms));
+    if (b2b_ms >= 0) bad |= json_object_set_new(ms, "back_to_back", cli_json_num(b2b_ms));
+    bad |= json_object_set_new(j, "ms", ms); /* j takes ms (and releases it with j) */
+    if (bad) {
+      json_decref(j);
+      j = NULL; /* cli_json_print says: out of host memory */
+    }
+    print_rc = cli_json_print(j);
   } else {
     printf("lamina hidden: n = %zu, greys %s, on %s\n", o.n, lam_dtype_str(o.dtype), lam_ctx_device_name(ctx));
     if (*lam_ctx_choice_reason(ctx)) printf("  device choice: %s\n", lam_ctx_choice_reason(ctx));
@@ -306,7 +325,7 @@ int cmd_hidden(int argc, char **argv) {
   free_bufs(ctx, &b);
   free(tt);
   lam_ctx_free(ctx);
-  return ok ? 0 : 1;
+  return ok && !print_rc ? 0 : 1;
 fail:
   if (*lam_last_error()) fprintf(stderr, "lamina hidden: %s\n", lam_last_error());
   free_bufs(ctx, &b);

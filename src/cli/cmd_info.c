@@ -1,6 +1,7 @@
 /* cmd_info.c — `lamina info`: what this build has, which devices are present, what auto would pick,
  * and the memory figures. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,23 +40,47 @@ int cmd_info(int argc, char **argv) {
   lam_mem_stats ms = {0};
   if (s == LAM_OK) lam_mem_stats_get(ctx, &ms);
 
+  int print_rc = 0;
   if (json) {
-    printf("{\"version\":\"%s\",\"cuda\":%s,\"cuda_runtime\":%d,\"cuda_archs\":\"%s\",\"openmp\":%s,\"omp_threads\":%d,"
-           "\"devices\":[",
-           bi.version, bi.with_cuda ? "true" : "false", bi.cuda_runtime, bi.cuda_archs, bi.with_openmp ? "true" : "false",
-           bi.omp_max_threads);
+    json_t *j = json_object(), *devs = json_array(), *mem = json_object();
+    int bad = !j || !devs || !mem;
+    bad |= json_object_set_new(j, "version", cli_json_str(bi.version));
+    bad |= json_object_set_new(j, "cuda", json_boolean(bi.with_cuda));
+    bad |= json_object_set_new(j, "cuda_runtime", json_integer(bi.cuda_runtime));
+    bad |= json_object_set_new(j, "cuda_archs", cli_json_str(bi.cuda_archs));
+    bad |= json_object_set_new(j, "openmp", json_boolean(bi.with_openmp));
+    bad |= json_object_set_new(j, "omp_threads", json_integer(bi.omp_max_threads));
     for (int d = 0; d < ndev; d++) {
       lam_cuda_device_info di;
       if (lam_cuda_device_info_get(d, &di) != LAM_OK) continue;
-      printf("%s{\"index\":%d,\"name\":\"%s\",\"cc\":\"%d.%d\",\"sms\":%d,\"mem_total\":%zu,\"mem_free\":%zu,"
-             "\"l2\":%zu,\"mem_bw_gbps\":%.0f}",
-             d ? "," : "", d, di.name, di.cc_major, di.cc_minor, di.sm_count, di.mem_total, di.mem_free, di.l2_bytes,
-             di.mem_bus_gbps);
+      char cc[24];
+      snprintf(cc, sizeof cc, "%d.%d", di.cc_major, di.cc_minor);
+      json_t *dj = json_object();
+      bad |= !dj;
+      bad |= json_object_set_new(dj, "index", json_integer(d));
+      bad |= json_object_set_new(dj, "name", cli_json_str(di.name));
+      bad |= json_object_set_new(dj, "cc", cli_json_str(cc));
+      bad |= json_object_set_new(dj, "sms", json_integer(di.sm_count));
+      bad |= json_object_set_new(dj, "mem_total", json_integer((json_int_t)di.mem_total));
+      bad |= json_object_set_new(dj, "mem_free", json_integer((json_int_t)di.mem_free));
+      bad |= json_object_set_new(dj, "l2", json_integer((json_int_t)di.l2_bytes));
+      double bw = di.mem_bus_gbps; /* whole GB/s, an integer as before */
+      bad |= json_object_set_new(dj, "mem_bw_gbps", isfinite(bw) ? json_integer((json_int_t)llround(bw)) : json_null());
+      bad |= json_array_append_new(devs, dj);
     }
-    printf("],\"auto\":\"%s\",\"memory\":{\"in_use\":%zu,\"reserved\":%zu,\"peak\":%zu,\"cached\":%zu,"
-           "\"pinned_host\":%zu}}\n",
-           s == LAM_OK ? lam_device_str(lam_ctx_device(ctx)) : "error", ms.in_use, ms.reserved, ms.peak, ms.cached,
-           ms.pinned_host);
+    bad |= json_object_set_new(j, "devices", devs);
+    bad |= json_object_set_new(j, "auto", cli_json_str(s == LAM_OK ? lam_device_str(lam_ctx_device(ctx)) : "error"));
+    bad |= json_object_set_new(mem, "in_use", json_integer((json_int_t)ms.in_use));
+    bad |= json_object_set_new(mem, "reserved", json_integer((json_int_t)ms.reserved));
+    bad |= json_object_set_new(mem, "peak", json_integer((json_int_t)ms.peak));
+    bad |= json_object_set_new(mem, "cached", json_integer((json_int_t)ms.cached));
+    bad |= json_object_set_new(mem, "pinned_host", json_integer((json_int_t)ms.pinned_host));
+    bad |= json_object_set_new(j, "memory", mem);
+    if (bad) {
+      json_decref(j);
+      j = NULL; /* cli_json_print says: out of host memory */
+    }
+    print_rc = cli_json_print(j);
   } else {
     printf("lamina %s\n", bi.version);
     if (bi.with_cuda)
@@ -83,5 +108,5 @@ int cmd_info(int argc, char **argv) {
     }
   }
   lam_ctx_free(ctx);
-  return s == LAM_OK ? 0 : 1;
+  return s == LAM_OK && !print_rc ? 0 : 1;
 }

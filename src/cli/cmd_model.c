@@ -4,6 +4,7 @@
  * FLOPs, and the memory its batch buffers are planned to take. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,20 @@ int cli_model_spec(const char *cmd, const char *arg, char **spec) {
   return 0;
 }
 
+/* A FLOP count (a double) as a JSON integer, as it was printed (%.0f); null if it is not finite. */
+static json_t *count_json(double v) { return isfinite(v) ? json_integer((json_int_t)llround(v)) : json_null(); }
+
+/* [C, H, W]; NULL when out of memory. */
+static json_t *shape_json(int c, int h, int w) {
+  json_t *a = json_array();
+  if (json_array_append_new(a, json_integer(c)) || json_array_append_new(a, json_integer(h)) ||
+      json_array_append_new(a, json_integer(w))) {
+    json_decref(a);
+    return NULL;
+  }
+  return a;
+}
+
 static void model_usage(FILE *f) {
   fprintf(f,
           "usage: lamina model SPEC|FILE --input CxHxW [--classes K] [--batch B] [--json]\n"
@@ -170,14 +185,33 @@ int cmd_model(int argc, char **argv) {
   double flops = 0;
   for (int i = 0; i < n; i++) flops += nodes[i].flops;
   if (json) {
-    printf("{\"spec\":\"%s\",\"input\":[%d,%d,%d],\"output\":[%d,%d,%d],\"params\":%zu,\"flops\":%.0f,\"batch\":%ld,"
-           "\"planned_bytes\":%zu,\"nodes\":[", lam_model_spec(m), C, H, W, oc, oh, ow, lam_model_param_count(m), flops,
-           batch, planned);
-    for (int i = 0; i < n; i++)
-      printf("%s{\"name\":\"%s\",\"op\":\"%s\",\"reads\":\"%s\",\"shape\":[%d,%d,%d],\"params\":%zu,\"flops\":%.0f,"
-             "\"fused\":%d}", i ? "," : "", nodes[i].name, nodes[i].op, nodes[i].reads, nodes[i].c, nodes[i].h,
-             nodes[i].w, nodes[i].params, nodes[i].flops, nodes[i].fused);
-    printf("]}\n");
+    json_t *j = json_object(), *jn = json_array();
+    int bad = !j || !jn;
+    bad |= json_object_set_new(j, "spec", cli_json_str(lam_model_spec(m)));
+    bad |= json_object_set_new(j, "input", shape_json(C, H, W));
+    bad |= json_object_set_new(j, "output", shape_json(oc, oh, ow));
+    bad |= json_object_set_new(j, "params", json_integer((json_int_t)lam_model_param_count(m)));
+    bad |= json_object_set_new(j, "flops", count_json(flops));
+    bad |= json_object_set_new(j, "batch", json_integer(batch));
+    bad |= json_object_set_new(j, "planned_bytes", json_integer((json_int_t)planned));
+    for (int i = 0; i < n; i++) {
+      json_t *nj = json_object();
+      bad |= !nj;
+      bad |= json_object_set_new(nj, "name", cli_json_str(nodes[i].name));
+      bad |= json_object_set_new(nj, "op", cli_json_str(nodes[i].op));
+      bad |= json_object_set_new(nj, "reads", cli_json_str(nodes[i].reads));
+      bad |= json_object_set_new(nj, "shape", shape_json(nodes[i].c, nodes[i].h, nodes[i].w));
+      bad |= json_object_set_new(nj, "params", json_integer((json_int_t)nodes[i].params));
+      bad |= json_object_set_new(nj, "flops", count_json(nodes[i].flops));
+      bad |= json_object_set_new(nj, "fused", json_integer(nodes[i].fused));
+      bad |= json_array_append_new(jn, nj);
+    }
+    bad |= json_object_set_new(j, "nodes", jn);
+    if (bad) {
+      json_decref(j);
+      j = NULL; /* cli_json_print says: out of host memory */
+    }
+    if (cli_json_print(j)) goto out; /* ret is 1: it said why */
   } else {
     printf("model %s\ninput %dx%dx%d\n", lam_model_spec(m), C, H, W);
     printf("  %3s %-12s %-10s %-12s %14s %10s %14s\n", "#", "name", "op", "reads", "output", "params", "MFLOPs/sample");
