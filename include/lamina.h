@@ -283,6 +283,14 @@ lam_status lam_dataset_load(const char *name_or_dir, int train, lam_dataset **ou
  * label is < k (255 in per-pixel labels aside); otherwise LAM_ERR_INVALID_ARG naming the first label
  * that is not, and its index. */
 lam_status lam_dataset_set_classes(lam_dataset *d, int k);
+/* Splits d into a training part and a validation part holding round(fraction × n) images (at least 1,
+ * and at least 1 left to train on), picked by a shuffle drawn from seed; each part keeps d's order.
+ * d is unchanged; free both parts with lam_dataset_free. */
+lam_status lam_dataset_split(const lam_dataset *d, double fraction, uint64_t seed, lam_dataset **train,
+                             lam_dataset **val);
+/* The seed `lamina train --val-split` and Python's fit(val_split=) split with: not the training seed, so
+ * runs with different seeds (and a resumed run) compare on the same validation images. */
+#define LAM_VAL_SPLIT_SEED 0x76616c69ULL
 /* Per-channel mean and population standard deviation of pixel / 255 over the whole set (accumulated
  * exactly, from per-channel histograms): mean and std each receive max(d->c, 1) values. For
  * --normalize auto. */
@@ -362,6 +370,12 @@ lam_status lam_model_grads_get(lam_model *m, float *host, size_t count);
  * (gradients of the mean loss). */
 lam_status lam_model_forward(lam_model *m, int batch, const float *x, float *logits);
 lam_status lam_model_loss_backward(lam_model *m, int batch, const float *x, const uint8_t *labels, float *loss);
+/* Frees the model's batch buffers (activations and their gradients, the input batch, scratch: the
+ * memory figures' "activations"), which forward, lam_evaluate and training plan for their batch and
+ * otherwise keep until the model is freed. The next call that needs them plans them again, a trainer
+ * included. For a model kept between uses: the Python package calls it after evaluate and predict. The
+ * blocks go back to the context's cache (lam_mem_release_cached gives them to the system). */
+lam_status lam_model_release_batch(lam_model *m);
 
 /* Where a model's (and, if t is not NULL, its trainer's) backend memory goes, in bytes. */
 typedef struct lam_model_memory {
@@ -426,6 +440,41 @@ int lam_trainer_steps_in_epoch(const lam_trainer *t);
 /* The optimizer and batch the trainer was made with (or restored from a checkpoint). */
 lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch);
 
+/* Learning-rate schedules: the rate of every step, from the optimizer's lr (the base) and the step's
+ * place in the run, taken by the optimizer on the device from the trainer's per-step table (so a
+ * captured step follows it without leaving the graph). t is the step (0-based) of T = epochs × steps
+ * in all, W = warmup_epochs × steps warm-up steps:
+ *   constant  lr (after the warm-up)
+ *   cosine    lr · (1 + cos(π (t − W) / (T − W))) / 2 after the warm-up: down to 0 at the run's end
+ *             (torch's CosineAnnealingLR stepped every batch, eta_min 0)
+ *   step      lr · gamma^floor(epoch / step_epochs) (torch's StepLR stepped every epoch)
+ *   onecycle  torch's OneCycleLR (max_lr lr, pct_start 0.3, or warmup_epochs / epochs when given;
+ *             div_factor 25, final_div_factor 1e4, cosine annealing, cycle_momentum off)
+ * The warm-up (not onecycle's, which is its own) multiplies the rate by (t + 1) / W for t < W. Past the
+ * run's end cosine and onecycle keep their last rate; constant and step go on as they are. */
+typedef enum { LAM_LR_CONSTANT = 0, LAM_LR_COSINE = 1, LAM_LR_STEP = 2, LAM_LR_ONECYCLE = 3 } lam_lr_kind;
+typedef struct lam_lr_schedule {
+  lam_lr_kind kind;
+  int epochs;           /* the run the schedule spans (at least 1) */
+  double warmup_epochs; /* 0: none; may be fractional */
+  int step_epochs;      /* step: every this many epochs ... */
+  double gamma;         /* ... the rate is multiplied by gamma */
+} lam_lr_schedule;
+/* "constant", "cosine", "step:E:G" (e.g. step:10:0.1) or "onecycle" into *out (epochs and warm-up 0:
+ * the caller sets them). A bad string is LAM_ERR_INVALID_ARG saying what is accepted. */
+lam_status lam_lr_schedule_parse(const char *s, lam_lr_schedule *out);
+/* "cosine", "step:10:0.1", ... (buf of at least 48 bytes). */
+void lam_lr_schedule_str(const lam_lr_schedule *s, char *buf, size_t size);
+/* The rate of step t (0-based) of a run of steps_per_epoch steps an epoch. */
+double lam_lr_at(const lam_lr_schedule *s, double lr, long t, long steps_per_epoch);
+/* Sets the trainer's schedule (checked: epochs >= 1, 0 <= warm-up < epochs, step_epochs >= 1 and
+ * 0 < gamma <= 1 for step); it takes effect from the next epoch and is saved in checkpoints. By default
+ * a trainer's rate is constant. */
+lam_status lam_trainer_set_lr_schedule(lam_trainer *t, const lam_lr_schedule *s);
+lam_status lam_trainer_lr_schedule(const lam_trainer *t, lam_lr_schedule *s);
+/* The rate of the last step taken (of the first step, before any). */
+double lam_trainer_lr(const lam_trainer *t);
+
 /* Streaming batches: instead of keeping the data set on the device, a host thread gathers each shuffled
  * batch (uint8 pixels and labels) into one of `buffers` pinned buffers (2 or 3), a copy stream moves it
  * to the device while the previous batch computes, and events order the two, so in steady state the
@@ -479,6 +528,10 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
  * link is followed and the file it points to replaced, the link kept. Call it before work that would be
  * lost to a bad path. */
 lam_status lam_output_path_check(const char *path, const char *what);
+/* Writes n bytes to path that way: checked as above, written to "<path>.tmp.<pid>" in the same folder,
+ * flushed, fsync'd and renamed over it; on failure the file at path is as it was and no temporary file
+ * is left. */
+lam_status lam_output_write_atomic(const char *path, const char *what, const void *data, size_t n);
 
 /* Writes model spec, input shape, parameters, optimizer (kind, hyper-parameters, state, step), epochs
  * done and the shuffling generator's state, with a CRC-32, atomically (temporary file, fsync, rename).
@@ -492,6 +545,28 @@ void lam_checkpoint_abort_cleanup(void);
  * trainer on `train` continues exactly where the saved one stopped (batch from the file). */
 lam_status lam_checkpoint_load(lam_ctx *ctx, const char *path, lam_model **model, const lam_dataset *train,
                                lam_trainer **trainer);
+
+/* ---- PyTorch weights: safetensors files (huggingface/safetensors) ----------------------------- */
+
+/* A model's weights under the names and in the layouts PyTorch gives the same layers. Layer i of the spec
+ * (every layer counts, from 0; a label is not a layer) gives 'i.weight' and 'i.bias' (conv, convt, dense;
+ * no bias with nobias) and, for bn, also 'i.running_mean', 'i.running_var' and 'i.num_batches_tracked':
+ * for a plain stack the names of nn.Sequential over the same layers, for a graph those of a module that
+ * registers its layers as submodules "0", "1", ... in spec order. Layouts: conv (out, in, k, k), convt
+ * (in, out, k, k) as ConvTranspose2d, dense (out, in) over the input flattened C, H, W, bn (C).
+ * save: F32 tensors (num_batches_tracked an I64 scalar 0: lamina does not count batches) and __metadata__
+ * "lamina.spec", "lamina.input" (CxHxW), "lamina.normalize" (M1,../S1,..); written atomically.
+ * load: checks the whole file before it changes anything — the header, each tensor's dtype (F32; F64, F16
+ * and BF16 are converted), shape and data offsets, that every tensor of the model is there and no other
+ * (num_batches_tracked may be absent and is never read) — and then sets the parameters, the running
+ * statistics and, when the metadata has "lamina.normalize", the normalization. A damaged file is
+ * LAM_ERR_IO; one that does not fit the model LAM_ERR_INVALID_ARG, naming the tensor, the shapes and the
+ * spec's layer. */
+lam_status lam_model_save_safetensors(lam_model *m, const char *path);
+lam_status lam_model_load_safetensors(lam_model *m, const char *path);
+/* The tensors those files hold for m, one line each: name, shape, dtype, the spec's layer. Writes at most
+ * size bytes (NUL-terminated; buf may be NULL when size is 0); *needed (may be NULL): the size it takes. */
+lam_status lam_model_safetensors_names(const lam_model *m, char *buf, size_t size, size_t *needed);
 
 #ifdef __cplusplus
 }

@@ -180,8 +180,8 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
                            const float *dy, const float *y, const int32_t *arg, float *dW, float *db, float *work)) \
   /* One fused pass over the flat buffers. step is 1-based (bias correction): Adam's step size and second-moment    \
    * correction are lam_adam_coef(step). With sched (backend memory, may be NULL) they are read when the op runs    \
-   * from sched[2 * *k], sched[2 * *k + 1] instead (a table the trainer fills for an epoch, so the optimizer can   \
-   * sit in the captured step); for SGD, first is sched[2 * *k] != 0. */                                           \
+   * from sched[3 * *k], sched[3 * *k + 1] and the rate from sched[3 * *k + 2] instead (a table the trainer fills  \
+   * for an epoch, so the optimizer can sit in the captured step); for SGD, first is sched[3 * *k] != 0. */     \
   X(adam, (lam_ctx * ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,      \
            float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k))                   \
   X(sgd, (lam_ctx * ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,         \

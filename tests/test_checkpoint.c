@@ -8,7 +8,8 @@
  * any byte flipped, wrong magic, a future version, empty, missing, a directory, shapes that do not
  * match — is LAM_ERR_IO (or the stated status) with a message holding the key words, *model and
  * *trainer NULL and no backend memory left behind; saves replace files atomically and a failed save
- * leaves the old file intact with no temporary file behind.
+ * leaves the old file intact with no temporary file behind;
+ * lam_model_release_batch frees the batch buffers and the next evaluation or epoch plans them again.
  *
  * The data is a small synthetic set built in memory: 300 images of 8×8 whose bright pixels depend on
  * the label, so the model learns and the losses move.
@@ -382,6 +383,101 @@ static void test_resume_every_epoch(void **state) {
   check_resume(LAM_OPT_SGD, 0xfu);
 }
 
+/* ---- learning-rate schedules ------------------------------------------------------------------- */
+
+/* lam_lr_at against the formulas written out here in float64, and the parser. */
+static void test_lr_schedule_values(void **state) {
+  (void)state;
+  lam_lr_schedule s;
+  TU_OK(lam_lr_schedule_parse("cosine", &s));
+  s.epochs = 4; /* 10 steps an epoch: T = 40 */
+  assert_true(lam_lr_at(&s, 0.1, 0, 10) == 0.1);
+  assert_true(fabs(lam_lr_at(&s, 0.1, 20, 10) - 0.05) < 1e-15);
+  assert_true(fabs(lam_lr_at(&s, 0.1, 39, 10) - 0.1 * (1 + cos(M_PI * 39 / 40)) / 2) < 1e-15);
+  assert_true(lam_lr_at(&s, 0.1, 500, 10) == lam_lr_at(&s, 0.1, 39, 10)); /* past the end: the last rate */
+  s.warmup_epochs = 1; /* W = 10: (t + 1) / 10 of the rate, then the cosine over the other 30 steps */
+  assert_true(fabs(lam_lr_at(&s, 0.1, 4, 10) - 0.05) < 1e-15);
+  assert_true(fabs(lam_lr_at(&s, 0.1, 10, 10) - 0.1) < 1e-15);
+  assert_true(fabs(lam_lr_at(&s, 0.1, 25, 10) - 0.05) < 1e-15);
+  TU_OK(lam_lr_schedule_parse("step:2:0.5", &s));
+  s.epochs = 6;
+  assert_true(lam_lr_at(&s, 0.1, 19, 10) == 0.1 && lam_lr_at(&s, 0.1, 20, 10) == 0.05);
+  assert_true(lam_lr_at(&s, 0.1, 59, 10) == 0.025);
+  assert_true(lam_lr_at(&s, 0.1, 60, 10) == 0.0125); /* a step schedule goes on past the run it was set for */
+  TU_OK(lam_lr_schedule_parse("onecycle", &s));
+  s.epochs = 10; /* T = 100: up from lr/25 to lr by step 29, then down to lr/25/1e4 at step 99 */
+  assert_true(fabs(lam_lr_at(&s, 1.0, 0, 10) - 0.04) < 1e-15);
+  assert_true(fabs(lam_lr_at(&s, 1.0, 29, 10) - 1.0) < 1e-15);
+  assert_true(fabs(lam_lr_at(&s, 1.0, 99, 10) - 0.04e-4) < 1e-15);
+  double mid = 0.04e-4 + (1.0 - 0.04e-4) / 2 * (cos(M_PI * (64.0 - 29.0) / 70.0) + 1);
+  assert_true(fabs(lam_lr_at(&s, 1.0, 64, 10) - mid) < 1e-15);
+  const char *bad[] = {"cosin", "step", "step:0:0.5", "step:2:0", "step:2:1.5", "step:2:x", "step:2:0.5x", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    if (lam_lr_schedule_parse(bad[i], &s) != LAM_ERR_INVALID_ARG) fail_msg("'%s' was accepted", bad[i]);
+    assert_non_null(strstr(lam_last_error(), "schedule"));
+  }
+  lam_model *m;
+  lam_trainer *t;
+  make(LAM_OPT_SGD, &m, &t);
+  lam_lr_schedule over = {.kind = LAM_LR_COSINE, .epochs = 2, .warmup_epochs = 2, .step_epochs = 1, .gamma = 1};
+  assert_int_equal(lam_trainer_set_lr_schedule(t, &over), LAM_ERR_INVALID_ARG); /* warm-up as long as the run */
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
+/* The optimizer takes each step's rate from the schedule: plain SGD on whole-set batches (one step an
+ * epoch) under step:1:0.5 ends where lam_model_step ends with the rates 0.1, 0.05, 0.025 by hand (up to
+ * the batch's summation order), and far from where a constant rate ends. */
+static void test_lr_schedule_applied(void **state) {
+  (void)state;
+  lam_opt o = lam_opt_default(LAM_OPT_SGD);
+  o.lr = 0.1f;
+  lam_model *ms, *mh, *mc;
+  lam_trainer *ts, *tc;
+  TU_OK(lam_model_create(g_ctx, SPEC, 1, IMG, IMG, MODEL_SEED, &ms));
+  TU_OK(lam_model_create(g_ctx, SPEC, 1, IMG, IMG, MODEL_SEED, &mh));
+  TU_OK(lam_model_create(g_ctx, SPEC, 1, IMG, IMG, MODEL_SEED, &mc));
+  TU_OK(lam_trainer_create(ms, &o, NIMG, TRAIN_SEED, &g_set, &ts));
+  TU_OK(lam_trainer_create(mc, &o, NIMG, TRAIN_SEED, &g_set, &tc));
+  lam_lr_schedule ls;
+  TU_OK(lam_lr_schedule_parse("step:1:0.5", &ls));
+  ls.epochs = 3;
+  TU_OK(lam_trainer_set_lr_schedule(ts, &ls));
+  float *x = malloc((size_t)NIMG * IMG * IMG * sizeof *x);
+  assert_non_null(x);
+  for (size_t i = 0; i < (size_t)NIMG * IMG * IMG; i++) x[i] = ((float)g_set.images[i] / 255.0f - 0.5f) / 0.5f;
+  for (int e = 0; e < 3; e++) {
+    (void)epoch(ts);
+    (void)epoch(tc);
+    lam_opt oh = o;
+    oh.lr = (float)(0.1 * pow(0.5, e));
+    float loss;
+    TU_OK(lam_model_loss_backward(mh, NIMG, x, g_set.labels, &loss));
+    TU_OK(lam_model_step(mh, &oh));
+    double want = oh.lr, got = lam_trainer_lr(ts);
+    if (fabs(got - want) > 1e-9) fail_msg("epoch %d: the trainer says its rate is %g, want %g", e + 1, got, want);
+  }
+  float *ps = params_of(ms), *ph = params_of(mh), *pc = params_of(mc);
+  size_t np = lam_model_param_count(ms);
+  double d_hand = 0, d_const = 0;
+  for (size_t i = 0; i < np; i++) {
+    d_hand = fmax(d_hand, fabs((double)ps[i] - ph[i]));
+    d_const = fmax(d_const, fabs((double)ps[i] - pc[i]));
+  }
+  print_message("schedule vs by hand: max |diff| %.3g; vs a constant rate %.3g\n", d_hand, d_const);
+  if (!(d_hand < 1e-5)) fail_msg("the scheduled run is %g from the run by hand", d_hand);
+  if (!(d_const > 1e-3)) fail_msg("the scheduled run is only %g from a constant rate's: the schedule did nothing", d_const);
+  free(x);
+  free(ps);
+  free(ph);
+  free(pc);
+  lam_trainer_free(ts);
+  lam_trainer_free(tc);
+  lam_model_free(ms);
+  lam_model_free(mh);
+  lam_model_free(mc);
+}
+
 /* ---- the file is the documented format --------------------------------------------------------- */
 
 static void test_format(void **state) {
@@ -390,6 +486,8 @@ static void test_format(void **state) {
   lam_model *m;
   lam_trainer *t;
   make(LAM_OPT_ADAM, &m, &t);
+  const lam_lr_schedule ls = {.kind = LAM_LR_STEP, .epochs = 3, .warmup_epochs = 0.25, .step_epochs = 2, .gamma = 0.3};
+  TU_OK(lam_trainer_set_lr_schedule(t, &ls));
   (void)epoch(t);
   TU_OK(lam_checkpoint_save(path, m, t));
   size_t len, np = lam_model_param_count(m);
@@ -402,15 +500,15 @@ static void test_format(void **state) {
   const uint64_t layers[5][2] = {{36, 4}, {0, 0}, {0, 0}, {0, 0}, {360, 10}};
   assert_int_equal(np, 410);
   /* v2: normalization of 1 channel (4 + 8), no running statistics (8), label smoothing (4) */
-  /* v3: the interrupted epoch's place (4 + 32 + 12) */
+  /* v3: the interrupted epoch's place (4 + 32 + 12); v4: the rate's schedule (4 + 4 + 8 + 4 + 8) */
   size_t want_len =
-      8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4 + 24 + 4 + (4 + 24 + 8 + 2 * np * 4 + 4 + 8 + 4 + 32 + 48) + 4;
+      8 + 4 + 4 + sl + 12 + 8 + 4 + 5 * 16 + np * 4 + 24 + 4 + (4 + 24 + 8 + 2 * np * 4 + 4 + 8 + 4 + 32 + 48 + 28) + 4;
   if (len != want_len) fail_msg("the file has %zu bytes, the documented layout %zu", len, want_len);
 
   size_t o = 0;
   assert_memory_equal(f, "LAMCKPT\0", 8);
   o += 8;
-  assert_int_equal(le32(f + o), 3); /* version */
+  assert_int_equal(le32(f + o), 4); /* version */
   o += 4;
   assert_int_equal(le32(f + o), sl);
   o += 4;
@@ -459,6 +557,16 @@ static void test_format(void **state) {
   o += 16 + 32;
   assert_int_equal(le32(f + o), 0); /* v3: not interrupted */
   o += 48;
+  assert_int_equal(le32(f + o), LAM_LR_STEP); /* v4: the schedule */
+  assert_int_equal(le32(f + o + 4), 3);
+  double wu, gm;
+  uint64_t u64 = le64(f + o + 8);
+  memcpy(&wu, &u64, 8);
+  assert_int_equal(le32(f + o + 16), 2);
+  u64 = le64(f + o + 20);
+  memcpy(&gm, &u64, 8);
+  assert_true(wu == 0.25 && gm == 0.3);
+  o += 28;
   assert_int_equal(o, len - 4);
   if (le32(f + o) != crc32_ref(f, o)) fail_msg("stored CRC %08x, CRC-32 of the file %08x", le32(f + o), crc32_ref(f, o));
 
@@ -527,6 +635,74 @@ static void test_model_only_roundtrip(void **state) {
   free(p1);
   lam_trainer_free(t);
   lam_model_free(m);
+}
+
+/* ---- batch buffers ---------------------------------------------------------------------------- */
+
+static size_t activations_of(const lam_model *m) {
+  lam_model_memory mm;
+  TU_OK(lam_model_memory_get(m, NULL, &mm));
+  return mm.activations;
+}
+
+/* lam_model_release_batch gives back what lam_evaluate and training planned (the memory figures'
+ * "activations", all of it: in_use drops back to the model's own), and the next call plans again:
+ * lam_evaluate gives the same figures, and a trainer, resident or streaming, whose buffers are released
+ * after every epoch trains as one whose are not, bit for bit. */
+static void test_release_batch(void **state) {
+  (void)state;
+  lam_model *m;
+  TU_OK(lam_model_create(g_ctx, SPEC, 1, IMG, IMG, MODEL_SEED, &m));
+  size_t idle = backend_in_use();
+  assert_int_equal(activations_of(m), 0);
+  TU_OK(lam_model_release_batch(m)); /* nothing planned: nothing to do */
+  double acc0, loss0, acc1, loss1;
+  TU_OK(lam_evaluate(m, &g_set, 64, &acc0, &loss0, NULL));
+  size_t planned = activations_of(m);
+  assert_true(planned > 0);
+  assert_int_equal(backend_in_use() - idle, planned); /* lam_evaluate's own buffers are gone */
+  TU_OK(lam_model_release_batch(m));
+  assert_int_equal(activations_of(m), 0);
+  assert_int_equal(backend_in_use(), idle);
+  TU_OK(lam_model_release_batch(m)); /* twice is fine */
+  TU_OK(lam_evaluate(m, &g_set, 64, &acc1, &loss1, NULL));
+  assert_memory_equal(&acc0, &acc1, sizeof acc0);
+  assert_memory_equal(&loss0, &loss1, sizeof loss0);
+  assert_int_equal(activations_of(m), planned);
+  TU_OK(lam_model_release_batch(m));
+
+  /* A batch larger than the set plans for the set: 1000 over NIMG images plans as NIMG does. */
+  TU_OK(lam_evaluate(m, &g_set, NIMG, &acc1, &loss1, NULL));
+  size_t whole = activations_of(m);
+  TU_OK(lam_model_release_batch(m));
+  TU_OK(lam_evaluate(m, &g_set, 1000, &acc1, &loss1, NULL));
+  print_message("release: batch 64 plans %zu bytes, %d %zu, 1000 %zu\n", planned, NIMG, whole, activations_of(m));
+  assert_int_equal(activations_of(m), whole);
+  TU_OK(lam_model_release_batch(m));
+  assert_int_equal(backend_in_use(), idle);
+  lam_model_free(m);
+  TU_EXPECT_STATUS(lam_model_release_batch(NULL), LAM_ERR_INVALID_ARG);
+
+  for (int stream = 0; stream <= 1; stream++) {
+    double want[EPOCHS], got[EPOCHS];
+    size_t np;
+    float *want_p = uninterrupted(LAM_OPT_ADAM, want, &np);
+    lam_trainer *t;
+    make(LAM_OPT_ADAM, &m, &t);
+    if (stream) TU_OK(lam_trainer_set_stream(t, 2)); /* the loader writes into the batch buffers */
+    for (int e = 0; e < EPOCHS; e++) {
+      got[e] = epoch(t);
+      TU_OK(lam_model_release_batch(m));
+      assert_int_equal(activations_of(m), 0);
+    }
+    float *got_p = params_of(m);
+    expect_same_run(stream ? "released after every epoch, streaming" : "released after every epoch", want, got,
+                    want_p, got_p, np);
+    free(want_p);
+    free(got_p);
+    lam_trainer_free(t);
+    lam_model_free(m);
+  }
 }
 
 /* ---- bad files -------------------------------------------------------------------------------- */
@@ -629,14 +805,14 @@ static void test_future_version(void **state) {
   save_trained(good, LAM_OPT_ADAM, 1, 1);
   size_t len;
   uint8_t *f = read_all(good, &len);
-  set_le32(f + 8, 4);
+  set_le32(f + 8, 5);
   fix_crc(f, len);
   write_all(bad, f, len);
-  EXPECT_LOAD_FAIL("version 4", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 4", "reads 3");
+  EXPECT_LOAD_FAIL("version 5", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 5", "reads 4");
   print_message("future version: %s\n", lam_last_error());
   /* Every version ends with its CRC, checked before the version: a header alone is a truncated file. */
   write_all(bad, f, 12);
-  EXPECT_LOAD_FAIL("version 4, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
+  EXPECT_LOAD_FAIL("version 5, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
   set_le32(f + 8, 0);
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 0, CRC not fixed", bad, 0, LAM_ERR_IO, "CRC-32 mismatch");
@@ -646,8 +822,9 @@ static void test_future_version(void **state) {
   free(f);
 }
 
-/* A version-1 file (the v2 and v3 fields cut out, version 1, CRC fixed) and a version-2 file (the v3
- * fields cut out) still load: same parameters, the default normalization (v1), the epochs done. */
+/* A version-1 file (the v2, v3 and v4 fields cut out, version 1, CRC fixed), a version-2 file (the v3
+ * and v4 fields cut out) and a version-3 file (the v4 fields cut out) still load: same parameters, the
+ * default normalization (v1), the epochs done, a constant rate. */
 static void test_v1_loads(void **state) {
   (void)state;
   const char *v3 = path_of("v3.ckpt"), *v1 = path_of("v1.ckpt"), *v2 = path_of("v2.ckpt");
@@ -655,9 +832,39 @@ static void test_v1_loads(void **state) {
   lam_trainer *t;
   make(LAM_OPT_ADAM, &m, &t);
   (void)epoch(t);
+  const lam_lr_schedule cos = {.kind = LAM_LR_COSINE, .epochs = 4, .step_epochs = 1, .gamma = 1};
+  TU_OK(lam_trainer_set_lr_schedule(t, &cos));
   TU_OK(lam_checkpoint_save(v3, m, t));
   size_t len, np = lam_model_param_count(m), sl = strlen(lam_model_spec(m));
   uint8_t *f = read_all(v3, &len);
+  { /* this version's file keeps the schedule */
+    lam_model *m4 = NULL;
+    lam_trainer *t4 = NULL;
+    lam_lr_schedule got;
+    TU_OK(lam_checkpoint_load(g_ctx, v3, &m4, &g_set, &t4));
+    TU_OK(lam_trainer_lr_schedule(t4, &got));
+    assert_int_equal(got.kind, LAM_LR_COSINE);
+    assert_int_equal(got.epochs, 4);
+    lam_trainer_free(t4);
+    lam_model_free(m4);
+  }
+  /* v3: the last 28 bytes before the CRC (the schedule) go */
+  memmove(f + len - 4 - 28, f + len - 4, 4);
+  len -= 28;
+  set_le32(f + 8, 3);
+  fix_crc(f, len);
+  write_all(v3, f, len);
+  {
+    lam_model *m3 = NULL;
+    lam_trainer *t3 = NULL;
+    lam_lr_schedule got;
+    TU_OK(lam_checkpoint_load(g_ctx, v3, &m3, &g_set, &t3));
+    TU_OK(lam_trainer_lr_schedule(t3, &got));
+    assert_int_equal(got.kind, LAM_LR_CONSTANT);
+    assert_int_equal(lam_trainer_epochs_done(t3), 1);
+    lam_trainer_free(t3);
+    lam_model_free(m3);
+  }
   /* v2: the last 48 bytes before the CRC (the interrupted epoch's place) go */
   memmove(f + len - 4 - 48, f + len - 4, 4);
   len -= 48;
@@ -908,12 +1115,14 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_adam),          cmocka_unit_test(test_resume_sgd_momentum),
       cmocka_unit_test(test_resume_adamw),         cmocka_unit_test(test_resume_every_epoch), cmocka_unit_test(test_stop_mid_epoch),
+      cmocka_unit_test(test_lr_schedule_values), cmocka_unit_test(test_lr_schedule_applied),
       cmocka_unit_test(test_format),               cmocka_unit_test(test_model_only_roundtrip),
       cmocka_unit_test(test_truncated),            cmocka_unit_test(test_corrupted),
       cmocka_unit_test(test_wrong_magic),          cmocka_unit_test(test_future_version),
       cmocka_unit_test(test_v1_loads),             cmocka_unit_test(test_v2_state_roundtrip),
       cmocka_unit_test(test_empty_missing_directory), cmocka_unit_test(test_mismatched),
       cmocka_unit_test(test_save_replaces_atomically), cmocka_unit_test(test_null_args),
+      cmocka_unit_test(test_release_batch),
   };
   tu_apply_filter();
   return cmocka_run_group_tests_name("checkpoint", tests, setup, teardown) ? 1 : 0;

@@ -5,7 +5,8 @@
 # the option), and --device cuda without a GPU (exit 1 with a message).
 #
 # Usage: test_cli.sh path/to/lamina. Prints "ok - ..." / "not ok - ..." per check and a summary;
-# exits 0 when everything passed, 1 otherwise. Needs only bash, grep, sed and awk.
+# exits 0 when everything passed, 1 otherwise. Needs only bash, grep, sed and awk; where /usr/bin/python3
+# is present, every command's --json output must also parse with its json module (json_check).
 set -u
 
 LAMINA=${1:-}
@@ -123,6 +124,31 @@ usage_error() {
   ok "$desc"
 }
 
+# json_check DESC EXPR: exit 0, stdout parses as JSON (/usr/bin/python3's json.load: a printf'd string
+# holding '"' or '\', or a -nan, fails here) and the Python expression EXPR holds for the document d.
+JSON_PY=/usr/bin/python3
+json_check() {
+  local desc=$1 expr=$2
+  if [ ! -x "$JSON_PY" ]; then
+    ok "# skip $desc: no $JSON_PY"
+    return
+  fi
+  if [ "$rc" -ne 0 ]; then
+    not_ok "$desc" "want exit 0"
+    return
+  fi
+  if ! "$JSON_PY" -c 'import json,sys; json.load(sys.stdin)' <"$TMP/out" 2>"$TMP/pyerr"; then
+    not_ok "$desc" "stdout is not JSON ($(tail -n 1 "$TMP/pyerr"))"
+    return
+  fi
+  if "$JSON_PY" -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if eval("(" + sys.argv[1] + ")") else 1)' "$expr" \
+    <"$TMP/out" 2>"$TMP/pyerr"; then
+    ok "$desc"
+  else
+    not_ok "$desc" "the JSON does not satisfy: $expr $(tail -n 1 "$TMP/pyerr")"
+  fi
+}
+
 # ---- help, version, info ----------------------------------------------------------------------
 
 run --help
@@ -164,6 +190,13 @@ case $rc:$body in
 0:\{*\}) ok "lamina info --json prints a JSON object" ;;
 *) not_ok "lamina info --json" "want exit 0 and one JSON object" ;;
 esac
+json_check "info --json parses; booleans, integers and strings typed as before" \
+  'type(d["cuda"]) is bool and type(d["openmp"]) is bool and type(d["cuda_runtime"]) is int and
+   type(d["omp_threads"]) is int and type(d["version"]) is str and type(d["cuda_archs"]) is str and
+   d["auto"] in ("cpu", "cuda") and all(type(d["memory"][k]) is int for k in
+   ("in_use", "reserved", "peak", "cached", "pinned_host")) and all(type(x["index"]) is int and
+   type(x["name"]) is str and type(x["cc"]) is str and type(x["mem_total"]) is int and
+   type(x["mem_bw_gbps"]) is int for x in d["devices"])'
 
 # ---- hidden on the CPU ------------------------------------------------------------------------
 
@@ -190,6 +223,12 @@ if command -v python3 >/dev/null 2>&1 && python3 -c 'import json' >/dev/null 2>&
     not_ok "the JSON parses with python3" "json.load failed or fields wrong"
   fi
 fi
+json_check "hidden --json parses; integers, booleans and numbers typed as before" \
+  'd["n"] == 1000 and type(d["n"]) is int and type(d["repeat"]) is int and type(d["warmup"]) is int and
+   type(d["chunks"]) is int and d["ok"] is True and d["pinned"] is False and d["fused"] is True and
+   type(d["max_abs_err"]) is float and type(d["device_name"]) is str and
+   set(d["ms"]) >= {"total", "staging", "copy_in", "kernel", "copy_out", "total_min"} and
+   all(type(v) is float for v in d["ms"].values())'
 
 run hidden --n 1000 --device cpu --repeat 2 --dtype u8 --json
 expect_json "hidden --dtype u8 on the CPU" ok=true device='"cpu"' n=1000 dtype='"u8"'
@@ -313,6 +352,50 @@ run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device
 if [ "$rc" -eq 0 ] && has "$TMP/out" '"epoch":1'; then ok "train --normalize MEAN/STD"; else not_ok "--normalize given" "want exit 0 (rc $rc)"; fi
 usage_error "train --normalize with two channels' values on one-channel images" "1 means" -- train --data "$TMP/mini" --model "$MINI_MODEL" --device cpu --normalize 0.5,0.4/0.2,0.1
 usage_error "train --normalize with std 0" "std" -- train --data "$TMP/mini" --model "$MINI_MODEL" --device cpu --normalize 0.5/0
+
+# ---- training controls: a validation part, the best epoch, early stop, rate schedules, the CSV log ----
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 4 --batch 8 --lr 0.05 --device cpu --val-split 0.25 \
+  --save-best "$TMP/best.ckpt" --lr-schedule cosine --warmup 1 --log "$TMP/log.csv" --json
+json_check "train --val-split: each epoch reports the validation part (10 of 40 images), the test part once at the end" \
+  "len(d['epochs']) == 4 and all(e['val_loss'] is not None and e['val_acc'] is not None for e in d['epochs']) and [e['test_acc'] is None for e in d['epochs']] == [True, True, True, False] and d['test_acc'] == d['epochs'][-1]['test_acc'] and d['val_split'] == 0.25"
+json_check "train --save-best: the best epoch is the one of the lowest validation loss, its test accuracy measured" \
+  "d['best_epoch'] == min(d['epochs'], key=lambda e: e['val_loss'])['epoch'] and d['best_val_loss'] == min(e['val_loss'] for e in d['epochs']) and 0 <= d['best_test_acc'] <= 1 and d['early_stopped'] is False"
+json_check "train --lr-schedule cosine --warmup 1: the rate rises over epoch 1 (4 steps), then falls to 0 by epoch 4" \
+  "d['lr_schedule'] == 'cosine' and abs(d['epochs'][0]['lr'] - 0.05) < 1e-8 and abs(d['epochs'][1]['lr'] - 0.05 * (1 + __import__('math').cos(__import__('math').pi * 3 / 12)) / 2) < 1e-8 and d['epochs'][3]['lr'] < 1e-3"
+if [ -s "$TMP/best.ckpt" ] && [ "$(head -n 1 "$TMP/log.csv")" = "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s" ] &&
+  [ "$(wc -l <"$TMP/log.csv")" -eq 5 ] && [ "$(cut -d, -f1 "$TMP/log.csv" | tail -n 1)" = 4 ]; then
+  ok "--log writes a header and one row per epoch; --save-best writes the model"
+else not_ok "--log / --save-best files" "want $TMP/best.ckpt and a 5-line CSV ($(tr '\n' '|' <"$TMP/log.csv" 2>/dev/null))"; fi
+run eval --load "$TMP/best.ckpt" --data "$TMP/mini" --device cpu --json
+json_check "the --save-best model evaluates" "d['n'] == 20 and 0 <= d['accuracy'] <= 1"
+# With a rate of 0 nothing improves after epoch 1: --early-stop 2 stops after epoch 3.
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 9 --batch 8 --opt sgd --lr 0 --device cpu --val-split 0.25 --early-stop 2 --json
+json_check "train --early-stop 2 stops two epochs after the last improvement" \
+  "len(d['epochs']) == 3 and d['early_stopped'] is True and d['best_epoch'] == 1"
+# The schedule is saved: a run resumed after epoch 2 takes the rates the whole run takes.
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 4 --batch 8 --lr 0.05 --device cpu --lr-schedule step:1:0.5 --json
+cp "$TMP/out" "$TMP/whole.json"
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 2 --batch 8 --lr 0.05 --device cpu --lr-schedule step:1:0.5 --save "$TMP/sched.ckpt"
+run train --data "$TMP/mini" --epochs 4 --device cpu --resume "$TMP/sched.ckpt" --json
+WHOLE="$TMP/whole.json" json_check "--resume continues the checkpoint's schedule: epochs 3 and 4 as in one whole run" \
+  "[e['lr'] for e in d['epochs']] == [e['lr'] for e in json.load(open(__import__('os').environ['WHOLE']))['epochs']][2:] and abs(d['epochs'][1]['lr'] - 0.00625) < 1e-9"
+usage_error "--resume with another --lr-schedule is refused" "differs" "--lr-schedule" -- train --data "$TMP/mini" --epochs 4 --device cpu --resume "$TMP/sched.ckpt" --lr-schedule cosine
+usage_error "--early-stop without a validation part" "--val-split" -- train --data "$TMP/mini" --device cpu --early-stop 2
+usage_error "--save-best without a validation part" "--val-split" -- train --data "$TMP/mini" --device cpu --save-best "$TMP/b.ckpt"
+usage_error "--val-split 1 is not a fraction" "--val-split" "between 0 and 1" -- train --data "$TMP/mini" --device cpu --val-split 1
+usage_error "--warmup as long as the run" "--warmup" -- train --data "$TMP/mini" --device cpu --epochs 3 --warmup 3
+usage_error "--lr-schedule step without its factor" "step:E:G" -- train --data "$TMP/mini" --device cpu --lr-schedule step:3
+usage_error "--lr-schedule of an unknown name" "cosine" "onecycle" -- train --data "$TMP/mini" --device cpu --lr-schedule linear
+usage_error "eval takes no training control" "--log" "train" -- eval --load "$TMP/best.ckpt" --log "$TMP/x.csv"
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --log /dev/null
+if [ "$rc" -eq 1 ] && has "$TMP/err" "log" && ! has "$TMP/out" "epoch 1/"; then ok "--log /dev/null is refused before training"
+else not_ok "--log /dev/null" "want exit 1 naming the log before any epoch"; fi
+# Paths with '"' and '\' go into --json as JSON strings.
+QDIR="$TMP/q\"uo\\te"
+mkdir -p "$QDIR" && cp "$TMP/mini/"* "$QDIR/"
+run train --data "$QDIR" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --json
+QDIR="$QDIR" json_check "train --json with '\"' and '\\' in the data path: valid JSON, the path as given" \
+  "d['data'] == __import__('os').environ['QDIR']"
 # Output files: checked before any training (exit 1, nothing trained, nothing replaced); only regular
 # files are written; a symbolic link is followed, its target replaced and the link kept; no temporary
 # file is left behind.
@@ -484,6 +567,17 @@ run train --data "$TMP/mini" --model "$TMP/model.txt" --epochs 2 --batch 8 --lr 
 if [ "$rc" -eq 0 ] && has "$TMP/out" '"model":"flatten, dense 16, h: relu, dense 16, relu, add @h, dense 4"'; then ok "--model FILE: lines joined, comments dropped"; else not_ok "--model FILE" "want exit 0 and the joined spec in the JSON (rc $rc)"; fi
 run model "$TMP/model.txt" --input 1x4x4 --batch 32
 if [ "$rc" -eq 0 ] && has "$TMP/out" "add" && has "$TMP/out" "planned memory at batch 32" && has "$TMP/out" "parameters 612"; then ok "lamina model prints the nodes, parameters and planned memory"; else not_ok "lamina model" "want the table (rc $rc)"; fi
+# --json, the model read from a file in a folder whose name holds '"' and '\' (model echoes no path:
+# its strings are the spec and the labels, which the grammar keeps to letters, digits, '_' and '@').
+qdir="$TMP/q\"uote\\back"
+mkdir -p "$qdir" && cp "$TMP/model.txt" "$qdir/model.txt"
+run model "$qdir/model.txt" --input 1x4x4 --batch 32 --json
+json_check "model --json (a FILE under a path with '\"' and '\\') parses; the spec, shapes and counts typed as before" \
+  'd["spec"] == "flatten, dense 16, h: relu, dense 16, relu, add @h, dense 4" and d["input"] == [1, 4, 4] and
+   d["output"] == [4, 1, 1] and d["params"] == 612 and type(d["flops"]) is int and d["batch"] == 32 and
+   type(d["planned_bytes"]) is int and [x["name"] for x in d["nodes"]].count("h") == 1 and
+   all(type(x["shape"]) is list and type(x["params"]) is int and type(x["flops"]) is int and
+   type(x["fused"]) is int for x in d["nodes"])'
 usage_error "lamina model without --input" "--input" -- model "conv 8 3"
 usage_error "lamina model with a bad spec quotes the word" "@nope" -- model "conv 8 3, add @nope" --input 1x28x28
 run train --help
@@ -578,6 +672,31 @@ if [ "$rc" -eq 1 ] && has "$TMP/err" "matplotlib"; then
 else
   not_ok "bench transfer --plot without Python" "want exit 1 and a message naming matplotlib"
 fi
+
+# ---- export / import: safetensors (tests/test_safetensors*.c/.py check the files in depth) --------------
+
+ST_SPEC="conv 2 3, bn, relu, flatten, dense 3"
+expect_ok "import --list prints the tensor names" import --model "$ST_SPEC" --input 1x4x4 --list
+if has "$TMP/out" "4.weight" && has "$TMP/out" "1.running_var"; then ok "import --list names layer 4's weight"
+else not_ok "import --list" "want 4.weight and 1.running_var in stdout"; fi
+for c in export import; do
+  expect_ok "$c --help" "$c" --help
+done
+usage_error "export without --load" "--load" -- export --out "$TMP/x.safetensors"
+usage_error "import without --input" "--input" -- import "$TMP/x.safetensors" --model "$ST_SPEC" --out "$TMP/x.lamina"
+usage_error "import with a bad --input" "--input" -- import "$TMP/x.safetensors" --model "$ST_SPEC" --input 1x4 --out "$TMP/x.lamina"
+usage_error "import with an unknown option" "--bogus" -- import --bogus
+run import "$TMP/nothing.safetensors" --model "$ST_SPEC" --input 1x4x4 --out "$TMP/st.lamina"
+if [ "$rc" -eq 1 ] && has "$TMP/err" "lamina import: " && has "$TMP/err" "nothing.safetensors" && [ ! -e "$TMP/st.lamina" ]
+then ok "import of a missing file: exit 1, says which, writes nothing"
+else not_ok "import of a missing file" "want exit 1, 'lamina import: ' and the file name, no --out file"; fi
+printf 'not a safetensors file at all' >"$TMP/junk.safetensors"
+run import "$TMP/junk.safetensors" --model "$ST_SPEC" --input 1x4x4 --out "$TMP/st.lamina"
+if [ "$rc" -eq 1 ] && has "$TMP/err" "damaged or not a safetensors file"; then ok "import of a junk file: exit 1, says so"
+else not_ok "import of a junk file" "want exit 1 and 'damaged or not a safetensors file'"; fi
+run export --load "$TMP/none.lamina" --out "$TMP/x.safetensors"
+if [ "$rc" -eq 1 ] && has "$TMP/err" "lamina export: "; then ok "export of a missing checkpoint: exit 1"
+else not_ok "export of a missing checkpoint" "want exit 1 and 'lamina export: '"; fi
 
 # ---- CUDA where there may be none ---------------------------------------------------------------
 

@@ -1977,7 +1977,7 @@ typedef struct opt_bufs {
 static void run_adam(lam_ctx *ctx, size_t n, opt_bufs *o, const float *g, float lr, float b1, float b2, float eps,
                      float wd, int decoupled, long step, const float *sched, const int32_t *kk) {
   float *dp = dput(ctx, o->p, n * 4), *dg = dput(ctx, g, n * 4), *dm = dput(ctx, o->m, n * 4), *dv = dput(ctx, o->v, n * 4);
-  float *ds = dput(ctx, sched, 6 * 4);
+  float *ds = dput(ctx, sched, 9 * 4);
   int32_t *dk = dput(ctx, kk, 4);
   TU_OK(BE(ctx)->adam(ctx, n, dp, dg, dm, dv, lr, b1, b2, eps, wd, decoupled, step, ds, dk));
   dget(ctx, o->p, dp, n * 4, "adam p");
@@ -1987,7 +1987,7 @@ static void run_adam(lam_ctx *ctx, size_t n, opt_bufs *o, const float *g, float 
 }
 static void run_sgd(lam_ctx *ctx, size_t n, opt_bufs *o, const float *g, float lr, float mom, float wd, int first,
                     const float *sched, const int32_t *kk) {
-  float *dp = dput(ctx, o->p, n * 4), *dg = dput(ctx, g, n * 4), *dm = dput(ctx, o->m, n * 4), *ds = dput(ctx, sched, 6 * 4);
+  float *dp = dput(ctx, o->p, n * 4), *dg = dput(ctx, g, n * 4), *dm = dput(ctx, o->m, n * 4), *ds = dput(ctx, sched, 9 * 4);
   int32_t *dk = dput(ctx, kk, 4);
   TU_OK(BE(ctx)->sgd(ctx, n, dp, dg, dm, lr, mom, wd, first, ds, dk));
   dget(ctx, o->p, dp, n * 4, "sgd p");
@@ -2008,16 +2008,17 @@ static void test_optimizers(void **state) {
       int decoupled = (v >> 1) & 1, use_sched = (v >> 2) & 1;
       long step = 7;
       float *p0 = frand(n, -1, 1), *g = frand(n, -1, 1), *m0 = frand(n, -0.1, 0.1), *v0 = frand(n, 1e-4, 1e-2);
-      float sched[6] = {0.5f, 0.25f, 3e-3f, 0.9f, 0.0f, 0.2f}; /* rows k: Adam's (step size, bc2), SGD's first */
-      int32_t kk = 1, kk2 = 1 + (int32_t)(c & 1);                /* SGD: row 1 (first) or 2 (not) */
-      float coef[2];
-      if (use_sched) coef[0] = sched[2], coef[1] = sched[3];
+      /* rows k: Adam's (step size, bc2) or SGD's first, then the rate, which replaces lr */
+      float sched[9] = {0.5f, 0.25f, 2e-2f, 3e-3f, 0.9f, 5e-3f, 0.0f, 0.2f, 3e-2f};
+      int32_t kk = 1, kk2 = 1 + (int32_t)(c & 1); /* SGD: row 1 (first) or 2 (not) */
+      float coef[2], lr_a = use_sched ? sched[5] : lr, lr_s = use_sched ? sched[3 * kk2 + 2] : lr;
+      if (use_sched) coef[0] = sched[3], coef[1] = sched[4];
       else lam_adam_coef(lr, b1, b2, step, coef);
       /* Adam: p' = p (1 - lr wd) - step_size m' / (sqrt(v') / bc2 + eps) (decoupled), or g += wd p */
       double *pref = dzero(n), *pscale = dzero(n), *mref = dzero(n), *mscale = dzero(n), *vref = dzero(n);
       for (size_t i = 0; i < n; i++) {
         double gi = g[i], pi = p0[i];
-        if (decoupled) pi *= 1.0 - (double)lr * wd;
+        if (decoupled) pi *= 1.0 - (double)lr_a * wd;
         else gi += (double)wd * pi;
         double mi = b1 * (double)m0[i] + (1.0 - b1) * gi, vi = b2 * (double)v0[i] + (1.0 - b2) * gi * gi;
         double upd = coef[0] * mi / (sqrt(vi) / coef[1] + eps);
@@ -2038,12 +2039,12 @@ static void test_optimizers(void **state) {
 
       /* SGD: g += wd p; buf = first ? g : momentum buf + g; p -= lr buf (torch.optim.SGD) */
       float mom = decoupled ? 0.9f : 0.0f;
-      int first = use_sched ? sched[2 * kk2] != 0.0f : (int)(c & 1);
+      int first = use_sched ? sched[3 * kk2] != 0.0f : (int)(c & 1);
       for (size_t i = 0; i < n; i++) {
         double gi = g[i] + (double)wd * p0[i], bi = gi;
         if (mom != 0.0f) bi = first ? gi : mom * (double)m0[i] + gi;
         mref[i] = mom != 0.0f ? bi : m0[i], mscale[i] = fabs(gi) + fabs(mom * m0[i]);
-        pref[i] = p0[i] - lr * bi, pscale[i] = fabs(p0[i]) + fabs(lr * bi);
+        pref[i] = p0[i] - lr_s * bi, pscale[i] = fabs(p0[i]) + fabs(lr_s * bi);
       }
       o = (opt_bufs){fdup(p0, n), fdup(m0, n), NULL};
       run_sgd(g_ctx, n, &o, g, lr, mom, wd, use_sched ? 0 : first, use_sched ? sched : NULL, use_sched ? &kk2 : NULL);

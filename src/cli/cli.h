@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "lamina.h"
 
 enum { EXIT_USAGE = 2 };
@@ -32,12 +34,20 @@ double cli_now_ms(void); /* monotonic clock */
 double cli_median(double *v, int n); /* sorts v */
 double cli_min(const double *v, int n);
 
+/* --json output (json.c): a number, or null where it is not finite; a string (NULL as ""); prints obj as
+ * one line and releases it (NULL: out of memory); returns 0, or 1 after saying why. */
+json_t *cli_json_num(double v);
+json_t *cli_json_str(const char *s);
+int cli_json_print(json_t *obj);
+
 int cmd_hidden(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_model(int argc, char **argv);
+int cmd_export(int argc, char **argv); /* cmd_export.c: weights out as safetensors */
+int cmd_import(int argc, char **argv); /* and in */
 
 /* Model specs (cmd_model.c): the grammar's text; --model's value as a spec, read from the file of that name
  * where one exists (*spec malloc'ed; returns 0, or an exit status after printing why). */

@@ -2,6 +2,7 @@
  * progress line and one summary line per epoch (or one JSON object), save and resume checkpoints, and
  * evaluate a saved model with a confusion matrix. */
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,14 @@ typedef struct train_opts {
   const char *normalize; /* NULL or "default": 0.5/0.5 per channel; "auto": the training set's; "M,../S,.." */
   double smoothing;
   int model_set, opt_set, batch_set; /* given on the command line (--resume refuses a different one) */
+  const char *lr_schedule; /* --lr-schedule (NULL: constant) */
+  double warmup;           /* --warmup E (epochs) */
+  int warmup_set;
+  double val_split;        /* --val-split F (0: no validation part) */
+  const char *save_best, *log;
+  int early_stop; /* --early-stop N (0: off) */
 } train_opts;
+
 
 static void train_usage(FILE *f) {
   fprintf(f,
@@ -51,6 +59,18 @@ static void train_usage(FILE *f) {
           "  --batch B              images per step (default 64)\n"
           "  --opt sgd|adam|adamw   optimizer (default adam)\n"
           "  --lr LR                learning rate (default: 1e-3 for adam/adamw, 0.01 for sgd)\n"
+          "  --lr-schedule S        the rate over the run, stepped every batch inside the step's graph: constant\n"
+          "                         (default), cosine (down to 0 at the last epoch), step:E:G (times G every E\n"
+          "                         epochs, e.g. step:10:0.1) or onecycle (PyTorch's OneCycleLR, max_lr = --lr);\n"
+          "                         saved in checkpoints, so --resume continues it\n"
+          "  --warmup E             a linear warm-up over the first E epochs (fractions allowed, e.g. 0.5); with\n"
+          "                         onecycle, its rise (default 0.3 of the run)\n"
+          "  --val-split F          hold out the fraction F of the training images (0 < F < 1; the same images every\n"
+          "                         run) as a validation part: each epoch reports its loss and accuracy instead of the\n"
+          "                         test part's, which is measured once, at the end\n"
+          "  --save-best FILE       write the model of the epoch with the lowest validation loss (needs --val-split)\n"
+          "  --early-stop N         stop when the validation loss has not improved for N epochs (needs --val-split)\n"
+          "  --log FILE.csv         a CSV row per epoch: loss, accuracy, validation, rate, seconds, images/s\n"
           "  --momentum M           SGD momentum (default 0)\n"
           "  --weight-decay W       (default 0; adamw 0.01)\n"
           "  --device auto|cpu|cuda backend (default auto)\n"
@@ -99,7 +119,7 @@ static void eval_usage(FILE *f) {
 
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
-       O_CLASSES, O_NORMALIZE, O_SMOOTHING };
+       O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -120,6 +140,9 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"buffers", required_argument, 0, O_BUFFERS},  {"precision", required_argument, 0, O_PRECISION},
       {"graph", required_argument, 0, O_GRAPH},      {"classes", required_argument, 0, O_CLASSES},
       {"normalize", required_argument, 0, O_NORMALIZE}, {"label-smoothing", required_argument, 0, O_SMOOTHING},
+      {"lr-schedule", required_argument, 0, O_SCHEDULE}, {"warmup", required_argument, 0, O_WARMUP},
+      {"val-split", required_argument, 0, O_VALSPLIT},   {"save-best", required_argument, 0, O_SAVEBEST},
+      {"early-stop", required_argument, 0, O_EARLYSTOP}, {"log", required_argument, 0, O_LOG},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -132,7 +155,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     if (is_eval && (c == O_MODEL || c == O_EPOCHS || c == O_OPT || c == O_LR || c == O_MOMENTUM || c == O_WD ||
                     c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS || c == O_PROFILE ||
                     c == O_TRACE || c == O_MAXMEM || c == O_STREAM || c == O_BUFFERS || c == O_GRAPH ||
-                    c == O_NORMALIZE || c == O_SMOOTHING))
+                    c == O_NORMALIZE || c == O_SMOOTHING || c == O_SCHEDULE || c == O_WARMUP || c == O_VALSPLIT ||
+                    c == O_SAVEBEST || c == O_EARLYSTOP || c == O_LOG))
       return cli_usage_error(cmd, "--%s is a 'lamina train' option, not one of eval's", longopts[li].name);
     if (!is_eval && c == O_LOAD) return cli_usage_error(cmd, "--load is for 'lamina eval'; to continue training use --resume");
     switch (c) {
@@ -150,6 +174,29 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->smoothing = d;
         break;
       }
+      case O_SCHEDULE: {
+        lam_lr_schedule ls;
+        if (lam_lr_schedule_parse(optarg, &ls) != LAM_OK) return cli_usage_error(cmd, "--lr-schedule: %s", lam_last_error());
+        o->lr_schedule = optarg;
+        break;
+      }
+      case O_WARMUP:
+      case O_VALSPLIT: {
+        double d = strtod(optarg, &end);
+        int warm = c == O_WARMUP;
+        if (end == optarg || *end || !(warm ? d >= 0 && d <= 100000 : d > 0 && d < 1))
+          return cli_usage_error(cmd, warm ? "--warmup: '%s' is not a number of epochs (0 or more, fractions allowed)"
+                                           : "--val-split: '%s' is not a fraction between 0 and 1 (e.g. 0.1)", optarg);
+        if (warm) o->warmup = d, o->warmup_set = 1;
+        else o->val_split = d;
+        break;
+      }
+      case O_SAVEBEST: o->save_best = optarg; break;
+      case O_LOG: o->log = optarg; break;
+      case O_EARLYSTOP:
+        if (cli_parse_int(cmd, "--early-stop", optarg, 1, 100000, &v)) return EXIT_USAGE;
+        o->early_stop = (int)v;
+        break;
       case O_EPOCHS:
         if (cli_parse_int(cmd, "--epochs", optarg, 1, 100000, &v)) return EXIT_USAGE;
         o->epochs = (int)v;
@@ -221,6 +268,12 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   }
   if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
   if (is_eval && !o->load) return cli_usage_error(cmd, "--load FILE is required (a checkpoint from lamina train --save)");
+  if ((o->save_best || o->early_stop) && !o->val_split)
+    return cli_usage_error(cmd, "%s chooses by the validation loss: give --val-split F (e.g. 0.1) too",
+                           o->save_best ? "--save-best" : "--early-stop");
+  if (o->warmup >= o->epochs && !o->resume)
+    return cli_usage_error(cmd, "--warmup %g does not fit in --epochs %d: the warm-up must end before the run does",
+                           o->warmup, o->epochs);
   return 0;
 }
 
@@ -376,24 +429,159 @@ static int check_resume(const train_opts *o, lam_ctx *ctx, const lam_dataset *tr
   return 0;
 }
 
+/* --lr-schedule and --warmup into the trainer: a new run takes them (spanning --epochs); a resumed one
+ * keeps the checkpoint's, and one given that differs is refused, as --opt is. */
+static int set_schedule(const train_opts *o, lam_trainer *t) {
+  lam_lr_schedule want = {.kind = LAM_LR_CONSTANT, .step_epochs = 1, .gamma = 1.0}, have;
+  if (o->lr_schedule) lam_lr_schedule_parse(o->lr_schedule, &want); /* checked while parsing */
+  want.epochs = o->epochs;
+  want.warmup_epochs = o->warmup;
+  lam_trainer_lr_schedule(t, &have);
+  if (!o->resume) {
+    if (lam_trainer_set_lr_schedule(t, &want) != LAM_OK) return cli_usage_error("train", "%s", lam_last_error());
+    return 0;
+  }
+  char a[48], b[48];
+  lam_lr_schedule_str(&want, a, sizeof a);
+  lam_lr_schedule_str(&have, b, sizeof b);
+  if ((o->lr_schedule && strcmp(a, b)) || (o->warmup_set && o->warmup != have.warmup_epochs))
+    return cli_usage_error("train", "--lr-schedule %s --warmup %g differs from the checkpoint's schedule %s, warm-up %g "
+                           "(%s): leave them out to resume", a, o->warmup, b, have.warmup_epochs, o->resume);
+  if ((have.kind == LAM_LR_COSINE || have.kind == LAM_LR_ONECYCLE) && o->epochs > have.epochs)
+    fprintf(stderr, "lamina train: note: the checkpoint's %s schedule spans %d epochs; epochs %d to %d keep its last "
+                    "rate\n", b, have.epochs, have.epochs + 1, o->epochs);
+  return 0;
+}
+
+/* --log: the whole CSV, rewritten atomically after every epoch (a reader never sees half a row). */
+typedef struct epoch_row {
+  lam_epoch_stats es;
+  double val_loss, val_acc, test_acc, lr; /* NAN: not measured */
+  lam_stream_stats sst;
+} epoch_row;
+
+static void csv_num(char **p, size_t *left, double v, const char *fmt) {
+  int k = isfinite(v) ? snprintf(*p, *left, fmt, v) : 0;
+  if (k < 0 || (size_t)k >= *left) k = 0;
+  *p += k, *left -= (size_t)k;
+  if (*left > 1) *(*p)++ = ',', (*left)--;
+}
+static int write_log(const char *path, const epoch_row *rows, int n) {
+  size_t cap = 128 + (size_t)n * 192, left = cap;
+  char *buf = malloc(cap), *p = buf;
+  if (!buf) return fail("train", "--log: out of host memory");
+  int k = snprintf(p, left, "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s\n");
+  p += k, left -= (size_t)k;
+  for (int i = 0; i < n; i++) {
+    const epoch_row *r = &rows[i];
+    csv_num(&p, &left, r->es.epoch, "%.0f");
+    csv_num(&p, &left, r->es.train_loss, "%.6f");
+    csv_num(&p, &left, r->es.train_acc, "%.6f");
+    csv_num(&p, &left, r->val_loss, "%.6f");
+    csv_num(&p, &left, r->val_acc, "%.6f");
+    csv_num(&p, &left, r->test_acc, "%.6f");
+    csv_num(&p, &left, r->lr, "%.6g");
+    csv_num(&p, &left, r->es.seconds, "%.4f");
+    csv_num(&p, &left, r->es.images_per_s, "%.1f");
+    p[-1] = '\n'; /* the last comma */
+  }
+  lam_status s = lam_output_write_atomic(path, "log (--log)", buf, (size_t)(p - buf));
+  free(buf);
+  return s == LAM_OK ? 0 : fail("train", NULL);
+}
+
+static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_trainer *t, int batch, const epoch_row *rows,
+                      int n, double test_acc, int best_epoch, double best_loss, double best_test, int stopped_early) {
+  int graph = 0;
+  lam_trainer_graph(t, &graph);
+  lam_lr_schedule ls;
+  char sched[48];
+  lam_trainer_lr_schedule(t, &ls);
+  lam_lr_schedule_str(&ls, sched, sizeof sched);
+  json_t *root = json_object(), *epochs = json_array(), *mem = json_object();
+  int bad = !root || !epochs || !mem;
+  bad |= json_object_set_new(root, "device", cli_json_str(lam_device_str(lam_ctx_device(ctx))));
+  bad |= json_object_set_new(root, "device_name", cli_json_str(lam_ctx_device_name(ctx)));
+  bad |= json_object_set_new(root, "model", cli_json_str(lam_model_spec(m)));
+  bad |= json_object_set_new(root, "params", json_integer((json_int_t)lam_model_param_count(m)));
+  bad |= json_object_set_new(root, "batch", json_integer(batch));
+  bad |= json_object_set_new(root, "data", cli_json_str(o->data));
+  bad |= json_object_set_new(root, "precision", cli_json_str(lam_precision_str(o->precision)));
+  bad |= json_object_set_new(root, "graph", json_boolean(graph));
+  bad |= json_object_set_new(root, "lr_schedule", cli_json_str(sched));
+  bad |= json_object_set_new(root, "warmup_epochs", json_real(ls.warmup_epochs));
+  if (o->val_split) bad |= json_object_set_new(root, "val_split", json_real(o->val_split));
+  for (int i = 0; i < n && !bad; i++) {
+    const epoch_row *r = &rows[i];
+    json_t *e = json_object();
+    bad |= !e;
+    bad |= json_object_set_new(e, "epoch", json_integer(r->es.epoch));
+    bad |= json_object_set_new(e, "train_loss", cli_json_num(r->es.train_loss));
+    bad |= json_object_set_new(e, "train_acc", cli_json_num(r->es.train_acc));
+    if (o->val_split) {
+      bad |= json_object_set_new(e, "val_loss", cli_json_num(r->val_loss));
+      bad |= json_object_set_new(e, "val_acc", cli_json_num(r->val_acc));
+    }
+    bad |= json_object_set_new(e, "test_acc", cli_json_num(r->test_acc));
+    bad |= json_object_set_new(e, "lr", cli_json_num(r->lr));
+    bad |= json_object_set_new(e, "seconds", cli_json_num(r->es.seconds));
+    bad |= json_object_set_new(e, "images_per_s", cli_json_num(r->es.images_per_s));
+    bad |= json_object_set_new(e, "stream_buffers", json_integer(r->sst.buffers));
+    bad |= json_object_set_new(e, "data_wait_ms", cli_json_num(r->sst.data_wait_ms));
+    bad |= json_object_set_new(e, "loader_wait_ms", cli_json_num(r->sst.loader_wait_ms));
+    bad |= json_array_append_new(epochs, e);
+  }
+  bad |= json_object_set_new(root, "epochs", epochs);
+  bad |= json_object_set_new(root, "test_acc", cli_json_num(test_acc));
+  if (o->val_split) {
+    bad |= json_object_set_new(root, "best_epoch", best_epoch ? json_integer(best_epoch) : json_null());
+    bad |= json_object_set_new(root, "best_val_loss", cli_json_num(best_loss));
+    if (o->save_best) bad |= json_object_set_new(root, "best_test_acc", cli_json_num(best_test));
+    bad |= json_object_set_new(root, "early_stopped", json_boolean(stopped_early));
+  }
+  lam_model_memory mm = {0};
+  lam_mem_stats ms = {0};
+  lam_model_memory_get(m, t, &mm);
+  lam_mem_stats_get(ctx, &ms);
+  const char *names[] = {"params", "grads", "optimizer", "activations", "scratch", "data", "in_use", "reserved", "peak"};
+  const size_t vals[] = {mm.params, mm.grads, mm.optimizer, mm.activations, mm.scratch, mm.data, ms.in_use, ms.reserved,
+                         ms.peak};
+  for (int i = 0; i < 9; i++) bad |= json_object_set_new(mem, names[i], json_integer((json_int_t)vals[i]));
+  bad |= json_object_set_new(root, "memory", mem);
+  if (bad) {
+    json_decref(root);
+    root = NULL;
+  }
+  return cli_json_print(root);
+}
+
+/* The test accuracy of the model saved at path (--save-best's). */
+static int test_of_saved(lam_ctx *ctx, const char *path, const lam_dataset *test, int batch, double *acc) {
+  lam_model *b = NULL;
+  lam_status s = lam_checkpoint_load(ctx, path, &b, NULL, NULL);
+  if (s == LAM_OK) s = lam_evaluate(b, test, batch, acc, NULL, NULL);
+  lam_model_free(b);
+  return s == LAM_OK ? 0 : fail("train", "evaluating the best model");
+}
+
 int cmd_train(int argc, char **argv) {
   train_opts o;
   int rc = parse("train", argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
   /* the files it will write, checked before any work that a bad path would throw away */
   if ((o.save && lam_output_path_check(o.save, "checkpoint (--save)") != LAM_OK) ||
-      (o.trace && lam_output_path_check(o.trace, "trace (--trace)") != LAM_OK))
+      (o.trace && lam_output_path_check(o.trace, "trace (--trace)") != LAM_OK) ||
+      (o.save_best && lam_output_path_check(o.save_best, "best model (--save-best)") != LAM_OK) ||
+      (o.log && lam_output_path_check(o.log, "log (--log)") != LAM_OK))
     return fail("train", NULL);
-  lam_dataset *train = NULL, *test = NULL;
+  lam_dataset *train = NULL, *test = NULL, *val = NULL;
   lam_ctx *ctx = NULL;
   lam_model *m = NULL;
   lam_trainer *t = NULL;
-  lam_epoch_stats *hist = calloc((size_t)o.epochs, sizeof *hist);
-  double *test_acc = calloc((size_t)o.epochs, sizeof *test_acc);
-  lam_stream_stats *sst = calloc((size_t)o.epochs, sizeof *sst);
+  epoch_row *rows = calloc((size_t)o.epochs, sizeof *rows);
   char *spec = NULL;
-  int nhist = 0, ret = 1, batch = o.batch;
-  if (!hist || !test_acc || !sst) {
+  int nrows = 0, ret = 1, batch = o.batch;
+  if (!rows) {
     fprintf(stderr, "lamina train: out of host memory\n");
     goto out;
   }
@@ -415,6 +603,15 @@ int cmd_train(int argc, char **argv) {
   if (set_classes(&o, train, test)) {
     ret = o.classes ? cli_usage_error("train", "--classes: %s", lam_last_error()) : fail("train", "the classes");
     goto out;
+  }
+  if (o.val_split) { /* after the classes: both parts keep the whole set's */
+    lam_dataset *part = NULL;
+    if (lam_dataset_split(train, o.val_split, LAM_VAL_SPLIT_SEED, &part, &val) != LAM_OK) {
+      ret = fail("train", "--val-split");
+      goto out;
+    }
+    lam_dataset_free(train);
+    train = part;
   }
   if ((ret = cli_model_spec("train", o.model, &spec)) != 0) goto out;
   ret = 1;
@@ -452,6 +649,8 @@ int cmd_train(int argc, char **argv) {
       goto out;
     }
   }
+  if ((ret = set_schedule(&o, t)) != 0) goto out;
+  ret = 1;
   lam_trainer_set_graph(t, o.graph);
   catch_signals();
   lam_trainer_set_stop(t, (const volatile int *)&g_signal);
@@ -468,6 +667,9 @@ int cmd_train(int argc, char **argv) {
       goto out;
     }
   }
+  lam_lr_schedule ls;
+  lam_trainer_lr_schedule(t, &ls);
+  const int show_lr = ls.kind != LAM_LR_CONSTANT || ls.warmup_epochs > 0;
   if (!o.json) {
     printf("lamina train: %s on %s\n", lam_model_spec(m), lam_ctx_device_name(ctx));
     int graph = 0;
@@ -477,6 +679,13 @@ int cmd_train(int argc, char **argv) {
            train->label_h > 1 || train->label_w > 1 ? " per pixel" : "", lam_model_param_count(m), batch,
            lam_precision_str(o.precision),
            graph ? "step in a CUDA graph" : "step op by op");
+    if (val) printf("  validation: %zu of the training images (--val-split %g), not trained on\n", val->n, o.val_split);
+    if (show_lr) {
+      char name[48];
+      lam_lr_schedule_str(&ls, name, sizeof name);
+      printf("  learning rate %g, %s schedule over %d epochs, warm-up %g epochs\n", (double)opt.lr, name, ls.epochs,
+             ls.warmup_epochs);
+    }
     if (o.resume && lam_trainer_steps_in_epoch(t))
       printf("  resumed from %s at step %d of epoch %d\n", o.resume, lam_trainer_steps_in_epoch(t) + 1,
              lam_trainer_epochs_done(t) + 1);
@@ -484,15 +693,30 @@ int cmd_train(int argc, char **argv) {
       printf("  resumed from %s after epoch %d\n", o.resume, lam_trainer_epochs_done(t));
     fflush(stdout);
   }
+  /* the best validation loss so far: on resume, that of the model --save-best holds, if there is one */
+  double best_loss = INFINITY, best_test = NAN;
+  int best_epoch = 0, since_best = 0, stopped_early = 0;
+  if (o.resume && o.save_best && access(o.save_best, F_OK) == 0) {
+    lam_model *b = NULL;
+    double a = 0;
+    if (lam_checkpoint_load(ctx, o.save_best, &b, NULL, NULL) == LAM_OK &&
+        !strcmp(lam_model_spec(b), lam_model_spec(m)) && lam_evaluate(b, val, batch, &a, &best_loss, NULL) == LAM_OK) {
+      if (!o.json) printf("  best so far: %s, validation loss %.4f\n", o.save_best, best_loss);
+    } else {
+      best_loss = INFINITY; /* not this run's model: the next epoch replaces it */
+    }
+    lam_model_free(b);
+  }
   while (lam_trainer_epochs_done(t) < o.epochs) {
     if (g_signal) { /* came while evaluating or saving */
       ret = stopped(&o, m, t);
       goto out;
     }
     progress_state ps = {lam_trainer_epochs_done(t) + 1, o.epochs, cli_now_ms()};
-    lam_epoch_stats es;
+    epoch_row *r = &rows[nrows];
+    *r = (epoch_row){.val_loss = NAN, .val_acc = NAN, .test_acc = NAN};
     int steps = (int)((train->n + (size_t)batch - 1) / (size_t)batch);
-    lam_status es_s = lam_trainer_epoch(t, show ? progress : NULL, &ps, steps / 50 > 0 ? steps / 50 : 1, &es);
+    lam_status es_s = lam_trainer_epoch(t, show ? progress : NULL, &ps, steps / 50 > 0 ? steps / 50 : 1, &r->es);
     if (es_s == LAM_ERR_INTERRUPTED) {
       if (show) fprintf(stderr, "\n");
       ret = stopped(&o, m, t);
@@ -502,29 +726,68 @@ int cmd_train(int argc, char **argv) {
       ret = fail("train", "training");
       goto out;
     }
-    double acc = 0;
+    r->lr = lam_trainer_lr(t);
     /* The training batch: a larger one would grow the model's batch buffers for the rest of the run. */
-    if (lam_evaluate(m, test, batch, &acc, NULL, NULL) != LAM_OK) {
+    lam_status ev = val ? lam_evaluate(m, val, batch, &r->val_acc, &r->val_loss, NULL)
+                        : lam_evaluate(m, test, batch, &r->test_acc, NULL, NULL);
+    if (ev != LAM_OK) {
       ret = fail("train", "evaluating");
       goto out;
     }
-    hist[nhist] = es;
-    lam_trainer_stream_stats(t, &sst[nhist]);
-    test_acc[nhist++] = acc;
+    lam_trainer_stream_stats(t, &r->sst);
+    nrows++;
+    int improved = val && r->val_loss < best_loss;
     if (!o.json) {
-      printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  test acc %.2f%%  %.2f s  %.0f img/s\n", es.epoch,
-             o.epochs, es.train_loss, 100 * es.train_acc, 100 * acc, es.seconds, es.images_per_s);
+      const lam_epoch_stats *es = &r->es;
+      printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  ", es->epoch, o.epochs, es->train_loss, 100 * es->train_acc);
+      if (val) printf("val loss %.4f%s  val acc %.2f%%  ", r->val_loss, improved ? "*" : " ", 100 * r->val_acc);
+      else printf("test acc %.2f%%  ", 100 * r->test_acc);
+      if (show_lr) printf("lr %.3g  ", r->lr);
+      printf("%.2f s  %.0f img/s\n", es->seconds, es->images_per_s);
       fflush(stdout);
     }
-    if (!o.json && sst[nhist - 1].buffers)
+    if (!o.json && r->sst.buffers)
       printf("  streaming (%d pinned buffers; %s): the device waited for data %.2f ms (%.2f%% of the epoch), "
              "the loop for the loader %.2f ms\n",
-             sst[nhist - 1].buffers, sst[nhist - 1].why, sst[nhist - 1].data_wait_ms,
-             100 * sst[nhist - 1].data_wait_ms / sst[nhist - 1].epoch_ms, sst[nhist - 1].loader_wait_ms);
-    if (!o.json && nhist == 1) print_memory(ctx, m, t);
+             r->sst.buffers, r->sst.why, r->sst.data_wait_ms, 100 * r->sst.data_wait_ms / r->sst.epoch_ms,
+             r->sst.loader_wait_ms);
+    if (!o.json && nrows == 1) print_memory(ctx, m, t);
     if (o.save && lam_checkpoint_save(o.save, m, t) != LAM_OK) {
       ret = fail("train", "saving");
       goto out;
+    }
+    if (improved) {
+      best_loss = r->val_loss, best_epoch = r->es.epoch, since_best = 0;
+      if (o.save_best && lam_checkpoint_save(o.save_best, m, NULL) != LAM_OK) {
+        ret = fail("train", "saving the best model");
+        goto out;
+      }
+    } else if (val) {
+      since_best++;
+    }
+    if (o.log && write_log(o.log, rows, nrows)) goto out;
+    if (o.early_stop && since_best >= o.early_stop) {
+      stopped_early = 1;
+      if (!o.json)
+        printf("early stop: the validation loss has not improved for %d epochs (best %.4f, epoch %d)\n", since_best,
+               best_loss, best_epoch);
+      break;
+    }
+  }
+  double test_acc = nrows ? rows[nrows - 1].test_acc : NAN;
+  if (val && nrows) { /* the test part, once, for the model the run ends with (and the best one) */
+    if (lam_evaluate(m, test, batch, &test_acc, NULL, NULL) != LAM_OK) {
+      ret = fail("train", "evaluating");
+      goto out;
+    }
+    rows[nrows - 1].test_acc = test_acc;
+    if (o.log && write_log(o.log, rows, nrows)) goto out;
+    if (o.save_best && best_epoch && test_of_saved(ctx, o.save_best, test, batch, &best_test)) goto out;
+    if (!o.json) {
+      printf("test acc %.2f%% (the model after epoch %d)\n", 100 * test_acc, rows[nrows - 1].es.epoch);
+      if (o.save_best && best_epoch)
+        printf("best epoch %d (validation loss %.4f): test acc %.2f%%, saved %s\n", best_epoch, best_loss,
+               100 * best_test, o.save_best);
     }
   }
   if (o.profile && print_profile(t, o.json ? stderr : stdout) != LAM_OK) {
@@ -539,25 +802,7 @@ int cmd_train(int argc, char **argv) {
     if (!o.json) printf("trace written to %s (open it in Perfetto: ui.perfetto.dev)\n", o.trace);
   }
   if (o.json) {
-    int graph = 0;
-    lam_trainer_graph(t, &graph);
-    printf("{\"device\":\"%s\",\"device_name\":\"%s\",\"model\":\"%s\",\"params\":%zu,\"batch\":%d,\"data\":\"%s\","
-           "\"precision\":\"%s\",\"graph\":%s,\"epochs\":[",
-           lam_device_str(lam_ctx_device(ctx)), lam_ctx_device_name(ctx), lam_model_spec(m), lam_model_param_count(m),
-           batch, o.data, lam_precision_str(o.precision), graph ? "true" : "false");
-    for (int i = 0; i < nhist; i++)
-      printf("%s{\"epoch\":%d,\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_acc\":%.6f,\"seconds\":%.4f,"
-             "\"images_per_s\":%.1f,\"stream_buffers\":%d,\"data_wait_ms\":%.3f,\"loader_wait_ms\":%.3f}",
-             i ? "," : "", hist[i].epoch, hist[i].train_loss, hist[i].train_acc, test_acc[i], hist[i].seconds,
-             hist[i].images_per_s, sst[i].buffers, sst[i].data_wait_ms, sst[i].loader_wait_ms);
-    lam_model_memory mm = {0};
-    lam_mem_stats ms = {0};
-    lam_model_memory_get(m, t, &mm);
-    lam_mem_stats_get(ctx, &ms);
-    printf("],\"test_acc\":%.6f,\"memory\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"activations\":%zu,"
-           "\"scratch\":%zu,\"data\":%zu,\"in_use\":%zu,\"reserved\":%zu,\"peak\":%zu}}\n",
-           nhist ? test_acc[nhist - 1] : 0.0, mm.params, mm.grads, mm.optimizer, mm.activations, mm.scratch, mm.data, ms.in_use,
-           ms.reserved, ms.peak);
+    if (print_json(&o, ctx, m, t, batch, rows, nrows, test_acc, best_epoch, best_loss, best_test, stopped_early)) goto out;
   } else if (o.save) {
     printf("saved %s\n", o.save);
   }
@@ -568,9 +813,8 @@ out:
   lam_ctx_free(ctx);
   lam_dataset_free(train);
   lam_dataset_free(test);
-  free(hist);
-  free(test_acc);
-  free(sst);
+  lam_dataset_free(val);
+  free(rows);
   free(spec);
   return ret;
 }
@@ -616,20 +860,30 @@ int cmd_eval(int argc, char **argv) {
   }
   miou = nvalid ? miou / nvalid : 0.0;
   if (o.json) {
-    printf("{\"device\":\"%s\",\"model\":\"%s\",\"n\":%zu,\"accuracy\":%.6f,\"loss\":%.6f,",
-           lam_device_str(lam_ctx_device(ctx)), lam_model_spec(m), test->n, acc, loss);
-    if (per_pixel && iou) {
-      printf("\"mean_iou\":%.6f,\"iou\":[", miou);
-      for (int k = 0; k < C; k++) printf(iou[k] >= 0 ? "%s%.6f" : "%snull", k ? "," : "", iou[k]);
-      printf("],");
+    json_t *root = json_object(), *rowsj = json_array(), *ious = per_pixel && iou ? json_array() : NULL;
+    int bad = !root || !rowsj || (per_pixel && iou && !ious);
+    bad |= json_object_set_new(root, "device", cli_json_str(lam_device_str(lam_ctx_device(ctx))));
+    bad |= json_object_set_new(root, "model", cli_json_str(lam_model_spec(m)));
+    bad |= json_object_set_new(root, "n", json_integer((json_int_t)test->n));
+    bad |= json_object_set_new(root, "accuracy", cli_json_num(acc));
+    bad |= json_object_set_new(root, "loss", cli_json_num(loss));
+    if (ious) {
+      bad |= json_object_set_new(root, "mean_iou", cli_json_num(miou));
+      for (int k = 0; k < C; k++) bad |= json_array_append_new(ious, iou[k] >= 0 ? json_real(iou[k]) : json_null());
+      bad |= json_object_set_new(root, "iou", ious);
     }
-    printf("\"confusion\":[");
-    for (int r = 0; r < C; r++) {
-      printf("%s[", r ? "," : "");
-      for (int c = 0; c < C; c++) printf("%s%llu", c ? "," : "", (unsigned long long)conf[(size_t)r * C + c]);
-      printf("]");
+    for (int r = 0; r < C && !bad; r++) {
+      json_t *row = json_array();
+      bad |= !row;
+      for (int c = 0; c < C && !bad; c++) bad |= json_array_append_new(row, json_integer((json_int_t)conf[(size_t)r * C + c]));
+      bad |= json_array_append_new(rowsj, row);
     }
-    printf("]}\n");
+    bad |= json_object_set_new(root, "confusion", rowsj);
+    if (bad) json_decref(root), root = NULL;
+    if (cli_json_print(root)) {
+      free(iou);
+      goto out;
+    }
   } else {
     printf("lamina eval: %s on %s\n", lam_model_spec(m), lam_ctx_device_name(ctx));
     printf("  %zu test images: %saccuracy %.2f%%, loss %.4f\n", test->n, per_pixel ? "pixel " : "", 100 * acc, loss);

@@ -420,7 +420,7 @@ lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, 
   /* As torch.optim.Adam/AdamW (single-tensor): the bias corrections are computed in double precision
    * and folded into the step size, then the element loop runs in float. */
   float coef[2];
-  if (sched) coef[0] = sched[2 * *k], coef[1] = sched[2 * *k + 1];
+  if (sched) coef[0] = sched[3 * *k], coef[1] = sched[3 * *k + 1], lr = sched[3 * *k + 2];
   else lam_adam_coef(lr, b1, b2, step, coef);
   const float step_size = coef[0], bc2_sqrt = coef[1];
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
@@ -440,7 +440,7 @@ lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, 
 lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
                    int first, const float *sched, const int32_t *k) {
   (void)ctx;
-  if (sched) first = sched[2 * *k] != 0.0f;
+  if (sched) first = sched[3 * *k] != 0.0f, lr = sched[3 * *k + 2];
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
   for (size_t i = 0; i < n; i++) {
     float gi = g[i] + wd * p[i];

@@ -660,7 +660,7 @@ lam_status cuda_gather(lam_ctx *ctx, int B, int C, size_t P, const uint8_t *imag
 __global__ void adam_kernel(size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
                             float eps, float wd, int decoupled, float step_size, float bc2_sqrt, const float *sched,
                             const int32_t *k) {
-  if (sched) step_size = sched[2 * *k], bc2_sqrt = sched[2 * *k + 1];
+  if (sched) step_size = sched[3 * *k], bc2_sqrt = sched[3 * *k + 1], lr = sched[3 * *k + 2];
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float gi = g[i], pi = p[i];
     if (decoupled) pi *= 1.0f - lr * wd;
@@ -686,7 +686,7 @@ lam_status cuda_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m,
 
 __global__ void sgd_kernel(size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd, int first,
                            const float *sched, const int32_t *k) {
-  if (sched) first = sched[2 * *k] != 0.0f;
+  if (sched) first = sched[3 * *k] != 0.0f, lr = sched[3 * *k + 2];
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float gi = g[i] + wd * p[i];
     if (momentum != 0.0f) {

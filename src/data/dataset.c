@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "data.h"
+#include "../nn/rng.h"
 #include "../status.h"
 
 #define MNIST_CLASSES 10
@@ -206,6 +207,65 @@ lam_status lam_dataset_set_classes(lam_dataset *d, int k) {
   }
   d->classes = k;
   return LAM_OK;
+}
+
+/* A new set of d's images where pick[i] == want, in d's order. */
+static lam_status subset(const lam_dataset *d, const uint8_t *pick, uint8_t want, size_t n, lam_dataset **out) {
+  const size_t sample = (size_t)(d->c > 0 ? d->c : 1) * d->h * d->w;
+  const size_t lsize = (size_t)(d->label_h > 0 ? d->label_h : 1) * (d->label_w > 0 ? d->label_w : 1);
+  lam_dataset *s = calloc(1, sizeof *s);
+  if (s) *s = *d, s->n = n, s->images = malloc(n * sample), s->labels = malloc(n * lsize);
+  if (!s || !s->images || !s->labels) {
+    if (s) free(s->images), free(s->labels);
+    free(s);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_split: no host memory for %zu images of %zu bytes", n, sample);
+  }
+  for (size_t i = 0, j = 0; i < d->n; i++) {
+    if (pick[i] != want) continue;
+    memcpy(s->images + j * sample, d->images + i * sample, sample);
+    memcpy(s->labels + j * lsize, d->labels + i * lsize, lsize);
+    j++;
+  }
+  *out = s;
+  return LAM_OK;
+}
+
+lam_status lam_dataset_split(const lam_dataset *d, double fraction, uint64_t seed, lam_dataset **train,
+                             lam_dataset **val) {
+  LAM_CHECK_ARG(d && train && val, "lam_dataset_split: NULL argument");
+  *train = *val = NULL;
+  LAM_CHECK_ARG(fraction > 0 && fraction < 1, "lam_dataset_split: the validation fraction %g is not between 0 and 1",
+                fraction);
+  LAM_CHECK_ARG(d->n >= 2 && d->images && d->labels,
+                "lam_dataset_split: a set of %zu images cannot be split into training and validation parts", d->n);
+  size_t nv = (size_t)llround(fraction * (double)d->n);
+  if (nv < 1) nv = 1;
+  if (nv > d->n - 1) nv = d->n - 1;
+  uint8_t *pick = calloc(d->n, 1);
+  size_t *idx = malloc(d->n * sizeof *idx);
+  if (!pick || !idx) {
+    free(pick), free(idx);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_split: no host memory for %zu indices", d->n);
+  }
+  /* the first nv places of a Fisher-Yates shuffle by the trainer's generator */
+  lam_rng r;
+  lam_rng_seed(&r, seed);
+  for (size_t i = 0; i < d->n; i++) idx[i] = i;
+  for (size_t i = 0; i < nv; i++) {
+    size_t j = i + (size_t)lam_rng_below(&r, d->n - i);
+    size_t tmp = idx[i];
+    idx[i] = idx[j], idx[j] = tmp;
+    pick[idx[i]] = 1;
+  }
+  free(idx);
+  lam_status s = subset(d, pick, 0, d->n - nv, train);
+  if (s == LAM_OK) s = subset(d, pick, 1, nv, val);
+  free(pick);
+  if (s != LAM_OK) {
+    lam_dataset_free(*train);
+    *train = NULL;
+  }
+  return s;
 }
 
 lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *std) {

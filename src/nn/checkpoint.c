@@ -2,8 +2,8 @@
  * that an interrupted training run resumes exactly where it stopped: on the CPU the resumed run's
  * losses and parameters equal an uninterrupted run's bit for bit.
  *
- * File format, version 3 (version 2 files, which lack the part marked v3, and version 1 files, which also
- * lack the part marked v2, still load). Every number is little-endian; floats are IEEE-754 binary32 bit
+ * File format, version 4 (older files load: version 3 lacks the part marked v4, version 2 also the part
+ * marked v3, version 1 also the part marked v2; a trainer from them has a constant rate). Every number is little-endian; floats are IEEE-754 binary32 bit
  * patterns.
  *
  *   offset  type            field
@@ -35,6 +35,10 @@
  *   v3:     i32             steps done of an interrupted epoch (lam_trainer_set_stop; 0: at an epoch's end)
  *           u64 × 4         the generator's state before that epoch's shuffle
  *           f32 × 3         that epoch's loss sum, correct and counted labels so far
+ *   v4:     u32             the rate's schedule (lam_lr_kind: 0 constant, 1 cosine, 2 step, 3 onecycle)
+ *           i32             the epochs it spans
+ *           f64             its warm-up in epochs
+ *           i32, f64        step: epochs between steps, the factor
  *   always:
  *           u32             CRC-32 (zlib's crc32) of every byte before it
  *
@@ -69,7 +73,7 @@
 
 #define CKPT_MAGIC "LAMCKPT" /* with its NUL: 8 bytes */
 #define CKPT_MAGIC_LEN 8
-#define CKPT_VERSION 3u
+#define CKPT_VERSION 4u
 #define CKPT_MAX_LAYERS 4096u /* far above any spec that fits in 1024 characters */
 
 /* ---- little-endian packing --------------------------------------------------------------------- */
@@ -101,6 +105,11 @@ static void put_f32(wbuf *b, float f) {
   memcpy(&u, &f, 4);
   put_u32(b, u);
 }
+static void put_f64(wbuf *b, double f) {
+  uint64_t u;
+  memcpy(&u, &f, 8);
+  put_u64(b, u);
+}
 static void put_f32s(wbuf *b, const float *f, size_t n) {
   for (size_t i = 0; i < n; i++) put_f32(b, f[i]);
 }
@@ -113,6 +122,12 @@ static float get_f32(const uint8_t *p) {
   uint32_t u = get_u32(p);
   float f;
   memcpy(&f, &u, 4);
+  return f;
+}
+static double get_f64(const uint8_t *p) {
+  uint64_t u = get_u64(p);
+  double f;
+  memcpy(&f, &u, 8);
   return f;
 }
 static void get_f32s(const uint8_t *p, float *f, size_t n) {
@@ -146,6 +161,7 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
   size += 4 + 8 * (size_t)m->norm.c + 8 + 4 * m->nstate + 4; /* v2 */
   if (t) size += 4 + 6 * 4 + 8 + (size_t)nstate * np * 4 + 4 + 8 + 4 + 4 * 8;
   if (t) size += 4 + 4 * 8 + 3 * 4; /* v3 */
+  if (t) size += 4 + 4 + 8 + 4 + 8;  /* v4 */
   size += 4; /* CRC */
 
   size_t nhost = np > m->nstate ? np : m->nstate;
@@ -207,6 +223,11 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
       put_u32(&b, (uint32_t)t->step_done);
       for (int i = 0; i < 4; i++) put_u64(&b, t->epoch_rng.s[i]);
       for (int i = 0; i < 3; i++) put_f32(&b, t->part[i]);
+      put_u32(&b, (uint32_t)t->lr_sched.kind);
+      put_u32(&b, (uint32_t)t->lr_sched.epochs);
+      put_f64(&b, t->lr_sched.warmup_epochs);
+      put_u32(&b, (uint32_t)t->lr_sched.step_epochs);
+      put_f64(&b, t->lr_sched.gamma);
     }
   }
   free(host);
@@ -373,6 +394,7 @@ typedef struct ckpt {
   int32_t step_done; /* v3: an interrupted epoch's place */
   lam_rng epoch_rng;
   float part[3];
+  lam_lr_schedule lr_sched; /* v4 (constant before) */
 } ckpt;
 
 /* A cursor over the file: take() hands out the next n bytes, or NULL when the file ends first. */
@@ -492,6 +514,15 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
       c->step_done = (int32_t)get_u32(q);
       for (int i = 0; i < 4; i++) c->epoch_rng.s[i] = get_u64(q + 4 + 8 * i);
       for (int i = 0; i < 3; i++) c->part[i] = get_f32(q + 36 + 4 * i);
+    }
+    c->lr_sched = (lam_lr_schedule){.kind = LAM_LR_CONSTANT, .epochs = 1, .step_epochs = 1, .gamma = 1.0};
+    if (version >= 4) {
+      if (!(q = take(&r, 4 + 4 + 8 + 4 + 8))) return TRUNCATED(path, &r);
+      c->lr_sched.kind = (lam_lr_kind)get_u32(q);
+      c->lr_sched.epochs = (int32_t)get_u32(q + 4);
+      c->lr_sched.warmup_epochs = get_f64(q + 8);
+      c->lr_sched.step_epochs = (int32_t)get_u32(q + 16);
+      c->lr_sched.gamma = get_f64(q + 20);
     }
   }
   if (!take(&r, 4)) return TRUNCATED(path, &r);
@@ -615,6 +646,13 @@ lam_status lam_checkpoint_load(lam_ctx *ctx, const char *path, lam_model **model
       t->step_done = c.step_done;
       t->epoch_rng = c.epoch_rng;
       memcpy(t->part, c.part, sizeof t->part);
+      if (nn_lr_schedule_check(&c.lr_sched, "schedule") != LAM_OK) {
+        char why[256]; /* the message is read before LAM_FAIL writes over it */
+        snprintf(why, sizeof why, "%s", lam_last_error());
+        s = CORRUPTED(path, "its learning-rate schedule is out of range: %s", why);
+      } else {
+        t->lr_sched = c.lr_sched;
+      }
       if (c.step_done >= t->steps)
         s = LAM_FAIL(LAM_ERR_INVALID_ARG, "checkpoint '%s' stopped %d steps into an epoch, but an epoch of this data "
                      "set at batch %d has %d steps: resume on the data it was trained on", path, c.step_done, t->batch,

@@ -218,7 +218,13 @@ lam_status nn_backward(lam_model *m, int batch);
  * from m->opt_step, with the same scalars lam_model_step would use; step_sched queues a step that reads
  * row *k of it on the device (the caller adds it to m->opt_step when it has run). */
 lam_status nn_opt_prepare(lam_model *m, const lam_opt *o);
-void nn_opt_schedule(const lam_model *m, const lam_opt *o, int steps, float *sched);
+/* The optimizer's scalars of `steps` steps into sched (NN_SCHED_COLS floats a row): Adam's step size
+ * (SGD: 1 on the first step), Adam's sqrt of its second bias correction, the rate; row k is optimizer
+ * step m->opt_step + 1 + k and step t0 + k of the run for the rate schedule ls (NULL: constant). */
+#define NN_SCHED_COLS 3
+void nn_opt_schedule(const lam_model *m, const lam_opt *o, const lam_lr_schedule *ls, long t0, long steps_per_epoch,
+                     int steps, float *sched);
+lam_status nn_lr_schedule_check(const lam_lr_schedule *s, const char *fn);
 lam_status nn_opt_step_sched(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k);
 
 #endif

@@ -74,11 +74,14 @@ lam_status nn_opt_prepare(lam_model *m, const lam_opt *o) {
   return opt_state(m, o->kind, o->kind != LAM_OPT_SGD);
 }
 
-void nn_opt_schedule(const lam_model *m, const lam_opt *o, int steps, float *sched) {
+void nn_opt_schedule(const lam_model *m, const lam_opt *o, const lam_lr_schedule *ls, long t0, long steps_per_epoch,
+                     int steps, float *sched) {
   for (int k = 0; k < steps; k++) {
     long step = m->opt_step + 1 + k;
-    if (o->kind == LAM_OPT_SGD) sched[2 * k] = step == 1 ? 1.0f : 0.0f, sched[2 * k + 1] = 0.0f;
-    else lam_adam_coef(o->lr, o->beta1, o->beta2, step, sched + 2 * k);
+    float lr = ls ? (float)lam_lr_at(ls, o->lr, t0 + k, steps_per_epoch) : o->lr, *row = sched + NN_SCHED_COLS * k;
+    if (o->kind == LAM_OPT_SGD) row[0] = step == 1 ? 1.0f : 0.0f, row[1] = 0.0f;
+    else lam_adam_coef(lr, o->beta1, o->beta2, step, row);
+    row[2] = lr;
   }
 }
 

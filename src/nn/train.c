@@ -123,12 +123,13 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   lam_status s = LAM_OK;
   t->steps = (int)((t->n + (size_t)batch - 1) / (size_t)batch);
   t->h_idx = malloc(t->n * sizeof *t->h_idx);
-  t->h_sched = malloc((size_t)t->steps * 2 * sizeof *t->h_sched);
+  t->lr_sched = (lam_lr_schedule){.kind = LAM_LR_CONSTANT, .epochs = 1, .step_epochs = 1, .gamma = 1.0};
+  t->h_sched = malloc((size_t)t->steps * NN_SCHED_COLS * sizeof *t->h_sched);
   if (!t->h_idx || !t->h_sched)
     s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_trainer_create: no host memory for %zu indices", t->n);
   if (s == LAM_OK) s = nn_opt_prepare(m, opt);
   if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_state, 2 * sizeof(int32_t));
-  if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_sched, (size_t)t->steps * 2 * sizeof(float));
+  if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_sched, (size_t)t->steps * NN_SCHED_COLS * sizeof(float));
   if (s == LAM_OK) s = nn_model_reserve(m, batch);
   if (s == LAM_OK) {
     s = make_resident(t);
@@ -201,6 +202,25 @@ lam_status lam_trainer_set_stop(lam_trainer *t, const volatile int *flag) {
   LAM_CHECK_ARG(t, "lam_trainer_set_stop: trainer is NULL");
   t->stop = flag;
   return LAM_OK;
+}
+
+lam_status lam_trainer_set_lr_schedule(lam_trainer *t, const lam_lr_schedule *s) {
+  LAM_CHECK_ARG(t, "lam_trainer_set_lr_schedule: trainer is NULL");
+  LAM_TRY(nn_lr_schedule_check(s, "lam_trainer_set_lr_schedule"));
+  t->lr_sched = *s;
+  return LAM_OK;
+}
+
+lam_status lam_trainer_lr_schedule(const lam_trainer *t, lam_lr_schedule *s) {
+  LAM_CHECK_ARG(t && s, "lam_trainer_lr_schedule: NULL argument");
+  *s = t->lr_sched;
+  return LAM_OK;
+}
+
+double lam_trainer_lr(const lam_trainer *t) {
+  if (!t) return 0.0;
+  long last = (long)t->epochs_done * t->steps + t->step_done - 1;
+  return (float)lam_lr_at(&t->lr_sched, t->opt.lr, last < 0 ? 0 : last, t->steps); /* as the table holds it */
 }
 
 lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch) {
@@ -322,9 +342,9 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
    * the epoch did), and both device-side counters at the first step */
   LAM_TRY(nn_opt_prepare(m, &t->opt));
   m->opt_step -= first;
-  nn_opt_schedule(m, &t->opt, t->steps, t->h_sched);
+  nn_opt_schedule(m, &t->opt, &t->lr_sched, (long)t->epochs_done * t->steps, t->steps, t->steps, t->h_sched);
   m->opt_step += first;
-  LAM_TRY(lam_mem_upload(ctx, t->d_sched, t->h_sched, (size_t)t->steps * 2 * sizeof(float)));
+  LAM_TRY(lam_mem_upload(ctx, t->d_sched, t->h_sched, (size_t)t->steps * NN_SCHED_COLS * sizeof(float)));
   const int32_t cursor[2] = {(int32_t)skip, first};
   LAM_TRY(lam_mem_upload(ctx, t->d_state, cursor, sizeof cursor));
   lam_status s = epoch_steps(t, cb, user, every, t0, first);
@@ -365,6 +385,9 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
   } else {
     LAM_TRY(be->zero(ctx, m->stats, 4 * sizeof(float)));
   }
+  /* The streaming feed writes into m->x before step_body plans: after lam_model_release_batch the
+   * buffers must exist first. */
+  LAM_TRY(nn_model_reserve(m, t->batch));
   const int steps = t->steps;
   for (int step = first; step < steps; step++) {
     size_t off = (size_t)step * t->batch;
@@ -403,7 +426,8 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
   LAM_CHECK_ARG(batch >= 1 && batch <= 65536, "lam_evaluate: batch %d is out of range (1 to 65536)", batch);
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
-  LAM_TRY(nn_model_reserve(m, batch));
+  /* Buffers for the batches there are: 400 images at batch 1000 plan for 400. */
+  LAM_TRY(nn_model_reserve(m, d->n < (size_t)batch ? (int)d->n : batch));
   uint8_t *images = NULL, *labels = NULL, *pred = NULL, *h_pred = NULL;
   int32_t *idx = NULL, *h_idx = NULL;
   lam_status s = upload_set(ctx, d, &images, &labels);

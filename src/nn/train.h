@@ -25,6 +25,7 @@ struct lam_trainer {
   int steps;                    /* per epoch */
   int32_t *d_state;             /* backend memory: the batch cursor into d_idx, the step within the epoch */
   float *h_sched, *d_sched;     /* the optimizer's scalars for each step of the epoch (nn_opt_schedule) */
+  lam_lr_schedule lr_sched;     /* the rate's schedule (constant by default; saved in checkpoints) */
   const lam_dataset *host;      /* the caller's set: read by the loader while streaming */
   lam_feed *feed;               /* streaming batches (stream.c); NULL: the set is resident */
   char stream_why[200];
