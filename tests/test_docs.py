@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""test_docs.py — the documentation against the program: every command and snippet in README.md and
+docs/*.md is run, docs/cli-spec.md is the CLI's own --help, and the files the documents name exist.
+
+Usage: test_docs.py SOURCE_DIR path/to/lamina path/to/liblamina.so  (CTest passes all three).
+Prints "ok - ..." / "not ok - ..." / "skip - ..." per check and a summary; exits 0 when nothing failed.
+
+1. Commands. In README.md, then docs/*.md (sorted), the lines of ```sh, ```bash and ```console blocks
+   are read (a trailing backslash joins lines, `# ...` comments and a leading `$ ` are dropped, `&&`
+   splits a line into commands), in one scratch folder, in document order: a file one command writes
+   (`--save cnn.lamina`) is there for the next (`eval --load cnn.lamina`). Each command is either run or
+   named in COVERED_ELSEWHERE with the test that runs it; a command that is neither fails the test, so
+   a new command in the docs needs a way to be run. `lamina` / `build/lamina` commands must exit 0,
+   after these substitutions (so that they take seconds on a 2-core CPU with no GPU):
+   - the program is the lamina under test; VAR=value prefixes become its environment;
+   - `--data X` (and train/eval without --data) reads a small generated folder instead: 1024 training
+     and 256 test images of 28x28, 10 classes, IDX gzipped like Debian's Fashion-MNIST;
+   - `--epochs N` becomes min(N, 2); hidden's `--n N` at most 1M and `--repeat R` at most 3;
+   - bench transfer gets `--reps 3 --warmup 1 --max-ms 10`, and `--batch 64,4096` without --batch or --shape;
+   - an argument naming a file of the repository (bench/nets/res28.txt) gets the repository's path;
+   - where there is no CUDA device, a command with `--device cuda`, `LAMINA_DEVICE=cuda` or
+     `--precision tf32` is skipped (reported as such): on a GPU machine it runs.
+2. Snippets. ```python blocks run with this Python, PYTHONPATH=SOURCE_DIR/python and LAMINA_LIBRARY,
+   in the same scratch folder, with /usr/share/datasets/fashion-mnist read as the small folder and
+   `epochs=N` as `epochs=min(N, 2)`; a block that imports torch is skipped where torch is missing. ```c blocks
+   are compiled with cc against include/ and liblamina.so, and run.
+3. docs/cli-spec.md: `scripts/gen-cli-spec --check` (its blocks equal each command's --help); every
+   option a command's --help lists appears in the file; every --option the hand-written text names
+   exists in that section's command (the text before the first command section: in any command).
+   The other docs/*.md may name only options that some command has.
+4. Paths: every word in `code` or a link target in README.md, BENCHMARKS.md and docs/*.md that looks
+   like a path into the repository (its first part is a top-level entry of the repository, or `..`)
+   must exist in the repository (git ls-files, untracked files included; without git, the file system).
+   Build outputs (build*/) are not checked.
+"""
+import fnmatch
+import glob
+import gzip
+import os
+import re
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+SRC, CLI, LIB = (os.path.abspath(a) for a in sys.argv[1:4]) if len(sys.argv) == 4 else (None, None, None)
+if SRC is None:
+    sys.exit("usage: test_docs.py SOURCE_DIR path/to/lamina path/to/liblamina.so")
+
+# Commands of the docs that this test does not run, and the test (or reason) that covers each.
+COVERED_ELSEWHERE = [
+    (r"^make demo$", "not run: 5 epochs on the whole Fashion-MNIST; its commands (info, hidden, train, eval) "
+                     "are run here in the README's tour"),
+    (r"^make test$", "this suite itself"),
+    (r"^make$", "the build this suite runs in"),
+    (r"^/usr/bin/python3 -m venv --system-site-packages VENV$", "test_python_install (tests/python/check_install.py)"),
+    (r"^VENV/bin/pip install --no-build-isolation \./python$", "test_python_install (tests/python/check_install.py)"),
+    (r"^cc app\.c -o app \$\(pkg-config --cflags --libs lamina(-static)?\)$", "test_install (tests/test_install.sh)"),
+]
+
+passed = failed = skipped = 0
+
+
+def ok(desc):
+    global passed
+    passed += 1
+    print(f"ok - {desc}")
+
+
+def not_ok(desc, why):
+    global failed
+    failed += 1
+    print(f"not ok - {desc}")
+    for line in why.rstrip().splitlines()[-25:]:
+        print(f"#   {line}")
+
+
+def skip(desc, why):
+    global skipped
+    skipped += 1
+    print(f"skip - {desc}: {why}")
+
+
+def doc_files():
+    return ["README.md"] + sorted(os.path.relpath(p, SRC) for p in glob.glob(os.path.join(SRC, "docs", "*.md")))
+
+
+def fenced_blocks(text):
+    """(info string, body) of every ``` fenced block."""
+    return [(m.group(1).strip(), m.group(2)) for m in re.finditer(r"^```([^\n`]*)\n(.*?)^```", text, re.M | re.S)]
+
+
+def command_lines(body):
+    """The commands of a shell block: joined continuations, no comments, split at &&."""
+    out, cur = [], ""
+    for line in body.splitlines():
+        if line.rstrip().endswith("\\"):
+            cur += line.rstrip()[:-1] + " "
+            continue
+        cur += line
+        words = shlex.split(cur, comments=True)
+        cur = ""
+        if words and words[0] == "$":
+            words = words[1:]
+        part = []
+        for w in words + ["&&"]:
+            if w == "&&":
+                if part:
+                    out.append(part)
+                part = []
+            else:
+                part.append(w)
+    return out
+
+
+# ---- the small data set -------------------------------------------------------------------------
+
+def write_tiny(folder):
+    """1024 training and 256 test images of 28x28, label k drawn as a bright band at rows 2k..2k+3."""
+    os.makedirs(folder, exist_ok=True)
+    seed = 12345
+    for part, n in (("train", 1024), ("t10k", 256)):
+        img, lab = bytearray(), bytearray()
+        for i in range(n):
+            k = (i * 7) % 10
+            for p in range(784):
+                seed = (seed * 1103515245 + 12345) & 0x7FFFFFFF
+                img.append(255 if 2 * k <= p // 28 < 2 * k + 4 else seed >> 25)
+            lab.append(k)
+        with gzip.open(os.path.join(folder, f"{part}-images-idx3-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes(img))
+        with gzip.open(os.path.join(folder, f"{part}-labels-idx1-ubyte.gz"), "wb") as f:
+            f.write(struct.pack(">II", 0x801, n) + bytes(lab))
+
+
+# ---- running the lamina commands ---------------------------------------------------------------
+
+def count(s):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?(?:e\d+)?)([KMG]?)", s)
+    if not m:
+        return None
+    return int(float(m.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)])
+
+
+def substitute(words, work, tiny, has_cuda):
+    """(argv, env, reason to skip or None) for a documented lamina command."""
+    env = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        k, v = words[0].split("=", 1)
+        env[k] = v
+        words = words[1:]
+    args = list(words[1:])
+    needs_gpu = env.get("LAMINA_DEVICE") == "cuda" or any(
+        i > 0 and (a, args[i - 1]) in (("cuda", "--device"), ("tf32", "--precision"))
+        or a in ("--device=cuda", "--precision=tf32") for i, a in enumerate(args))
+    if needs_gpu and not has_cuda:
+        return None, env, "needs a CUDA device"
+    cmd = args[0] if args else ""
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        val = args[i + 1] if i + 1 < len(args) else None
+        if a == "--data" and val is not None:
+            out += ["--data", tiny]
+            i += 2
+            continue
+        if a == "--epochs" and val is not None and val.isdigit():
+            out += ["--epochs", str(min(int(val), 2))]
+            i += 2
+            continue
+        if cmd == "hidden" and a in ("--n", "--repeat") and val is not None and count(val) is not None:
+            out += [a, str(min(count(val), 1000000 if a == "--n" else 3))]
+            i += 2
+            continue
+        if not a.startswith("-") and "/" in a and not os.path.exists(os.path.join(work, a)) and \
+                os.path.exists(os.path.join(SRC, a)):
+            a = os.path.join(SRC, a)
+        out.append(a)
+        i += 1
+    if cmd in ("train", "eval") and "--data" not in out:
+        out += ["--data", tiny]
+    if cmd == "bench":
+        out += ["--reps", "3", "--warmup", "1", "--max-ms", "10"]
+        if "--batch" not in out and "--shape" not in out and "--from-csv" not in out:
+            out += ["--batch", "64,4096"]
+    return [CLI] + out, env, None
+
+
+def run_commands(work, tiny, has_cuda):
+    for doc in doc_files():
+        with open(os.path.join(SRC, doc), encoding="utf-8") as f:
+            blocks = fenced_blocks(f.read())
+        for info, body in blocks:
+            if info in ("sh", "bash", "console"):
+                for words in command_lines(body):
+                    run_command(doc, words, work, tiny, has_cuda)
+            elif info == "python":
+                run_python(doc, body, work, tiny)
+            elif info == "c":
+                run_c(doc, body, work)
+
+
+def run_command(doc, words, work, tiny, has_cuda):
+    text = " ".join(words)
+    desc = f"{doc}: {text}"
+    for pattern, by in COVERED_ELSEWHERE:
+        if re.match(pattern, text):
+            print(f"# {desc}: covered elsewhere: {by}")
+            return
+    first = [w for w in words if not re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", w)]
+    if first and first[0] in ("lamina", "build/lamina"):
+        argv, env, why = substitute(words, work, tiny, has_cuda)
+        if why:
+            skip(desc, why)
+            return
+        proc = subprocess.run(argv, cwd=work, env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=300, stdin=subprocess.DEVNULL)
+        ran = " ".join(shlex.quote(a) for a in argv)
+        if proc.returncode == 0:
+            ok(desc)
+        else:
+            not_ok(desc, f"ran: {ran}\nexit {proc.returncode}\n{proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+        return
+    if words and words[0].startswith("PYTHONPATH=") and words[1:2] == ["/usr/bin/python3"]:
+        env = {**os.environ, "PYTHONPATH": os.path.join(SRC, words[0].split("=", 1)[1]), "LAMINA_LIBRARY": LIB}
+        proc = subprocess.run([sys.executable] + words[2:], cwd=work, env=env, capture_output=True, text=True,
+                              timeout=120)
+        if proc.returncode == 0:
+            ok(desc)
+        else:
+            not_ok(desc, f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+        return
+    not_ok(desc, "a command this test neither runs nor knows a test for: run it here (run_command) or name "
+                 "the test that runs it in COVERED_ELSEWHERE")
+
+
+def run_python(doc, body, work, tiny):
+    first = body.strip().splitlines()[0] if body.strip() else ""
+    desc = f"{doc}: the python block '{first[:60]}'"
+    if re.search(r"^\s*(import torch|from torch)", body, re.M):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            skip(desc, "this Python has no torch")
+            return
+    code = body.replace("/usr/share/datasets/fashion-mnist", tiny)
+    code = re.sub(r"\bepochs=\d+", lambda m: f"epochs={min(int(m.group(0)[7:]), 2)}", code)
+    env = {**os.environ, "PYTHONPATH": os.path.join(SRC, "python"), "LAMINA_LIBRARY": LIB}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=300)
+    if proc.returncode == 0:
+        ok(desc)
+    else:
+        not_ok(desc, f"exit {proc.returncode}\n{proc.stdout[-1500:]}{proc.stderr[-3000:]}")
+
+
+def run_c(doc, body, work):
+    desc = f"{doc}: the C program compiles against include/ and liblamina.so, and runs"
+    cc = shutil.which("cc")
+    if not cc:
+        skip(desc, "no cc")
+        return
+    c, exe = os.path.join(work, "doc_example.c"), os.path.join(work, "doc_example")
+    with open(c, "w") as f:
+        f.write(body)
+    libdir = os.path.dirname(LIB)
+    proc = subprocess.run([cc, "-std=c11", "-Wall", c, "-o", exe, "-I", os.path.join(SRC, "include"), LIB,
+                           f"-Wl,-rpath,{libdir}", "-lm"], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        not_ok(desc, f"cc: exit {proc.returncode}\n{proc.stderr}")
+        return
+    proc = subprocess.run([exe], cwd=work, capture_output=True, text=True, timeout=120)
+    if proc.returncode == 0 and "out[254]" in proc.stdout:
+        ok(desc)
+    else:
+        not_ok(desc, f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+
+
+# ---- docs/cli-spec.md against --help ------------------------------------------------------------
+
+OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def help_options(args):
+    proc = subprocess.run([CLI] + args + ["--help"], capture_output=True, text=True, timeout=60)
+    opts = set(re.findall(r"^\s+(--[a-z][a-z0-9-]*)", proc.stdout, re.M))
+    if args:
+        opts.add("--help")  # every subcommand takes it, whether or not its text lists it
+    else:
+        opts |= {"--help", "--version"}
+    return opts, proc.returncode
+
+
+def check_cli_spec():
+    spec_path = os.path.join(SRC, "docs", "cli-spec.md")
+    proc = subprocess.run([sys.executable, os.path.join(SRC, "scripts", "gen-cli-spec"), "--check", CLI],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode == 0:
+        ok("docs/cli-spec.md: every generated block equals the command's --help")
+    else:
+        not_ok("docs/cli-spec.md: generated blocks", proc.stdout + proc.stderr)
+
+    with open(spec_path, encoding="utf-8") as f:
+        text = f.read()
+    commands = {"": []}
+    commands.update({c: c.split() for c in ("hidden", "train", "eval", "model", "export", "import",
+                                            "bench transfer", "info")})
+    helps = {}
+    for name, args in commands.items():
+        opts, rc = help_options(args)
+        if rc != 0 or not opts:
+            not_ok(f"lamina {name} --help", f"exit {rc}, options {sorted(opts)}")
+        helps[name] = opts
+    every = set().union(*helps.values())
+
+    for name, opts in helps.items():
+        missing = sorted(o for o in opts if not re.search(re.escape(o) + r"(?![\w-])", text))
+        if missing:
+            not_ok(f"docs/cli-spec.md names every option of lamina {name} --help", f"missing: {missing}")
+        else:
+            ok(f"docs/cli-spec.md names every option of lamina {name} --help".replace("  ", " "))
+
+    # the hand-written text: outside the generated blocks, section by section
+    hand = re.sub(r"<!-- begin: lamina .*? -->.*?<!-- end: lamina [^>]*-->", "", text, flags=re.S)
+    sections = re.split(r"^## lamina (.+)$", hand, flags=re.M)
+    parts = [("", sections[0])] + list(zip(sections[1::2], sections[2::2]))
+    for name, body in parts:
+        name = name.strip()
+        allowed = helps.get(name, every) if name else every
+        unknown = sorted(set(OPTION.findall(body)) - allowed)
+        where = f"the section 'lamina {name}'" if name else "the opening text"
+        if unknown:
+            not_ok(f"docs/cli-spec.md: every option {where} names exists", f"not in --help: {unknown}")
+        else:
+            ok(f"docs/cli-spec.md: every option {where} names exists")
+
+    for doc in doc_files():
+        if doc in ("README.md", "docs/cli-spec.md"):
+            continue
+        with open(os.path.join(SRC, doc), encoding="utf-8") as f:
+            unknown = sorted(set(OPTION.findall(f.read())) - every)
+        if unknown:
+            not_ok(f"{doc}: every --option it names is a lamina option", f"unknown: {unknown}")
+        else:
+            ok(f"{doc}: every --option it names is a lamina option")
+
+
+# ---- the files the documents name ---------------------------------------------------------------
+
+def repo_files():
+    try:
+        proc = subprocess.run(["git", "-C", SRC, "ls-files", "--cached", "--others", "--exclude-standard"],
+                              capture_output=True, text=True, timeout=60)
+        if proc.returncode == 0 and proc.stdout:
+            return set(proc.stdout.splitlines()), "git ls-files"
+    except OSError:
+        pass
+    files = set()
+    for root, dirs, names in os.walk(SRC):
+        dirs[:] = [d for d in dirs if d != ".git" and not d.startswith("build")]
+        files |= {os.path.relpath(os.path.join(root, n), SRC) for n in names}
+    return files, "the file system"
+
+
+def check_paths():
+    files, how = repo_files()
+    dirs = {"/".join(f.split("/")[:i]) for f in files for i in range(1, f.count("/") + 1)}
+    top = {f.split("/")[0] for f in files}
+    for doc in ["README.md", "BENCHMARKS.md"] + [d for d in doc_files() if d != "README.md"]:
+        with open(os.path.join(SRC, doc), encoding="utf-8") as f:
+            text = f.read()
+        words = set()
+        for span in re.findall(r"`([^`\n]+)`", text) + re.findall(r"\]\(([^)\s]+)\)", text):
+            words |= set(span.split())
+        bad = []
+        for w in sorted(words):
+            w = w.strip("(),;:'\"").rstrip(".")
+            if "/" not in w or "://" in w:
+                continue
+            if w.startswith("./"):
+                w = w[2:]
+            # a placeholder part (fuzz/corpus/TARGET/) stands for any name
+            w = "/".join("*" if re.fullmatch(r"[A-Z][A-Z_]*", p) else p for p in w.split("/"))
+            head = w.split("/")[0]
+            if head.startswith("build") or not (head in top or head == ".." or head.startswith(".")):
+                continue
+            path = w.rstrip("/")
+            if not (path in files or path in dirs or any(fnmatch.fnmatch(f, path) for f in files)):
+                bad.append(w)
+        if bad:
+            not_ok(f"{doc}: every path it names is in the repository ({how})", f"not there: {bad}")
+        else:
+            ok(f"{doc}: every path it names is in the repository ({how})")
+
+
+def main():
+    for p in (CLI, LIB):
+        if not os.path.exists(p):
+            sys.exit(f"test_docs: {p} does not exist")
+    proc = subprocess.run([CLI, "info", "--json"], capture_output=True, text=True, timeout=60)
+    has_cuda = '"devices":[]' not in proc.stdout.replace(" ", "")
+    print(f"# lamina {CLI}; CUDA device: {'yes' if has_cuda else 'no'}")
+    check_cli_spec()
+    check_paths()
+    with tempfile.TemporaryDirectory(prefix="lamina-docs-") as work:
+        tiny = os.path.join(work, "tiny-data")
+        write_tiny(tiny)
+        env_saved = {k: os.environ.pop(k) for k in ("LAMINA_DEVICE", "LAMINA_DATA_DIR") if k in os.environ}
+        try:
+            run_commands(work, tiny, has_cuda)
+        finally:
+            os.environ.update(env_saved)
+    print(f"# {passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
