@@ -5,6 +5,8 @@ over liblamina (C/CUDA) through ctypes.
     out = lamina.create_hidden_layer(greys, weights)          # tanh(greys / 255 * weights), float32
     g, w = lamina.to_device(greys), lamina.to_device(weights)  # upload once ...
     out = lamina.create_hidden_layer(g, w).numpy()             # ... run many times
+    out = lamina.create_hidden_layer(torch_g, torch_w)         # CUDA arrays of CuPy/Numba/PyTorch: no copy
+    t = torch.from_dlpack(out)                                 # and back (DLPack, __cuda_array_interface__)
 
     model = lamina.Model("cnn")                                # the reference CNN, 1x28x28 inputs
     history = model.fit(x_train, y_train, epochs=5)            # x: uint8 images, y: integer labels
@@ -36,9 +38,9 @@ from ._lib import LIBRARY_PATH as library_path
 from ._lib import LaminaError
 from ._context import (build_info, cuda_device_count, cuda_unavailable_reason, device_info, memory_stats,
                        release_cached, set_memory_limit, synchronize)
-from .hidden import DeviceArray, create_hidden_layer, device_empty, to_device
+from .hidden import DeviceArray, create_hidden_layer, device_empty, from_dlpack, to_device
 from .model import Model, load
 
 __all__ = ["__version__", "LaminaError", "Model", "DeviceArray", "build_info", "create_hidden_layer", "cuda_device_count",
-           "cuda_unavailable_reason", "device_empty", "device_info", "library_path", "load", "memory_stats",
+           "cuda_unavailable_reason", "device_empty", "device_info", "from_dlpack", "library_path", "load", "memory_stats",
            "release_cached", "set_memory_limit", "synchronize", "to_device"]

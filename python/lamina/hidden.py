@@ -3,11 +3,17 @@
 Host arrays go to C as they are: the data pointer of the caller's (pageable) NumPy array, no copy
 unless the layout or dtype forces one. On CUDA, lamina streams such arrays through its pinned staging
 buffers itself; copying them first in Python would only add a pass over memory.
+
+Device arrays of other libraries (CuPy, Numba, PyTorch: anything with __dlpack__ or
+__cuda_array_interface__) go in as they are too, viewed by from_dlpack(); a DeviceArray goes out the
+same ways (__dlpack__, __cuda_array_interface__), without a copy either way.
 """
+import re
+
 import numpy as np
 from ctypes import byref, c_void_p
 
-from . import _arrays, _lib
+from . import _arrays, _interop, _lib
 from ._context import Closing, get_context, normalize_device
 from ._lib import check, lib
 
@@ -33,10 +39,24 @@ class DeviceArray(Closing):
         self.size = int(np.prod(shape, dtype=np.int64))
         self.nbytes = self.size * dt.itemsize
         ptr = c_void_p()
+        self._owner = self._release = None  # lamina's own memory (see _view)
+        self.readonly = False
         with self._ctx.lock:
             # lam_mem_alloc hands out at least one block even for 0 bytes; asking for 1 keeps that plain.
             check(lib.lam_mem_alloc(self._ctx.ptr, byref(ptr), max(self.nbytes, 1)))
         self._ptr = ptr.value
+
+    @classmethod
+    def _view(cls, ctx, ptr, shape, dtype, owner, release=None, readonly=False):
+        """A DeviceArray over memory that another library holds: `owner` (kept referenced) keeps it
+        alive, and close() calls `release` (a DLPack deleter) instead of freeing it."""
+        self = cls.__new__(cls)
+        self._ctx, self.shape, self.dtype = ctx, tuple(shape), np.dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.size * self.dtype.itemsize
+        self._owner, self._release, self.readonly = owner, release, readonly
+        self._ptr = ptr
+        return self
 
     @property
     def device(self):
@@ -60,6 +80,9 @@ class DeviceArray(Closing):
 
     def __repr__(self):
         state = "closed" if self.closed else f"{self.nbytes} bytes"
+        if not self.closed and self._owner is not None:
+            state += f" of a {type(self._owner).__name__}" if not isinstance(self._owner, _interop.Imported) else \
+                " from a DLPack capsule"
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device!r}, {state})"
 
     def __array__(self, dtype=None, copy=None):
@@ -70,6 +93,46 @@ class DeviceArray(Closing):
     def _check_open(self):
         if self._ptr is None:
             raise ValueError("this DeviceArray was closed (its memory is freed)")
+
+    # ---- zero-copy exchange (DLPack, CUDA Array Interface) ----
+    # lamina queues kernels on a stream of its own, which it does not hand out: before another library
+    # may touch the memory, the export waits for the context's queued work (lam_ctx_sync).
+
+    def __dlpack_device__(self):
+        """(kDLCUDA = 2, device) on CUDA, (kDLCPU = 1, 0) on the CPU."""
+        return (_interop.KDL_CUDA, _cuda_ordinal(self._ctx)) if self.device == "cuda" else (_interop.KDL_CPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule ("dltensor") viewing this array, no copy: torch.from_dlpack(a),
+        cupy.from_dlpack(a), np.from_dlpack(a) (CPU arrays). The array stays alive until the consumer
+        lets go. stream: the consumer's CUDA stream; lamina's queued work is waited for unless it is -1.
+        max_version is accepted and the unversioned capsule returned (which the standard allows)."""
+        self._check_open()
+        here = self.__dlpack_device__()
+        if dl_device is not None and tuple(int(v) for v in dl_device) != here:
+            raise BufferError(f"this DeviceArray is on DLPack device {here}, not {tuple(dl_device)}; lamina does not "
+                              f"copy between devices in __dlpack__ (use .numpy() for a host copy)")
+        if copy:
+            raise BufferError("lamina exports its memory as it is; for a copy use .numpy() (host) or copy in the "
+                              "consumer")
+        if here[0] == _interop.KDL_CPU:
+            if stream is not None:
+                raise BufferError(f"stream={stream!r} for a CPU DeviceArray: on the CPU only stream=None is accepted")
+        elif stream != -1:
+            self._ctx.sync()
+        return _interop.export_capsule(self, self._ptr, self.shape, self.dtype, here)
+
+    @property
+    def __cuda_array_interface__(self):
+        """CUDA Array Interface version 3 (Numba, CuPy): strides None (C order), stream None, because the
+        work lamina queued on the array is waited for here."""
+        if self._ctx.device != "cuda":
+            raise AttributeError("a CPU DeviceArray is host memory, which __cuda_array_interface__ cannot describe; "
+                                 "use np.from_dlpack(a) (a view) or a.numpy() (a copy)")
+        self._check_open()
+        self._ctx.sync()
+        return {"version": 3, "shape": self.shape, "typestr": self.dtype.str,
+                "data": (self._ptr if self.size else 0, self.readonly), "strides": None, "stream": None}
 
     def numpy(self, out=None):
         """Copies the array to the host: a new NumPy array, or into `out` (same dtype and size,
@@ -89,6 +152,8 @@ class DeviceArray(Closing):
     def upload(self, x):
         """Copies a host array of the same size into this one (converting real numbers to its dtype)."""
         self._check_open()
+        if self.readonly:
+            raise ValueError("this DeviceArray views read-only memory of another library")
         a = _arrays.host_input(x, "x", (self.dtype,))
         if a.size != self.size:
             raise ValueError(f"x has {a.size} values but this DeviceArray holds {self.size}")
@@ -97,11 +162,107 @@ class DeviceArray(Closing):
         return self
 
     def close(self):
-        """Frees the memory (back to the context's cache). Safe to call twice."""
+        """Frees the memory (back to the context's cache); for a view of another library's memory, lets
+        go of it (its DLPack deleter, or the reference to its owner). Safe to call twice."""
         ptr, self._ptr = getattr(self, "_ptr", None), None
-        if ptr is not None:
+        if ptr is None:
+            return
+        owner, release = getattr(self, "_owner", None), getattr(self, "_release", None)
+        if owner is None:
             with self._ctx.lock:
                 check(lib.lam_mem_free(self._ctx.ptr, ptr))
+            return
+        self._owner = self._release = None
+        if release is not None:
+            release()
+
+
+def _cuda_ordinal(ctx):
+    """The CUDA device of a lamina context (its name starts "cuda:N")."""
+    m = re.match(r"cuda:(\d+)", ctx.name)
+    return int(m.group(1)) if m else 0
+
+
+def _cuda_context_for(ordinal):
+    ctx = get_context("cuda")
+    if _cuda_ordinal(ctx) != ordinal:
+        raise ValueError(f"the array is memory of CUDA device {ordinal}, but lamina runs on device {_cuda_ordinal(ctx)}")
+    return ctx
+
+
+def _device_view(imp, owner):
+    """A DeviceArray over the CUDA tensor `imp` (an _interop.Imported), which it takes."""
+    if imp.dtype not in _DTYPE_CODE:
+        raise TypeError(f"lamina takes float32 or uint8 device arrays, not {_interop.dtype_name(*imp.dl_dtype)}; "
+                        f"convert in the library that made it (that copy is its own)")
+    if not _interop.is_c_contiguous(imp.shape, imp.strides):
+        raise ValueError(f"the device array (shape {imp.shape}, strides {imp.strides} elements) is not C-contiguous; "
+                         f"make it contiguous first (e.g. .contiguous() in PyTorch, cupy.ascontiguousarray)")
+    ctx = _cuda_context_for(imp.device[1])
+    imp.take()
+    return DeviceArray._view(ctx, imp.ptr, imp.shape, imp.dtype, owner if owner is not None else imp, imp.release)
+
+
+def from_dlpack(x):
+    """Another library's array as lamina's, without a copy.
+
+    x: anything with __dlpack__ (PyTorch, CuPy, JAX, NumPy), with __cuda_array_interface__ (Numba, CuPy,
+    PyTorch), or a DLPack capsule. CUDA memory becomes a DeviceArray over the same memory (float32 or
+    uint8, C-contiguous), which keeps x alive and lets go of it on close(); host memory (kDLCPU) becomes
+    a NumPy view (np.from_dlpack), which lamina's calls take as it is. The producer's queued work on the
+    array is waited for (the stream it names). A DeviceArray is returned as it is."""
+    if isinstance(x, DeviceArray):
+        x._check_open()
+        return x
+    if _interop.is_capsule(x):
+        imp = _interop.Imported(x)
+        if imp.device[0] in _interop.HOST_DEVICES:
+            return _interop.host_view(imp)
+        if imp.device[0] in _interop.CUDA_DEVICES:
+            return _device_view(imp, None)
+        raise TypeError(f"a DLPack capsule on device type {imp.device[0]}: lamina reads CPU and CUDA memory")
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        kind, ordinal = (int(v) for v in x.__dlpack_device__())
+        if kind in _interop.HOST_DEVICES:
+            if hasattr(np, "from_dlpack"):  # NumPy >= 1.22
+                return np.from_dlpack(x)
+            return _interop.host_view(_interop.Imported(x.__dlpack__()))
+        if kind not in _interop.CUDA_DEVICES:
+            raise TypeError(f"{type(x).__name__} is on DLPack device type {kind}: lamina reads CPU and CUDA memory")
+        _cuda_context_for(ordinal)  # before the producer queues anything for us
+        # Ask for it ready on the legacy default stream (1), then wait for that stream: lamina's own
+        # stream is not one the producer could be given.
+        try:
+            capsule = x.__dlpack__(stream=1)
+        except TypeError:  # a producer without the stream argument
+            capsule = x.__dlpack__()
+        _interop.sync_stream(1, ordinal)
+        return _device_view(_interop.Imported(capsule), x)
+    if hasattr(x, "__cuda_array_interface__"):
+        ptr, shape, dt, readonly, strides, stream = _interop.read_cai(x)
+        if dt not in _DTYPE_CODE:
+            raise TypeError(f"lamina takes float32 or uint8 device arrays, not {dt}; convert in the library that made it")
+        if not _interop.is_c_contiguous(shape, strides):
+            raise ValueError(f"the device array (shape {shape}, strides {strides} elements) is not C-contiguous; make it "
+                             f"contiguous first")
+        ctx = get_context("cuda")
+        if stream is not None:
+            _interop.sync_stream(stream, _cuda_ordinal(ctx))
+        return DeviceArray._view(ctx, ptr, shape, dt, x, readonly=readonly)
+    raise TypeError(f"{type(x).__name__} has neither __dlpack__ nor __cuda_array_interface__ (NumPy arrays and other "
+                    f"host arrays go to lamina's calls as they are)")
+
+
+def _is_foreign_device_array(x):
+    """x is CUDA memory of another library (what from_dlpack makes a DeviceArray of)."""
+    if x is None or isinstance(x, (DeviceArray, np.ndarray)):
+        return False
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        try:
+            return int(x.__dlpack_device__()[0]) in _interop.CUDA_DEVICES
+        except Exception:
+            return False
+    return hasattr(x, "__cuda_array_interface__")
 
 
 
@@ -137,14 +298,42 @@ def create_hidden_layer(greyscales, weights, device="auto", out=None, return_tim
 
     greyscales: float32 (0 to 255) or uint8 values; weights: float32, the same shape. Either may be a
     NumPy array (any shape; C-contiguous arrays are passed without a copy, others are copied; other real
-    dtypes are converted with a copy) or a DeviceArray. device: "auto" (CUDA if present), "cpu" or "cuda";
-    with DeviceArrays, their device. out: a float32 C-contiguous NumPy array or DeviceArray of the same
-    size to write into; by default a new NumPy array, or a new DeviceArray when both inputs are
-    DeviceArrays (then the call is queued on the device and returns at once; .numpy() waits).
+    dtypes are converted with a copy), a DeviceArray, or a CUDA array of another library (CuPy, Numba,
+    PyTorch: __dlpack__ or __cuda_array_interface__, float32/uint8, C-contiguous), read where it is.
+    device: "auto" (CUDA if present), "cpu" or "cuda"; with device arrays, their device. out: a float32
+    C-contiguous NumPy array, DeviceArray or CUDA array of another library, of the same size, to write
+    into; by default a new NumPy array, or a new DeviceArray when both inputs are device arrays (then
+    the call is queued on the device and returns at once; .numpy() waits). A call that involves another
+    library's arrays waits for its kernel before returning, so that library may read or reuse them.
 
     Returns out, or (out, timing) with return_timing=True: where the call's milliseconds went
     (staging, copy_in, kernel, copy_out, total, chunks; see lam_hidden_timing in lamina.h).
     """
+    views = []  # DeviceArrays over other libraries' memory, let go of before returning
+
+    def own(x):
+        if not _is_foreign_device_array(x):
+            return x
+        v = from_dlpack(x)
+        views.append(v)
+        return v
+
+    try:
+        g, w, o = own(greyscales), own(weights), own(out)
+        if o is not out and o.readonly:
+            raise ValueError("out is read-only memory (its __cuda_array_interface__ says so)")
+        result, timing = _hidden(g, w, device, o, return_timing, wait=bool(views))
+    finally:
+        for v in views:
+            v.close()
+    if out is not None and o is not out:
+        result = out  # the caller's own array, now holding the result
+    return (result, timing) if return_timing else result
+
+
+def _hidden(greyscales, weights, device, out, return_timing, wait):
+    """create_hidden_layer on NumPy arrays and DeviceArrays: (out, timing dict or None). wait: let the
+    queued kernel finish before returning."""
     ctx = _pick_context(device, (greyscales, weights, out))
     if isinstance(greyscales, DeviceArray):
         greyscales._check_open()
@@ -188,6 +377,8 @@ def create_hidden_layer(greyscales, weights, device="auto", out=None, return_tim
     with ctx.lock:
         check(lib.lam_hidden(ctx.ptr, n, addr(g), _DTYPE_CODE[g.dtype], addr(w), addr(out),
                              byref(timing) if timing is not None else None))
+    if wait:
+        ctx.sync()
     if return_timing:
         return out, {name: getattr(timing, name) for name, _ in _lib.HiddenTiming._fields_}
-    return out
+    return out, None

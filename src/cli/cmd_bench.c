@@ -184,31 +184,59 @@ static const char *find_python(const char *asked, char *why, size_t size) {
 }
 
 /* Draws the CSV: one line per method, time against batch size (or against the batch's raw megabytes
- * when the batches have different image shapes), log axes, written to a temporary name and renamed. */
+ * when the batches have different image shapes), log axes, x ticks at the batches measured, one line
+ * style and marker per dtype and one colour per method and host memory (pinned: filled markers). On
+ * the CPU backend (copies_on_host) the copies are host memcpy and the labels say "host copy". Written
+ * to a temporary name and renamed. tests/python/test_bench_plot.py checks the axes it draws. */
 static const char *plot_script =
     "import csv, os, sys\n"
     "import matplotlib\n"
     "matplotlib.use('Agg')\n"
     "import matplotlib.pyplot as plt\n"
+    "from matplotlib.ticker import FixedLocator, FixedFormatter, NullLocator\n"
     "path, stem = sys.argv[1], sys.argv[2]\n"
-    "rows = list(csv.DictReader(open(path)))\n"
+    "with open(path) as f:\n"
+    "    rows = list(csv.DictReader(f))\n"
+    "r0 = rows[0]\n"
+    "# the CPU backend copies host to host: say 'host copy' (CSVs without the column: the device name)\n"
+    "host = r0.get('copies_on_host', '1' if r0['device'].startswith('cpu') else '0') == '1'\n"
     "same = len({(r['c'], r['h'], r['w']) for r in rows}) == 1\n"
-    "lines = {}\n"
+    "def name(r):\n"
+    "    if not host:\n"
+    "        return r['method_label']\n"
+    "    if r['method'] == 'copy':\n"
+    "        return 'host copy ' + r['dtype']\n"
+    "    if r['method'] == 'cpu_normalize':\n"
+    "        return 'normalize, host copy f32'\n"
+    "    return 'host copy u8, normalize to ' + r['dtype']\n"
+    "lines, ticks = {}, {}\n"
     "for r in rows:\n"
     "    x = int(r['n']) if same else int(r['n']) * int(r['c']) * int(r['h']) * int(r['w']) / 1e6\n"
-    "    lines.setdefault(r['method_label'], []).append((x, float(r['median_us'])))\n"
+    "    ticks.setdefault(x, r['label'] if same else '%s\\n%.3g MB' % (r['label'], x))\n"
+    "    key = (name(r), r['method'], r['dtype'], r['memory'])\n"
+    "    lines.setdefault(key, []).append((x, float(r['median_us'])))\n"
+    "# one line style and marker per dtype, one colour per method and memory; pinned markers filled\n"
+    "styles = {'u8': (':', '^'), 'i8': ((0, (3, 1, 1, 1, 1, 1)), 'v'), 'f16': ('--', 's'), 'bf16': ('-.', 'D'),\n"
+    "          'f32': ('-', 'o')}\n"
+    "colours = {}\n"
     "fig, ax = plt.subplots(figsize=(9, 6))\n"
-    "for label, pts in lines.items():\n"
+    "for (label, method, dtype, memory), pts in lines.items():\n"
     "    pts.sort()\n"
-    "    style = '-' if 'pinned' in label else '--'\n"
-    "    marker = 'o' if 'GPU' in label else 's' if 'CPU' in label else '.'\n"
-    "    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=marker, label=label)\n"
+    "    ls, marker = styles.get(dtype, ('-', 'x'))\n"
+    "    c = colours.setdefault((method, memory), 'C%d' % len(colours))\n"
+    "    ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=ls, marker=marker, color=c, label=label,\n"
+    "            markerfacecolor=c if memory == 'pinned' else 'none')\n"
     "ax.set_xscale('log'); ax.set_yscale('log')\n"
-    "r0 = rows[0]\n"
-    "ax.set_xlabel('batch size (images of %sx%sx%s)' % (r0['c'], r0['h'], r0['w']) if same else 'raw batch (MB of uint8)')\n"
-    "ax.set_ylabel('host to device, median (us)')\n"
-    "ax.set_title('lamina bench transfer on ' + r0['device'])\n"
-    "ax.grid(True, which='both', alpha=0.3)\n"
+    "xs = sorted(ticks)\n"
+    "ax.xaxis.set_major_locator(FixedLocator(xs))\n"
+    "ax.xaxis.set_major_formatter(FixedFormatter([ticks[x] for x in xs]))\n"
+    "ax.xaxis.set_minor_locator(NullLocator())\n"
+    "if not same:\n"
+    "    plt.setp(ax.get_xticklabels(), rotation=30, ha='right')\n"
+    "ax.set_xlabel('batch size (images of %sx%sx%s)' % (r0['c'], r0['h'], r0['w']) if same else 'batch shape (raw uint8 MB)')\n"
+    "ax.set_ylabel('host copy (no GPU), median (us)' if host else 'host to device, median (us)')\n"
+    "ax.set_title('lamina bench transfer on ' + r0['device'] + (': host copies only' if host else ''))\n"
+    "ax.grid(True, which='major', alpha=0.3)\n"
     "ax.legend(fontsize=8)\n"
     "fig.tight_layout()\n"
     "for ext in ('png', 'svg'):\n"
@@ -449,17 +477,17 @@ int cmd_bench(int argc, char **argv) {
       rc = 1;
     } else {
       fprintf(f, "device,label,n,c,h,w,layout,method,method_label,dtype,memory,reps,bytes_host,bytes_device,median_us,"
-                 "p10_us,p90_us,wall_median_us,gbps\n");
+                 "p10_us,p90_us,wall_median_us,gbps,copies_on_host\n");
       static const char *mname[] = {"copy", "cpu_normalize", "gpu_normalize"};
       for (int j = 0; j < o.ncols; j++)
         for (int i = 0; i < nrows; i++) {
           const lam_xfer_result *r = &res[i][j];
           const col *cl = &o.cols[j];
-          fprintf(f, "\"%s\",%s,%zu,%d,%d,%d,%s,%s,%s,%s,%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.3f\n", lam_ctx_device_name(ctx),
+          fprintf(f, "\"%s\",%s,%zu,%d,%d,%d,%s,%s,%s,%s,%s,%d,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.3f,%d\n", lam_ctx_device_name(ctx),
                   cl->label, cl->n, cl->c, cl->h, cl->w, cl->layout == LAM_LAYOUT_NHWC ? "nhwc" : "nchw",
                   mname[rows[i].method], rows[i].label, lam_dtype_str(rows[i].dtype),
                   rows[i].pinned ? "pinned" : "pageable", r->reps, r->bytes_host, r->bytes_device, r->median_us,
-                  r->p10_us, r->p90_us, r->wall_median_us, r->bytes_host / (r->median_us * 1e3));
+                  r->p10_us, r->p90_us, r->wall_median_us, r->bytes_host / (r->median_us * 1e3), r->copies_on_host);
         }
       if (fflush(f) != 0 || ferror(f)) rc = 1;
       if (fclose(f) != 0) rc = 1;

@@ -10,7 +10,8 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CPU_MODULES = ["test_abi", "test_hidden", "test_model", "test_api", "test_images", "test_examples", "test_cuda"]
+CPU_MODULES = ["test_abi", "test_hidden", "test_model", "test_api", "test_images", "test_examples", "test_interop",
+               "test_bench_plot", "test_cuda"]
 SKIPPED = 77
 
 
