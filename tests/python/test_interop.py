@@ -41,7 +41,11 @@ class CountingDict(dict):
 
     def __init__(self, base):
         super().__init__(base)
-        self.pops = []
+        self.pops, self.sets = [], []
+
+    def __setitem__(self, key, value):
+        self.sets.append(key)
+        super().__setitem__(key, value)
 
     def pop(self, key, *default):
         self.pops.append(key)
@@ -67,8 +71,10 @@ class ExportReleases(unittest.TestCase):
     def assert_released_once(self):
         gc.collect()
         self.assertEqual(self.exported(), [], "a DLManagedTensor was never released")
+        # a freed tensor's address may come back for the next one: count releases against exports per key
         mine = [k for k in self.table.pops if k not in self.saved]
-        self.assertEqual(len(mine), len(set(mine)), "a deleter ran twice for one tensor")
+        for k in set(mine):
+            self.assertLessEqual(mine.count(k), self.table.sets.count(k), "a deleter ran twice for one tensor")
 
 
 class CpuDLPack(ExportReleases):
