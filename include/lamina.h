@@ -537,8 +537,9 @@ lam_status lam_output_write_atomic(const char *path, const char *what, const voi
  * done and the shuffling generator's state, with a CRC-32, atomically (temporary file, fsync, rename).
  * t may be NULL to save the model alone. */
 lam_status lam_checkpoint_save(const char *path, lam_model *m, const lam_trainer *t);
-/* Removes the temporary file of a checkpoint being written right now, if any: for a signal handler that
- * is about to exit (async-signal-safe: one unlink). */
+/* Removes the temporary file of an atomic write in progress right now (a checkpoint, a safetensors
+ * file, a log: lam_output_write_atomic), if any: for a signal handler that is about to exit
+ * (async-signal-safe: one unlink). */
 void lam_checkpoint_abort_cleanup(void);
 /* Reads a checkpoint into a new model on ctx. A truncated, corrupted (CRC) or wrong-version file is
  * LAM_ERR_IO with a message saying which. If trainer is not NULL and the file has training state, a

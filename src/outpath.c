@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,15 +95,28 @@ static lam_status sync_folder_of(const char *path, const char *what) {
   return LAM_OK;
 }
 
+/* The temporary file being written, for lam_checkpoint_abort_cleanup (a signal handler's). */
+static char g_tmp[PATH_MAX + 32];
+static volatile sig_atomic_t g_tmp_live;
+void lam_checkpoint_abort_cleanup(void) {
+  if (g_tmp_live) unlink(g_tmp);
+}
+
 lam_status lam_output_write_atomic(const char *asked, const char *what, const void *data, size_t n) {
   LAM_CHECK_ARG(asked && what && (data || !n), "lam_output_write_atomic: NULL argument");
-  char path[PATH_MAX], tmp[PATH_MAX + 32];
+  char path[PATH_MAX];
   LAM_TRY(lam_output_path_resolve(asked, what, path, sizeof path));
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  g_tmp_live = 0;
+  const char *tmp = g_tmp;
+  snprintf(g_tmp, sizeof g_tmp, "%s.tmp.%ld", path, (long)getpid());
+  g_tmp_live = 1;
   FILE *f = fopen(tmp, "wb");
-  if (!f)
+  if (!f) {
+    int err = errno;
+    g_tmp_live = 0;
     return LAM_FAIL(LAM_ERR_IO, "cannot write the %s '%s': fopen of the temporary file '%s' failed: %s; check that the "
-                    "folder is writable", what, path, tmp, strerror(errno));
+                    "folder exists and is writable", what, path, tmp, strerror(err));
+  }
   const char *call = NULL;
   int err = 0;
   if (n && fwrite(data, 1, n, f) != n) call = "fwrite", err = errno;
@@ -111,6 +125,7 @@ lam_status lam_output_write_atomic(const char *asked, const char *what, const vo
   int rc = fclose(f);
   if (!call && rc != 0) call = "fclose", err = errno;
   if (!call && rename(tmp, path) != 0) call = "rename", err = errno;
+  g_tmp_live = 0; /* renamed, or removed just below */
   if (call) {
     remove(tmp);
     return LAM_FAIL(LAM_ERR_IO, "cannot write the %s '%s': %s of the temporary file '%s' failed: %s (%zu bytes to "

@@ -58,8 +58,6 @@
  * the header says the file holds, and the CRC; only then does it build anything.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,75 +244,6 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
   return LAM_OK;
 }
 
-/* fsync of the folder that holds path, so the rename itself survives a power loss. Filesystems that
- * cannot sync a folder say EINVAL (or EBADF/EACCES where it cannot be opened for reading): the data
- * is already on disk then, and we go on; other failures are reported. */
-static lam_status sync_folder(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char dir[4096];
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else if ((size_t)(slash - path) < sizeof dir) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  else return LAM_OK; /* a folder name that long: skip the folder sync rather than fail the save */
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return LAM_OK;
-  int rc = fsync(fd), err = errno;
-  close(fd);
-  if (rc != 0 && err != EINVAL && err != EBADF && err != EROFS)
-    return LAM_FAIL(LAM_ERR_IO, "checkpoint '%s' was written and renamed into place, but fsync of its folder '%s' failed: %s; "
-                    "the new file may not survive a power loss", path, dir, strerror(err));
-  return LAM_OK;
-}
-
-/* The temporary file being written, for lam_checkpoint_abort_cleanup (a signal handler's). */
-static char g_tmp[4200];
-static volatile sig_atomic_t g_tmp_live;
-void lam_checkpoint_abort_cleanup(void) {
-  if (g_tmp_live) unlink(g_tmp);
-}
-
-/* Writes bytes to path atomically: a temporary file in the same folder, flushed, fsync'd, closed and
- * renamed over path. On any failure the temporary file is removed and path is left as it was. */
-static lam_status write_atomic(const char *asked, const uint8_t *p, size_t n) {
-  char path[4096];
-  LAM_TRY(lam_output_path_resolve(asked, "checkpoint", path, sizeof path));
-  size_t tlen = strlen(path) + 32;
-  char *tmp = malloc(tlen);
-  if (!tmp) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "saving checkpoint '%s': no host memory", path);
-  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-  g_tmp_live = 0;
-  snprintf(g_tmp, sizeof g_tmp, "%s", tmp);
-  g_tmp_live = strlen(tmp) < sizeof g_tmp;
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    int err = errno;
-    g_tmp_live = 0;
-    lam_status s = LAM_FAIL(LAM_ERR_IO, "cannot save checkpoint '%s': fopen of the temporary file '%s' failed: %s; check "
-                            "that the folder exists and is writable", path, tmp, strerror(err));
-    free(tmp);
-    return s;
-  }
-  const char *call = NULL;
-  int err = 0;
-  if (n && fwrite(p, 1, n, f) != n) call = "fwrite", err = errno;
-  else if (fflush(f) != 0) call = "fflush", err = errno;
-  else if (fsync(fileno(f)) != 0) call = "fsync", err = errno;
-  int rc = fclose(f);
-  if (!call && rc != 0) call = "fclose", err = errno;
-  if (!call && rename(tmp, path) != 0) call = "rename", err = errno;
-  g_tmp_live = 0; /* renamed, or removed just below */
-  if (call) {
-    remove(tmp);
-    lam_status s = LAM_FAIL(LAM_ERR_IO, "cannot save checkpoint '%s': %s of the temporary file '%s' failed: %s (%zu bytes "
-                            "to write); any file already at '%s' is unchanged", path, call, tmp,
-                            err ? strerror(err) : "unknown error", n, path);
-    free(tmp);
-    return s;
-  }
-  free(tmp);
-  return sync_folder(path);
-}
-
 lam_status lam_checkpoint_save(const char *path, lam_model *m, const lam_trainer *t) {
   LAM_CHECK_ARG(path && m, "lam_checkpoint_save: %s is NULL", path ? "model" : "path");
   LAM_CHECK_ARG(*path, "lam_checkpoint_save: the path is empty");
@@ -324,7 +253,7 @@ lam_status lam_checkpoint_save(const char *path, lam_model *m, const lam_trainer
   uint8_t *img = NULL;
   size_t len = 0;
   LAM_TRY(build_image(path, m, t, &img, &len));
-  lam_status s = write_atomic(path, img, len);
+  lam_status s = lam_output_write_atomic(path, "checkpoint", img, len); /* outpath.c */
   free(img);
   return s;
 }

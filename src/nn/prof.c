@@ -109,12 +109,11 @@ lam_status lam_trainer_profile_table(lam_trainer *t, lam_prof_row *rows, int max
 lam_status lam_trainer_profile_trace(lam_trainer *t, const char *path) {
   LAM_CHECK_ARG(t && path, "lam_trainer_profile_trace: %s is NULL", t ? "path" : "trainer");
   LAM_TRY(prof_resolve(&t->prof));
-  char real[4096], tmp[4200];
-  LAM_TRY(lam_output_path_resolve(path, "trace", real, sizeof real));
-  path = real;
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) return LAM_FAIL(LAM_ERR_IO, "cannot write the trace '%s': fopen failed: %s", tmp, strerror(errno));
+  LAM_TRY(lam_output_path_check(path, "trace")); /* before the document is built */
+  char *doc = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&doc, &len); /* the document in memory, then one atomic write (outpath.c) */
+  if (!f) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "writing the trace '%s': no host memory", path);
   const char *dev = lam_device_str(t->m->ctx->device);
   fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
   fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"lamina %s\"}}", dev);
@@ -127,13 +126,9 @@ lam_status lam_trainer_profile_trace(lam_trainer *t, const char *path) {
   }
   fprintf(f, "\n]}\n");
   int bad = ferror(f);
-  bad |= fflush(f) != 0;
-  bad |= fsync(fileno(f)) != 0;
   bad |= fclose(f) != 0;
-  if (bad || rename(tmp, path) != 0) {
-    int e = errno;
-    remove(tmp);
-    return LAM_FAIL(LAM_ERR_IO, "cannot write the trace '%s': %s", path, strerror(e));
-  }
-  return LAM_OK;
+  lam_status s = bad ? LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "writing the trace '%s': no host memory for the document", path)
+                     : lam_output_write_atomic(path, "trace", doc, len);
+  free(doc);
+  return s;
 }
