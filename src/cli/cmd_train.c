@@ -555,13 +555,16 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   return cli_json_print(root);
 }
 
-/* The test accuracy of the model saved at path (--save-best's). */
-static int test_of_saved(lam_ctx *ctx, const char *path, const lam_dataset *test, int batch, double *acc) {
+/* Accuracy and loss on d of the model saved at path (--save-best's); with spec, a model of another
+ * spec is LAM_ERR_INVALID_ARG, with no message (not this run's model: the resume path starts afresh). */
+static lam_status eval_saved(lam_ctx *ctx, const char *path, const char *spec, const lam_dataset *d, int batch,
+                             double *acc, double *loss) {
   lam_model *b = NULL;
   lam_status s = lam_checkpoint_load(ctx, path, &b, NULL, NULL);
-  if (s == LAM_OK) s = lam_evaluate(b, test, batch, acc, NULL, NULL);
+  if (s == LAM_OK && spec && strcmp(lam_model_spec(b), spec)) s = LAM_ERR_INVALID_ARG; /* the caller says nothing */
+  if (s == LAM_OK) s = lam_evaluate(b, d, batch, acc, loss, NULL);
   lam_model_free(b);
-  return s == LAM_OK ? 0 : fail("train", "evaluating the best model");
+  return s;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -697,15 +700,12 @@ int cmd_train(int argc, char **argv) {
   double best_loss = INFINITY, best_test = NAN;
   int best_epoch = 0, since_best = 0, stopped_early = 0;
   if (o.resume && o.save_best && access(o.save_best, F_OK) == 0) {
-    lam_model *b = NULL;
     double a = 0;
-    if (lam_checkpoint_load(ctx, o.save_best, &b, NULL, NULL) == LAM_OK &&
-        !strcmp(lam_model_spec(b), lam_model_spec(m)) && lam_evaluate(b, val, batch, &a, &best_loss, NULL) == LAM_OK) {
+    if (eval_saved(ctx, o.save_best, lam_model_spec(m), val, batch, &a, &best_loss) == LAM_OK) {
       if (!o.json) printf("  best so far: %s, validation loss %.4f\n", o.save_best, best_loss);
     } else {
       best_loss = INFINITY; /* not this run's model: the next epoch replaces it */
     }
-    lam_model_free(b);
   }
   while (lam_trainer_epochs_done(t) < o.epochs) {
     if (g_signal) { /* came while evaluating or saving */
@@ -782,7 +782,10 @@ int cmd_train(int argc, char **argv) {
     }
     rows[nrows - 1].test_acc = test_acc;
     if (o.log && write_log(o.log, rows, nrows)) goto out;
-    if (o.save_best && best_epoch && test_of_saved(ctx, o.save_best, test, batch, &best_test)) goto out;
+    if (o.save_best && best_epoch && eval_saved(ctx, o.save_best, NULL, test, batch, &best_test, NULL) != LAM_OK) {
+      ret = fail("train", "evaluating the best model");
+      goto out;
+    }
     if (!o.json) {
       printf("test acc %.2f%% (the model after epoch %d)\n", 100 * test_acc, rows[nrows - 1].es.epoch);
       if (o.save_best && best_epoch)
