@@ -344,6 +344,10 @@ lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, 
  * mean = std = 0.5 for every channel (torchvision's Normalize((0.5,), (0.5,))). Saved in checkpoints. */
 lam_status lam_model_set_normalization(lam_model *m, int c, const float *mean, const float *std);
 lam_status lam_model_normalization(const lam_model *m, float *mean, float *std); /* in_c values each */
+/* "M1,M2,../S1,S2,.." (c means, '/', c stds, comma-separated, finite, std > 0, no spaces) into mean and
+ * std: the form of lamina train/import --normalize and of safetensors metadata. A string of another form
+ * is LAM_ERR_INVALID_ARG saying what is expected. */
+lam_status lam_normalization_parse(const char *s, int c, float *mean, float *std);
 /* BatchNorm's running statistics: one flat buffer (per bn node: running mean, then running var). */
 size_t lam_model_state_count(const lam_model *m);
 lam_status lam_model_state_get(lam_model *m, float *host, size_t count);

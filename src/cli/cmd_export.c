@@ -165,21 +165,6 @@ int cmd_export(int argc, char **argv) {
   return ret;
 }
 
-/* --normalize "M1,../S1,.." for c channels (the same form as lamina train's). */
-static int parse_normalize(const char *s, int c, float *mean, float *std) {
-  const char *p = s;
-  for (int k = 0; k < 2; k++)
-    for (int i = 0; i < c; i++) {
-      char *end;
-      float v = strtof(p, &end);
-      char sep = i + 1 < c ? ',' : k ? '\0' : '/';
-      if (end == p || *end != sep || !isfinite(v) || (k && !(v > 0))) return -1;
-      (k ? std : mean)[i] = v;
-      p = end + (sep ? 1 : 0);
-    }
-  return 0;
-}
-
 int cmd_import(int argc, char **argv) {
   port_opts o;
   int rc = parse("import", argc, argv, &o);
@@ -205,7 +190,7 @@ int cmd_import(int argc, char **argv) {
     ret = fail("import", NULL);
     goto out;
   }
-  if (o.normalize && (o.C > 64 || parse_normalize(o.normalize, o.C, mean, std))) {
+  if (o.normalize && (o.C > 64 || lam_normalization_parse(o.normalize, o.C, mean, std) != LAM_OK)) {
     ret = cli_usage_error("import", "--normalize: '%s' is not %d means, '/', %d stds (> 0), comma-separated",
                           o.normalize, o.C, o.C);
     goto out;

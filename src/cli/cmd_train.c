@@ -382,19 +382,8 @@ static int set_normalization(const train_opts *o, const lam_dataset *train, lam_
   if (!strcmp(o->normalize, "auto")) {
     if (lam_dataset_channel_stats(train, mean, std) != LAM_OK) return fail("train", "--normalize auto");
   } else {
-    const char *p = o->normalize;
-    for (int part = 0; part < 2; part++) {
-      float *dst = part ? std : mean;
-      for (int i = 0; i < C; i++) {
-        char *end;
-        dst[i] = strtof(p, &end);
-        char want = i + 1 < C ? ',' : part ? '\0' : '/';
-        if (end == p || *end != want)
-          return cli_usage_error("train", "--normalize: '%s' is not %d means, '/', %d stds (comma-separated), 'auto' or "
-                                          "'default'", o->normalize, C, C);
-        p = end + (*end ? 1 : 0);
-      }
-    }
+    if (lam_normalization_parse(o->normalize, C, mean, std) != LAM_OK)
+      return cli_usage_error("train", "--normalize: %s; or 'auto' or 'default'", lam_last_error());
   }
   if (lam_model_set_normalization(m, C, mean, std) != LAM_OK) return cli_usage_error("train", "--normalize: %s", lam_last_error());
   return 0;

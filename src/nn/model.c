@@ -1,6 +1,8 @@
 /* model.c — a model: its graph (spec.c, graph.c), its flat parameter, gradient and state buffers
  * (tensors are views into them), PyTorch's default initialization, the planned batch buffers
  * (plan.c), and the host-array API. */
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,6 +339,25 @@ lam_status lam_model_set_normalization(lam_model *m, int c, const float *mean, c
                   (double)mean[i], (double)std[i]);
   for (int i = 0; i < c; i++) m->norm.mean[i] = mean[i], m->norm.std[i] = std[i];
   m->gen++; /* a captured step has the old values baked in */
+  return LAM_OK;
+}
+
+lam_status lam_normalization_parse(const char *s, int c, float *mean, float *std) {
+  LAM_CHECK_ARG(s && mean && std, "lam_normalization_parse: NULL argument");
+  LAM_CHECK_ARG(c >= 1 && c <= LAM_NORM_MAX_CHANNELS, "lam_normalization_parse: %d channels (1 to %d)", c,
+                LAM_NORM_MAX_CHANNELS);
+  const char *p = s;
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < c; i++) {
+      char *end;
+      errno = 0;
+      float v = strtof(p, &end);
+      char sep = i + 1 < c ? ',' : k ? '\0' : '/';
+      if (end == p || errno || !isfinite(v) || *end != sep || (k && !(v > 0)) || isspace((unsigned char)*p))
+        return LAM_FAIL(LAM_ERR_INVALID_ARG, "'%.200s' is not %d means, '/', %d stds (> 0), comma-separated", s, c, c);
+      (k ? std : mean)[i] = v;
+      p = end + (sep ? 1 : 0);
+    }
   return LAM_OK;
 }
 

@@ -506,22 +506,6 @@ static lam_status match(const lam_model *m, st_file *F, const st_want *w, int n,
   return LAM_OK;
 }
 
-/* "M1,M2,../S1,S2,.." for c channels into mean and std (checked as lam_model_set_normalization would). */
-static int parse_normalize(const char *s, int c, float *mean, float *std) {
-  const char *p = s;
-  for (int k = 0; k < 2; k++)
-    for (int i = 0; i < c; i++) {
-      char *end;
-      errno = 0;
-      float v = strtof(p, &end); /* as normalize_str checks its digits */
-      char sep = i + 1 < c ? ',' : k ? '\0' : '/';
-      if (end == p || errno || !isfinite(v) || *end != sep || (k && !(v > 0)) || isspace((unsigned char)*p)) return -1;
-      (k ? std : mean)[i] = v;
-      p = end + (sep ? 1 : 0);
-    }
-  return 0;
-}
-
 static uint64_t get_le(const uint8_t *p, int bytes) {
   uint64_t v = 0;
   for (int i = 0; i < bytes; i++) v |= (uint64_t)p[i] << (8 * i);
@@ -565,7 +549,7 @@ lam_status lam_model_load_safetensors(lam_model *m, const char *path) {
   if (s == LAM_OK && !(idx = malloc(((size_t)n + 1) * sizeof *idx)))
     s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "loading '%s': no host memory", path);
   if (s == LAM_OK) s = match(m, &F, w, n, idx);
-  if (s == LAM_OK && F.normalize && parse_normalize(F.normalize, m->in_c, mean, std)) {
+  if (s == LAM_OK && F.normalize && lam_normalization_parse(F.normalize, m->in_c, mean, std) != LAM_OK) {
     char nb[64];
     s = LAM_FAIL(LAM_ERR_INVALID_ARG, "safetensors file '%s': its __metadata__ 'lamina.normalize' is '%s', not %d means, "
                  "'/' and %d stds (> 0) for the model's %d input channels", path, shown(F.normalize, nb, sizeof nb),
