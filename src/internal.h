@@ -31,6 +31,9 @@ static inline size_t lam_direct_work_floats(int OC, int taps, size_t pooled_per_
 typedef struct lam_backend {
   const char *name; /* "cpu" or "cuda" */
   int direct_first_conv; /* 1: conv_pool_direct_* beat im2col + GEMM here (the GPU); the CPU's GEMMs win */
+  /* Convolutions run fastest on NHWC activations here (cuDNN's tensor-core kernels): 1 on CUDA, where
+   * nn_choose_fmt then lays out models with a conv of their own in NHWC; 0 on the CPU (its twins convert). */
+  int nhwc_convs;
   /* Raw backend memory, behind the caching allocator. */
   lam_status (*raw_alloc)(lam_ctx *ctx, void **ptr, size_t bytes);
   void (*raw_free)(lam_ctx *ctx, void *ptr);

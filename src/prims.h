@@ -2,13 +2,37 @@
  * prefix (cpu_<name> in cpu/, cuda_<name> in cuda/); the backend table (internal.h), the CPU header
  * and the CUDA header are all made from the one list below, so a primitive's signature is written in
  * one place. Arguments are validated by the caller (nn/). Matrices are row-major; "+=" means the
- * primitive accumulates into that output, "=" that it overwrites it. Images are NCHW: (B, C, P) with P
- * = H*W the pixels of a plane. */
+ * primitive accumulates into that output, "=" that it overwrites it. Images are (B, C, P) with P = H*W the
+ * pixels of a plane, laid out as the primitive's format f says (lam_fmt): NCHW float32 unless stated. */
 #ifndef LAMINA_PRIMS_H
 #define LAMINA_PRIMS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* How the activations a primitive reads and writes lie in memory: their element type (dt: float32, or bfloat16 as
+ * uint16_t bit patterns, rounded to nearest even where written) and, for images, the layout: NCHW, (B, C, H, W),
+ * or NHWC (nhwc = 1), (B, H, W, C): the channels of a pixel side by side, as cuDNN's tensor-core convolutions read
+ * them. A flat tensor (P = 1) lies the same in both. Parameters, gradients of parameters, statistics and
+ * running statistics are float32 whatever the format. Every primitive takes every format on the CPU; the CUDA
+ * backend takes NCHW float32 and NHWC in both types (elementwise ones: any), and says so where asked for
+ * another. */
+enum { LAM_DT_F32 = 0, LAM_DT_BF16 = 1 };
+typedef struct lam_fmt {
+  int dt, nhwc;
+} lam_fmt;
+static inline lam_fmt lam_fmt_of(int dt, int nhwc) {
+  lam_fmt f;
+  f.dt = dt, f.nhwc = nhwc;
+  return f;
+}
+#define LAM_FMT_NCHW lam_fmt_of(LAM_DT_F32, 0)
+static inline size_t lam_dt_size(int dt) { return dt == LAM_DT_BF16 ? 2 : 4; }
+static inline int lam_fmt_plain(lam_fmt f) { return f.dt == LAM_DT_F32 && !f.nhwc; }
+/* Index of value (b, c, p) of (B, C, P) images in format f. */
+static inline size_t lam_fmt_at(lam_fmt f, int C, int P, size_t b, size_t c, size_t p) {
+  return f.nhwc ? (b * (size_t)P + p) * (size_t)C + c : (b * (size_t)C + c) * (size_t)P + p;
+}
 
 /* Geometry of a convolution and of a pooling window, per sample (NCHW). */
 typedef struct lam_conv_geom {
@@ -65,97 +89,104 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   X(cbp_to_bcp, (lam_ctx * ctx, int B, int C, int P, const float *src, const float *bias, float *dst))             \
   /* dst (C, B*P) = src (B, C, P); and bias_grad[c] += the sum of src over b and p (may be NULL). */               \
   X(bcp_to_cbp, (lam_ctx * ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad))              \
-  /* ---- a whole 2-D convolution (no bias) over NCHW tensors, x (B, g->C, g->H, g->W) -> y (B, OC, g->OH, g->OW), \
-   * W (OC, g->C, K, K): cuDNN where the CUDA backend has it, else im2col + GEMM (conv_im2col.h). ws is scratch \
-   * of at least conv2d_workspace's bytes (at this geometry, OC and B). ---- */                                  \
-  X(conv2d_workspace, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, size_t *bytes))                      \
+  /* ---- a whole 2-D convolution (no bias) in format f, x (B, g->C, g->H, g->W) -> y (B, OC, g->OH, g->OW), W   \
+   * (OC, g->C, K, K) always in PyTorch's order, of type f.dt (bfloat16: the rounded weights): cuDNN where the     \
+   * CUDA backend has it, else im2col + GEMM (conv_im2col.h). Sums are float32. ws is scratch of at least           \
+   * conv2d_workspace's bytes (at this format, geometry, OC and B). ---- */                                       \
+  X(conv2d_workspace, (lam_ctx * ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, size_t *bytes))           \
   /* y = conv(x, W) */                                                                                              \
-  X(conv2d_fwd, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *W, float *y,     \
-                 void *ws, size_t ws_bytes))                                                                        \
-  /* dx = the input gradient from dy (B, OC, OH, OW); with accumulate, dx += it */                                 \
-  X(conv2d_bwd_data, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, const float *dy, const float *W,         \
-                      float *dx, int accumulate, void *ws, size_t ws_bytes))                                        \
-  /* dW += the weight gradient from x and dy */                                                                     \
-  X(conv2d_bwd_filter, (lam_ctx * ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *dy,       \
-                        float *dW, void *ws, size_t ws_bytes))                                                      \
+  X(conv2d_fwd, (lam_ctx * ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x, const void *W,      \
+                 void *y, void *ws, size_t ws_bytes))                                                               \
+  /* dx = the input gradient from dy (B, OC, OH, OW); with accumulate, dx += it (rounded once, in bfloat16) */     \
+  X(conv2d_bwd_data, (lam_ctx * ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *dy, const void *W, \
+                      void *dx, int accumulate, void *ws, size_t ws_bytes))                                         \
+  /* dW (float32) += the weight gradient from x and dy */                                                           \
+  X(conv2d_bwd_filter, (lam_ctx * ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x,              \
+                        const void *dy, float *dW, void *ws, size_t ws_bytes))                                      \
   /* y (rows, cols) += b[c] on every row; db[c] += the sum of dy over the rows. */                                 \
   X(add_bias, (lam_ctx * ctx, int rows, int cols, float *y, const float *b))                                       \
   X(bias_grad, (lam_ctx * ctx, int rows, int cols, const float *dy, float *db))                                    \
   /* y (B, C, P) += bias[c]; db[c] += the sum of dy (B, C, P) over b and p. */                                     \
-  X(channel_bias_fwd, (lam_ctx * ctx, int B, int C, int P, float *y, const float *bias))                           \
-  X(channel_bias_bwd, (lam_ctx * ctx, int B, int C, int P, const float *dy, float *db))                            \
+  X(channel_bias_fwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, void *y, const float *bias))                 \
+  X(channel_bias_bwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *dy, float *db))                  \
   /* y = the max of each window, arg = the index of that max within its H*W plane (the first maximum in row       \
    * order; NaN wins). maxpool_bwd: dx = the gradient routed to each max (dx zeroed first). */                     \
-  X(maxpool_fwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg))           \
-  X(maxpool_bwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx))   \
+  X(maxpool_fwd, (lam_ctx * ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *x, void *y, int32_t *arg)) \
+  X(maxpool_bwd, (lam_ctx * ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *dy, const int32_t *arg,     \
+                  void *dx))                                                                                        \
   /* y = the mean of each K×K window (stride g->stride, no padding); avgpool_bwd: dx = dy / (K*K) spread over     \
    * each window, summed where windows overlap, 0 where none covers. */                                            \
-  X(avgpool_fwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *x, float *y))                         \
-  X(avgpool_bwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *dy, float *dx))                       \
-  /* Global average pool: y[r] = the mean of x[r*P .. r*P + P) for rows r < rows (rows = B*C); plane_mean_bwd:      \
-   * dx[r*P + p] = dy[r] / P. */                                                                                    \
-  X(plane_mean_fwd, (lam_ctx * ctx, size_t rows, int P, const float *x, float *y))                                 \
-  X(plane_mean_bwd, (lam_ctx * ctx, size_t rows, int P, const float *dy, float *dx))                               \
+  X(avgpool_fwd, (lam_ctx * ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *x, void *y))               \
+  X(avgpool_bwd, (lam_ctx * ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *dy, void *dx))             \
+  /* Global average pool: y (B, C) = the mean of each plane of x (B, C, P); plane_mean_bwd: dx (B, C, P) = dy / P   \
+   * spread over each plane. */                                                                                     \
+  X(plane_mean_fwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *x, void *y))                       \
+  X(plane_mean_bwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *dy, void *dx))                     \
   /* Nearest upsampling by F: y (B, C, H*F, W*F) from x (B, C, H, W); upsample_bwd: dx (B, C, H, W) = the sum of   \
    * dy over each F×F block. */                                                                                    \
-  X(upsample_fwd, (lam_ctx * ctx, int B, int C, int H, int W, int F, const float *x, float *y))                   \
-  X(upsample_bwd, (lam_ctx * ctx, int B, int C, int H, int W, int F, const float *dy, float *dx))                 \
+  X(upsample_fwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int H, int W, int F, const void *x, void *y))         \
+  X(upsample_bwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int H, int W, int F, const void *dy, void *dx))       \
   /* y = act(x) elementwise (x and y may be the same buffer). act_bwd: dx = dy * act'(x), from the output y where   \
    * that is enough (relu: y > 0; leaky: y > 0 ? 1 : alpha; tanh: 1 - y^2; sigmoid: y (1 - y)) and from the input  \
    * x for gelu; the one not needed may be NULL. */                                                                \
-  X(act_fwd, (lam_ctx * ctx, int act, float alpha, size_t n, const float *x, float *y))                            \
-  X(act_bwd, (lam_ctx * ctx, int act, float alpha, size_t n, const float *x, const float *y, const float *dy,       \
-              float *dx))                                                                                           \
+  X(act_fwd, (lam_ctx * ctx, lam_fmt f, int act, float alpha, size_t n, const void *x, void *y))                  \
+  X(act_bwd, (lam_ctx * ctx, lam_fmt f, int act, float alpha, size_t n, const void *x, const void *y,              \
+              const void *dy, void *dx))                                                                            \
   /* BatchNorm over (B, C, P), per channel c. train = 1: mean and invstd = 1/sqrt(var + eps) of x over b and p      \
    * (biased variance) are computed and saved (C each), and the running statistics updated as PyTorch does:     \
    * run_mean = (1 - momentum) run_mean + momentum mean, run_var likewise with the unbiased variance (N/(N-1),   \
    * N = B*P); train = 0: the running statistics are used (mean, invstd may be NULL, nothing updated).           \
    * y = (x - mean) invstd gamma[c] + beta[c]. y may be x. */                                                       \
-  X(bn_fwd, (lam_ctx * ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,   \
+  X(bn_fwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *x, const float *gamma, const float *beta,  \
+             void *y,                                                                                               \
              float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps, int train))    \
   /* The training-mode backward from the saved mean and invstd: dgamma[c] += sum(dy xhat), dbeta[c] += sum(dy),     \
    * dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)) with xhat = (x - mean) invstd (dx overwritten). */     \
-  X(bn_bwd, (lam_ctx * ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,              \
-             const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta))                       \
+  X(bn_bwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma,     \
+             const float *mean, const float *invstd, void *dx, float *dgamma, float *dbeta))                        \
   /* BatchNorm then an activation, fused: y = act(z), z = (x - mean) invstd gamma[c] + beta[c], with the statistics \
    * and running statistics of bn_fwd (train: computed, saved and updated exactly as bn_fwd does; eval: the         \
    * running ones) and act, alpha as act_fwd. z is never stored. y must not be x: the backward re-reads x. */       \
-  X(bn_act_fwd, (lam_ctx * ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,      \
-                 const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,          \
+  X(bn_act_fwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,               \
+                 const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,          \
                  float momentum, float eps, int train))                                                             \
   /* Its training-mode backward: dz = dy act'(.) formed on the fly (from y for relu, leaky, tanh and sigmoid, as    \
    * act_bwd; from z recomputed out of x, mean, invstd, gamma and beta for gelu, whose y may be NULL), then         \
    * bn_bwd's math on dz: dgamma[c] += sum(dz xhat), dbeta[c] += sum(dz), dx = gamma invstd (dz - mean(dz) - xhat   \
    * mean(dz xhat)) (dx overwritten; dx may be dy). dz is never stored. */                                          \
-  X(bn_act_bwd, (lam_ctx * ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,          \
-                 const float *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,    \
-                 float *dx, float *dgamma, float *dbeta))                                                           \
+  X(bn_act_bwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x, const void *y, \
+                 const void *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,     \
+                 void *dx, float *dgamma, float *dbeta))                                                            \
   /* Dropout's keep mask: mask[i] = 1 (keep) or 0 with probability p, from a counter-based hash of (seed, *ctr, i)   \
    * that the CPU and CUDA compute alike (ctr is backend memory read when the op runs, NULL reads as 0: a step     \
    * captured in a graph draws a new mask when the counter moves). */                                              \
   X(dropout_mask, (lam_ctx * ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask))             \
   /* y = mask[i] ? x * scale : 0 (dropout's forward and backward; y may be x). */                                   \
-  X(mask_scale, (lam_ctx * ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y))              \
+  X(mask_scale, (lam_ctx * ctx, lam_fmt f, size_t n, const void *x, const uint8_t *mask, float scale, void *y))    \
   /* y = a + b elementwise (y may be a or b). */                                                                    \
-  X(add, (lam_ctx * ctx, size_t n, const float *a, const float *b, float *y))                                      \
+  X(add, (lam_ctx * ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y))                              \
   /* dst[r*ldd + i] = src[r*lds + i] for i < cols, r < rows (the slices of a channel concat). */                    \
-  X(copy_rows, (lam_ctx * ctx, size_t rows, size_t cols, const float *src, size_t lds, float *dst, size_t ldd))    \
+  X(copy_rows, (lam_ctx * ctx, lam_fmt f, size_t rows, size_t cols, const void *src, size_t lds, void *dst,        \
+                size_t ldd))                                                                                        \
   /* *count = the number of the n labels that are not LAM_LABEL_IGNORE, as a float. */                              \
   X(label_count, (lam_ctx * ctx, size_t n, const uint8_t *labels, float *count))                                  \
-  /* Softmax cross-entropy of logits (B, C, P) (class c of pixel p of sample b at (b*C + c)*P + p) against labels  \
+  /* Softmax cross-entropy of logits (B, C, P) in format f (class c of pixel p of sample b) against labels        \
    * (B, P); labels equal to LAM_LABEL_IGNORE are skipped. With label smoothing s the target is (1 - s) onehot +   \
    * s / C (PyTorch's). stats[0] += the loss summed over the labels counted, stats[1] += those predicted right,     \
    * stats[2] += those counted; pred[b*P + p] = the argmax (first maximum; pred may be NULL); unless dlogits is     \
-   * NULL, dlogits = (softmax - target) * scale / *count (count: backend memory, read when the op runs; NULL reads  \
-   * as 1), and 0 for ignored labels. */                                                                            \
-  X(xent, (lam_ctx * ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits,          \
+   * NULL, dlogits (format f) = (softmax - target) * scale / *count (count: backend memory, read when the op runs;  \
+   * NULL reads as 1), and 0 for ignored labels. The loss is computed in float32 from the logits as stored. */     \
+  X(xent, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *logits, const uint8_t *labels, void *dlogits, \
            float scale, const float *count, float smoothing, float *stats, uint8_t *pred))                         \
-  /* x (B, C, P) = normalized images[idx[b]] (each image C*P uint8, NCHW; norm->c == C); y (B, label_size) =        \
-   * labels[idx[b]] (label_size bytes per image). With cursor (backend memory, may be NULL) idx starts *cursor      \
+  /* x (B, C, P), format f = normalized images[idx[b]] (each image C*P uint8, NCHW; norm->c == C); y (B,          \
+   * label_size) = labels[idx[b]] (label_size bytes per image). With cursor (backend memory, may be NULL) idx starts *cursor      \
    * entries further: read when the op runs, so a step captured in a graph gathers the batch of the step it       \
    * replays. */                                                                                                    \
   X(gather, (lam_ctx * ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size, const uint8_t *labels, \
-             const int32_t *idx, const int32_t *cursor, const lam_norm *norm, float *x, uint8_t *y))               \
+             const int32_t *idx, const int32_t *cursor, const lam_norm *norm, lam_fmt f, void *x, uint8_t *y))     \
+  /* dst (B, C, P) in format fd = src (B, C, P) in format fs: re-laid out and re-typed (to bfloat16: rounded to      \
+   * nearest even). src and dst do not overlap. */                                                                  \
+  X(convert, (lam_ctx * ctx, int B, int C, int P, lam_fmt fs, const void *src, lam_fmt fd, void *dst))              \
   /* ---- fused conv -> relu -> maxpool (stride = K): the plain ops cbp_to_bcp + act_fwd(relu) + maxpool_fwd, and   \
    * maxpool_bwd + act_bwd(relu) + bcp_to_cbp, in one pass each. g is the pool's geometry over the conv's output   \
    * planes (C, H, W). ---- */                                                                                      \

@@ -35,11 +35,14 @@ typedef struct result {
 } result;
 
 /* One forward and backward of batch 0 in precision p (fuse: the LAMINA_FUSE level, or NULL for the
- * default), from the parameters params (np of them) on inputs drawn from seed. */
-static void run(lam_ctx *ctx, const bcase *bc, lam_precision p, const char *fuse, const float *params, size_t np,
-                uint64_t seed, result *r) {
+ * default; layout: LAMINA_LAYOUT, or NULL for the default), from the parameters params (np of them) on inputs
+ * drawn from seed. */
+static void run_in(lam_ctx *ctx, const bcase *bc, lam_precision p, const char *fuse, const char *layout,
+                   const float *params, size_t np, uint64_t seed, result *r) {
   if (fuse) setenv("LAMINA_FUSE", fuse, 1);
   else unsetenv("LAMINA_FUSE");
+  if (layout) setenv("LAMINA_LAYOUT", layout, 1);
+  else unsetenv("LAMINA_LAYOUT");
   TU_OK(lam_ctx_set_precision(ctx, p));
   lam_model *m;
   TU_OK(lam_model_create(ctx, bc->spec, bc->c, bc->h, bc->w, 3, &m));
@@ -61,6 +64,14 @@ static void run(lam_ctx *ctx, const bcase *bc, lam_precision p, const char *fuse
   free(y);
   TU_OK(lam_ctx_set_precision(ctx, LAM_PRECISION_FP32));
   unsetenv("LAMINA_FUSE");
+  unsetenv("LAMINA_LAYOUT");
+}
+/* In NCHW: the precision's rounded GEMM operands on float32 activations, as this test was written for (the
+ * CUDA backend's default puts a model with a conv of its own in NHWC, whose bf16 activations are bfloat16:
+ * test_bf16_nhwc). */
+static void run(lam_ctx *ctx, const bcase *bc, lam_precision p, const char *fuse, const float *params, size_t np,
+                uint64_t seed, result *r) {
+  run_in(ctx, bc, p, fuse, "nchw", params, np, seed, r);
 }
 
 /* max |a - b| over max |b|. */
@@ -143,6 +154,49 @@ static void test_bf16_cuda_matches_cpu(void **state) {
   }
 }
 
+/* NHWC, bfloat16 activations (the CUDA backend's default for models with a conv of their own): on the CPU
+ * (its twins through float32: the same rounding points) bf16 moves the logits and gradients away from fp32 by
+ * a bf16-sized amount — activations, not only operands, are rounded now, so more than in NCHW, still below 5%
+ * of scale. With "cuda": the CUDA backend's NHWC kernels against that. Both round the same float32 values
+ * where they store; the order of summation differs (cuDNN against im2col + GEMM), and a value that lands
+ * near a rounding boundary may round to the neighbouring bfloat16 (2^-8 apart) on one backend, which the
+ * layers after carry on: the logits and last layer's gradients are compared at 1e-2 of their scale and must be
+ * nearer the CPU's bf16 than the device's fp32 is; earlier layers' gradients at 5e-2 (kinks, as above). */
+static void test_bf16_nhwc(void **state) {
+  (void)state;
+  for (size_t k = 0; k < sizeof k_cases / sizeof k_cases[0]; k++) {
+    const bcase *bc = &k_cases[k];
+    size_t np, nl;
+    float *p = case_params(bc, &np, &nl);
+    uint64_t seed = tu_case_seed(400 + k);
+    result f, b, dev, dev32;
+    alloc_result(&f, nl, np), alloc_result(&b, nl, np);
+    run_in(g_cpu, bc, LAM_PRECISION_FP32, NULL, "nhwc", p, np, seed, &f);
+    run_in(g_cpu, bc, LAM_PRECISION_BF16, NULL, "nhwc", p, np, seed, &b);
+    double dl = rel_diff(b.logits, f.logits, nl), dg = rel_diff(b.grads + np - bc->tail, f.grads + np - bc->tail, bc->tail);
+    print_message("  cpu nhwc %s: bf16 vs fp32: logits %.2e, last layer's gradients %.2e of scale; loss %.6f vs %.6f\n",
+                  bc->spec, dl, dg, b.loss, f.loss);
+    assert_true(dl > 1e-5 && dl < 5e-2 && dg < 5e-2);
+    assert_true(fabs(b.loss - f.loss) < 5e-2 * fabs(f.loss));
+    if (g_dev) {
+      alloc_result(&dev, nl, np), alloc_result(&dev32, nl, np);
+      run_in(g_dev, bc, LAM_PRECISION_BF16, NULL, "nhwc", p, np, seed, &dev);
+      run_in(g_dev, bc, LAM_PRECISION_FP32, NULL, "nhwc", p, np, seed, &dev32);
+      size_t head = np - bc->tail;
+      double cl = rel_diff(dev.logits, b.logits, nl), ct = rel_diff(dev.grads + head, b.grads + head, bc->tail);
+      double ch = head ? rel_diff(dev.grads, b.grads, head) : 0, d32 = rel_diff(dev32.logits, b.logits, nl);
+      print_message("  cuda nhwc %s: bf16 vs the cpu's bf16: logits %.2e, last layer's gradients %.2e, earlier %.2e; "
+                    "cuda fp32 vs the cpu's bf16: logits %.2e\n",
+                    bc->spec, cl, ct, ch, d32);
+      assert_true(cl <= 1e-2 && ct <= 1e-2 && ch <= 5e-2);
+      assert_true(fabs(dev.loss - b.loss) <= 1e-2 * fabs(b.loss));
+      assert_true(cl < d32); /* nearer the cpu's bf16 than fp32 is */
+      free_result(&dev), free_result(&dev32);
+    }
+    free_result(&f), free_result(&b), free(p);
+  }
+}
+
 /* The reference CNN on the device's default path in bf16: a few Adam steps on one batch lower its loss. */
 static void test_bf16_cuda_trains(void **state) {
   (void)state;
@@ -201,8 +255,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "test_bf16: %s\n", lam_last_error());
     return 1;
   }
-  const struct CMUnitTest cpu_tests[] = {cmocka_unit_test(test_bf16_cpu_rounds), cmocka_unit_test(test_precision_names)};
-  const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_bf16_cuda_matches_cpu),
+  const struct CMUnitTest cpu_tests[] = {cmocka_unit_test(test_bf16_cpu_rounds), cmocka_unit_test(test_bf16_nhwc),
+                                         cmocka_unit_test(test_precision_names)};
+  const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_bf16_cuda_matches_cpu), cmocka_unit_test(test_bf16_nhwc),
                                           cmocka_unit_test(test_bf16_cuda_trains)};
   tu_apply_filter();
   int failed = g_dev ? cmocka_run_group_tests_name("bf16_cuda", cuda_tests, NULL, NULL)

@@ -19,6 +19,8 @@
 #include "../src/internal.h"
 
 static int g_cuda;       /* the backend under test is CUDA (else the CPU) */
+static lam_fmt g_fmt;    /* the format the primitives of activations run in: NCHW float32, or with the argument
+                          * "nhwc" NHWC float32 (inputs converted in, outputs back, by the backend's convert) */
 static lam_ctx *g_ctx;   /* the backend under test */
 static lam_ctx *g_cpu;   /* with "cuda": the CPU backend, the oracle */
 static tu_rng g_r;
@@ -114,6 +116,60 @@ static void dfree(lam_ctx *ctx, void *d) {
   if (d) TU_OK(lam_mem_free(ctx, d));
 }
 #define BE(ctx) ((ctx)->be)
+
+/* ---- the format under test: a primitive's device buffers in g_fmt, made from and read back into the plain
+ * (NCHW float32) ones the checks use ---- */
+
+/* d (plain, B x C x P) as a new buffer in g_fmt (with guard bytes), or d itself where g_fmt is plain. */
+static void *fin(lam_ctx *ctx, void *d, int B, int C, size_t P) {
+  if (!d || lam_fmt_plain(g_fmt)) return d;
+  size_t bytes = (size_t)B * C * P * lam_dt_size(g_fmt.dt);
+  uint8_t *guard = xmalloc(bytes + GUARD);
+  memset(guard, GUARD_BYTE, bytes + GUARD);
+  void *f = dput(ctx, guard, bytes); /* its guard is checked when fout reads it back */
+  free(guard);
+  TU_OK(BE(ctx)->convert(ctx, B, C, (int)P, LAM_FMT_NCHW, d, g_fmt, f));
+  return f;
+}
+/* f (from fin) back into d, and freed, checking its guard bytes; nothing where f is d. */
+static void fout(lam_ctx *ctx, void *f, void *d, int B, int C, size_t P, const char *what) {
+  if (!f || f == d) return;
+  size_t bytes = (size_t)B * C * P * lam_dt_size(g_fmt.dt);
+  uint8_t *t = xmalloc(bytes);
+  dget(ctx, t, f, bytes, what); /* the guard */
+  free(t);
+  TU_OK(BE(ctx)->convert(ctx, B, C, (int)P, g_fmt, f, LAM_FMT_NCHW, d));
+  dfree(ctx, f);
+}
+/* n values with no layout (elementwise primitives, weights): only g_fmt's type. */
+static void *fin_flat(lam_ctx *ctx, void *d, size_t n) {
+  lam_fmt keep = g_fmt;
+  g_fmt = lam_fmt_of(keep.dt, 0);
+  void *f = fin(ctx, d, 1, 1, n);
+  g_fmt = keep;
+  return f;
+}
+static void fout_flat(lam_ctx *ctx, void *f, void *d, size_t n, const char *what) {
+  lam_fmt keep = g_fmt;
+  g_fmt = lam_fmt_of(keep.dt, 0);
+  fout(ctx, f, d, 1, 1, n, what);
+  g_fmt = keep;
+}
+/* An int32 buffer per value (a maxpool's argmax) moves as float32 values do: its layout, never its type. */
+static lam_fmt fmt_i32(void) { return lam_fmt_of(LAM_DT_F32, g_fmt.nhwc); }
+static void *fin_i32(lam_ctx *ctx, void *d, int B, int C, size_t P) {
+  lam_fmt keep = g_fmt;
+  g_fmt = fmt_i32();
+  void *f = fin(ctx, d, B, C, P);
+  g_fmt = keep;
+  return f;
+}
+static void fout_i32(lam_ctx *ctx, void *f, void *d, int B, int C, size_t P, const char *what) {
+  lam_fmt keep = g_fmt;
+  g_fmt = fmt_i32();
+  fout(ctx, f, d, B, C, P, what);
+  g_fmt = keep;
+}
 
 /* ---- checks ---- */
 
@@ -447,14 +503,21 @@ typedef struct conv_io {
 static void run_conv2d(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, conv_io *io) {
   size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * OC * g->OH * g->OW, nw = (size_t)OC * g->C * g->K * g->K;
   size_t ws_bytes = 0;
-  TU_OK(BE(ctx)->conv2d_workspace(ctx, g, OC, B, &ws_bytes));
+  TU_OK(BE(ctx)->conv2d_workspace(ctx, g_fmt, g, OC, B, &ws_bytes));
   void *ws = NULL;
   TU_OK(lam_mem_alloc(ctx, &ws, ws_bytes ? ws_bytes : 1));
   float *dx_in = dput(ctx, io->x, nx * 4), *dW_in = dput(ctx, io->W, nw * 4), *ddy = dput(ctx, io->dy, ny * 4);
   float *dy_out = dput(ctx, io->y, ny * 4), *ddx = dput(ctx, io->dx, nx * 4), *ddW = dput(ctx, io->dW, nw * 4);
-  TU_OK(BE(ctx)->conv2d_fwd(ctx, g, OC, B, dx_in, dW_in, dy_out, ws, ws_bytes));
-  TU_OK(BE(ctx)->conv2d_bwd_data(ctx, g, OC, B, ddy, dW_in, ddx, io->acc, ws, ws_bytes));
-  TU_OK(BE(ctx)->conv2d_bwd_filter(ctx, g, OC, B, dx_in, ddy, ddW, ws, ws_bytes));
+  const int HW = g->H * g->W, OP = g->OH * g->OW;
+  void *fx = fin(ctx, dx_in, B, g->C, HW), *fdy = fin(ctx, ddy, B, OC, OP), *fy = fin(ctx, dy_out, B, OC, OP),
+       *fdx = fin(ctx, ddx, B, g->C, HW);
+  void *fW = fin_flat(ctx, dW_in, nw); /* the weights in the format's type (bfloat16: the rounded ones) */
+  TU_OK(BE(ctx)->conv2d_fwd(ctx, g_fmt, g, OC, B, fx, fW, fy, ws, ws_bytes));
+  TU_OK(BE(ctx)->conv2d_bwd_data(ctx, g_fmt, g, OC, B, fdy, fW, fdx, io->acc, ws, ws_bytes));
+  TU_OK(BE(ctx)->conv2d_bwd_filter(ctx, g_fmt, g, OC, B, fx, fdy, ddW, ws, ws_bytes));
+  fout(ctx, fy, dy_out, B, OC, OP, "conv2d_fwd y (format)"), fout(ctx, fdx, ddx, B, g->C, HW, "conv2d dx (format)");
+  fout(ctx, fx, dx_in, B, g->C, HW, "conv2d x (format)"), fout(ctx, fdy, ddy, B, OC, OP, "conv2d dy (format)");
+  fout_flat(ctx, fW, dW_in, nw, "conv2d W (format)");
   dget(ctx, io->y, dy_out, ny * 4, "conv2d_fwd");
   dget(ctx, io->dx, ddx, nx * 4, "conv2d_bwd_data");
   dget(ctx, io->dW, ddW, nw * 4, "conv2d_bwd_filter");
@@ -644,14 +707,18 @@ static void test_dense_bias(void **state) {
 static void run_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, const float *bias) {
   size_t n = (size_t)B * C * P;
   float *dy = dput(ctx, y, n * 4), *db = dput(ctx, bias, (size_t)C * 4);
-  TU_OK(BE(ctx)->channel_bias_fwd(ctx, B, C, P, dy, db));
+  void *fy = fin(ctx, dy, B, C, P);
+  TU_OK(BE(ctx)->channel_bias_fwd(ctx, g_fmt, B, C, P, fy, db));
+  fout(ctx, fy, dy, B, C, P, "channel_bias_fwd (format)");
   dget(ctx, y, dy, n * 4, "channel_bias_fwd");
   dfree(ctx, dy), dfree(ctx, db);
 }
 static void run_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *db) {
   size_t n = (size_t)B * C * P;
   float *ddy = dput(ctx, dy, n * 4), *ddb = dput(ctx, db, (size_t)C * 4);
-  TU_OK(BE(ctx)->channel_bias_bwd(ctx, B, C, P, ddy, ddb));
+  void *fdy = fin(ctx, ddy, B, C, P);
+  TU_OK(BE(ctx)->channel_bias_bwd(ctx, g_fmt, B, C, P, fdy, ddb));
+  fout(ctx, fdy, ddy, B, C, P, "channel_bias_bwd dy (format)");
   dget(ctx, db, ddb, (size_t)C * 4, "channel_bias_bwd");
   dfree(ctx, ddy), dfree(ctx, ddb);
 }
@@ -706,7 +773,11 @@ static void run_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const f
   size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * g->C * g->OH * g->OW;
   float *dx = dput(ctx, x, nx * 4), *dy = dput(ctx, y, ny * 4);
   int32_t *da = dput(ctx, arg, ny * 4);
-  TU_OK(BE(ctx)->maxpool_fwd(ctx, g, B, dx, dy, da));
+  const int HW = g->H * g->W, OP = g->OH * g->OW;
+  void *fx = fin(ctx, dx, B, g->C, HW), *fy = fin(ctx, dy, B, g->C, OP), *fa = fin_i32(ctx, da, B, g->C, OP);
+  TU_OK(BE(ctx)->maxpool_fwd(ctx, g_fmt, g, B, fx, fy, fa));
+  fout(ctx, fx, dx, B, g->C, HW, "maxpool_fwd x (format)"), fout(ctx, fy, dy, B, g->C, OP, "maxpool_fwd y (format)");
+  fout_i32(ctx, fa, da, B, g->C, OP, "maxpool_fwd arg (format)");
   dget(ctx, y, dy, ny * 4, "maxpool_fwd y");
   dget(ctx, arg, da, ny * 4, "maxpool_fwd arg");
   dfree(ctx, dx), dfree(ctx, dy), dfree(ctx, da);
@@ -715,21 +786,31 @@ static void run_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const f
   size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * g->C * g->OH * g->OW;
   float *ddy = dput(ctx, dy, ny * 4), *ddx = dput(ctx, dx, nx * 4);
   int32_t *da = dput(ctx, arg, ny * 4);
-  TU_OK(BE(ctx)->maxpool_bwd(ctx, g, B, ddy, da, ddx));
+  const int HW = g->H * g->W, OP = g->OH * g->OW;
+  void *fdy = fin(ctx, ddy, B, g->C, OP), *fdx = fin(ctx, ddx, B, g->C, HW), *fa = fin_i32(ctx, da, B, g->C, OP);
+  TU_OK(BE(ctx)->maxpool_bwd(ctx, g_fmt, g, B, fdy, fa, fdx));
+  fout(ctx, fdy, ddy, B, g->C, OP, "maxpool_bwd dy (format)"), fout(ctx, fdx, ddx, B, g->C, HW, "maxpool_bwd (format)");
+  fout_i32(ctx, fa, da, B, g->C, OP, "maxpool_bwd arg (format)");
   dget(ctx, dx, ddx, nx * 4, "maxpool_bwd");
   dfree(ctx, ddy), dfree(ctx, ddx), dfree(ctx, da);
 }
 static void run_avgpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y) {
   size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * g->C * g->OH * g->OW;
   float *dx = dput(ctx, x, nx * 4), *dy = dput(ctx, y, ny * 4);
-  TU_OK(BE(ctx)->avgpool_fwd(ctx, g, B, dx, dy));
+  const int HW = g->H * g->W, OP = g->OH * g->OW;
+  void *fx = fin(ctx, dx, B, g->C, HW), *fy = fin(ctx, dy, B, g->C, OP);
+  TU_OK(BE(ctx)->avgpool_fwd(ctx, g_fmt, g, B, fx, fy));
+  fout(ctx, fx, dx, B, g->C, HW, "avgpool_fwd x (format)"), fout(ctx, fy, dy, B, g->C, OP, "avgpool_fwd (format)");
   dget(ctx, y, dy, ny * 4, "avgpool_fwd");
   dfree(ctx, dx), dfree(ctx, dy);
 }
 static void run_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, float *dx) {
   size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * g->C * g->OH * g->OW;
   float *ddy = dput(ctx, dy, ny * 4), *ddx = dput(ctx, dx, nx * 4);
-  TU_OK(BE(ctx)->avgpool_bwd(ctx, g, B, ddy, ddx));
+  const int HW = g->H * g->W, OP = g->OH * g->OW;
+  void *fdy = fin(ctx, ddy, B, g->C, OP), *fdx = fin(ctx, ddx, B, g->C, HW);
+  TU_OK(BE(ctx)->avgpool_bwd(ctx, g_fmt, g, B, fdy, fdx));
+  fout(ctx, fdy, ddy, B, g->C, OP, "avgpool_bwd dy (format)"), fout(ctx, fdx, ddx, B, g->C, HW, "avgpool_bwd (format)");
   dget(ctx, dx, ddx, nx * 4, "avgpool_bwd");
   dfree(ctx, ddy), dfree(ctx, ddx);
 }
@@ -767,8 +848,8 @@ static void pool_loss(const void *a, const float *x, double *loss) {
   float *y = fnan(ny);
   int32_t *arg = xmalloc(ny * 4);
   /* only on the CPU backend, whose memory is host memory */
-  if (p->avg) TU_OK(BE(g_ctx)->avgpool_fwd(g_ctx, p->g, p->B, x, y));
-  else TU_OK(BE(g_ctx)->maxpool_fwd(g_ctx, p->g, p->B, x, y, arg));
+  if (p->avg) TU_OK(BE(g_ctx)->avgpool_fwd(g_ctx, LAM_FMT_NCHW, p->g, p->B, x, y));
+  else TU_OK(BE(g_ctx)->maxpool_fwd(g_ctx, LAM_FMT_NCHW, p->g, p->B, x, y, arg));
   double s = 0;
   for (size_t i = 0; i < ny; i++) s += (double)p->w[i] * y[i];
   *loss = s;
@@ -900,17 +981,25 @@ static void test_pool(void **state) {
     }
 }
 
-static const size_t k_pm[][2] = {{1, 1}, {7, 3}, {64, 31}, {5, 32}, {130, 33}, {3, 1000}, {192, 49}, {2, 70000}};
+/* (B, C, P): rows = B*C planes of P */
+static const int k_pm[][3] = {{1, 1, 1},   {7, 1, 3},    {4, 16, 31}, {5, 1, 32},
+                              {10, 13, 33}, {3, 1, 1000}, {3, 64, 49}, {2, 1, 70000}};
 
-static void run_plane_mean_fwd(lam_ctx *ctx, size_t rows, int P, const float *x, float *y) {
+static void run_plane_mean_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, float *y) {
+  size_t rows = (size_t)B * C;
   float *dx = dput(ctx, x, rows * P * 4), *dy = dput(ctx, y, rows * 4);
-  TU_OK(BE(ctx)->plane_mean_fwd(ctx, rows, P, dx, dy));
+  void *fx = fin(ctx, dx, B, C, P), *fy = fin(ctx, dy, B, C, 1);
+  TU_OK(BE(ctx)->plane_mean_fwd(ctx, g_fmt, B, C, P, fx, fy));
+  fout(ctx, fx, dx, B, C, P, "plane_mean_fwd x (format)"), fout(ctx, fy, dy, B, C, 1, "plane_mean_fwd (format)");
   dget(ctx, y, dy, rows * 4, "plane_mean_fwd");
   dfree(ctx, dx), dfree(ctx, dy);
 }
-static void run_plane_mean_bwd(lam_ctx *ctx, size_t rows, int P, const float *dy, float *dx) {
+static void run_plane_mean_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *dx) {
+  size_t rows = (size_t)B * C;
   float *ddy = dput(ctx, dy, rows * 4), *ddx = dput(ctx, dx, rows * P * 4);
-  TU_OK(BE(ctx)->plane_mean_bwd(ctx, rows, P, ddy, ddx));
+  void *fdy = fin(ctx, ddy, B, C, 1), *fdx = fin(ctx, ddx, B, C, P);
+  TU_OK(BE(ctx)->plane_mean_bwd(ctx, g_fmt, B, C, P, fdy, fdx));
+  fout(ctx, fdy, ddy, B, C, 1, "plane_mean_bwd dy (format)"), fout(ctx, fdx, ddx, B, C, P, "plane_mean_bwd (format)");
   dget(ctx, dx, ddx, rows * P * 4, "plane_mean_bwd");
   dfree(ctx, ddy), dfree(ctx, ddx);
 }
@@ -923,7 +1012,7 @@ typedef struct pm_fd {
 static void pm_loss(const void *a, const float *x, double *loss) {
   const pm_fd *p = a;
   float *y = fnan(p->rows);
-  TU_OK(BE(g_ctx)->plane_mean_fwd(g_ctx, p->rows, p->P, x, y));
+  TU_OK(BE(g_ctx)->plane_mean_fwd(g_ctx, LAM_FMT_NCHW, (int)p->rows, 1, p->P, x, y));
   double s = 0;
   for (size_t r = 0; r < p->rows; r++) s += (double)p->w[r] * y[r];
   *loss = s;
@@ -934,8 +1023,8 @@ static void test_plane_mean(void **state) {
   (void)state;
   for (size_t s = 0; s < sizeof k_pm / sizeof k_pm[0]; s++) {
     seed_case("plane_mean", s);
-    size_t rows = k_pm[s][0], n = rows * k_pm[s][1];
-    int P = (int)k_pm[s][1];
+    const int B = k_pm[s][0], C = k_pm[s][1], P = k_pm[s][2];
+    size_t rows = (size_t)B * C, n = rows * P;
     char what[120];
     float *x = frand(n, -2, 2), *dy = frand(rows, -1, 1);
     double *ref = dzero(rows), *scale = dzero(rows), *dref = dzero(n);
@@ -945,13 +1034,13 @@ static void test_plane_mean(void **state) {
       for (int p = 0; p < P; p++) dref[r * P + p] = (double)dy[r] / P;
     }
     float *y = fnan(rows), *yc = g_cuda ? fnan(rows) : NULL;
-    run_plane_mean_fwd(g_ctx, rows, P, x, y);
-    if (g_cuda) run_plane_mean_fwd(g_cpu, rows, P, x, yc);
+    run_plane_mean_fwd(g_ctx, B, C, P, x, y);
+    if (g_cuda) run_plane_mean_fwd(g_cpu, B, C, P, x, yc);
     snprintf(what, sizeof what, "plane_mean_fwd rows=%zu P=%d", rows, P);
     verify(what, rows, y, ref, yc, scale, 2e-7, 1e-5); /* CPU: summed in double; CUDA: fp32 (warp lanes) */
     float *dx = fnan(n), *dxc = g_cuda ? fnan(n) : NULL;
-    run_plane_mean_bwd(g_ctx, rows, P, dy, dx);
-    if (g_cuda) run_plane_mean_bwd(g_cpu, rows, P, dy, dxc);
+    run_plane_mean_bwd(g_ctx, B, C, P, dy, dx);
+    if (g_cuda) run_plane_mean_bwd(g_cpu, B, C, P, dy, dxc);
     snprintf(what, sizeof what, "plane_mean_bwd rows=%zu P=%d", rows, P);
     verify(what, n, dx, dref, dxc, NULL, 1e-7, 0.0); /* one rounded division, the same on both */
     if (!g_cuda && n <= 200) {
@@ -967,8 +1056,11 @@ static const int k_up[][5] = {{1, 1, 1, 1, 2}, {2, 3, 5, 7, 2}, {3, 64, 4, 4, 3}
 static void run_upsample(lam_ctx *ctx, int bwd, int B, int C, int H, int W, int F, const float *in, float *out) {
   size_t small = (size_t)B * C * H * W, big = small * F * F, nin = bwd ? big : small, nout = bwd ? small : big;
   float *di = dput(ctx, in, nin * 4), *dout = dput(ctx, out, nout * 4);
-  if (bwd) TU_OK(BE(ctx)->upsample_bwd(ctx, B, C, H, W, F, di, dout));
-  else TU_OK(BE(ctx)->upsample_fwd(ctx, B, C, H, W, F, di, dout));
+  const size_t pin = nin / B / C, pout = nout / B / C;
+  void *fi = fin(ctx, di, B, C, pin), *fo = fin(ctx, dout, B, C, pout);
+  if (bwd) TU_OK(BE(ctx)->upsample_bwd(ctx, g_fmt, B, C, H, W, F, fi, fo));
+  else TU_OK(BE(ctx)->upsample_fwd(ctx, g_fmt, B, C, H, W, F, fi, fo));
+  fout(ctx, fi, di, B, C, pin, "upsample in (format)"), fout(ctx, fo, dout, B, C, pout, "upsample out (format)");
   dget(ctx, out, dout, nout * 4, bwd ? "upsample_bwd" : "upsample_fwd");
   dfree(ctx, di), dfree(ctx, dout);
 }
@@ -981,7 +1073,7 @@ static void up_loss(const void *a, const float *x, double *loss) {
   const up_fd *u = a;
   size_t big = (size_t)u->B * u->C * u->H * u->W * u->F * u->F;
   float *y = fnan(big);
-  TU_OK(BE(g_ctx)->upsample_fwd(g_ctx, u->B, u->C, u->H, u->W, u->F, x, y));
+  TU_OK(BE(g_ctx)->upsample_fwd(g_ctx, LAM_FMT_NCHW, u->B, u->C, u->H, u->W, u->F, x, y));
   double s = 0;
   for (size_t i = 0; i < big; i++) s += (double)u->w[i] * y[i];
   *loss = s;
@@ -1055,9 +1147,14 @@ static void run_act(lam_ctx *ctx, int bwd, int act, float alpha, size_t n, const
   float *dx_ = dput(ctx, x, n * 4), *dy_ = dput(ctx, y, n * 4), *dg = dput(ctx, dy, n * 4), *dout;
   /* in place: forward writes over x, backward over dy */
   dout = inplace ? (bwd ? dg : dx_) : dput(ctx, out, n * 4);
-  if (bwd) TU_OK(BE(ctx)->act_bwd(ctx, act, alpha, n, act == LAM_ACT_GELU ? dx_ : NULL, act == LAM_ACT_GELU ? NULL : dy_,
-                                  dg, dout));
-  else TU_OK(BE(ctx)->act_fwd(ctx, act, alpha, n, dx_, dout));
+  void *fx = fin_flat(ctx, dx_, n), *fy = fin_flat(ctx, dy_, n), *fg = fin_flat(ctx, dg, n);
+  void *fo = inplace ? (bwd ? fg : fx) : fin_flat(ctx, dout, n);
+  if (bwd) TU_OK(BE(ctx)->act_bwd(ctx, g_fmt, act, alpha, n, act == LAM_ACT_GELU ? fx : NULL, act == LAM_ACT_GELU ? NULL : fy,
+                                  fg, fo));
+  else TU_OK(BE(ctx)->act_fwd(ctx, g_fmt, act, alpha, n, fx, fo));
+  if (!inplace) fout_flat(ctx, fo, dout, n, "act out (format)");
+  fout_flat(ctx, fx, dx_, n, "act x (format)"), fout_flat(ctx, fy, dy_, n, "act y (format)");
+  fout_flat(ctx, fg, dg, n, "act dy (format)");
   dget(ctx, out, dout, n * 4, bwd ? "act_bwd" : "act_fwd");
   dfree(ctx, dx_), dfree(ctx, dy_), dfree(ctx, dg);
   if (!inplace) dfree(ctx, dout);
@@ -1070,7 +1167,7 @@ typedef struct act_fd {
 static void act_loss(const void *a, const float *x, double *loss) { /* x is one value here */
   const act_fd *f = a;
   float y;
-  TU_OK(BE(g_ctx)->act_fwd(g_ctx, f->act, f->alpha, 1, x, &y));
+  TU_OK(BE(g_ctx)->act_fwd(g_ctx, LAM_FMT_NCHW, f->act, f->alpha, 1, x, &y));
   *loss = y;
 }
 
@@ -1190,7 +1287,10 @@ static void run_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const 
   float *dy = inplace ? dx : dput(ctx, o->y, n * 4);
   float *dm = train ? dput(ctx, o->mean, cb) : NULL, *di = train ? dput(ctx, o->invstd, cb) : NULL;
   float *drm = dput(ctx, o->rm, cb), *drv = dput(ctx, o->rv, cb);
-  TU_OK(BE(ctx)->bn_fwd(ctx, B, C, P, dx, dg, db, dy, dm, di, drm, drv, momentum, eps, train));
+  void *fx = fin(ctx, dx, B, C, P), *fy = inplace ? fx : fin(ctx, dy, B, C, P);
+  TU_OK(BE(ctx)->bn_fwd(ctx, g_fmt, B, C, P, fx, dg, db, fy, dm, di, drm, drv, momentum, eps, train));
+  if (!inplace) fout(ctx, fx, dx, B, C, P, "bn_fwd x (format)");
+  fout(ctx, fy, dy, B, C, P, "bn_fwd y (format)");
   dget(ctx, o->y, dy, n * 4, "bn_fwd y");
   if (train) dget(ctx, o->mean, dm, cb, "bn_fwd mean"), dget(ctx, o->invstd, di, cb, "bn_fwd invstd");
   dget(ctx, o->rm, drm, cb, "bn_fwd run_mean");
@@ -1206,7 +1306,11 @@ static void run_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const 
   float *d_m = dput(ctx, mean, cb), *d_i = dput(ctx, invstd, cb), *d_dg = dput(ctx, dgamma, cb),
         *d_db = dput(ctx, dbeta, cb);
   float *d_dx = inplace ? d_dy : dput(ctx, dx, n * 4);
-  TU_OK(BE(ctx)->bn_bwd(ctx, B, C, P, d_x, d_dy, d_g, d_m, d_i, d_dx, d_dg, d_db));
+  void *fx = fin(ctx, d_x, B, C, P), *fdy = fin(ctx, d_dy, B, C, P), *fdx = inplace ? fdy : fin(ctx, d_dx, B, C, P);
+  TU_OK(BE(ctx)->bn_bwd(ctx, g_fmt, B, C, P, fx, fdy, d_g, d_m, d_i, fdx, d_dg, d_db));
+  fout(ctx, fx, d_x, B, C, P, "bn_bwd x (format)");
+  if (!inplace) fout(ctx, fdy, d_dy, B, C, P, "bn_bwd dy (format)");
+  fout(ctx, fdx, d_dx, B, C, P, "bn_bwd dx (format)");
   dget(ctx, dx, d_dx, n * 4, "bn_bwd dx");
   dget(ctx, dgamma, d_dg, cb, "bn_bwd dgamma");
   dget(ctx, dbeta, d_db, cb, "bn_bwd dbeta");
@@ -1223,7 +1327,7 @@ static void bn_loss(const void *a, const float *v, double *loss) {
   const bn_fd *f = a;
   size_t n = (size_t)f->B * f->C * f->P;
   float *y = fnan(n), *m = fnan(f->C), *is = fnan(f->C), *rm = frand(f->C, 0, 1), *rv = frand(f->C, 1, 2);
-  TU_OK(BE(g_ctx)->bn_fwd(g_ctx, f->B, f->C, f->P, f->wrt == 0 ? v : f->x, f->wrt == 1 ? v : f->gamma,
+  TU_OK(BE(g_ctx)->bn_fwd(g_ctx, LAM_FMT_NCHW, f->B, f->C, f->P, f->wrt == 0 ? v : f->x, f->wrt == 1 ? v : f->gamma,
                    f->wrt == 2 ? v : f->beta, y, m, is, rm, rv, 0.1f, 1e-5f, 1));
   double s = 0;
   for (size_t i = 0; i < n; i++) s += (double)f->w[i] * y[i];
@@ -1360,7 +1464,9 @@ static void run_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alp
   float *dx = dput(ctx, x, n * 4), *dg = dput(ctx, gamma, cb), *db = dput(ctx, beta, cb), *dy = dput(ctx, o->y, n * 4);
   float *dm = train ? dput(ctx, o->mean, cb) : NULL, *di = train ? dput(ctx, o->invstd, cb) : NULL;
   float *drm = dput(ctx, o->rm, cb), *drv = dput(ctx, o->rv, cb);
-  TU_OK(BE(ctx)->bn_act_fwd(ctx, B, C, P, act, alpha, dx, dg, db, dy, dm, di, drm, drv, momentum, eps, train));
+  void *fx = fin(ctx, dx, B, C, P), *fy = fin(ctx, dy, B, C, P);
+  TU_OK(BE(ctx)->bn_act_fwd(ctx, g_fmt, B, C, P, act, alpha, fx, dg, db, fy, dm, di, drm, drv, momentum, eps, train));
+  fout(ctx, fx, dx, B, C, P, "bn_act_fwd x (format)"), fout(ctx, fy, dy, B, C, P, "bn_act_fwd y (format)");
   dget(ctx, o->y, dy, n * 4, "bn_act_fwd y");
   if (train) dget(ctx, o->mean, dm, cb, "bn_act_fwd mean"), dget(ctx, o->invstd, di, cb, "bn_act_fwd invstd");
   dget(ctx, o->rm, drm, cb, "bn_act_fwd run_mean");
@@ -1377,7 +1483,11 @@ static void run_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alp
   float *d_x = dput(ctx, x, n * 4), *d_y = dput(ctx, y, n * 4), *d_dy = dput(ctx, dy, n * 4), *d_g = dput(ctx, gamma, cb),
         *d_b = dput(ctx, beta, cb), *d_m = dput(ctx, mean, cb), *d_i = dput(ctx, invstd, cb);
   float *d_dx = dput(ctx, dx, n * 4), *d_dg = dput(ctx, dgamma, cb), *d_db = dput(ctx, dbeta, cb);
-  TU_OK(BE(ctx)->bn_act_bwd(ctx, B, C, P, act, alpha, d_x, d_y, d_dy, d_g, d_b, d_m, d_i, d_dx, d_dg, d_db));
+  void *fx = fin(ctx, d_x, B, C, P), *fy = fin(ctx, d_y, B, C, P), *fdy = fin(ctx, d_dy, B, C, P),
+       *fdx = fin(ctx, d_dx, B, C, P);
+  TU_OK(BE(ctx)->bn_act_bwd(ctx, g_fmt, B, C, P, act, alpha, fx, fy, fdy, d_g, d_b, d_m, d_i, fdx, d_dg, d_db));
+  fout(ctx, fx, d_x, B, C, P, "bn_act_bwd x (format)"), fout(ctx, fy, d_y, B, C, P, "bn_act_bwd y (format)");
+  fout(ctx, fdy, d_dy, B, C, P, "bn_act_bwd dy (format)"), fout(ctx, fdx, d_dx, B, C, P, "bn_act_bwd dx (format)");
   dget(ctx, dx, d_dx, n * 4, "bn_act_bwd dx");
   dget(ctx, dgamma, d_dg, cb, "bn_act_bwd dgamma");
   dget(ctx, dbeta, d_db, cb, "bn_act_bwd dbeta");
@@ -1396,7 +1506,7 @@ static void bn_act_loss(const void *a, const float *v, double *loss) {
   const bn_act_fd *f = a;
   size_t n = (size_t)f->B * f->C * f->P;
   float *y = fnan(n), *m = fnan(f->C), *is = fnan(f->C), *rm = frand(f->C, 0, 1), *rv = frand(f->C, 1, 2);
-  TU_OK(BE(g_ctx)->bn_act_fwd(g_ctx, f->B, f->C, f->P, f->act, f->alpha, f->wrt == 0 ? v : f->x,
+  TU_OK(BE(g_ctx)->bn_act_fwd(g_ctx, LAM_FMT_NCHW, f->B, f->C, f->P, f->act, f->alpha, f->wrt == 0 ? v : f->x,
                               f->wrt == 1 ? v : f->gamma, f->wrt == 2 ? v : f->beta, y, m, is, rm, rv, 0.1f, 1e-5f, 1));
   double s = 0;
   for (size_t i = 0; i < n; i++) s += (double)f->w[i] * y[i];
@@ -1573,8 +1683,11 @@ static void test_bn_act(void **state) {
                   *d_dy = dput(g_ctx, dy, n * 4), *d_g = dput(g_ctx, gamma, cb), *d_b = dput(g_ctx, beta, cb),
                   *d_m = dput(g_ctx, o.mean, cb), *d_i = dput(g_ctx, o.invstd, cb), *d_dg = dput(g_ctx, dg2, cb),
                   *d_db = dput(g_ctx, db2, cb);
-            TU_OK(BE(g_ctx)->bn_act_bwd(g_ctx, B, C, P, act, alpha, d_x, d_y, d_dy, d_g, d_b, d_m, d_i, d_dy, d_dg,
+            void *fx = fin(g_ctx, d_x, B, C, P), *fy = fin(g_ctx, d_y, B, C, P), *fdy = fin(g_ctx, d_dy, B, C, P);
+            TU_OK(BE(g_ctx)->bn_act_bwd(g_ctx, g_fmt, B, C, P, act, alpha, fx, fy, fdy, d_g, d_b, d_m, d_i, fdy, d_dg,
                                         d_db));
+            fout(g_ctx, fx, d_x, B, C, P, "bn_act_bwd x"), fout(g_ctx, fy, d_y, B, C, P, "bn_act_bwd y");
+            fout(g_ctx, fdy, d_dy, B, C, P, "bn_act_bwd dx over dy (format)");
             dget(g_ctx, dx2, d_dy, n * 4, "bn_act_bwd dx (over dy)");
             dget(g_ctx, dg2, d_dg, cb, "bn_act_bwd dgamma"), dget(g_ctx, db2, d_db, cb, "bn_act_bwd dbeta");
             dfree(g_ctx, d_x), dfree(g_ctx, d_y), dfree(g_ctx, d_dy), dfree(g_ctx, d_g), dfree(g_ctx, d_b);
@@ -1683,7 +1796,10 @@ static void run_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t
                            int inplace) {
   float *dx = dput(ctx, x, n * 4), *dy = inplace ? dx : dput(ctx, y, n * 4);
   uint8_t *dm = dput(ctx, mask, n);
-  TU_OK(BE(ctx)->mask_scale(ctx, n, dx, dm, scale, dy));
+  void *fx = fin_flat(ctx, dx, n), *fy = inplace ? fx : fin_flat(ctx, dy, n);
+  TU_OK(BE(ctx)->mask_scale(ctx, g_fmt, n, fx, dm, scale, fy));
+  if (!inplace) fout_flat(ctx, fx, dx, n, "mask_scale x (format)");
+  fout_flat(ctx, fy, dy, n, "mask_scale y (format)");
   dget(ctx, y, dy, n * 4, "mask_scale");
   dfree(ctx, dx), dfree(ctx, dm);
   if (!inplace) dfree(ctx, dy);
@@ -1691,7 +1807,11 @@ static void run_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t
 static void run_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y, int alias) {
   float *da = dput(ctx, a, n * 4), *db = dput(ctx, b, n * 4);
   float *dy = alias == 1 ? da : alias == 2 ? db : dput(ctx, y, n * 4);
-  TU_OK(BE(ctx)->add(ctx, n, da, db, dy));
+  void *fa = fin_flat(ctx, da, n), *fb = fin_flat(ctx, db, n), *fy = alias == 1 ? fa : alias == 2 ? fb : fin_flat(ctx, dy, n);
+  TU_OK(BE(ctx)->add(ctx, g_fmt, n, fa, fb, fy));
+  if (alias != 1) fout_flat(ctx, fa, da, n, "add a (format)");
+  if (alias != 2) fout_flat(ctx, fb, db, n, "add b (format)");
+  fout_flat(ctx, fy, dy, n, "add y (format)");
   dget(ctx, y, dy, n * 4, "add");
   dfree(ctx, da), dfree(ctx, db);
   if (!alias) dfree(ctx, dy);
@@ -1732,7 +1852,9 @@ static void test_elementwise(void **state) {
 static void run_copy_rows(lam_ctx *ctx, size_t rows, size_t cols, const float *src, size_t lds, float *dst, size_t ldd) {
   size_t ns = rows * lds, nd = rows * ldd;
   float *dsrc = dput(ctx, src, ns * 4), *ddst = dput(ctx, dst, nd * 4);
-  TU_OK(BE(ctx)->copy_rows(ctx, rows, cols, dsrc, lds, ddst, ldd));
+  void *fs = fin_flat(ctx, dsrc, ns), *fd = fin_flat(ctx, ddst, nd);
+  TU_OK(BE(ctx)->copy_rows(ctx, g_fmt, rows, cols, fs, lds, fd, ldd));
+  fout_flat(ctx, fs, dsrc, ns, "copy_rows src (format)"), fout_flat(ctx, fd, ddst, nd, "copy_rows dst (format)");
   dget(ctx, dst, ddst, nd * 4, "copy_rows");
   dfree(ctx, dsrc), dfree(ctx, ddst);
 }
@@ -1808,7 +1930,9 @@ static void run_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, con
   float *dlg = dput(ctx, logits, n * 4), *ddl = dput(ctx, o->dl, n * 4), *dc = dput(ctx, count, 4),
         *dst = dput(ctx, o->stats, 12);
   uint8_t *dlab = dput(ctx, labels, np), *dp = dput(ctx, o->pred, np);
-  TU_OK(BE(ctx)->xent(ctx, B, C, P, dlg, dlab, ddl, scale, dc, s, dst, dp));
+  void *flg = fin(ctx, dlg, B, C, P), *fdl = fin(ctx, ddl, B, C, P);
+  TU_OK(BE(ctx)->xent(ctx, g_fmt, B, C, P, flg, dlab, fdl, scale, dc, s, dst, dp));
+  fout(ctx, flg, dlg, B, C, P, "xent logits (format)"), fout(ctx, fdl, ddl, B, C, P, "xent dlogits (format)");
   if (o->dl) dget(ctx, o->dl, ddl, n * 4, "xent dlogits");
   if (o->pred) dget(ctx, o->pred, dp, np, "xent pred");
   dget(ctx, o->stats, dst, 12, "xent stats");
@@ -1823,7 +1947,7 @@ typedef struct xent_fd {
 static void xent_loss(const void *a, const float *logits, double *loss) {
   const xent_fd *f = a;
   float stats[3] = {0, 0, 0};
-  TU_OK(BE(g_ctx)->xent(g_ctx, f->B, f->C, f->P, logits, f->labels, NULL, 1.0f, NULL, f->s, stats, NULL));
+  TU_OK(BE(g_ctx)->xent(g_ctx, LAM_FMT_NCHW, f->B, f->C, f->P, logits, f->labels, NULL, 1.0f, NULL, f->s, stats, NULL));
   *loss = (double)stats[0] * f->scale / f->count;
 }
 
@@ -1921,7 +2045,9 @@ static void run_gather(lam_ctx *ctx, const gather_case *g, size_t nimg, const ui
   int32_t *dx_idx = dput(ctx, idx, nidx * 4), *dc = g->cursor ? dput(ctx, &cur, 4) : NULL;
   float *dx = dput(ctx, x, (size_t)g->B * sample * 4);
   uint8_t *dy = dput(ctx, y, (size_t)g->B * g->label_size);
-  TU_OK(BE(ctx)->gather(ctx, g->B, g->C, g->P, di, g->label_size, dl, dx_idx, dc, norm, dx, dy));
+  void *fx = fin(ctx, dx, g->B, g->C, g->P);
+  TU_OK(BE(ctx)->gather(ctx, g->B, g->C, g->P, di, g->label_size, dl, dx_idx, dc, norm, g_fmt, fx, dy));
+  fout(ctx, fx, dx, g->B, g->C, g->P, "gather x (format)");
   dget(ctx, x, dx, (size_t)g->B * sample * 4, "gather x");
   dget(ctx, y, dy, (size_t)g->B * g->label_size, "gather y");
   dfree(ctx, di), dfree(ctx, dl), dfree(ctx, dx_idx), dfree(ctx, dc), dfree(ctx, dx), dfree(ctx, dy);
@@ -2147,6 +2273,195 @@ static void test_normalize_images(void **state) {
 
 /* ---- the fused conv -> relu -> maxpool: NULL bias and NULL db (test_fused covers the rest) ---- */
 
+/* ---- bfloat16 activations: each primitive in NHWC bfloat16 against itself in the format under test, on the
+ * same inputs (bfloat16 values, so both formats read the same numbers) ---- */
+
+static void round_bf16(float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = lam_bf16_to_f32(lam_f32_to_bf16(x[i]));
+}
+static float *frand16(size_t n, double a, double b) {
+  float *p = frand(n, a, b);
+  round_bf16(p, n);
+  return p;
+}
+/* got (the bfloat16 run) against want (float32): within twice the output's rounding, 2^-8 |want|, and 2e-4 of
+ * the largest |want| for sums that the two runs take in other orders or through another algorithm. */
+static void cmp_bf16(const char *what, size_t n, const float *got, const float *want) {
+  double big = 0.0;
+  for (size_t i = 0; i < n; i++) big = fmax(big, fabs(want[i]));
+  double *w = dzero(n), *sc = dzero(n);
+  for (size_t i = 0; i < n; i++) w[i] = want[i], sc[i] = fabs(want[i]) + 0.05 * big;
+  cmp_f(what, n, got, w, sc, 1.0 / 256);
+  free(w), free(sc);
+}
+#define IN_BF16(stmt)                          \
+  do {                                         \
+    lam_fmt keep_ = g_fmt;                     \
+    g_fmt = lam_fmt_of(LAM_DT_BF16, 1);        \
+    stmt;                                      \
+    g_fmt = keep_;                             \
+  } while (0)
+
+static void test_fmt_bf16(void **state) {
+  (void)state;
+  static const int shapes[][4] = {{3, 16, 7, 9}, {2, 3, 5, 6}, {4, 64, 4, 4}, {2, 8, 1, 1}}; /* B, C, H, W */
+  for (int si = 0; si < 4; si++) {
+    const int B = shapes[si][0], C = shapes[si][1], H = shapes[si][2], W = shapes[si][3], P = H * W;
+    const size_t n = (size_t)B * C * P;
+    char what[160], geo[64];
+    snprintf(geo, sizeof geo, "B=%d C=%d %dx%d", B, C, H, W);
+    seed_case("fmt_bf16", (uint64_t)si);
+    float *x = frand16(n, -2, 2), *dy = frand16(n, -1, 1), *bias = frand(C, -1, 1), *gamma = frand(C, 0.5, 1.5),
+          *beta = frand(C, -0.5, 0.5);
+    /* channel bias, both ways */
+    float *y32 = fdup(x, n), *y16 = fdup(x, n), *db32 = frand(C, -1, 1), *db16 = fdup(db32, C);
+    run_channel_bias_fwd(g_ctx, B, C, P, y32, bias);
+    IN_BF16(run_channel_bias_fwd(g_ctx, B, C, P, y16, bias));
+    snprintf(what, sizeof what, "bf16 channel_bias_fwd %s", geo), cmp_bf16(what, n, y16, y32);
+    run_channel_bias_bwd(g_ctx, B, C, P, dy, db32);
+    IN_BF16(run_channel_bias_bwd(g_ctx, B, C, P, dy, db16));
+    snprintf(what, sizeof what, "bf16 channel_bias_bwd %s", geo), cmp_bf16(what, C, db16, db32);
+    free(y32), free(y16), free(db32), free(db16);
+    /* activations: gelu and relu, forward and backward */
+    for (int a = 0; a < 2; a++) {
+      const int act = a ? LAM_ACT_RELU : LAM_ACT_GELU;
+      float *o32 = fnan(n), *o16 = fnan(n), *g32 = fnan(n), *g16 = fnan(n);
+      run_act(g_ctx, 0, act, 0.0f, n, x, NULL, NULL, o32, 0);
+      IN_BF16(run_act(g_ctx, 0, act, 0.0f, n, x, NULL, NULL, o16, 0));
+      snprintf(what, sizeof what, "bf16 act_fwd %s %s", act_name(act), geo), cmp_bf16(what, n, o16, o32);
+      round_bf16(o32, n); /* relu's backward reads y: the same y for both */
+      run_act(g_ctx, 1, act, 0.0f, n, x, o32, dy, g32, 0);
+      IN_BF16(run_act(g_ctx, 1, act, 0.0f, n, x, o32, dy, g16, 0));
+      snprintf(what, sizeof what, "bf16 act_bwd %s %s", act_name(act), geo), cmp_bf16(what, n, g16, g32);
+      free(o32), free(o16), free(g32), free(g16);
+    }
+    /* BatchNorm alone and with gelu: training forward (y and the statistics), then backward */
+    for (int fused = 0; fused < 2; fused++) {
+      bn_bufs o32 = {fnan(n), fnan(C), fnan(C), frand(C, -1, 1), frand(C, 0.5, 2)}, o16;
+      o16 = (bn_bufs){fnan(n), fnan(C), fnan(C), fdup(o32.rm, C), fdup(o32.rv, C)};
+      if (fused) {
+        run_bn_act_fwd(g_ctx, B, C, P, LAM_ACT_GELU, 0.0f, x, gamma, beta, &o32, 0.1f, 1e-5f, 1);
+        IN_BF16(run_bn_act_fwd(g_ctx, B, C, P, LAM_ACT_GELU, 0.0f, x, gamma, beta, &o16, 0.1f, 1e-5f, 1));
+      } else {
+        run_bn_fwd(g_ctx, B, C, P, x, gamma, beta, &o32, 0.1f, 1e-5f, 1, 0);
+        IN_BF16(run_bn_fwd(g_ctx, B, C, P, x, gamma, beta, &o16, 0.1f, 1e-5f, 1, 0));
+      }
+      const char *op = fused ? "bn_act(gelu)" : "bn";
+      snprintf(what, sizeof what, "bf16 %s_fwd y %s", op, geo), cmp_bf16(what, n, o16.y, o32.y);
+      snprintf(what, sizeof what, "bf16 %s_fwd mean %s", op, geo), cmp_bf16(what, C, o16.mean, o32.mean);
+      snprintf(what, sizeof what, "bf16 %s_fwd invstd %s", op, geo), cmp_bf16(what, C, o16.invstd, o32.invstd);
+      snprintf(what, sizeof what, "bf16 %s_fwd run_var %s", op, geo), cmp_bf16(what, C, o16.rv, o32.rv);
+      float *dx32 = fnan(n), *dx16 = fnan(n), *dg32 = frand(C, -1, 1), *dg16 = fdup(dg32, C), *dbt32 = frand(C, -1, 1),
+            *dbt16 = fdup(dbt32, C);
+      if (fused) {
+        run_bn_act_bwd(g_ctx, B, C, P, LAM_ACT_GELU, 0.0f, x, NULL, dy, gamma, beta, o32.mean, o32.invstd, dx32, dg32,
+                       dbt32);
+        IN_BF16(run_bn_act_bwd(g_ctx, B, C, P, LAM_ACT_GELU, 0.0f, x, NULL, dy, gamma, beta, o32.mean, o32.invstd, dx16,
+                               dg16, dbt16));
+      } else {
+        run_bn_bwd(g_ctx, B, C, P, x, dy, gamma, o32.mean, o32.invstd, dx32, dg32, dbt32, 0);
+        IN_BF16(run_bn_bwd(g_ctx, B, C, P, x, dy, gamma, o32.mean, o32.invstd, dx16, dg16, dbt16, 0));
+      }
+      snprintf(what, sizeof what, "bf16 %s_bwd dx %s", op, geo), cmp_bf16(what, n, dx16, dx32);
+      snprintf(what, sizeof what, "bf16 %s_bwd dgamma %s", op, geo), cmp_bf16(what, C, dg16, dg32);
+      snprintf(what, sizeof what, "bf16 %s_bwd dbeta %s", op, geo), cmp_bf16(what, C, dbt16, dbt32);
+      free(o32.y), free(o32.mean), free(o32.invstd), free(o32.rm), free(o32.rv);
+      free(o16.y), free(o16.mean), free(o16.invstd), free(o16.rm), free(o16.rv);
+      free(dx32), free(dx16), free(dg32), free(dg16), free(dbt32), free(dbt16);
+    }
+    /* pooling: max (windows apart and overlapping) and average, both ways */
+    for (int pk = 0; pk < 2 && H >= 2 && W >= 2; pk++) {
+      const int K = 2 + pk * (H >= 3 && W >= 3), stride = 2;
+      lam_pool_geom g = {C, H, W, K, stride, (H - K) / stride + 1, (W - K) / stride + 1};
+      const size_t ny = (size_t)B * C * g.OH * g.OW;
+      float *py32 = fnan(ny), *py16 = fnan(ny), *pdy = frand16(ny, -1, 1), *pdx32 = fnan(n), *pdx16 = fnan(n);
+      int32_t *arg32 = xmalloc(ny * 4), *arg16 = xmalloc(ny * 4);
+      run_maxpool_fwd(g_ctx, &g, B, x, py32, arg32);
+      IN_BF16(run_maxpool_fwd(g_ctx, &g, B, x, py16, arg16));
+      snprintf(what, sizeof what, "bf16 maxpool_fwd K=%d %s", K, geo), cmp_bf16(what, ny, py16, py32);
+      snprintf(what, sizeof what, "bf16 maxpool_fwd arg K=%d %s", K, geo);
+      verify_bytes(what, ny, 4, arg16, arg32, arg32);
+      run_maxpool_bwd(g_ctx, &g, B, pdy, arg32, pdx32);
+      IN_BF16(run_maxpool_bwd(g_ctx, &g, B, pdy, arg32, pdx16));
+      snprintf(what, sizeof what, "bf16 maxpool_bwd K=%d %s", K, geo), cmp_bf16(what, n, pdx16, pdx32);
+      run_avgpool_fwd(g_ctx, &g, B, x, py32);
+      IN_BF16(run_avgpool_fwd(g_ctx, &g, B, x, py16));
+      snprintf(what, sizeof what, "bf16 avgpool_fwd K=%d %s", K, geo), cmp_bf16(what, ny, py16, py32);
+      run_avgpool_bwd(g_ctx, &g, B, pdy, pdx32);
+      IN_BF16(run_avgpool_bwd(g_ctx, &g, B, pdy, pdx16));
+      snprintf(what, sizeof what, "bf16 avgpool_bwd K=%d %s", K, geo), cmp_bf16(what, n, pdx16, pdx32);
+      free(py32), free(py16), free(pdy), free(pdx32), free(pdx16), free(arg32), free(arg16);
+    }
+    /* global average pool and nearest upsampling, both ways */
+    {
+      float *m32 = fnan((size_t)B * C), *m16 = fnan((size_t)B * C), *mdy = frand16((size_t)B * C, -1, 1);
+      float *g32 = fnan(n), *g16 = fnan(n), *u32 = fnan(n * 4), *u16 = fnan(n * 4), *udy = frand16(n * 4, -1, 1);
+      run_plane_mean_fwd(g_ctx, B, C, P, x, m32);
+      IN_BF16(run_plane_mean_fwd(g_ctx, B, C, P, x, m16));
+      snprintf(what, sizeof what, "bf16 plane_mean_fwd %s", geo), cmp_bf16(what, (size_t)B * C, m16, m32);
+      run_plane_mean_bwd(g_ctx, B, C, P, mdy, g32);
+      IN_BF16(run_plane_mean_bwd(g_ctx, B, C, P, mdy, g16));
+      snprintf(what, sizeof what, "bf16 plane_mean_bwd %s", geo), cmp_bf16(what, n, g16, g32);
+      run_upsample(g_ctx, 0, B, C, H, W, 2, x, u32);
+      IN_BF16(run_upsample(g_ctx, 0, B, C, H, W, 2, x, u16));
+      snprintf(what, sizeof what, "bf16 upsample_fwd %s", geo), cmp_bf16(what, n * 4, u16, u32);
+      run_upsample(g_ctx, 1, B, C, H, W, 2, udy, g32);
+      IN_BF16(run_upsample(g_ctx, 1, B, C, H, W, 2, udy, g16));
+      snprintf(what, sizeof what, "bf16 upsample_bwd %s", geo), cmp_bf16(what, n, g16, g32);
+      free(m32), free(m16), free(mdy), free(g32), free(g16), free(u32), free(u16), free(udy);
+    }
+    /* elementwise: add, mask_scale, copy_rows (a concat's copies in NHWC: rows of pixels) */
+    {
+      float *a32 = fnan(n), *a16 = fnan(n), *s32 = fnan(n), *s16 = fnan(n);
+      uint8_t *mask = u8rand(n, 0, 1);
+      run_add(g_ctx, n, x, dy, a32, 0);
+      IN_BF16(run_add(g_ctx, n, x, dy, a16, 0));
+      snprintf(what, sizeof what, "bf16 add %s", geo), cmp_bf16(what, n, a16, a32);
+      run_mask_scale(g_ctx, n, x, mask, 1.25f, s32, 0);
+      IN_BF16(run_mask_scale(g_ctx, n, x, mask, 1.25f, s16, 0));
+      snprintf(what, sizeof what, "bf16 mask_scale %s", geo), cmp_bf16(what, n, s16, s32);
+      const size_t rows = (size_t)B * P, ld = (size_t)C + 5;
+      float *dst32 = frand16(rows * ld, -1, 1), *dst16 = fdup(dst32, rows * ld);
+      run_copy_rows(g_ctx, rows, (size_t)C, x, (size_t)C, dst32, ld);
+      IN_BF16(run_copy_rows(g_ctx, rows, (size_t)C, x, (size_t)C, dst16, ld));
+      snprintf(what, sizeof what, "bf16 copy_rows %s", geo);
+      verify_bytes(what, rows * ld, 4, dst16, dst32, dst32); /* copies: exact */
+      free(a32), free(a16), free(s32), free(s16), free(mask), free(dst32), free(dst16);
+    }
+    /* per-pixel cross-entropy: the loss's sums and dlogits */
+    {
+      uint8_t *labels = u8rand((size_t)B * P, 0, (unsigned)(C - 1));
+      labels[0] = LAM_LABEL_IGNORE;
+      float count = 0;
+      for (size_t i = 0; i < (size_t)B * P; i++) count += labels[i] != LAM_LABEL_IGNORE;
+      xent_out o32 = {fnan(n), {0, 0, 0}, xmalloc((size_t)B * P)}, o16 = {fnan(n), {0, 0, 0}, xmalloc((size_t)B * P)};
+      run_xent(g_ctx, B, C, P, x, labels, 1.0f, &count, 0.1f, &o32);
+      IN_BF16(run_xent(g_ctx, B, C, P, x, labels, 1.0f, &count, 0.1f, &o16));
+      snprintf(what, sizeof what, "bf16 xent dlogits %s", geo), cmp_bf16(what, n, o16.dl, o32.dl);
+      snprintf(what, sizeof what, "bf16 xent stats %s", geo), cmp_bf16(what, 3, o16.stats, o32.stats);
+      snprintf(what, sizeof what, "bf16 xent pred %s", geo);
+      verify_bytes(what, (size_t)B * P, 1, o16.pred, o32.pred, o32.pred); /* the same logits: the same argmax */
+      free(labels), free(o32.dl), free(o32.pred), free(o16.dl), free(o16.pred);
+    }
+    /* convolutions: 3x3 padded, and 1x1 (whose NHWC filter is PyTorch's order) */
+    for (int kk = 0; kk < 2; kk++) {
+      const int K = kk ? 1 : 3, OC = C == 3 ? 8 : C;
+      lam_conv_geom g = {C, H, W, K, 1, K / 2, H, W};
+      const size_t ny = (size_t)B * OC * P, nw = (size_t)OC * C * K * K;
+      float *Wt = frand16(nw, -0.5, 0.5), *cdy = frand16(ny, -1, 1);
+      conv_io io32 = {x, Wt, cdy, fnan(ny), fnan(n), frand(nw, -1, 1), 0}, io16 = io32;
+      io16.y = fnan(ny), io16.dx = fnan(n), io16.dW = fdup(io32.dW, nw);
+      run_conv2d(g_ctx, &g, OC, B, &io32);
+      IN_BF16(run_conv2d(g_ctx, &g, OC, B, &io16));
+      snprintf(what, sizeof what, "bf16 conv2d_fwd K=%d %s", K, geo), cmp_bf16(what, ny, io16.y, io32.y);
+      snprintf(what, sizeof what, "bf16 conv2d_bwd_data K=%d %s", K, geo), cmp_bf16(what, n, io16.dx, io32.dx);
+      snprintf(what, sizeof what, "bf16 conv2d_bwd_filter K=%d %s", K, geo), cmp_bf16(what, nw, io16.dW, io32.dW);
+      free(Wt), free(cdy), free(io32.y), free(io32.dx), free(io32.dW), free(io16.y), free(io16.dx), free(io16.dW);
+    }
+    free(x), free(dy), free(bias), free(gamma), free(beta);
+  }
+}
+
 static void test_conv_pool_null(void **state) {
   (void)state;
   seed_case("conv_pool_null", 0);
@@ -2182,6 +2497,9 @@ static void test_conv_pool_null(void **state) {
 }
 
 int main(int argc, char **argv) {
+  g_fmt = LAM_FMT_NCHW;
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "nhwc")) g_fmt = lam_fmt_of(LAM_DT_F32, 1);
   if (argc > 1 && !strcmp(argv[1], "cuda")) {
     const char *why = NULL;
     if (lam_cuda_device_count(&why) == 0) {
@@ -2209,10 +2527,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_elementwise),
       cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),
       cmocka_unit_test(test_gather),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
-      cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null),
+      cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null), cmocka_unit_test(test_fmt_bf16),
   };
   tu_apply_filter();
-  int failed = cmocka_run_group_tests_name(g_cuda ? "prims_cuda" : "prims", tests, NULL, NULL);
+  const char *name = g_cuda ? (g_fmt.nhwc ? "prims_nhwc_cuda" : "prims_cuda") : (g_fmt.nhwc ? "prims_nhwc" : "prims");
+  int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
   lam_ctx_free(g_ctx);
   if (g_cpu) lam_ctx_free(g_cpu);
   return failed ? 1 : 0;

@@ -89,6 +89,7 @@ static void cpu_destroy(lam_ctx *ctx) {
 const lam_backend lam_cpu_backend = {
     .name = "cpu",
     .direct_first_conv = 0, /* its twin is the oracle of the CUDA one (test_fused, LAMINA_FUSE=2) */
+    .nhwc_convs = 0,
     .raw_alloc = cpu_raw_alloc,
     .raw_free = cpu_raw_free,
     .upload = cpu_copy,

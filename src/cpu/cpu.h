@@ -3,6 +3,7 @@
 #define LAMINA_CPU_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "../internal.h"
 
@@ -21,4 +22,35 @@ lam_status cpu_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 LAM_NN_PRIMS(LAM_CPU_PRIM)
 #undef LAM_CPU_PRIM
 lam_status cpu_set_precision(lam_ctx *ctx, int p);
+
+/* cpu/fmt.c: a primitive's buffers in a format other than NCHW float32, as float32 NCHW copies for its plain
+ * twin. A job converts inputs (cpu_fmt_in) and makes output buffers (cpu_fmt_out; load_it: with dst's values,
+ * for an output that is added to); cpu_fmt_end writes the outputs back in the job's format (when the status is
+ * LAM_OK) and frees the copies. With a plain format the buffers are passed through. A failure sets the job's
+ * status and returns NULL: the wrapper skips its call and cpu_fmt_end returns that status. */
+#define CPU_FMT_MAX 6
+typedef struct cpu_fmt_tmp {
+  float *p;
+  void *dst; /* an output's destination; NULL for an input */
+  size_t B;
+  int C;
+  size_t P;
+} cpu_fmt_tmp;
+typedef struct cpu_fmt_job {
+  lam_fmt f;
+  lam_status status;
+  int n;
+  cpu_fmt_tmp t[CPU_FMT_MAX];
+} cpu_fmt_job;
+static inline cpu_fmt_job cpu_fmt_begin(lam_fmt f) {
+  cpu_fmt_job j;
+  memset(&j, 0, sizeof j);
+  j.f = f;
+  return j;
+}
+const float *cpu_fmt_in(cpu_fmt_job *j, size_t B, int C, size_t P, const void *src);
+float *cpu_fmt_out(cpu_fmt_job *j, size_t B, int C, size_t P, void *dst, int load_it);
+lam_status cpu_fmt_end(cpu_fmt_job *j, lam_status s);
+/* dst = src, int32 values (B, C, P) re-laid out from NCHW (0) or NHWC (1) to the other (a maxpool's argmax). */
+void cpu_relayout_i32(int B, int C, int P, int src_nhwc, const int32_t *src, int dst_nhwc, int32_t *dst);
 #endif

@@ -238,7 +238,7 @@ static inline void window2_pool(const float *plane, int W, int OH, int OW, const
   }
 }
 
-lam_status cpu_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg) {
+static lam_status plain_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg) {
   (void)ctx;
   int32_t off[WINDOW2_MAX_OFF];
   const int use_off = g->K == 2 && g->stride == 2 && g->OH * g->OW <= WINDOW2_MAX_OFF;
@@ -268,7 +268,7 @@ lam_status cpu_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const fl
   return LAM_OK;
 }
 
-lam_status cpu_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx) {
+static lam_status plain_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx) {
   (void)ctx;
   size_t plane_in = (size_t)g->H * g->W, plane_out = (size_t)g->OH * g->OW;
 #pragma omp parallel for schedule(static) if ((size_t)B * g->C * plane_in > PAR_MIN)
@@ -280,7 +280,7 @@ lam_status cpu_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const fl
   return LAM_OK;
 }
 
-lam_status cpu_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, float *y) {
+static lam_status plain_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, float *y) {
   (void)ctx;
   switch (act) {
     case LAM_ACT_RELU:
@@ -306,7 +306,7 @@ lam_status cpu_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, const float
   return LAM_OK;
 }
 
-lam_status cpu_act_bwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, const float *y, const float *dy,
+static lam_status plain_act_bwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, const float *y, const float *dy,
                        float *dx) {
   (void)ctx;
   switch (act) {
@@ -371,7 +371,7 @@ static void xent_sample(int C, int P, const float *l, const uint8_t *lab, float 
   }
 }
 
-lam_status cpu_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits,
+static lam_status plain_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits,
                     float scale, const float *count, float smoothing, float *stats, uint8_t *pred) {
   (void)ctx;
   const float f = count ? scale / *count : scale;
@@ -395,7 +395,7 @@ lam_status cpu_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, cons
   return LAM_OK;
 }
 
-lam_status cpu_gather(lam_ctx *ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size,
+static lam_status plain_gather(lam_ctx *ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size,
                       const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, float *x,
                       uint8_t *y) {
   (void)ctx;
@@ -642,4 +642,73 @@ lam_status cpu_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, const
     db[oc] += gb;
   }
   return LAM_OK;
+}
+
+/* ---- the primitives above in any format: through their plain twins (cpu/fmt.c) ---- */
+
+lam_status cpu_maxpool_fwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *x, void *y,
+                           int32_t *arg) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, g->C, (size_t)g->H * g->W, x);
+  float *ty = cpu_fmt_out(&j, B, g->C, (size_t)g->OH * g->OW, y, 0);
+  lam_status s = j.status;
+  if (s == LAM_OK && !lam_fmt_plain(f)) { /* arg is per output, in the output's layout */
+    int32_t *targ = malloc(((size_t)B * g->C * g->OH * g->OW + 1) * sizeof *targ);
+    if (!targ) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "maxpool_fwd: no host memory for the argmax copy");
+    if (s == LAM_OK) s = plain_maxpool_fwd(ctx, g, B, tx, ty, targ);
+    if (s == LAM_OK) cpu_relayout_i32(B, g->C, g->OH * g->OW, 0, targ, f.nhwc, arg);
+    free(targ);
+    return cpu_fmt_end(&j, s);
+  }
+  return cpu_fmt_end(&j, s ? s : plain_maxpool_fwd(ctx, g, B, tx, ty, arg));
+}
+lam_status cpu_maxpool_bwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *dy, const int32_t *arg,
+                           void *dx) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tdy = cpu_fmt_in(&j, B, g->C, (size_t)g->OH * g->OW, dy);
+  float *tdx = cpu_fmt_out(&j, B, g->C, (size_t)g->H * g->W, dx, 0);
+  lam_status s = j.status;
+  if (s == LAM_OK && !lam_fmt_plain(f)) {
+    int32_t *targ = malloc(((size_t)B * g->C * g->OH * g->OW + 1) * sizeof *targ);
+    if (!targ) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "maxpool_bwd: no host memory for the argmax copy");
+    if (s == LAM_OK) {
+      cpu_relayout_i32(B, g->C, g->OH * g->OW, f.nhwc, arg, 0, targ);
+      s = plain_maxpool_bwd(ctx, g, B, tdy, targ, tdx);
+    }
+    free(targ);
+    return cpu_fmt_end(&j, s);
+  }
+  return cpu_fmt_end(&j, s ? s : plain_maxpool_bwd(ctx, g, B, tdy, arg, tdx));
+}
+
+lam_status cpu_act_fwd(lam_ctx *ctx, lam_fmt f, int act, float alpha, size_t n, const void *x, void *y) {
+  cpu_fmt_job j = cpu_fmt_begin(lam_fmt_of(f.dt, 0));
+  const float *tx = cpu_fmt_in(&j, 1, 1, n, x);
+  float *ty = cpu_fmt_out(&j, 1, 1, n, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_act_fwd(ctx, act, alpha, n, tx, ty));
+}
+lam_status cpu_act_bwd(lam_ctx *ctx, lam_fmt f, int act, float alpha, size_t n, const void *x, const void *y,
+                       const void *dy, void *dx) {
+  cpu_fmt_job j = cpu_fmt_begin(lam_fmt_of(f.dt, 0));
+  const float *tx = cpu_fmt_in(&j, 1, 1, n, x), *ty = cpu_fmt_in(&j, 1, 1, n, y), *tdy = cpu_fmt_in(&j, 1, 1, n, dy);
+  float *tdx = cpu_fmt_out(&j, 1, 1, n, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_act_bwd(ctx, act, alpha, n, tx, ty, tdy, tdx));
+}
+
+lam_status cpu_xent(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *logits, const uint8_t *labels,
+                    void *dlogits, float scale, const float *count, float smoothing, float *stats, uint8_t *pred) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tl = cpu_fmt_in(&j, B, C, P, logits);
+  float *td = cpu_fmt_out(&j, B, C, P, dlogits, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_xent(ctx, B, C, P, tl, labels, td, scale, count, smoothing, stats,
+                                                          pred));
+}
+
+lam_status cpu_gather(lam_ctx *ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size,
+                      const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, lam_fmt f,
+                      void *x, uint8_t *y) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  float *tx = cpu_fmt_out(&j, B, C, P, x, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_gather(ctx, B, C, P, images, label_size, labels, idx, cursor, norm,
+                                                            tx, y));
 }

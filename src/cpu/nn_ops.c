@@ -16,7 +16,7 @@
 
 /* ---- per-channel bias over (B, C, P) ---- */
 
-lam_status cpu_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, const float *bias) {
+static lam_status plain_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, const float *bias) {
   (void)ctx;
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * C * P > PAR_MIN)
   for (int b = 0; b < B; b++)
@@ -28,7 +28,7 @@ lam_status cpu_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, con
   return LAM_OK;
 }
 
-lam_status cpu_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *db) {
+static lam_status plain_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *db) {
   (void)ctx;
 #pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
   for (int c = 0; c < C; c++) {
@@ -44,7 +44,7 @@ lam_status cpu_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float *
 
 /* ---- pooling and upsampling ---- */
 
-lam_status cpu_avgpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y) {
+static lam_status plain_avgpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y) {
   (void)ctx;
   const size_t HW = (size_t)g->H * g->W, OP = (size_t)g->OH * g->OW;
   const float kk = (float)(g->K * g->K);
@@ -72,7 +72,7 @@ static inline void covering(int i, int K, int stride, int n_out, int *lo, int *h
   if (*hi > n_out - 1) *hi = n_out - 1;
 }
 
-lam_status cpu_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, float *dx) {
+static lam_status plain_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, float *dx) {
   (void)ctx;
   const size_t HW = (size_t)g->H * g->W, OP = (size_t)g->OH * g->OW;
   const float kk = (float)(g->K * g->K);
@@ -96,7 +96,7 @@ lam_status cpu_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const fl
   return LAM_OK;
 }
 
-lam_status cpu_plane_mean_fwd(lam_ctx *ctx, size_t rows, int P, const float *x, float *y) {
+static lam_status plain_plane_mean_fwd(lam_ctx *ctx, size_t rows, int P, const float *x, float *y) {
   (void)ctx;
 #pragma omp parallel for schedule(static) if (rows * P > PAR_MIN)
   for (size_t r = 0; r < rows; r++) {
@@ -108,7 +108,7 @@ lam_status cpu_plane_mean_fwd(lam_ctx *ctx, size_t rows, int P, const float *x, 
   return LAM_OK;
 }
 
-lam_status cpu_plane_mean_bwd(lam_ctx *ctx, size_t rows, int P, const float *dy, float *dx) {
+static lam_status plain_plane_mean_bwd(lam_ctx *ctx, size_t rows, int P, const float *dy, float *dx) {
   (void)ctx;
   const float fp = (float)P;
 #pragma omp parallel for schedule(static) if (rows * P > PAR_MIN)
@@ -120,7 +120,7 @@ lam_status cpu_plane_mean_bwd(lam_ctx *ctx, size_t rows, int P, const float *dy,
   return LAM_OK;
 }
 
-lam_status cpu_upsample_fwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *x, float *y) {
+static lam_status plain_upsample_fwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *x, float *y) {
   (void)ctx;
   const size_t HW = (size_t)H * W, OW = (size_t)W * F, OHW = HW * F * F;
 #pragma omp parallel for schedule(static) if ((size_t)B * C * OHW > PAR_MIN)
@@ -136,7 +136,7 @@ lam_status cpu_upsample_fwd(lam_ctx *ctx, int B, int C, int H, int W, int F, con
   return LAM_OK;
 }
 
-lam_status cpu_upsample_bwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *dy, float *dx) {
+static lam_status plain_upsample_bwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *dy, float *dx) {
   (void)ctx;
   const size_t HW = (size_t)H * W, OW = (size_t)W * F, OHW = HW * F * F;
 #pragma omp parallel for schedule(static) if ((size_t)B * C * OHW > PAR_MIN)
@@ -186,7 +186,7 @@ static void bn_channel_stats(int B, int C, int P, int c, const float *x, float *
   *m_out = m, *is_out = is;
 }
 
-lam_status cpu_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
+static lam_status plain_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
                       float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps,
                       int train) {
   (void)ctx;
@@ -205,7 +205,7 @@ lam_status cpu_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const f
   return LAM_OK;
 }
 
-lam_status cpu_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
+static lam_status plain_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
                       const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta) {
   (void)ctx;
   const double N = (double)B * P;
@@ -232,7 +232,7 @@ lam_status cpu_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const f
   return LAM_OK;
 }
 
-lam_status cpu_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
+static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
                           const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
                           float momentum, float eps, int train) {
   (void)ctx;
@@ -251,7 +251,7 @@ lam_status cpu_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alph
   return LAM_OK;
 }
 
-lam_status cpu_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
+static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
                           const float *dy, const float *gamma, const float *beta, const float *mean,
                           const float *invstd, float *dx, float *dgamma, float *dbeta) {
   (void)ctx;
@@ -298,21 +298,21 @@ lam_status cpu_dropout_mask(lam_ctx *ctx, size_t n, float p, uint64_t seed, cons
   return LAM_OK;
 }
 
-lam_status cpu_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y) {
+static lam_status plain_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y) {
   (void)ctx;
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
   for (size_t i = 0; i < n; i++) y[i] = mask[i] ? x[i] * scale : 0.0f;
   return LAM_OK;
 }
 
-lam_status cpu_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
+static lam_status plain_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
   (void)ctx;
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
   for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
   return LAM_OK;
 }
 
-lam_status cpu_copy_rows(lam_ctx *ctx, size_t rows, size_t cols, const float *src, size_t lds, float *dst, size_t ldd) {
+static lam_status plain_copy_rows(lam_ctx *ctx, size_t rows, size_t cols, const float *src, size_t lds, float *dst, size_t ldd) {
   (void)ctx;
 #pragma omp parallel for schedule(static) if (rows * cols > PAR_MIN)
   for (size_t r = 0; r < rows; r++) memcpy(dst + r * ldd, src + r * lds, cols * sizeof *dst);
@@ -325,5 +325,118 @@ lam_status cpu_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float 
 #pragma omp parallel for simd schedule(static) reduction(+ : k) if (n > PAR_MIN)
   for (size_t i = 0; i < n; i++) k += labels[i] != LAM_LABEL_IGNORE;
   *count = (float)k;
+  return LAM_OK;
+}
+
+
+/* ---- the primitives above in any format: through their plain twins (cpu/fmt.c) ---- */
+
+lam_status cpu_channel_bias_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, void *y, const float *bias) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  float *ty = cpu_fmt_out(&j, B, C, P, y, 1);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_channel_bias_fwd(ctx, B, C, P, ty, bias));
+}
+lam_status cpu_channel_bias_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *dy, float *db) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tdy = cpu_fmt_in(&j, B, C, P, dy);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_channel_bias_bwd(ctx, B, C, P, tdy, db));
+}
+
+lam_status cpu_avgpool_fwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *x, void *y) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, g->C, (size_t)g->H * g->W, x);
+  float *ty = cpu_fmt_out(&j, B, g->C, (size_t)g->OH * g->OW, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_avgpool_fwd(ctx, g, B, tx, ty));
+}
+lam_status cpu_avgpool_bwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *dy, void *dx) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tdy = cpu_fmt_in(&j, B, g->C, (size_t)g->OH * g->OW, dy);
+  float *tdx = cpu_fmt_out(&j, B, g->C, (size_t)g->H * g->W, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_avgpool_bwd(ctx, g, B, tdy, tdx));
+}
+
+lam_status cpu_plane_mean_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, void *y) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x);
+  float *ty = cpu_fmt_out(&j, B, C, 1, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_plane_mean_fwd(ctx, (size_t)B * C, P, tx, ty));
+}
+lam_status cpu_plane_mean_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *dy, void *dx) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tdy = cpu_fmt_in(&j, B, C, 1, dy);
+  float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_plane_mean_bwd(ctx, (size_t)B * C, P, tdy, tdx));
+}
+
+lam_status cpu_upsample_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int H, int W, int F, const void *x, void *y) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, (size_t)H * W, x);
+  float *ty = cpu_fmt_out(&j, B, C, (size_t)H * W * F * F, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_upsample_fwd(ctx, B, C, H, W, F, tx, ty));
+}
+lam_status cpu_upsample_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int H, int W, int F, const void *dy, void *dx) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tdy = cpu_fmt_in(&j, B, C, (size_t)H * W * F * F, dy);
+  float *tdx = cpu_fmt_out(&j, B, C, (size_t)H * W, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_upsample_bwd(ctx, B, C, H, W, F, tdy, tdx));
+}
+
+lam_status cpu_bn_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const float *gamma,
+                      const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                      float momentum, float eps, int train) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x);
+  float *ty = cpu_fmt_out(&j, B, C, P, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_fwd(ctx, B, C, P, tx, gamma, beta, ty, mean, invstd, run_mean,
+                                                             run_var, momentum, eps, train));
+}
+lam_status cpu_bn_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma,
+                      const float *mean, const float *invstd, void *dx, float *dgamma, float *dbeta) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *tdy = cpu_fmt_in(&j, B, C, P, dy);
+  float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_bwd(ctx, B, C, P, tx, tdy, gamma, mean, invstd, tdx, dgamma,
+                                                             dbeta));
+}
+lam_status cpu_bn_act_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
+                          const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *run_mean,
+                          float *run_var, float momentum, float eps, int train) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x);
+  float *ty = cpu_fmt_out(&j, B, C, P, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_act_fwd(ctx, B, C, P, act, alpha, tx, gamma, beta, ty, mean,
+                                                                 invstd, run_mean, run_var, momentum, eps, train));
+}
+lam_status cpu_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
+                          const void *y, const void *dy, const float *gamma, const float *beta, const float *mean,
+                          const float *invstd, void *dx, float *dgamma, float *dbeta) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *ty = cpu_fmt_in(&j, B, C, P, y), *tdy = cpu_fmt_in(&j, B, C, P, dy);
+  float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_act_bwd(ctx, B, C, P, act, alpha, tx, ty, tdy, gamma, beta, mean,
+                                                                 invstd, tdx, dgamma, dbeta));
+}
+
+/* Elementwise: n values, only the type matters. */
+lam_status cpu_mask_scale(lam_ctx *ctx, lam_fmt f, size_t n, const void *x, const uint8_t *mask, float scale, void *y) {
+  cpu_fmt_job j = cpu_fmt_begin(lam_fmt_of(f.dt, 0));
+  const float *tx = cpu_fmt_in(&j, 1, 1, n, x);
+  float *ty = cpu_fmt_out(&j, 1, 1, n, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_mask_scale(ctx, n, tx, mask, scale, ty));
+}
+lam_status cpu_add(lam_ctx *ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y) {
+  cpu_fmt_job j = cpu_fmt_begin(lam_fmt_of(f.dt, 0));
+  const float *ta = cpu_fmt_in(&j, 1, 1, n, a), *tb = cpu_fmt_in(&j, 1, 1, n, b);
+  float *ty = cpu_fmt_out(&j, 1, 1, n, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_add(ctx, n, ta, tb, ty));
+}
+/* A copy needs no conversion: rows of cols values of the format's size. */
+lam_status cpu_copy_rows(lam_ctx *ctx, lam_fmt f, size_t rows, size_t cols, const void *src, size_t lds, void *dst,
+                         size_t ldd) {
+  if (f.dt == LAM_DT_F32) return plain_copy_rows(ctx, rows, cols, src, lds, dst, ldd);
+  const uint16_t *s = src;
+  uint16_t *d = dst;
+#pragma omp parallel for schedule(static) if (rows * cols > PAR_MIN)
+  for (size_t r = 0; r < rows; r++) memcpy(d + r * ldd, s + r * lds, cols * sizeof *d);
   return LAM_OK;
 }

@@ -259,6 +259,7 @@ static void cuda_destroy(lam_ctx *ctx) {
   free(st->events);
   if (st->copy_stream) cudaStreamDestroy(st->copy_stream);
   if (st->rowsum_part) cudaFree(st->rowsum_part);
+  if (st->nhwc_part) cudaFree(st->nhwc_part);
   if (st->xent_done) cudaFree(st->xent_done);
   cuda_staging_free(ctx);
   for (size_t i = 0; i < 4 * st->ev_pool_chunks; i++) cudaEventDestroy(st->ev_pool[i]);
@@ -275,7 +276,7 @@ static void cuda_destroy(lam_ctx *ctx) {
 /* In the table's order (internal.h): nvcc's C++ takes no out-of-order designated initializers. */
 #define LAM_CUDA_ENTRY(name, params) cuda_##name,
 static const lam_backend cuda_backend = {
-    "cuda", 1, cuda_raw_alloc, cuda_raw_free, cuda_upload, cuda_upload, cuda_host_alloc, cuda_host_free, cuda_sync,
+    "cuda", 1, 1, cuda_raw_alloc, cuda_raw_free, cuda_upload, cuda_upload, cuda_host_alloc, cuda_host_free, cuda_sync,
     cuda_destroy, cuda_hidden, cuda_staging_floor, cuda_normalize, cuda_weigh, cuda_tanh,
     LAM_NN_PRIMS(LAM_CUDA_ENTRY)
     cuda_copy_async, cuda_event_reserve, cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms,
@@ -337,6 +338,7 @@ extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
   INIT_TRY(cudaEventCreate(&st->ev_start));
   INIT_TRY(cudaEventCreate(&st->ev_stop));
   INIT_TRY(cudaMalloc((void **)&st->rowsum_part, ROW_SUM_PART_FLOATS * sizeof(float)));
+  INIT_TRY(cudaMalloc((void **)&st->nhwc_part, NHWC_PART_FLOATS * sizeof(float)));
   INIT_TRY(cudaMalloc((void **)&st->xent_done, sizeof(unsigned)));
   INIT_TRY(cudaMemset(st->xent_done, 0, sizeof(unsigned)));
   for (int i = 0; i < LAM_CUDA_SLOTS; i++)

@@ -1,15 +1,19 @@
-/* conv.cu — the 2-D convolution primitives (prims.h: conv2d_*) on CUDA: cuDNN's convolutions over the
- * NCHW float tensors when lamina is built with cuDNN and its handle can be made, else im2col + cuBLAS
- * (conv_im2col.h). cuDNN computes in fp32 for the fp32 precision and may use TF32 tensor cores for tf32 and
- * bf16 (the bf16 precision's activations are float). Algorithms come from cuDNN's heuristics (or its Find:
- * LAMINA_CONV_ALGO), chosen once per geometry and cached; no call that runs a step synchronizes, so it can
- * be captured. */
+/* conv.cu — the 2-D convolution primitives (prims.h: conv2d_*) on CUDA: cuDNN's convolutions when lamina is
+ * built with cuDNN and its handle can be made, else im2col + cuBLAS (conv_im2col.h). The tensors are NCHW
+ * float32, or NHWC in float32 or bfloat16 (the model's format). cuDNN computes in fp32 for the fp32
+ * precision, may use TF32 tensor cores on float32 for tf32 and bf16, and its bfloat16 tensor-core kernels on
+ * bfloat16 (sums in fp32). In NHWC the filter is NHWC too (OC, K, K, C), as those kernels read it: the
+ * weights, given in PyTorch's (OC, C, K, K), are laid out so in the workspace before each call, and the weight
+ * gradient comes back through it and is added into dW in PyTorch's order. Algorithms come from cuDNN's
+ * heuristics (or its Find: LAMINA_CONV_ALGO), chosen once per geometry and format and cached; no call that
+ * runs a step synchronizes, so it can be captured. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../conv_im2col.h"
 #include "cuda.h"
+#include "vec.cuh"
 
 #ifdef LAMINA_WITH_CUDNN
 #include <cudnn.h>
@@ -19,7 +23,7 @@
 
 typedef struct conv_plan {
   lam_conv_geom g;
-  int OC, B, math;
+  int OC, B, math, dt, nhwc;
   cudnnConvolutionFwdAlgo_t fwd;
   cudnnConvolutionBwdDataAlgo_t bwd_data;
   cudnnConvolutionBwdFilterAlgo_t bwd_filter;
@@ -75,14 +79,17 @@ void cuda_conv_destroy(cuda_state *st) {
 
 static int math_of(lam_ctx *ctx) { return ctx->precision == LAM_PRECISION_FP32 ? 0 : 1; }
 
-static lam_status set_descs(lam_ctx *ctx, cudnn_state *c, const lam_conv_geom *g, int OC, int B) {
-  CUDNN_TRY(cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, g->C, g->H, g->W));
-  CUDNN_TRY(cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, OC, g->OH, g->OW));
-  CUDNN_TRY(cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, OC, g->C, g->K, g->K));
+static lam_status set_descs(lam_ctx *ctx, cudnn_state *c, lam_fmt f, const lam_conv_geom *g, int OC, int B) {
+  const cudnnTensorFormat_t tf = f.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  const cudnnDataType_t dt = f.dt == LAM_DT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  CUDNN_TRY(cudnnSetTensor4dDescriptor(c->x, tf, dt, B, g->C, g->H, g->W));
+  CUDNN_TRY(cudnnSetTensor4dDescriptor(c->y, tf, dt, B, OC, g->OH, g->OW));
+  CUDNN_TRY(cudnnSetFilter4dDescriptor(c->w, dt, tf, OC, g->C, g->K, g->K));
   CUDNN_TRY(cudnnSetConvolution2dDescriptor(c->c, g->pad, g->pad, g->stride, g->stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                             CUDNN_DATA_FLOAT));
-  /* fp32: FMA only; tf32 and bf16: tensor cores on float (TF32) allowed */
-  CUDNN_TRY(cudnnSetConvolutionMathType(c->c, math_of(ctx) ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  /* fp32: FMA only; tf32: tensor cores on float (TF32) allowed; bfloat16: its tensor-core kernels */
+  cudnnMathType_t math = f.dt == LAM_DT_BF16 ? CUDNN_TENSOR_OP_MATH : math_of(ctx) ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  CUDNN_TRY(cudnnSetConvolutionMathType(c->c, math));
   return LAM_OK;
 }
 
@@ -108,19 +115,21 @@ template <typename Perf> static int first_fit(const Perf *a, int n) {
 /* The plan for this geometry: cached, or chosen now (the heuristics' first algorithm whose workspace is
  * at most CONV_WS_MAX; with find_wanted, the fastest measured one that fits). The descriptors are set for it
  * either way. */
-static lam_status plan_of(lam_ctx *ctx, cudnn_state *c, const lam_conv_geom *g, int OC, int B, const conv_plan **out) {
-  LAM_TRY(set_descs(ctx, c, g, OC, B));
+static lam_status plan_of(lam_ctx *ctx, cudnn_state *c, lam_fmt fm, const lam_conv_geom *g, int OC, int B,
+                          const conv_plan **out) {
+  LAM_TRY(set_descs(ctx, c, fm, g, OC, B));
   int math = math_of(ctx);
   for (int i = 0; i < c->nplan; i++) {
     const conv_plan *p = &c->plan[i];
-    if (!memcmp(&p->g, g, sizeof *g) && p->OC == OC && p->B == B && p->math == math) {
+    if (!memcmp(&p->g, g, sizeof *g) && p->OC == OC && p->B == B && p->math == math && p->dt == fm.dt &&
+        p->nhwc == fm.nhwc) {
       *out = p;
       return LAM_OK;
     }
   }
   conv_plan p;
   memset(&p, 0, sizeof p);
-  p.g = *g, p.OC = OC, p.B = B, p.math = math;
+  p.g = *g, p.OC = OC, p.B = B, p.math = math, p.dt = fm.dt, p.nhwc = fm.nhwc;
   int find = find_wanted() && !cuda_st(ctx)->capturing, n = 0, k;
   cudnnConvolutionFwdAlgoPerf_t f[16];
   if (find)
@@ -159,69 +168,158 @@ static lam_status check_ws(const char *what, size_t have, size_t need) {
   if (have < need) return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: workspace of %zu bytes, cuDNN's algorithm needs %zu", what, have, need);
   return LAM_OK;
 }
+
+/* ---- the filter in NHWC: (OC, K, K, C) from PyTorch's (OC, C, K, K), and its gradient back ---- */
+
+/* Whether the NHWC filter differs from PyTorch's order (a 1x1 kernel or a single input channel is both). */
+static bool filter_moves(lam_fmt f, const lam_conv_geom *g) { return f.nhwc && g->K > 1 && g->C > 1; }
+static size_t filter_values(const lam_conv_geom *g, int OC) { return (size_t)OC * g->C * g->K * g->K; }
+static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* dst (OC, KK, C) = src (OC, C, KK). */
+template <typename T> __global__ void filter_to_nhwc_kernel(size_t n, int C, int KK, const T *src, T *dst) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const int c = (int)(i % C), rs = (int)(i / C % KK);
+    const size_t oc = i / ((size_t)C * KK);
+    dst[i] = src[(oc * C + c) * KK + rs];
+  }
+}
+/* dW (OC, C, KK) += g (OC, KK, C); with same_order, g is (OC, C, KK) already. */
+template <typename T>
+__global__ void filter_grad_add_kernel(size_t n, int C, int KK, int same_order, const T *g, float *dW) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const int rs = (int)(i % KK), c = (int)(i / KK % C);
+    const size_t oc = i / ((size_t)C * KK);
+    dW[i] += tget(g, same_order ? i : (oc * KK + rs) * C + c);
+  }
+}
+static unsigned grid_for(size_t n) {
+  size_t b = (n + 255) / 256;
+  return (unsigned)(b < 65535 ? (b ? b : 1) : 65535);
+}
+
+/* The workspace of an NHWC (or bfloat16) call past cuDNN's: the filter as cuDNN reads it and its gradient as
+ * cuDNN writes it. */
+static size_t filter_bytes(lam_fmt f, const lam_conv_geom *g, int OC) {
+  if (lam_fmt_plain(f)) return 0;
+  return 2 * align256(filter_values(g, OC) * lam_dt_size(f.dt));
+}
+
+static lam_status filter_in(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, const void *W, void *ws,
+                            size_t cudnn_ws, const void **out) {
+  *out = W;
+  if (!filter_moves(f, g)) return LAM_OK;
+  cuda_state *st = cuda_st(ctx);
+  void *dst = (char *)ws + align256(cudnn_ws);
+  const size_t n = filter_values(g, OC);
+  if (f.dt == LAM_DT_BF16)
+    filter_to_nhwc_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, g->K * g->K, (const lam_bf16 *)W,
+                                                                         (lam_bf16 *)dst);
+  else
+    filter_to_nhwc_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, g->K * g->K, (const float *)W,
+                                                                      (float *)dst);
+  *out = dst;
+  return cuda_after_launch(st, st->stream, "filter_to_nhwc_kernel", __FILE__, __LINE__);
+}
 #endif
 
-lam_status cuda_conv2d_workspace(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, size_t *bytes) {
+lam_status cuda_conv2d_workspace(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, size_t *bytes) {
+  if (!lam_fmt_plain(f) && !f.nhwc) return nchw_bf16_unsupported("conv2d");
 #ifdef LAMINA_WITH_CUDNN
   cudnn_state *c = cudnn_of(ctx);
   if (c) {
     const conv_plan *p;
-    LAM_TRY(plan_of(ctx, c, g, OC, B, &p));
+    LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
     *bytes = p->ws[0] > p->ws[1] ? p->ws[0] : p->ws[1];
     if (p->ws[2] > *bytes) *bytes = p->ws[2];
+    if (filter_bytes(f, g, OC)) *bytes = align256(*bytes) + filter_bytes(f, g, OC);
     return LAM_OK;
   }
 #endif
   (void)ctx;
-  return conv_im2col_workspace(g, OC, B, bytes);
+  return conv_im2col_workspace(f, g, OC, B, bytes);
 }
 
-lam_status cuda_conv2d_fwd(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *W, float *y,
-                           void *ws, size_t ws_bytes) {
+#ifdef LAMINA_WITH_CUDNN
+/* cuDNN's own part of a workspace of ws_bytes: all of it, less the filters' room. */
+static size_t cudnn_part(lam_fmt f, const lam_conv_geom *g, int OC, size_t ws_bytes) {
+  size_t fb = filter_bytes(f, g, OC);
+  return fb && ws_bytes >= fb ? (ws_bytes - fb) / 256 * 256 : ws_bytes;
+}
+#endif
+
+lam_status cuda_conv2d_fwd(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x, const void *W,
+                           void *y, void *ws, size_t ws_bytes) {
+  if (!lam_fmt_plain(f) && !f.nhwc) return nchw_bf16_unsupported("conv2d_fwd");
 #ifdef LAMINA_WITH_CUDNN
   cudnn_state *c = cudnn_of(ctx);
   if (c) {
     const conv_plan *p;
-    LAM_TRY(plan_of(ctx, c, g, OC, B, &p));
-    LAM_TRY(check_ws("conv2d_fwd", ws_bytes, p->ws[0]));
+    LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
+    const size_t cw = cudnn_part(f, g, OC, ws_bytes);
+    LAM_TRY(check_ws("conv2d_fwd", cw, p->ws[0]));
+    const void *Wc;
+    LAM_TRY(filter_in(ctx, f, g, OC, W, ws, cw, &Wc));
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_TRY(cudnnConvolutionForward(c->h, &one, c->x, x, c->w, W, c->c, p->fwd, ws, ws_bytes, &zero, c->y, y));
+    CUDNN_TRY(cudnnConvolutionForward(c->h, &one, c->x, x, c->w, Wc, c->c, p->fwd, ws, cw, &zero, c->y, y));
     return cuda_after_launch(cuda_st(ctx), cuda_st(ctx)->stream, "cudnnConvolutionForward", __FILE__, __LINE__);
   }
 #endif
-  return conv_im2col_fwd(ctx, g, OC, B, x, W, y, ws, ws_bytes);
+  return conv_im2col_fwd(ctx, f, g, OC, B, x, W, y, ws, ws_bytes);
 }
 
-lam_status cuda_conv2d_bwd_data(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, const float *dy, const float *W,
-                                float *dx, int accumulate, void *ws, size_t ws_bytes) {
+lam_status cuda_conv2d_bwd_data(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *dy,
+                                const void *W, void *dx, int accumulate, void *ws, size_t ws_bytes) {
+  if (!lam_fmt_plain(f) && !f.nhwc) return nchw_bf16_unsupported("conv2d_bwd_data");
 #ifdef LAMINA_WITH_CUDNN
   cudnn_state *c = cudnn_of(ctx);
   if (c) {
     const conv_plan *p;
-    LAM_TRY(plan_of(ctx, c, g, OC, B, &p));
-    LAM_TRY(check_ws("conv2d_bwd_data", ws_bytes, p->ws[1]));
+    LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
+    const size_t cw = cudnn_part(f, g, OC, ws_bytes);
+    LAM_TRY(check_ws("conv2d_bwd_data", cw, p->ws[1]));
+    const void *Wc;
+    LAM_TRY(filter_in(ctx, f, g, OC, W, ws, cw, &Wc));
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    CUDNN_TRY(cudnnConvolutionBackwardData(c->h, &one, c->w, W, c->y, dy, c->c, p->bwd_data, ws, ws_bytes, &beta, c->x,
-                                           dx));
+    CUDNN_TRY(cudnnConvolutionBackwardData(c->h, &one, c->w, Wc, c->y, dy, c->c, p->bwd_data, ws, cw, &beta, c->x, dx));
     return cuda_after_launch(cuda_st(ctx), cuda_st(ctx)->stream, "cudnnConvolutionBackwardData", __FILE__, __LINE__);
   }
 #endif
-  return conv_im2col_bwd_data(ctx, g, OC, B, dy, W, dx, accumulate, ws, ws_bytes);
+  return conv_im2col_bwd_data(ctx, f, g, OC, B, dy, W, dx, accumulate, ws, ws_bytes);
 }
 
-lam_status cuda_conv2d_bwd_filter(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *dy,
-                                  float *dW, void *ws, size_t ws_bytes) {
+lam_status cuda_conv2d_bwd_filter(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x,
+                                  const void *dy, float *dW, void *ws, size_t ws_bytes) {
+  if (!lam_fmt_plain(f) && !f.nhwc) return nchw_bf16_unsupported("conv2d_bwd_filter");
 #ifdef LAMINA_WITH_CUDNN
   cudnn_state *c = cudnn_of(ctx);
   if (c) {
+    cuda_state *st = cuda_st(ctx);
     const conv_plan *p;
-    LAM_TRY(plan_of(ctx, c, g, OC, B, &p));
-    LAM_TRY(check_ws("conv2d_bwd_filter", ws_bytes, p->ws[2]));
-    const float one = 1.0f;
-    CUDNN_TRY(cudnnConvolutionBackwardFilter(c->h, &one, c->x, x, c->y, dy, c->c, p->bwd_filter, ws, ws_bytes, &one,
-                                             c->w, dW));
-    return cuda_after_launch(cuda_st(ctx), cuda_st(ctx)->stream, "cudnnConvolutionBackwardFilter", __FILE__, __LINE__);
+    LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
+    const size_t cw = cudnn_part(f, g, OC, ws_bytes);
+    LAM_TRY(check_ws("conv2d_bwd_filter", cw, p->ws[2]));
+    const float one = 1.0f, zero = 0.0f;
+    if (lam_fmt_plain(f) || (f.dt == LAM_DT_F32 && !filter_moves(f, g))) { /* straight into dW */
+      CUDNN_TRY(cudnnConvolutionBackwardFilter(c->h, &one, c->x, x, c->y, dy, c->c, p->bwd_filter, ws, cw, &one, c->w,
+                                               dW));
+      return cuda_after_launch(st, st->stream, "cudnnConvolutionBackwardFilter", __FILE__, __LINE__);
+    }
+    /* through the workspace, past the filter's room: cuDNN's gradient in its order and type, added to dW */
+    void *gw = (char *)ws + align256(cw) + align256(filter_values(g, OC) * lam_dt_size(f.dt));
+    CUDNN_TRY(cudnnConvolutionBackwardFilter(c->h, &one, c->x, x, c->y, dy, c->c, p->bwd_filter, ws, cw, &zero, c->w,
+                                             gw));
+    LAM_TRY(cuda_after_launch(st, st->stream, "cudnnConvolutionBackwardFilter", __FILE__, __LINE__));
+    const size_t n = filter_values(g, OC);
+    const int same = !filter_moves(f, g);
+    if (f.dt == LAM_DT_BF16)
+      filter_grad_add_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, g->K * g->K, same,
+                                                                            (const lam_bf16 *)gw, dW);
+    else
+      filter_grad_add_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, g->K * g->K, same, (const float *)gw,
+                                                                         dW);
+    return cuda_after_launch(st, st->stream, "filter_grad_add_kernel", __FILE__, __LINE__);
   }
 #endif
-  return conv_im2col_bwd_filter(ctx, g, OC, B, x, dy, dW, ws, ws_bytes);
+  return conv_im2col_bwd_filter(ctx, f, g, OC, B, x, dy, dW, ws, ws_bytes);
 }

@@ -17,6 +17,8 @@
 #define ROW_SUM_CHUNK 4096
 #define ROW_SUM_MAX_CHUNKS 64
 #define ROW_SUM_PART_FLOATS 8192
+/* The NHWC per-channel reductions' partial sums (nhwc.cu): blocks x channels x 2, and 2 per channel after. */
+#define NHWC_PART_FLOATS ((size_t)1 << 20)
 
 typedef struct cuda_slot {
   cudaStream_t stream;
@@ -46,6 +48,7 @@ typedef struct cuda_state {
   size_t marks_cap;
   cudaStream_t copy_stream; /* queue 1: host->device copies that overlap the work on `stream` */
   float *rowsum_part;       /* ROW_SUM_PART_FLOATS partial row sums (nn.cu's row_sum) */
+  float *nhwc_part;         /* NHWC_PART_FLOATS partial sums of nhwc.cu's reductions */
   unsigned *xent_done;      /* xent's count of finished blocks (nn.cu), 0 between calls */
   void *cudnn;              /* conv.cu's cuDNN handle and plans, made at the first convolution */
   int cudnn_failed;         /* cuDNN could not be loaded: im2col + GEMM */
@@ -84,6 +87,29 @@ LAM_NN_PRIMS(LAM_CUDA_PRIM)
 #undef LAM_CUDA_PRIM
 lam_status cuda_set_precision(lam_ctx *ctx, int p);
 void cuda_nn_destroy(cuda_state *st);
+
+/* The NHWC kernels behind the primitives (nhwc.cu), for an NHWC format f (float32 or bfloat16); N = B*P rows
+ * of C channels. nhwc_bn_* serve bn_* and bn_act_* (act BN_ACT_NONE, bn.cuh, for the plain BatchNorm);
+ * nhwc_pool: kind 0 maxpool_fwd, 1 maxpool_bwd (in = dy), 2 avgpool_fwd, 3 avgpool_bwd. */
+lam_status nhwc_channel_bias_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, void *y, const float *bias);
+lam_status nhwc_channel_bias_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, const void *dy, float *db);
+lam_status nhwc_bn_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x, const float *gamma,
+                       const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                       float momentum, float eps, int train);
+lam_status nhwc_bn_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x, const void *y,
+                       const void *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,
+                       void *dx, float *dgamma, float *dbeta);
+lam_status nhwc_pool(lam_ctx *ctx, lam_fmt f, int kind, const lam_pool_geom *g, int B, const void *in, void *out,
+                     int32_t *arg);
+lam_status nhwc_plane_mean(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int P, const void *in, void *out);
+lam_status nhwc_upsample(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int H, int W, int F, const void *in, void *out);
+lam_status nhwc_gather(lam_ctx *ctx, lam_fmt f, int B, int C, size_t P, const uint8_t *images, size_t label_size,
+                       const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, void *x,
+                       uint8_t *y);
+/* The error of a layout-aware primitive asked for NCHW bfloat16, which the CUDA backend does not run. */
+#define nchw_bf16_unsupported(what)                                                                             \
+  LAM_FAIL(LAM_ERR_UNSUPPORTED, "%s: NCHW bfloat16 activations are not a CUDA format (NHWC bfloat16 or NCHW " \
+                                "float32 are)", what)
 void cuda_conv_destroy(cuda_state *st); /* conv.cu */
 
 /* Frees the pinned staging buffers (after the slots' work is done). */

@@ -411,8 +411,13 @@ __global__ void maxpool_fwd_kernel(lam_pool_geom g, int B, const float *x, float
   }
 }
 
-lam_status cuda_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg) {
+lam_status cuda_maxpool_fwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *xv, void *yv,
+                            int32_t *arg) {
   cuda_state *st = cuda_st(ctx);
+  if (f.nhwc) return nhwc_pool(ctx, f, 0, g, B, xv, yv, arg);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("maxpool_fwd");
+  const float *x = (const float *)xv;
+  float *y = (float *)yv;
   maxpool_fwd_kernel<<<blocks_for((size_t)B * g->C * g->OH * g->OW), NT, 0, st->stream>>>(*g, B, x, y, arg);
   LAUNCH_CHECK(st, "maxpool_fwd_kernel");
   return LAM_OK;
@@ -429,8 +434,13 @@ __global__ void maxpool_bwd_kernel(lam_pool_geom g, int B, const float *dy, cons
   }
 }
 
-lam_status cuda_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx) {
+lam_status cuda_maxpool_bwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *dyv, const int32_t *arg,
+                            void *dxv) {
   cuda_state *st = cuda_st(ctx);
+  if (f.nhwc) return nhwc_pool(ctx, f, 1, g, B, dyv, dxv, (int32_t *)arg);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("maxpool_bwd");
+  const float *dy = (const float *)dyv;
+  float *dx = (float *)dxv;
   CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)B * g->C * g->H * g->W * sizeof(float), st->stream));
   maxpool_bwd_kernel<<<blocks_for((size_t)B * g->C * g->OH * g->OW), NT, 0, st->stream>>>(*g, B, dy, arg, dx);
   LAUNCH_CHECK(st, "maxpool_bwd_kernel");
@@ -444,70 +454,93 @@ template <int ACT> __device__ inline float act_grad(float x, float y, float g, f
   return lam_act_grad(ACT, alpha, x, y, g);
 }
 
-/* Thread per V values (n counts groups of V: float4s where the pointers allow, vec.cuh). x and y may be
- * one buffer: plain loads, no __restrict__. */
-template <int ACT, int V> __global__ void act_fwd_kernel(float alpha, size_t n, const float *x, float *y) {
+/* Thread per V values of type T (n counts groups of V: 16-byte vectors where the pointers allow, vec.cuh).
+ * x and y may be one buffer: plain loads, no __restrict__. */
+template <typename T, int ACT, int V> __global__ void act_fwd_kernel(float alpha, size_t n, const T *x, T *y) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float v[V];
-    vload<V>(v, x, i);
+    tload<T, V>(v, x, i);
 #pragma unroll
     for (int q = 0; q < V; q++) v[q] = act_of<ACT>(v[q], alpha);
-    vstore<V>(y, i, v);
+    tstore<T, V>(y, i, v);
   }
 }
 
 /* The backward reads x for gelu, y for the others (the one not needed may be NULL); dx may be dy. */
-template <int ACT, int V>
-__global__ void act_bwd_kernel(float alpha, size_t n, const float *x, const float *y, const float *dy, float *dx) {
-  const float *src = ACT == LAM_ACT_GELU ? x : y;
+template <typename T, int ACT, int V>
+__global__ void act_bwd_kernel(float alpha, size_t n, const T *x, const T *y, const T *dy, T *dx) {
+  const T *src = ACT == LAM_ACT_GELU ? x : y;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float s[V], g[V];
-    vload<V>(s, src, i);
-    vload<V>(g, dy, i);
+    tload<T, V>(s, src, i);
+    tload<T, V>(g, dy, i);
 #pragma unroll
     for (int q = 0; q < V; q++) g[q] = act_grad<ACT>(s[q], s[q], g[q], alpha);
-    vstore<V>(dx, i, g);
+    tstore<T, V>(dx, i, g);
   }
 }
 
-template <int V> static void act_fwd_launch(cuda_state *st, int act, float alpha, size_t n, const float *x, float *y) {
+template <typename T, int V>
+static void act_fwd_launch(cuda_state *st, int act, float alpha, size_t n, const void *xv, void *yv) {
+  const T *x = (const T *)xv;
+  T *y = (T *)yv;
   unsigned g = blocks_for(n);
   switch (act) {
-    case LAM_ACT_RELU: act_fwd_kernel<LAM_ACT_RELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
-    case LAM_ACT_LEAKY: act_fwd_kernel<LAM_ACT_LEAKY, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
-    case LAM_ACT_TANH: act_fwd_kernel<LAM_ACT_TANH, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
-    case LAM_ACT_GELU: act_fwd_kernel<LAM_ACT_GELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
-    default: act_fwd_kernel<LAM_ACT_SIGMOID, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y);
+    case LAM_ACT_RELU: act_fwd_kernel<T, LAM_ACT_RELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    case LAM_ACT_LEAKY: act_fwd_kernel<T, LAM_ACT_LEAKY, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    case LAM_ACT_TANH: act_fwd_kernel<T, LAM_ACT_TANH, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    case LAM_ACT_GELU: act_fwd_kernel<T, LAM_ACT_GELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y); break;
+    default: act_fwd_kernel<T, LAM_ACT_SIGMOID, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y);
   }
 }
 
-template <int V>
-static void act_bwd_launch(cuda_state *st, int act, float alpha, size_t n, const float *x, const float *y,
-                           const float *dy, float *dx) {
+template <typename T, int V>
+static void act_bwd_launch(cuda_state *st, int act, float alpha, size_t n, const void *xv, const void *yv,
+                           const void *dyv, void *dxv) {
+  const T *x = (const T *)xv, *y = (const T *)yv, *dy = (const T *)dyv;
+  T *dx = (T *)dxv;
   unsigned g = blocks_for(n);
   switch (act) {
-    case LAM_ACT_RELU: act_bwd_kernel<LAM_ACT_RELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
-    case LAM_ACT_LEAKY: act_bwd_kernel<LAM_ACT_LEAKY, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
-    case LAM_ACT_TANH: act_bwd_kernel<LAM_ACT_TANH, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
-    case LAM_ACT_GELU: act_bwd_kernel<LAM_ACT_GELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
-    default: act_bwd_kernel<LAM_ACT_SIGMOID, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx);
+    case LAM_ACT_RELU: act_bwd_kernel<T, LAM_ACT_RELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    case LAM_ACT_LEAKY: act_bwd_kernel<T, LAM_ACT_LEAKY, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    case LAM_ACT_TANH: act_bwd_kernel<T, LAM_ACT_TANH, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    case LAM_ACT_GELU: act_bwd_kernel<T, LAM_ACT_GELU, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx); break;
+    default: act_bwd_kernel<T, LAM_ACT_SIGMOID, V><<<g, NT, 0, st->stream>>>(alpha, n, x, y, dy, dx);
   }
 }
 
-lam_status cuda_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, float *y) {
+/* n values of type dt in vectors of 16 bytes where n and the pointers allow: the vector's width, or 1. */
+static int elementwise_width(int dt, size_t n, const void *a, const void *b, const void *c = NULL,
+                             const void *d = NULL) {
+  const int V = dt == LAM_DT_BF16 ? 8 : 4;
+  return n % V == 0 && aligned16(a) && aligned16(b) && (!c || aligned16(c)) && (!d || aligned16(d)) ? V : 1;
+}
+
+lam_status cuda_act_fwd(lam_ctx *ctx, lam_fmt f, int act, float alpha, size_t n, const void *x, void *y) {
   cuda_state *st = cuda_st(ctx);
-  if (n % 4 == 0 && aligned16(x) && aligned16(y)) act_fwd_launch<4>(st, act, alpha, n / 4, x, y);
-  else act_fwd_launch<1>(st, act, alpha, n, x, y);
+  const int V = elementwise_width(f.dt, n, x, y);
+  if (f.dt == LAM_DT_BF16) {
+    if (V > 1) act_fwd_launch<lam_bf16, 8>(st, act, alpha, n / 8, x, y);
+    else act_fwd_launch<lam_bf16, 1>(st, act, alpha, n, x, y);
+  } else {
+    if (V > 1) act_fwd_launch<float, 4>(st, act, alpha, n / 4, x, y);
+    else act_fwd_launch<float, 1>(st, act, alpha, n, x, y);
+  }
   LAUNCH_CHECK(st, "act_fwd_kernel");
   return LAM_OK;
 }
 
-lam_status cuda_act_bwd(lam_ctx *ctx, int act, float alpha, size_t n, const float *x, const float *y, const float *dy,
-                        float *dx) {
+lam_status cuda_act_bwd(lam_ctx *ctx, lam_fmt f, int act, float alpha, size_t n, const void *x, const void *y,
+                        const void *dy, void *dx) {
   cuda_state *st = cuda_st(ctx);
-  if (n % 4 == 0 && aligned16(act == LAM_ACT_GELU ? x : y) && aligned16(dy) && aligned16(dx))
-    act_bwd_launch<4>(st, act, alpha, n / 4, x, y, dy, dx);
-  else act_bwd_launch<1>(st, act, alpha, n, x, y, dy, dx);
+  const int V = elementwise_width(f.dt, n, act == LAM_ACT_GELU ? x : y, dy, dx);
+  if (f.dt == LAM_DT_BF16) {
+    if (V > 1) act_bwd_launch<lam_bf16, 8>(st, act, alpha, n / 8, x, y, dy, dx);
+    else act_bwd_launch<lam_bf16, 1>(st, act, alpha, n, x, y, dy, dx);
+  } else {
+    if (V > 1) act_bwd_launch<float, 4>(st, act, alpha, n / 4, x, y, dy, dx);
+    else act_bwd_launch<float, 1>(st, act, alpha, n, x, y, dy, dx);
+  }
   LAUNCH_CHECK(st, "act_bwd_kernel");
   return LAM_OK;
 }
@@ -521,7 +554,8 @@ lam_status cuda_act_bwd(lam_ctx *ctx, int act, float alpha, size_t n, const floa
 #define XENT_BLOCKS 1024
 static_assert(3 * XENT_BLOCKS <= ROW_SUM_PART_FLOATS, "xent's partial sums live in rowsum_part");
 
-__global__ void xent_kernel(int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits, float scale,
+template <typename T>
+__global__ void xent_kernel(int B, int C, int P, const T *logits, const uint8_t *labels, T *dlogits, float scale,
                             const float *count, float s, float *part, unsigned *done, float *stats, uint8_t *pred) {
   __shared__ float sl[NT], sc[NT], sn[NT];
   const float f = count ? scale / *count : scale;
@@ -531,24 +565,24 @@ __global__ void xent_kernel(int B, int C, int P, const float *logits, const uint
   for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < total; j += gridDim.x * blockDim.x) {
     unsigned b = j / (unsigned)P, p = j % (unsigned)P;
     const size_t base = (size_t)b * C * P + p;
-    const float *l = logits + base;
+    const T *l = logits + base;
     int am = 0;
     for (int c = 1; c < C; c++)
-      if (l[(size_t)c * P] > l[(size_t)am * P]) am = c;
+      if (tget(l, (size_t)c * P) > tget(l, (size_t)am * P)) am = c;
     if (pred) pred[j] = (uint8_t)am;
     const int y = labels[j];
     if (y == LAM_LABEL_IGNORE) {
       if (dlogits)
-        for (int c = 0; c < C; c++) dlogits[base + (size_t)c * P] = 0.0f;
+        for (int c = 0; c < C; c++) tput(dlogits, base + (size_t)c * P, 0.0f);
       continue;
     }
-    float mx = l[(size_t)am * P], sum = 0.0f;
-    for (int c = 0; c < C; c++) sum += expf(l[(size_t)c * P] - mx);
+    float mx = tget(l, (size_t)am * P), sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += expf(tget(l, (size_t)c * P) - mx);
     const float lse = logf(sum);
-    float lossf = (mx - l[(size_t)y * P]) + lse; /* as the CPU twin: differences from the max are exact */
+    float lossf = (mx - tget(l, (size_t)y * P)) + lse; /* as the CPU twin: differences from the max are exact */
     if (s != 0.0f) {
       float d = 0.0f;
-      for (int c = 0; c < C; c++) d += mx - l[(size_t)c * P];
+      for (int c = 0; c < C; c++) d += mx - tget(l, (size_t)c * P);
       lossf = (1.0f - s) * lossf + s * (d / (float)C + lse);
     }
     loss += lossf;
@@ -557,7 +591,7 @@ __global__ void xent_kernel(int B, int C, int P, const float *logits, const uint
     if (dlogits) {
       float inv = 1.0f / sum;
       for (int c = 0; c < C; c++)
-        dlogits[base + (size_t)c * P] = f * (expf(l[(size_t)c * P] - mx) * inv - (c == y ? on : off));
+        tput(dlogits, base + (size_t)c * P, f * (expf(tget(l, (size_t)c * P) - mx) * inv - (c == y ? on : off)));
     }
   }
   sl[threadIdx.x] = loss;
@@ -601,16 +635,22 @@ __global__ void xent_kernel(int B, int C, int P, const float *logits, const uint
   }
 }
 
-lam_status cuda_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits,
-                     float scale, const float *count, float smoothing, float *stats, uint8_t *pred) {
+lam_status cuda_xent(lam_ctx *ctx, lam_fmt fm, int B, int C, int P, const void *logits, const uint8_t *labels,
+                     void *dlogits, float scale, const float *count, float smoothing, float *stats, uint8_t *pred) {
   cuda_state *st = cuda_st(ctx);
+  if (fm.nhwc) B *= P, P = 1; /* (B*P, C): a pixel's classes together, as a sample's of a flat output */
+  else if (fm.dt != LAM_DT_F32 && P > 1) return nchw_bf16_unsupported("xent");
   size_t total = (size_t)B * P;
   LAM_TRY(check_grid("xent", total, 1));
   size_t nb = (total + NT - 1) / NT;
   int blocks = (int)(nb < XENT_BLOCKS ? (nb ? nb : 1) : XENT_BLOCKS);
   unsigned *done = st->xent_done; /* zero between calls: the last block resets it */
-  xent_kernel<<<blocks, NT, 0, st->stream>>>(B, C, P, logits, labels, dlogits, scale, count, smoothing, st->rowsum_part,
-                                             done, stats, pred);
+  if (fm.dt == LAM_DT_BF16)
+    xent_kernel<lam_bf16><<<blocks, NT, 0, st->stream>>>(B, C, P, (const lam_bf16 *)logits, labels, (lam_bf16 *)dlogits,
+                                                         scale, count, smoothing, st->rowsum_part, done, stats, pred);
+  else
+    xent_kernel<float><<<blocks, NT, 0, st->stream>>>(B, C, P, (const float *)logits, labels, (float *)dlogits, scale,
+                                                      count, smoothing, st->rowsum_part, done, stats, pred);
   LAUNCH_CHECK(st, "xent_kernel");
   return LAM_OK;
 }
@@ -642,9 +682,14 @@ __global__ void gather_kernel(int B, int C, unsigned P, const uint8_t *__restric
 }
 
 lam_status cuda_gather(lam_ctx *ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size,
-                       const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, float *x,
-                       uint8_t *y) {
+                       const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, lam_fmt f,
+                       void *xv, uint8_t *y) {
   cuda_state *st = cuda_st(ctx);
+  if (!lam_fmt_plain(f)) {
+    if (!f.nhwc && C > 1 && P > 1) return nchw_bf16_unsupported("gather");
+    return nhwc_gather(ctx, f, B, C, P, images, label_size, labels, idx, cursor, norm, xv, y);
+  }
+  float *x = (float *)xv;
   LAM_TRY(check_grid("gather", (size_t)C * P, 1));
   gather_coef k;
   for (int c = 0; c < C; c++) /* as the CPU twin */

@@ -11,6 +11,7 @@
 #include "cuda.h"
 #include "../act.h"
 #include "vec.cuh"
+#include "bn.cuh"
 #include "../hash.h"
 
 #define NT 256
@@ -100,26 +101,6 @@ __device__ float2 block_sum2(float a, float b) {
   return total;
 }
 
-/* The activation after a BatchNorm (bn_act_*), fixed at compile time, with leaky's slope alpha; BN_ACT_NONE
- * is none: the plain BatchNorm (bn_fwd, bn_bwd), whose kernels these are too. The expressions are act.h's,
- * as act_fwd/act_bwd's and the CPU twins', so bn_act_* agree with bn_fwd + act_fwd and act_bwd + bn_bwd
- * (gelu's derivative to an ulp). */
-#define BN_ACT_NONE (-1)
-template <int ACT> struct bn_act {
-  float alpha;
-  /* dz is formed from y = act(z) (relu and leaky: y > 0; tanh; sigmoid), gelu's from z */
-  static constexpr bool from_y = ACT != BN_ACT_NONE && ACT != LAM_ACT_GELU;
-  __device__ __forceinline__ float of(float z) const {
-    if constexpr (ACT == BN_ACT_NONE) return z;
-    else return lam_act(ACT, alpha, z);
-  }
-  /* g act'(z), from y or z as from_y says (the other is not read) */
-  __device__ __forceinline__ float dz(float z, float y, float g) const {
-    if constexpr (ACT == BN_ACT_NONE) return g;
-    else return lam_act_grad(ACT, alpha, z, y, g);
-  }
-};
-
 /* gv (dy, V values at o in units of V, channel c) becomes dz = dy act'(.): from y, or from z = (x - m)
  * sc + bt recomputed from xv exactly as the forward computed it (sc = invstd gamma, bt = beta). */
 template <int ACT, int V>
@@ -150,10 +131,6 @@ struct red_args {
   const float *y, *gamma, *beta;
   float alpha;
 };
-
-/* Channel c's gamma and beta, 1 and 0 where not given. */
-__device__ __forceinline__ float gamma_of(const float *gamma, int c) { return gamma ? gamma[c] : 1.0f; }
-__device__ __forceinline__ float beta_of(const float *beta, int c) { return beta ? beta[c] : 0.0f; }
 
 /* This thread's share of the sums of channel c over the samples [b0, b1), flattened over (b, p), V
  * values at a time (V = 4: P % 4 == 0 and x, dy, y 16-byte aligned). */
@@ -223,7 +200,7 @@ template <typename I, int V> __global__ void channel_bias_fwd_kernel(I n, I PV, 
   }
 }
 
-lam_status cuda_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, const float *bias) {
+static lam_status nchw_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, const float *bias) {
   cuda_state *st = cuda_st(ctx);
   size_t n = (size_t)B * C * P;
   LAUNCH_ROWWISE(st, channel_bias_fwd_kernel, P % 4 == 0 && aligned16(y), n, P, C, y, bias);
@@ -246,7 +223,7 @@ __global__ void channel_sum_final_kernel(int C, int S, const float *part, float 
   db[c] += (float)a;
 }
 
-lam_status cuda_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *db) {
+static lam_status nchw_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *db) {
   cuda_state *st = cuda_st(ctx);
   if (B <= 0 || C <= 0 || P <= 0) return LAM_OK;
   LAM_TRY(check_channel_size("channel_bias_bwd", B, P));
@@ -281,7 +258,7 @@ template <typename I> __global__ void avgpool_fwd_kernel(I n, lam_pool_geom g, c
   }
 }
 
-lam_status cuda_avgpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y) {
+static lam_status nchw_avgpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y) {
   cuda_state *st = cuda_st(ctx);
   size_t n = (size_t)B * g->C * g->OH * g->OW;
   LAUNCH_ELEMENTWISE(st, avgpool_fwd_kernel, n, *g, x, y);
@@ -329,7 +306,7 @@ template <typename I, int KT> __global__ void avgpool_bwd_disjoint_kernel(I n, l
   }
 }
 
-lam_status cuda_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, float *dx) {
+static lam_status nchw_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, float *dx) {
   cuda_state *st = cuda_st(ctx);
   size_t n = (size_t)B * g->C * g->H * g->W;
   if (g->stride == g->K && g->K == 2 && fits32(n)) {
@@ -367,7 +344,7 @@ __global__ void plane_mean_thread_kernel(size_t rows, int P, const float *__rest
   }
 }
 
-lam_status cuda_plane_mean_fwd(lam_ctx *ctx, size_t rows, int P, const float *x, float *y) {
+static lam_status nchw_plane_mean_fwd(lam_ctx *ctx, size_t rows, int P, const float *x, float *y) {
   cuda_state *st = cuda_st(ctx);
   if (P >= 32) {
     plane_mean_warp_kernel<<<blocks_for(rows * 32), NT, 0, st->stream>>>(rows, P, x, y);
@@ -391,7 +368,7 @@ template <typename I, int V> __global__ void plane_mean_bwd_kernel(I n, I PV, in
   }
 }
 
-lam_status cuda_plane_mean_bwd(lam_ctx *ctx, size_t rows, int P, const float *dy, float *dx) {
+static lam_status nchw_plane_mean_bwd(lam_ctx *ctx, size_t rows, int P, const float *dy, float *dx) {
   cuda_state *st = cuda_st(ctx);
   size_t n = rows * P;
   LAUNCH_ROWWISE(st, plane_mean_bwd_kernel, P % 4 == 0 && aligned16(dx), n, P, P, dy, dx);
@@ -416,7 +393,7 @@ template <typename I, int FT> __global__ void upsample_fwd_kernel(I n, int H, in
   }
 }
 
-lam_status cuda_upsample_fwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *x, float *y) {
+static lam_status nchw_upsample_fwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *x, float *y) {
   cuda_state *st = cuda_st(ctx);
   size_t n = (size_t)B * C * H * W;
   if (F == 2 && fits32(n)) {
@@ -444,7 +421,7 @@ template <typename I> __global__ void upsample_bwd_kernel(I n, int H, int W, int
   }
 }
 
-lam_status cuda_upsample_bwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *dy, float *dx) {
+static lam_status nchw_upsample_bwd(lam_ctx *ctx, int B, int C, int H, int W, int F, const float *dy, float *dx) {
   cuda_state *st = cuda_st(ctx);
   size_t n = (size_t)B * C * H * W;
   LAUNCH_ELEMENTWISE(st, upsample_bwd_kernel, n, H, W, F, dy, dx);
@@ -453,19 +430,6 @@ lam_status cuda_upsample_bwd(lam_ctx *ctx, int B, int C, int H, int W, int F, co
 
 /* ---- BatchNorm, alone (bn_fwd, bn_bwd) or followed by an activation (bn_act_fwd, bn_act_bwd): the same
  * kernels, with the activation a template argument (BN_ACT_NONE for the plain ones) ---- */
-
-/* From channel c's shifted sums over N values (a = sum(x - K), b = sum((x - K)^2)): the mean and
- * invstd, saved, and the running statistics updated as PyTorch does (unbiased variance). */
-__device__ inline void bn_finish(int c, double a, double b, double N, float K, float eps, float momentum, float *mean,
-                                 float *invstd, float *run_mean, float *run_var, float *m_out, float *is_out) {
-  double d = a / N, var = b / N - d * d;
-  if (var < 0.0) var = 0.0;
-  float m = (float)((double)K + d), is = (float)(1.0 / sqrt(var + (double)eps));
-  mean[c] = m, invstd[c] = is;
-  if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
-  if (run_var) run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1.0 ? var * N / (N - 1.0) : var);
-  *m_out = m, *is_out = is;
-}
 
 /* One block per channel (blockIdx.x): its statistics, then y = act(z) over the channel. For bn_fwd x and
  * y may be one buffer (each value is read, then written, by the same thread): no __restrict__, no __ldg. */
@@ -561,14 +525,14 @@ static lam_status bn_fwd_run(cuda_state *st, const char *what, int B, int C, int
   return LAM_OK;
 }
 
-lam_status cuda_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
+static lam_status nchw_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
                        float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps,
                        int train) {
   return bn_fwd_run(cuda_st(ctx), "bn_fwd", B, C, P, bn_act<BN_ACT_NONE>{0.0f}, x, gamma, beta, y, mean, invstd,
                     run_mean, run_var, momentum, eps, train);
 }
 
-lam_status cuda_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
+static lam_status nchw_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
                            const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
                            float momentum, float eps, int train) {
   cuda_state *st = cuda_st(ctx);
@@ -676,13 +640,13 @@ static lam_status bn_bwd_run(cuda_state *st, const char *what, int B, int C, int
   return LAM_OK;
 }
 
-lam_status cuda_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
+static lam_status nchw_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
                        const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta) {
   return bn_bwd_run(cuda_st(ctx), "bn_bwd", B, C, P, bn_act<BN_ACT_NONE>{0.0f}, x, NULL, dy, gamma, NULL, mean, invstd,
                     dx, dgamma, dbeta);
 }
 
-lam_status cuda_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
+static lam_status nchw_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
                            const float *dy, const float *gamma, const float *beta, const float *mean,
                            const float *invstd, float *dx, float *dgamma, float *dbeta) {
   cuda_state *st = cuda_st(ctx);
@@ -717,65 +681,81 @@ lam_status cuda_dropout_mask(lam_ctx *ctx, size_t n, float p, uint64_t seed, con
   return LAM_OK;
 }
 
-/* Thread per V values (n counts groups of V); x may be y. */
-template <int V>
-__global__ void mask_scale_kernel(size_t n, const float *x, const uint8_t *__restrict__ mask, float scale, float *y) {
+/* Thread per V values of type T (n counts groups of V); x may be y. */
+template <typename T, int V>
+__global__ void mask_scale_kernel(size_t n, const T *x, const uint8_t *__restrict__ mask, float scale, T *y) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float v[V];
-    uint8_t k[V];
-    vload<V>(v, x, i);
-    vload_u8<V>(k, mask, i);
+    tload<T, V>(v, x, i);
 #pragma unroll
-    for (int q = 0; q < V; q++) v[q] = k[q] ? v[q] * scale : 0.0f;
-    vstore<V>(y, i, v);
+    for (int q = 0; q < V; q++) v[q] = mask[i * V + q] ? v[q] * scale : 0.0f;
+    tstore<T, V>(y, i, v);
   }
 }
 
-lam_status cuda_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y) {
+lam_status cuda_mask_scale(lam_ctx *ctx, lam_fmt f, size_t n, const void *x, const uint8_t *mask, float scale, void *y) {
   cuda_state *st = cuda_st(ctx);
-  if (n % 4 == 0 && aligned16(x) && aligned16(y) && ((uintptr_t)mask & 3) == 0)
-    mask_scale_kernel<4><<<blocks_for(n / 4), NT, 0, st->stream>>>(n / 4, x, mask, scale, y);
-  else
-    mask_scale_kernel<1><<<blocks_for(n), NT, 0, st->stream>>>(n, x, mask, scale, y);
+  const int V = f.dt == LAM_DT_BF16 ? 8 : 4;
+  const bool vec = n % V == 0 && aligned16(x) && aligned16(y);
+  if (f.dt == LAM_DT_BF16) {
+    if (vec) mask_scale_kernel<lam_bf16, 8><<<blocks_for(n / 8), NT, 0, st->stream>>>(n / 8, (const lam_bf16 *)x, mask, scale, (lam_bf16 *)y);
+    else mask_scale_kernel<lam_bf16, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, (const lam_bf16 *)x, mask, scale, (lam_bf16 *)y);
+  } else {
+    if (vec) mask_scale_kernel<float, 4><<<blocks_for(n / 4), NT, 0, st->stream>>>(n / 4, (const float *)x, mask, scale, (float *)y);
+    else mask_scale_kernel<float, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, (const float *)x, mask, scale, (float *)y);
+  }
   LAUNCH_CHECK(st, "mask_scale_kernel");
   return LAM_OK;
 }
 
 /* Thread per V values; y may be a or b. */
-template <int V> __global__ void add_kernel(size_t n, const float *a, const float *b, float *y) {
+template <typename T, int V> __global__ void add_kernel(size_t n, const T *a, const T *b, T *y) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float u[V], v[V];
-    vload<V>(u, a, i);
-    vload<V>(v, b, i);
+    tload<T, V>(u, a, i);
+    tload<T, V>(v, b, i);
 #pragma unroll
     for (int q = 0; q < V; q++) u[q] += v[q];
-    vstore<V>(y, i, u);
+    tstore<T, V>(y, i, u);
   }
 }
 
-lam_status cuda_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
+lam_status cuda_add(lam_ctx *ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y) {
   cuda_state *st = cuda_st(ctx);
-  if (n % 4 == 0 && aligned16(a) && aligned16(b) && aligned16(y))
-    add_kernel<4><<<blocks_for(n / 4), NT, 0, st->stream>>>(n / 4, a, b, y);
-  else
-    add_kernel<1><<<blocks_for(n), NT, 0, st->stream>>>(n, a, b, y);
+  const int V = f.dt == LAM_DT_BF16 ? 8 : 4;
+  const bool vec = n % V == 0 && aligned16(a) && aligned16(b) && aligned16(y);
+  if (f.dt == LAM_DT_BF16) {
+    const lam_bf16 *ta = (const lam_bf16 *)a, *tb = (const lam_bf16 *)b;
+    if (vec) add_kernel<lam_bf16, 8><<<blocks_for(n / 8), NT, 0, st->stream>>>(n / 8, ta, tb, (lam_bf16 *)y);
+    else add_kernel<lam_bf16, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, ta, tb, (lam_bf16 *)y);
+  } else {
+    const float *ta = (const float *)a, *tb = (const float *)b;
+    if (vec) add_kernel<float, 4><<<blocks_for(n / 4), NT, 0, st->stream>>>(n / 4, ta, tb, (float *)y);
+    else add_kernel<float, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, ta, tb, (float *)y);
+  }
   LAUNCH_CHECK(st, "add_kernel");
   return LAM_OK;
 }
 
-/* Block (chunk, row): rows stride over gridDim.y, threads over the row's columns (coalesced). */
-__global__ void copy_rows_kernel(size_t rows, size_t cols, const float *__restrict__ src, size_t lds,
-                                 float *__restrict__ dst, size_t ldd) {
+/* Block (chunk, row): rows stride over gridDim.y, threads over the row's columns (coalesced); values of E
+ * bytes moved as such (a copy needs no arithmetic). */
+template <typename E>
+__global__ void copy_rows_kernel(size_t rows, size_t cols, const E *__restrict__ src, size_t lds, E *__restrict__ dst,
+                                 size_t ldd) {
   for (size_t r = blockIdx.y; r < rows; r += gridDim.y)
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += (size_t)gridDim.x * blockDim.x)
-      dst[r * ldd + i] = __ldg(src + r * lds + i);
+      dst[r * ldd + i] = src[r * lds + i];
 }
 
-lam_status cuda_copy_rows(lam_ctx *ctx, size_t rows, size_t cols, const float *src, size_t lds, float *dst, size_t ldd) {
+lam_status cuda_copy_rows(lam_ctx *ctx, lam_fmt f, size_t rows, size_t cols, const void *src, size_t lds, void *dst,
+                          size_t ldd) {
   cuda_state *st = cuda_st(ctx);
   if (!rows || !cols) return LAM_OK;
   size_t bx = (cols + NT - 1) / NT, gx = bx < ((size_t)1 << 20) ? bx : (size_t)1 << 20, gy = rows < 65535 ? rows : 65535;
-  copy_rows_kernel<<<dim3((unsigned)gx, (unsigned)gy), NT, 0, st->stream>>>(rows, cols, src, lds, dst, ldd);
+  dim3 grid((unsigned)gx, (unsigned)gy);
+  if (f.dt == LAM_DT_BF16)
+    copy_rows_kernel<uint16_t><<<grid, NT, 0, st->stream>>>(rows, cols, (const uint16_t *)src, lds, (uint16_t *)dst, ldd);
+  else copy_rows_kernel<float><<<grid, NT, 0, st->stream>>>(rows, cols, (const float *)src, lds, (float *)dst, ldd);
   LAUNCH_CHECK(st, "copy_rows_kernel");
   return LAM_OK;
 }
@@ -823,4 +803,89 @@ lam_status cuda_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float
   label_count_final_kernel<<<1, NT, 0, st->stream>>>(blocks, part, count);
   LAUNCH_CHECK(st, "label_count_final_kernel");
   return LAM_OK;
+}
+
+/* ---- the primitives by format: NCHW float32 runs the kernels above, NHWC those of nhwc.cu (a flat tensor,
+ * P = 1, lies the same in both) ---- */
+
+/* The NHWC kernels serve f: NHWC, or a flat tensor in any layout. */
+static bool as_nhwc(lam_fmt f, int P) { return f.nhwc || (P == 1 && f.dt != LAM_DT_F32); }
+
+lam_status cuda_channel_bias_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, void *y, const float *bias) {
+  if (as_nhwc(f, P)) return nhwc_channel_bias_fwd(ctx, f, (size_t)B * P, C, y, bias);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("channel_bias_fwd");
+  return nchw_channel_bias_fwd(ctx, B, C, P, (float *)y, bias);
+}
+lam_status cuda_channel_bias_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *dy, float *db) {
+  if (as_nhwc(f, P)) return nhwc_channel_bias_bwd(ctx, f, (size_t)B * P, C, dy, db);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("channel_bias_bwd");
+  return nchw_channel_bias_bwd(ctx, B, C, P, (const float *)dy, db);
+}
+lam_status cuda_avgpool_fwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *x, void *y) {
+  if (f.nhwc) return nhwc_pool(ctx, f, 2, g, B, x, y, NULL);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("avgpool_fwd");
+  return nchw_avgpool_fwd(ctx, g, B, (const float *)x, (float *)y);
+}
+lam_status cuda_avgpool_bwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *dy, void *dx) {
+  if (f.nhwc) return nhwc_pool(ctx, f, 3, g, B, dy, dx, NULL);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("avgpool_bwd");
+  return nchw_avgpool_bwd(ctx, g, B, (const float *)dy, (float *)dx);
+}
+lam_status cuda_plane_mean_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, void *y) {
+  if (f.nhwc) return nhwc_plane_mean(ctx, f, 0, B, C, P, x, y);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("plane_mean_fwd");
+  return nchw_plane_mean_fwd(ctx, (size_t)B * C, P, (const float *)x, (float *)y);
+}
+lam_status cuda_plane_mean_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *dy, void *dx) {
+  if (f.nhwc) return nhwc_plane_mean(ctx, f, 1, B, C, P, dy, dx);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("plane_mean_bwd");
+  return nchw_plane_mean_bwd(ctx, (size_t)B * C, P, (const float *)dy, (float *)dx);
+}
+lam_status cuda_upsample_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int H, int W, int F, const void *x, void *y) {
+  if (f.nhwc) return nhwc_upsample(ctx, f, 0, B, C, H, W, F, x, y);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("upsample_fwd");
+  return nchw_upsample_fwd(ctx, B, C, H, W, F, (const float *)x, (float *)y);
+}
+lam_status cuda_upsample_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int H, int W, int F, const void *dy, void *dx) {
+  if (f.nhwc) return nhwc_upsample(ctx, f, 1, B, C, H, W, F, dy, dx);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("upsample_bwd");
+  return nchw_upsample_bwd(ctx, B, C, H, W, F, (const float *)dy, (float *)dx);
+}
+
+lam_status cuda_bn_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const float *gamma,
+                       const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                       float momentum, float eps, int train) {
+  if (as_nhwc(f, P))
+    return nhwc_bn_fwd(ctx, f, (size_t)B * P, C, BN_ACT_NONE, 0.0f, x, gamma, beta, y, mean, invstd, run_mean, run_var,
+                       momentum, eps, train);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("bn_fwd");
+  return nchw_bn_fwd(ctx, B, C, P, (const float *)x, gamma, beta, (float *)y, mean, invstd, run_mean, run_var, momentum,
+                     eps, train);
+}
+lam_status cuda_bn_act_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
+                           const float *gamma, const float *beta, void *y, float *mean, float *invstd,
+                           float *run_mean, float *run_var, float momentum, float eps, int train) {
+  if (as_nhwc(f, P))
+    return nhwc_bn_fwd(ctx, f, (size_t)B * P, C, act, alpha, x, gamma, beta, y, mean, invstd, run_mean, run_var,
+                       momentum, eps, train);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("bn_act_fwd");
+  return nchw_bn_act_fwd(ctx, B, C, P, act, alpha, (const float *)x, gamma, beta, (float *)y, mean, invstd, run_mean,
+                         run_var, momentum, eps, train);
+}
+lam_status cuda_bn_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma,
+                       const float *mean, const float *invstd, void *dx, float *dgamma, float *dbeta) {
+  if (as_nhwc(f, P))
+    return nhwc_bn_bwd(ctx, f, (size_t)B * P, C, BN_ACT_NONE, 0.0f, x, NULL, dy, gamma, NULL, mean, invstd, dx, dgamma,
+                       dbeta);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("bn_bwd");
+  return nchw_bn_bwd(ctx, B, C, P, (const float *)x, (const float *)dy, gamma, mean, invstd, (float *)dx, dgamma, dbeta);
+}
+lam_status cuda_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
+                           const void *y, const void *dy, const float *gamma, const float *beta, const float *mean,
+                           const float *invstd, void *dx, float *dgamma, float *dbeta) {
+  if (as_nhwc(f, P))
+    return nhwc_bn_bwd(ctx, f, (size_t)B * P, C, act, alpha, x, y, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta);
+  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("bn_act_bwd");
+  return nchw_bn_act_bwd(ctx, B, C, P, act, alpha, (const float *)x, (const float *)y, (const float *)dy, gamma, beta,
+                         mean, invstd, (float *)dx, dgamma, dbeta);
 }

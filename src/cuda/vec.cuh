@@ -5,6 +5,7 @@
 #ifndef LAMINA_CUDA_VEC_CUH
 #define LAMINA_CUDA_VEC_CUH
 
+#include <cuda_bf16.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,5 +35,62 @@ template <int V> __device__ __forceinline__ void vload_u8(uint8_t (&v)[V], const
 }
 
 static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* ---- activations of either type (prims.h: lam_fmt.dt), as floats in registers: T is float or __nv_bfloat16.
+ * V values per index: one 16-byte access where V * sizeof(T) == 16 (4 floats, 8 bfloat16s), else V scalars. */
+typedef __nv_bfloat16 lam_bf16;
+template <typename T> struct lam_vw {
+  static constexpr int value = 16 / sizeof(T);
+};
+
+template <typename T> __device__ __forceinline__ float tget(const T *p, size_t i) {
+  if constexpr (sizeof(T) == 2) return __bfloat162float(p[i]);
+  else return p[i];
+}
+template <typename T> __device__ __forceinline__ void tput(T *p, size_t i, float v) {
+  if constexpr (sizeof(T) == 2) p[i] = __float2bfloat16_rn(v);
+  else p[i] = v;
+}
+
+/* v = values V*i .. V*i + V - 1 of p. */
+template <typename T, int V> __device__ __forceinline__ void tload(float (&v)[V], const T *p, size_t i) {
+  if constexpr (V * sizeof(T) == 16) {
+    uint4 u = reinterpret_cast<const uint4 *>(p)[i];
+    if constexpr (sizeof(T) == 4) {
+      v[0] = __uint_as_float(u.x), v[1] = __uint_as_float(u.y), v[2] = __uint_as_float(u.z), v[3] = __uint_as_float(u.w);
+    } else {
+      const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int q = 0; q < 4; q++) { /* a bfloat16 is the high half of a float */
+        v[2 * q] = __uint_as_float(w[q] << 16);
+        v[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < V; q++) v[q] = tget(p, (size_t)V * i + q);
+  }
+}
+
+template <typename T, int V> __device__ __forceinline__ void tstore(T *p, size_t i, const float (&v)[V]) {
+  if constexpr (V * sizeof(T) == 16) {
+    uint4 u;
+    if constexpr (sizeof(T) == 4) {
+      u = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+    } else {
+      unsigned w[4];
+#pragma unroll
+      for (int q = 0; q < 4; q++) { /* round each to nearest even, as __float2bfloat16_rn */
+        __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * q], v[2 * q + 1]);
+        w[q] = *reinterpret_cast<unsigned *>(&h);
+      }
+      u = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    reinterpret_cast<uint4 *>(p)[i] = u;
+  } else {
+#pragma unroll
+    for (int q = 0; q < V; q++) tput(p, (size_t)V * i + q, v[q]);
+  }
+}
 
 #endif

@@ -26,9 +26,32 @@ static int is_act(const nn_op *op) {
   return op == &nn_op_relu || op == &nn_op_leakyrelu || op == &nn_op_gelu || op == &nn_op_tanh || op == &nn_op_sigmoid;
 }
 
-/* Fuses conv -> relu -> maxpool (windows that do not overlap) into the conv node, unless LAMINA_FUSE=0;
- * at the model's input with few taps as a direct convolution where the backend prefers it. Then
- * BatchNorm -> activation where the BatchNorm's output has that one reader: its output is never stored. */
+/* Whether conv node i is the head of a conv -> relu -> maxpool block (windows that do not overlap, each
+ * intermediate with one reader); *relu and *pool get the other two. */
+static int conv_block(const lam_model *m, int i, int *relu, int *pool) {
+  const nn_node *c = &m->node[i];
+  if (c->op != &nn_op_conv || c->absorbed) return 0;
+  if (readers(m, c->out, relu) != 1 || m->node[*relu].op != &nn_op_relu) return 0;
+  if (readers(m, m->node[*relu].out, pool) != 1 || m->node[*pool].op != &nn_op_maxpool) return 0;
+  return m->node[*pool].stride == m->node[*pool].k;
+}
+
+lam_fmt nn_choose_fmt(const lam_model *m) {
+  if (m->layout == 1) return LAM_FMT_NCHW;
+  int nhwc = m->layout == 2;
+  /* a conv of its own, by the graph's shape (whatever LAMINA_FUSE says: the blocks' kernels are NCHW, and a
+   * model that has only blocks keeps that layout to compare them with the plain ops); LAMINA_CONV=im2col is
+   * an NCHW path */
+  if (!m->layout && m->ctx->be->nhwc_convs && !m->conv_im2col)
+    for (int i = 0, r, p; i < m->nnodes && !nhwc; i++)
+      nhwc = m->node[i].op == &nn_op_convt || (m->node[i].op == &nn_op_conv && !conv_block(m, i, &r, &p));
+  return lam_fmt_of(nhwc && nn_bf16(m) ? LAM_DT_BF16 : LAM_DT_F32, nhwc);
+}
+
+/* Fuses conv -> relu -> maxpool into the conv node, unless LAMINA_FUSE=0 or the layout is NHWC (the blocks'
+ * kernels are NCHW); at the model's input with few taps as a direct convolution where the backend prefers
+ * it. Then BatchNorm -> activation where the BatchNorm's output has that one reader: its output is never
+ * stored. */
 static void fuse(lam_model *m) {
   if (!m->fuse) return;
   for (int i = 0; i + 1 < m->nnodes; i++) {
@@ -42,21 +65,16 @@ static void fuse(lam_model *m) {
     act->fused_by = i;
     m->tensor[bn->out].fused_away = 1;
   }
-  for (int i = 0; i + 2 < m->nnodes; i++) {
+  for (int i = 0; i + 2 < m->nnodes && !m->fmt.nhwc; i++) {
     nn_node *c = &m->node[i];
-    if (c->op != &nn_op_conv || c->absorbed) continue;
     int r1, r2;
-    if (readers(m, c->out, &r1) != 1 || m->node[r1].op != &nn_op_relu) continue;
-    nn_node *relu = &m->node[r1];
-    if (readers(m, relu->out, &r2) != 1 || m->node[r2].op != &nn_op_maxpool) continue;
-    nn_node *pool = &m->node[r2];
-    if (pool->stride != pool->k) continue;
+    if (!conv_block(m, i, &r1, &r2)) continue;
+    nn_node *relu = &m->node[r1], *pool = &m->node[r2];
     c->fuse = NN_FUSE_POOL;
     const nn_tensor *x = &m->tensor[c->in[0]];
     int want_direct = m->fuse == 2 || (m->fuse == 3 && m->ctx->be->direct_first_conv);
     if (want_direct && c->in[0] == 0 && !c->nobias && x->c * c->k * c->k <= LAM_DIRECT_TAPS) c->fuse = NN_FUSE_DIRECT;
     c->pool = r2;
-    c->keep_input = 0; /* the block keeps its im2col (or reads the model's input) */
     relu->absorbed = pool->absorbed = 1;
     relu->fused_by = pool->fused_by = i;
     m->tensor[c->out].fused_away = m->tensor[relu->out].fused_away = 1;
@@ -81,14 +99,25 @@ static void run_in_place(lam_model *m) {
   }
 }
 
-void nn_graph_finish(lam_model *m) {
+void nn_graph_finish(lam_model *m, lam_fmt f) {
+  m->fmt = f;
+  for (int t = 1; t < m->ntensors; t++) m->tensor[t].view_of = -1, m->tensor[t].fused_away = 0;
   for (int i = 0; i < m->nnodes; i++) {
     nn_node *n = &m->node[i];
+    n->fuse = n->pool = n->absorbed = n->fused_by = n->inplace = 0;
+    n->accum[0] = n->accum[1] = 0;
     int need = n->nw + n->nb > 0;
     for (int j = 0; j < n->nin; j++) need |= m->tensor[n->in[j]].need_grad;
     m->tensor[n->out].need_grad = need;
+    /* flatten is its input's memory, unless that is an NHWC image: it then lays it out in NCHW order, as a
+     * dense layer's weights (PyTorch's) read it */
+    const nn_tensor *x = &m->tensor[n->in[0]];
+    n->view = (n->op->flags & NN_VIEW) && !(f.nhwc && x->c > 1 && x->h * x->w > 1);
+    if (n->view) m->tensor[n->out].view_of = n->in[0];
   }
   fuse(m);
+  for (int i = 0; i < m->nnodes; i++) /* conv2d_bwd_filter reads the input of a conv on its own */
+    m->node[i].keep_input = (m->node[i].op == &nn_op_conv || m->node[i].op == &nn_op_convt) && !m->node[i].fuse;
   run_in_place(m);
   /* Backward runs the nodes last to first, each writing its inputs' gradients in slot order: the first
    * write into a tensor's gradient (views and in-place outputs share their base's) stores, every later one
@@ -96,7 +125,7 @@ void nn_graph_finish(lam_model *m) {
   int written[NN_MAX_NODES + 1] = {0};
   for (int i = m->nnodes - 1; i >= 0; i--) {
     nn_node *n = &m->node[i];
-    if (n->op->flags & NN_VIEW || n->inplace) continue; /* its gradient is its input's memory */
+    if (n->view || n->inplace) continue; /* its gradient is its input's memory */
     for (int j = 0; j < n->nin; j++) {
       int r = root(m, n->in[j]);
       n->accum[j] = written[r];
@@ -105,17 +134,17 @@ void nn_graph_finish(lam_model *m) {
   }
 }
 
-float *nn_din(lam_model *m, const nn_node *n, int i) {
+void *nn_din(lam_model *m, const nn_node *n, int i) {
   const nn_tensor *t = &m->tensor[n->in[i]];
   if (!t->need_grad) return NULL;
-  return n->accum[i] && !nn_adds(n, i) ? m->gtmp + (size_t)i * m->gtmp_stride : t->grad;
+  return n->accum[i] && !nn_adds(n, i) ? nn_at(m, m->gtmp, (size_t)i * m->gtmp_stride) : t->grad;
 }
 
 lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B) {
   nn_tensor *t = &m->tensor[n->in[i]];
   if (!t->need_grad || !n->accum[i] || nn_adds(n, i)) return LAM_OK;
   size_t count = (size_t)B * nn_size(t);
-  LAM_TRY(m->ctx->be->add(m->ctx, count, t->grad, m->gtmp + (size_t)i * m->gtmp_stride, t->grad));
+  LAM_TRY(m->ctx->be->add(m->ctx, m->fmt, count, t->grad, nn_at(m, m->gtmp, (size_t)i * m->gtmp_stride), t->grad));
   NN_PROF(m, "grad_add", nn_index(m, n) + 1);
   return LAM_OK;
 }
@@ -128,6 +157,10 @@ static int has_dropout(const lam_model *m) {
 
 lam_status nn_forward(lam_model *m, int B, int train) {
   if (train && has_dropout(m)) LAM_TRY(m->ctx->be->step_advance(m->ctx, m->rng_ctr, 0, NULL)); /* a new mask per step */
+  if (m->fmt.dt == LAM_DT_BF16) { /* the weights as bfloat16 activations' layers read them, rounded once a step */
+    LAM_TRY(m->ctx->be->to_bf16(m->ctx, m->nparams, m->params, m->params_lo));
+    NN_PROF(m, "weights_bf16", 0);
+  }
   for (int i = 0; i < m->nnodes; i++) {
     nn_node *n = &m->node[i];
     if (n->absorbed) continue;
@@ -141,7 +174,7 @@ lam_status nn_forward(lam_model *m, int B, int train) {
       continue; /* each part marked itself */
     }
     LAM_TRY(n->op->fwd(m, n, B, train));
-    if (!(n->op->flags & (NN_VIEW | NN_OWN_MARKS))) NN_PROF(m, n->op->fwd_mark, i + 1);
+    if (!n->view && !(n->op->flags & NN_OWN_MARKS)) NN_PROF(m, n->op->fwd_mark, i + 1);
   }
   return LAM_OK;
 }
@@ -155,7 +188,7 @@ lam_status nn_loss(lam_model *m, int B, int backward, float smoothing, uint8_t *
   float scale = P == 1 ? 1.0f / (float)B : 1.0f;
   const float *count = P == 1 ? NULL : m->count;
   if (backward && count) LAM_TRY(ctx->be->label_count(ctx, (size_t)B * P, m->y, m->count));
-  LAM_TRY(ctx->be->xent(ctx, B, out->c, P, out->data, m->y, backward ? out->grad : NULL, scale, count, smoothing,
+  LAM_TRY(ctx->be->xent(ctx, m->fmt, B, out->c, P, out->data, m->y, backward ? out->grad : NULL, scale, count, smoothing,
                         m->stats, pred));
   NN_PROF(m, "softmax_xent", 0);
   return LAM_OK;
@@ -164,7 +197,7 @@ lam_status nn_loss(lam_model *m, int B, int backward, float smoothing, uint8_t *
 lam_status nn_backward(lam_model *m, int B) {
   for (int i = m->nnodes - 1; i >= 0; i--) {
     nn_node *n = &m->node[i];
-    if (n->absorbed || n->op->flags & NN_VIEW) continue;
+    if (n->absorbed || n->view) continue;
     int any = n->nw + n->nb > 0;
     for (int j = 0; j < n->nin; j++) any |= m->tensor[n->in[j]].need_grad;
     if (!any) continue;

@@ -28,6 +28,9 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
    * same arithmetic: test_fused compares the two), not the backend's conv2d (cuDNN on CUDA). */
   const char *conv = getenv("LAMINA_CONV");
   m->conv_im2col = conv && !strcmp(conv, "im2col");
+  /* LAMINA_LAYOUT: nchw or nhwc for every model, to compare; by default (auto) nn_choose_fmt's choice. */
+  const char *layout = getenv("LAMINA_LAYOUT");
+  m->layout = layout && !strcmp(layout, "nchw") ? 1 : layout && !strcmp(layout, "nhwc") ? 2 : 0;
   m->in_c = in_c, m->in_h = in_h, m->in_w = in_w;
   /* as torchvision's ToTensor + Normalize(0.5, 0.5) per channel, until the caller says otherwise */
   m->norm.c = in_c;
@@ -37,7 +40,7 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
     free(m);
     return s;
   }
-  nn_graph_finish(m);
+  nn_graph_finish(m, nn_choose_fmt(m));
   size_t np = m->nparams ? m->nparams : 1, ns = m->nstate ? m->nstate : 1;
   float *host = NULL, *hstate = NULL;
   /* the backend buffers first: a model over the memory cap fails there, before any host staging */
@@ -76,12 +79,15 @@ static void free_batch(lam_model *m) {
   lam_ctx *ctx = m->ctx;
   lam_mem_free(ctx, m->arena);
   lam_mem_free(ctx, m->x);
+  lam_mem_free(ctx, m->x32);
+  lam_mem_free(ctx, m->logits32);
   lam_mem_free(ctx, m->y);
   lam_mem_free(ctx, m->pred);
   lam_mem_free(ctx, m->scratch);
   lam_mem_free(ctx, m->gtmp);
   m->arena = NULL;
-  m->x = m->scratch = m->gtmp = NULL;
+  m->x = m->gtmp = NULL;
+  m->scratch = m->x32 = m->logits32 = NULL;
   m->y = m->pred = NULL;
   m->cap = 0;
   m->batch_bytes = m->planned_bytes = m->scratch_bytes = 0;
@@ -131,12 +137,17 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   LAM_TRY(ctx->be->sync(ctx)); /* queued work may still use the old buffers */
   free_batch(m);
   m->gen++; /* a captured graph that used the old buffers is stale */
-  size_t arena = 0, in = nn_size(&m->tensor[0]);
+  lam_fmt f = nn_choose_fmt(m); /* a new precision can mean another format: the graph's passes again */
+  if (f.dt != m->fmt.dt || f.nhwc != m->fmt.nhwc) nn_graph_finish(m, f);
+  size_t arena = 0, in = nn_size(&m->tensor[0]), out = nn_size(&m->tensor[m->output]);
   m->label_size = label_size(m);
   m->gtmp_stride = ((size_t)B * added_grad_size(m) + 63) / 64 * 64;
   lam_status s = nn_plan(m, B, NULL, &arena);
   if (s == LAM_OK) s = batch_alloc(m, &m->arena, arena);
-  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->x, (size_t)B * in * sizeof(float));
+  if (s == LAM_OK) s = batch_alloc(m, (void **)&m->x, (size_t)B * in * nn_esize(m));
+  if (s == LAM_OK && !lam_fmt_plain(m->fmt)) s = batch_alloc(m, (void **)&m->x32, (size_t)B * in * sizeof(float));
+  if (s == LAM_OK && !lam_fmt_plain(m->fmt))
+    s = batch_alloc(m, (void **)&m->logits32, (size_t)B * out * sizeof(float));
   if (s == LAM_OK) {
     m->tensor[0].data = m->x;
     s = nn_plan(m, B, m->arena, &arena);
@@ -147,7 +158,7 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   if (s == LAM_OK) s = nn_scratch_floats(m, B, &scratch);
   if (s == LAM_OK) s = batch_alloc(m, (void **)&m->scratch, scratch * sizeof(float));
   m->scratch_bytes = scratch * sizeof(float);
-  if (s == LAM_OK && m->gtmp_stride) s = batch_alloc(m, (void **)&m->gtmp, NN_MAX_IN * m->gtmp_stride * sizeof(float));
+  if (s == LAM_OK && m->gtmp_stride) s = batch_alloc(m, (void **)&m->gtmp, NN_MAX_IN * m->gtmp_stride * nn_esize(m));
   if (s != LAM_OK) {
     free_batch(m);
     return s;
@@ -227,8 +238,8 @@ lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, 
     lam_status s = nn_plan(c, batch, NULL, &arena);
     size_t scratch = 0;
     if (s == LAM_OK) s = nn_scratch_floats(m, batch, &scratch);
-    *planned_bytes = arena + scratch * sizeof(float) + (size_t)batch * nn_size(&m->tensor[0]) * 4 +
-                     NN_MAX_IN * (size_t)batch * added_grad_size(m) * sizeof(float);
+    *planned_bytes = arena + scratch * sizeof(float) + (size_t)batch * nn_size(&m->tensor[0]) * nn_esize(m) +
+                     NN_MAX_IN * (size_t)batch * added_grad_size(m) * nn_esize(m);
     free(c);
     LAM_TRY(s);
   }
@@ -287,7 +298,10 @@ static lam_status upload_batch(lam_model *m, const char *fn, int B, const float 
   LAM_CHECK_ARG(B >= 1, "%s: batch %d must be at least 1", fn, B);
   LAM_CHECK_ARG(x, "%s: x is NULL", fn);
   LAM_TRY(nn_model_reserve(m, B));
-  return lam_mem_upload(m->ctx, m->x, x, (size_t)B * m->in_c * m->in_h * m->in_w * sizeof(float));
+  const size_t bytes = (size_t)B * m->in_c * m->in_h * m->in_w * sizeof(float);
+  if (lam_fmt_plain(m->fmt)) return lam_mem_upload(m->ctx, m->x, x, bytes);
+  LAM_TRY(lam_mem_upload(m->ctx, m->x32, x, bytes));
+  return m->ctx->be->convert(m->ctx, B, m->in_c, m->in_h * m->in_w, LAM_FMT_NCHW, m->x32, m->fmt, m->x);
 }
 
 lam_status lam_model_forward(lam_model *m, int B, const float *x, float *logits) {
@@ -295,7 +309,10 @@ lam_status lam_model_forward(lam_model *m, int B, const float *x, float *logits)
   LAM_CHECK_ARG(logits, "lam_model_forward: logits is NULL");
   LAM_TRY(nn_forward(m, B, m->training));
   const nn_tensor *out = &m->tensor[m->output];
-  return lam_mem_download(m->ctx, logits, out->data, (size_t)B * nn_size(out) * sizeof(float));
+  const size_t bytes = (size_t)B * nn_size(out) * sizeof(float);
+  if (lam_fmt_plain(m->fmt)) return lam_mem_download(m->ctx, logits, out->data, bytes);
+  LAM_TRY(m->ctx->be->convert(m->ctx, B, out->c, out->h * out->w, m->fmt, out->data, LAM_FMT_NCHW, m->logits32));
+  return lam_mem_download(m->ctx, logits, m->logits32, bytes);
 }
 
 lam_status lam_model_loss_backward(lam_model *m, int B, const float *x, const uint8_t *labels, float *loss) {

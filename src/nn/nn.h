@@ -13,16 +13,18 @@
 #define NN_MAX_SAMPLE 2147483647ull        /* values of one tensor per sample: the kernels index in 32 bits */
 #define NN_MAX_PARAMS (1ull << 40)         /* parameters of a model: far above any memory, far below overflow */
 
-/* A tensor per sample: (c, h, w); a batch of B lies (B, c, h, w) in memory. */
+/* A tensor per sample: (c, h, w); a batch of B lies in memory as the model's format says (m->fmt: (B, c, h, w),
+ * or (B, h, w, c) in NHWC; float32 or bfloat16). */
 typedef struct nn_tensor {
   char name[NN_NAME_LEN]; /* the spec's label, "input" for the model's input, else "" */
   int c, h, w;
   int producer;  /* the node that writes it; -1: the model's input (m->x) */
-  int view_of;   /* -1, or the tensor whose memory this one is (flatten: a new shape, no copy) */
+  int view_of;   /* -1, or the tensor whose memory this one is (flatten in NCHW: a new shape, no copy) */
   int need_grad; /* some parameter lies upstream: backward computes its gradient */
   int flat;      /* made flat by flatten or dense: no image ops after it */
   int fused_away; /* written by nobody: a fused node runs through it (conv -> relu -> maxpool) */
-  float *data, *grad; /* (B, c, h, w) in the arena, set by the planner (views share their base's) */
+  void *data, *grad; /* (B, c, h, w) in the model's format, in the arena, set by the planner (views share their
+                       * base's) */
 } nn_tensor;
 
 static inline size_t nn_size(const nn_tensor *t) { return (size_t)t->c * t->h * t->w; }
@@ -55,7 +57,7 @@ typedef struct nn_op {
 enum {
   NN_IN_BWD = 1,   /* backward reads the input's data */
   NN_OUT_BWD = 2,  /* backward reads the output's data */
-  NN_VIEW = 4,     /* the output is the input's memory in a new shape */
+  NN_VIEW = 4,     /* the output is the input's memory in a new shape (where the format allows: nn_node.view) */
   NN_FLAT_OK = 8,  /* takes a flat input (c, 1, 1) */
   NN_OWN_MARKS = 16, /* marks its parts for the profiler itself */
   NN_ADDS_GRAD = 32, /* backward adds into an input's gradient itself where nn_adds says so (no temporary) */
@@ -86,6 +88,7 @@ typedef struct nn_node {
   int fused_by;
   const uint8_t *fixed_mask; /* dropout: a mask given by a test instead of drawn (lam_model_set_dropout_mask) */
   int keep_input; /* backward reads the input's data (besides NN_IN_BWD ops: a conv on its own) */
+  int view;       /* an NN_VIEW op that is a view in the model's format (flatten of an image in NHWC is not) */
   int inplace;    /* an activation that writes over its input, and its input's gradient over its own */
 } nn_node;
 
@@ -107,11 +110,16 @@ struct lam_model {
   long opt_step;
   uint64_t seed;           /* dropout's masks */
   lam_norm norm;           /* of the uint8 pixels, per channel (lam_model_set_normalization) */
+  lam_fmt fmt;             /* how the activations and their gradients lie (nn_choose_fmt; the graph's passes and
+                            * the plan are made for it) */
+  int layout;              /* LAMINA_LAYOUT: 0 auto (nn_choose_fmt), 1 nchw, 2 nhwc */
   int training;            /* lam_model_forward's mode (lam_model_set_train) */
   float smoothing;         /* the loss's label smoothing */
   /* Batch buffers */
   int cap;                 /* batch capacity of the buffers below */
-  float *x;                /* input (B, in_c, in_h, in_w) */
+  void *x;                 /* input (B, in_c, in_h, in_w), in the model's format */
+  float *x32, *logits32;   /* in another format than NCHW float32: the host API's input and logits as NCHW
+                            * float32, converted from and to x and the output tensor (else NULL) */
   uint8_t *y;              /* labels of the batch (backend memory), label_size each */
   size_t label_size;       /* labels per sample: 1, or h*w of the output (per-pixel) */
   float *count;            /* backend memory: labels counted in the batch (the loss's mean) */
@@ -120,8 +128,8 @@ struct lam_model {
   float *scratch;          /* shared scratch of the ops (max over nodes of scratch_floats) */
   size_t scratch_bytes;
   lam_precision plan_precision; /* the precision the buffers were planned for (a conv's needs depend on it) */
-  float *gtmp;             /* a gradient that is added rather than written goes here first: input i's at
-                            * gtmp + i * gtmp_stride */
+  void *gtmp;              /* a gradient that is added rather than written goes here first: input i's at
+                            * gtmp + i * gtmp_stride values (of the format's type) */
   size_t gtmp_stride;
   float *stats;            /* [loss sum, correct, counted]: accumulated on the device, read rarely */
   int32_t *rng_ctr;        /* backend memory: dropout's step counter ([1] counts training forwards) */
@@ -138,6 +146,9 @@ struct lam_model {
 static inline nn_tensor *nn_in(lam_model *m, const nn_node *n, int i) { return &m->tensor[n->in[i]]; }
 static inline nn_tensor *nn_out(lam_model *m, const nn_node *n) { return &m->tensor[n->out]; }
 static inline int nn_bf16(const lam_model *m) { return m->ctx->precision == LAM_PRECISION_BF16; }
+/* Bytes of one activation value in the model's format; p advanced by n values of it. */
+static inline size_t nn_esize(const lam_model *m) { return lam_dt_size(m->fmt.dt); }
+static inline void *nn_at(const lam_model *m, void *p, size_t n) { return (char *)p + n * nn_esize(m); }
 static inline int nn_index(const lam_model *m, const nn_node *n) { return (int)(n - m->node); }
 /* Backward reads the node's input data. */
 static inline int nn_reads_input_bwd(const nn_node *n) { return (n->op->flags & NN_IN_BWD) || n->keep_input; }
@@ -145,7 +156,7 @@ static inline int nn_reads_input_bwd(const nn_node *n) { return (n->op->flags & 
 /* Where backward puts the gradient of input i: NULL when it needs none; else its grad buffer, or, when
  * the gradient is to be added (accum) by an op that cannot add itself, m->gtmp — nn_din_done then adds
  * it in. An NN_ADDS_GRAD op gets the grad buffer always, and adds into it where nn_adds is 1. */
-float *nn_din(lam_model *m, const nn_node *n, int i);
+void *nn_din(lam_model *m, const nn_node *n, int i);
 static inline int nn_adds(const nn_node *n, int i) { return n->accum[i] && (n->op->flags & NN_ADDS_GRAD); }
 lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B);
 
@@ -194,8 +205,13 @@ lam_status nn_bn_act_bwd(lam_model *m, nn_node *n, int B);
 
 /* Builds the graph from the spec (spec.c): nodes, tensors, shapes, parameter and state offsets. */
 lam_status nn_parse_spec(lam_model *m, const char *spec);
-/* After parsing: gradients needed, readers and accumulation, fusion (graph.c). */
-void nn_graph_finish(lam_model *m);
+/* The format the activations take on this backend at this precision (graph.c): NCHW float32, or NHWC (float32,
+ * or bfloat16 in the bf16 precision) where the backend's convolutions prefer it and the model has a conv that
+ * runs on its own; LAMINA_LAYOUT (m->layout) forces a layout. */
+lam_fmt nn_choose_fmt(const lam_model *m);
+/* For the format f: gradients needed, views, fusion, in-place activations, and which gradient writes add
+ * (graph.c). Done again whenever the format changes (nn_model_reserve). */
+void nn_graph_finish(lam_model *m, lam_fmt f);
 /* Plans the arena for `batch` samples (plan.c): offsets of every tensor's data and gradient and every
  * node's aux buffer by liveness over forward + backward; *bytes is the arena's size. With base non-NULL
  * the pointers are set into it. */

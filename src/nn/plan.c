@@ -43,7 +43,7 @@ static void tensor_lives(const lam_model *m, int r, int *d0, int *d1, int *g0, i
       int q = runner(m, i);
       *d1 = imax(*d1, q);
       if (nn_reads_input_bwd(n)) *d1 = imax(*d1, 2 * N - q);
-      if (!(n->op->flags & NN_VIEW)) *g0 = imin(*g0, 2 * N - q);
+      if (!n->view) *g0 = imin(*g0, 2 * N - q);
     }
   }
   /* a view's readers count for its base */
@@ -59,7 +59,7 @@ static void tensor_lives(const lam_model *m, int r, int *d0, int *d1, int *g0, i
             int q2 = runner(m, i);
             *d1 = imax(*d1, q2);
             if (nn_reads_input_bwd(&m->node[i])) *d1 = imax(*d1, 2 * N - q2);
-            if (!(m->node[i].op->flags & NN_VIEW)) *g0 = imin(*g0, 2 * N - q2);
+            if (!m->node[i].view) *g0 = imin(*g0, 2 * N - q2);
           }
     }
   if (*g0 > *g1) *g0 = *g1;
@@ -107,7 +107,7 @@ lam_status nn_plan(lam_model *m, int B, void *base, size_t *bytes) {
     nn_tensor *x = &m->tensor[t];
     x->data = x->grad = NULL;
     if (x->view_of >= 0 || x->fused_away) continue;
-    size_t sz = (size_t)B * nn_size(x) * sizeof(float);
+    size_t sz = (size_t)B * nn_size(x) * nn_esize(m);
     sz = (sz + ALIGN - 1) / ALIGN * ALIGN;
     int d0, d1, g0, g1;
     tensor_lives(m, t, &d0, &d1, &g0, &g1);

@@ -262,7 +262,7 @@ static lam_status step_ops(lam_trainer *t, int B) {
   const lam_backend *be = ctx->be;
   if (!t->feed) {
     LAM_TRY(be->gather(ctx, B, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
-                       t->d_state, &m->norm, m->x, m->y));
+                       t->d_state, &m->norm, m->fmt, m->x, m->y));
     NN_PROF(m, "gather_normalize", 0);
   }
   LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
@@ -394,7 +394,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
     int B = (int)(t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch);
     LAM_TRY(profile_window(t, step));
     if (t->feed) {
-      LAM_TRY(feed_next(t->feed, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, m->x, m->y));
+      LAM_TRY(feed_next(t->feed, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, m->fmt, m->x, m->y));
       NN_PROF(m, "gather_normalize", 0);
     }
     LAM_TRY(step_body(t, B)); /* resident: its own gather, at the device's cursor (the step's offset) */
@@ -444,7 +444,7 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
   if (s == LAM_OK) s = be->zero(ctx, m->stats, 4 * sizeof(float));
   for (size_t off = 0; off < d->n && s == LAM_OK; off += (size_t)batch) {
     int B = (int)(d->n - off < (size_t)batch ? d->n - off : (size_t)batch);
-    s = be->gather(ctx, B, m->in_c, (size_t)d->h * d->w, images, L, labels, idx + off, NULL, &m->norm, m->x, m->y);
+    s = be->gather(ctx, B, m->in_c, (size_t)d->h * d->w, images, L, labels, idx + off, NULL, &m->norm, m->fmt, m->x, m->y);
     if (s == LAM_OK) s = nn_forward(m, B, 0);
     if (s == LAM_OK) s = nn_loss(m, B, 0, 0.0f, pred + off * L);
   }

@@ -2,6 +2,8 @@
  * activation's backward reads what it needs: its output (relu, leakyrelu, tanh, sigmoid) or its input
  * (gelu). Dropout draws a keep mask per training step from a counter on the device (so a captured step
  * draws anew at every replay) and scales what it keeps by 1 / (1 - p); in evaluation it is a copy. */
+#include <stdlib.h>
+
 #include "../nn.h"
 
 static lam_status act_parse(nn_parse *p, lam_model *m, nn_node *n) {
@@ -22,13 +24,13 @@ static lam_status act_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status act_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->act_fwd(m->ctx, n->act, n->alpha, (size_t)B * nn_size(x), x->data, nn_out(m, n)->data);
+  return m->ctx->be->act_fwd(m->ctx, m->fmt, n->act, n->alpha, (size_t)B * nn_size(x), x->data, nn_out(m, n)->data);
 }
 static lam_status act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0), *y = nn_out(m, n);
-  float *din = nn_din(m, n, 0);
+  void *din = nn_din(m, n, 0);
   if (!din) return LAM_OK;
-  return m->ctx->be->act_bwd(m->ctx, n->act, n->alpha, (size_t)B * nn_size(x), n->act == LAM_ACT_GELU ? x->data : NULL,
+  return m->ctx->be->act_bwd(m->ctx, m->fmt, n->act, n->alpha, (size_t)B * nn_size(x), n->act == LAM_ACT_GELU ? x->data : NULL,
                              n->act == LAM_ACT_GELU ? NULL : y->data, y->grad, din);
 }
 static double act_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
@@ -51,21 +53,36 @@ static lam_status dropout_parse(nn_parse *p, lam_model *m, nn_node *n) {
   y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat;
   return LAM_OK;
 }
+/* A mask given by a test, in NCHW order as PyTorch's, laid out as the activations are. */
+static lam_status upload_mask(lam_model *m, const nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const size_t count = (size_t)B * nn_size(x), P = (size_t)x->h * x->w;
+  if (!m->fmt.nhwc || P == 1 || x->c == 1) return lam_mem_upload(m->ctx, n->aux, n->fixed_mask, count);
+  uint8_t *t = malloc(count);
+  if (!t) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "dropout: no host memory for the given mask's %zu bytes", count);
+  for (size_t b = 0; b < (size_t)B; b++)
+    for (size_t c = 0; c < (size_t)x->c; c++)
+      for (size_t p = 0; p < P; p++) t[(b * P + p) * x->c + c] = n->fixed_mask[(b * x->c + c) * P + p];
+  lam_status s = lam_mem_upload(m->ctx, n->aux, t, count);
+  free(t);
+  return s;
+}
+
 static lam_status dropout_fwd(lam_model *m, nn_node *n, int B, int train) {
   lam_ctx *ctx = m->ctx;
   const nn_tensor *x = nn_in(m, n, 0);
   size_t count = (size_t)B * nn_size(x);
-  if (!train) return ctx->be->copy_rows(ctx, 1, count, x->data, count, nn_out(m, n)->data, count);
-  if (n->fixed_mask) LAM_TRY(lam_mem_upload(ctx, n->aux, n->fixed_mask, count));
+  if (!train) return ctx->be->copy_rows(ctx, m->fmt, 1, count, x->data, count, nn_out(m, n)->data, count);
+  if (n->fixed_mask) LAM_TRY(upload_mask(m, n, B));
   else LAM_TRY(ctx->be->dropout_mask(ctx, count, n->alpha, m->seed + (uint64_t)nn_index(m, n) * 0x9E3779B97F4A7C15ull,
                                      m->rng_ctr + 1, n->aux));
-  return ctx->be->mask_scale(ctx, count, x->data, n->aux, 1.0f / (1.0f - n->alpha), nn_out(m, n)->data);
+  return ctx->be->mask_scale(ctx, m->fmt, count, x->data, n->aux, 1.0f / (1.0f - n->alpha), nn_out(m, n)->data);
 }
 static lam_status dropout_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *y = nn_out(m, n);
-  float *din = nn_din(m, n, 0);
+  void *din = nn_din(m, n, 0);
   if (!din) return LAM_OK;
-  return m->ctx->be->mask_scale(m->ctx, (size_t)B * nn_size(y), y->grad, n->aux, 1.0f / (1.0f - n->alpha), din);
+  return m->ctx->be->mask_scale(m->ctx, m->fmt, (size_t)B * nn_size(y), y->grad, n->aux, 1.0f / (1.0f - n->alpha), din);
 }
 static size_t dropout_aux(const lam_model *m, const nn_node *n, int B) { return (size_t)B * nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_dropout = {NN_NAMES("dropout"), .parse = dropout_parse, .fwd = dropout_fwd, .bwd = dropout_bwd,

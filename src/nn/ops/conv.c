@@ -1,9 +1,11 @@
 /* conv.c — convolution, transposed convolution, and the fused conv -> relu -> maxpool block the graph's
- * fusion pass makes. A conv on its own runs the backend's conv2d primitives (cuDNN on CUDA where built
- * with it, else im2col + GEMM) and keeps its input for backward; in the bf16 precision, and in the fused
- * block, it is im2col + one GEMM over the batch that saves its im2col for backward (bfloat16 in bf16,
- * where the weights are rounded into params_lo so the GEMMs read half the bytes). A transposed conv is the
- * conv's data gradient run forward: conv2d_bwd_data forward, conv2d_fwd and conv2d_bwd_filter back. */
+ * fusion pass makes. A conv on its own runs the backend's conv2d primitives in the model's format (cuDNN on
+ * CUDA where built with it, else im2col + GEMM) and keeps its input for backward; in bfloat16 activations
+ * the weights are rounded into params_lo at each forward (the float32 params stay the master copy). In
+ * NCHW float32 with the bf16 precision, and in the fused block (NCHW only), it is im2col + one GEMM over the
+ * batch that saves its im2col for backward (bfloat16 in bf16, where the weights are rounded into params_lo
+ * so the GEMMs read half the bytes). A transposed conv is the conv's data gradient run forward:
+ * conv2d_bwd_data forward, conv2d_fwd and conv2d_bwd_filter back. */
 #include <math.h>
 #include <stdio.h>
 
@@ -68,7 +70,6 @@ static lam_status parse_conv_like(nn_parse *p, lam_model *m, nn_node *n, int tra
   }
   n->nw = (size_t)n->oc * x->c * n->k * n->k;
   n->nb = n->nobias ? 0 : (size_t)n->oc;
-  n->keep_input = 1; /* conv2d_bwd_filter reads it (the fusion pass clears this for its fused blocks) */
   return LAM_OK;
 }
 static lam_status conv_parse(nn_parse *p, lam_model *m, nn_node *n) { return parse_conv_like(p, m, n, 0); }
@@ -101,7 +102,7 @@ static lam_status conv_gemm_fwd(lam_model *m, nn_node *n, int B) {
   const lam_backend *be = m->ctx->be;
   lam_conv_geom g = conv_geom(m, n);
   int K = (int)taps(m, n), BP = (int)planes(m, n, B), li = nn_index(m, n) + 1;
-  LAM_TRY(be->im2col(m->ctx, &g, B, nn_in(m, n, 0)->data, n->aux, nn_bf16(m)));
+  LAM_TRY(be->im2col(m->ctx, &g, B, (const float *)nn_in(m, n, 0)->data, n->aux, nn_bf16(m)));
   NN_PROF(m, "conv.im2col", li);
   if (nn_bf16(m)) {
     uint16_t *Wlo = m->params_lo + n->w_off;
@@ -129,7 +130,7 @@ static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready)
   const lam_backend *be = ctx->be;
   lam_conv_geom g = conv_geom(m, n);
   int K = (int)taps(m, n), BP = (int)planes(m, n, B), li = nn_index(m, n) + 1;
-  float *dyT = m->scratch, *dW = m->grads + n->w_off, *din = nn_din(m, n, 0);
+  float *dyT = m->scratch, *dW = m->grads + n->w_off, *din = (float *)nn_din(m, n, 0);
   if (nn_bf16(m)) {
     uint16_t *dy16 = conv_dy16(m, n, B), *dcol16 = dy16 + (size_t)n->oc * BP;
     if (!dy16_ready) LAM_TRY(be->to_bf16(ctx, (size_t)n->oc * BP, dyT, dy16));
@@ -155,20 +156,29 @@ static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready)
 static const float *bias_of(const lam_model *m, const nn_node *n) { return n->nb ? m->params + n->b_off : NULL; }
 static float *dbias_of(const lam_model *m, const nn_node *n) { return n->nb ? m->grads + n->b_off : NULL; }
 
-/* Whether this conv runs as the conv2d primitives (not fused, not the bf16 precision's own GEMMs, not
- * LAMINA_CONV=im2col). */
-static int whole_conv(const lam_model *m, const nn_node *n) { return !n->fuse && !nn_bf16(m) && !m->conv_im2col; }
+/* Whether this conv runs as the conv2d primitives: always in NHWC; in NCHW when not fused, not the bf16
+ * precision's own GEMMs and not LAMINA_CONV=im2col. */
+static int whole_conv(const lam_model *m, const nn_node *n) {
+  return m->fmt.nhwc || (!n->fuse && !nn_bf16(m) && !m->conv_im2col);
+}
+
+/* The weights as the conv2d primitives take them in the model's format: the float32 params, or (bfloat16
+ * activations) params_lo, which nn_forward rounds from them. */
+static const void *conv_weights(const lam_model *m, const nn_node *n) {
+  return m->fmt.dt == LAM_DT_F32 ? (const void *)(m->params + n->w_off) : (const void *)(m->params_lo + n->w_off);
+}
 
 static lam_status conv_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   if (whole_conv(m, n)) {
     lam_conv_geom g = conv_geom(m, n);
     nn_tensor *y = nn_out(m, n);
-    LAM_TRY(m->ctx->be->conv2d_fwd(m->ctx, &g, n->oc, B, nn_in(m, n, 0)->data, m->params + n->w_off, y->data,
-                                   m->scratch, m->scratch_bytes));
+    LAM_TRY(m->ctx->be->conv2d_fwd(m->ctx, m->fmt, &g, n->oc, B, nn_in(m, n, 0)->data, conv_weights(m, n), y->data,
+                                   m->scratch,
+                                   m->scratch_bytes));
     NN_PROF(m, "conv.conv2d", nn_index(m, n) + 1);
     if (n->nb) {
-      LAM_TRY(m->ctx->be->channel_bias_fwd(m->ctx, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
+      LAM_TRY(m->ctx->be->channel_bias_fwd(m->ctx, m->fmt, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
       NN_PROF(m, "conv.bias", nn_index(m, n) + 1);
     }
     return LAM_OK;
@@ -176,7 +186,7 @@ static lam_status conv_fwd(lam_model *m, nn_node *n, int B, int train) {
   LAM_TRY(conv_gemm_fwd(m, n, B));
   const nn_tensor *y = nn_out(m, n);
   /* (OC, B*P) in scratch to (B, OC, P) with the bias */
-  LAM_TRY(m->ctx->be->cbp_to_bcp(m->ctx, B, n->oc, y->h * y->w, m->scratch, bias_of(m, n), y->data));
+  LAM_TRY(m->ctx->be->cbp_to_bcp(m->ctx, B, n->oc, y->h * y->w, m->scratch, bias_of(m, n), (float *)y->data));
   NN_PROF(m, "conv.bias_t", nn_index(m, n) + 1);
   return LAM_OK;
 }
@@ -187,19 +197,19 @@ static lam_status conv_bwd(lam_model *m, nn_node *n, int B) {
     lam_ctx *ctx = m->ctx;
     lam_conv_geom g = conv_geom(m, n);
     int li = nn_index(m, n) + 1;
-    float *din = nn_din(m, n, 0);
-    if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, B, n->oc, y->h * y->w, y->grad, m->grads + n->b_off));
-    LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, &g, n->oc, B, nn_in(m, n, 0)->data, y->grad, m->grads + n->w_off,
+    void *din = nn_din(m, n, 0);
+    if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, n->oc, y->h * y->w, y->grad, m->grads + n->b_off));
+    LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, m->fmt, &g, n->oc, B, nn_in(m, n, 0)->data, y->grad, m->grads + n->w_off,
                                        m->scratch, m->scratch_bytes));
     NN_PROF(m, "conv.conv2d_dw", li);
     if (din) {
-      LAM_TRY(ctx->be->conv2d_bwd_data(ctx, &g, n->oc, B, y->grad, m->params + n->w_off, din, nn_adds(n, 0), m->scratch,
-                                       m->scratch_bytes));
+      LAM_TRY(ctx->be->conv2d_bwd_data(ctx, m->fmt, &g, n->oc, B, y->grad, conv_weights(m, n), din, nn_adds(n, 0),
+                                       m->scratch, m->scratch_bytes));
       NN_PROF(m, "conv.conv2d_dx", li);
     }
     return LAM_OK;
   }
-  LAM_TRY(m->ctx->be->bcp_to_cbp(m->ctx, B, n->oc, y->h * y->w, y->grad, m->scratch, dbias_of(m, n)));
+  LAM_TRY(m->ctx->be->bcp_to_cbp(m->ctx, B, n->oc, y->h * y->w, (const float *)y->grad, m->scratch, dbias_of(m, n)));
   NN_PROF(m, "conv.bias_t", nn_index(m, n) + 1);
   return conv_gemm_bwd(m, n, B, 0);
 }
@@ -214,13 +224,13 @@ lam_status nn_conv_block_fwd(lam_model *m, nn_node *n, int B) {
   int li = nn_index(m, n) + 1;
   if (n->fuse == NN_FUSE_DIRECT) {
     lam_conv_geom cg = conv_geom(m, n);
-    LAM_TRY(be->conv_pool_direct_fwd(m->ctx, &cg, &pg, B, nn_in(m, n, 0)->data, m->params + n->w_off, bias_of(m, n),
-                                     y->data, pool->aux));
+    LAM_TRY(be->conv_pool_direct_fwd(m->ctx, &cg, &pg, B, (const float *)nn_in(m, n, 0)->data, m->params + n->w_off,
+                                     bias_of(m, n), (float *)y->data, pool->aux));
     NN_PROF(m, "conv_relu_pool.direct_fwd", li);
     return LAM_OK;
   }
   LAM_TRY(conv_gemm_fwd(m, n, B));
-  LAM_TRY(be->conv_pool_fwd(m->ctx, &pg, B, m->scratch, bias_of(m, n), y->data, pool->aux));
+  LAM_TRY(be->conv_pool_fwd(m->ctx, &pg, B, m->scratch, bias_of(m, n), (float *)y->data, pool->aux));
   NN_PROF(m, "conv_relu_pool.fwd", li);
   return LAM_OK;
 }
@@ -233,13 +243,15 @@ lam_status nn_conv_block_bwd(lam_model *m, nn_node *n, int B) {
   int li = nn_index(m, n) + 1;
   if (n->fuse == NN_FUSE_DIRECT) { /* the input is the model's: no gradient for it */
     lam_conv_geom cg = conv_geom(m, n);
-    LAM_TRY(be->conv_pool_direct_bwd(m->ctx, &cg, &pg, B, nn_in(m, n, 0)->data, y->grad, y->data, pool->aux,
-                                     m->grads + n->w_off, m->grads + n->b_off, m->scratch));
+    LAM_TRY(be->conv_pool_direct_bwd(m->ctx, &cg, &pg, B, (const float *)nn_in(m, n, 0)->data, (const float *)y->grad,
+                                     (const float *)y->data, pool->aux, m->grads + n->w_off, m->grads + n->b_off,
+                                     m->scratch));
     NN_PROF(m, "conv_relu_pool.direct_bwd", li);
     return LAM_OK;
   }
   void *dG = nn_bf16(m) ? (void *)conv_dy16(m, n, B) : (void *)m->scratch; /* bf16: straight into the GEMMs' form */
-  LAM_TRY(be->conv_pool_bwd(m->ctx, &pg, B, y->grad, y->data, pool->aux, dG, nn_bf16(m), dbias_of(m, n)));
+  LAM_TRY(be->conv_pool_bwd(m->ctx, &pg, B, (const float *)y->grad, (const float *)y->data, pool->aux, dG, nn_bf16(m),
+                            dbias_of(m, n)));
   NN_PROF(m, "conv_relu_pool.bwd", li);
   return conv_gemm_bwd(m, n, B, nn_bf16(m));
 }
@@ -255,7 +267,7 @@ static size_t conv_scratch(const lam_model *m, const nn_node *n, int B) {
   if (whole_conv(m, n)) {
     lam_conv_geom g = conv_geom(m, n);
     size_t bytes = 0;
-    if (m->ctx->be->conv2d_workspace(m->ctx, &g, n->oc, B, &bytes) != LAM_OK) return (size_t)-1; /* reserve says why */
+    if (m->ctx->be->conv2d_workspace(m->ctx, m->fmt, &g, n->oc, B, &bytes) != LAM_OK) return (size_t)-1; /* reserve says why */
     return (bytes + sizeof(float) - 1) / sizeof(float);
   }
   size_t K = taps(m, n), BP = planes(m, n, B);
@@ -279,9 +291,9 @@ static lam_status convt_fwd(lam_model *m, nn_node *n, int B, int train) {
   nn_tensor *y = nn_out(m, n);
   lam_conv_geom g = convt_geom(m, n);
   /* y is the "input" of the conv it transposes, x that conv's "output" of IC channels */
-  LAM_TRY(ctx->be->conv2d_bwd_data(ctx, &g, nn_in(m, n, 0)->c, B, nn_in(m, n, 0)->data, m->params + n->w_off, y->data, 0,
-                                   m->scratch, m->scratch_bytes));
-  if (n->nb) LAM_TRY(ctx->be->channel_bias_fwd(ctx, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
+  LAM_TRY(ctx->be->conv2d_bwd_data(ctx, m->fmt, &g, nn_in(m, n, 0)->c, B, nn_in(m, n, 0)->data, conv_weights(m, n),
+                                   y->data, 0, m->scratch, m->scratch_bytes));
+  if (n->nb) LAM_TRY(ctx->be->channel_bias_fwd(ctx, m->fmt, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
   return LAM_OK;
 }
 
@@ -290,18 +302,19 @@ static lam_status convt_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
   nn_tensor *y = nn_out(m, n);
   lam_conv_geom g = convt_geom(m, n);
-  float *din = nn_din(m, n, 0);
-  if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, B, n->oc, y->h * y->w, y->grad, m->grads + n->b_off));
-  LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, &g, x->c, B, y->grad, x->data, m->grads + n->w_off, m->scratch,
+  void *din = nn_din(m, n, 0);
+  if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, n->oc, y->h * y->w, y->grad, m->grads + n->b_off));
+  LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, m->fmt, &g, x->c, B, y->grad, x->data, m->grads + n->w_off, m->scratch,
                                      m->scratch_bytes));
   if (!din) return LAM_OK;
-  return ctx->be->conv2d_fwd(ctx, &g, x->c, B, y->grad, m->params + n->w_off, din, m->scratch, m->scratch_bytes);
+  return ctx->be->conv2d_fwd(ctx, m->fmt, &g, x->c, B, y->grad, conv_weights(m, n), din, m->scratch,
+                             m->scratch_bytes);
 }
 
 static size_t convt_scratch(const lam_model *m, const nn_node *n, int B) {
   lam_conv_geom g = convt_geom(m, n);
   size_t bytes = 0;
-  if (m->ctx->be->conv2d_workspace(m->ctx, &g, m->tensor[n->in[0]].c, B, &bytes) != LAM_OK) return (size_t)-1;
+  if (m->ctx->be->conv2d_workspace(m->ctx, m->fmt, &g, m->tensor[n->in[0]].c, B, &bytes) != LAM_OK) return (size_t)-1;
   return (bytes + sizeof(float) - 1) / sizeof(float);
 }
 static double convt_macs(const lam_model *m, const nn_node *n) {

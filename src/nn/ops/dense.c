@@ -1,6 +1,8 @@
-/* dense.c — the fully connected layer y (B, out) = x (B, in) W^T + b, and flatten, the view that makes
- * an image (c, h, w) the flat (c*h*w) a dense layer reads. In the bf16 precision x and W are rounded
- * here (x kept in the node's aux for backward), so both backends round alike. */
+/* dense.c — the fully connected layer y (B, out) = x (B, in) W^T + b, and flatten, which makes an image
+ * (c, h, w) the flat (c*h*w) a dense layer reads: a view of the same memory in NCHW, a copy in NCHW order
+ * from NHWC (the order of PyTorch's weights). In the bf16 precision with float32 activations x and W are
+ * rounded here (x kept in the node's aux for backward), so both backends round alike; with bfloat16
+ * activations x is bfloat16 already and W is params_lo (nn_forward rounds it). */
 #include <math.h>
 
 #include "../nn.h"
@@ -29,8 +31,30 @@ static void dense_init(const lam_model *m, const nn_node *n, void *rng, float *p
     params[n->w_off + j] = (float)((2.0 * lam_rng_uniform(rng) - 1.0) * bound);
 }
 
+/* bfloat16 activations: y (bfloat16) = x W^T + b; dW += dy^T x, db += the column sums of dy, dx = dy W. */
+static lam_status dense16_fwd(lam_model *m, nn_node *n, int B) {
+  lam_ctx *ctx = m->ctx;
+  int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
+  void *y = nn_out(m, n)->data;
+  LAM_TRY(ctx->be->gemm_bf16(ctx, 0, 1, B, out, in, 1.0f, nn_in(m, n, 0)->data, in, m->params_lo + n->w_off, in, 0.0f,
+                             y, 1, out));
+  return ctx->be->channel_bias_fwd(ctx, m->fmt, B, out, 1, y, m->params + n->b_off);
+}
+static lam_status dense16_bwd(lam_model *m, nn_node *n, int B) {
+  lam_ctx *ctx = m->ctx;
+  int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
+  const void *dy = nn_out(m, n)->grad;
+  void *din = nn_din(m, n, 0);
+  LAM_TRY(ctx->be->gemm_bf16(ctx, 1, 0, out, in, B, 1.0f, dy, out, nn_in(m, n, 0)->data, in, 1.0f, m->grads + n->w_off,
+                             0, in));
+  LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, out, 1, dy, m->grads + n->b_off));
+  if (din) LAM_TRY(ctx->be->gemm_bf16(ctx, 0, 0, B, in, out, 1.0f, dy, out, m->params_lo + n->w_off, in, 0.0f, din, 1, in));
+  return LAM_OK;
+}
+
 static lam_status dense_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
+  if (m->fmt.dt == LAM_DT_BF16) return dense16_fwd(m, n, B);
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   const float *x = nn_in(m, n, 0)->data, *W = m->params + n->w_off;
@@ -49,10 +73,11 @@ static lam_status dense_fwd(lam_model *m, nn_node *n, int B, int train) {
 
 /* dW (out, in) += dy^T x; db += column sums of dy; dx (B, in) = dy W */
 static lam_status dense_bwd(lam_model *m, nn_node *n, int B) {
+  if (m->fmt.dt == LAM_DT_BF16) return dense16_bwd(m, n, B);
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   const float *x = nn_in(m, n, 0)->data, *W = m->params + n->w_off, *dy = nn_out(m, n)->grad;
-  float *dW = m->grads + n->w_off, *db = m->grads + n->b_off, *din = nn_din(m, n, 0);
+  float *dW = m->grads + n->w_off, *db = m->grads + n->b_off, *din = (float *)nn_din(m, n, 0);
   int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
   if (nn_bf16(m)) { /* dy rounded; x and W as the forward rounded them */
     uint16_t *dylo = (uint16_t *)m->scratch, *xlo = n->aux, *Wlo = m->params_lo + n->w_off;
@@ -69,7 +94,7 @@ static lam_status dense_bwd(lam_model *m, nn_node *n, int B) {
 }
 
 static size_t dense_aux(const lam_model *m, const nn_node *n, int B) { /* x as bfloat16 (bf16 precision) */
-  return (size_t)B * nn_size(&m->tensor[n->in[0]]) * sizeof(uint16_t);
+  return m->fmt.dt == LAM_DT_BF16 ? 0 : (size_t)B * nn_size(&m->tensor[n->in[0]]) * sizeof(uint16_t);
 }
 static size_t dense_scratch(const lam_model *m, const nn_node *n, int B) { /* bf16: dy as bfloat16 */
   (void)m;
@@ -84,17 +109,24 @@ const nn_op nn_op_dense = {NN_NAMES("dense"), .parse = dense_parse, .init = dens
                            .bwd = dense_bwd, .aux_bytes = dense_aux, .scratch_floats = dense_scratch,
                            .macs = dense_macs, .flags = NN_IN_BWD | NN_FLAT_OK};
 
-/* ---- flatten: (c, h, w) -> (c*h*w, 1, 1), the same memory ---- */
+/* ---- flatten: (c, h, w) -> (c*h*w, 1, 1): the same memory (nn_node.view), or from NHWC to NCHW order ---- */
 static lam_status flatten_parse(nn_parse *p, lam_model *m, nn_node *n) {
   if (p->nargs) return nn_spec_error(p, 1, "'flatten' takes no arguments (missing a comma?)");
   nn_tensor *y = nn_out(m, n);
   y->c = (int)nn_size(nn_in(m, n, 0)), y->h = y->w = 1, y->flat = 1;
-  y->view_of = n->in[0];
   return LAM_OK;
 }
 static lam_status flatten_fwd(lam_model *m, nn_node *n, int B, int train) {
-  (void)m, (void)n, (void)B, (void)train;
-  return LAM_OK;
+  (void)train;
+  if (n->view) return LAM_OK;
+  const nn_tensor *x = nn_in(m, n, 0);
+  return m->ctx->be->convert(m->ctx, B, x->c, x->h * x->w, m->fmt, x->data, lam_fmt_of(m->fmt.dt, 0), nn_out(m, n)->data);
 }
-const nn_op nn_op_flatten = {NN_NAMES("flatten"), .parse = flatten_parse, .fwd = flatten_fwd,
+static lam_status flatten_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  void *din = nn_din(m, n, 0);
+  if (n->view || !din) return LAM_OK;
+  return m->ctx->be->convert(m->ctx, B, x->c, x->h * x->w, lam_fmt_of(m->fmt.dt, 0), nn_out(m, n)->grad, m->fmt, din);
+}
+const nn_op nn_op_flatten = {NN_NAMES("flatten"), .parse = flatten_parse, .fwd = flatten_fwd, .bwd = flatten_bwd,
                              .flags = NN_VIEW | NN_FLAT_OK};

@@ -30,14 +30,14 @@ static lam_status join_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status add_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   size_t count = (size_t)B * nn_size(nn_out(m, n));
-  return m->ctx->be->add(m->ctx, count, nn_in(m, n, 0)->data, nn_in(m, n, 1)->data, nn_out(m, n)->data);
+  return m->ctx->be->add(m->ctx, m->fmt, count, nn_in(m, n, 0)->data, nn_in(m, n, 1)->data, nn_out(m, n)->data);
 }
 static lam_status add_bwd(lam_model *m, nn_node *n, int B) {
   size_t count = (size_t)B * nn_size(nn_out(m, n));
   for (int i = 0; i < 2; i++) {
-    float *din = nn_din(m, n, i), *dy = nn_out(m, n)->grad;
-    if (din && nn_adds(n, i)) LAM_TRY(m->ctx->be->add(m->ctx, count, din, dy, din));
-    else if (din) LAM_TRY(m->ctx->be->copy_rows(m->ctx, 1, count, dy, count, din, count));
+    void *din = nn_din(m, n, i), *dy = nn_out(m, n)->grad;
+    if (din && nn_adds(n, i)) LAM_TRY(m->ctx->be->add(m->ctx, m->fmt, count, din, dy, din));
+    else if (din) LAM_TRY(m->ctx->be->copy_rows(m->ctx, m->fmt, 1, count, dy, count, din, count));
   }
   return LAM_OK;
 }
@@ -45,22 +45,29 @@ static double join_macs(const lam_model *m, const nn_node *n) { return (double)n
 const nn_op nn_op_add = {NN_NAMES("add"), .parse = join_parse, .fwd = add_fwd, .bwd = add_bwd, .macs = join_macs,
                          .flags = NN_FLAT_OK | NN_ADDS_GRAD};
 
-/* y (B, ca + cb, P): per sample, a's channels then b's */
+/* A concat's copies: rows of a's values, then of b's, in y's rows. NCHW: a row is a sample (a's channels,
+ * then b's, whole planes each); NHWC: a pixel (a's channels, then b's). */
+typedef struct concat_rows {
+  size_t rows, a, b, y; /* values of a row of a, b and y */
+} concat_rows;
+static concat_rows concat_shape(const lam_model *m, const nn_node *n, int B) {
+  const nn_tensor *a = &m->tensor[n->in[0]], *b = &m->tensor[n->in[1]], *y = &m->tensor[n->out];
+  if (m->fmt.nhwc) return (concat_rows){(size_t)B * y->h * y->w, (size_t)a->c, (size_t)b->c, (size_t)y->c};
+  return (concat_rows){(size_t)B, nn_size(a), nn_size(b), nn_size(y)};
+}
+
 static lam_status concat_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
-  const nn_tensor *a = nn_in(m, n, 0), *b = nn_in(m, n, 1);
-  nn_tensor *y = nn_out(m, n);
-  size_t sa = nn_size(a), sb = nn_size(b), sy = nn_size(y);
-  LAM_TRY(m->ctx->be->copy_rows(m->ctx, (size_t)B, sa, a->data, sa, y->data, sy));
-  return m->ctx->be->copy_rows(m->ctx, (size_t)B, sb, b->data, sb, y->data + sa, sy);
+  const concat_rows r = concat_shape(m, n, B);
+  void *y = nn_out(m, n)->data;
+  LAM_TRY(m->ctx->be->copy_rows(m->ctx, m->fmt, r.rows, r.a, nn_in(m, n, 0)->data, r.a, y, r.y));
+  return m->ctx->be->copy_rows(m->ctx, m->fmt, r.rows, r.b, nn_in(m, n, 1)->data, r.b, nn_at(m, y, r.a), r.y);
 }
 static lam_status concat_bwd(lam_model *m, nn_node *n, int B) {
-  const nn_tensor *a = nn_in(m, n, 0), *b = nn_in(m, n, 1);
-  const nn_tensor *y = nn_out(m, n);
-  size_t sa = nn_size(a), sb = nn_size(b), sy = nn_size(y);
-  float *da = nn_din(m, n, 0), *db = nn_din(m, n, 1);
-  if (da) LAM_TRY(m->ctx->be->copy_rows(m->ctx, (size_t)B, sa, y->grad, sy, da, sa));
-  if (db) LAM_TRY(m->ctx->be->copy_rows(m->ctx, (size_t)B, sb, y->grad + sa, sy, db, sb));
+  const concat_rows r = concat_shape(m, n, B);
+  void *dy = nn_out(m, n)->grad, *da = nn_din(m, n, 0), *db = nn_din(m, n, 1);
+  if (da) LAM_TRY(m->ctx->be->copy_rows(m->ctx, m->fmt, r.rows, r.a, dy, r.y, da, r.a));
+  if (db) LAM_TRY(m->ctx->be->copy_rows(m->ctx, m->fmt, r.rows, r.b, nn_at(m, dy, r.a), r.y, db, r.b));
   return LAM_OK;
 }
 const nn_op nn_op_concat = {NN_NAMES("concat"), .parse = join_parse, .fwd = concat_fwd, .bwd = concat_bwd,

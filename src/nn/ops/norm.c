@@ -31,15 +31,15 @@ static void bn_init(const lam_model *m, const nn_node *n, void *rng, float *para
 static lam_status bn_fwd(lam_model *m, nn_node *n, int B, int train) {
   const nn_tensor *x = nn_in(m, n, 0);
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
-  return m->ctx->be->bn_fwd(m->ctx, B, x->c, x->h * x->w, x->data, m->params + n->w_off, m->params + n->b_off,
+  return m->ctx->be->bn_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, m->params + n->w_off, m->params + n->b_off,
                             nn_out(m, n)->data, mean, invstd, run, run + x->c, n->momentum, n->eps, train);
 }
 static lam_status bn_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
   const float *mean = n->aux, *invstd = mean + x->c;
-  float *din = nn_din(m, n, 0);
+  void *din = nn_din(m, n, 0);
   /* the input gradient is needed for dgamma's and dbeta's sums anyway: without one, use scratch */
-  return m->ctx->be->bn_bwd(m->ctx, B, x->c, x->h * x->w, x->data, nn_out(m, n)->grad, m->params + n->w_off, mean,
+  return m->ctx->be->bn_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, nn_out(m, n)->grad, m->params + n->w_off, mean,
                             invstd, din ? din : m->scratch, m->grads + n->w_off, m->grads + n->b_off);
 }
 /* With the activation after it (the graph's fusion pass): y = act(bn(x)) in one pass, the BatchNorm's own
@@ -48,7 +48,7 @@ lam_status nn_bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
   const nn_tensor *x = nn_in(m, n, 0);
   const nn_node *act = &m->node[n->pool];
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
-  return m->ctx->be->bn_act_fwd(m->ctx, B, x->c, x->h * x->w, act->act, act->alpha, x->data, m->params + n->w_off,
+  return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, m->params + n->w_off,
                                 m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run, run + x->c, n->momentum,
                                 n->eps, train);
 }
@@ -58,8 +58,8 @@ lam_status nn_bn_act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_node *act = &m->node[n->pool];
   const nn_tensor *y = nn_out(m, act);
   const float *mean = n->aux, *invstd = mean + x->c;
-  float *din = nn_din(m, n, 0);
-  return m->ctx->be->bn_act_bwd(m->ctx, B, x->c, x->h * x->w, act->act, act->alpha, x->data, y->data, y->grad,
+  void *din = nn_din(m, n, 0);
+  return m->ctx->be->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, y->data, y->grad,
                                 m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch,
                                 m->grads + n->w_off, m->grads + n->b_off);
 }
@@ -68,8 +68,8 @@ static size_t bn_aux(const lam_model *m, const nn_node *n, int B) {
   (void)B;
   return 2 * (size_t)m->tensor[n->in[0]].c * sizeof(float);
 }
-static size_t bn_scratch(const lam_model *m, const nn_node *n, int B) {
-  return m->tensor[n->in[0]].need_grad ? 0 : (size_t)B * nn_size(&m->tensor[n->in[0]]);
+static size_t bn_scratch(const lam_model *m, const nn_node *n, int B) { /* room for an unwanted dx */
+  return m->tensor[n->in[0]].need_grad ? 0 : ((size_t)B * nn_size(&m->tensor[n->in[0]]) * nn_esize(m) + 3) / 4;
 }
 static double bn_macs(const lam_model *m, const nn_node *n) { return 2.0 * nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_bn = {NN_NAMES("bn"), .parse = bn_parse, .init = bn_init, .fwd = bn_fwd, .bwd = bn_bwd,

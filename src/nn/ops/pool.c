@@ -31,11 +31,11 @@ static lam_status pool_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status maxpool_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   lam_pool_geom g = pool_geom(m, n);
-  return m->ctx->be->maxpool_fwd(m->ctx, &g, B, nn_in(m, n, 0)->data, nn_out(m, n)->data, n->aux);
+  return m->ctx->be->maxpool_fwd(m->ctx, m->fmt, &g, B, nn_in(m, n, 0)->data, nn_out(m, n)->data, n->aux);
 }
 static lam_status maxpool_bwd(lam_model *m, nn_node *n, int B) {
   lam_pool_geom g = pool_geom(m, n);
-  return m->ctx->be->maxpool_bwd(m->ctx, &g, B, nn_out(m, n)->grad, n->aux, nn_din(m, n, 0));
+  return m->ctx->be->maxpool_bwd(m->ctx, m->fmt, &g, B, nn_out(m, n)->grad, n->aux, nn_din(m, n, 0));
 }
 static size_t maxpool_aux(const lam_model *m, const nn_node *n, int B) { /* the argmax of every output */
   return (size_t)B * nn_size(&m->tensor[n->out]) * sizeof(int32_t);
@@ -49,11 +49,11 @@ const nn_op nn_op_maxpool = {NN_NAMES("maxpool"), .parse = pool_parse, .fwd = ma
 static lam_status avgpool_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   lam_pool_geom g = pool_geom(m, n);
-  return m->ctx->be->avgpool_fwd(m->ctx, &g, B, nn_in(m, n, 0)->data, nn_out(m, n)->data);
+  return m->ctx->be->avgpool_fwd(m->ctx, m->fmt, &g, B, nn_in(m, n, 0)->data, nn_out(m, n)->data);
 }
 static lam_status avgpool_bwd(lam_model *m, nn_node *n, int B) {
   lam_pool_geom g = pool_geom(m, n);
-  return m->ctx->be->avgpool_bwd(m->ctx, &g, B, nn_out(m, n)->grad, nn_din(m, n, 0));
+  return m->ctx->be->avgpool_bwd(m->ctx, m->fmt, &g, B, nn_out(m, n)->grad, nn_din(m, n, 0));
 }
 const nn_op nn_op_avgpool = {NN_NAMES("avgpool"), .parse = pool_parse, .fwd = avgpool_fwd, .bwd = avgpool_bwd,
                              .macs = pool_macs};
@@ -69,11 +69,11 @@ static lam_status gap_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status gap_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->plane_mean_fwd(m->ctx, (size_t)B * x->c, x->h * x->w, x->data, nn_out(m, n)->data);
+  return m->ctx->be->plane_mean_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, nn_out(m, n)->data);
 }
 static lam_status gap_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->plane_mean_bwd(m->ctx, (size_t)B * x->c, x->h * x->w, nn_out(m, n)->grad, nn_din(m, n, 0));
+  return m->ctx->be->plane_mean_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, nn_out(m, n)->grad, nn_din(m, n, 0));
 }
 static double gap_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->in[0]]); }
 const nn_op nn_op_gap = {NN_NAMES("gap"), .parse = gap_parse, .fwd = gap_fwd, .bwd = gap_bwd, .macs = gap_macs};
@@ -93,11 +93,11 @@ static lam_status upsample_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status upsample_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->upsample_fwd(m->ctx, B, x->c, x->h, x->w, n->f, x->data, nn_out(m, n)->data);
+  return m->ctx->be->upsample_fwd(m->ctx, m->fmt, B, x->c, x->h, x->w, n->f, x->data, nn_out(m, n)->data);
 }
 static lam_status upsample_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->upsample_bwd(m->ctx, B, x->c, x->h, x->w, n->f, nn_out(m, n)->grad, nn_din(m, n, 0));
+  return m->ctx->be->upsample_bwd(m->ctx, m->fmt, B, x->c, x->h, x->w, n->f, nn_out(m, n)->grad, nn_din(m, n, 0));
 }
 static double upsample_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_upsample = {NN_NAMES("upsample"), .parse = upsample_parse, .fwd = upsample_fwd,

@@ -1,0 +1,804 @@
+/* nhwc.cu — the CUDA kernels of the primitives on NHWC activations (prims.h: lam_fmt), float32 or bfloat16:
+ * per-channel bias, BatchNorm (alone and followed by an activation), max and average pooling, the global
+ * average pool, nearest upsampling, the gather of a batch, and the format conversion. The primitives in
+ * nn.cu and nn_ops.cu call these for an NHWC format; their NCHW float32 kernels stay as they were.
+ *
+ * In NHWC a pixel's C channels lie together, so a warp reads consecutive channels of a few pixels: each
+ * thread takes V channels of a pixel in one 16-byte access (4 floats or 8 bfloat16s; V = 1 where C or an
+ * address does not allow it). The per-channel kernels (bias, BatchNorm) lay a block out as TX channel
+ * vectors by TY rows (pixels): a thread keeps its channels' constants in registers and walks rows; sums
+ * over rows go to a partial per (block, channel) and are added up in block order by a second kernel, so
+ * every result is the same bits on every run. Arithmetic is in float32; bfloat16 is rounded once, where
+ * stored. */
+#include <stdint.h>
+
+#include "cuda.h"
+#include "bn.cuh"
+#include "vec.cuh"
+
+#define NT 256
+
+#define LAUNCH_CHECK(st, name) CUDA_LAUNCH_TRY((st), (st)->stream, name)
+
+static unsigned blocks_for(size_t n) {
+  size_t b = (n + NT - 1) / NT;
+  if (b > 1u << 30) b = 1u << 30;
+  return (unsigned)(b ? b : 1);
+}
+
+#define GRID_STRIDE(i, n) for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+/* Calls F<T, V>(args) for the format's type, with V = the 16-byte width where ok, else 1. */
+#define NHWC_DISPATCH(f, ok, F, ...)                                        \
+  do {                                                                      \
+    if ((f).dt == LAM_DT_BF16) {                                            \
+      if (ok) F<lam_bf16, 8>(__VA_ARGS__);                                  \
+      else F<lam_bf16, 1>(__VA_ARGS__);                                     \
+    } else {                                                                \
+      if (ok) F<float, 4>(__VA_ARGS__);                                     \
+      else F<float, 1>(__VA_ARGS__);                                        \
+    }                                                                       \
+  } while (0)
+
+/* Whether C channels and these pointers (NULL ignored) take 16-byte vectors of type dt. */
+static bool vec_ok(int dt, int C, const void *a, const void *b = NULL, const void *c = NULL, const void *d = NULL) {
+  const int V = dt == LAM_DT_BF16 ? 8 : 4;
+  return C % V == 0 && aligned16(a) && (!b || aligned16(b)) && (!c || aligned16(c)) && (!d || aligned16(d));
+}
+
+/* ---- the per-channel layout: TX channel vectors x TY rows a block, S blocks over the rows ---- */
+
+typedef struct chan_grid {
+  int TX, TY, groups, S; /* groups: blocks over the channel vectors (gridDim.y); S: over the rows (gridDim.x) */
+} chan_grid;
+
+/* For N rows of CV channel vectors: S about `target` blocks in all, each with at least min_rows rows, and at
+ * most max_S (the partial sums' room). */
+static chan_grid chan_grid_for(size_t N, int CV, int target, size_t min_rows, size_t max_S) {
+  chan_grid g;
+  g.TX = CV < 32 ? CV : 32;
+  g.TY = NT / g.TX;
+  g.groups = (CV + g.TX - 1) / g.TX;
+  size_t s = ((size_t)target + g.groups - 1) / g.groups, by_rows = (N + min_rows - 1) / min_rows;
+  if (s > by_rows) s = by_rows;
+  if (s > max_S) s = max_S;
+  g.S = s < 1 ? 1 : (int)s;
+  return g;
+}
+
+/* This block's rows [*r0, *r1) and this thread's channel vector (-1: none) and row offset. */
+__device__ __forceinline__ int chan_thread(size_t N, int CV, int TX, int TY, size_t *r0, size_t *r1, int *ty) {
+  const int S = gridDim.x, s = blockIdx.x;
+  *r0 = N * s / S, *r1 = N * (s + 1) / S;
+  const int tx = threadIdx.x % TX;
+  *ty = threadIdx.x / TX;
+  const int cv = blockIdx.y * TX + tx;
+  return *ty < TY && cv < CV ? cv : -1;
+}
+
+/* The block's per-thread sums a[V], b[V] (TX x TY threads) added over the rows ty in order; the threads of
+ * row 0 then hold their channels' block sums. sh holds 2 * NT * V floats. */
+template <int V>
+__device__ __forceinline__ void chan_block_sum(float (&a)[V], float (&b)[V], int TX, int TY, int ty, float *sh) {
+  const int tx = threadIdx.x % TX;
+  if (ty < TY)
+#pragma unroll
+    for (int q = 0; q < V; q++) sh[(ty * TX + tx) * V + q] = a[q], sh[(NT + ty * TX + tx) * V + q] = b[q];
+  __syncthreads();
+  if (ty == 0)
+    for (int k = 1; k < TY; k++)
+#pragma unroll
+      for (int q = 0; q < V; q++) a[q] += sh[(k * TX + tx) * V + q], b[q] += sh[(NT + k * TX + tx) * V + q];
+}
+
+/* ---- sums per channel over the rows: a bias's gradient, BatchNorm's statistics and backward sums ---- */
+
+enum { NR_SUM = 0, NR_STATS, NR_BWD };
+struct nred_args {
+  size_t N;
+  int C;
+  const void *x, *dy, *y; /* x: NR_STATS, NR_BWD; dy: NR_SUM, NR_BWD; y: NR_BWD after relu, leaky, tanh, sigmoid */
+  const float *mean, *invstd, *gamma, *beta; /* NR_BWD (gamma, beta: gelu's z) */
+  float alpha;
+};
+
+/* dz = dy act'(.) (ACT after a BatchNorm), from y or from z = (x - m) sc + bt, as the NCHW kernels form it. */
+template <int ACT, int V>
+__device__ __forceinline__ void nhwc_dz(const bn_act<ACT> &act, const float (&xv)[V], const float (&yv)[V],
+                                        float (&gv)[V], const float (&m)[V], const float (&sc)[V],
+                                        const float (&bt)[V]) {
+#pragma unroll
+  for (int q = 0; q < V; q++) {
+    if constexpr (ACT == BN_ACT_NONE) (void)xv, (void)yv, (void)m, (void)sc, (void)bt;
+    else if constexpr (bn_act<ACT>::from_y) gv[q] = act.dz(0.0f, yv[q], gv[q]);
+    else gv[q] = act.dz((xv[q] - m[q]) * sc[q] + bt[q], 0.0f, gv[q]);
+  }
+}
+
+/* Block (s, group): its rows' sums of its channels, to part[(s * C + c) * 2 + {0, 1}]: dy (NR_SUM); x - K and
+ * (x - K)^2 with K the channel's first value (NR_STATS: shifted, as the NCHW kernels); dz and dz xhat (NR_BWD). */
+template <typename T, int V, int MODE, int ACT>
+__global__ void nred_part_kernel(nred_args r, int TX, int TY, float *part) {
+  __shared__ float sh[2 * NT * V];
+  const int CV = r.C / V;
+  size_t r0, r1;
+  int ty;
+  const int cv = chan_thread(r.N, CV, TX, TY, &r0, &r1, &ty);
+  float a[V], b[V];
+#pragma unroll
+  for (int q = 0; q < V; q++) a[q] = b[q] = 0.0f;
+  if (cv >= 0) {
+    const int c0 = cv * V;
+    const bn_act<ACT> act = {r.alpha};
+    float K[V], m[V], is[V], sc[V], bt[V];
+#pragma unroll
+    for (int q = 0; q < V; q++) {
+      K[q] = MODE == NR_STATS ? tget((const T *)r.x, (size_t)c0 + q) : 0.0f;
+      m[q] = MODE == NR_BWD ? r.mean[c0 + q] : 0.0f;
+      is[q] = MODE == NR_BWD ? r.invstd[c0 + q] : 0.0f;
+      sc[q] = MODE == NR_BWD && ACT == LAM_ACT_GELU ? is[q] * gamma_of(r.gamma, c0 + q) : 0.0f;
+      bt[q] = MODE == NR_BWD && ACT == LAM_ACT_GELU ? beta_of(r.beta, c0 + q) : 0.0f;
+    }
+    for (size_t row = r0 + ty; row < r1; row += TY) {
+      const size_t o = row * CV + cv;
+      float xv[V], gv[V], yv[V];
+      if (MODE != NR_SUM) tload<T, V>(xv, (const T *)r.x, o);
+      if (MODE != NR_STATS) tload<T, V>(gv, (const T *)r.dy, o);
+      if (MODE == NR_BWD && bn_act<ACT>::from_y) tload<T, V>(yv, (const T *)r.y, o);
+      if (MODE == NR_BWD) nhwc_dz<ACT, V>(act, xv, yv, gv, m, sc, bt);
+#pragma unroll
+      for (int q = 0; q < V; q++) {
+        if (MODE == NR_SUM) a[q] += gv[q];
+        if (MODE == NR_STATS) {
+          float d = xv[q] - K[q];
+          a[q] += d, b[q] += d * d;
+        }
+        if (MODE == NR_BWD) a[q] += gv[q], b[q] += gv[q] * ((xv[q] - m[q]) * is[q]);
+      }
+    }
+  }
+  chan_block_sum<V>(a, b, TX, TY, ty, sh);
+  if (ty == 0 && cv >= 0)
+#pragma unroll
+    for (int q = 0; q < V; q++) {
+      const size_t k = ((size_t)blockIdx.x * r.C + cv * V + q) * 2;
+      part[k] = a[q], part[k + 1] = b[q];
+    }
+}
+
+/* Channel c's S partial sums, in block order, in double. */
+__device__ inline void nred_total(const float *part, int C, int S, int c, double *a, double *b) {
+  double x = 0.0, y = 0.0;
+  for (int s = 0; s < S; s++) x += part[((size_t)s * C + c) * 2], y += part[((size_t)s * C + c) * 2 + 1];
+  *a = x, *b = y;
+}
+
+/* The partial sums' room, and the grid of a reduction over N rows of C channels (vectors of V). */
+static lam_status nred_grid(cuda_state *st, const char *what, size_t N, int C, int V, chan_grid *g) {
+  if (N >= (size_t)1 << 31)
+    return lam_fail_at(LAM_ERR_UNSUPPORTED, __FILE__, __LINE__,
+                       "%s: %zu pixels per channel is beyond this kernel's 32-bit grid; use a smaller batch", what, N);
+  const size_t room = (NHWC_PART_FLOATS - 2 * (size_t)C) / (2 * (size_t)C);
+  if (room < 1) return lam_fail_at(LAM_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: %d channels is too many", what, C);
+  *g = chan_grid_for(N, C / V, 1024, 64, room);
+  (void)st;
+  return LAM_OK;
+}
+
+template <typename T, int V, int MODE, int ACT>
+static lam_status nred_launch(cuda_state *st, const nred_args &r, const chan_grid &g) {
+  nred_part_kernel<T, V, MODE, ACT><<<dim3(g.S, g.groups), NT, 0, st->stream>>>(r, g.TX, g.TY, st->nhwc_part);
+  LAUNCH_CHECK(st, "nred_part_kernel");
+  return LAM_OK;
+}
+
+/* ---- per-channel bias: y += bias[c]; db[c] += the sum of dy over the rows ---- */
+
+template <typename T, int V>
+__global__ void chan_bias_kernel(size_t N, int C, int TX, int TY, T *y, const float *__restrict__ bias) {
+  const int CV = C / V;
+  size_t r0, r1;
+  int ty;
+  const int cv = chan_thread(N, CV, TX, TY, &r0, &r1, &ty);
+  if (cv < 0) return;
+  float bv[V];
+#pragma unroll
+  for (int q = 0; q < V; q++) bv[q] = bias[cv * V + q];
+  for (size_t row = r0 + ty; row < r1; row += TY) {
+    float v[V];
+    tload<T, V>(v, y, row * CV + cv);
+#pragma unroll
+    for (int q = 0; q < V; q++) v[q] += bv[q];
+    tstore<T, V>(y, row * CV + cv, v);
+  }
+}
+
+template <typename T, int V> static void chan_bias_launch(cuda_state *st, size_t N, int C, void *y, const float *bias) {
+  chan_grid g = chan_grid_for(N, C / V, 4096, 16, 65535);
+  chan_bias_kernel<T, V><<<dim3(g.S, g.groups), NT, 0, st->stream>>>(N, C, g.TX, g.TY, (T *)y, bias);
+}
+
+lam_status nhwc_channel_bias_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, void *y, const float *bias) {
+  cuda_state *st = cuda_st(ctx);
+  if (!N || C <= 0) return LAM_OK;
+  NHWC_DISPATCH(f, vec_ok(f.dt, C, y), chan_bias_launch, st, N, C, y, bias);
+  LAUNCH_CHECK(st, "chan_bias_kernel");
+  return LAM_OK;
+}
+
+__global__ void nred_sum_final_kernel(int C, int S, const float *part, float *db) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double a, b;
+  nred_total(part, C, S, c, &a, &b);
+  db[c] += (float)a;
+}
+
+template <typename T, int V> static lam_status chan_sum_launch(cuda_state *st, const nred_args &r, float *db) {
+  chan_grid g;
+  LAM_TRY(nred_grid(st, "channel_bias_bwd", r.N, r.C, V, &g));
+  LAM_TRY((nred_launch<T, V, NR_SUM, BN_ACT_NONE>(st, r, g)));
+  nred_sum_final_kernel<<<(r.C + NT - 1) / NT, NT, 0, st->stream>>>(r.C, g.S, st->nhwc_part, db);
+  LAUNCH_CHECK(st, "nred_sum_final_kernel");
+  return LAM_OK;
+}
+
+lam_status nhwc_channel_bias_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, const void *dy, float *db) {
+  cuda_state *st = cuda_st(ctx);
+  if (!N || C <= 0) return LAM_OK;
+  nred_args r = {N, C, NULL, dy, NULL, NULL, NULL, NULL, NULL, 0.0f};
+  lam_status s = LAM_OK;
+  NHWC_DISPATCH(f, vec_ok(f.dt, C, dy), s = chan_sum_launch, st, r, db);
+  return s;
+}
+
+/* ---- BatchNorm over the N rows of each channel, alone or followed by an activation ---- */
+
+__global__ void nhwc_bn_stats_final_kernel(int C, int S, double N, const float *part, const float *K, float eps,
+                                           float momentum, float *mean, float *invstd, float *run_mean,
+                                           float *run_var) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double a, b;
+  nred_total(part, C, S, c, &a, &b);
+  float m, is;
+  bn_finish(c, a, b, N, K[c], eps, momentum, mean, invstd, run_mean, run_var, &m, &is);
+}
+/* The shifts K (the first row) as floats, for the final kernel (x is T). */
+template <typename T> __global__ void first_row_kernel(int C, const T *x, float *K) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) K[c] = tget(x, (size_t)c);
+}
+
+/* y = act((x - mean) invstd gamma + beta), mean and invstd the saved ones (train) or the running ones (eval:
+ * invstd = 1 / sqrtf(run_var + eps), as the NCHW kernel); x may be y (each value is read, then written, by
+ * one thread). */
+template <typename T, int V, int ACT>
+__global__ void nhwc_bn_apply_kernel(size_t N, int C, int TX, int TY, bn_act<ACT> act, const T *x, const float *gamma,
+                                     const float *beta, T *y, const float *mean, const float *invstd,
+                                     const float *run_mean, const float *run_var, float eps, int train) {
+  const int CV = C / V;
+  size_t r0, r1;
+  int ty;
+  const int cv = chan_thread(N, CV, TX, TY, &r0, &r1, &ty);
+  if (cv < 0) return;
+  float m[V], sc[V], bt[V];
+#pragma unroll
+  for (int q = 0; q < V; q++) {
+    const int c = cv * V + q;
+    m[q] = train ? mean[c] : run_mean[c];
+    const float is = train ? invstd[c] : 1.0f / sqrtf(run_var[c] + eps);
+    sc[q] = is * gamma_of(gamma, c), bt[q] = beta_of(beta, c);
+  }
+  for (size_t row = r0 + ty; row < r1; row += TY) {
+    float v[V];
+    tload<T, V>(v, x, row * CV + cv);
+#pragma unroll
+    for (int q = 0; q < V; q++) v[q] = act.of((v[q] - m[q]) * sc[q] + bt[q]);
+    tstore<T, V>(y, row * CV + cv, v);
+  }
+}
+
+struct nbn_fwd_args {
+  size_t N;
+  int C;
+  const void *x;
+  const float *gamma, *beta;
+  void *y;
+  float *mean, *invstd, *run_mean, *run_var;
+  float momentum, eps;
+  int train;
+};
+
+template <typename T, int V, int ACT> static lam_status nhwc_bn_fwd_launch(cuda_state *st, const nbn_fwd_args &a,
+                                                                           bn_act<ACT> act) {
+  if (a.train) {
+    nred_args r = {a.N, a.C, a.x, NULL, NULL, NULL, NULL, NULL, NULL, 0.0f};
+    chan_grid g;
+    LAM_TRY(nred_grid(st, "bn_fwd", a.N, a.C, V, &g));
+    LAM_TRY((nred_launch<T, V, NR_STATS, BN_ACT_NONE>(st, r, g)));
+    float *K = st->nhwc_part + (size_t)g.S * a.C * 2;
+    first_row_kernel<T><<<(a.C + NT - 1) / NT, NT, 0, st->stream>>>(a.C, (const T *)a.x, K);
+    LAUNCH_CHECK(st, "first_row_kernel");
+    nhwc_bn_stats_final_kernel<<<(a.C + NT - 1) / NT, NT, 0, st->stream>>>(a.C, g.S, (double)a.N, st->nhwc_part, K,
+                                                                          a.eps, a.momentum, a.mean, a.invstd,
+                                                                          a.run_mean, a.run_var);
+    LAUNCH_CHECK(st, "nhwc_bn_stats_final_kernel");
+  }
+  chan_grid g = chan_grid_for(a.N, a.C / V, 4096, 16, 65535);
+  nhwc_bn_apply_kernel<T, V, ACT><<<dim3(g.S, g.groups), NT, 0, st->stream>>>(
+      a.N, a.C, g.TX, g.TY, act, (const T *)a.x, a.gamma, a.beta, (T *)a.y, a.mean, a.invstd, a.run_mean, a.run_var,
+      a.eps, a.train);
+  LAUNCH_CHECK(st, "nhwc_bn_apply_kernel");
+  return LAM_OK;
+}
+
+template <int ACT> static lam_status nhwc_bn_fwd_act(cuda_state *st, lam_fmt f, const nbn_fwd_args &a, float alpha) {
+  const bool v = vec_ok(f.dt, a.C, a.x, a.y);
+  const bn_act<ACT> act = {alpha};
+  if (f.dt == LAM_DT_BF16) return v ? nhwc_bn_fwd_launch<lam_bf16, 8, ACT>(st, a, act) : nhwc_bn_fwd_launch<lam_bf16, 1, ACT>(st, a, act);
+  return v ? nhwc_bn_fwd_launch<float, 4, ACT>(st, a, act) : nhwc_bn_fwd_launch<float, 1, ACT>(st, a, act);
+}
+
+/* act: an LAM_ACT_* or BN_ACT_NONE (bn_fwd). */
+lam_status nhwc_bn_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x,
+                                  const float *gamma, const float *beta, void *y, float *mean, float *invstd,
+                                  float *run_mean, float *run_var, float momentum, float eps, int train) {
+  cuda_state *st = cuda_st(ctx);
+  if (!N || C <= 0) return LAM_OK;
+  if (train && (!mean || !invstd))
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_fwd: training needs mean and invstd to save the batch statistics in");
+  nbn_fwd_args a = {N, C, x, gamma, beta, y, mean, invstd, run_mean, run_var, momentum, eps, train};
+  switch (act) { /* as act_fwd: any other activation is the sigmoid */
+    case BN_ACT_NONE: return nhwc_bn_fwd_act<BN_ACT_NONE>(st, f, a, alpha);
+    case LAM_ACT_RELU: return nhwc_bn_fwd_act<LAM_ACT_RELU>(st, f, a, alpha);
+    case LAM_ACT_LEAKY: return nhwc_bn_fwd_act<LAM_ACT_LEAKY>(st, f, a, alpha);
+    case LAM_ACT_TANH: return nhwc_bn_fwd_act<LAM_ACT_TANH>(st, f, a, alpha);
+    case LAM_ACT_GELU: return nhwc_bn_fwd_act<LAM_ACT_GELU>(st, f, a, alpha);
+    default: return nhwc_bn_fwd_act<LAM_ACT_SIGMOID>(st, f, a, alpha);
+  }
+}
+
+/* Thread per channel: the sums in order; dgamma, dbeta, and mean(dz), mean(dz xhat) to fin. */
+__global__ void nhwc_bn_bwd_final_kernel(int C, int S, double N, const float *part, float *fin, float *dgamma,
+                                         float *dbeta) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double a, b;
+  nred_total(part, C, S, c, &a, &b);
+  if (dgamma) dgamma[c] += (float)b;
+  if (dbeta) dbeta[c] += (float)a;
+  fin[2 * c] = (float)(a / N), fin[2 * c + 1] = (float)(b / N);
+}
+
+/* dx = gamma invstd (dz - mean(dz) - xhat mean(dz xhat)); dx may be dy. */
+template <typename T, int V, int ACT>
+__global__ void nhwc_bn_bwd_apply_kernel(size_t N, int C, int TX, int TY, bn_act<ACT> act, const T *x, const T *y,
+                                         const T *dy, const float *gamma, const float *beta, const float *mean,
+                                         const float *invstd, const float *fin, T *dx) {
+  const int CV = C / V;
+  size_t r0, r1;
+  int ty;
+  const int cv = chan_thread(N, CV, TX, TY, &r0, &r1, &ty);
+  if (cv < 0) return;
+  float m[V], is[V], k[V], mdy[V], mdx[V], sc[V], bt[V];
+#pragma unroll
+  for (int q = 0; q < V; q++) {
+    const int c = cv * V + q;
+    m[q] = mean[c], is[q] = invstd[c], k[q] = gamma_of(gamma, c) * is[q], mdy[q] = fin[2 * c], mdx[q] = fin[2 * c + 1];
+    sc[q] = ACT == LAM_ACT_GELU ? k[q] : 0.0f, bt[q] = ACT == LAM_ACT_GELU ? beta_of(beta, c) : 0.0f;
+  }
+  for (size_t row = r0 + ty; row < r1; row += TY) {
+    const size_t o = row * CV + cv;
+    float xv[V], gv[V], yv[V];
+    tload<T, V>(xv, x, o);
+    tload<T, V>(gv, dy, o);
+    if (bn_act<ACT>::from_y) tload<T, V>(yv, y, o);
+    nhwc_dz<ACT, V>(act, xv, yv, gv, m, sc, bt);
+#pragma unroll
+    for (int q = 0; q < V; q++) gv[q] = k[q] * (gv[q] - mdy[q] - (xv[q] - m[q]) * is[q] * mdx[q]);
+    tstore<T, V>(dx, o, gv);
+  }
+}
+
+struct nbn_bwd_args {
+  size_t N;
+  int C;
+  const void *x, *y, *dy;
+  const float *gamma, *beta, *mean, *invstd;
+  void *dx;
+  float *dgamma, *dbeta;
+};
+
+template <typename T, int V, int ACT> static lam_status nhwc_bn_bwd_launch(cuda_state *st, const nbn_bwd_args &a,
+                                                                           bn_act<ACT> act) {
+  nred_args r = {a.N, a.C, a.x, a.dy, a.y, a.mean, a.invstd, a.gamma, a.beta, act.alpha};
+  chan_grid g;
+  LAM_TRY(nred_grid(st, "bn_bwd", a.N, a.C, V, &g));
+  LAM_TRY((nred_launch<T, V, NR_BWD, ACT>(st, r, g)));
+  float *fin = st->nhwc_part + (size_t)g.S * a.C * 2;
+  nhwc_bn_bwd_final_kernel<<<(a.C + NT - 1) / NT, NT, 0, st->stream>>>(a.C, g.S, (double)a.N, st->nhwc_part, fin,
+                                                                      a.dgamma, a.dbeta);
+  LAUNCH_CHECK(st, "nhwc_bn_bwd_final_kernel");
+  chan_grid ga = chan_grid_for(a.N, a.C / V, 4096, 16, 65535);
+  nhwc_bn_bwd_apply_kernel<T, V, ACT><<<dim3(ga.S, ga.groups), NT, 0, st->stream>>>(
+      a.N, a.C, ga.TX, ga.TY, act, (const T *)a.x, (const T *)a.y, (const T *)a.dy, a.gamma, a.beta, a.mean, a.invstd,
+      fin, (T *)a.dx);
+  LAUNCH_CHECK(st, "nhwc_bn_bwd_apply_kernel");
+  return LAM_OK;
+}
+
+template <int ACT> static lam_status nhwc_bn_bwd_act(cuda_state *st, lam_fmt f, const nbn_bwd_args &a, float alpha) {
+  const bool v = vec_ok(f.dt, a.C, a.x, a.dy, a.dx, bn_act<ACT>::from_y ? a.y : NULL);
+  const bn_act<ACT> act = {alpha};
+  if (f.dt == LAM_DT_BF16) return v ? nhwc_bn_bwd_launch<lam_bf16, 8, ACT>(st, a, act) : nhwc_bn_bwd_launch<lam_bf16, 1, ACT>(st, a, act);
+  return v ? nhwc_bn_bwd_launch<float, 4, ACT>(st, a, act) : nhwc_bn_bwd_launch<float, 1, ACT>(st, a, act);
+}
+
+lam_status nhwc_bn_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x,
+                                  const void *y, const void *dy, const float *gamma, const float *beta,
+                                  const float *mean, const float *invstd, void *dx, float *dgamma, float *dbeta) {
+  cuda_state *st = cuda_st(ctx);
+  if (!N || C <= 0) return LAM_OK;
+  const bool from_y = act != BN_ACT_NONE && act != LAM_ACT_GELU;
+  if (from_y && !y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: relu, leaky, tanh and sigmoid read y, which is NULL");
+  nbn_bwd_args a = {N, C, x, from_y ? y : NULL, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta};
+  switch (act) {
+    case BN_ACT_NONE: return nhwc_bn_bwd_act<BN_ACT_NONE>(st, f, a, alpha);
+    case LAM_ACT_RELU: return nhwc_bn_bwd_act<LAM_ACT_RELU>(st, f, a, alpha);
+    case LAM_ACT_LEAKY: return nhwc_bn_bwd_act<LAM_ACT_LEAKY>(st, f, a, alpha);
+    case LAM_ACT_TANH: return nhwc_bn_bwd_act<LAM_ACT_TANH>(st, f, a, alpha);
+    case LAM_ACT_GELU: return nhwc_bn_bwd_act<LAM_ACT_GELU>(st, f, a, alpha);
+    default: return nhwc_bn_bwd_act<LAM_ACT_SIGMOID>(st, f, a, alpha);
+  }
+}
+
+/* ---- pooling and upsampling: a thread per V channels of an output pixel (forward) or input pixel
+ * (backward: a gather over the windows that hold it, so no atomics and no zeroing) ---- */
+
+/* The outputs o whose window [o * stride, o * stride + K) holds input i: [*lo, *hi] (as the CPU twin). */
+__device__ inline void nhwc_covering(int i, int K, int stride, int n_out, int *lo, int *hi) {
+  int a = i - K + 1;
+  *lo = a <= 0 ? 0 : (a + stride - 1) / stride;
+  *hi = i / stride;
+  if (*hi > n_out - 1) *hi = n_out - 1;
+}
+
+/* y = the max of each window, per channel; arg = the max's index h*W + w in its plane (the first maximum in
+ * row order; NaN wins), at the output's place. */
+template <typename T, int V>
+__global__ void nhwc_maxpool_fwd_kernel(size_t n, lam_pool_geom g, const T *x, T *y, int32_t *arg) {
+  const int CV = g.C / V;
+  GRID_STRIDE(i, n) {
+    const int cv = (int)(i % CV);
+    const size_t pix = i / CV;
+    const int ow = (int)(pix % g.OW), oh = (int)(pix / g.OW % g.OH);
+    const size_t b = pix / ((size_t)g.OW * g.OH);
+    const size_t base = b * g.H * g.W;
+    float m[V];
+    int best[V];
+    const int p0 = oh * g.stride * g.W + ow * g.stride;
+    tload<T, V>(m, x, (base + p0) * CV + cv);
+#pragma unroll
+    for (int q = 0; q < V; q++) best[q] = p0;
+    for (int a = 0; a < g.K; a++)
+      for (int e = 0; e < g.K; e++) {
+        const int p = (oh * g.stride + a) * g.W + ow * g.stride + e;
+        float v[V];
+        tload<T, V>(v, x, (base + p) * CV + cv);
+#pragma unroll
+        for (int q = 0; q < V; q++)
+          if (v[q] > m[q] || v[q] != v[q]) m[q] = v[q], best[q] = p; /* NaN wins, as the NCHW kernel */
+      }
+    tstore<T, V>(y, i, m);
+#pragma unroll
+    for (int q = 0; q < V; q++) arg[i * V + q] = best[q];
+  }
+}
+
+template <typename T, int V>
+__global__ void nhwc_maxpool_bwd_kernel(size_t n, lam_pool_geom g, const T *dy, const int32_t *__restrict__ arg, T *dx) {
+  const int CV = g.C / V;
+  GRID_STRIDE(i, n) {
+    const int cv = (int)(i % CV);
+    const size_t pix = i / CV;
+    const int w = (int)(pix % g.W), h = (int)(pix / g.W % g.H);
+    const size_t b = pix / ((size_t)g.W * g.H);
+    int oh0, oh1, ow0, ow1;
+    nhwc_covering(h, g.K, g.stride, g.OH, &oh0, &oh1);
+    nhwc_covering(w, g.K, g.stride, g.OW, &ow0, &ow1);
+    const int self = h * g.W + w;
+    float s[V];
+#pragma unroll
+    for (int q = 0; q < V; q++) s[q] = 0.0f;
+    for (int oh = oh0; oh <= oh1; oh++)
+      for (int ow = ow0; ow <= ow1; ow++) { /* the windows in row order, as the CPU twin adds them */
+        const size_t o = (b * g.OH + oh) * g.OW + ow;
+        float d[V];
+        tload<T, V>(d, dy, o * CV + cv);
+#pragma unroll
+        for (int q = 0; q < V; q++)
+          if (arg[(o * CV + cv) * V + q] == self) s[q] += d[q];
+      }
+    tstore<T, V>(dx, i, s);
+  }
+}
+
+template <typename T, int V>
+__global__ void nhwc_avgpool_fwd_kernel(size_t n, lam_pool_geom g, const T *x, T *y) {
+  const int CV = g.C / V;
+  const float kk = (float)(g.K * g.K);
+  GRID_STRIDE(i, n) {
+    const int cv = (int)(i % CV);
+    const size_t pix = i / CV;
+    const int ow = (int)(pix % g.OW), oh = (int)(pix / g.OW % g.OH);
+    const size_t base = pix / ((size_t)g.OW * g.OH) * g.H * g.W;
+    float s[V];
+#pragma unroll
+    for (int q = 0; q < V; q++) s[q] = 0.0f;
+    for (int a = 0; a < g.K; a++)
+      for (int e = 0; e < g.K; e++) { /* in row order, as the CPU twin */
+        float v[V];
+        tload<T, V>(v, x, (base + (size_t)(oh * g.stride + a) * g.W + ow * g.stride + e) * CV + cv);
+#pragma unroll
+        for (int q = 0; q < V; q++) s[q] += v[q];
+      }
+#pragma unroll
+    for (int q = 0; q < V; q++) s[q] /= kk;
+    tstore<T, V>(y, i, s);
+  }
+}
+
+template <typename T, int V>
+__global__ void nhwc_avgpool_bwd_kernel(size_t n, lam_pool_geom g, const T *dy, T *dx) {
+  const int CV = g.C / V;
+  const float kk = (float)(g.K * g.K);
+  GRID_STRIDE(i, n) {
+    const int cv = (int)(i % CV);
+    const size_t pix = i / CV;
+    const int w = (int)(pix % g.W), h = (int)(pix / g.W % g.H);
+    const size_t b = pix / ((size_t)g.W * g.H);
+    int oh0, oh1, ow0, ow1;
+    nhwc_covering(h, g.K, g.stride, g.OH, &oh0, &oh1);
+    nhwc_covering(w, g.K, g.stride, g.OW, &ow0, &ow1);
+    float s[V];
+#pragma unroll
+    for (int q = 0; q < V; q++) s[q] = 0.0f;
+    for (int oh = oh0; oh <= oh1; oh++)
+      for (int ow = ow0; ow <= ow1; ow++) {
+        float d[V];
+        tload<T, V>(d, dy, ((b * g.OH + oh) * g.OW + ow) * CV + cv);
+#pragma unroll
+        for (int q = 0; q < V; q++) s[q] += d[q];
+      }
+#pragma unroll
+    for (int q = 0; q < V; q++) s[q] /= kk;
+    tstore<T, V>(dx, i, s);
+  }
+}
+
+template <typename T, int V>
+static void pool_launch(cuda_state *st, int kind, const lam_pool_geom *g, int B, const void *in, void *out, int32_t *arg) {
+  const size_t CV = (size_t)g->C / V;
+  const size_t n_out = (size_t)B * g->OH * g->OW * CV, n_in = (size_t)B * g->H * g->W * CV;
+  switch (kind) {
+    case 0: nhwc_maxpool_fwd_kernel<T, V><<<blocks_for(n_out), NT, 0, st->stream>>>(n_out, *g, (const T *)in, (T *)out, arg); break;
+    case 1: nhwc_maxpool_bwd_kernel<T, V><<<blocks_for(n_in), NT, 0, st->stream>>>(n_in, *g, (const T *)in, arg, (T *)out); break;
+    case 2: nhwc_avgpool_fwd_kernel<T, V><<<blocks_for(n_out), NT, 0, st->stream>>>(n_out, *g, (const T *)in, (T *)out); break;
+    default: nhwc_avgpool_bwd_kernel<T, V><<<blocks_for(n_in), NT, 0, st->stream>>>(n_in, *g, (const T *)in, (T *)out);
+  }
+}
+
+/* kind: 0 maxpool_fwd, 1 maxpool_bwd (in = dy), 2 avgpool_fwd, 3 avgpool_bwd (in = dy). */
+lam_status nhwc_pool(lam_ctx *ctx, lam_fmt f, int kind, const lam_pool_geom *g, int B, const void *in,
+                                void *out, int32_t *arg) {
+  cuda_state *st = cuda_st(ctx);
+  if (B <= 0 || g->C <= 0) return LAM_OK;
+  NHWC_DISPATCH(f, vec_ok(f.dt, g->C, in, out), pool_launch, st, kind, g, B, in, out, arg);
+  LAUNCH_CHECK(st, "nhwc pooling kernel");
+  return LAM_OK;
+}
+
+/* Global average pool: y (B, C) = the mean over the P pixels (in pixel order, as the CPU twin sums them in
+ * double: here in float, P being small); backward: dx = dy / P everywhere. */
+template <typename T, int V> __global__ void nhwc_gap_fwd_kernel(size_t n, int C, int P, const T *x, T *y) {
+  const int CV = C / V;
+  GRID_STRIDE(i, n) { /* i over (b, cv) */
+    const size_t b = i / CV;
+    const int cv = (int)(i % CV);
+    float s[V];
+#pragma unroll
+    for (int q = 0; q < V; q++) s[q] = 0.0f;
+    for (int p = 0; p < P; p++) {
+      float v[V];
+      tload<T, V>(v, x, (b * P + p) * CV + cv);
+#pragma unroll
+      for (int q = 0; q < V; q++) s[q] += v[q];
+    }
+#pragma unroll
+    for (int q = 0; q < V; q++) s[q] /= (float)P;
+    tstore<T, V>(y, i, s);
+  }
+}
+template <typename T, int V> __global__ void nhwc_gap_bwd_kernel(size_t n, int C, int P, const T *dy, T *dx) {
+  const int CV = C / V;
+  GRID_STRIDE(i, n) { /* i over (b, p, cv) */
+    const int cv = (int)(i % CV);
+    const size_t b = i / CV / P;
+    float v[V];
+    tload<T, V>(v, dy, b * CV + cv);
+#pragma unroll
+    for (int q = 0; q < V; q++) v[q] /= (float)P;
+    tstore<T, V>(dx, i, v);
+  }
+}
+template <typename T, int V> static void gap_launch(cuda_state *st, int bwd, int B, int C, int P, const void *in, void *out) {
+  if (bwd) {
+    const size_t n = (size_t)B * P * (C / V);
+    nhwc_gap_bwd_kernel<T, V><<<blocks_for(n), NT, 0, st->stream>>>(n, C, P, (const T *)in, (T *)out);
+  } else {
+    const size_t n = (size_t)B * (C / V);
+    nhwc_gap_fwd_kernel<T, V><<<blocks_for(n), NT, 0, st->stream>>>(n, C, P, (const T *)in, (T *)out);
+  }
+}
+lam_status nhwc_plane_mean(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int P, const void *in, void *out) {
+  cuda_state *st = cuda_st(ctx);
+  if (B <= 0 || C <= 0 || P <= 0) return LAM_OK;
+  NHWC_DISPATCH(f, vec_ok(f.dt, C, in, out), gap_launch, st, bwd, B, C, P, in, out);
+  LAUNCH_CHECK(st, bwd ? "nhwc_gap_bwd_kernel" : "nhwc_gap_fwd_kernel");
+  return LAM_OK;
+}
+
+/* Nearest upsampling by F: forward, a thread per output pixel's V channels; backward, per input pixel's, the
+ * F x F block summed in row order (as the CPU twin). */
+template <typename T, int V> __global__ void nhwc_upsample_fwd_kernel(size_t n, int C, int H, int W, int F, const T *x, T *y) {
+  const int CV = C / V, OW = W * F, OH = H * F;
+  GRID_STRIDE(i, n) {
+    const int cv = (int)(i % CV);
+    const size_t pix = i / CV;
+    const int ow = (int)(pix % OW), oh = (int)(pix / OW % OH);
+    const size_t b = pix / ((size_t)OW * OH);
+    float v[V];
+    tload<T, V>(v, x, ((b * H + oh / F) * W + ow / F) * CV + cv);
+    tstore<T, V>(y, i, v);
+  }
+}
+template <typename T, int V> __global__ void nhwc_upsample_bwd_kernel(size_t n, int C, int H, int W, int F, const T *dy, T *dx) {
+  const int CV = C / V, OW = W * F;
+  GRID_STRIDE(i, n) {
+    const int cv = (int)(i % CV);
+    const size_t pix = i / CV;
+    const int w = (int)(pix % W), h = (int)(pix / W % H);
+    const size_t b = pix / ((size_t)W * H);
+    float s[V];
+#pragma unroll
+    for (int q = 0; q < V; q++) s[q] = 0.0f;
+    for (int a = 0; a < F; a++)
+      for (int e = 0; e < F; e++) {
+        float d[V];
+        tload<T, V>(d, dy, ((b * H * F + (size_t)h * F + a) * OW + (size_t)w * F + e) * CV + cv);
+#pragma unroll
+        for (int q = 0; q < V; q++) s[q] += d[q];
+      }
+    tstore<T, V>(dx, i, s);
+  }
+}
+template <typename T, int V>
+static void up_launch(cuda_state *st, int bwd, int B, int C, int H, int W, int F, const void *in, void *out) {
+  if (bwd) {
+    const size_t n = (size_t)B * H * W * (C / V);
+    nhwc_upsample_bwd_kernel<T, V><<<blocks_for(n), NT, 0, st->stream>>>(n, C, H, W, F, (const T *)in, (T *)out);
+  } else {
+    const size_t n = (size_t)B * H * F * W * F * (C / V);
+    nhwc_upsample_fwd_kernel<T, V><<<blocks_for(n), NT, 0, st->stream>>>(n, C, H, W, F, (const T *)in, (T *)out);
+  }
+}
+lam_status nhwc_upsample(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int H, int W, int F, const void *in,
+                                    void *out) {
+  cuda_state *st = cuda_st(ctx);
+  if (B <= 0 || C <= 0) return LAM_OK;
+  NHWC_DISPATCH(f, vec_ok(f.dt, C, in, out), up_launch, st, bwd, B, C, H, W, F, in, out);
+  LAUNCH_CHECK(st, bwd ? "nhwc_upsample_bwd_kernel" : "nhwc_upsample_fwd_kernel");
+  return LAM_OK;
+}
+
+/* ---- the gather of a batch into NHWC: thread per output value (b, p, c), the stores coalesced ---- */
+
+typedef struct nhwc_gather_coef {
+  float a[LAM_NORM_MAX_CHANNELS], k[LAM_NORM_MAX_CHANNELS];
+} nhwc_gather_coef;
+
+template <typename T>
+__global__ void nhwc_gather_kernel(int B, int C, size_t P, const uint8_t *__restrict__ images, size_t label_size,
+                                   const uint8_t *__restrict__ labels, const int32_t *idx, const int32_t *cursor,
+                                   nhwc_gather_coef k, T *__restrict__ x, uint8_t *__restrict__ y) {
+  const int off = cursor ? *cursor : 0;
+  const size_t CP = (size_t)C * P;
+  for (int b = blockIdx.y; b < B; b += gridDim.y) {
+    const size_t src = (size_t)idx[off + b];
+    const uint8_t *im = images + src * CP;
+    T *d = x + (size_t)b * CP;
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < CP; j += (size_t)gridDim.x * blockDim.x) {
+      const int c = (int)(j % C);
+      tput(d, j, (float)im[(size_t)c * P + j / C] * k.a[c] + k.k[c]);
+    }
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < label_size; j += (size_t)gridDim.x * blockDim.x)
+      y[(size_t)b * label_size + j] = labels[src * label_size + j];
+  }
+}
+
+lam_status nhwc_gather(lam_ctx *ctx, lam_fmt f, int B, int C, size_t P, const uint8_t *images,
+                                  size_t label_size, const uint8_t *labels, const int32_t *idx, const int32_t *cursor,
+                                  const lam_norm *norm, void *x, uint8_t *y) {
+  cuda_state *st = cuda_st(ctx);
+  nhwc_gather_coef k;
+  for (int c = 0; c < C; c++) /* as the CPU twin */
+    k.a[c] = 1.0f / (255.0f * norm->std[c]), k.k[c] = -norm->mean[c] / norm->std[c];
+  size_t per = (size_t)C * P > label_size ? (size_t)C * P : label_size;
+  size_t bx = (per + NT - 1) / NT;
+  dim3 grid((unsigned)(bx < 65535 ? (bx ? bx : 1) : 65535), (unsigned)(B < 65535 ? (B > 0 ? B : 1) : 65535));
+  if (f.dt == LAM_DT_BF16)
+    nhwc_gather_kernel<lam_bf16><<<grid, NT, 0, st->stream>>>(B, C, P, images, label_size, labels, idx, cursor, k,
+                                                              (lam_bf16 *)x, y);
+  else
+    nhwc_gather_kernel<float><<<grid, NT, 0, st->stream>>>(B, C, P, images, label_size, labels, idx, cursor, k,
+                                                           (float *)x, y);
+  LAUNCH_CHECK(st, "nhwc_gather_kernel");
+  return LAM_OK;
+}
+
+/* ---- convert: (B, C, P) between layouts and types. Same layout: elementwise; NCHW <-> NHWC: a transpose of
+ * each sample's (C, P) through 32 x 32 tiles in shared memory, both sides coalesced. ---- */
+
+template <typename S, typename D> __global__ void retype_kernel(size_t n, const S *src, D *dst) {
+  GRID_STRIDE(i, n) tput(dst, i, tget(src, i));
+}
+
+/* Sample b = blockIdx.z: src (R, Q) -> dst (Q, R), R rows of Q (NCHW -> NHWC: R = C, Q = P). */
+template <typename S, typename D>
+__global__ void transpose_kernel(int R, int Q, const S *__restrict__ src, D *__restrict__ dst) {
+  __shared__ float tile[32][33];
+  const size_t base = (size_t)blockIdx.z * R * Q;
+  const int q0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int r = r0 + k, q = q0 + threadIdx.x;
+    if (r < R && q < Q) tile[k][threadIdx.x] = tget(src, base + (size_t)r * Q + q);
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int q = q0 + k, r = r0 + threadIdx.x;
+    if (r < R && q < Q) tput(dst, base + (size_t)q * R + r, tile[threadIdx.x][k]);
+  }
+}
+
+template <typename S, typename D>
+static void convert_launch(cuda_state *st, int B, int C, int P, int transpose, int to_nhwc, const void *src, void *dst) {
+  if (!transpose) {
+    const size_t n = (size_t)B * C * P;
+    retype_kernel<S, D><<<blocks_for(n), NT, 0, st->stream>>>(n, (const S *)src, (D *)dst);
+    return;
+  }
+  const int R = to_nhwc ? C : P, Q = to_nhwc ? P : C;
+  dim3 grid((unsigned)((Q + 31) / 32), (unsigned)((R + 31) / 32), (unsigned)B);
+  transpose_kernel<S, D><<<grid, dim3(32, 8), 0, st->stream>>>(R, Q, (const S *)src, (D *)dst);
+}
+
+lam_status cuda_convert(lam_ctx *ctx, int B, int C, int P, lam_fmt fs, const void *src, lam_fmt fd,
+                                   void *dst) {
+  cuda_state *st = cuda_st(ctx);
+  if (B <= 0 || C <= 0 || P <= 0) return LAM_OK;
+  const int transpose = fs.nhwc != fd.nhwc && C > 1 && P > 1;
+  if (transpose && ((P + 31) / 32 > 2147483647 || (C + 31) / 32 > 65535 || B > 65535))
+    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "convert: %d x %d x %d is beyond the transpose's grid", B, C, P);
+  if (!transpose && fs.dt == fd.dt) {
+    CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)B * C * P * lam_dt_size(fs.dt), cudaMemcpyDeviceToDevice, st->stream));
+    return LAM_OK;
+  }
+  const int bs = fs.dt == LAM_DT_BF16, bd = fd.dt == LAM_DT_BF16;
+  if (bs && bd) convert_launch<lam_bf16, lam_bf16>(st, B, C, P, transpose, fd.nhwc, src, dst);
+  else if (bs) convert_launch<lam_bf16, float>(st, B, C, P, transpose, fd.nhwc, src, dst);
+  else if (bd) convert_launch<float, lam_bf16>(st, B, C, P, transpose, fd.nhwc, src, dst);
+  else convert_launch<float, float>(st, B, C, P, transpose, fd.nhwc, src, dst);
+  LAUNCH_CHECK(st, transpose ? "transpose_kernel" : "retype_kernel");
+  return LAM_OK;
+}
