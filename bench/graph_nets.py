@@ -8,6 +8,10 @@ median of 6 x 10 replays. Prints a table and the ratios; --json writes the rows.
 
   python3 bench/graph_nets.py --lamina build/lamina --peer .peers/graph_nets_torch.py [--nets air,res,unet]
       [--precisions tf32,bf16] [--torch-modes graph:tf32,graph:bf16,compile:bf16] [--epochs 3] [--steps 20]
+      [--layouts auto,nchw]
+
+--layouts runs lamina once per activation layout (LAMINA_LAYOUT: auto is lamina's own choice, NHWC for these
+nets on CUDA; nchw and nhwc force one), in the same call as PyTorch.
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
@@ -31,23 +35,24 @@ def make_data(folder, shape, classes, per_pixel, n, seed=0):
         np.save(os.path.join(folder, f"{part}-labels.npy"), lab)
 
 
-def run_lamina(lamina, net, prec, epochs, steps, profile=False):
+def run_lamina(lamina, net, prec, epochs, steps, profile=False, layout="auto"):
     spec, shape, classes, per_pixel, batch = NETS[net]
+    env = dict(os.environ, LAMINA_LAYOUT=layout)
     with tempfile.TemporaryDirectory() as d:
         make_data(d, shape, classes, per_pixel, batch * steps)
         cmd = [lamina, "train", "--data", d, "--model", spec, "--epochs", str(epochs), "--batch", str(batch),
                "--precision", prec, "--no-progress"] + (["--profile"] if profile else ["--json"])
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if profile:
-            print(f"== lamina {net} {prec} batch {batch}\n{p.stdout}{p.stderr[-400:]}", flush=True)
+            print(f"== lamina {net} {prec} batch {batch} layout {layout}\n{p.stdout}{p.stderr[-400:]}", flush=True)
             return None
         if p.returncode != 0:
-            return {"net": net, "prec": prec, "error": p.stderr.strip()[-400:]}
+            return {"net": net, "prec": prec, "layout": layout, "error": p.stderr.strip()[-400:]}
         j = json.loads(p.stdout)
         secs = [e["seconds"] for e in j["epochs"][1:]] or [j["epochs"][0]["seconds"]]
         ms = statistics.median(secs) / steps * 1e3
-        return {"net": net, "batch": batch, "prec": prec, "step_ms": round(ms, 3), "img_s": round(batch / ms * 1e3),
-                "peak_mb": round(j["memory"]["peak"] / 2**20)}
+        return {"net": net, "batch": batch, "prec": prec, "layout": layout, "step_ms": round(ms, 3),
+                "img_s": round(batch / ms * 1e3), "peak_mb": round(j["memory"]["peak"] / 2**20)}
 
 
 # The peer resets PyTorch's peak counter after capturing its graph, so its figure leaves out the graph's
@@ -76,6 +81,7 @@ def main():
     ap.add_argument("--torch-modes", default="graph:tf32,graph:bf16,compile:bf16")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--layouts", default="auto", help="lamina's activation layouts to run (LAMINA_LAYOUT), comma-separated")
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true", help="print lamina's per-op profile of each net instead")
     ap.add_argument("--whole-peak", action="store_true",
@@ -84,15 +90,17 @@ def main():
     if a.profile:
         for net in a.nets.split(","):
             for prec in a.precisions.split(","):
-                run_lamina(a.lamina, net, prec, 1, a.steps, profile=True)
+                for layout in a.layouts.split(","):
+                    run_lamina(a.lamina, net, prec, 1, a.steps, profile=True, layout=layout)
         return
     rows = []
     for net in a.nets.split(","):
         for prec in a.precisions.split(","):
-            r = run_lamina(a.lamina, net, prec, a.epochs, a.steps)
-            r["who"] = "lamina"
-            rows.append(r)
-            print(json.dumps(r), flush=True)
+            for layout in a.layouts.split(","):
+                r = run_lamina(a.lamina, net, prec, a.epochs, a.steps, layout=layout)
+                r["who"] = "lamina" if layout == "auto" else f"lamina {layout}"
+                rows.append(r)
+                print(json.dumps(r), flush=True)
         if os.path.exists(a.peer):
             for mp in a.torch_modes.split(","):
                 mode, prec = mp.split(":")
@@ -110,9 +118,11 @@ def main():
                 if r["net"] == net and r["who"] == who and r["prec"] == prec and "step_ms" in r:
                     return r["step_ms"]
         for prec, peer in (("tf32", ("torch graph", "tf32")), ("bf16", ("torch compile", "bf16"))):
-            l, t = get("lamina", prec), get(*peer)
-            if l and t:
-                print(f"{net} {prec}: lamina {l} ms vs {peer[0]} {peer[1]} {t} ms: {t / l:.2f}x (want >= 1.5x)")
+            for layout in a.layouts.split(","):
+                who = "lamina" if layout == "auto" else f"lamina {layout}"
+                l, t = get(who, prec), get(*peer)
+                if l and t:
+                    print(f"{net} {prec}: {who} {l} ms vs {peer[0]} {peer[1]} {t} ms: {t / l:.2f}x (want >= 1.5x)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -788,7 +788,8 @@ lam_status cuda_convert(lam_ctx *ctx, int B, int C, int P, lam_fmt fs, const voi
   cuda_state *st = cuda_st(ctx);
   if (B <= 0 || C <= 0 || P <= 0) return LAM_OK;
   const int transpose = fs.nhwc != fd.nhwc && C > 1 && P > 1;
-  if (transpose && ((P + 31) / 32 > 2147483647 || (C + 31) / 32 > 65535 || B > 65535))
+  const int R = fd.nhwc ? C : P; /* the transpose's rows: gridDim.y */
+  if (transpose && ((R + 31) / 32 > 65535 || B > 65535))
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "convert: %d x %d x %d is beyond the transpose's grid", B, C, P);
   if (!transpose && fs.dt == fd.dt) {
     CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)B * C * P * lam_dt_size(fs.dt), cudaMemcpyDeviceToDevice, st->stream));
