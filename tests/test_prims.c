@@ -2294,6 +2294,14 @@ static void cmp_bf16(const char *what, size_t n, const float *got, const float *
   cmp_f(what, n, got, w, sc, 1.0 / 256);
   free(w), free(sc);
 }
+/* The same for an output the primitive adds into (a parameter's gradient): its increment over base, the
+ * value before, is compared (a bfloat16 gradient's rounding is relative to the gradient, not to the sum). */
+static void cmp_bf16_added(const char *what, size_t n, const float *got, const float *want, const float *base) {
+  float *g = xmalloc(n * sizeof *g), *w = xmalloc(n * sizeof *w);
+  for (size_t i = 0; i < n; i++) g[i] = (float)((double)got[i] - base[i]), w[i] = (float)((double)want[i] - base[i]);
+  cmp_bf16(what, n, g, w);
+  free(g), free(w);
+}
 #define IN_BF16(stmt)                          \
   do {                                         \
     lam_fmt keep_ = g_fmt;                     \
@@ -2314,14 +2322,14 @@ static void test_fmt_bf16(void **state) {
     float *x = frand16(n, -2, 2), *dy = frand16(n, -1, 1), *bias = frand(C, -1, 1), *gamma = frand(C, 0.5, 1.5),
           *beta = frand(C, -0.5, 0.5);
     /* channel bias, both ways */
-    float *y32 = fdup(x, n), *y16 = fdup(x, n), *db32 = frand(C, -1, 1), *db16 = fdup(db32, C);
+    float *y32 = fdup(x, n), *y16 = fdup(x, n), *db32 = frand(C, -1, 1), *db16 = fdup(db32, C), *db0 = fdup(db32, C);
     run_channel_bias_fwd(g_ctx, B, C, P, y32, bias);
     IN_BF16(run_channel_bias_fwd(g_ctx, B, C, P, y16, bias));
     snprintf(what, sizeof what, "bf16 channel_bias_fwd %s", geo), cmp_bf16(what, n, y16, y32);
     run_channel_bias_bwd(g_ctx, B, C, P, dy, db32);
     IN_BF16(run_channel_bias_bwd(g_ctx, B, C, P, dy, db16));
-    snprintf(what, sizeof what, "bf16 channel_bias_bwd %s", geo), cmp_bf16(what, C, db16, db32);
-    free(y32), free(y16), free(db32), free(db16);
+    snprintf(what, sizeof what, "bf16 channel_bias_bwd %s", geo), cmp_bf16_added(what, C, db16, db32, db0);
+    free(y32), free(y16), free(db32), free(db16), free(db0);
     /* activations: gelu and relu, forward and backward */
     for (int a = 0; a < 2; a++) {
       const int act = a ? LAM_ACT_RELU : LAM_ACT_GELU;
@@ -2352,7 +2360,7 @@ static void test_fmt_bf16(void **state) {
       snprintf(what, sizeof what, "bf16 %s_fwd invstd %s", op, geo), cmp_bf16(what, C, o16.invstd, o32.invstd);
       snprintf(what, sizeof what, "bf16 %s_fwd run_var %s", op, geo), cmp_bf16(what, C, o16.rv, o32.rv);
       float *dx32 = fnan(n), *dx16 = fnan(n), *dg32 = frand(C, -1, 1), *dg16 = fdup(dg32, C), *dbt32 = frand(C, -1, 1),
-            *dbt16 = fdup(dbt32, C);
+            *dbt16 = fdup(dbt32, C), *dg0 = fdup(dg32, C), *dbt0 = fdup(dbt32, C);
       if (fused) {
         run_bn_act_bwd(g_ctx, B, C, P, LAM_ACT_GELU, 0.0f, x, NULL, dy, gamma, beta, o32.mean, o32.invstd, dx32, dg32,
                        dbt32);
@@ -2363,11 +2371,11 @@ static void test_fmt_bf16(void **state) {
         IN_BF16(run_bn_bwd(g_ctx, B, C, P, x, dy, gamma, o32.mean, o32.invstd, dx16, dg16, dbt16, 0));
       }
       snprintf(what, sizeof what, "bf16 %s_bwd dx %s", op, geo), cmp_bf16(what, n, dx16, dx32);
-      snprintf(what, sizeof what, "bf16 %s_bwd dgamma %s", op, geo), cmp_bf16(what, C, dg16, dg32);
-      snprintf(what, sizeof what, "bf16 %s_bwd dbeta %s", op, geo), cmp_bf16(what, C, dbt16, dbt32);
+      snprintf(what, sizeof what, "bf16 %s_bwd dgamma %s", op, geo), cmp_bf16_added(what, C, dg16, dg32, dg0);
+      snprintf(what, sizeof what, "bf16 %s_bwd dbeta %s", op, geo), cmp_bf16_added(what, C, dbt16, dbt32, dbt0);
       free(o32.y), free(o32.mean), free(o32.invstd), free(o32.rm), free(o32.rv);
       free(o16.y), free(o16.mean), free(o16.invstd), free(o16.rm), free(o16.rv);
-      free(dx32), free(dx16), free(dg32), free(dg16), free(dbt32), free(dbt16);
+      free(dx32), free(dx16), free(dg32), free(dg16), free(dbt32), free(dbt16), free(dg0), free(dbt0);
     }
     /* pooling: max (windows apart and overlapping) and average, both ways */
     for (int pk = 0; pk < 2 && H >= 2 && W >= 2; pk++) {
@@ -2451,12 +2459,14 @@ static void test_fmt_bf16(void **state) {
       float *Wt = frand16(nw, -0.5, 0.5), *cdy = frand16(ny, -1, 1);
       conv_io io32 = {x, Wt, cdy, fnan(ny), fnan(n), frand(nw, -1, 1), 0}, io16 = io32;
       io16.y = fnan(ny), io16.dx = fnan(n), io16.dW = fdup(io32.dW, nw);
+      float *dW0 = fdup(io32.dW, nw);
       run_conv2d(g_ctx, &g, OC, B, &io32);
       IN_BF16(run_conv2d(g_ctx, &g, OC, B, &io16));
       snprintf(what, sizeof what, "bf16 conv2d_fwd K=%d %s", K, geo), cmp_bf16(what, ny, io16.y, io32.y);
       snprintf(what, sizeof what, "bf16 conv2d_bwd_data K=%d %s", K, geo), cmp_bf16(what, n, io16.dx, io32.dx);
-      snprintf(what, sizeof what, "bf16 conv2d_bwd_filter K=%d %s", K, geo), cmp_bf16(what, nw, io16.dW, io32.dW);
-      free(Wt), free(cdy), free(io32.y), free(io32.dx), free(io32.dW), free(io16.y), free(io16.dx), free(io16.dW);
+      snprintf(what, sizeof what, "bf16 conv2d_bwd_filter K=%d %s", K, geo);
+      cmp_bf16_added(what, nw, io16.dW, io32.dW, dW0);
+      free(dW0), free(Wt), free(cdy), free(io32.y), free(io32.dx), free(io32.dW), free(io16.y), free(io16.dx), free(io16.dW);
     }
     free(x), free(dy), free(bias), free(gamma), free(beta);
   }
