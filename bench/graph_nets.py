@@ -35,14 +35,25 @@ def make_data(folder, shape, classes, per_pixel, n, seed=0):
         np.save(os.path.join(folder, f"{part}-labels.npy"), lab)
 
 
-def run_lamina(lamina, net, prec, epochs, steps, profile=False, layout="auto"):
+def run_lamina(lamina, net, prec, epochs, steps, profile=False, layout="auto", ncu=None):
     spec, shape, classes, per_pixel, batch = NETS[net]
     env = dict(os.environ, LAMINA_LAYOUT=layout)
     with tempfile.TemporaryDirectory() as d:
         make_data(d, shape, classes, per_pixel, batch * steps)
         cmd = [lamina, "train", "--data", d, "--model", spec, "--epochs", str(epochs), "--batch", str(batch),
                "--precision", prec, "--no-progress"] + (["--profile"] if profile else ["--json"])
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if ncu:  # each kernel's device time, launched one by one (ncu cannot time a graph's kernels apart)
+            cmd = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv"] + cmd[:-1] + [
+                "--graph", "off"]
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+                f.write(p.stdout)
+            s = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..", "scripts", "ncu_summary.py"),
+                                f.name], capture_output=True, text=True)
+            os.unlink(f.name)
+            print(f"== ncu: lamina {net} {prec} batch {batch} layout {layout}, {steps} steps + the test set\n"
+                  f"{s.stdout}{s.stderr[-300:]}{p.stderr[-300:] if p.returncode else ''}", flush=True)
+            return None
         if profile:
             print(f"== lamina {net} {prec} batch {batch} layout {layout}\n{p.stdout}{p.stderr[-400:]}", flush=True)
             return None
@@ -84,14 +95,15 @@ def main():
     ap.add_argument("--layouts", default="auto", help="lamina's activation layouts to run (LAMINA_LAYOUT), comma-separated")
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true", help="print lamina's per-op profile of each net instead")
+    ap.add_argument("--ncu", help="path of Nsight Compute's ncu: print each kernel's device time instead (graph off)")
     ap.add_argument("--whole-peak", action="store_true",
                     help="PyTorch's peak over the whole run, its graph's pool included (the peer's own figure leaves it out)")
     a = ap.parse_args()
-    if a.profile:
+    if a.profile or a.ncu:
         for net in a.nets.split(","):
             for prec in a.precisions.split(","):
                 for layout in a.layouts.split(","):
-                    run_lamina(a.lamina, net, prec, 1, a.steps, profile=True, layout=layout)
+                    run_lamina(a.lamina, net, prec, 1, a.steps, profile=a.profile, layout=layout, ncu=a.ncu)
         return
     rows = []
     for net in a.nets.split(","):

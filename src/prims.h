@@ -97,7 +97,8 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   /* y = conv(x, W) */                                                                                              \
   X(conv2d_fwd, (lam_ctx * ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x, const void *W,      \
                  void *y, void *ws, size_t ws_bytes))                                                               \
-  /* dx = the input gradient from dy (B, OC, OH, OW); with accumulate, dx += it (rounded once, in bfloat16) */     \
+  /* dx = the input gradient from dy (B, OC, OH, OW); with accumulate, dx += it (in bfloat16 rounded once, twice  \
+   * where the CUDA backend pads the input's channels to its kernels' multiple) */                               \
   X(conv2d_bwd_data, (lam_ctx * ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *dy, const void *W, \
                       void *dx, int accumulate, void *ws, size_t ws_bytes))                                         \
   /* dW (float32) += the weight gradient from x and dy */                                                           \

@@ -115,9 +115,24 @@ template <typename Perf> static int first_fit(const Perf *a, int n) {
 /* The plan for this geometry: cached, or chosen now (the heuristics' first algorithm whose workspace is
  * at most CONV_WS_MAX; with find_wanted, the fastest measured one that fits). The descriptors are set for it
  * either way. */
+/* In NHWC, the input channels cuDNN is given: a multiple of 8 (bfloat16) or 4 (float32), as its tensor-core
+ * kernels take them. A first layer's 1 or 3 channels are padded with zero channels in the workspace (on the
+ * H200 cuDNN took a generic kernel for them, 120-190 us a call, where the padded conv takes a few). */
+static int padded_c(lam_fmt f, int C) {
+  if (!f.nhwc) return C;
+  const int v = f.dt == LAM_DT_BF16 ? 8 : 4;
+  return (C + v - 1) / v * v;
+}
+static lam_conv_geom cudnn_geom(lam_fmt f, const lam_conv_geom *g) {
+  lam_conv_geom q = *g;
+  q.C = padded_c(f, g->C);
+  return q;
+}
+
 static lam_status plan_of(lam_ctx *ctx, cudnn_state *c, lam_fmt fm, const lam_conv_geom *g, int OC, int B,
                           const conv_plan **out) {
-  LAM_TRY(set_descs(ctx, c, fm, g, OC, B));
+  const lam_conv_geom gp = cudnn_geom(fm, g);
+  LAM_TRY(set_descs(ctx, c, fm, &gp, OC, B));
   int math = math_of(ctx);
   for (int i = 0; i < c->nplan; i++) {
     const conv_plan *p = &c->plan[i];
@@ -169,28 +184,65 @@ static lam_status check_ws(const char *what, size_t have, size_t need) {
   return LAM_OK;
 }
 
-/* ---- the filter in NHWC: (OC, K, K, C) from PyTorch's (OC, C, K, K), and its gradient back ---- */
+/* ---- NHWC: the filter as (OC, K, K, Cp) from PyTorch's (OC, C, K, K) and its gradient back, the input's
+ * channels padded to Cp. The workspace past cuDNN's part: the filter, its gradient, the padded input. ---- */
 
-/* Whether the NHWC filter differs from PyTorch's order (a 1x1 kernel or a single input channel is both). */
-static bool filter_moves(lam_fmt f, const lam_conv_geom *g) { return f.nhwc && g->K > 1 && g->C > 1; }
-static size_t filter_values(const lam_conv_geom *g, int OC) { return (size_t)OC * g->C * g->K * g->K; }
 static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+static size_t taps_of(const lam_conv_geom *g) { return (size_t)g->K * g->K; }
+/* Whether cuDNN's filter differs from PyTorch's (a 1x1 kernel or a single, unpadded, input channel is both). */
+static bool filter_moves(lam_fmt f, const lam_conv_geom *g) {
+  return f.nhwc && ((g->K > 1 && g->C > 1) || padded_c(f, g->C) != g->C);
+}
+static size_t filter_bytes(lam_fmt f, const lam_conv_geom *g, int OC) {
+  return align256((size_t)OC * padded_c(f, g->C) * taps_of(g) * lam_dt_size(f.dt));
+}
+static size_t padded_x_bytes(lam_fmt f, const lam_conv_geom *g, int B) {
+  const int Cp = padded_c(f, g->C);
+  return Cp == g->C ? 0 : align256((size_t)B * g->H * g->W * Cp * lam_dt_size(f.dt));
+}
+static size_t extra_bytes(lam_fmt f, const lam_conv_geom *g, int OC, int B) {
+  return lam_fmt_plain(f) ? 0 : 2 * filter_bytes(f, g, OC) + padded_x_bytes(f, g, B);
+}
+/* The pieces of a workspace whose cuDNN part is cw bytes. */
+typedef struct conv_ws {
+  void *W, *dW, *x;
+} conv_ws;
+static conv_ws ws_parts(lam_fmt f, const lam_conv_geom *g, int OC, void *ws, size_t cw) {
+  conv_ws p;
+  p.W = (char *)ws + align256(cw);
+  p.dW = (char *)p.W + filter_bytes(f, g, OC);
+  p.x = (char *)p.dW + filter_bytes(f, g, OC);
+  return p;
+}
 
-/* dst (OC, KK, C) = src (OC, C, KK). */
-template <typename T> __global__ void filter_to_nhwc_kernel(size_t n, int C, int KK, const T *src, T *dst) {
+/* dst (OC, KK, Cp) = src (OC, C, KK), 0 for the padded channels. */
+template <typename T> __global__ void filter_to_nhwc_kernel(size_t n, int C, int Cp, int KK, const T *src, T *dst) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const int c = (int)(i % C), rs = (int)(i / C % KK);
-    const size_t oc = i / ((size_t)C * KK);
-    dst[i] = src[(oc * C + c) * KK + rs];
+    const int c = (int)(i % Cp), rs = (int)(i / Cp % KK);
+    const size_t oc = i / ((size_t)Cp * KK);
+    dst[i] = c < C ? src[(oc * C + c) * KK + rs] : T(0.0f);
   }
 }
-/* dW (OC, C, KK) += g (OC, KK, C); with same_order, g is (OC, C, KK) already. */
+/* dW (OC, C, KK) += g (OC, KK, Cp); with same_order, g is (OC, C, KK) already. */
 template <typename T>
-__global__ void filter_grad_add_kernel(size_t n, int C, int KK, int same_order, const T *g, float *dW) {
+__global__ void filter_grad_add_kernel(size_t n, int C, int Cp, int KK, int same_order, const T *g, float *dW) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const int rs = (int)(i % KK), c = (int)(i / KK % C);
     const size_t oc = i / ((size_t)C * KK);
-    dW[i] += tget(g, same_order ? i : (oc * KK + rs) * C + c);
+    dW[i] += tget(g, same_order ? i : (oc * KK + rs) * Cp + c);
+  }
+}
+/* xp (pixels, Cp) = x (pixels, C), 0 for the padded channels; and back: dx (=, or += with acc) dxp's C. */
+template <typename T> __global__ void pad_channels_kernel(size_t n, int C, int Cp, const T *x, T *xp) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const int c = (int)(i % Cp);
+    xp[i] = c < C ? x[i / Cp * C + c] : T(0.0f);
+  }
+}
+template <typename T> __global__ void unpad_channels_kernel(size_t n, int C, int Cp, const T *dxp, int acc, T *dx) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float v = tget(dxp, i / C * Cp + i % C);
+    tput(dx, i, acc ? tget(dx, i) + v : v);
   }
 }
 static unsigned grid_for(size_t n) {
@@ -198,28 +250,36 @@ static unsigned grid_for(size_t n) {
   return (unsigned)(b < 65535 ? (b ? b : 1) : 65535);
 }
 
-/* The workspace of an NHWC (or bfloat16) call past cuDNN's: the filter as cuDNN reads it and its gradient as
- * cuDNN writes it. */
-static size_t filter_bytes(lam_fmt f, const lam_conv_geom *g, int OC) {
-  if (lam_fmt_plain(f)) return 0;
-  return 2 * align256(filter_values(g, OC) * lam_dt_size(f.dt));
-}
-
-static lam_status filter_in(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, const void *W, void *ws,
-                            size_t cudnn_ws, const void **out) {
+/* The filter as cuDNN reads it: W itself, or laid out (and padded) into the workspace. */
+static lam_status filter_in(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, const void *W, const conv_ws *p,
+                            const void **out) {
   *out = W;
   if (!filter_moves(f, g)) return LAM_OK;
   cuda_state *st = cuda_st(ctx);
-  void *dst = (char *)ws + align256(cudnn_ws);
-  const size_t n = filter_values(g, OC);
+  const int Cp = padded_c(f, g->C), KK = (int)taps_of(g);
+  const size_t n = (size_t)OC * Cp * KK;
   if (f.dt == LAM_DT_BF16)
-    filter_to_nhwc_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, g->K * g->K, (const lam_bf16 *)W,
-                                                                         (lam_bf16 *)dst);
+    filter_to_nhwc_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, KK, (const lam_bf16 *)W,
+                                                                         (lam_bf16 *)p->W);
   else
-    filter_to_nhwc_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, g->K * g->K, (const float *)W,
-                                                                      (float *)dst);
-  *out = dst;
+    filter_to_nhwc_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, KK, (const float *)W, (float *)p->W);
+  *out = p->W;
   return cuda_after_launch(st, st->stream, "filter_to_nhwc_kernel", __FILE__, __LINE__);
+}
+/* The input as cuDNN reads it: x itself, or with its channels padded into the workspace. */
+static lam_status input_in(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int B, const void *x, const conv_ws *p,
+                           const void **out) {
+  *out = x;
+  const int Cp = padded_c(f, g->C);
+  if (Cp == g->C) return LAM_OK;
+  cuda_state *st = cuda_st(ctx);
+  const size_t n = (size_t)B * g->H * g->W * Cp;
+  if (f.dt == LAM_DT_BF16)
+    pad_channels_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, (const lam_bf16 *)x, (lam_bf16 *)p->x);
+  else
+    pad_channels_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, (const float *)x, (float *)p->x);
+  *out = p->x;
+  return cuda_after_launch(st, st->stream, "pad_channels_kernel", __FILE__, __LINE__);
 }
 #endif
 
@@ -232,7 +292,7 @@ lam_status cuda_conv2d_workspace(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g
     LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
     *bytes = p->ws[0] > p->ws[1] ? p->ws[0] : p->ws[1];
     if (p->ws[2] > *bytes) *bytes = p->ws[2];
-    if (filter_bytes(f, g, OC)) *bytes = align256(*bytes) + filter_bytes(f, g, OC);
+    if (extra_bytes(f, g, OC, B)) *bytes = align256(*bytes) + extra_bytes(f, g, OC, B);
     return LAM_OK;
   }
 #endif
@@ -241,10 +301,10 @@ lam_status cuda_conv2d_workspace(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g
 }
 
 #ifdef LAMINA_WITH_CUDNN
-/* cuDNN's own part of a workspace of ws_bytes: all of it, less the filters' room. */
-static size_t cudnn_part(lam_fmt f, const lam_conv_geom *g, int OC, size_t ws_bytes) {
-  size_t fb = filter_bytes(f, g, OC);
-  return fb && ws_bytes >= fb ? (ws_bytes - fb) / 256 * 256 : ws_bytes;
+/* cuDNN's own part of a workspace of ws_bytes: all of it, less the room of the filters and padded input. */
+static size_t cudnn_part(lam_fmt f, const lam_conv_geom *g, int OC, int B, size_t ws_bytes) {
+  size_t eb = extra_bytes(f, g, OC, B);
+  return eb && ws_bytes >= eb ? (ws_bytes - eb) / 256 * 256 : ws_bytes;
 }
 #endif
 
@@ -256,12 +316,14 @@ lam_status cuda_conv2d_fwd(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int 
   if (c) {
     const conv_plan *p;
     LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
-    const size_t cw = cudnn_part(f, g, OC, ws_bytes);
+    const size_t cw = cudnn_part(f, g, OC, B, ws_bytes);
     LAM_TRY(check_ws("conv2d_fwd", cw, p->ws[0]));
-    const void *Wc;
-    LAM_TRY(filter_in(ctx, f, g, OC, W, ws, cw, &Wc));
+    const conv_ws parts = ws_parts(f, g, OC, ws, cw);
+    const void *Wc, *xc;
+    LAM_TRY(filter_in(ctx, f, g, OC, W, &parts, &Wc));
+    LAM_TRY(input_in(ctx, f, g, B, x, &parts, &xc));
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_TRY(cudnnConvolutionForward(c->h, &one, c->x, x, c->w, Wc, c->c, p->fwd, ws, cw, &zero, c->y, y));
+    CUDNN_TRY(cudnnConvolutionForward(c->h, &one, c->x, xc, c->w, Wc, c->c, p->fwd, ws, cw, &zero, c->y, y));
     return cuda_after_launch(cuda_st(ctx), cuda_st(ctx)->stream, "cudnnConvolutionForward", __FILE__, __LINE__);
   }
 #endif
@@ -276,13 +338,26 @@ lam_status cuda_conv2d_bwd_data(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g,
   if (c) {
     const conv_plan *p;
     LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
-    const size_t cw = cudnn_part(f, g, OC, ws_bytes);
+    const size_t cw = cudnn_part(f, g, OC, B, ws_bytes);
     LAM_TRY(check_ws("conv2d_bwd_data", cw, p->ws[1]));
+    const conv_ws parts = ws_parts(f, g, OC, ws, cw);
     const void *Wc;
-    LAM_TRY(filter_in(ctx, f, g, OC, W, ws, cw, &Wc));
-    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    CUDNN_TRY(cudnnConvolutionBackwardData(c->h, &one, c->w, Wc, c->y, dy, c->c, p->bwd_data, ws, cw, &beta, c->x, dx));
-    return cuda_after_launch(cuda_st(ctx), cuda_st(ctx)->stream, "cudnnConvolutionBackwardData", __FILE__, __LINE__);
+    LAM_TRY(filter_in(ctx, f, g, OC, W, &parts, &Wc));
+    const int Cp = padded_c(f, g->C);
+    const float one = 1.0f, beta = accumulate && Cp == g->C ? 1.0f : 0.0f;
+    void *dxc = Cp == g->C ? dx : parts.x; /* padded channels: into the workspace, then their C channels out */
+    cuda_state *st = cuda_st(ctx);
+    CUDNN_TRY(cudnnConvolutionBackwardData(c->h, &one, c->w, Wc, c->y, dy, c->c, p->bwd_data, ws, cw, &beta, c->x, dxc));
+    LAM_TRY(cuda_after_launch(st, st->stream, "cudnnConvolutionBackwardData", __FILE__, __LINE__));
+    if (dxc == dx) return LAM_OK;
+    const size_t n = (size_t)B * g->H * g->W * g->C;
+    if (f.dt == LAM_DT_BF16)
+      unpad_channels_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, (const lam_bf16 *)dxc,
+                                                                           accumulate, (lam_bf16 *)dx);
+    else
+      unpad_channels_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, (const float *)dxc, accumulate,
+                                                                        (float *)dx);
+    return cuda_after_launch(st, st->stream, "unpad_channels_kernel", __FILE__, __LINE__);
   }
 #endif
   return conv_im2col_bwd_data(ctx, f, g, OC, B, dy, W, dx, accumulate, ws, ws_bytes);
@@ -297,7 +372,7 @@ lam_status cuda_conv2d_bwd_filter(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *
     cuda_state *st = cuda_st(ctx);
     const conv_plan *p;
     LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
-    const size_t cw = cudnn_part(f, g, OC, ws_bytes);
+    const size_t cw = cudnn_part(f, g, OC, B, ws_bytes);
     LAM_TRY(check_ws("conv2d_bwd_filter", cw, p->ws[2]));
     const float one = 1.0f, zero = 0.0f;
     if (lam_fmt_plain(f) || (f.dt == LAM_DT_F32 && !filter_moves(f, g))) { /* straight into dW */
@@ -305,19 +380,21 @@ lam_status cuda_conv2d_bwd_filter(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *
                                                dW));
       return cuda_after_launch(st, st->stream, "cudnnConvolutionBackwardFilter", __FILE__, __LINE__);
     }
-    /* through the workspace, past the filter's room: cuDNN's gradient in its order and type, added to dW */
-    void *gw = (char *)ws + align256(cw) + align256(filter_values(g, OC) * lam_dt_size(f.dt));
-    CUDNN_TRY(cudnnConvolutionBackwardFilter(c->h, &one, c->x, x, c->y, dy, c->c, p->bwd_filter, ws, cw, &zero, c->w,
-                                             gw));
+    /* through the workspace: cuDNN's gradient in its order and type, added to dW */
+    const conv_ws parts = ws_parts(f, g, OC, ws, cw);
+    const void *xc;
+    LAM_TRY(input_in(ctx, f, g, B, x, &parts, &xc));
+    CUDNN_TRY(cudnnConvolutionBackwardFilter(c->h, &one, c->x, xc, c->y, dy, c->c, p->bwd_filter, ws, cw, &zero, c->w,
+                                             parts.dW));
     LAM_TRY(cuda_after_launch(st, st->stream, "cudnnConvolutionBackwardFilter", __FILE__, __LINE__));
-    const size_t n = filter_values(g, OC);
-    const int same = !filter_moves(f, g);
+    const size_t n = (size_t)OC * g->C * taps_of(g);
+    const int same = !filter_moves(f, g), Cp = padded_c(f, g->C), KK = (int)taps_of(g);
     if (f.dt == LAM_DT_BF16)
-      filter_grad_add_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, g->K * g->K, same,
-                                                                            (const lam_bf16 *)gw, dW);
+      filter_grad_add_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, KK, same,
+                                                                            (const lam_bf16 *)parts.dW, dW);
     else
-      filter_grad_add_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, g->K * g->K, same, (const float *)gw,
-                                                                         dW);
+      filter_grad_add_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, KK, same,
+                                                                         (const float *)parts.dW, dW);
     return cuda_after_launch(st, st->stream, "filter_grad_add_kernel", __FILE__, __LINE__);
   }
 #endif

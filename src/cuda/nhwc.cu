@@ -115,7 +115,7 @@ __device__ __forceinline__ void nhwc_dz(const bn_act<ACT> &act, const float (&xv
   }
 }
 
-/* Block (s, group): its rows' sums of its channels, to part[(s * C + c) * 2 + {0, 1}]: dy (NR_SUM); x - K and
+/* Block (s, group): its rows' sums of its channels, to part[(c * S + s) * 2 + {0, 1}]: dy (NR_SUM); x - K and
  * (x - K)^2 with K the channel's first value (NR_STATS: shifted, as the NCHW kernels); dz and dz xhat (NR_BWD). */
 template <typename T, int V, int MODE, int ACT>
 __global__ void nred_part_kernel(nred_args r, int TX, int TY, float *part) {
@@ -161,17 +161,28 @@ __global__ void nred_part_kernel(nred_args r, int TX, int TY, float *part) {
   if (ty == 0 && cv >= 0)
 #pragma unroll
     for (int q = 0; q < V; q++) {
-      const size_t k = ((size_t)blockIdx.x * r.C + cv * V + q) * 2;
+      const size_t k = ((size_t)(cv * V + q) * gridDim.x + blockIdx.x) * 2;
       part[k] = a[q], part[k + 1] = b[q];
     }
 }
 
-/* Channel c's S partial sums, in block order, in double. */
-__device__ inline void nred_total(const float *part, int C, int S, int c, double *a, double *b) {
+/* Channel c's S partial sums in double, by the 32 lanes of a warp (every lane calls; each gets the totals):
+ * lane l adds blocks l, l + 32, ... in order, then the lanes' sums are added by a fixed tree. The same bits
+ * every run. (v1 was a thread per channel over all S blocks: 50-90 us for S = 1024, a tenth of a step.) */
+__device__ inline void nred_total(const float *part, int S, int c, double *a, double *b) {
+  const int lane = threadIdx.x % 32;
+  const float *p = part + (size_t)c * S * 2;
   double x = 0.0, y = 0.0;
-  for (int s = 0; s < S; s++) x += part[((size_t)s * C + c) * 2], y += part[((size_t)s * C + c) * 2 + 1];
-  *a = x, *b = y;
+  for (int s = lane; s < S; s += 32) x += p[2 * s], y += p[2 * s + 1];
+  for (int off = 16; off > 0; off /= 2) x += __shfl_down_sync(0xffffffffu, x, off), y += __shfl_down_sync(0xffffffffu, y, off);
+  *a = __shfl_sync(0xffffffffu, x, 0), *b = __shfl_sync(0xffffffffu, y, 0);
 }
+/* The final kernels: a warp per channel (FINAL_WARPS channels a block). */
+#define FINAL_WARPS 8
+static unsigned final_blocks(int C) { return (unsigned)((C + FINAL_WARPS - 1) / FINAL_WARPS); }
+#define FINAL_CHANNEL(c, C) \
+  const int c = blockIdx.x * FINAL_WARPS + threadIdx.x / 32; \
+  if (c >= (C)) return
 
 /* The partial sums' room, and the grid of a reduction over N rows of C channels (vectors of V). */
 static lam_status nred_grid(cuda_state *st, const char *what, size_t N, int C, int V, chan_grid *g) {
@@ -227,18 +238,17 @@ lam_status nhwc_channel_bias_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, void 
 }
 
 __global__ void nred_sum_final_kernel(int C, int S, const float *part, float *db) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  FINAL_CHANNEL(c, C);
   double a, b;
-  nred_total(part, C, S, c, &a, &b);
-  db[c] += (float)a;
+  nred_total(part, S, c, &a, &b);
+  if (threadIdx.x % 32 == 0) db[c] += (float)a;
 }
 
 template <typename T, int V> static lam_status chan_sum_launch(cuda_state *st, const nred_args &r, float *db) {
   chan_grid g;
   LAM_TRY(nred_grid(st, "channel_bias_bwd", r.N, r.C, V, &g));
   LAM_TRY((nred_launch<T, V, NR_SUM, BN_ACT_NONE>(st, r, g)));
-  nred_sum_final_kernel<<<(r.C + NT - 1) / NT, NT, 0, st->stream>>>(r.C, g.S, st->nhwc_part, db);
+  nred_sum_final_kernel<<<final_blocks(r.C), 32 * FINAL_WARPS, 0, st->stream>>>(r.C, g.S, st->nhwc_part, db);
   LAUNCH_CHECK(st, "nred_sum_final_kernel");
   return LAM_OK;
 }
@@ -254,20 +264,18 @@ lam_status nhwc_channel_bias_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, const
 
 /* ---- BatchNorm over the N rows of each channel, alone or followed by an activation ---- */
 
-__global__ void nhwc_bn_stats_final_kernel(int C, int S, double N, const float *part, const float *K, float eps,
+/* A warp per channel: its statistics from the partial sums and the shift K (its first value, as the partial
+ * kernel took it). */
+template <typename T>
+__global__ void nhwc_bn_stats_final_kernel(int C, int S, double N, const float *part, const T *x, float eps,
                                            float momentum, float *mean, float *invstd, float *run_mean,
                                            float *run_var) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  FINAL_CHANNEL(c, C);
   double a, b;
-  nred_total(part, C, S, c, &a, &b);
+  nred_total(part, S, c, &a, &b);
   float m, is;
-  bn_finish(c, a, b, N, K[c], eps, momentum, mean, invstd, run_mean, run_var, &m, &is);
-}
-/* The shifts K (the first row) as floats, for the final kernel (x is T). */
-template <typename T> __global__ void first_row_kernel(int C, const T *x, float *K) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c < C) K[c] = tget(x, (size_t)c);
+  if (threadIdx.x % 32 == 0)
+    bn_finish(c, a, b, N, tget(x, (size_t)c), eps, momentum, mean, invstd, run_mean, run_var, &m, &is);
 }
 
 /* y = act((x - mean) invstd gamma + beta), mean and invstd the saved ones (train) or the running ones (eval:
@@ -317,12 +325,9 @@ template <typename T, int V, int ACT> static lam_status nhwc_bn_fwd_launch(cuda_
     chan_grid g;
     LAM_TRY(nred_grid(st, "bn_fwd", a.N, a.C, V, &g));
     LAM_TRY((nred_launch<T, V, NR_STATS, BN_ACT_NONE>(st, r, g)));
-    float *K = st->nhwc_part + (size_t)g.S * a.C * 2;
-    first_row_kernel<T><<<(a.C + NT - 1) / NT, NT, 0, st->stream>>>(a.C, (const T *)a.x, K);
-    LAUNCH_CHECK(st, "first_row_kernel");
-    nhwc_bn_stats_final_kernel<<<(a.C + NT - 1) / NT, NT, 0, st->stream>>>(a.C, g.S, (double)a.N, st->nhwc_part, K,
-                                                                          a.eps, a.momentum, a.mean, a.invstd,
-                                                                          a.run_mean, a.run_var);
+    nhwc_bn_stats_final_kernel<T><<<final_blocks(a.C), 32 * FINAL_WARPS, 0, st->stream>>>(
+        a.C, g.S, (double)a.N, st->nhwc_part, (const T *)a.x, a.eps, a.momentum, a.mean, a.invstd, a.run_mean,
+        a.run_var);
     LAUNCH_CHECK(st, "nhwc_bn_stats_final_kernel");
   }
   chan_grid g = chan_grid_for(a.N, a.C / V, 4096, 16, 65535);
@@ -362,10 +367,10 @@ lam_status nhwc_bn_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float 
 /* Thread per channel: the sums in order; dgamma, dbeta, and mean(dz), mean(dz xhat) to fin. */
 __global__ void nhwc_bn_bwd_final_kernel(int C, int S, double N, const float *part, float *fin, float *dgamma,
                                          float *dbeta) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  FINAL_CHANNEL(c, C);
   double a, b;
-  nred_total(part, C, S, c, &a, &b);
+  nred_total(part, S, c, &a, &b);
+  if (threadIdx.x % 32) return;
   if (dgamma) dgamma[c] += (float)b;
   if (dbeta) dbeta[c] += (float)a;
   fin[2 * c] = (float)(a / N), fin[2 * c + 1] = (float)(b / N);
@@ -417,7 +422,7 @@ template <typename T, int V, int ACT> static lam_status nhwc_bn_bwd_launch(cuda_
   LAM_TRY(nred_grid(st, "bn_bwd", a.N, a.C, V, &g));
   LAM_TRY((nred_launch<T, V, NR_BWD, ACT>(st, r, g)));
   float *fin = st->nhwc_part + (size_t)g.S * a.C * 2;
-  nhwc_bn_bwd_final_kernel<<<(a.C + NT - 1) / NT, NT, 0, st->stream>>>(a.C, g.S, (double)a.N, st->nhwc_part, fin,
+  nhwc_bn_bwd_final_kernel<<<final_blocks(a.C), 32 * FINAL_WARPS, 0, st->stream>>>(a.C, g.S, (double)a.N, st->nhwc_part, fin,
                                                                       a.dgamma, a.dbeta);
   LAUNCH_CHECK(st, "nhwc_bn_bwd_final_kernel");
   chan_grid ga = chan_grid_for(a.N, a.C / V, 4096, 16, 65535);
