@@ -54,6 +54,7 @@ def run_lamina(lamina, net, prec, epochs, steps, profile=False, layout="auto", n
             print(f"== ncu: lamina {net} {prec} batch {batch} layout {layout}, {steps} steps + the test set\n"
                   f"{s.stdout}{s.stderr[-300:]}{p.stderr[-300:] if p.returncode else ''}", flush=True)
             return None
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if profile:
             print(f"== lamina {net} {prec} batch {batch} layout {layout}\n{p.stdout}{p.stderr[-400:]}", flush=True)
             return None
