@@ -77,8 +77,10 @@ const char *lam_device_str(lam_device d);
 /* Precision of the matrix products (GEMMs, and so dense and conv layers). FP32 is IEEE single
  * everywhere; TF32 runs them on tensor cores with inputs rounded to 10-bit mantissas and fp32
  * accumulation (CUDA only); BF16 rounds the operands of the dense and conv GEMMs to bfloat16 (8-bit
- * mantissas) and sums in fp32: on CUDA on tensor cores, with a conv's im2col and column gradient
- * stored as bf16 (half the bytes); on the CPU emulated (same rounding, no faster), to check the GPU
+ * mantissas) and sums in fp32: on CUDA on tensor cores. A model with a conv of its own keeps its
+ * activations NHWC on CUDA (LAMINA_LAYOUT to force NCHW or NHWC), and in BF16 they and their gradients
+ * are bfloat16 too (half the bytes); in NCHW a conv's im2col and column gradient are stored as bf16 and
+ * the activations stay fp32. On the CPU both are emulated (same rounding, no faster), to check the GPU
  * against. The GPU's direct first-layer conv (no GEMM) stays fp32. Parameters (the master weights),
  * gradients and optimizer state stay fp32 in every precision. */
 typedef enum lam_precision { LAM_PRECISION_FP32 = 0, LAM_PRECISION_TF32, LAM_PRECISION_BF16 } lam_precision;

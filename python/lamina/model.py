@@ -116,8 +116,9 @@ class Model(Closing):
     pixel. input_shape is (channels, height, width) of one image (or (height, width) for one channel).
     Parameters start as PyTorch's defaults, drawn from seed. device: "auto", "cpu" or "cuda".
     precision: of the dense and conv layers' matrix products, "fp32" (IEEE single), "tf32" (tensor
-    cores, CUDA only) or "bf16" (operands rounded to bfloat16, sums in fp32; emulated on the CPU);
-    parameters, gradients and optimizer state stay fp32 in all three (lam_ctx_set_precision)."""
+    cores, CUDA only) or "bf16" (operands rounded to bfloat16, sums in fp32; on CUDA a model with convs
+    of its own keeps bfloat16 activations too; emulated on the CPU); parameters, gradients and optimizer
+    state stay fp32 in all three (lam_ctx_set_precision)."""
 
     def __init__(self, spec="cnn", input_shape=(1, 28, 28), device="auto", seed=1, precision="fp32", _handle=None,
                  _ctx=None):

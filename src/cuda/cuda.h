@@ -71,6 +71,16 @@ lam_status cuda_after_launch(cuda_state *st, cudaStream_t s, const char *kernel,
 #define CUDA_TRY(expr) LAM_TRY(cuda_status((expr), #expr, __FILE__, __LINE__))
 #define CUDA_LAUNCH_TRY(st, stream, kernel) LAM_TRY(cuda_after_launch((st), (stream), (kernel), __FILE__, __LINE__))
 
+/* The nn kernels' launches (nn.cu, nn_ops.cu, nhwc.cu): NT threads a block, blocks_for(n) blocks for n threads'
+ * work (at most 2^30, at least 1; grid-stride loops cover the rest), and the check after each launch. */
+#define NT 256
+static inline unsigned blocks_for(size_t n) {
+  size_t b = (n + NT - 1) / NT;
+  if (b > 1u << 30) b = 1u << 30;
+  return (unsigned)(b ? b : 1);
+}
+#define LAUNCH_CHECK(st, name) CUDA_LAUNCH_TRY((st), (st)->stream, name)
+
 static inline cuda_state *cuda_st(lam_ctx *ctx) { return (cuda_state *)ctx->state; }
 
 /* The CUDA twins of the CPU ops (cpu/cpu.h), cuda_ prefix. */
@@ -103,9 +113,6 @@ lam_status nhwc_pool(lam_ctx *ctx, lam_fmt f, int kind, const lam_pool_geom *g, 
                      int32_t *arg);
 lam_status nhwc_plane_mean(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int P, const void *in, void *out);
 lam_status nhwc_upsample(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int H, int W, int F, const void *in, void *out);
-lam_status nhwc_gather(lam_ctx *ctx, lam_fmt f, int B, int C, size_t P, const uint8_t *images, size_t label_size,
-                       const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, void *x,
-                       uint8_t *y);
 /* The error of a layout-aware primitive asked for NCHW bfloat16, which the CUDA backend does not run. */
 #define nchw_bf16_unsupported(what)                                                                             \
   LAM_FAIL(LAM_ERR_UNSUPPORTED, "%s: NCHW bfloat16 activations are not a CUDA format (NHWC bfloat16 or NCHW " \

@@ -1,30 +1,20 @@
 /* nhwc.cu — the CUDA kernels of the primitives on NHWC activations (prims.h: lam_fmt), float32 or bfloat16:
  * per-channel bias, BatchNorm (alone and followed by an activation), max and average pooling, the global
- * average pool, nearest upsampling, the gather of a batch, and the format conversion. The primitives in
- * nn.cu and nn_ops.cu call these for an NHWC format; their NCHW float32 kernels stay as they were.
+ * average pool, nearest upsampling, and the format conversion. The primitives in nn.cu and nn_ops.cu call
+ * these for an NHWC format; their NCHW float32 kernels stay as they were.
  *
  * In NHWC a pixel's C channels lie together, so a warp reads consecutive channels of a few pixels: each
  * thread takes V channels of a pixel in one 16-byte access (4 floats or 8 bfloat16s; V = 1 where C or an
  * address does not allow it). The per-channel kernels (bias, BatchNorm) lay a block out as TX channel
  * vectors by TY rows (pixels): a thread keeps its channels' constants in registers and walks rows; sums
- * over rows go to a partial per (block, channel) and are added up in block order by a second kernel, so
- * every result is the same bits on every run. Arithmetic is in float32; bfloat16 is rounded once, where
- * stored. */
+ * over rows go to a partial per (block, channel), added up in a fixed order by a warp per channel in a
+ * second kernel, so every result is the same bits on every run. Arithmetic is in float32; bfloat16 is
+ * rounded once, where stored. */
 #include <stdint.h>
 
 #include "cuda.h"
 #include "bn.cuh"
 #include "vec.cuh"
-
-#define NT 256
-
-#define LAUNCH_CHECK(st, name) CUDA_LAUNCH_TRY((st), (st)->stream, name)
-
-static unsigned blocks_for(size_t n) {
-  size_t b = (n + NT - 1) / NT;
-  if (b > 1u << 30) b = 1u << 30;
-  return (unsigned)(b ? b : 1);
-}
 
 #define GRID_STRIDE(i, n) for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
@@ -185,14 +175,13 @@ static unsigned final_blocks(int C) { return (unsigned)((C + FINAL_WARPS - 1) / 
   if (c >= (C)) return
 
 /* The partial sums' room, and the grid of a reduction over N rows of C channels (vectors of V). */
-static lam_status nred_grid(cuda_state *st, const char *what, size_t N, int C, int V, chan_grid *g) {
+static lam_status nred_grid(const char *what, size_t N, int C, int V, chan_grid *g) {
   if (N >= (size_t)1 << 31)
     return lam_fail_at(LAM_ERR_UNSUPPORTED, __FILE__, __LINE__,
                        "%s: %zu pixels per channel is beyond this kernel's 32-bit grid; use a smaller batch", what, N);
   const size_t room = (NHWC_PART_FLOATS - 2 * (size_t)C) / (2 * (size_t)C);
   if (room < 1) return lam_fail_at(LAM_ERR_UNSUPPORTED, __FILE__, __LINE__, "%s: %d channels is too many", what, C);
   *g = chan_grid_for(N, C / V, 1024, 64, room);
-  (void)st;
   return LAM_OK;
 }
 
@@ -246,7 +235,7 @@ __global__ void nred_sum_final_kernel(int C, int S, const float *part, float *db
 
 template <typename T, int V> static lam_status chan_sum_launch(cuda_state *st, const nred_args &r, float *db) {
   chan_grid g;
-  LAM_TRY(nred_grid(st, "channel_bias_bwd", r.N, r.C, V, &g));
+  LAM_TRY(nred_grid("channel_bias_bwd", r.N, r.C, V, &g));
   LAM_TRY((nred_launch<T, V, NR_SUM, BN_ACT_NONE>(st, r, g)));
   nred_sum_final_kernel<<<final_blocks(r.C), 32 * FINAL_WARPS, 0, st->stream>>>(r.C, g.S, st->nhwc_part, db);
   LAUNCH_CHECK(st, "nred_sum_final_kernel");
@@ -323,7 +312,7 @@ template <typename T, int V, int ACT> static lam_status nhwc_bn_fwd_launch(cuda_
   if (a.train) {
     nred_args r = {a.N, a.C, a.x, NULL, NULL, NULL, NULL, NULL, NULL, 0.0f};
     chan_grid g;
-    LAM_TRY(nred_grid(st, "bn_fwd", a.N, a.C, V, &g));
+    LAM_TRY(nred_grid("bn_fwd", a.N, a.C, V, &g));
     LAM_TRY((nred_launch<T, V, NR_STATS, BN_ACT_NONE>(st, r, g)));
     nhwc_bn_stats_final_kernel<T><<<final_blocks(a.C), 32 * FINAL_WARPS, 0, st->stream>>>(
         a.C, g.S, (double)a.N, st->nhwc_part, (const T *)a.x, a.eps, a.momentum, a.mean, a.invstd, a.run_mean,
@@ -419,7 +408,7 @@ template <typename T, int V, int ACT> static lam_status nhwc_bn_bwd_launch(cuda_
                                                                            bn_act<ACT> act) {
   nred_args r = {a.N, a.C, a.x, a.dy, a.y, a.mean, a.invstd, a.gamma, a.beta, act.alpha};
   chan_grid g;
-  LAM_TRY(nred_grid(st, "bn_bwd", a.N, a.C, V, &g));
+  LAM_TRY(nred_grid("bn_bwd", a.N, a.C, V, &g));
   LAM_TRY((nred_launch<T, V, NR_BWD, ACT>(st, r, g)));
   float *fin = st->nhwc_part + (size_t)g.S * a.C * 2;
   nhwc_bn_bwd_final_kernel<<<final_blocks(a.C), 32 * FINAL_WARPS, 0, st->stream>>>(a.C, g.S, (double)a.N, st->nhwc_part, fin,
@@ -469,40 +458,48 @@ __device__ inline void nhwc_covering(int i, int K, int stride, int n_out, int *l
   if (*hi > n_out - 1) *hi = n_out - 1;
 }
 
-/* y = the max of each window, per channel; arg = the max's index h*W + w in its plane (the first maximum in
- * row order; NaN wins), at the output's place. */
-template <typename T, int V>
-__global__ void nhwc_maxpool_fwd_kernel(size_t n, lam_pool_geom g, const T *x, T *y, int32_t *arg) {
+/* Forward, a thread per output pixel's V channels: MAX, y = the max of each window, arg = the max's index
+ * h*W + w in its plane (the first maximum in row order; NaN wins, as the NCHW kernel), at the output's place;
+ * else y = the window's mean (summed in row order, as the CPU twin). */
+template <typename T, int V, bool MAX>
+__global__ void nhwc_pool_fwd_kernel(size_t n, lam_pool_geom g, const T *x, T *y, int32_t *arg) {
   const int CV = g.C / V;
   GRID_STRIDE(i, n) {
     const int cv = (int)(i % CV);
     const size_t pix = i / CV;
     const int ow = (int)(pix % g.OW), oh = (int)(pix / g.OW % g.OH);
-    const size_t b = pix / ((size_t)g.OW * g.OH);
-    const size_t base = b * g.H * g.W;
+    const size_t base = pix / ((size_t)g.OW * g.OH) * g.H * g.W;
+    const int p0 = oh * g.stride * g.W + ow * g.stride;
     float m[V];
     int best[V];
-    const int p0 = oh * g.stride * g.W + ow * g.stride;
-    tload<T, V>(m, x, (base + p0) * CV + cv);
+    if (MAX) tload<T, V>(m, x, (base + p0) * CV + cv);
 #pragma unroll
-    for (int q = 0; q < V; q++) best[q] = p0;
+    for (int q = 0; q < V; q++) best[q] = p0, m[q] = MAX ? m[q] : 0.0f;
     for (int a = 0; a < g.K; a++)
       for (int e = 0; e < g.K; e++) {
-        const int p = (oh * g.stride + a) * g.W + ow * g.stride + e;
+        const int p = p0 + a * g.W + e;
         float v[V];
         tload<T, V>(v, x, (base + p) * CV + cv);
 #pragma unroll
-        for (int q = 0; q < V; q++)
-          if (v[q] > m[q] || v[q] != v[q]) m[q] = v[q], best[q] = p; /* NaN wins, as the NCHW kernel */
+        for (int q = 0; q < V; q++) {
+          if (!MAX) m[q] += v[q];
+          else if (v[q] > m[q] || v[q] != v[q]) m[q] = v[q], best[q] = p;
+        }
       }
-    tstore<T, V>(y, i, m);
+    if (!MAX)
 #pragma unroll
-    for (int q = 0; q < V; q++) arg[i * V + q] = best[q];
+      for (int q = 0; q < V; q++) m[q] /= (float)(g.K * g.K);
+    tstore<T, V>(y, i, m);
+    if (MAX)
+#pragma unroll
+      for (int q = 0; q < V; q++) arg[i * V + q] = best[q];
   }
 }
 
-template <typename T, int V>
-__global__ void nhwc_maxpool_bwd_kernel(size_t n, lam_pool_geom g, const T *dy, const int32_t *__restrict__ arg, T *dx) {
+/* Backward, a thread per input pixel's V channels: the sum over the windows that hold it, in row order (as the
+ * CPU twin adds them): MAX, the gradient of each window whose argmax it is; else each window's gradient / K^2. */
+template <typename T, int V, bool MAX>
+__global__ void nhwc_pool_bwd_kernel(size_t n, lam_pool_geom g, const T *dy, const int32_t *__restrict__ arg, T *dx) {
   const int CV = g.C / V;
   GRID_STRIDE(i, n) {
     const int cv = (int)(i % CV);
@@ -517,67 +514,17 @@ __global__ void nhwc_maxpool_bwd_kernel(size_t n, lam_pool_geom g, const T *dy, 
 #pragma unroll
     for (int q = 0; q < V; q++) s[q] = 0.0f;
     for (int oh = oh0; oh <= oh1; oh++)
-      for (int ow = ow0; ow <= ow1; ow++) { /* the windows in row order, as the CPU twin adds them */
-        const size_t o = (b * g.OH + oh) * g.OW + ow;
+      for (int ow = ow0; ow <= ow1; ow++) {
+        const size_t o = ((b * g.OH + oh) * g.OW + ow) * CV + cv;
         float d[V];
-        tload<T, V>(d, dy, o * CV + cv);
+        tload<T, V>(d, dy, o);
 #pragma unroll
         for (int q = 0; q < V; q++)
-          if (arg[(o * CV + cv) * V + q] == self) s[q] += d[q];
+          if (!MAX || arg[o * V + q] == self) s[q] += d[q];
       }
-    tstore<T, V>(dx, i, s);
-  }
-}
-
-template <typename T, int V>
-__global__ void nhwc_avgpool_fwd_kernel(size_t n, lam_pool_geom g, const T *x, T *y) {
-  const int CV = g.C / V;
-  const float kk = (float)(g.K * g.K);
-  GRID_STRIDE(i, n) {
-    const int cv = (int)(i % CV);
-    const size_t pix = i / CV;
-    const int ow = (int)(pix % g.OW), oh = (int)(pix / g.OW % g.OH);
-    const size_t base = pix / ((size_t)g.OW * g.OH) * g.H * g.W;
-    float s[V];
+    if (!MAX)
 #pragma unroll
-    for (int q = 0; q < V; q++) s[q] = 0.0f;
-    for (int a = 0; a < g.K; a++)
-      for (int e = 0; e < g.K; e++) { /* in row order, as the CPU twin */
-        float v[V];
-        tload<T, V>(v, x, (base + (size_t)(oh * g.stride + a) * g.W + ow * g.stride + e) * CV + cv);
-#pragma unroll
-        for (int q = 0; q < V; q++) s[q] += v[q];
-      }
-#pragma unroll
-    for (int q = 0; q < V; q++) s[q] /= kk;
-    tstore<T, V>(y, i, s);
-  }
-}
-
-template <typename T, int V>
-__global__ void nhwc_avgpool_bwd_kernel(size_t n, lam_pool_geom g, const T *dy, T *dx) {
-  const int CV = g.C / V;
-  const float kk = (float)(g.K * g.K);
-  GRID_STRIDE(i, n) {
-    const int cv = (int)(i % CV);
-    const size_t pix = i / CV;
-    const int w = (int)(pix % g.W), h = (int)(pix / g.W % g.H);
-    const size_t b = pix / ((size_t)g.W * g.H);
-    int oh0, oh1, ow0, ow1;
-    nhwc_covering(h, g.K, g.stride, g.OH, &oh0, &oh1);
-    nhwc_covering(w, g.K, g.stride, g.OW, &ow0, &ow1);
-    float s[V];
-#pragma unroll
-    for (int q = 0; q < V; q++) s[q] = 0.0f;
-    for (int oh = oh0; oh <= oh1; oh++)
-      for (int ow = ow0; ow <= ow1; ow++) {
-        float d[V];
-        tload<T, V>(d, dy, ((b * g.OH + oh) * g.OW + ow) * CV + cv);
-#pragma unroll
-        for (int q = 0; q < V; q++) s[q] += d[q];
-      }
-#pragma unroll
-    for (int q = 0; q < V; q++) s[q] /= kk;
+      for (int q = 0; q < V; q++) s[q] /= (float)(g.K * g.K);
     tstore<T, V>(dx, i, s);
   }
 }
@@ -586,11 +533,13 @@ template <typename T, int V>
 static void pool_launch(cuda_state *st, int kind, const lam_pool_geom *g, int B, const void *in, void *out, int32_t *arg) {
   const size_t CV = (size_t)g->C / V;
   const size_t n_out = (size_t)B * g->OH * g->OW * CV, n_in = (size_t)B * g->H * g->W * CV;
+  const T *i = (const T *)in;
+  T *o = (T *)out;
   switch (kind) {
-    case 0: nhwc_maxpool_fwd_kernel<T, V><<<blocks_for(n_out), NT, 0, st->stream>>>(n_out, *g, (const T *)in, (T *)out, arg); break;
-    case 1: nhwc_maxpool_bwd_kernel<T, V><<<blocks_for(n_in), NT, 0, st->stream>>>(n_in, *g, (const T *)in, arg, (T *)out); break;
-    case 2: nhwc_avgpool_fwd_kernel<T, V><<<blocks_for(n_out), NT, 0, st->stream>>>(n_out, *g, (const T *)in, (T *)out); break;
-    default: nhwc_avgpool_bwd_kernel<T, V><<<blocks_for(n_in), NT, 0, st->stream>>>(n_in, *g, (const T *)in, (T *)out);
+    case 0: nhwc_pool_fwd_kernel<T, V, true><<<blocks_for(n_out), NT, 0, st->stream>>>(n_out, *g, i, o, arg); break;
+    case 1: nhwc_pool_bwd_kernel<T, V, true><<<blocks_for(n_in), NT, 0, st->stream>>>(n_in, *g, i, arg, o); break;
+    case 2: nhwc_pool_fwd_kernel<T, V, false><<<blocks_for(n_out), NT, 0, st->stream>>>(n_out, *g, i, o, NULL); break;
+    default: nhwc_pool_bwd_kernel<T, V, false><<<blocks_for(n_in), NT, 0, st->stream>>>(n_in, *g, i, NULL, o);
   }
 }
 
@@ -704,51 +653,6 @@ lam_status nhwc_upsample(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int H, 
   if (B <= 0 || C <= 0) return LAM_OK;
   NHWC_DISPATCH(f, vec_ok(f.dt, C, in, out), up_launch, st, bwd, B, C, H, W, F, in, out);
   LAUNCH_CHECK(st, bwd ? "nhwc_upsample_bwd_kernel" : "nhwc_upsample_fwd_kernel");
-  return LAM_OK;
-}
-
-/* ---- the gather of a batch into NHWC: thread per output value (b, p, c), the stores coalesced ---- */
-
-typedef struct nhwc_gather_coef {
-  float a[LAM_NORM_MAX_CHANNELS], k[LAM_NORM_MAX_CHANNELS];
-} nhwc_gather_coef;
-
-template <typename T>
-__global__ void nhwc_gather_kernel(int B, int C, size_t P, const uint8_t *__restrict__ images, size_t label_size,
-                                   const uint8_t *__restrict__ labels, const int32_t *idx, const int32_t *cursor,
-                                   nhwc_gather_coef k, T *__restrict__ x, uint8_t *__restrict__ y) {
-  const int off = cursor ? *cursor : 0;
-  const size_t CP = (size_t)C * P;
-  for (int b = blockIdx.y; b < B; b += gridDim.y) {
-    const size_t src = (size_t)idx[off + b];
-    const uint8_t *im = images + src * CP;
-    T *d = x + (size_t)b * CP;
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < CP; j += (size_t)gridDim.x * blockDim.x) {
-      const int c = (int)(j % C);
-      tput(d, j, (float)im[(size_t)c * P + j / C] * k.a[c] + k.k[c]);
-    }
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < label_size; j += (size_t)gridDim.x * blockDim.x)
-      y[(size_t)b * label_size + j] = labels[src * label_size + j];
-  }
-}
-
-lam_status nhwc_gather(lam_ctx *ctx, lam_fmt f, int B, int C, size_t P, const uint8_t *images,
-                                  size_t label_size, const uint8_t *labels, const int32_t *idx, const int32_t *cursor,
-                                  const lam_norm *norm, void *x, uint8_t *y) {
-  cuda_state *st = cuda_st(ctx);
-  nhwc_gather_coef k;
-  for (int c = 0; c < C; c++) /* as the CPU twin */
-    k.a[c] = 1.0f / (255.0f * norm->std[c]), k.k[c] = -norm->mean[c] / norm->std[c];
-  size_t per = (size_t)C * P > label_size ? (size_t)C * P : label_size;
-  size_t bx = (per + NT - 1) / NT;
-  dim3 grid((unsigned)(bx < 65535 ? (bx ? bx : 1) : 65535), (unsigned)(B < 65535 ? (B > 0 ? B : 1) : 65535));
-  if (f.dt == LAM_DT_BF16)
-    nhwc_gather_kernel<lam_bf16><<<grid, NT, 0, st->stream>>>(B, C, P, images, label_size, labels, idx, cursor, k,
-                                                              (lam_bf16 *)x, y);
-  else
-    nhwc_gather_kernel<float><<<grid, NT, 0, st->stream>>>(B, C, P, images, label_size, labels, idx, cursor, k,
-                                                           (float *)x, y);
-  LAUNCH_CHECK(st, "nhwc_gather_kernel");
   return LAM_OK;
 }
 

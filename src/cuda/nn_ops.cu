@@ -14,15 +14,6 @@
 #include "bn.cuh"
 #include "../hash.h"
 
-#define NT 256
-#define LAUNCH_CHECK(st, name) CUDA_LAUNCH_TRY((st), (st)->stream, name)
-
-static unsigned blocks_for(size_t n) {
-  size_t b = (n + NT - 1) / NT;
-  if (b > 1u << 30) b = 1u << 30;
-  return (unsigned)(b ? b : 1);
-}
-
 /* 32-bit indices when every index and index + grid stride fits: n < 2^31. */
 static bool fits32(size_t n) { return n < ((size_t)1 << 31); }
 
