@@ -312,13 +312,6 @@ static lam_status plain_add(lam_ctx *ctx, size_t n, const float *a, const float 
   return LAM_OK;
 }
 
-static lam_status plain_copy_rows(lam_ctx *ctx, size_t rows, size_t cols, const float *src, size_t lds, float *dst, size_t ldd) {
-  (void)ctx;
-#pragma omp parallel for schedule(static) if (rows * cols > PAR_MIN)
-  for (size_t r = 0; r < rows; r++) memcpy(dst + r * ldd, src + r * lds, cols * sizeof *dst);
-  return LAM_OK;
-}
-
 lam_status cpu_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float *count) {
   (void)ctx;
   size_t k = 0;
@@ -327,7 +320,6 @@ lam_status cpu_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float 
   *count = (float)k;
   return LAM_OK;
 }
-
 
 /* ---- the primitives above in any format: through their plain twins (cpu/fmt.c) ---- */
 
@@ -433,10 +425,11 @@ lam_status cpu_add(lam_ctx *ctx, lam_fmt f, size_t n, const void *a, const void 
 /* A copy needs no conversion: rows of cols values of the format's size. */
 lam_status cpu_copy_rows(lam_ctx *ctx, lam_fmt f, size_t rows, size_t cols, const void *src, size_t lds, void *dst,
                          size_t ldd) {
-  if (f.dt == LAM_DT_F32) return plain_copy_rows(ctx, rows, cols, src, lds, dst, ldd);
-  const uint16_t *s = src;
-  uint16_t *d = dst;
+  (void)ctx;
+  const size_t es = lam_dt_size(f.dt);
+  const char *s = src;
+  char *d = dst;
 #pragma omp parallel for schedule(static) if (rows * cols > PAR_MIN)
-  for (size_t r = 0; r < rows; r++) memcpy(d + r * ldd, s + r * lds, cols * sizeof *d);
+  for (size_t r = 0; r < rows; r++) memcpy(d + r * ldd * es, s + r * lds * es, cols * es);
   return LAM_OK;
 }
