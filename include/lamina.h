@@ -299,6 +299,18 @@ lam_status lam_dataset_split(const lam_dataset *d, double fraction, uint64_t see
 lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *std);
 void lam_dataset_free(lam_dataset *d); /* NULL is fine */
 
+/* ---- data sets anyone can rebuild (src/data/make.c; `lamina data`) ---- */
+/* Segmentation scenes, M2NIST-style, from src (one channel, square items, a class per image): n scenes of
+ * h x w, each holding one to three of src's images placed at random where their boxes do not overlap
+ * (fewer where 100 tries find no room), on 0. labels: per pixel the item's class + 1 where the item is
+ * visible (a nonzero pixel), else 0 — src->classes + 1 classes. images and labels hold n*h*w bytes each.
+ * The same seed gives the same bytes. */
+lam_status lam_data_segment(const lam_dataset *src, size_t n, int h, int w, uint64_t seed, uint8_t *images,
+                            uint8_t *labels);
+/* Writes data (unsigned bytes, row-major) as an IDX file of `rank` dimensions (1 to 5; magic 0x000008rr,
+ * big-endian uint32 sizes), atomically, where lam_output_path_check allows. */
+lam_status lam_idx_write(const char *path, int rank, const uint64_t *dims, const uint8_t *data);
+
 /* ---- models ----------------------------------------------------------------------------------- */
 
 typedef struct lam_model lam_model;

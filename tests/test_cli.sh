@@ -698,6 +698,37 @@ run export --load "$TMP/none.lamina" --out "$TMP/x.safetensors"
 if [ "$rc" -eq 1 ] && has "$TMP/err" "lamina export: "; then ok "export of a missing checkpoint: exit 1"
 else not_ok "export of a missing checkpoint" "want exit 1 and 'lamina export: '"; fi
 
+# ---- lamina data: data sets anyone can rebuild ----------------------------------------------------
+
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${LAMINA_DATA_DIR:-}" ]; then
+  run data segment --out "$TMP/seg" --n 64 --test 16 --seed 3
+  if [ "$rc" -eq 0 ] && [ -s "$TMP/seg/train-images-idx3-ubyte" ] && [ -s "$TMP/seg/train-labels-idx3-ubyte" ] &&
+    [ -s "$TMP/seg/t10k-images-idx3-ubyte" ] && [ -s "$TMP/seg/t10k-labels-idx3-ubyte" ] && has "$TMP/out" "11 classes"; then
+    ok "data segment: four IDX files, 11 classes"
+  else not_ok "data segment" "want exit 0, the four files and '11 classes'"; fi
+  run data segment --out "$TMP/seg2" --n 64 --test 16 --seed 3
+  if [ "$rc" -eq 0 ] && cmp -s "$TMP/seg/train-images-idx3-ubyte" "$TMP/seg2/train-images-idx3-ubyte" &&
+    cmp -s "$TMP/seg/t10k-labels-idx3-ubyte" "$TMP/seg2/t10k-labels-idx3-ubyte"; then ok "data segment: the same seed, the same files"
+  else not_ok "data segment twice" "want the same bytes for the same seed"; fi
+  run data segment --out "$TMP/seg2" --n 64 --test 16 --seed 4
+  if [ "$rc" -eq 0 ] && ! cmp -s "$TMP/seg/train-images-idx3-ubyte" "$TMP/seg2/train-images-idx3-ubyte"; then
+    ok "data segment: another seed, other scenes"
+  else not_ok "data segment --seed 4" "want other bytes"; fi
+  expect_ok "train on segment scenes (a class per pixel)" train --data "$TMP/seg" --model "conv 8 3 pad 1, relu, conv 11 1" \
+    --epochs 1 --batch 16 --device cpu --no-progress
+  run data segment --out "$TMP/seg/train-images-idx3-ubyte" --n 2 --test 2
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "not a folder"; then ok "data segment --out a file: exit 1, 'not a folder'"
+  else not_ok "data segment --out a file" "want exit 1 and 'not a folder'"; fi
+fi
+run data segment --out "$TMP/never" --from "$TMP/no-such-set" --n 2 --test 2
+if [ "$rc" -eq 1 ] && has "$TMP/err" "no-such-set" && [ ! -e "$TMP/never" ]; then
+  ok "data segment --from a missing set: exit 1 naming it, no folder made"
+else not_ok "data segment --from a missing set" "want exit 1 naming the set, and no --out folder"; fi
+usage_error "data segment without --out" "--out" -- data segment --n 5
+usage_error "data segment --size 64" "--size" "HxW" -- data segment --out "$TMP/x" --size 64
+usage_error "data segment --n 0" "--n" -- data segment --out "$TMP/x" --n 0
+usage_error "data of an unknown kind" "segment" -- data scenes --out "$TMP/x"
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

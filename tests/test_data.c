@@ -1220,6 +1220,90 @@ static void check_fashion(int train, size_t n, uint8_t first_label, unsigned lon
   lam_dataset_free(d);
 }
 
+/* ---- the data makers (src/data/make.c) and the IDX writer ---- */
+
+/* lam_idx_write, read back by the loader: images (n, h, w) and per-pixel labels (n, h, w); its refusals. */
+static void test_idx_write(void **state) {
+  (void)state;
+  const uint64_t dims[3] = {N, H, W};
+  uint8_t lab[PIX];
+  for (int i = 0; i < PIX; i++) lab[i] = (uint8_t)(g_pix[i] % 4);
+  const char *ip = path_of("w-images"), *lp = path_of("w-labels");
+  TU_OK(lam_idx_write(ip, 3, dims, g_pix));
+  TU_OK(lam_idx_write(lp, 3, dims, lab));
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load_idx(ip, lp, 0, &d));
+  assert_true(d->n == N && d->h == H && d->w == W && d->label_h == H && d->label_w == W);
+  assert_memory_equal(d->images, g_pix, PIX);
+  assert_memory_equal(d->labels, lab, PIX);
+  lam_dataset_free(d);
+  const uint64_t zero[2] = {3, 0}, five[5] = {2, 1, 1, 2, 3};
+  TU_EXPECT_STATUS(lam_idx_write(ip, 2, zero, g_pix), LAM_ERR_INVALID_ARG);
+  TU_EXPECT_STATUS(lam_idx_write(ip, 6, five, g_pix), LAM_ERR_INVALID_ARG);
+  TU_OK(lam_idx_write(path_of("w-rank5"), 5, five, g_pix)); /* a clip set's shape (n, t, h, w, c) */
+  struct stat st;
+  assert_int_equal(stat(path_of("w-rank5"), &st), 0);
+  assert_int_equal(st.st_size, 4 + 5 * 4 + 12);
+  TU_EXPECT_STATUS(lam_idx_write(g_dir, 3, dims, g_pix), LAM_ERR_INVALID_ARG); /* a folder is not overwritten */
+  assert_non_null(strstr(lam_last_error(), g_dir));
+}
+
+/* Scenes from a small source whose images have no zero pixel: each item is then a solid s x s block, so
+ * the nonzero pixels count one to three whole items, each block one label (its class + 1); a label is
+ * nonzero exactly where the image is; the same seed gives the same bytes, another seed others. */
+static void test_data_segment(void **state) {
+  (void)state;
+  enum { S = 4, SN = 9, SH = 11, SW = 13, SCENES = 60 };
+  uint8_t pix[SN * S * S], lab[SN];
+  for (int i = 0; i < SN * S * S; i++) pix[i] = (uint8_t)(1 + (i * 37) % 255);
+  for (int i = 0; i < SN; i++) lab[i] = (uint8_t)(i % 3);
+  lam_dataset src = {.n = SN, .h = S, .w = S, .classes = 3, .images = pix, .labels = lab, .c = 1};
+  static uint8_t im[SCENES * SH * SW], lb[SCENES * SH * SW], im2[SCENES * SH * SW], lb2[SCENES * SH * SW];
+  TU_OK(lam_data_segment(&src, SCENES, SH, SW, 5, im, lb));
+  int counts[4] = {0, 0, 0, 0};
+  for (int k = 0; k < SCENES; k++) {
+    const uint8_t *a = im + (size_t)k * SH * SW, *b = lb + (size_t)k * SH * SW;
+    int nz = 0;
+    for (int p = 0; p < SH * SW; p++) {
+      assert_true((a[p] != 0) == (b[p] != 0));
+      assert_true(b[p] <= 3);
+      nz += a[p] != 0;
+    }
+    assert_int_equal(nz % (S * S), 0);
+    int items = nz / (S * S);
+    assert_true(items >= 1 && items <= 3);
+    counts[items]++;
+    /* each item's block: its top-left corner is a nonzero pixel with zero (or the edge) above and to its left
+     * within the block's column and row; every pixel of the block carries one label */
+    for (int y = 0; y + S <= SH; y++)
+      for (int x = 0; x + S <= SW; x++) {
+        if (!a[y * SW + x] || (y && a[(y - 1) * SW + x]) || (x && a[y * SW + x - 1])) continue;
+        for (int u = 0; u < S; u++)
+          for (int v = 0; v < S; v++) assert_int_equal(b[(y + u) * SW + x + v], b[y * SW + x]);
+      }
+  }
+  assert_true(counts[1] > 0 && counts[2] > 0 && counts[3] > 0); /* one to three items, each seen */
+  TU_OK(lam_data_segment(&src, SCENES, SH, SW, 5, im2, lb2));
+  assert_memory_equal(im, im2, sizeof im), assert_memory_equal(lb, lb2, sizeof lb);
+  TU_OK(lam_data_segment(&src, SCENES, SH, SW, 6, im2, lb2));
+  assert_true(memcmp(im, im2, sizeof im) != 0);
+  /* refusals, each naming what is wrong */
+  TU_EXPECT_STATUS(lam_data_segment(NULL, 1, SH, SW, 1, im, lb), LAM_ERR_INVALID_ARG);
+  TU_EXPECT_STATUS(lam_data_segment(&src, 1, 3, SW, 1, im, lb), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "does not hold"));
+  lam_dataset bad = src;
+  bad.c = 3;
+  TU_EXPECT_STATUS(lam_data_segment(&bad, 1, SH, SW, 1, im, lb), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "channels"));
+  bad = src, bad.label_h = S, bad.label_w = S;
+  TU_EXPECT_STATUS(lam_data_segment(&bad, 1, SH, SW, 1, im, lb), LAM_ERR_INVALID_ARG);
+  bad = src, bad.w = S - 1;
+  TU_EXPECT_STATUS(lam_data_segment(&bad, 1, SH, SW, 1, im, lb), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "square"));
+  bad = src, bad.classes = 255;
+  TU_EXPECT_STATUS(lam_data_segment(&bad, 1, SH, SW, 1, im, lb), LAM_ERR_INVALID_ARG);
+}
+
 static void test_fashion_mnist_real(void **state) {
   (void)state;
   const char *root = getenv("LAMINA_DATA_DIR");
@@ -1252,6 +1336,7 @@ int main(void) {
       cmocka_unit_test(test_per_pixel),        cmocka_unit_test(test_infer_classes),
       cmocka_unit_test(test_npy_folder),       cmocka_unit_test(test_channel_stats),
       cmocka_unit_test(test_npy_bad),          cmocka_unit_test(test_fashion_mnist_real),
+      cmocka_unit_test(test_idx_write),        cmocka_unit_test(test_data_segment),
   };
   tu_apply_filter();
   return cmocka_run_group_tests_name("data", tests, setup_dir, teardown_dir) ? 1 : 0;

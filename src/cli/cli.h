@@ -48,6 +48,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_export(int argc, char **argv); /* cmd_export.c: weights out as safetensors */
 int cmd_import(int argc, char **argv); /* and in */
+int cmd_data(int argc, char **argv);   /* cmd_data.c: data sets anyone can rebuild */
 
 /* Model specs (cmd_model.c): the grammar's text; --model's value as a spec, read from the file of that name
  * where one exists (*spec malloc'ed; returns 0, or an exit status after printing why). */

@@ -16,6 +16,7 @@ static void usage(FILE *f) {
           "  model    a model spec's graph: shapes, parameters, FLOPs and planned memory\n"
           "  export   a saved model's weights to a safetensors file, in PyTorch's names and layouts\n"
           "  import   a safetensors file of weights (e.g. from PyTorch) to a saved model\n"
+          "  data     make a data set anyone can rebuild: 'data segment' (scenes, a class per pixel)\n"
           "  bench    benchmarks: 'bench transfer' times image batches from host to device\n"
           "  info     build features, devices and memory\n"
           "\n"
@@ -46,5 +47,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "model")) return cmd_model(argc - 1, argv + 1);
   if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
   if (!strcmp(cmd, "import")) return cmd_import(argc - 1, argv + 1);
-  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, train, eval, model, export, import, bench, info)", cmd);
+  if (!strcmp(cmd, "data")) return cmd_data(argc - 1, argv + 1);
+  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, train, eval, model, export, import, data, bench, info)",
+                         cmd);
 }

@@ -1,0 +1,85 @@
+/* make.c — data sets anyone can rebuild from an MNIST-layout set, the same bytes for the same seed:
+ * segmentation scenes (lam_data_segment: M2NIST-style, one to three items on a blank field, a class per
+ * pixel) and the IDX writer that `lamina data` saves them with. The generator is lamina's own (nn/rng.h),
+ * so a scene does not depend on the C library. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "../internal.h"
+#include "../nn/rng.h"
+#include "../status.h"
+
+#define SEGMENT_TRIES 100 /* placements tried for an item before the scene keeps the items it has */
+
+/* Whether the box (y, x, s, s) overlaps any of the k boxes already placed. */
+static int overlaps(const int (*box)[2], int k, int s, int y, int x) {
+  for (int i = 0; i < k; i++)
+    if (y < box[i][0] + s && box[i][0] < y + s && x < box[i][1] + s && box[i][1] < x + s) return 1;
+  return 0;
+}
+
+lam_status lam_data_segment(const lam_dataset *src, size_t n, int h, int w, uint64_t seed, uint8_t *images,
+                            uint8_t *labels) {
+  LAM_CHECK_ARG(src && images && labels, "lam_data_segment: %s is NULL", !src ? "src" : !images ? "images" : "labels");
+  LAM_CHECK_ARG(src->n > 0, "lam_data_segment: the source set is empty");
+  LAM_CHECK_ARG((src->c ? src->c : 1) == 1, "lam_data_segment: the source set has %d channels; scenes are made from "
+                "one-channel images (an MNIST-layout set)", src->c);
+  LAM_CHECK_ARG(src->label_h <= 1 && src->label_w <= 1,
+                "lam_data_segment: the source set has a label per pixel; scenes are made from a class per image");
+  LAM_CHECK_ARG(src->h == src->w, "lam_data_segment: the source images are %dx%d; scenes place square items",
+                src->h, src->w);
+  LAM_CHECK_ARG(h >= src->h && w >= src->w && h <= 4096 && w <= 4096,
+                "lam_data_segment: a %dx%d scene does not hold a %dx%d item (or is larger than 4096)", h, w, src->h,
+                src->w);
+  LAM_CHECK_ARG(src->classes >= 1 && src->classes <= 254,
+                "lam_data_segment: %d classes; a scene labels item pixels class + 1, at most 254 classes",
+                src->classes);
+  const int s = src->h;
+  const size_t plane = (size_t)h * w, item = (size_t)s * s;
+  lam_rng r;
+  lam_rng_seed(&r, seed);
+  memset(images, 0, n * plane);
+  memset(labels, 0, n * plane);
+  for (size_t i = 0; i < n; i++) {
+    uint8_t *im = images + i * plane, *lb = labels + i * plane;
+    const int want = 1 + (int)lam_rng_below(&r, 3);
+    int box[3][2], k = 0;
+    for (int t = 0; t < SEGMENT_TRIES && k < want; t++) {
+      const int y = (int)lam_rng_below(&r, (uint64_t)(h - s + 1)), x = (int)lam_rng_below(&r, (uint64_t)(w - s + 1));
+      if (overlaps((const int(*)[2])box, k, s, y, x)) continue;
+      const size_t j = (size_t)lam_rng_below(&r, src->n);
+      const uint8_t *from = src->images + j * item, cls = (uint8_t)(src->labels[j] + 1);
+      for (int a = 0; a < s; a++)
+        for (int b = 0; b < s; b++) {
+          const uint8_t v = from[(size_t)a * s + b];
+          im[(size_t)(y + a) * w + x + b] = v;
+          if (v) lb[(size_t)(y + a) * w + x + b] = cls; /* visible: a nonzero pixel */
+        }
+      box[k][0] = y, box[k][1] = x, k++;
+    }
+  }
+  return LAM_OK;
+}
+
+lam_status lam_idx_write(const char *path, int rank, const uint64_t *dims, const uint8_t *data) {
+  LAM_CHECK_ARG(path && dims && data, "lam_idx_write: %s is NULL", !path ? "path" : !dims ? "dims" : "data");
+  LAM_CHECK_ARG(rank >= 1 && rank <= 5, "lam_idx_write: rank %d (IDX files here hold 1 to 5 dimensions)", rank);
+  size_t count = 1;
+  for (int i = 0; i < rank; i++) {
+    LAM_CHECK_ARG(dims[i] >= 1 && dims[i] <= 0xffffffffu, "lam_idx_write: dimension %d is %llu (1 to 2^32 - 1)", i,
+                  (unsigned long long)dims[i]);
+    LAM_CHECK_ARG(count <= SIZE_MAX / dims[i], "lam_idx_write: the dimensions overflow a size");
+    count *= dims[i];
+  }
+  const size_t head = 4 + 4 * (size_t)rank;
+  uint8_t *buf = malloc(head + count);
+  if (!buf) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_idx_write: no host memory for %zu bytes of '%s'", head + count, path);
+  buf[0] = buf[1] = 0, buf[2] = 0x08, buf[3] = (uint8_t)rank; /* unsigned bytes, rank dimensions */
+  for (int i = 0; i < rank; i++)
+    for (int b = 0; b < 4; b++) buf[4 + 4 * i + b] = (uint8_t)(dims[i] >> (24 - 8 * b)); /* big-endian */
+  memcpy(buf + head, data, count);
+  lam_status st = lam_output_write_atomic(path, "IDX file", buf, head + count);
+  free(buf);
+  return st;
+}
