@@ -252,6 +252,18 @@ typedef struct lam_dataset {
   int label_h, label_w; /* 0,0 or 1,1: one label per image; else h, w: one label per pixel */
 } lam_dataset;
 
+/* How lam_dataset_load_images reads a folder. */
+typedef struct lam_image_opts {
+  int h, w;          /* every image fitted to h x w (scaled to cover it, the middle kept: the mean of the covered
+                      * pixels where it shrinks, bilinear where it grows); 0, 0: every image must be the size of
+                      * the part's first one */
+  const char *cache; /* the folder of the decoded cache: NULL for DIR/.lamina-cache (left out where it cannot be
+                      * made), "" for no cache */
+  int skip_bad;      /* a file that cannot be read or decoded is left out and counted, not an error */
+  size_t skipped;    /* out: files left out */
+  int cache_hit;     /* out: 1 when the part came from the cache */
+  int cache_written; /* out: 1 when the decoded part was written to the cache */
+} lam_image_opts;
 /* Reads an image file and a label file into a new set. Each file is IDX or NumPy .npy (told apart by
  * content: .npy starts with "\x93NUMPY"), plain or gzip-compressed (also by content).
  *   images: IDX 0x00000803 (n, h, w) or 0x00000804 (n, h, w, c), unsigned bytes; or .npy of dtype
@@ -281,6 +293,9 @@ lam_status lam_dataset_load_idx(const char *images_path, const char *labels_path
  * labels aside), so both parts agree; a caller that knows better (the CLI's --classes K) raises it
  * with lam_dataset_set_classes. */
 lam_status lam_dataset_load(const char *name_or_dir, int train, lam_dataset **out);
+/* The same, where the folder is an image folder (lam_dataset_is_image_folder), read with these options
+ * (NULL: the defaults of lam_image_opts); else as lam_dataset_load. */
+lam_status lam_dataset_load_opts(const char *name_or_dir, int train, lam_image_opts *opts, lam_dataset **out);
 /* Sets d->classes = k after checking that k is 1..256 (1..255 for per-pixel labels) and that every
  * label is < k (255 in per-pixel labels aside); otherwise LAM_ERR_INVALID_ARG naming the first label
  * that is not, and its index. */
@@ -299,6 +314,22 @@ lam_status lam_dataset_split(const lam_dataset *d, double fraction, uint64_t see
 lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *std);
 void lam_dataset_free(lam_dataset *d); /* NULL is fine */
 
+/* ---- image folders (src/data/folder.c, image.c) ---- */
+/* Reads the training (train = 1) or test part of an image folder in the ImageFolder layout:
+ * DIR/train/CLASS/NAME.png|.jpg|.jpeg and DIR/test/CLASS/... (each class a folder; hidden files and other
+ * names are not read). The classes are the training part's folders in sorted (strcmp) order, class 0 first;
+ * a test class must be one of them. PNG (libpng) and JPEG (libjpeg), told apart by content, decoded on all
+ * host threads; grey (1 channel) or colour (3; alpha composited onto black) as the part's first image is —
+ * another channel count is an error naming the file. A damaged, truncated or unreadable file is an error
+ * naming it (LAM_ERR_IO), or with skip_bad left out. The decoded part is cached as two IDX files under a key
+ * of every file's path, class, size and modification time and the options: a later load of unchanged files
+ * reads them instead (cache_hit), and the other keys' files of the part are removed. opts may be NULL. */
+lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *opts, lam_dataset **out);
+/* 1 when dir holds a folder 'train' (an image folder, for lam_dataset_load and --data). */
+int lam_dataset_is_image_folder(const char *dir);
+/* The image file formats this build reads: 1 PNG, 2 JPEG (bits). */
+int lam_image_formats(void);
+
 /* ---- data sets anyone can rebuild (src/data/make.c; `lamina data`) ---- */
 /* Segmentation scenes, M2NIST-style, from src (one channel, square items, a class per image): n scenes of
  * h x w, each holding one to three of src's images placed at random where their boxes do not overlap
@@ -307,6 +338,11 @@ void lam_dataset_free(lam_dataset *d); /* NULL is fine */
  * The same seed gives the same bytes. */
 lam_status lam_data_segment(const lam_dataset *src, size_t n, int h, int w, uint64_t seed, uint8_t *images,
                             uint8_t *labels);
+/* Writes the first n images of src (one channel, a class each) into dir as an image folder's part:
+ * dir/CLASS/INDEX.png (kind 1) or .jpg (kind 2, quality 90), CLASS the class's number (zero-padded, so
+ * that names sort as numbers), in colour: image i blends a background and a foreground colour drawn from
+ * (seed, i) by its grey value. dir must exist; the class folders are made. */
+lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed, int kind, const char *dir);
 /* Writes data (unsigned bytes, row-major) as an IDX file of `rank` dimensions (1 to 5; magic 0x000008rr,
  * big-endian uint32 sizes), atomically, where lam_output_path_check allows. */
 lam_status lam_idx_write(const char *path, int rank, const uint64_t *dims, const uint8_t *data);

@@ -719,6 +719,42 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   run data segment --out "$TMP/seg/train-images-idx3-ubyte" --n 2 --test 2
   if [ "$rc" -eq 1 ] && has "$TMP/err" "not a folder"; then ok "data segment --out a file: exit 1, 'not a folder'"
   else not_ok "data segment --out a file" "want exit 1 and 'not a folder'"; fi
+  if "$LAMINA" info | grep -q "image files: PNG and JPEG"; then
+    for fmt in png jpeg; do
+      run data images --out "$TMP/img-$fmt" --format $fmt --n 200 --test 50 --seed 2
+      ext=$([ $fmt = png ] && echo png || echo jpg)
+      if [ "$rc" -eq 0 ] && [ -d "$TMP/img-$fmt/train/9" ] && ls "$TMP/img-$fmt/test/0/"*.$ext >/dev/null 2>&1; then
+        ok "data images --format $fmt: an image folder, train/ and test/ by class"
+      else not_ok "data images --format $fmt" "want exit 0 and DIR/train/CLASS/*.$ext"; fi
+    done
+    expect_ok "train on a PNG folder" train --data "$TMP/img-png" --model "conv 8 3, relu, gap, dense 10" --epochs 1 \
+      --batch 32 --device cpu --no-progress
+    if has "$TMP/out" "3x28x28" && has "$TMP/out" "decoded, kept in" && [ -d "$TMP/img-png/.lamina-cache" ]; then
+      ok "train on a PNG folder: colour images, decoded and cached"
+    else not_ok "train on a PNG folder" "want 3x28x28 and the cache written"; fi
+    run train --data "$TMP/img-png" --model "conv 8 3, relu, gap, dense 10" --epochs 1 --batch 32 --device cpu --no-progress
+    if [ "$rc" -eq 0 ] && has "$TMP/out" "read from its cache"; then ok "the second run reads the cache"
+    else not_ok "train on a PNG folder again" "want 'read from its cache'"; fi
+    expect_ok "train on a JPEG folder with --size 32x32" train --data "$TMP/img-jpeg" --size 32x32 --cache "" \
+      --model "conv 8 3, relu, gap, dense 10" --epochs 1 --batch 32 --device cpu --no-progress
+    if has "$TMP/out" "3x32x32" && has "$TMP/out" "not cached"; then ok "--size fits the images, --cache '' keeps none"
+    else not_ok "train --size 32x32 --cache ''" "want 3x32x32 and 'not cached'"; fi
+    bad=$(ls "$TMP/img-jpeg/train/4/"*.jpg | head -n 1)
+    head -c 200 "$bad" >"$TMP/cut.jpg" && cp "$TMP/cut.jpg" "$bad"
+    run train --data "$TMP/img-jpeg" --cache "" --epochs 1 --device cpu --no-progress
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "$bad"; then ok "a damaged JPEG: exit 1 naming the file"
+    else not_ok "train on a damaged JPEG" "want exit 1 naming $bad"; fi
+    run train --data "$TMP/img-jpeg" --cache "" --skip-bad --model "conv 8 3, relu, gap, dense 10" --epochs 1 --batch 32 \
+      --device cpu --no-progress
+    if [ "$rc" -eq 0 ] && has "$TMP/out" "1 image file could not be decoded"; then ok "--skip-bad: left out and counted"
+    else not_ok "train --skip-bad" "want exit 0 and '1 image file could not be decoded'"; fi
+    run data images --out "$TMP/img-png" --format png --n 5 --test 5
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "not empty"; then ok "data images into a folder that holds files: exit 1"
+    else not_ok "data images --out an existing set" "want exit 1 and 'not empty'"; fi
+    usage_error "data images without --format" "--format" -- data images --out "$TMP/x"
+    usage_error "train --size 32" "--size" "HxW" -- train --data "$TMP/img-png" --size 32
+    usage_error "train --size on an IDX folder" "--size" "image folders" -- train --data "$TMP/seg" --size 32x32
+  fi
 fi
 run data segment --out "$TMP/never" --from "$TMP/no-such-set" --n 2 --test 2
 if [ "$rc" -eq 1 ] && has "$TMP/err" "no-such-set" && [ ! -e "$TMP/never" ]; then

@@ -15,11 +15,15 @@
 #define _XOPEN_SOURCE 700 /* nftw, mkdtemp, truncate, setenv: before any system header */
 #include "testutil.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
+
+#include "../src/data/data.h" /* image_read, image_encode, image_fit: the image files' own checks */
 
 static char g_dir[64]; /* this run's mkdtemp folder */
 
@@ -1304,6 +1308,247 @@ static void test_data_segment(void **state) {
   TU_EXPECT_STATUS(lam_data_segment(&bad, 1, SH, SW, 1, im, lb), LAM_ERR_INVALID_ARG);
 }
 
+/* ---- image files and image folders (src/data/image.c, folder.c) ---- */
+
+static int have_images(void) { return (lam_image_formats() & 3) == 3; }
+
+/* Writes px (h, w, c) encoded as kind to path. */
+static void write_image(const char *path, int kind, const uint8_t *px, int h, int w, int c) {
+  uint8_t *buf;
+  size_t len;
+  TU_OK(image_encode(kind, px, h, w, c, &buf, &len));
+  write_bytes(path, 0, buf, len);
+  free(buf);
+}
+
+/* PNG is lossless both ways, grey and colour; JPEG decodes to the size and channels written and near the
+ * values (a smooth image at quality 90); the format is told by content, not by name. */
+static void test_image_roundtrip(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  enum { IH = 7, IW = 13 };
+  uint8_t rgb[IH * IW * 3], grey[IH * IW];
+  for (int i = 0; i < IH * IW * 3; i++) rgb[i] = (uint8_t)(i * 53 % 251);
+  for (int i = 0; i < IH * IW; i++) grey[i] = (uint8_t)(i * 29 % 256);
+  data_image im;
+  write_image(path_of("rt.png"), IMAGE_PNG, rgb, IH, IW, 3);
+  TU_OK(image_read(path_of("rt.png"), &im));
+  assert_true(im.h == IH && im.w == IW && im.c == 3);
+  assert_memory_equal(im.px, rgb, sizeof rgb);
+  free(im.px);
+  write_image(path_of("rt-grey.jpg"), IMAGE_PNG, grey, IH, IW, 1); /* a PNG named .jpg */
+  TU_OK(image_read(path_of("rt-grey.jpg"), &im));
+  assert_true(im.c == 1);
+  assert_memory_equal(im.px, grey, sizeof grey);
+  free(im.px);
+  uint8_t smooth[32 * 24 * 3];
+  for (int y = 0; y < 24; y++)
+    for (int x = 0; x < 32; x++)
+      for (int q = 0; q < 3; q++) smooth[(y * 32 + x) * 3 + q] = (uint8_t)(40 + 4 * x + 3 * y + 20 * q);
+  write_image(path_of("rt.jpg"), IMAGE_JPEG, smooth, 24, 32, 3);
+  TU_OK(image_read(path_of("rt.jpg"), &im));
+  assert_true(im.h == 24 && im.w == 32 && im.c == 3);
+  double err = 0;
+  for (size_t i = 0; i < sizeof smooth; i++) err += fabs((double)im.px[i] - smooth[i]);
+  assert_true(err / sizeof smooth < 3.0);
+  free(im.px);
+}
+
+/* Each bad file is LAM_ERR_IO naming it: empty, not an image, a truncated PNG, a PNG with a damaged
+ * stream, a truncated JPEG (libjpeg would pad it with grey), a JPEG without its scan. */
+static void test_image_bad(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  uint8_t rgb[20 * 20 * 3];
+  for (size_t i = 0; i < sizeof rgb; i++) rgb[i] = (uint8_t)(i * 7 % 256);
+  uint8_t *png, *jpg;
+  size_t npng, njpg;
+  TU_OK(image_encode(IMAGE_PNG, rgb, 20, 20, 3, &png, &npng));
+  TU_OK(image_encode(IMAGE_JPEG, rgb, 20, 20, 3, &jpg, &njpg));
+  struct {
+    const char *name;
+    const uint8_t *p;
+    size_t n;
+    int flip; /* a byte flipped at this offset (0: none) */
+  } cases[] = {{"bad-empty.png", png, 0, 0},        {"bad-text.png", (const uint8_t *)"hello, world", 12, 0},
+               {"bad-cut.png", png, npng / 2, 0},   {"bad-stream.png", png, npng, (int)npng / 2},
+               {"bad-cut.jpg", jpg, njpg * 2 / 3, 0}, {"bad-head.jpg", jpg, 200, 0}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    uint8_t *b = malloc(cases[k].n + 1);
+    memcpy(b, cases[k].p, cases[k].n);
+    if (cases[k].flip) b[cases[k].flip] ^= 0x5a;
+    const char *path = path_of(cases[k].name);
+    write_bytes(path, 0, b, cases[k].n);
+    free(b);
+    data_image im;
+    TU_EXPECT_STATUS(image_read(path, &im), LAM_ERR_IO);
+    assert_null(im.px);
+    if (!strstr(lam_last_error(), path)) fail_msg("%s: the message does not name the file: %s", cases[k].name, lam_last_error());
+  }
+  free(png), free(jpg);
+  data_image im;
+  TU_EXPECT_STATUS(image_read(path_of("no-such.png"), &im), LAM_ERR_IO);
+}
+
+/* The fit: a copy at the same size; halving a side averages pairs (area); doubling is bilinear; a wide image
+ * fitted to a square keeps its middle columns. */
+static void test_image_fit(void **state) {
+  (void)state;
+  uint8_t src[4 * 4], out[16 * 16];
+  for (int i = 0; i < 16; i++) src[i] = (uint8_t)(i * 16);
+  data_image im = {4, 4, 1, src};
+  image_fit(&im, 4, 4, out);
+  assert_memory_equal(out, src, 16);
+  image_fit(&im, 2, 2, out); /* each output the mean of a 2x2 block */
+  for (int y = 0; y < 2; y++)
+    for (int x = 0; x < 2; x++) {
+      int s = src[(2 * y) * 4 + 2 * x] + src[(2 * y) * 4 + 2 * x + 1] + src[(2 * y + 1) * 4 + 2 * x] + src[(2 * y + 1) * 4 + 2 * x + 1];
+      assert_int_equal(out[y * 2 + x], (s + 2) / 4);
+    }
+  uint8_t two[4] = {0, 100, 200, 40};
+  data_image t = {2, 2, 1, two};
+  image_fit(&t, 4, 4, out); /* corners keep the corner values; between them, the linear blend */
+  assert_int_equal(out[0], 0), assert_int_equal(out[3], 100), assert_int_equal(out[12], 200), assert_int_equal(out[15], 40);
+  assert_int_equal(out[1], 25); /* 0.75 * 0 + 0.25 * 100 */
+  uint8_t wide[4 * 8];
+  for (int i = 0; i < 32; i++) wide[i] = (uint8_t)i;
+  data_image w8 = {4, 8, 1, wide};
+  image_fit(&w8, 4, 4, out); /* scale 1: columns 2..5 */
+  for (int y = 0; y < 4; y++)
+    for (int x = 0; x < 4; x++) assert_int_equal(out[y * 4 + x], wide[y * 8 + 2 + x]);
+}
+
+/* A small MNIST-like source: 30 grey 6x5 images of 3 classes. */
+static lam_dataset *tiny_source(void) {
+  static uint8_t px[30 * 30], lab[30];
+  for (int i = 0; i < 30 * 30; i++) px[i] = (uint8_t)(i * 91 % 256);
+  for (int i = 0; i < 30; i++) lab[i] = (uint8_t)(i * 7 % 3);
+  static lam_dataset d;
+  d = (lam_dataset){.n = 30, .h = 6, .w = 5, .classes = 3, .images = px, .labels = lab, .c = 1};
+  return &d;
+}
+
+/* An image folder made by lam_data_images_part, loaded back: classes from the folders, each image the file's
+ * pixels (NCHW), labels the folder's class; the cache written, then read, then renewed when a file changes
+ * (the old key's files removed). */
+static void test_image_folder(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  const lam_dataset *src = tiny_source();
+  char root[256], part[300];
+  snprintf(root, sizeof root, "%s/folder", g_dir);
+  assert_int_equal(mkdir(root, 0777), 0);
+  snprintf(part, sizeof part, "%s/train", root), assert_int_equal(mkdir(part, 0777), 0);
+  TU_OK(lam_data_images_part(src, 30, 9, 1, part));
+  snprintf(part, sizeof part, "%s/test", root), assert_int_equal(mkdir(part, 0777), 0);
+  TU_OK(lam_data_images_part(src, 12, 10, 1, part));
+  assert_true(lam_dataset_is_image_folder(root));
+  lam_image_opts o = {0};
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  assert_true(d->n == 30 && d->c == 3 && d->h == 6 && d->w == 5 && d->classes == 3);
+  assert_true(o.cache_written && !o.cache_hit && o.skipped == 0);
+  /* in class order, each class's files by name: image k of the set is the k-th file in that order */
+  size_t k = 0;
+  for (int cls = 0; cls < 3; cls++)
+    for (int i = 0; i < 30; i++) {
+      if (src->labels[i] != cls) continue;
+      char f[400];
+      snprintf(f, sizeof f, "%s/train/%d/%06d.png", root, cls, i);
+      data_image im;
+      TU_OK(image_read(f, &im));
+      assert_int_equal(d->labels[k], cls);
+      for (int p = 0; p < 30; p++)
+        for (int q = 0; q < 3; q++) assert_int_equal(d->images[(k * 3 + q) * 30 + p], im.px[p * 3 + q]);
+      free(im.px);
+      k++;
+    }
+  assert_int_equal(k, 30);
+  lam_dataset *again = NULL;
+  TU_OK(lam_dataset_load_images(root, 1, &o, &again));
+  assert_true(o.cache_hit);
+  assert_true(again->n == d->n && again->c == 3 && again->classes == 3);
+  assert_memory_equal(again->images, d->images, d->n * 90);
+  assert_memory_equal(again->labels, d->labels, d->n);
+  lam_dataset_free(again);
+  lam_dataset *viaload = NULL; /* lam_dataset_load takes the folder too */
+  TU_OK(lam_dataset_load(root, 0, &viaload));
+  assert_true(viaload->n == 12 && viaload->classes == 3 && viaload->c == 3);
+  lam_dataset_free(viaload);
+  char f[400];
+  snprintf(f, sizeof f, "%s/train/0/000000.png", root);
+  struct timespec ts[2] = {{0, UTIME_NOW}, {12345, 0}};
+  assert_int_equal(utimensat(AT_FDCWD, f, ts, 0), 0); /* a file changed: its time */
+  TU_OK(lam_dataset_load_images(root, 1, &o, &again));
+  assert_true(!o.cache_hit && o.cache_written);
+  lam_dataset_free(again);
+  char cache[300];
+  snprintf(cache, sizeof cache, "%s/.lamina-cache", root);
+  DIR *dh = opendir(cache);
+  assert_non_null(dh);
+  int train_files = 0;
+  for (struct dirent *e; (e = readdir(dh)) != NULL;) train_files += !strncmp(e->d_name, "train-", 6);
+  closedir(dh);
+  assert_int_equal(train_files, 2); /* the new key's images and labels; the old ones removed */
+  lam_dataset_free(d);
+}
+
+/* What an image folder refuses, each naming the file and saying what to do; --skip-bad; --size. */
+static void test_image_folder_errors(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  const lam_dataset *src = tiny_source();
+  char root[256], part[300], f[400];
+  snprintf(root, sizeof root, "%s/bad", g_dir);
+  assert_int_equal(mkdir(root, 0777), 0);
+  snprintf(part, sizeof part, "%s/train", root), assert_int_equal(mkdir(part, 0777), 0);
+  TU_OK(lam_data_images_part(src, 30, 1, 1, part));
+  lam_image_opts o = {.cache = ""};
+  lam_dataset *d = NULL;
+  /* a grey image among colour ones */
+  uint8_t grey[30];
+  memset(grey, 128, sizeof grey);
+  snprintf(f, sizeof f, "%s/train/1/zz-grey.png", root);
+  write_image(f, IMAGE_PNG, grey, 6, 5, 1);
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
+  assert_null(d);
+  assert_non_null(strstr(lam_last_error(), f)), assert_non_null(strstr(lam_last_error(), "channel"));
+  unlink(f);
+  /* another size without --size; with it, every image fitted */
+  uint8_t big[9 * 8 * 3];
+  memset(big, 200, sizeof big);
+  snprintf(f, sizeof f, "%s/train/2/zz-big.png", root);
+  write_image(f, IMAGE_PNG, big, 9, 8, 3);
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), f)), assert_non_null(strstr(lam_last_error(), "--size"));
+  lam_image_opts fit = {.h = 4, .w = 4, .cache = ""};
+  TU_OK(lam_dataset_load_images(root, 1, &fit, &d));
+  assert_true(d->n == 31 && d->h == 4 && d->w == 4 && d->c == 3);
+  lam_dataset_free(d), d = NULL;
+  unlink(f);
+  /* a damaged file: an error naming it; with skip_bad left out and counted */
+  snprintf(f, sizeof f, "%s/train/0/zz-bad.png", root);
+  write_bytes(f, 0, "\x89PNG\r\n\x1a\n garbage", 17);
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), f));
+  lam_image_opts skip = {.cache = "", .skip_bad = 1};
+  TU_OK(lam_dataset_load_images(root, 1, &skip, &d));
+  assert_true(d->n == 30 && skip.skipped == 1);
+  lam_dataset_free(d), d = NULL;
+  /* a test class the training part does not have */
+  snprintf(part, sizeof part, "%s/test/7", root);
+  char t[300];
+  snprintf(t, sizeof t, "%s/test", root), assert_int_equal(mkdir(t, 0777), 0), assert_int_equal(mkdir(part, 0777), 0);
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 0, &skip, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "not one of the training classes"));
+  /* a folder without class folders */
+  snprintf(root, sizeof root, "%s/empty", g_dir);
+  assert_int_equal(mkdir(root, 0777), 0);
+  snprintf(part, sizeof part, "%s/train", root), assert_int_equal(mkdir(part, 0777), 0);
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "class folders"));
+}
+
 static void test_fashion_mnist_real(void **state) {
   (void)state;
   const char *root = getenv("LAMINA_DATA_DIR");
@@ -1337,6 +1582,9 @@ int main(void) {
       cmocka_unit_test(test_npy_folder),       cmocka_unit_test(test_channel_stats),
       cmocka_unit_test(test_npy_bad),          cmocka_unit_test(test_fashion_mnist_real),
       cmocka_unit_test(test_idx_write),        cmocka_unit_test(test_data_segment),
+      cmocka_unit_test(test_image_roundtrip),  cmocka_unit_test(test_image_bad),
+      cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),
+      cmocka_unit_test(test_image_folder_errors),
   };
   tu_apply_filter();
   return cmocka_run_group_tests_name("data", tests, setup_dir, teardown_dir) ? 1 : 0;

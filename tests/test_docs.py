@@ -58,6 +58,8 @@ COVERED_ELSEWHERE = [
     (r"^/usr/bin/python3 -m venv --system-site-packages VENV$", "test_python_install (tests/python/check_install.py)"),
     (r"^VENV/bin/pip install --no-build-isolation \./python$", "test_python_install (tests/python/check_install.py)"),
     (r"^cc app\.c -o app \$\(pkg-config --cflags --libs lamina(-static)?\)$", "test_install (tests/test_install.sh)"),
+    (r"^build/lamina train --data my-photos --size 32x32 ", "test_cli (train on an image folder with --size: the small "
+                                                           "data set this suite substitutes is no image folder)"),
 ]
 
 passed = failed = skipped = 0

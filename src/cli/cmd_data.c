@@ -1,19 +1,25 @@
 /* cmd_data.c — `lamina data`: data sets anyone can rebuild, the same files for the same seed, from an
  * MNIST-layout set. `segment` makes segmentation scenes (lam_data_segment) and writes them as an IDX
- * folder that `lamina train --data DIR` reads. Every option and the output folder are checked before any
- * work; the files are written atomically. */
+ * folder that `lamina train --data DIR` reads; `images` writes the set as an image folder of PNG or JPEG
+ * files in colour (lam_data_images_part), written into a temporary folder renamed into place when whole.
+ * Every option, the source and the output folder are checked before any work. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: lamina data segment --out DIR [--from DATA] [--n N] [--test N] [--size HxW] [--seed S]\n"
+          "       lamina data images --out DIR --format png|jpeg [--from DATA] [--n N] [--test N] [--seed S]\n"
           "Makes a data set anyone can rebuild (the same bytes for the same seed) from an MNIST-layout set.\n"
           "  segment   M2NIST-style scenes for segmentation: one to three items of DATA placed at random\n"
           "            without their boxes overlapping, on black; a label per pixel, the item's class + 1\n"
@@ -21,11 +27,15 @@ static void usage(FILE *f) {
           "            Training scenes are made of DATA's training images, test scenes of its test images.\n"
           "            Writes DIR/train-images-idx3-ubyte, train-labels-idx3-ubyte (a class per pixel),\n"
           "            t10k-images-idx3-ubyte and t10k-labels-idx3-ubyte: 'lamina train --data DIR' reads them.\n"
+          "  images    the set as an image folder in colour (each image its own background and foreground\n"
+          "            colour): DIR/train/CLASS/INDEX.png|jpg and DIR/test/CLASS/..., CLASS the class number.\n"
+          "            DIR must not exist yet (or be empty): the set appears whole or not at all.\n"
           "  --out DIR     the folder to write (made if missing; its parent must exist)\n"
           "  --from DATA   the source set: fashion-mnist (default) or a folder, as 'lamina train --data'\n"
           "  --n N         training scenes (default 20000)\n"
           "  --test N      test scenes (default 2000)\n"
-          "  --size HxW    the scenes' size (default 64x84)\n"
+          "  --size HxW    the scenes' size (segment; default 64x84)\n"
+          "  --format F    png or jpeg (images; jpeg at quality 90)\n"
           "  --seed S      the generator's seed (default 1)\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
 }
@@ -35,6 +45,7 @@ typedef struct data_opts {
   size_t n, test;
   int h, w;
   uint64_t seed;
+  int format, size_set; /* images: 1 png, 2 jpeg */
 } data_opts;
 
 /* Returns 0, -1 after --help, or an exit status. */
@@ -42,8 +53,9 @@ static int parse(int argc, char **argv, data_opts *o) {
   static const struct option longopts[] = {{"out", required_argument, 0, 'o'},  {"from", required_argument, 0, 'f'},
                                            {"n", required_argument, 0, 'n'},    {"test", required_argument, 0, 't'},
                                            {"size", required_argument, 0, 's'}, {"seed", required_argument, 0, 'S'},
-                                           {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
-  *o = (data_opts){NULL, "fashion-mnist", 20000, 2000, 64, 84, 1};
+                                           {"format", required_argument, 0, 'F'}, {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
+  *o = (data_opts){NULL, "fashion-mnist", 20000, 2000, 64, 84, 1, 0, 0};
   int c, li = 0;
   opterr = 0;
   optind = 1;
@@ -62,8 +74,14 @@ static int parse(int argc, char **argv, data_opts *o) {
         char end;
         if (sscanf(optarg, "%dx%d%c", &o->h, &o->w, &end) != 2 || o->h < 1 || o->w < 1 || o->h > 4096 || o->w > 4096)
           return cli_usage_error("data", "--size: '%s' is not HxW (1 to 4096 each), e.g. 64x84", optarg);
+        o->size_set = 1;
         break;
       }
+      case 'F':
+        if (!strcmp(optarg, "png")) o->format = 1;
+        else if (!strcmp(optarg, "jpeg") || !strcmp(optarg, "jpg")) o->format = 2;
+        else return cli_usage_error("data", "--format: '%s' is not png or jpeg", optarg);
+        break;
       case 'S':
         if (cli_parse_u64("data", "--seed", optarg, &o->seed)) return EXIT_USAGE;
         break;
@@ -150,11 +168,87 @@ static int cmd_segment(int argc, char **argv) {
   return rc;
 }
 
+/* Removes the tree at path (a half-written set's temporary folder). */
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(p);
+}
+
+static int cmd_images(int argc, char **argv) {
+  data_opts o;
+  int rc = parse(argc, argv, &o);
+  if (rc) return rc < 0 ? 0 : rc;
+  if (!o.format) return cli_usage_error("data", "images: --format png|jpeg is required");
+  if (o.size_set) return cli_usage_error("data", "images: --size is segment's (the images keep the source's size)");
+  struct stat st;
+  if (stat(o.out, &st) == 0) {
+    DIR *d = S_ISDIR(st.st_mode) ? opendir(o.out) : NULL;
+    int empty = d != NULL;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
+    if (d) closedir(d);
+    if (!empty) {
+      fprintf(stderr, "lamina data: --out '%s' exists%s: give a new folder (the set is written whole, into a folder "
+                      "of its own)\n", o.out, S_ISDIR(st.st_mode) ? " and is not empty" : " and is not a folder");
+      return 1;
+    }
+  }
+  lam_dataset *src[2] = {NULL, NULL};
+  if (lam_dataset_load(o.from, 1, &src[0]) != LAM_OK) return fail("--from (its training part)");
+  if (lam_dataset_load(o.from, 0, &src[1]) != LAM_OK) {
+    lam_dataset_free(src[0]);
+    return fail("--from (its test part)");
+  }
+  size_t want[2] = {o.n, o.test};
+  for (int k = 0; k < 2; k++)
+    if (want[k] > src[k]->n) {
+      fprintf(stderr, "lamina data: %s %zu images, but %s's %s part has %zu\n", k ? "--test" : "--n", want[k], o.from,
+              k ? "test" : "training", src[k]->n);
+      lam_dataset_free(src[0]), lam_dataset_free(src[1]);
+      return 1;
+    }
+  char tmp[4096], part[4096 + 16];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", o.out, (long)getpid());
+  rc = 0;
+  if (mkdir(tmp, 0777) != 0) {
+    fprintf(stderr, "lamina data: cannot make '%s': %s (the parent of --out must exist and be writable)\n", tmp,
+            strerror(errno));
+    rc = 1;
+  }
+  for (int k = 0; k < 2 && !rc; k++) {
+    snprintf(part, sizeof part, "%s/%s", tmp, k ? "test" : "train");
+    if (mkdir(part, 0777) != 0) {
+      fprintf(stderr, "lamina data: cannot make '%s': %s\n", part, strerror(errno));
+      rc = 1;
+    } else if (lam_data_images_part(src[k], want[k], k ? o.seed ^ 0x7465737473636e65ULL : o.seed, o.format, part) !=
+               LAM_OK) {
+      rc = fail("writing the images");
+    }
+  }
+  if (!rc && stat(o.out, &st) == 0 && rmdir(o.out) != 0) { /* the empty folder given: replaced by the whole set */
+    fprintf(stderr, "lamina data: cannot replace the empty folder '%s': %s\n", o.out, strerror(errno));
+    rc = 1;
+  }
+  if (!rc && rename(tmp, o.out) != 0) {
+    fprintf(stderr, "lamina data: cannot move '%s' to '%s': %s\n", tmp, o.out, strerror(errno));
+    rc = 1;
+  }
+  if (rc) nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  else
+    printf("lamina data images: %zu training and %zu test images of %dx%d in colour, %d classes, as %s files from %s, "
+           "seed %llu, in %s\n",
+           o.n, o.test, src[0]->h, src[0]->w, src[0]->classes, o.format == 1 ? "PNG" : "JPEG", o.from,
+           (unsigned long long)o.seed, o.out);
+  lam_dataset_free(src[0]), lam_dataset_free(src[1]);
+  return rc;
+}
+
 int cmd_data(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? EXIT_USAGE : 0;
   }
   if (!strcmp(argv[1], "segment")) return cmd_segment(argc - 1, argv + 1);
-  return cli_usage_error("data", "unknown kind '%s' (data sets: segment)", argv[1]);
+  if (!strcmp(argv[1], "images")) return cmd_images(argc - 1, argv + 1);
+  return cli_usage_error("data", "unknown kind '%s' (data sets: segment, images)", argv[1]);
 }

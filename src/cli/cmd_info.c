@@ -10,7 +10,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: lamina info [--json]\n"
-          "Prints the build's features (CUDA, OpenMP), the CUDA devices present with their memory, the\n"
+          "Prints the build's features (CUDA, OpenMP, image files), the CUDA devices present with their memory, the\n"
           "device 'auto' picks, and the memory figures of a context on it.\n"
           "  --json   one JSON object instead of text\n"
           "  --help   this text\n");
@@ -50,6 +50,8 @@ int cmd_info(int argc, char **argv) {
     bad |= json_object_set_new(j, "cuda_archs", cli_json_str(bi.cuda_archs));
     bad |= json_object_set_new(j, "openmp", json_boolean(bi.with_openmp));
     bad |= json_object_set_new(j, "omp_threads", json_integer(bi.omp_max_threads));
+    bad |= json_object_set_new(j, "png", json_boolean(lam_image_formats() & 1));
+    bad |= json_object_set_new(j, "jpeg", json_boolean(lam_image_formats() & 2));
     for (int d = 0; d < ndev; d++) {
       lam_cuda_device_info di;
       if (lam_cuda_device_info_get(d, &di) != LAM_OK) continue;
@@ -88,6 +90,9 @@ int cmd_info(int argc, char **argv) {
              bi.cuda_runtime % 1000 / 10, bi.cuda_archs);
     else printf("  CUDA backend: not built\n");
     printf("  OpenMP: %s, %d threads\n", bi.with_openmp ? "yes" : "no", bi.omp_max_threads);
+    const int img = lam_image_formats();
+    printf("  image files: %s\n", img == 3 ? "PNG and JPEG" : img == 1 ? "PNG (no libjpeg)" : img == 2 ? "JPEG (no libpng)"
+                                                                                              : "none (no libpng, no libjpeg)");
     if (ndev == 0) printf("  CUDA devices: none (%s)\n", why ? why : "none found");
     for (int d = 0; d < ndev; d++) {
       lam_cuda_device_info di;

@@ -35,6 +35,7 @@ typedef struct train_opts {
   double val_split;        /* --val-split F (0: no validation part) */
   const char *save_best, *log;
   int early_stop; /* --early-stop N (0: off) */
+  lam_image_opts images; /* an image folder's --size, --cache, --skip-bad */
 } train_opts;
 
 
@@ -48,7 +49,14 @@ static void train_usage(FILE *f) {
           "                         train-labels*, t10k-images* (or test-images*), t10k-labels* (or test-labels*),\n"
           "                         each IDX (plain or .gz) or NumPy .npy: images N×H×W or N×H×W×C uint8, labels N\n"
           "                         (a class per image) or N×H×W (a class per pixel, 255 = ignore) (default\n"
-          "                         fashion-mnist)\n"
+          "                         fashion-mnist); or an image folder: DIR/train/CLASS/*.png|jpg|jpeg and\n"
+          "                         DIR/test/CLASS/..., the classes the training folders in sorted order\n"
+          "  --size HxW             fit an image folder's images to HxW (scaled to cover it, the middle kept);\n"
+          "                         default: every image must be the size of the first\n"
+          "  --cache DIR            where an image folder's decoded images are kept for the next run (default\n"
+          "                         DATA/.lamina-cache where it can be made; '' for none)\n"
+          "  --skip-bad             leave out image files that cannot be decoded (and count them) instead of\n"
+          "                         stopping at the first\n"
           "  --model SPEC|FILE      a preset (cnn, mlp), layers (grammar below), or a file of them: one layer per\n"
           "                         line or comma-separated, '#' comments (default cnn)\n"
           "  --classes K            classes (default: the largest label + 1)\n"
@@ -105,11 +113,12 @@ static void train_usage(FILE *f) {
 static void eval_usage(FILE *f) {
   fprintf(f,
           "usage: lamina eval --load FILE [--data fashion-mnist|DIR] [--batch B] [--device D] [--threads N]\n"
-          "                   [--json]\n"
+          "                   [--size HxW] [--cache DIR] [--skip-bad] [--json]\n"
           "Evaluates a saved model on the test part of the data set: accuracy, loss and the confusion matrix\n"
           "(rows: true class, columns: predicted); for labels per pixel also each class's IoU and the mean IoU.\n"
           "  --load FILE   a checkpoint from lamina train --save (required)\n"
           "  --data        as for train (default fashion-mnist)\n"
+          "  --size, --cache, --skip-bad  an image folder's, as for train\n"
           "  --batch B     images per step (default 1000)\n"
           "  --device      auto|cpu|cuda (default auto)\n"
           "  --threads N   OpenMP threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else the\n"
@@ -120,7 +129,8 @@ static void eval_usage(FILE *f) {
 
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
-       O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG };
+       O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
+       O_SIZE, O_CACHE, O_SKIPBAD };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -144,6 +154,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"lr-schedule", required_argument, 0, O_SCHEDULE}, {"warmup", required_argument, 0, O_WARMUP},
       {"val-split", required_argument, 0, O_VALSPLIT},   {"save-best", required_argument, 0, O_SAVEBEST},
       {"early-stop", required_argument, 0, O_EARLYSTOP}, {"log", required_argument, 0, O_LOG},
+      {"size", required_argument, 0, O_SIZE},            {"cache", required_argument, 0, O_CACHE},
+      {"skip-bad", no_argument, 0, O_SKIPBAD},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -162,6 +174,15 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     if (!is_eval && c == O_LOAD) return cli_usage_error(cmd, "--load is for 'lamina eval'; to continue training use --resume");
     switch (c) {
       case O_DATA: o->data = optarg; break;
+      case O_SIZE: {
+        char tail;
+        if (sscanf(optarg, "%dx%d%c", &o->images.h, &o->images.w, &tail) != 2 || o->images.h < 1 || o->images.w < 1 ||
+            o->images.h > 4096 || o->images.w > 4096)
+          return cli_usage_error(cmd, "--size: '%s' is not HxW (1 to 4096 each), e.g. 32x32", optarg);
+        break;
+      }
+      case O_CACHE: o->images.cache = optarg; break;
+      case O_SKIPBAD: o->images.skip_bad = 1; break;
       case O_MODEL: o->model = optarg, o->model_set = 1; break;
       case O_CLASSES:
         if (cli_parse_int(cmd, "--classes", optarg, 1, 255, &v)) return EXIT_USAGE;
@@ -268,6 +289,9 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     }
   }
   if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if ((o->images.h || o->images.cache || o->images.skip_bad) && !lam_dataset_is_image_folder(o->data))
+    return cli_usage_error(cmd, "--size, --cache and --skip-bad are for image folders (DATA/train/CLASS/...), and '%s' "
+                           "is not one", o->data);
   if (is_eval && !o->load) return cli_usage_error(cmd, "--load FILE is required (a checkpoint from lamina train --save)");
   if ((o->save_best || o->early_stop) && !o->val_split)
     return cli_usage_error(cmd, "%s chooses by the validation loss: give --val-split F (e.g. 0.1) too",
@@ -578,10 +602,20 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "lamina train: out of host memory\n");
     goto out;
   }
-  if (lam_dataset_load(o.data, 1, &train) != LAM_OK || lam_dataset_load(o.data, 0, &test) != LAM_OK) {
+  size_t skipped = 0;
+  if (lam_dataset_load_opts(o.data, 1, &o.images, &train) != LAM_OK) {
     ret = fail("train", "loading the data");
     goto out;
   }
+  skipped = o.images.skipped;
+  const int train_cached = o.images.cache_hit, train_written = o.images.cache_written;
+  if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
+    ret = fail("train", "loading the data");
+    goto out;
+  }
+  skipped += o.images.skipped;
+  if (skipped && !o.json)
+    printf("  %zu image file%s could not be decoded, left out (--skip-bad)\n", skipped, skipped == 1 ? "" : "s");
   { /* the test part must fit the model the training part makes: said now, not after an epoch */
     int tc = train->c > 0 ? train->c : 1, ec = test->c > 0 ? test->c : 1;
     int tl = train->label_h > 1 || train->label_w > 1, el = test->label_h > 1 || test->label_w > 1;
@@ -672,6 +706,13 @@ int cmd_train(int argc, char **argv) {
            train->label_h > 1 || train->label_w > 1 ? " per pixel" : "", lam_model_param_count(m), batch,
            lam_precision_str(o.precision),
            graph ? "step in a CUDA graph" : "step op by op");
+    if (lam_dataset_is_image_folder(o.data)) {
+      char cache[4096];
+      snprintf(cache, sizeof cache, o.images.cache ? "%s" : "%s/.lamina-cache", o.images.cache ? o.images.cache : o.data);
+      if (train_cached && o.images.cache_hit) printf("  image folder: read from its cache in %s\n", cache);
+      else if (train_written && o.images.cache_written) printf("  image folder: decoded, kept in %s for the next run\n", cache);
+      else printf("  image folder: decoded (not cached)\n");
+    }
     if (val) printf("  validation: %zu of the training images (--val-split %g), not trained on\n", val->n, o.val_split);
     if (show_lr) {
       char name[48];
@@ -821,10 +862,13 @@ int cmd_eval(int argc, char **argv) {
   lam_model *m = NULL;
   uint64_t *conf = NULL;
   int ret = 1;
-  if (lam_dataset_load(o.data, 0, &test) != LAM_OK) {
+  if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
     ret = fail("eval", "loading the data");
     goto out;
   }
+  if (o.images.skipped && !o.json)
+    printf("%zu image file%s could not be decoded, left out (--skip-bad)\n", o.images.skipped,
+           o.images.skipped == 1 ? "" : "s");
   if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.threads && lam_ctx_set_threads(ctx, o.threads) != LAM_OK) ||
       lam_checkpoint_load(ctx, o.load, &m, NULL, NULL) != LAM_OK) {
     ret = fail("eval", NULL);

@@ -83,4 +83,21 @@ lam_status data_check_dim(const data_src *s, const char *format, const char *nam
  * label per image). */
 void data_where(uint64_t h, uint64_t w, size_t i, char *buf, size_t cap);
 
+/* ---- image files (image.c) ---- */
+enum { IMAGE_PNG = 1, IMAGE_JPEG = 2 };
+/* A decoded image: h x w pixels of c channels (1 grey, 3 RGB), interleaved, row-major; px malloc'd. */
+typedef struct data_image {
+  int h, w, c;
+  uint8_t *px;
+} data_image;
+/* The formats this build reads and writes (IMAGE_PNG | IMAGE_JPEG bits). */
+int image_formats(void);
+/* Decodes the PNG or JPEG file at path (told by content) into *out; an error names the file. */
+lam_status image_read(const char *path, data_image *out);
+/* out (H, W, im->c) = im scaled to cover H x W (its shorter side fitting) and the middle kept: the mean of
+ * the covered pixels where it shrinks, bilinear where it grows; a copy at the same size. */
+void image_fit(const data_image *im, int H, int W, uint8_t *out);
+/* Encodes px (h, w, c: 1 or 3) as kind (IMAGE_PNG, or IMAGE_JPEG at quality 90) into *buf (malloc'd). */
+lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_t **buf, size_t *len);
+
 #endif

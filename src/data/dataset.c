@@ -481,6 +481,10 @@ static lam_status load_folder(const char *set, const char *dir, int train, lam_d
 }
 
 lam_status lam_dataset_load(const char *name_or_dir, int train, lam_dataset **out) {
+  return lam_dataset_load_opts(name_or_dir, train, NULL, out);
+}
+
+lam_status lam_dataset_load_opts(const char *name_or_dir, int train, lam_image_opts *opts, lam_dataset **out) {
   LAM_CHECK_ARG(out, "lam_dataset_load: out is NULL");
   *out = NULL;
   LAM_CHECK_ARG(name_or_dir, "lam_dataset_load: name_or_dir is NULL; give \"fashion-mnist\" or a folder");
@@ -513,7 +517,8 @@ lam_status lam_dataset_load(const char *name_or_dir, int train, lam_dataset **ou
                     "no %s-images* file (such as %s-images-idx3-ubyte[.gz]) to read; give \"fashion-mnist\" or %s",
                     dir, errno_or_file(dir), part, part, MNIST_LAYOUT);
   }
-  if (!fashion) return load_folder(set, dir, train, out);
+  if (!fashion) return lam_dataset_is_image_folder(dir) ? lam_dataset_load_images(dir, train, opts, out)
+                                                         : load_folder(set, dir, train, out);
 
   char base[64], images[PATH_MAX], labels[PATH_MAX];
   snprintf(base, sizeof base, "%s-images-idx3-ubyte", part);

@@ -1,9 +1,13 @@
 /* make.c — data sets anyone can rebuild from an MNIST-layout set, the same bytes for the same seed:
  * segmentation scenes (lam_data_segment: M2NIST-style, one to three items on a blank field, a class per
- * pixel) and the IDX writer that `lamina data` saves them with. The generator is lamina's own (nn/rng.h),
+ * pixel), the IDX writer that `lamina data` saves them with, and a set written as an image folder in
+ * colour (lam_data_images_part). The generator is lamina's own (nn/rng.h),
  * so a scene does not depend on the C library. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "data.h"
 #include "../internal.h"
@@ -81,5 +85,62 @@ lam_status lam_idx_write(const char *path, int rank, const uint64_t *dims, const
   memcpy(buf + head, data, count);
   lam_status st = lam_output_write_atomic(path, "IDX file", buf, head + count);
   free(buf);
+  return st;
+}
+
+/* ---- a set as an image folder (`lamina data images`) ---- */
+
+/* Writes n bytes to path as they are (a data set's file: made again by running the maker again, so written
+ * without fsync; the folder of the whole set is renamed into place by the caller). */
+static lam_status write_plain(const char *path, const uint8_t *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return LAM_FAIL(LAM_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+  size_t put = fwrite(p, 1, n, f);
+  int bad = ferror(f) | (fclose(f) != 0);
+  if (bad || put != n) return LAM_FAIL(LAM_ERR_IO, "cannot write '%s': wrote %zu of %zu bytes", path, put, n);
+  return LAM_OK;
+}
+
+lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed, int kind, const char *dir) {
+  LAM_CHECK_ARG(src && dir, "lam_data_images_part: %s is NULL", src ? "dir" : "src");
+  LAM_CHECK_ARG(kind == 1 || kind == 2, "lam_data_images_part: kind %d (1 PNG, 2 JPEG)", kind);
+  LAM_CHECK_ARG((src->c ? src->c : 1) == 1 && src->label_h <= 1 && src->label_w <= 1,
+                "lam_data_images_part: the source must be one-channel images with a class each");
+  LAM_CHECK_ARG(n >= 1 && n <= src->n, "lam_data_images_part: %zu images asked for, the source has %zu", n, src->n);
+  LAM_CHECK_ARG(src->classes >= 1 && src->classes <= 256, "lam_data_images_part: %d classes", src->classes);
+  LAM_CHECK_ARG((image_formats() & kind) == kind, "lam_data_images_part: this lamina was built without %s",
+                kind == 1 ? "libpng (install libpng-dev)" : "libjpeg (install libjpeg62-turbo-dev)");
+  const int digits = src->classes > 100 ? 3 : src->classes > 10 ? 2 : 1;
+  for (int k = 0; k < src->classes; k++) { /* a folder per class, named by its number, sorted as numbers */
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%0*d", dir, digits, k);
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) return LAM_FAIL(LAM_ERR_IO, "cannot make '%s': %s", p, strerror(errno));
+  }
+  const size_t P = (size_t)src->h * src->w;
+  lam_status st = LAM_OK;
+#pragma omp parallel for schedule(dynamic, 64)
+  for (size_t i = 0; i < n; i++) {
+    /* this image's colours from its own stream: the same file whatever the thread count */
+    lam_rng r;
+    lam_rng_seed(&r, seed ^ (0x9e3779b97f4a7c15ULL * (i + 1)));
+    uint8_t bg[3], fg[3], *rgb = malloc(P * 3), *buf = NULL;
+    for (int q = 0; q < 3; q++) bg[q] = (uint8_t)lam_rng_below(&r, 97), fg[q] = (uint8_t)(160 + lam_rng_below(&r, 96));
+    lam_status s = rgb ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for an image");
+    if (s == LAM_OK) {
+      const uint8_t *g = src->images + i * P;
+      for (size_t p = 0; p < P; p++)
+        for (int q = 0; q < 3; q++) rgb[p * 3 + q] = (uint8_t)((bg[q] * (255 - g[p]) + fg[q] * g[p] + 127) / 255);
+    }
+    size_t len = 0;
+    if (s == LAM_OK) s = image_encode(kind, rgb, src->h, src->w, 3, &buf, &len);
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%0*d/%06zu.%s", dir, digits, src->labels[i], i, kind == 1 ? "png" : "jpg");
+    if (s == LAM_OK) s = write_plain(p, buf, len);
+    free(rgb), free(buf);
+    if (s != LAM_OK) {
+#pragma omp critical(images_part)
+      if (st == LAM_OK) st = s;
+    }
+  }
   return st;
 }

@@ -1,0 +1,379 @@
+/* folder.c — image folders as data sets (the ImageFolder layout): DIR/train/CLASS/NAME.png|jpg|jpeg and
+ * DIR/test/CLASS/..., the classes the training part's folder names in sorted order. Every file is decoded
+ * (image.c) on all host threads into one uint8 array, fitted to a fixed size where asked, and kept as an IDX
+ * pair in a cache folder under a key of every file's name, size and modification time (and the options),
+ * so a later run with the files unchanged reads two IDX files instead of decoding again. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data.h"
+#include "../status.h"
+
+#define FOLDER_MAX_CLASSES 256
+#define FOLDER_CACHE_VERSION "lamina image cache 1"
+
+typedef struct entry {
+  char *path;
+  int cls;
+  long long size, mtime_ns;
+} entry;
+
+typedef struct entries {
+  entry *e;
+  size_t n, cap;
+} entries;
+
+static void entries_free(entries *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->e[i].path);
+  free(l->e);
+  l->e = NULL, l->n = l->cap = 0;
+}
+
+static int is_image_name(const char *name) {
+  const char *dot = strrchr(name, '.');
+  return dot && (!strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg"));
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The names in dir that are folders (folders = 1) or image files (0), sorted; *names malloc'd. */
+static lam_status list(const char *dir, int folders, char ***names, size_t *count) {
+  *names = NULL, *count = 0;
+  DIR *d = opendir(dir);
+  if (!d) return LAM_FAIL(LAM_ERR_IO, "image folder: cannot list '%s': %s", dir, strerror(errno));
+  size_t cap = 0, n = 0;
+  char **v = NULL;
+  lam_status s = LAM_OK;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (e->d_name[0] == '.') continue; /* ., .., hidden files and the cache */
+    char full[PATH_MAX];
+    struct stat st;
+    if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= sizeof full || stat(full, &st) != 0) continue;
+    if (folders ? !S_ISDIR(st.st_mode) : !(S_ISREG(st.st_mode) && is_image_name(e->d_name))) continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      char **t = realloc(v, cap * sizeof *v);
+      if (!t) {
+        s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder: no host memory to list '%s'", dir);
+        break;
+      }
+      v = t;
+    }
+    if (!(v[n] = strdup(e->d_name))) {
+      s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder: no host memory to list '%s'", dir);
+      break;
+    }
+    n++;
+  }
+  closedir(d);
+  if (s != LAM_OK) {
+    for (size_t i = 0; i < n; i++) free(v[i]);
+    free(v);
+    return s;
+  }
+  qsort(v, n, sizeof *v, cmp_str);
+  *names = v, *count = n;
+  return LAM_OK;
+}
+static void names_free(char **v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+/* The part's files, class by class in the training part's order, each class's files sorted by name. */
+static lam_status scan(const char *dir, int train, entries *out, char ***classes, size_t *nclasses) {
+  char tdir[PATH_MAX], pdir[PATH_MAX];
+  snprintf(tdir, sizeof tdir, "%s/train", dir);
+  snprintf(pdir, sizeof pdir, "%s/%s", dir, train ? "train" : "test");
+  LAM_TRY(list(tdir, 1, classes, nclasses));
+  if (*nclasses == 0 || *nclasses > FOLDER_MAX_CLASSES) {
+    size_t k = *nclasses;
+    names_free(*classes, k);
+    *classes = NULL;
+    return LAM_FAIL(LAM_ERR_IO, "image folder '%s': '%s' holds %zu class folders; it needs 1 to %d (one folder per "
+                    "class, the images in it)", dir, tdir, k, FOLDER_MAX_CLASSES);
+  }
+  char **parts;
+  size_t nparts;
+  lam_status s = list(pdir, 1, &parts, &nparts);
+  for (size_t i = 0; i < nparts && s == LAM_OK; i++) { /* a test class must be a training class */
+    int known = 0;
+    for (size_t k = 0; k < *nclasses && !known; k++) known = !strcmp(parts[i], (*classes)[k]);
+    if (!known)
+      s = LAM_FAIL(LAM_ERR_IO, "image folder '%s': '%s/%s' is not one of the training classes (the folders of '%s'): "
+                   "every class needs training images", dir, pdir, parts[i], tdir);
+  }
+  if (nparts) names_free(parts, nparts);
+  memset(out, 0, sizeof *out);
+  for (size_t k = 0; k < *nclasses && s == LAM_OK; k++) {
+    char cdir[PATH_MAX];
+    if ((size_t)snprintf(cdir, sizeof cdir, "%s/%s", pdir, (*classes)[k]) >= sizeof cdir) continue;
+    struct stat st;
+    if (stat(cdir, &st) != 0) continue; /* a class the test part has no images of */
+    char **files;
+    size_t nf;
+    s = list(cdir, 0, &files, &nf);
+    for (size_t i = 0; i < nf && s == LAM_OK; i++) {
+      char full[PATH_MAX];
+      if ((size_t)snprintf(full, sizeof full, "%s/%s", cdir, files[i]) >= sizeof full || stat(full, &st) != 0) continue;
+      if (out->n == out->cap) {
+        out->cap = out->cap ? 2 * out->cap : 1024;
+        entry *t = realloc(out->e, out->cap * sizeof *t);
+        if (!t) {
+          s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder: no host memory for the list of files");
+          break;
+        }
+        out->e = t;
+      }
+      entry *e = &out->e[out->n];
+      if (!(e->path = strdup(full))) {
+        s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder: no host memory for the list of files");
+        break;
+      }
+      e->cls = (int)k, e->size = (long long)st.st_size;
+      e->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+      out->n++;
+    }
+    if (s == LAM_OK || nf) names_free(files, nf);
+  }
+  if (s == LAM_OK && out->n == 0)
+    s = LAM_FAIL(LAM_ERR_IO, "image folder '%s': no .png, .jpg or .jpeg files in the class folders of '%s'", dir, pdir);
+  if (s != LAM_OK) {
+    entries_free(out);
+    names_free(*classes, *nclasses);
+    *classes = NULL;
+  }
+  return s;
+}
+
+/* FNV-1a over bytes. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+/* The cache key: the format's version, the options, and every file's path, class, size and time. */
+static uint64_t cache_key(const entries *l, const lam_image_opts *o) {
+  uint64_t h = fnv(1469598103934665603ULL, FOLDER_CACHE_VERSION, sizeof FOLDER_CACHE_VERSION);
+  const int opt[3] = {o->h, o->w, o->skip_bad != 0};
+  h = fnv(h, opt, sizeof opt);
+  for (size_t i = 0; i < l->n; i++) {
+    const entry *e = &l->e[i];
+    h = fnv(h, e->path, strlen(e->path) + 1);
+    h = fnv(h, &e->cls, sizeof e->cls);
+    h = fnv(h, &e->size, sizeof e->size);
+    h = fnv(h, &e->mtime_ns, sizeof e->mtime_ns);
+  }
+  return h;
+}
+
+/* Decodes every file into one (n, H, W, c) array; a file that cannot be decoded is an error naming it, or
+ * with skip_bad left out (*kept the images kept, in order). Channels come from the first image, the size
+ * from opts or the first image; an image of other channels, or another size without opts' size, is an
+ * error naming it and saying what to do. */
+static lam_status decode_all(const char *dir, const entries *l, const lam_image_opts *o, uint8_t **px, int *H, int *W,
+                             int *C, uint8_t **keep, size_t *kept) {
+  data_image first;
+  size_t f0 = 0;
+  lam_status s = LAM_ERR_IO;
+  for (; f0 < l->n; f0++) { /* the first image that decodes sets the geometry */
+    s = image_read(l->e[f0].path, &first);
+    if (s == LAM_OK || !o->skip_bad || s != LAM_ERR_IO) break;
+  }
+  if (s != LAM_OK) return f0 == l->n ? LAM_FAIL(LAM_ERR_IO, "image folder '%s': no file could be decoded", dir) : s;
+  *C = first.c, *H = o->h ? o->h : first.h, *W = o->w ? o->w : first.w;
+  free(first.px);
+  const size_t img = (size_t)*H * *W * *C;
+  *px = malloc(l->n * img);
+  *keep = calloc(l->n, 1);
+  if (!*px || !*keep) {
+    free(*px), free(*keep);
+    *px = *keep = NULL;
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory for %zu images of %dx%dx%d", dir, l->n,
+                    *C, *H, *W);
+  }
+  size_t bad_at = (size_t)-1; /* the first file (in order) that failed, for its message */
+  lam_status bad_status = LAM_OK;
+  char bad_msg[1024] = "";
+#pragma omp parallel for schedule(dynamic, 16)
+  for (size_t i = 0; i < l->n; i++) {
+    if (i < f0) continue; /* skipped above (skip_bad) */
+    data_image im;
+    lam_status st = image_read(l->e[i].path, &im);
+    if (st == LAM_ERR_IO && o->skip_bad) continue; /* a damaged or unreadable file: left out, counted */
+    if (st == LAM_OK && im.c != *C)
+      st = LAM_FAIL(LAM_ERR_IO, "image file '%s' has %d channel%s, but the set's first image ('%s') has %d: a set is "
+                    "all grey or all colour (convert the odd ones)", l->e[i].path, im.c, im.c == 1 ? "" : "s",
+                    l->e[f0].path, *C);
+    if (st == LAM_OK && !o->h && (im.h != *H || im.w != *W))
+      st = LAM_FAIL(LAM_ERR_IO, "image file '%s' is %dx%d, but the set's first image ('%s') is %dx%d: give --size HxW "
+                    "(size in the API) to fit every image to one size", l->e[i].path, im.w, im.h, l->e[f0].path, *W,
+                    *H);
+    if (st == LAM_OK) {
+      image_fit(&im, *H, *W, *px + i * img);
+      (*keep)[i] = 1;
+    } else {
+#pragma omp critical(folder_bad)
+      if (i < bad_at) { /* lam_last_error is this thread's: its message is this file's */
+        bad_at = i, bad_status = st;
+        snprintf(bad_msg, sizeof bad_msg, "%s", lam_last_error());
+      }
+    }
+    free(im.px);
+  }
+  if (bad_at != (size_t)-1) {
+    free(*px), free(*keep);
+    *px = *keep = NULL;
+    return LAM_FAIL(bad_status, "%s", bad_msg);
+  }
+  size_t k = 0; /* the kept images moved together, in order */
+  for (size_t i = 0; i < l->n; i++)
+    if ((*keep)[i]) {
+      if (k != i) memmove(*px + k * img, *px + i * img, img);
+      k++;
+    }
+  *kept = k;
+  return LAM_OK;
+}
+
+/* The cache's two files for this part and key. */
+static void cache_paths(const char *cache, int train, uint64_t key, int C, char *img, char *lab, size_t cap) {
+  const char *part = train ? "train" : "t10k";
+  snprintf(img, cap, "%s/%s-%016llx-images-idx%d-ubyte", cache, part, (unsigned long long)key, C > 1 ? 4 : 3);
+  snprintf(lab, cap, "%s/%s-%016llx-labels-idx1-ubyte", cache, part, (unsigned long long)key);
+}
+
+/* Removes this part's cache files of other keys from the cache folder (each run with changed files would
+ * otherwise leave its set behind). */
+static void cache_prune(const char *cache, int train, uint64_t key) {
+  const char *part = train ? "train-" : "t10k-";
+  char keep[40];
+  snprintf(keep, sizeof keep, "%s%016llx-", part, (unsigned long long)key);
+  DIR *d = opendir(cache);
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    const char *name = e->d_name;
+    if (strncmp(name, part, strlen(part)) || !strncmp(name, keep, strlen(keep))) continue;
+    if (!strstr(name, "-images-idx") && !strstr(name, "-labels-idx1")) continue;
+    char full[PATH_MAX];
+    if ((size_t)snprintf(full, sizeof full, "%s/%s", cache, name) < sizeof full) unlink(full);
+  }
+  closedir(d);
+}
+
+/* Writes the part (px still (n, h, w[, c])) as the cache's IDX pair. The default cache beside the data is
+ * left out where that folder cannot be made (a read-only set): one asked for must work. */
+static lam_status cache_write(const char *dir, const char *cache, int by_default, int train, uint64_t key,
+                              const uint8_t *px, const lam_dataset *d, int *written) {
+  struct stat st;
+  *written = 0;
+  if (stat(cache, &st) != 0 && mkdir(cache, 0777) != 0 && errno != EEXIST) {
+    if (by_default) return LAM_OK;
+    return LAM_FAIL(LAM_ERR_IO, "image folder '%s': cannot make the cache folder '%s': %s (give another, or '' for "
+                    "none)", dir, cache, strerror(errno));
+  }
+  if (by_default && access(cache, W_OK) != 0) return LAM_OK;
+  char img[PATH_MAX + 64], lab[PATH_MAX + 64];
+  cache_paths(cache, train, key, d->c, img, lab, sizeof img);
+  const uint64_t dims[4] = {d->n, (uint64_t)d->h, (uint64_t)d->w, (uint64_t)d->c};
+  LAM_TRY(lam_idx_write(img, d->c > 1 ? 4 : 3, dims, px));
+  LAM_TRY(lam_idx_write(lab, 1, dims, d->labels));
+  cache_prune(cache, train, key);
+  *written = 1;
+  return LAM_OK;
+}
+
+static int exists(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *opts, lam_dataset **out) {
+  LAM_CHECK_ARG(out, "lam_dataset_load_images: out is NULL");
+  *out = NULL;
+  LAM_CHECK_ARG(dir && *dir, "lam_dataset_load_images: dir is %s", dir ? "empty" : "NULL");
+  lam_image_opts def = {0};
+  lam_image_opts *o = opts ? opts : &def;
+  LAM_CHECK_ARG((o->h == 0) == (o->w == 0) && o->h >= 0 && o->w >= 0 && o->h <= (int)DATA_MAX_SIDE &&
+                    o->w <= (int)DATA_MAX_SIDE,
+                "lam_image_opts: size %dx%d (both 0, or 1 to %u)", o->w, o->h, DATA_MAX_SIDE);
+  o->skipped = 0, o->cache_hit = o->cache_written = 0;
+  entries l;
+  char **classes;
+  size_t nclasses;
+  LAM_TRY(scan(dir, train, &l, &classes, &nclasses));
+  names_free(classes, nclasses);
+  char cache[PATH_MAX] = "";
+  if (!o->cache) snprintf(cache, sizeof cache, "%s/.lamina-cache", dir);
+  else snprintf(cache, sizeof cache, "%s", o->cache);
+  const uint64_t key = cache_key(&l, o);
+  char img[PATH_MAX + 64], lab[PATH_MAX + 64];
+  lam_status s = LAM_OK;
+  for (int C = 1; C <= 3 && cache[0]; C += 2) { /* a cached part of either channel count */
+    cache_paths(cache, train, key, C, img, lab, sizeof img);
+    if (!exists(img) || !exists(lab)) continue;
+    s = lam_dataset_load_idx(img, lab, (int)nclasses, out);
+    if (s == LAM_OK) {
+      o->cache_hit = 1;
+      entries_free(&l);
+      return LAM_OK;
+    }
+  }
+  uint8_t *px = NULL, *keep = NULL;
+  int H = 0, W = 0, C = 0;
+  size_t n = 0;
+  s = decode_all(dir, &l, o, &px, &H, &W, &C, &keep, &n);
+  lam_dataset *d = NULL;
+  if (s == LAM_OK) {
+    o->skipped = l.n - n;
+    d = calloc(1, sizeof *d);
+    uint8_t *labels = malloc(n ? n : 1);
+    if (!d || !labels) {
+      free(d), free(labels);
+      d = NULL;
+      s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory for the set", dir);
+    } else {
+      for (size_t i = 0, k = 0; i < l.n; i++)
+        if (keep[i]) labels[k++] = (uint8_t)l.e[i].cls;
+      *d = (lam_dataset){.n = n, .h = H, .w = W, .classes = (int)nclasses, .images = NULL, .labels = labels, .c = C,
+                         .label_h = 1, .label_w = 1};
+    }
+  }
+  if (s == LAM_OK && cache[0] && n) s = cache_write(dir, cache, !o->cache, train, key, px, d, &o->cache_written);
+  if (s == LAM_OK && C > 1) { /* (n, h, w, c) to the set's (n, c, h, w), one image at a time */
+    const size_t P = (size_t)H * W;
+    uint8_t *t = malloc(P * C);
+    if (!t) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory", dir);
+    for (size_t i = 0; i < n && s == LAM_OK; i++) {
+      uint8_t *im = px + i * P * C;
+      for (size_t p = 0; p < P; p++)
+        for (int c = 0; c < C; c++) t[(size_t)c * P + p] = im[p * C + c];
+      memcpy(im, t, P * C);
+    }
+    free(t);
+  }
+  free(keep);
+  entries_free(&l);
+  if (s != LAM_OK) {
+    free(px);
+    lam_dataset_free(d);
+    return s;
+  }
+  d->images = px;
+  *out = d;
+  return LAM_OK;
+}
+
+int lam_dataset_is_image_folder(const char *dir) {
+  char t[PATH_MAX];
+  struct stat st;
+  if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t) return 0;
+  return stat(t, &st) == 0 && S_ISDIR(st.st_mode);
+}
