@@ -329,6 +329,13 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
 int lam_dataset_is_image_folder(const char *dir);
 /* The image file formats this build reads: 1 PNG, 2 JPEG (bits). */
 int lam_image_formats(void);
+/* Reads a PNG or JPEG file as out (c, h, w) uint8 — NCHW, c 1 or 3 — fitted to h x w as image folders fit
+ * (lam_image_opts) and converted to c channels (colour to grey: BT.601 luma; grey to colour: the value in
+ * each). Errors name the file. */
+lam_status lam_image_load(const char *path, int c, int h, int w, uint8_t *out);
+/* Writes px (h, w, c) — interleaved, c 1 or 3 — as a PNG file, atomically, where lam_output_path_check
+ * allows. */
+lam_status lam_image_save_png(const char *path, const uint8_t *px, int h, int w, int c);
 
 /* ---- data sets anyone can rebuild (src/data/make.c; `lamina data`) ---- */
 /* Segmentation scenes, M2NIST-style, from src (one channel, square items, a class per image): n scenes of
@@ -374,6 +381,8 @@ int lam_model_outputs(const lam_model *m); /* features of the last layer (the cl
 lam_status lam_model_describe(const lam_model *m, char *buf, size_t size);
 /* The output per sample: classes c and, for a model that labels every pixel, h × w (else 1 × 1). */
 lam_status lam_model_output_shape(const lam_model *m, int *c, int *h, int *w);
+/* The input per sample: channels, height, width (as created). */
+lam_status lam_model_input_shape(const lam_model *m, int *c, int *h, int *w);
 /* One node of the graph, for `lamina model`: its label (or ""), op, the label it reads besides the
  * tensor before it (add, concat), output shape, parameters and forward FLOPs per sample; fused: 1 when
  * the node runs inside another's fused kernel, 2 when it runs the fused block. */
@@ -423,6 +432,9 @@ lam_status lam_model_grads_get(lam_model *m, float *host, size_t count);
  * (batch × out_h × out_w of them; for per-pixel models 255 is ignored) into *loss, and backward
  * (gradients of the mean loss). */
 lam_status lam_model_forward(lam_model *m, int batch, const float *x, float *logits);
+/* The same from uint8 images (batch, in_c, in_h, in_w), normalized as training and lam_evaluate normalize
+ * them (the model's normalization, by the backend's own gather): what `lamina predict` runs. */
+lam_status lam_model_forward_u8(lam_model *m, int batch, const uint8_t *images, float *logits);
 lam_status lam_model_loss_backward(lam_model *m, int batch, const float *x, const uint8_t *labels, float *loss);
 /* Frees the model's batch buffers (activations and their gradients, the input batch, scratch: the
  * memory figures' "activations"), which forward, lam_evaluate and training plan for their batch and

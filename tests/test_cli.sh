@@ -751,6 +751,39 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
     run data images --out "$TMP/img-png" --format png --n 5 --test 5
     if [ "$rc" -eq 1 ] && has "$TMP/err" "not empty"; then ok "data images into a folder that holds files: exit 1"
     else not_ok "data images --out an existing set" "want exit 1 and 'not empty'"; fi
+    # ---- predict: a class per image from image files, masks and a grid for a class per pixel ----
+    expect_ok "train a classifier for predict" train --data "$TMP/img-png" --model "conv 8 3, relu, gap, dense 10" \
+      --epochs 1 --batch 32 --device cpu --no-progress --save "$TMP/cls.lamina"
+    run predict --load "$TMP/cls.lamina" --input "$TMP/img-png/test" --device cpu
+    files=$(find "$TMP/img-png/test" -name "*.png" | wc -l)
+    rows=$(tail -n +2 "$TMP/out" | wc -l)
+    if [ "$rc" -eq 0 ] && head -n 1 "$TMP/out" | grep -q "^name,class,p0,p1,p2,p3,p4,p5,p6,p7,p8,p9$" && [ "$rows" -eq "$files" ] &&
+      tail -n +2 "$TMP/out" | awk -F, '{s = 0; for (i = 3; i <= NF; i++) s += $i; if (s < 0.999 || s > 1.001 || $2 < 0 || $2 > 9) exit 1}'; then
+      ok "predict --input DIR: a CSV row per file ($rows), probabilities summing to 1"
+    else not_ok "predict --input DIR" "want a header and $files rows of name,class,p0..p9 summing to 1"; fi
+    one=$(find "$TMP/img-png/test/3" -name "*.png" | sort | head -n 1)
+    run predict --load "$TMP/cls.lamina" --input "$one" --device cpu --json
+    json_check "predict --json: an object per file, its class and 10 probabilities summing to 1" \
+      "len(d) == 1 and d[0]['class'] in range(10) and len(d[0]['probabilities']) == 10 and abs(sum(d[0]['probabilities']) - 1) < 1e-3"
+    cp "$TMP/cut.jpg" "$TMP/cut-input.jpg"
+    run predict --load "$TMP/cls.lamina" --input "$TMP/cut-input.jpg" --device cpu
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "cut-input.jpg"; then ok "predict on a damaged image: exit 1 naming it"
+    else not_ok "predict on a damaged image" "want exit 1 naming the file"; fi
+    usage_error "predict --grid on a classifier" "--grid" -- predict --load "$TMP/cls.lamina" --data "$TMP/img-png" --grid "$TMP/g.png"
+    usage_error "predict with --input and --data" "--input" "--data" -- predict --load "$TMP/cls.lamina" --input "$one" --data "$TMP/img-png"
+    usage_error "predict without --load" "--load" -- predict --input "$one"
+    if [ -d "$TMP/seg" ]; then
+      expect_ok "train a per-pixel model for predict" train --data "$TMP/seg" --model "conv 8 3 pad 1, relu, conv 11 1" \
+        --epochs 1 --batch 16 --device cpu --no-progress --save "$TMP/seg.lamina"
+      run predict --load "$TMP/seg.lamina" --data "$TMP/seg" --out "$TMP/masks" --grid "$TMP/grid.png" --count 3 --device cpu
+      # a PNG's width and height: bytes 16..23, big-endian
+      wh=$(od -An -tu1 -j16 -N8 "$TMP/masks/000000.png" 2>/dev/null | awk '{print $3 * 256 + $4 "x" $7 * 256 + $8}')
+      gw=$(od -An -tu1 -j16 -N8 "$TMP/grid.png" 2>/dev/null | awk '{print $3 * 256 + $4 "x" $7 * 256 + $8}')
+      if [ "$rc" -eq 0 ] && [ "$(ls "$TMP/masks" | wc -l)" -eq 16 ] && [ "$wh" = "84x64" ] && [ "$gw" = "260x200" ]; then
+        ok "predict a class per pixel: 16 masks of 84x64, a grid of 3 rows"
+      else not_ok "predict --out --grid" "want 16 masks of 84x64 (got $wh) and a 260x200 grid (got $gw)"; fi
+      usage_error "predict a class per pixel without --out" "--out" -- predict --load "$TMP/seg.lamina" --data "$TMP/seg"
+    fi
     usage_error "data images without --format" "--format" -- data images --out "$TMP/x"
     usage_error "train --size 32" "--size" "HxW" -- train --data "$TMP/img-png" --size 32
     usage_error "train --size on an IDX folder" "--size" "image folders" -- train --data "$TMP/seg" --size 32x32

@@ -60,6 +60,9 @@ COVERED_ELSEWHERE = [
     (r"^cc app\.c -o app \$\(pkg-config --cflags --libs lamina(-static)?\)$", "test_install (tests/test_install.sh)"),
     (r"^build/lamina train --data my-photos --size 32x32 ", "test_cli (train on an image folder with --size: the small "
                                                            "data set this suite substitutes is no image folder)"),
+    (r"^build/lamina predict --load cnn\.lamina --input my-photos/test$", "test_cli (predict --input DIR: a CSV row per "
+                                                                         "file)"),
+    (r"^build/lamina predict --load unet\.lamina --data scenes ", "test_cli (predict a class per pixel: masks and a grid)"),
 ]
 
 passed = failed = skipped = 0

@@ -1,6 +1,6 @@
 /* test_normalize.c — lam_normalize_images: uint8 images and video clips, NCHW or NHWC, to float32 NCHW
  * with per-channel mean and std, every element against a float64 reference; and its bad inputs.
- * Run with the argument "cuda" it checks the CUDA backend instead (CTest label gpu; exit 77, skipped,
+ * Also lam_model_forward_u8 against lam_model_forward. Run with the argument "cuda" it checks the CUDA backend instead (CTest label gpu; exit 77, skipped,
  * without a device). */
 #include <math.h>
 #include <stdarg.h>
@@ -148,6 +148,51 @@ static void test_bench_transfer(void **state) {
   assert_int_equal(lam_bench_transfer(g_ctx, NULL, &r), LAM_ERR_INVALID_ARG);
 }
 
+/* lam_model_forward_u8 gives the logits of lam_model_forward on the images normalized as the trainer's
+ * gather normalizes them ((float)u * (1 / (255 std)) + (-mean / std), in float), for a model of 3 channels
+ * with its own normalization and one with a class per pixel; in NHWC too (LAMINA_LAYOUT). Within 1e-5 of
+ * the logits' scale: the gather may fuse its multiply-add (an fma, one rounding) where this test rounds
+ * twice, an ulp of the input; a wrong normalization or layout is off by far more. */
+static void test_forward_u8(void **state) {
+  (void)state;
+  static const char *const specs[2] = {"conv 6 3 pad 1, bn, relu, maxpool 2, flatten, dense 4",
+                                       "conv 5 3 pad 1, relu, conv 3 1"};
+  for (int layout = 0; layout < 2; layout++)
+    for (int k = 0; k < 2; k++) {
+      setenv("LAMINA_LAYOUT", layout ? "nhwc" : "nchw", 1);
+      lam_model *m;
+      TU_OK(lam_model_create(g_ctx, specs[k], 3, 6, 8, 5, &m));
+      unsetenv("LAMINA_LAYOUT");
+      const float mean[3] = {0.2f, 0.5f, 0.7f}, sd[3] = {0.3f, 0.25f, 0.4f};
+      TU_OK(lam_model_set_normalization(m, 3, mean, sd));
+      enum { B = 5, P = 6 * 8, S = 3 * P };
+      uint8_t u[B * S];
+      float x[B * S];
+      tu_rng r;
+      tu_rng_seed(&r, tu_case_seed(40 + (uint64_t)k + 2 * (uint64_t)layout));
+      for (int i = 0; i < B * S; i++) {
+        u[i] = (uint8_t)(tu_next(&r) >> 56);
+        const int c = i / P % 3;
+        const float a = 1.0f / (255.0f * sd[c]), kk = -mean[c] / sd[c];
+        x[i] = (float)u[i] * a + kk;
+      }
+      int K, OH, OW;
+      TU_OK(lam_model_output_shape(m, &K, &OH, &OW));
+      const size_t n = (size_t)B * K * OH * OW;
+      float *l1 = malloc(n * sizeof *l1), *l2 = malloc(n * sizeof *l2);
+      assert_true(l1 && l2);
+      TU_OK(lam_model_forward(m, B, x, l1));
+      TU_OK(lam_model_forward_u8(m, B, u, l2));
+      double big = 0, worst = 0;
+      for (size_t i = 0; i < n; i++) big = fmax(big, fabs(l1[i])), worst = fmax(worst, fabs((double)l1[i] - l2[i]));
+      if (!(worst <= 1e-5 * big)) fail_msg("'%s': forward_u8 is %.3g from forward (scale %.3g)", specs[k], worst, big);
+      assert_true(worst > 0 || big > 0); /* not all zero */
+      free(l1), free(l2);
+      lam_model_free(m);
+    }
+  TU_EXPECT_STATUS(lam_model_forward_u8(NULL, 1, (const uint8_t *)"", NULL), LAM_ERR_INVALID_ARG);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "cuda")) {
     const char *why = NULL;
@@ -162,7 +207,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_shapes), cmocka_unit_test(test_bad_inputs),
-                                     cmocka_unit_test(test_bench_transfer)};
+                                     cmocka_unit_test(test_bench_transfer), cmocka_unit_test(test_forward_u8)};
   tu_apply_filter();
   int failed = cmocka_run_group_tests_name(g_dev == LAM_DEVICE_CUDA ? "normalize_cuda" : "normalize", tests, NULL, NULL);
   lam_ctx_free(g_ctx);

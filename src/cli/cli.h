@@ -49,6 +49,7 @@ int cmd_model(int argc, char **argv);
 int cmd_export(int argc, char **argv); /* cmd_export.c: weights out as safetensors */
 int cmd_import(int argc, char **argv); /* and in */
 int cmd_data(int argc, char **argv);   /* cmd_data.c: data sets anyone can rebuild */
+int cmd_predict(int argc, char **argv); /* cmd_predict.c: a saved model on images */
 
 /* Model specs (cmd_model.c): the grammar's text; --model's value as a spec, read from the file of that name
  * where one exists (*spec malloc'ed; returns 0, or an exit status after printing why). */

@@ -13,6 +13,7 @@ static void usage(FILE *f) {
           "  hidden   the hidden layer out = tanh(grey / 255 * w): run, check, time\n"
           "  train    train a model (e.g. the reference CNN on Fashion-MNIST)\n"
           "  eval     evaluate a saved model: accuracy and confusion matrix\n"
+          "  predict  a saved model on image files: classes and probabilities, or masks and a picture\n"
           "  model    a model spec's graph: shapes, parameters, FLOPs and planned memory\n"
           "  export   a saved model's weights to a safetensors file, in PyTorch's names and layouts\n"
           "  import   a safetensors file of weights (e.g. from PyTorch) to a saved model\n"
@@ -48,6 +49,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "export")) return cmd_export(argc - 1, argv + 1);
   if (!strcmp(cmd, "import")) return cmd_import(argc - 1, argv + 1);
   if (!strcmp(cmd, "data")) return cmd_data(argc - 1, argv + 1);
-  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, train, eval, model, export, import, data, bench, info)",
+  if (!strcmp(cmd, "predict")) return cmd_predict(argc - 1, argv + 1);
+  return cli_usage_error(NULL, "unknown command '%s' (commands: hidden, train, eval, predict, model, export, import, data, bench, "
+                         "info)",
                          cmd);
 }

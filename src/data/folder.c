@@ -78,7 +78,7 @@ static lam_status list(const char *dir, int folders, char ***names, size_t *coun
     free(v);
     return s;
   }
-  qsort(v, n, sizeof *v, cmp_str);
+  if (n) qsort(v, n, sizeof *v, cmp_str); /* v is NULL when nothing was listed */
   *names = v, *count = n;
   return LAM_OK;
 }

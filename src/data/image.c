@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "data.h"
+#include "../internal.h"
 #include "../status.h"
 
 #ifdef LAMINA_WITH_PNG
@@ -314,4 +315,44 @@ lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_
   (void)px, (void)h, (void)w, (void)c;
   return LAM_FAIL(LAM_ERR_UNSUPPORTED, "JPEG files: this lamina was built without libjpeg (install libjpeg62-turbo-dev)");
 #endif
+}
+
+/* ---- the public forms: for `lamina predict` and other callers ---- */
+
+lam_status lam_image_load(const char *path, int c, int h, int w, uint8_t *out) {
+  LAM_CHECK_ARG(path && out, "lam_image_load: %s is NULL", path ? "out" : "path");
+  LAM_CHECK_ARG((c == 1 || c == 3) && h >= 1 && w >= 1 && h <= (int)DATA_MAX_SIDE && w <= (int)DATA_MAX_SIDE,
+                "lam_image_load: %d channels of %dx%d (1 or 3 channels, 1 to %u a side)", c, h, w, DATA_MAX_SIDE);
+  data_image im;
+  LAM_TRY(image_read(path, &im));
+  uint8_t *fit = malloc((size_t)h * w * im.c);
+  if (!fit) {
+    free(im.px);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_image_load: no host memory");
+  }
+  image_fit(&im, h, w, fit);
+  const size_t P = (size_t)h * w;
+  for (size_t p = 0; p < P; p++) {
+    const uint8_t *v = fit + p * im.c;
+    if (c == im.c)
+      for (int q = 0; q < c; q++) out[(size_t)q * P + p] = v[q];
+    else if (c == 1) /* colour to grey: ITU-R BT.601 luma */
+      out[p] = (uint8_t)((299u * v[0] + 587u * v[1] + 114u * v[2] + 500u) / 1000u);
+    else
+      for (int q = 0; q < 3; q++) out[(size_t)q * P + p] = v[0]; /* grey to colour: the same value in each */
+  }
+  free(fit);
+  free(im.px);
+  return LAM_OK;
+}
+
+lam_status lam_image_save_png(const char *path, const uint8_t *px, int h, int w, int c) {
+  LAM_CHECK_ARG(path && px, "lam_image_save_png: %s is NULL", path ? "px" : "path");
+  LAM_CHECK_ARG((c == 1 || c == 3) && h >= 1 && w >= 1, "lam_image_save_png: %d channels of %dx%d", c, h, w);
+  uint8_t *buf;
+  size_t len;
+  LAM_TRY(image_encode(IMAGE_PNG, px, h, w, c, &buf, &len));
+  lam_status s = lam_output_write_atomic(path, "PNG file", buf, len);
+  free(buf);
+  return s;
 }

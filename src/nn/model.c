@@ -183,6 +183,12 @@ const char *lam_model_spec(const lam_model *m) { return m ? m->spec : ""; }
 size_t lam_model_param_count(const lam_model *m) { return m ? m->nparams : 0; }
 int lam_model_outputs(const lam_model *m) { return m ? m->tensor[m->output].c : 0; }
 
+lam_status lam_model_input_shape(const lam_model *m, int *c, int *h, int *w) {
+  LAM_CHECK_ARG(m && c && h && w, "lam_model_input_shape: NULL argument");
+  *c = m->in_c, *h = m->in_h, *w = m->in_w;
+  return LAM_OK;
+}
+
 lam_status lam_model_output_shape(const lam_model *m, int *c, int *h, int *w) {
   LAM_CHECK_ARG(m && c && h && w, "lam_model_output_shape: NULL argument");
   *c = m->tensor[m->output].c, *h = m->tensor[m->output].h, *w = m->tensor[m->output].w;
@@ -304,15 +310,46 @@ static lam_status upload_batch(lam_model *m, const char *fn, int B, const float 
   return m->ctx->be->convert(m->ctx, B, m->in_c, m->in_h * m->in_w, LAM_FMT_NCHW, m->x32, m->fmt, m->x);
 }
 
-lam_status lam_model_forward(lam_model *m, int B, const float *x, float *logits) {
-  LAM_TRY(upload_batch(m, "lam_model_forward", B, x));
-  LAM_CHECK_ARG(logits, "lam_model_forward: logits is NULL");
+/* Forward of the batch in m->x, and its logits to the host as NCHW float32. */
+static lam_status forward_out(lam_model *m, int B, float *logits) {
   LAM_TRY(nn_forward(m, B, m->training));
   const nn_tensor *out = &m->tensor[m->output];
   const size_t bytes = (size_t)B * nn_size(out) * sizeof(float);
   if (lam_fmt_plain(m->fmt)) return lam_mem_download(m->ctx, logits, out->data, bytes);
   LAM_TRY(m->ctx->be->convert(m->ctx, B, out->c, out->h * out->w, m->fmt, out->data, LAM_FMT_NCHW, m->logits32));
   return lam_mem_download(m->ctx, logits, m->logits32, bytes);
+}
+
+lam_status lam_model_forward(lam_model *m, int B, const float *x, float *logits) {
+  LAM_TRY(upload_batch(m, "lam_model_forward", B, x));
+  LAM_CHECK_ARG(logits, "lam_model_forward: logits is NULL");
+  return forward_out(m, B, logits);
+}
+
+lam_status lam_model_forward_u8(lam_model *m, int B, const uint8_t *images, float *logits) {
+  LAM_CHECK_ARG(m && images && logits, "lam_model_forward_u8: %s is NULL", !m ? "model" : !images ? "images" : "logits");
+  LAM_CHECK_ARG(B >= 1, "lam_model_forward_u8: batch %d must be at least 1", B);
+  LAM_TRY(nn_model_reserve(m, B));
+  lam_ctx *ctx = m->ctx;
+  const size_t sample = (size_t)m->in_c * m->in_h * m->in_w;
+  uint8_t *d_img = NULL;
+  int32_t *d_idx = NULL, *idx = malloc((size_t)B * sizeof *idx);
+  lam_status s = idx ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_forward_u8: no host memory");
+  for (int i = 0; s == LAM_OK && i < B; i++) idx[i] = i;
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&d_img, (size_t)B * sample);
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&d_idx, (size_t)B * sizeof *d_idx);
+  if (s == LAM_OK) s = lam_mem_upload(ctx, d_img, images, (size_t)B * sample);
+  if (s == LAM_OK) s = lam_mem_upload(ctx, d_idx, idx, (size_t)B * sizeof *idx);
+  /* no labels: none are gathered (label_size 0), the images stand in for the pointer */
+  if (s == LAM_OK)
+    s = ctx->be->gather(ctx, B, m->in_c, (size_t)m->in_h * m->in_w, d_img, 0, d_img, d_idx, NULL, &m->norm, m->fmt, m->x,
+                        m->y);
+  if (s == LAM_OK) s = forward_out(m, B, logits);
+  if (d_img || d_idx) ctx->be->sync(ctx); /* the gather has read them before they go back to the cache */
+  lam_mem_free(ctx, d_img);
+  lam_mem_free(ctx, d_idx);
+  free(idx);
+  return s;
 }
 
 lam_status lam_model_loss_backward(lam_model *m, int B, const float *x, const uint8_t *labels, float *loss) {

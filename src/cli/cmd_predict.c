@@ -1,0 +1,350 @@
+/* cmd_predict.c — `lamina predict`: a saved model on images. Image files (or a data set's test part) are
+ * fitted to the model's input and normalized as training normalizes them (lam_model_forward_u8); a model
+ * with a class per image prints each image's class and probabilities (CSV, or JSON), one with a class per
+ * pixel writes a mask per image (PNG, the class as the grey value) and, with --grid, a picture of a few
+ * test images: input | truth | prediction, each class its colour. */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: lamina predict --load MODEL --input FILE|DIR [--out DIR] [--batch B] [--device D] [--json]\n"
+          "       lamina predict --load MODEL --data DATA [--out DIR] [--grid FILE.png] [--count N] ...\n"
+          "Runs a saved model (lamina train --save) in evaluation mode on images.\n"
+          "  --load MODEL     the checkpoint (required)\n"
+          "  --input FILE|DIR a PNG or JPEG file, or a folder of them (and its subfolders' files, one level\n"
+          "                   down: an image folder's part); each fitted to the model's input as image folders\n"
+          "                   are (scaled to cover it, the middle kept) and made grey or colour as it takes\n"
+          "  --data DATA      instead: the test part of a data set, as 'lamina train --data' reads it\n"
+          "  --out DIR        where a model with a class per pixel writes its masks, DIR/NAME.png, each pixel's\n"
+          "                   class as its grey value (required for such a model; made if missing)\n"
+          "  --grid FILE.png  with --data and a class per pixel: a picture of the first --count test images,\n"
+          "                   each a row of input | truth | prediction, each class its colour (0 black, 255 grey)\n"
+          "  --count N        images in the grid (default 8)\n"
+          "  --batch B        images per forward (default 256)\n"
+          "  --device D       auto (default), cpu or cuda\n"
+          "  --threads N      OpenMP threads of the CPU work\n"
+          "  --json           one JSON array instead of CSV\n"
+          "Output for a class per image: CSV on stdout, a header then one row an image: name,class,p0,p1,...\n"
+          "(name: the file, or the image's index in --data's test part; p: the softmax probabilities).\n"
+          "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
+}
+
+typedef struct predict_opts {
+  const char *load, *input, *data, *out, *grid;
+  int count, batch, json, threads;
+  lam_device device;
+} predict_opts;
+
+static int parse(int argc, char **argv, predict_opts *o) {
+  static const struct option longopts[] = {
+      {"load", required_argument, 0, 'l'},  {"input", required_argument, 0, 'i'}, {"data", required_argument, 0, 'd'},
+      {"out", required_argument, 0, 'o'},   {"grid", required_argument, 0, 'g'},  {"count", required_argument, 0, 'n'},
+      {"batch", required_argument, 0, 'b'}, {"device", required_argument, 0, 'D'}, {"threads", required_argument, 0, 't'},
+      {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+  *o = (predict_opts){.count = 8, .batch = 256, .device = LAM_DEVICE_AUTO};
+  int c, li = 0;
+  long v;
+  opterr = 0;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
+    const char *opt = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+    switch (c) {
+      case 'l': o->load = optarg; break;
+      case 'i': o->input = optarg; break;
+      case 'd': o->data = optarg; break;
+      case 'o': o->out = optarg; break;
+      case 'g': o->grid = optarg; break;
+      case 'n':
+        if (cli_parse_int("predict", "--count", optarg, 1, 1000, &v)) return EXIT_USAGE;
+        o->count = (int)v;
+        break;
+      case 'b':
+        if (cli_parse_int("predict", "--batch", optarg, 1, 65536, &v)) return EXIT_USAGE;
+        o->batch = (int)v;
+        break;
+      case 't':
+        if (cli_parse_int("predict", "--threads", optarg, 1, 4096, &v)) return EXIT_USAGE;
+        o->threads = (int)v;
+        break;
+      case 'D':
+        if (lam_device_parse(optarg, &o->device) != LAM_OK)
+          return cli_usage_error("predict", "--device: '%s' is not a device (use auto, cpu or cuda)", optarg);
+        break;
+      case 'j': o->json = 1; break;
+      case 'h': usage(stdout); return -1;
+      case ':': return cli_usage_error("predict", "option '%s' needs a value", opt);
+      default: return cli_usage_error("predict", "unknown option '%s'", opt);
+    }
+  }
+  if (optind < argc) return cli_usage_error("predict", "unexpected argument '%s'", argv[optind]);
+  if (!o->load) return cli_usage_error("predict", "--load MODEL is required (a checkpoint from lamina train --save)");
+  if (!o->input == !o->data) return cli_usage_error("predict", "give one of --input FILE|DIR and --data DATA");
+  if (o->grid && !o->data) return cli_usage_error("predict", "--grid needs --data (the test images' true classes)");
+  return 0;
+}
+
+static int fail(const char *what) {
+  fprintf(stderr, "lamina predict: %s%s%s\n", what ? what : "", what ? ": " : "", lam_last_error());
+  return 1;
+}
+
+static int is_image_name(const char *name) {
+  const char *dot = strrchr(name, '.');
+  return dot && (!strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg"));
+}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The image files of --input: the file, or the folder's image files and its subfolders', sorted by path. */
+typedef struct files {
+  char **v;
+  size_t n, cap;
+} files;
+static int files_add(files *f, const char *path) {
+  if (f->n == f->cap) {
+    size_t cap = f->cap ? 2 * f->cap : 256;
+    char **t = realloc(f->v, cap * sizeof *t);
+    if (!t) return -1;
+    f->v = t, f->cap = cap;
+  }
+  return (f->v[f->n] = strdup(path)) ? (int)(f->n++, 0) : -1;
+}
+static int scan(const char *dir, int depth, files *f) {
+  DIR *d = opendir(dir);
+  if (!d) {
+    fprintf(stderr, "lamina predict: --input: cannot list '%s': %s\n", dir, strerror(errno));
+    return 1;
+  }
+  int rc = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL && !rc;) {
+    if (e->d_name[0] == '.') continue;
+    char p[4096];
+    struct stat st;
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p || stat(p, &st) != 0) continue;
+    if (S_ISDIR(st.st_mode) && depth == 0) rc = scan(p, 1, f);
+    else if (S_ISREG(st.st_mode) && is_image_name(e->d_name) && files_add(f, p)) rc = 1;
+  }
+  closedir(d);
+  return rc;
+}
+
+/* Each class its colour: 0 (the background of a segmentation) black, 255 (ignored) grey, the others a
+ * fixed palette of well-separated hues. */
+static void class_colour(int k, uint8_t rgb[3]) {
+  static const uint8_t pal[12][3] = {{230, 25, 75},  {60, 180, 75},  {255, 225, 25}, {0, 130, 200},
+                                     {245, 130, 48}, {145, 30, 180}, {70, 240, 240}, {240, 50, 230},
+                                     {210, 245, 60}, {250, 190, 212}, {0, 128, 128}, {170, 110, 40}};
+  if (k == 0) rgb[0] = rgb[1] = rgb[2] = 0;
+  else if (k == 255) rgb[0] = rgb[1] = rgb[2] = 128;
+  else memcpy(rgb, pal[(k - 1) % 12], 3);
+}
+
+/* The grid: a row per image of three h x w cells (input, truth, prediction) with 2-pixel white gaps. */
+static int write_grid(const char *path, int rows, int c, int h, int w, const uint8_t *images, const uint8_t *truth,
+                      const uint8_t *pred) {
+  const int gap = 2, W = 3 * w + 4 * gap, H = rows * h + (rows + 1) * gap;
+  uint8_t *px = malloc((size_t)H * W * 3);
+  if (!px) {
+    fprintf(stderr, "lamina predict: out of host memory for the grid\n");
+    return 1;
+  }
+  memset(px, 255, (size_t)H * W * 3);
+  const size_t P = (size_t)h * w;
+  for (int r = 0; r < rows; r++)
+    for (int y = 0; y < h; y++)
+      for (int x = 0; x < w; x++) {
+        const int Y = gap + r * (h + gap) + y;
+        uint8_t *cell = px + ((size_t)Y * W + gap + x) * 3;
+        const uint8_t *im = images + (size_t)r * c * P + (size_t)y * w + x;
+        for (int q = 0; q < 3; q++) cell[q] = im[(c == 3 ? q : 0) * P];
+        class_colour(truth[(size_t)r * P + (size_t)y * w + x], cell + (size_t)(w + gap) * 3);
+        class_colour(pred[(size_t)r * P + (size_t)y * w + x], cell + (size_t)2 * (w + gap) * 3);
+      }
+  int rc = lam_image_save_png(path, px, H, W, 3) != LAM_OK ? fail(path) : 0;
+  free(px);
+  return rc;
+}
+
+int cmd_predict(int argc, char **argv) {
+  predict_opts o;
+  int rc = parse(argc, argv, &o);
+  if (rc) return rc < 0 ? 0 : rc;
+  lam_ctx *ctx = NULL;
+  lam_model *m = NULL;
+  lam_dataset *set = NULL;
+  files fl = {0};
+  uint8_t *images = NULL, *masks = NULL;
+  float *logits = NULL;
+  rc = 1;
+  if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.threads && lam_ctx_set_threads(ctx, o.threads) != LAM_OK) ||
+      lam_checkpoint_load(ctx, o.load, &m, NULL, NULL) != LAM_OK || lam_model_set_train(m, 0) != LAM_OK) {
+    rc = fail(NULL);
+    goto out;
+  }
+  int C, H, W, K, OH, OW;
+  lam_model_input_shape(m, &C, &H, &W);
+  lam_model_output_shape(m, &K, &OH, &OW);
+  const int per_pixel = OH * OW > 1;
+  if (per_pixel && !o.out && !o.grid) {
+    rc = cli_usage_error("predict", "the model gives a class per pixel: give --out DIR for its masks (or --grid)");
+    goto out;
+  }
+  if (o.grid && !per_pixel) {
+    rc = cli_usage_error("predict", "--grid draws a class per pixel, and this model gives a class per image");
+    goto out;
+  }
+  if (o.grid && (OH != H || OW != W)) {
+    rc = cli_usage_error("predict", "--grid: the model's %dx%d output is not its %dx%d input", OW, OH, W, H);
+    goto out;
+  }
+  if (o.grid && lam_output_path_check(o.grid, "grid picture") != LAM_OK) {
+    rc = fail("--grid");
+    goto out;
+  }
+  /* the images, (n, C, H, W) uint8 */
+  size_t n = 0;
+  const size_t sample = (size_t)C * H * W;
+  if (o.data) {
+    if (lam_dataset_load(o.data, 0, &set) != LAM_OK) {
+      rc = fail("--data");
+      goto out;
+    }
+    const int sc = set->c > 0 ? set->c : 1;
+    if (sc != C || set->h != H || set->w != W) {
+      fprintf(stderr, "lamina predict: --data's test images are %dx%dx%d, the model takes %dx%dx%d\n", sc, set->h,
+              set->w, C, H, W);
+      goto out;
+    }
+    n = o.grid && !o.out && set->n > (size_t)o.count ? (size_t)o.count : set->n;
+    images = set->images;
+  } else {
+    struct stat st;
+    if (stat(o.input, &st) != 0) {
+      fprintf(stderr, "lamina predict: --input '%s': %s\n", o.input, strerror(errno));
+      goto out;
+    }
+    if (S_ISDIR(st.st_mode) ? scan(o.input, 0, &fl) : files_add(&fl, o.input)) goto out;
+    if (!fl.n) {
+      fprintf(stderr, "lamina predict: --input '%s' holds no .png, .jpg or .jpeg files\n", o.input);
+      goto out;
+    }
+    qsort(fl.v, fl.n, sizeof *fl.v, cmp_str);
+    n = fl.n;
+    images = malloc(n * sample);
+    if (!images) {
+      fprintf(stderr, "lamina predict: out of host memory for %zu images\n", n);
+      goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+      if (lam_image_load(fl.v[i], C, H, W, images + i * sample) != LAM_OK) {
+        rc = fail(NULL);
+        goto out;
+      }
+  }
+  if (o.out && per_pixel) {
+    struct stat st;
+    if (stat(o.out, &st) != 0 && mkdir(o.out, 0777) != 0) {
+      fprintf(stderr, "lamina predict: cannot make --out '%s': %s\n", o.out, strerror(errno));
+      goto out;
+    }
+  }
+  const size_t out_per = (size_t)K * OH * OW, P = (size_t)OH * OW;
+  logits = malloc((size_t)o.batch * out_per * sizeof *logits);
+  masks = per_pixel ? malloc(n * P) : NULL;
+  if (!logits || (per_pixel && !masks)) {
+    fprintf(stderr, "lamina predict: out of host memory\n");
+    goto out;
+  }
+  json_t *arr = o.json && !per_pixel ? json_array() : NULL;
+  if (!per_pixel && !o.json) {
+    printf("name,class");
+    for (int k = 0; k < K; k++) printf(",p%d", k);
+    printf("\n");
+  }
+  for (size_t off = 0; off < n; off += (size_t)o.batch) {
+    const int B = (int)(n - off < (size_t)o.batch ? n - off : (size_t)o.batch);
+    if (lam_model_forward_u8(m, B, images + off * sample, logits) != LAM_OK) {
+      rc = fail(NULL);
+      json_decref(arr);
+      goto out;
+    }
+    for (int b = 0; b < B; b++) {
+      const size_t i = off + (size_t)b;
+      const float *l = logits + (size_t)b * out_per;
+      char name[4200];
+      if (o.data) snprintf(name, sizeof name, "%zu", i);
+      else snprintf(name, sizeof name, "%s", fl.v[i]);
+      if (per_pixel) {
+        for (size_t p = 0; p < P; p++) { /* the first largest score, as the loss's argmax */
+          int best = 0;
+          for (int k = 1; k < K; k++)
+            if (l[(size_t)k * P + p] > l[(size_t)best * P + p]) best = k;
+          masks[i * P + p] = (uint8_t)best;
+        }
+        continue;
+      }
+      double mx = l[0], sum = 0.0, pr[256];
+      int best = 0;
+      for (int k = 1; k < K; k++)
+        if (l[k] > l[best]) best = k;
+      mx = l[best];
+      for (int k = 0; k < K; k++) sum += pr[k] = exp((double)l[k] - mx);
+      if (arr) {
+        json_t *row = json_object(), *ps = json_array();
+        for (int k = 0; k < K; k++) json_array_append_new(ps, cli_json_num(pr[k] / sum));
+        json_object_set_new(row, "name", cli_json_str(name));
+        json_object_set_new(row, "class", json_integer(best));
+        json_object_set_new(row, "probabilities", ps);
+        json_array_append_new(arr, row);
+      } else {
+        printf("%s,%d", name, best);
+        for (int k = 0; k < K; k++) printf(",%.6f", pr[k] / sum);
+        printf("\n");
+      }
+    }
+  }
+  if (arr && cli_json_print(arr)) goto out;
+  if (per_pixel && o.out) {
+    for (size_t i = 0; i < n; i++) {
+      char path[8400], base[4200];
+      if (o.data) snprintf(base, sizeof base, "%06zu", i);
+      else {
+        const char *slash = strrchr(fl.v[i], '/');
+        snprintf(base, sizeof base, "%s", slash ? slash + 1 : fl.v[i]);
+        char *dot = strrchr(base, '.');
+        if (dot) *dot = '\0';
+      }
+      snprintf(path, sizeof path, "%s/%s.png", o.out, base);
+      if (lam_image_save_png(path, masks + i * P, OH, OW, 1) != LAM_OK) {
+        rc = fail(NULL);
+        goto out;
+      }
+    }
+    if (!o.json) printf("lamina predict: %zu masks of %dx%d (%d classes) written to %s\n", n, OW, OH, K, o.out);
+  }
+  if (o.grid) {
+    const int rows = (int)(n < (size_t)o.count ? n : (size_t)o.count);
+    if (write_grid(o.grid, rows, C, H, W, images, set->labels, masks)) goto out;
+    if (!o.json) printf("lamina predict: a grid of %d test images (input | truth | prediction) written to %s\n", rows, o.grid);
+  }
+  rc = 0;
+out:
+  if (!set) free(images);
+  for (size_t i = 0; i < fl.n; i++) free(fl.v[i]);
+  free(fl.v);
+  free(masks);
+  free(logits);
+  lam_dataset_free(set);
+  lam_model_free(m);
+  lam_ctx_free(ctx);
+  return rc;
+}
