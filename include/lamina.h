@@ -345,6 +345,13 @@ lam_status lam_image_save_png(const char *path, const uint8_t *px, int h, int w,
  * The same seed gives the same bytes. */
 lam_status lam_data_segment(const lam_dataset *src, size_t n, int h, int w, uint64_t seed, uint8_t *images,
                             uint8_t *labels);
+/* Clips for video classification, Moving-MNIST-style, from src (square one-channel images of at least 2
+ * classes): n clips of `frames` frames of h x w, clips[((i * frames) + t) * h * w ...], each holding two of
+ * src's images of different classes on 0 — one still, one moving 1 to 3 pixels a frame on each axis and
+ * bouncing off the edges (the brighter pixel where they overlap) — and labels[i] the moving one's class: a
+ * question one frame cannot answer. The same seed gives the same bytes. */
+lam_status lam_data_clips(const lam_dataset *src, size_t n, int frames, int h, int w, uint64_t seed, uint8_t *clips,
+                          uint8_t *labels);
 /* Writes the first n images of src (one channel, a class each) into dir as an image folder's part:
  * dir/CLASS/INDEX.png (kind 1) or .jpg (kind 2, quality 90), CLASS the class's number (zero-padded, so
  * that names sort as numbers), in colour: image i blends a background and a foreground colour drawn from

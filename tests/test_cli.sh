@@ -789,6 +789,15 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
     usage_error "train --size on an IDX folder" "--size" "image folders" -- train --data "$TMP/seg" --size 32x32
   fi
 fi
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${LAMINA_DATA_DIR:-}" ]; then
+  run data clips --out "$TMP/clips" --n 20 --test 5 --frames 4 --seed 2
+  # the image file's header: IDX of 5 dimensions (20, 4, 64, 64, 1)
+  head=$(od -An -tu1 -N24 "$TMP/clips/train-images-idx5-ubyte" 2>/dev/null | tr -s ' \n' ' ')
+  if [ "$rc" -eq 0 ] && [ "$head" = " 0 0 8 5 0 0 0 20 0 0 0 4 0 0 0 64 0 0 0 64 0 0 0 1 " ] &&
+    [ "$(stat -c %s "$TMP/clips/t10k-labels-idx1-ubyte")" -eq 13 ]; then ok "data clips: (N, T, H, W, 1) clips, a label each"
+  else not_ok "data clips" "want exit 0 and a rank-5 IDX of 20x4x64x64x1 (got '$head')"; fi
+  usage_error "data segment --frames" "--frames" -- data segment --out "$TMP/x" --frames 4
+fi
 run data segment --out "$TMP/never" --from "$TMP/no-such-set" --n 2 --test 2
 if [ "$rc" -eq 1 ] && has "$TMP/err" "no-such-set" && [ ! -e "$TMP/never" ]; then
   ok "data segment --from a missing set: exit 1 naming it, no folder made"

@@ -1308,6 +1308,52 @@ static void test_data_segment(void **state) {
   TU_EXPECT_STATUS(lam_data_segment(&bad, 1, SH, SW, 1, im, lb), LAM_ERR_INVALID_ARG);
 }
 
+/* Clips from items of one value each (image i is all i + 1): in a frame without overlap each item shows as its
+ * s x s block; the block that moves between frames 0 and 1 is the labelled one's class, the other stays put
+ * the whole clip; the same seed gives the same bytes. */
+static void test_data_clips(void **state) {
+  (void)state;
+  enum { S = 2, SN = 12, T = 6, CH = 20, CW = 22, CLIPS = 80 };
+  uint8_t pix[SN * S * S], lab[SN];
+  for (int i = 0; i < SN * S * S; i++) pix[i] = (uint8_t)(i / (S * S) + 1);
+  for (int i = 0; i < SN; i++) lab[i] = (uint8_t)(i % 4);
+  lam_dataset src = {.n = SN, .h = S, .w = S, .classes = 4, .images = pix, .labels = lab, .c = 1};
+  static uint8_t c1[CLIPS * T * CH * CW], l1[CLIPS], c2[CLIPS * T * CH * CW], l2[CLIPS];
+  TU_OK(lam_data_clips(&src, CLIPS, T, CH, CW, 3, c1, l1));
+  TU_OK(lam_data_clips(&src, CLIPS, T, CH, CW, 3, c2, l2));
+  assert_memory_equal(c1, c2, sizeof c1), assert_memory_equal(l1, l2, sizeof l1);
+  int checked = 0;
+  for (int k = 0; k < CLIPS; k++) {
+    const uint8_t *f0 = c1 + (size_t)k * T * CH * CW, *f1 = f0 + CH * CW;
+    int n0 = 0, n1 = 0;
+    for (int p = 0; p < CH * CW; p++) n0 += f0[p] != 0, n1 += f1[p] != 0;
+    assert_true(l1[k] < 4);
+    if (n0 != 2 * S * S || n1 != 2 * S * S) continue; /* the items overlap in one of the two frames */
+    int moved = -1, still = -1;
+    for (int p = 0; p < CH * CW; p++)
+      if (f0[p] && f1[p] != f0[p]) moved = f0[p] - 1; /* where its block was, it is no more */
+    for (int p = 0; p < CH * CW; p++)
+      if (f0[p] && f0[p] - 1 != moved) still = f0[p] - 1;
+    assert_true(moved >= 0 && still >= 0 && moved != still);
+    assert_int_equal(l1[k], lab[moved]);
+    assert_true(lab[still] != lab[moved]); /* two classes */
+    for (int t = 1; t < T; t++) /* the still one's pixels are there in every frame (unless the other covers them) */
+      for (int p = 0; p < CH * CW; p++)
+        if (f0[p] == still + 1) assert_true(f0[(size_t)t * CH * CW + p] >= still + 1);
+    checked++;
+  }
+  assert_true(checked > CLIPS / 2);
+  lam_dataset one = src;
+  uint8_t same[SN];
+  memset(same, 2, sizeof same);
+  one.labels = same;
+  TU_EXPECT_STATUS(lam_data_clips(&one, 1, T, CH, CW, 1, c1, l1), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "one class"));
+  TU_EXPECT_STATUS(lam_data_clips(&src, 1, 0, CH, CW, 1, c1, l1), LAM_ERR_INVALID_ARG);
+  TU_EXPECT_STATUS(lam_data_clips(&src, 1, T, S + 2, CW, 1, c1, l1), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "room to move"));
+}
+
 /* ---- image files and image folders (src/data/image.c, folder.c) ---- */
 
 static int have_images(void) { return (lam_image_formats() & 3) == 3; }
@@ -1582,6 +1628,7 @@ int main(void) {
       cmocka_unit_test(test_npy_folder),       cmocka_unit_test(test_channel_stats),
       cmocka_unit_test(test_npy_bad),          cmocka_unit_test(test_fashion_mnist_real),
       cmocka_unit_test(test_idx_write),        cmocka_unit_test(test_data_segment),
+      cmocka_unit_test(test_data_clips),
       cmocka_unit_test(test_image_roundtrip),  cmocka_unit_test(test_image_bad),
       cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),
       cmocka_unit_test(test_image_folder_errors),

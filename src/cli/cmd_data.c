@@ -19,6 +19,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: lamina data segment --out DIR [--from DATA] [--n N] [--test N] [--size HxW] [--seed S]\n"
+          "       lamina data clips --out DIR [--frames T] [--from DATA] [--n N] [--test N] [--size HxW] [--seed S]\n"
           "       lamina data images --out DIR --format png|jpeg [--from DATA] [--n N] [--test N] [--seed S]\n"
           "Makes a data set anyone can rebuild (the same bytes for the same seed) from an MNIST-layout set.\n"
           "  segment   M2NIST-style scenes for segmentation: one to three items of DATA placed at random\n"
@@ -27,6 +28,11 @@ static void usage(FILE *f) {
           "            Training scenes are made of DATA's training images, test scenes of its test images.\n"
           "            Writes DIR/train-images-idx3-ubyte, train-labels-idx3-ubyte (a class per pixel),\n"
           "            t10k-images-idx3-ubyte and t10k-labels-idx3-ubyte: 'lamina train --data DIR' reads them.\n"
+          "  clips     Moving-MNIST-style clips for video classification: T frames (default 16) of 64x64, two\n"
+          "            items of different classes, one still, one moving 1 to 3 pixels a frame on each axis and\n"
+          "            bouncing off the edges; the label is the moving item's class, which one frame does not\n"
+          "            tell. Writes train-images-idx5-ubyte (N, T, H, W, 1), train-labels-idx1-ubyte and their\n"
+          "            t10k- twins.\n"
           "  images    the set as an image folder in colour (each image its own background and foreground\n"
           "            colour): DIR/train/CLASS/INDEX.png|jpg and DIR/test/CLASS/..., CLASS the class number.\n"
           "            DIR must not exist yet (or be empty): the set appears whole or not at all.\n"
@@ -34,7 +40,8 @@ static void usage(FILE *f) {
           "  --from DATA   the source set: fashion-mnist (default) or a folder, as 'lamina train --data'\n"
           "  --n N         training scenes (default 20000)\n"
           "  --test N      test scenes (default 2000)\n"
-          "  --size HxW    the scenes' size (segment; default 64x84)\n"
+          "  --size HxW    the field's size (segment: default 64x84; clips: 64x64)\n"
+          "  --frames T    frames a clip (clips; default 16)\n"
           "  --format F    png or jpeg (images; jpeg at quality 90)\n"
           "  --seed S      the generator's seed (default 1)\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
@@ -46,6 +53,7 @@ typedef struct data_opts {
   int h, w;
   uint64_t seed;
   int format, size_set; /* images: 1 png, 2 jpeg */
+  int frames, frames_set; /* clips */
 } data_opts;
 
 /* Returns 0, -1 after --help, or an exit status. */
@@ -54,8 +62,9 @@ static int parse(int argc, char **argv, data_opts *o) {
                                            {"n", required_argument, 0, 'n'},    {"test", required_argument, 0, 't'},
                                            {"size", required_argument, 0, 's'}, {"seed", required_argument, 0, 'S'},
                                            {"format", required_argument, 0, 'F'}, {"help", no_argument, 0, 'h'},
-                                           {0, 0, 0, 0}};
-  *o = (data_opts){NULL, "fashion-mnist", 20000, 2000, 64, 84, 1, 0, 0};
+                                           {"frames", required_argument, 0, 'T'}, {0, 0, 0, 0}};
+  *o = (data_opts){NULL, "fashion-mnist", 20000, 2000, 64, 84, 1, 0, 0, 16, 0};
+  long v;
   int c, li = 0;
   opterr = 0;
   optind = 1;
@@ -77,6 +86,10 @@ static int parse(int argc, char **argv, data_opts *o) {
         o->size_set = 1;
         break;
       }
+      case 'T':
+        if (cli_parse_int("data", "--frames", optarg, 1, 1024, &v)) return EXIT_USAGE;
+        o->frames = (int)v, o->frames_set = 1;
+        break;
       case 'F':
         if (!strcmp(optarg, "png")) o->format = 1;
         else if (!strcmp(optarg, "jpeg") || !strcmp(optarg, "jpg")) o->format = 2;
@@ -117,33 +130,68 @@ static int fail(const char *what) {
   return 1;
 }
 
-/* One part of the scenes (train = 1: the training part), made from src (the same part of the source) and
- * written as the image and label files named. */
-static int segment_part(const data_opts *o, const lam_dataset *src, int train, const char *img_path,
-                        const char *lab_path) {
-  const size_t n = train ? o->n : o->test, plane = (size_t)o->h * o->w;
-  uint8_t *images = malloc(n * plane), *labels = malloc(n * plane);
-  int rc = 0;
-  if (!images || !labels) {
-    fprintf(stderr, "lamina data: out of host memory for %zu scenes of %dx%d\n", n, o->h, o->w);
-    rc = 1;
+/* An IDX file's bytes: the header for `rank` dims, then the data (generated in place, after it). */
+typedef struct idx_buf {
+  uint8_t *p;
+  size_t head, count;
+} idx_buf;
+static int idx_alloc(idx_buf *b, int rank, const uint64_t *dims) {
+  b->head = 4 + 4 * (size_t)rank, b->count = 1;
+  for (int i = 0; i < rank; i++) b->count *= dims[i];
+  b->p = malloc(b->head + b->count);
+  if (!b->p) {
+    fprintf(stderr, "lamina data: out of host memory for %zu bytes\n", b->head + b->count);
+    return 1;
   }
-  /* the test scenes draw from another stream than the training ones, whatever the seed */
+  b->p[0] = b->p[1] = 0, b->p[2] = 0x08, b->p[3] = (uint8_t)rank; /* unsigned bytes, big-endian sizes */
+  for (int i = 0; i < rank; i++)
+    for (int k = 0; k < 4; k++) b->p[4 + 4 * i + k] = (uint8_t)(dims[i] >> (24 - 8 * k));
+  return 0;
+}
+static int idx_save(const idx_buf *b, const char *path) {
+  return lam_output_write_atomic(path, "IDX file", b->p, b->head + b->count) != LAM_OK ? fail(path) : 0;
+}
+
+enum { KIND_SEGMENT, KIND_CLIPS };
+
+/* One part of the set (train = 1: the training part), made from src (the same part of the source) and
+ * written as the image and label files named: scenes (n, h, w) with labels (n, h, w), or clips (n, T, h, w, 1)
+ * with labels (n). */
+static int idx_part(int kind, const data_opts *o, const lam_dataset *src, int train, const char *img_path,
+                    const char *lab_path) {
+  const size_t n = train ? o->n : o->test;
+  const uint64_t scene[3] = {n, (uint64_t)o->h, (uint64_t)o->w}, clip[5] = {n, (uint64_t)o->frames, (uint64_t)o->h,
+                                                                             (uint64_t)o->w, 1};
+  idx_buf im = {0}, lb = {0};
+  int rc = kind == KIND_SEGMENT ? idx_alloc(&im, 3, scene) || idx_alloc(&lb, 3, scene)
+                                : idx_alloc(&im, 5, clip) || idx_alloc(&lb, 1, clip);
+  /* the test part draws from another stream than the training one, whatever the seed */
   const uint64_t seed = train ? o->seed : o->seed ^ 0x7465737473636e65ULL;
-  if (!rc && lam_data_segment(src, n, o->h, o->w, seed, images, labels) != LAM_OK) rc = fail("making the scenes");
-  const uint64_t dims[3] = {n, (uint64_t)o->h, (uint64_t)o->w};
-  if (!rc && lam_idx_write(img_path, 3, dims, images) != LAM_OK) rc = fail(img_path);
-  if (!rc && lam_idx_write(lab_path, 3, dims, labels) != LAM_OK) rc = fail(lab_path);
-  free(images), free(labels);
+  if (!rc) {
+    lam_status st = kind == KIND_SEGMENT
+                        ? lam_data_segment(src, n, o->h, o->w, seed, im.p + im.head, lb.p + lb.head)
+                        : lam_data_clips(src, n, o->frames, o->h, o->w, seed, im.p + im.head, lb.p + lb.head);
+    if (st != LAM_OK) rc = fail(kind == KIND_SEGMENT ? "making the scenes" : "making the clips");
+  }
+  if (!rc) rc = idx_save(&im, img_path);
+  if (!rc) rc = idx_save(&lb, lab_path);
+  free(im.p), free(lb.p);
   return rc;
 }
 
-static int cmd_segment(int argc, char **argv) {
+/* segment and clips: an IDX folder that 'lamina train --data DIR' reads. */
+static int cmd_idx_set(int kind, int argc, char **argv) {
   data_opts o;
   int rc = parse(argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
-  static const char *const names[4] = {"train-images-idx3-ubyte", "train-labels-idx3-ubyte", "t10k-images-idx3-ubyte",
-                                       "t10k-labels-idx3-ubyte"};
+  if (kind == KIND_CLIPS && !o.size_set) o.h = o.w = 64;
+  if (kind == KIND_SEGMENT && o.frames_set) return cli_usage_error("data", "segment: --frames is clips'");
+  if (o.format) return cli_usage_error("data", "--format is for 'data images'");
+  static const char *const seg_names[4] = {"train-images-idx3-ubyte", "train-labels-idx3-ubyte",
+                                           "t10k-images-idx3-ubyte", "t10k-labels-idx3-ubyte"};
+  static const char *const clip_names[4] = {"train-images-idx5-ubyte", "train-labels-idx1-ubyte",
+                                            "t10k-images-idx5-ubyte", "t10k-labels-idx1-ubyte"};
+  const char *const *names = kind == KIND_SEGMENT ? seg_names : clip_names;
   char path[4][4096];
   for (int i = 0; i < 4; i++)
     if ((size_t)snprintf(path[i], sizeof path[i], "%s/%s", o.out, names[i]) >= sizeof path[i])
@@ -158,12 +206,16 @@ static int cmd_segment(int argc, char **argv) {
   rc = make_folder(o.out);
   for (int i = 0; i < 4 && !rc; i++) /* before any work: the files may be written there */
     if (lam_output_path_check(path[i], "data file") != LAM_OK) rc = fail("--out");
-  if (!rc) rc = segment_part(&o, src[0], 1, path[0], path[1]);
-  if (!rc) rc = segment_part(&o, src[1], 0, path[2], path[3]);
-  if (!rc)
+  if (!rc) rc = idx_part(kind, &o, src[0], 1, path[0], path[1]);
+  if (!rc) rc = idx_part(kind, &o, src[1], 0, path[2], path[3]);
+  if (!rc && kind == KIND_SEGMENT)
     printf("lamina data segment: %zu training and %zu test scenes of %dx%d from %s, %d classes (0 the background, an "
            "item's class + 1 where it is visible), seed %llu, in %s\n",
            o.n, o.test, o.h, o.w, o.from, src[0]->classes + 1, (unsigned long long)o.seed, o.out);
+  else if (!rc)
+    printf("lamina data clips: %zu training and %zu test clips of %d frames of %dx%d from %s, %d classes (the moving "
+           "item's), seed %llu, in %s\n",
+           o.n, o.test, o.frames, o.h, o.w, o.from, src[0]->classes, (unsigned long long)o.seed, o.out);
   lam_dataset_free(src[0]), lam_dataset_free(src[1]);
   return rc;
 }
@@ -179,7 +231,9 @@ static int cmd_images(int argc, char **argv) {
   int rc = parse(argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
   if (!o.format) return cli_usage_error("data", "images: --format png|jpeg is required");
-  if (o.size_set) return cli_usage_error("data", "images: --size is segment's (the images keep the source's size)");
+  if (o.size_set || o.frames_set)
+    return cli_usage_error("data", "images: --%s is not for images (they keep the source's size)",
+                           o.size_set ? "size" : "frames");
   struct stat st;
   if (stat(o.out, &st) == 0) {
     DIR *d = S_ISDIR(st.st_mode) ? opendir(o.out) : NULL;
@@ -248,7 +302,8 @@ int cmd_data(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? EXIT_USAGE : 0;
   }
-  if (!strcmp(argv[1], "segment")) return cmd_segment(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "segment")) return cmd_idx_set(KIND_SEGMENT, argc - 1, argv + 1);
+  if (!strcmp(argv[1], "clips")) return cmd_idx_set(KIND_CLIPS, argc - 1, argv + 1);
   if (!strcmp(argv[1], "images")) return cmd_images(argc - 1, argv + 1);
-  return cli_usage_error("data", "unknown kind '%s' (data sets: segment, images)", argv[1]);
+  return cli_usage_error("data", "unknown kind '%s' (data sets: segment, clips, images)", argv[1]);
 }

@@ -144,3 +144,57 @@ lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed,
   }
   return st;
 }
+
+/* ---- clips for video classification (Moving-MNIST-style) ---- */
+
+/* The item's place after one more frame, bouncing off the field's edges: position p in [0, span], step v. */
+static void bounce(int *p, int *v, int span) {
+  *p += *v;
+  if (*p < 0) *p = -*p, *v = -*v;
+  if (*p > span) *p = 2 * span - *p, *v = -*v;
+}
+
+lam_status lam_data_clips(const lam_dataset *src, size_t n, int frames, int h, int w, uint64_t seed, uint8_t *clips,
+                          uint8_t *labels) {
+  LAM_CHECK_ARG(src && clips && labels, "lam_data_clips: %s is NULL", !src ? "src" : !clips ? "clips" : "labels");
+  LAM_CHECK_ARG(src->n > 0 && (src->c ? src->c : 1) == 1 && src->label_h <= 1 && src->label_w <= 1 && src->h == src->w,
+                "lam_data_clips: the source must be square one-channel images with a class each");
+  LAM_CHECK_ARG(src->classes >= 2, "lam_data_clips: the two items of a clip are of different classes: the source needs "
+                "at least 2 classes, it has %d", src->classes);
+  LAM_CHECK_ARG(frames >= 1 && frames <= 1024, "lam_data_clips: %d frames (1 to 1024)", frames);
+  const int s = src->h;
+  LAM_CHECK_ARG(h >= s + 3 && w >= s + 3 && h <= 4096 && w <= 4096,
+                "lam_data_clips: a %dx%d field leaves a %dx%d item no room to move (at least 3 pixels more a side)", h,
+                w, s, s);
+  int have[256] = {0}, distinct = 0;
+  for (size_t i = 0; i < src->n; i++) distinct += !have[src->labels[i]]++;
+  LAM_CHECK_ARG(distinct >= 2, "lam_data_clips: the source's images are all of one class");
+  const size_t plane = (size_t)h * w, item = (size_t)s * s;
+  lam_rng r;
+  lam_rng_seed(&r, seed);
+  for (size_t i = 0; i < n; i++) {
+    const size_t a = (size_t)lam_rng_below(&r, src->n); /* the still item */
+    size_t b;
+    do b = (size_t)lam_rng_below(&r, src->n);
+    while (src->labels[b] == src->labels[a]); /* the moving one, of another class */
+    const int ya = (int)lam_rng_below(&r, (uint64_t)(h - s + 1)), xa = (int)lam_rng_below(&r, (uint64_t)(w - s + 1));
+    int yb = (int)lam_rng_below(&r, (uint64_t)(h - s + 1)), xb = (int)lam_rng_below(&r, (uint64_t)(w - s + 1));
+    int vy = 1 + (int)lam_rng_below(&r, 3), vx = 1 + (int)lam_rng_below(&r, 3); /* 1 to 3 pixels a frame */
+    if (lam_rng_below(&r, 2)) vy = -vy;
+    if (lam_rng_below(&r, 2)) vx = -vx;
+    const uint8_t *ia = src->images + a * item, *ib = src->images + b * item;
+    for (int t = 0; t < frames; t++) {
+      uint8_t *f = clips + (i * frames + t) * plane;
+      memset(f, 0, plane);
+      for (int u = 0; u < s; u++)
+        for (int v = 0; v < s; v++) {
+          f[(size_t)(ya + u) * w + xa + v] = ia[(size_t)u * s + v];
+          uint8_t *p = &f[(size_t)(yb + u) * w + xb + v], q = ib[(size_t)u * s + v];
+          if (q > *p) *p = q; /* where the two overlap, the brighter */
+        }
+      bounce(&yb, &vy, h - s), bounce(&xb, &vx, w - s);
+    }
+    labels[i] = src->labels[b];
+  }
+  return LAM_OK;
+}
