@@ -78,6 +78,7 @@ static lam_status read_file(const char *path, uint8_t **buf, size_t *len) {
   return LAM_OK;
 }
 
+#if defined(LAMINA_WITH_PNG) || defined(LAMINA_WITH_JPEG)
 /* Sides and channels within lamina's limits, and the pixel buffer. */
 static lam_status image_alloc(const char *path, int h, int w, int c, data_image *out) {
   if (h < 1 || w < 1 || (uint64_t)h > DATA_MAX_SIDE || (uint64_t)w > DATA_MAX_SIDE)
@@ -88,6 +89,7 @@ static lam_status image_alloc(const char *path, int h, int w, int c, data_image 
   if (!out->px) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image file '%s': no host memory for %dx%d pixels", path, w, h);
   return LAM_OK;
 }
+#endif
 
 #ifdef LAMINA_WITH_PNG
 static lam_status read_png(const char *path, const uint8_t *buf, size_t len, data_image *out) {
