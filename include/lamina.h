@@ -329,6 +329,9 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
 int lam_dataset_is_image_folder(const char *dir);
 /* The image file formats this build reads: 1 PNG, 2 JPEG (bits). */
 int lam_image_formats(void);
+/* 1 when a file of this name is an image file to image folders and lamina predict: .png, .jpg or .jpeg,
+ * in any case. */
+int lam_image_file_name(const char *name);
 /* Reads a PNG or JPEG file as out (c, h, w) uint8 — NCHW, c 1 or 3 — fitted to h x w as image folders fit
  * (lam_image_opts) and converted to c channels (colour to grey: BT.601 luma; grey to colour: the value in
  * each). Errors name the file. */

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 
 #include "cli.h"
@@ -98,10 +97,6 @@ static int fail(const char *what) {
   return 1;
 }
 
-static int is_image_name(const char *name) {
-  const char *dot = strrchr(name, '.');
-  return dot && (!strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg"));
-}
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* The image files of --input: the file, or the folder's image files and its subfolders', sorted by path. */
@@ -131,7 +126,7 @@ static int scan(const char *dir, int depth, files *f) {
     struct stat st;
     if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p || stat(p, &st) != 0) continue;
     if (S_ISDIR(st.st_mode) && depth == 0) rc = scan(p, 1, f);
-    else if (S_ISREG(st.st_mode) && is_image_name(e->d_name) && files_add(f, p)) rc = 1;
+    else if (S_ISREG(st.st_mode) && lam_image_file_name(e->d_name) && files_add(f, p)) rc = 1;
   }
   closedir(d);
   return rc;

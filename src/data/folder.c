@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,11 +35,6 @@ static void entries_free(entries *l) {
   l->e = NULL, l->n = l->cap = 0;
 }
 
-static int is_image_name(const char *name) {
-  const char *dot = strrchr(name, '.');
-  return dot && (!strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg"));
-}
-
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* The names in dir that are folders (folders = 1) or image files (0), sorted; *names malloc'd. */
@@ -56,7 +50,7 @@ static lam_status list(const char *dir, int folders, char ***names, size_t *coun
     char full[PATH_MAX];
     struct stat st;
     if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= sizeof full || stat(full, &st) != 0) continue;
-    if (folders ? !S_ISDIR(st.st_mode) : !(S_ISREG(st.st_mode) && is_image_name(e->d_name))) continue;
+    if (folders ? !S_ISDIR(st.st_mode) : !(S_ISREG(st.st_mode) && lam_image_file_name(e->d_name))) continue;
     if (n == cap) {
       cap = cap ? 2 * cap : 64;
       char **t = realloc(v, cap * sizeof *v);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "data.h"
@@ -28,6 +29,11 @@
 #define IMAGE_MAX_BYTES ((size_t)1 << 30) /* a file larger than 1 GiB is not an image lamina reads */
 
 int lam_image_formats(void) { return image_formats(); }
+
+int lam_image_file_name(const char *name) {
+  const char *dot = strrchr(name, '.');
+  return dot && (!strcasecmp(dot, ".png") || !strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg"));
+}
 
 int image_formats(void) {
   int f = 0;
