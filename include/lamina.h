@@ -237,7 +237,8 @@ lam_status lam_bench_transfer(lam_ctx *ctx, const lam_xfer_case *c, lam_xfer_res
 /* ---- data: image sets of any channel count (IDX or NumPy .npy, plain or gzip) ------------------- */
 
 /* An image set in host memory: n images of c×h×w uint8 pixels, NCHW, and their labels — one per image
- * (a class) or one per pixel (a class map, 255 = ignore).
+ * (a class) or one per pixel (a class map, 255 = ignore). A set of clips holds n samples of t frames
+ * each, (n, t, c, h, w), and a label per clip.
  *
  * Fields after `labels` were added later; a struct built with designated initializers that leaves
  * them 0 is a one-channel set with one label per image, as before. The loaders set c >= 1 and
@@ -246,11 +247,14 @@ typedef struct lam_dataset {
   size_t n;
   int h, w;
   int classes;     /* labels are 0 .. classes-1 (and 255, "ignore", in per-pixel labels) */
-  uint8_t *images; /* (n, c, h, w) */
+  uint8_t *images; /* (n, c, h, w); clips (n, t, c, h, w) */
   uint8_t *labels; /* (n, label_h, label_w): (n) when one label per image */
   int c;           /* channels; 0 reads as 1 */
   int label_h, label_w; /* 0,0 or 1,1: one label per image; else h, w: one label per pixel */
+  int t;                /* frames per sample (clips); 0 reads as 1 */
 } lam_dataset;
+/* Bytes of one sample's pixels: t * c * h * w. */
+size_t lam_dataset_sample_bytes(const lam_dataset *d);
 
 /* How lam_dataset_load_images reads a folder. */
 typedef struct lam_image_opts {
@@ -271,6 +275,8 @@ typedef struct lam_image_opts {
  *           dimension <= 4 is channels-last (NHWC); else (n, c, h, w) with the second dimension <= 4 is
  *           channels-first (NCHW); a 4-d shape with both > 4 is refused as ambiguous (write it as IDX
  *           0x00000804, which is always n, h, w, c). Channels-last sources are transposed once, here.
+ *           Clips: IDX 0x00000805 or .npy of shape (n, t, h, w, c): t frames each (lam_dataset.t), a label
+ *           per clip.
  *   labels: IDX 0x00000801 (n: a class per image) or 0x00000803 (n, h, w: a class per pixel, 255 =
  *           ignore); or .npy of any integer dtype (u1 i1 u2 i2 u4 i4 u8 i8, either byte order), C order,
  *           of shape (n) or (n, h, w), every value 0..255 (stored as uint8).
@@ -372,17 +378,27 @@ typedef struct lam_model lam_model;
  *   conv OUT K [stride S] [pad P] [nobias]  |  convt OUT K [stride S] [pad P] [nobias]  |  dense OUT
  *   maxpool K [stride S]  |  avgpool K [stride S]  |  gap  |  upsample F  |  flatten
  *   relu | leakyrelu [SLOPE] | gelu | tanh | sigmoid  |  bn [momentum M] [eps E]  |  dropout P
- *   add @NAME  |  concat @NAME
+ *   add @NAME  |  concat @NAME  |  tpool mean|max
  * where 'NAME:' before a layer labels its output, 'add @NAME' sums the current tensor with it and
  * 'concat @NAME' joins its channels after the current tensor's ('input' names the model's input); or a
  * preset: "cnn" (conv 32 3, relu, maxpool 2, conv 64 3, relu, maxpool 2, flatten, dense 10) or "mlp"
  * (flatten, dense 256, tanh, dense 10). The last layer's output is the class scores: (classes, 1, 1),
  * or (classes, H, W) for a model that labels every pixel. Inputs are (in_c, in_h, in_w) per sample.
+ * A model of clips (lam_model_create_clip) takes T frames of (in_c, in_h, in_w) per sample: the layers
+ * before 'tpool' run on every frame (the frames folded into the batch: a batch of B clips is B*T
+ * images to them, BatchNorm's statistics included), 'tpool mean|max' pools each channel over the frames,
+ * and the layers after it run once per clip; the output must come after a tpool.
  * Parameters are initialized as PyTorch's defaults (uniform(±1/sqrt(fan_in)) for weights and biases;
  * BatchNorm 1 and 0) from seed. A bad spec is LAM_ERR_INVALID_ARG with a message that quotes the word
  * that is wrong and its position. */
 lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, int in_w, uint64_t seed,
                             lam_model **out);
+/* A model of clips: T frames of (in_c, in_h, in_w) per sample, (B, T, in_c, in_h, in_w) in memory;
+ * T = 1 is lam_model_create. */
+lam_status lam_model_create_clip(lam_ctx *ctx, const char *spec, int T, int in_c, int in_h, int in_w, uint64_t seed,
+                                 lam_model **out);
+/* Frames per sample: T of lam_model_create_clip, 1 for a model of images. */
+int lam_model_input_frames(const lam_model *m);
 void lam_model_free(lam_model *m); /* NULL is fine */
 const char *lam_model_spec(const lam_model *m); /* the spec, presets expanded */
 size_t lam_model_param_count(const lam_model *m);

@@ -164,6 +164,13 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   X(dropout_mask, (lam_ctx * ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask))             \
   /* y = mask[i] ? x * scale : 0 (dropout's forward and backward; y may be x). */                                   \
   X(mask_scale, (lam_ctx * ctx, lam_fmt f, size_t n, const void *x, const uint8_t *mask, float scale, void *y))    \
+  /* Pooling over a clip's frames: y (B, S) = the mean, or with max = 1 the maximum, over t of x (B*T, S) rows    \
+   * b*T + t (a row is a frame's S values in the format's own order, so any layout pools alike); arg (B, S) = the  \
+   * frame of each maximum (the first; max only). tpool_bwd: dx (B*T, S) = dy / T on every frame, or dy at the   \
+   * frame of the maximum and 0 elsewhere. */                                                                     \
+  X(tpool_fwd, (lam_ctx * ctx, lam_fmt f, int B, int T, size_t S, int max, const void *x, void *y, uint8_t *arg))   \
+  X(tpool_bwd, (lam_ctx * ctx, lam_fmt f, int B, int T, size_t S, int max, const void *dy, const uint8_t *arg,      \
+                void *dx))                                                                                          \
   /* y = a + b elementwise (y may be a or b). */                                                                    \
   X(add, (lam_ctx * ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y))                              \
   /* dst[r*ldd + i] = src[r*lds + i] for i < cols, r < rows (the slices of a channel concat). */                    \
@@ -179,11 +186,11 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
    * NULL reads as 1), and 0 for ignored labels. The loss is computed in float32 from the logits as stored. */     \
   X(xent, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *logits, const uint8_t *labels, void *dlogits, \
            float scale, const float *count, float smoothing, float *stats, uint8_t *pred))                         \
-  /* x (B, C, P), format f = normalized images[idx[b]] (each image C*P uint8, NCHW; norm->c == C); y (B,          \
-   * label_size) = labels[idx[b]] (label_size bytes per image). With cursor (backend memory, may be NULL) idx starts *cursor      \
+  /* x (B*T, C, P), format f = normalized images[idx[b]] (each sample T frames of C*P uint8, NCHW, frame t       \
+   * becoming x's row b*T + t; T = 1 for images; norm->c == C); y (B, label_size) = labels[idx[b]] (label_size bytes per image). With cursor (backend memory, may be NULL) idx starts *cursor      \
    * entries further: read when the op runs, so a step captured in a graph gathers the batch of the step it       \
    * replays. */                                                                                                    \
-  X(gather, (lam_ctx * ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size, const uint8_t *labels, \
+  X(gather, (lam_ctx * ctx, int B, int T, int C, size_t P, const uint8_t *images, size_t label_size, const uint8_t *labels, \
              const int32_t *idx, const int32_t *cursor, const lam_norm *norm, lam_fmt f, void *x, uint8_t *y))     \
   /* dst (B, C, P) in format fd = src (B, C, P) in format fs: re-laid out and re-typed (to bfloat16: rounded to      \
    * nearest even). src and dst do not overlap. */                                                                  \

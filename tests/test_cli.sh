@@ -797,6 +797,20 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
     [ "$(stat -c %s "$TMP/clips/t10k-labels-idx1-ubyte")" -eq 13 ]; then ok "data clips: (N, T, H, W, 1) clips, a label each"
   else not_ok "data clips" "want exit 0 and a rank-5 IDX of 20x4x64x64x1 (got '$head')"; fi
   usage_error "data segment --frames" "--frames" -- data segment --out "$TMP/x" --frames 4
+  # a model of clips: per-frame layers, tpool, a layer per clip; saved, loaded, predicting a row per clip
+  run train --data "$TMP/clips" --model "conv 4 3, relu, maxpool 2, gap, tpool max, dense 10" --epochs 1 --batch 8 \
+    --classes 10 --save "$TMP/clip.lamina"
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "clips of 4 frames" && [ -s "$TMP/clip.lamina" ]; then
+    ok "train on clips: a per-frame CNN and tpool, saved"
+  else not_ok "train on clips" "want exit 0, 'clips of 4 frames' and a checkpoint"; fi
+  run predict --load "$TMP/clip.lamina" --data "$TMP/clips"
+  if [ "$rc" -eq 0 ] && [ "$(wc -l <"$TMP/out")" -eq 6 ]; then ok "predict on clips: a CSV row per test clip"
+  else not_ok "predict on clips" "want exit 0 and a header and 5 rows"; fi
+  usage_error "train on clips with a model without tpool" "tpool" -- train --data "$TMP/clips" \
+    --model "conv 4 3, relu, gap, dense 10" --epochs 1
+  run model "conv 4 3, relu, gap, tpool mean, dense 10" --input 4x1x64x64
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "clips of 4 frames of 1x64x64"; then ok "model --input TxCxHxW: clips"
+  else not_ok "model --input 4x1x64x64" "want exit 0 and the clip input named"; fi
 fi
 run data segment --out "$TMP/never" --from "$TMP/no-such-set" --n 2 --test 2
 if [ "$rc" -eq 1 ] && has "$TMP/err" "no-such-set" && [ ! -e "$TMP/never" ]; then

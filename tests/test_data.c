@@ -716,6 +716,57 @@ static void test_idx_rank4(void **state) {
   lam_dataset_free(d);
 }
 
+/* Clips: IDX rank 5 and .npy of shape (n, t, h, w, c) load as (n, t, c, h, w) with t set, every frame's
+ * channels transposed; a label per pixel on clips, and too many frames, are refused naming the file. */
+static void test_idx_clips(void **state) {
+  (void)state;
+  enum { C = 2, T = 3 };
+  static uint8_t src[N * T * H * W * C], want[N * T * H * W * C];
+  uint8_t lab[N];
+  fill_random(src, sizeof src, 0x5d, 0);
+  fill_random(lab, N, 0x5e, 6);
+  lab[0] = 5;
+  ref_nchw(src, N * T, H, W, C, want); /* frame by frame */
+  const char *im = path_of("r5-images.gz"), *lb = path_of("r5-labels"), *npy = path_of("r5-images.npy");
+  uint32_t dims[5] = {N, T, H, W, C};
+  write_idx_any(im, 1, 0x00000805, 5, dims, src, sizeof src);
+  write_labels(lb, 0, N, lab, N);
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load_idx(im, lb, 0, &d));
+  assert_int_equal(d->t, T);
+  assert_int_equal(lam_dataset_sample_bytes(d), (size_t)T * C * H * W);
+  assert_int_equal(d->n, N), assert_int_equal(d->c, C), assert_int_equal(d->h, H), assert_int_equal(d->w, W);
+  assert_int_equal(d->classes, 6);
+  assert_memory_equal(d->images, want, sizeof want);
+  assert_memory_equal(d->labels, lab, N);
+  lam_dataset_free(d);
+  const uint64_t shape[5] = {N, T, H, W, C};
+  write_npy(npy, 0, 1, "|u1", 5, shape, src, sizeof src);
+  TU_OK(lam_dataset_load_idx(npy, lb, 0, &d));
+  assert_int_equal(d->t, T);
+  assert_int_equal(d->n, N);
+  assert_memory_equal(d->images, want, sizeof want);
+  lam_dataset_free(d);
+  /* images load with t = 1 */
+  uint32_t one[4] = {N, H, W, 1};
+  write_idx_any(path_of("r4-one"), 0, 0x00000804, 4, one, g_pix, PIX);
+  TU_OK(lam_dataset_load_idx(path_of("r4-one"), lb, 0, &d));
+  assert_int_equal(d->t, 1);
+  lam_dataset_free(d);
+  /* a label per pixel on clips */
+  static uint8_t maps[N * H * W];
+  uint32_t mdims[3] = {N, H, W};
+  write_idx_any(path_of("r5-maps"), 0, 0x00000803, 3, mdims, maps, sizeof maps);
+  TU_EXPECT_STATUS(lam_dataset_load_idx(im, path_of("r5-maps"), 0, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "one label per clip"));
+  /* 256 frames: above the limit, said before reading the payload */
+  uint32_t many[5] = {N, 256, H, W, C};
+  write_idx_any(im, 0, 0x00000805, 5, many, src, sizeof src);
+  TU_EXPECT_STATUS(lam_dataset_load_idx(im, lb, 0, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "frames"));
+  assert_non_null(strstr(lam_last_error(), "r5-images.gz"));
+}
+
 /* .npy images in every layout the reader takes, headers of versions 1.0, 2.0 and 3.0, plain and gzip. */
 static void test_npy_layouts(void **state) {
   (void)state;
@@ -1165,9 +1216,9 @@ static void test_npy_bad(void **state) {
   uint64_t s2[2] = {N, H * W};
   write_npy(im, 0, 1, "|u1", 2, s2, g_pix, PIX);
   EXPECT_LOAD_FAIL("flat .npy images", im, lb, 10, LAM_ERR_IO, im, "2 dimensions", "reshape");
-  uint64_t s5[5] = {N, 1, H, W, 1};
-  write_npy(im, 0, 1, "|u1", 5, s5, g_pix, PIX);
-  EXPECT_LOAD_FAIL("5-d .npy images", im, lb, 10, LAM_ERR_IO, im, "5 dimensions");
+  uint64_t s6[6] = {N, 1, 1, H, W, 1}; /* 5-d is clips (test_idx_clips) */
+  write_npy(im, 0, 1, "|u1", 6, s6, g_pix, PIX);
+  EXPECT_LOAD_FAIL("6-d .npy images", im, lb, 10, LAM_ERR_IO, im, "6 dimensions");
   static uint8_t cube[N * 8 * 8 * 8];
   uint64_t s888[4] = {N, 8, 8, 8};
   write_npy(im, 0, 1, "|u1", 4, s888, cube, sizeof cube);
@@ -1622,7 +1673,7 @@ int main(void) {
       cmocka_unit_test(test_bad_dims),         cmocka_unit_test(test_count_mismatch),
       cmocka_unit_test(test_bad_label),        cmocka_unit_test(test_bad_classes),
       cmocka_unit_test(test_missing_file),     cmocka_unit_test(test_corrupt_gzip),
-      cmocka_unit_test(test_null_args),        cmocka_unit_test(test_idx_rank4),
+      cmocka_unit_test(test_null_args),        cmocka_unit_test(test_idx_rank4), cmocka_unit_test(test_idx_clips),
       cmocka_unit_test(test_npy_layouts),      cmocka_unit_test(test_npy_label_dtypes),
       cmocka_unit_test(test_per_pixel),        cmocka_unit_test(test_infer_classes),
       cmocka_unit_test(test_npy_folder),       cmocka_unit_test(test_channel_stats),

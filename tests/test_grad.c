@@ -258,19 +258,30 @@ static const gc_case k_graph_cases[] = {
 };
 #define N_GRAPH_CASES (sizeof k_graph_cases / sizeof k_graph_cases[0])
 
-static gc_stats graph_grad_check(lam_ctx *ctx, const gc_case *gc, uint64_t id) {
+/* Clips: T frames a sample, the per-frame layers' batch B*T (BatchNorm's statistics over every frame). */
+static const gc_case k_clip_cases[] = {
+    {"conv 3 3 pad 1, tanh, gap, tpool mean, dense 3", 2, 5, 5, 2, "tpool mean after gap, 4 frames"},
+    {"conv 2 3, bn, tanh, maxpool 2, flatten, tpool max, dense 4, tanh, dense 3", 1, 6, 6, 3,
+     "bn over batch*frames, tpool max on a flat tensor, 3 frames"},
+    {"a: conv 2 3 pad 1, tanh, add @a, tpool mean, conv 3 3, flatten, dense 3", 2, 5, 4, 2,
+     "a residual per frame, a conv after tpool, 5 frames"},
+};
+static const int k_clip_frames[] = {4, 3, 5};
+#define N_CLIP_CASES (sizeof k_clip_cases / sizeof k_clip_cases[0])
+
+static gc_stats graph_grad_check(lam_ctx *ctx, const gc_case *gc, int T, uint64_t id) {
   const uint64_t seed = tu_case_seed(0x9a11 + id);
   char what[300];
-  snprintf(what, sizeof what, "'%s' on %dx%dx%d batch %d seed %#llx", gc->spec, gc->c, gc->h, gc->w, gc->batch,
+  snprintf(what, sizeof what, "'%s' on %d x %dx%dx%d batch %d seed %#llx", gc->spec, T, gc->c, gc->h, gc->w, gc->batch,
            (unsigned long long)seed);
   lam_model *m = NULL;
-  TU_OK(lam_model_create(ctx, gc->spec, gc->c, gc->h, gc->w, seed, &m));
+  TU_OK(lam_model_create_clip(ctx, gc->spec, T, gc->c, gc->h, gc->w, seed, &m));
   int C, OH, OW;
   TU_OK(lam_model_output_shape(m, &C, &OH, &OW));
   const size_t n = lam_model_param_count(m), L = (size_t)OH * OW, B = (size_t)gc->batch;
   tu_rng r;
   tu_rng_seed(&r, seed);
-  const size_t nx = B * gc->c * gc->h * gc->w;
+  const size_t nx = B * T * gc->c * gc->h * gc->w;
   float *x = malloc(nx * sizeof *x), *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
   uint8_t *y = malloc(B * L);
   assert_true(x && p && g && y);
@@ -302,8 +313,64 @@ static lam_ctx *g_graph_ctx; /* the backend the graph cases run on: the CPU, or 
 static void test_graph_gradients(void **state) {
   (void)state;
   size_t total = 0;
-  for (size_t i = 0; i < N_GRAPH_CASES; i++) total += graph_grad_check(g_graph_ctx, &k_graph_cases[i], i).n;
+  for (size_t i = 0; i < N_GRAPH_CASES; i++) total += graph_grad_check(g_graph_ctx, &k_graph_cases[i], 1, i).n;
+  for (size_t i = 0; i < N_CLIP_CASES; i++)
+    total += graph_grad_check(g_graph_ctx, &k_clip_cases[i], k_clip_frames[i], N_GRAPH_CASES + i).n;
   print_message("  %zu parameters of the graph's ops checked\n", total);
+}
+
+/* A model of clips is its per-frame layers on every frame, pooled over the frames, then the layers after the
+ * tpool: the clip model's logits against the image model of its first layers run on all B*T frames, the
+ * frames' features pooled here (mean or max) and the dense layer applied in float64. */
+static void test_clip_forward(void **state) {
+  (void)state;
+  const int B = 3, T = 5, C = 2, H = 6, W = 5, F = 4, K = 3;
+  for (int max = 0; max < 2; max++) {
+    const uint64_t seed = tu_case_seed(0xc11b + (uint64_t)max);
+    char spec[160];
+    snprintf(spec, sizeof spec, "conv %d 3 pad 1, tanh, conv %d 3, relu, gap, tpool %s, dense %d", F, F,
+             max ? "max" : "mean", K);
+    lam_model *clip = NULL, *frame = NULL;
+    TU_OK(lam_model_create_clip(g_graph_ctx, spec, T, C, H, W, seed, &clip));
+    TU_OK(lam_model_create(g_graph_ctx, "conv 4 3 pad 1, tanh, conv 4 3, relu, gap", C, H, W, seed, &frame));
+    assert_int_equal(lam_model_input_frames(clip), T);
+    const size_t n = lam_model_param_count(clip), nf = lam_model_param_count(frame);
+    assert_int_equal(n, nf + (size_t)K * F + K);
+    tu_rng r;
+    tu_rng_seed(&r, seed);
+    const size_t nx = (size_t)B * T * C * H * W;
+    float *x = malloc(nx * 4), *p = malloc(n * 4), *feat = malloc((size_t)B * T * F * 4), *lg = malloc((size_t)B * K * 4);
+    assert_true(x && p && feat && lg);
+    nu_fill_normal(&r, x, nx, 1.0);
+    nu_fill_normal(&r, p, n, 0.5); /* not the initialization: every parameter matters */
+    TU_OK(lam_model_params_set(clip, p, n));
+    TU_OK(lam_model_params_set(frame, p, nf)); /* the same per-frame layers: the first nf parameters */
+    tu_fill_nan(lg, (size_t)B * K);
+    TU_OK(lam_model_forward(clip, B, x, lg));
+    TU_OK(lam_model_forward(frame, B * T, x, feat)); /* frame t of clip b is row b*T + t */
+    const float *Wd = p + nf, *bd = p + nf + (size_t)K * F;
+    double worst = 0;
+    for (int b = 0; b < B; b++)
+      for (int k = 0; k < K; k++) {
+        double want = bd[k], mag = fabs(bd[k]);
+        for (int f = 0; f < F; f++) {
+          double pooled = max ? -INFINITY : 0;
+          for (int t = 0; t < T; t++) {
+            const double v = feat[((size_t)b * T + t) * F + f];
+            pooled = max ? (v > pooled ? v : pooled) : pooled + v / T;
+          }
+          want += (double)Wd[(size_t)k * F + f] * pooled, mag += fabs((double)Wd[(size_t)k * F + f] * pooled);
+        }
+        const double err = fabs(lg[(size_t)b * K + k] - want) / (mag + 1e-30);
+        if (!(err <= 1e-5))
+          fail_msg("'%s' clip %d class %d: logit %.9g, the frames pooled give %.9g (relative error %.3g)", spec, b, k,
+                   lg[(size_t)b * K + k], want, err);
+        if (err > worst) worst = err;
+      }
+    print_message("  %-72s worst relative error %.2g\n", spec, worst);
+    lam_model_free(clip), lam_model_free(frame);
+    free(x), free(p), free(feat), free(lg);
+  }
 }
 
 /* ---- forward and loss against float64 ------------------------------------------------------------ */
@@ -674,14 +741,15 @@ int main(int argc, char **argv) {
       return 77;
     }
     TU_OK(lam_ctx_create(&g_graph_ctx, LAM_DEVICE_CUDA));
-    const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_graph_gradients)};
+    const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_graph_gradients), cmocka_unit_test(test_clip_forward)};
     int failed = cmocka_run_group_tests_name("grad_cuda", cuda_tests, NULL, NULL);
     lam_ctx_free(g_graph_ctx);
     lam_ctx_free(g_ctx);
     return failed ? 1 : 0;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gradients),   cmocka_unit_test(test_graph_gradients), cmocka_unit_test(test_forward_reference),
+      cmocka_unit_test(test_gradients),   cmocka_unit_test(test_graph_gradients), cmocka_unit_test(test_clip_forward),
+      cmocka_unit_test(test_forward_reference),
       cmocka_unit_test(test_loss_stable), cmocka_unit_test(test_loss_precise_large_logits),
       cmocka_unit_test(test_grads_zeroed),
       cmocka_unit_test(test_backprop_step), cmocka_unit_test(test_opt_default),

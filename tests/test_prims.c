@@ -1051,6 +1051,86 @@ static void test_plane_mean(void **state) {
   }
 }
 
+/* ---- tpool: (B*T, S) rows of frames -> (B, S), mean or max over each clip's T frames ---- */
+static const int k_tp[][3] = {{1, 2, 1}, {3, 16, 10}, {2, 5, 784}, {4, 3, 4097}, {1, 255, 7}};
+
+static void run_tpool(lam_ctx *ctx, int bwd, int B, int T, size_t S, int max, const float *in, uint8_t *arg, float *out) {
+  const size_t big = (size_t)B * T * S, small = (size_t)B * S, nin = bwd ? small : big, nout = bwd ? big : small;
+  float *di = dput(ctx, in, nin * 4), *dout = dput(ctx, out, nout * 4);
+  uint8_t *da = dput(ctx, arg, small);
+  void *fi = fin_flat(ctx, di, nin), *fo = fin_flat(ctx, dout, nout);
+  if (bwd) TU_OK(BE(ctx)->tpool_bwd(ctx, g_fmt, B, T, S, max, fi, da, fo));
+  else TU_OK(BE(ctx)->tpool_fwd(ctx, g_fmt, B, T, S, max, fi, fo, da));
+  fout_flat(ctx, fi, di, nin, "tpool in (format)"), fout_flat(ctx, fo, dout, nout, "tpool out (format)");
+  dget(ctx, out, dout, nout * 4, bwd ? "tpool_bwd" : "tpool_fwd");
+  dget(ctx, arg, da, small, "tpool arg");
+  dfree(ctx, di), dfree(ctx, dout), dfree(ctx, da);
+}
+
+typedef struct tp_fd {
+  int B, T;
+  size_t S;
+  const float *w;
+} tp_fd;
+static void tp_loss(const void *a, const float *x, double *loss) { /* the mean's: linear in x */
+  const tp_fd *p = a;
+  float *y = fnan((size_t)p->B * p->S);
+  uint8_t arg[1];
+  TU_OK(BE(g_ctx)->tpool_fwd(g_ctx, LAM_FMT_NCHW, p->B, p->T, p->S, 0, x, y, arg));
+  double s = 0;
+  for (size_t i = 0; i < (size_t)p->B * p->S; i++) s += (double)p->w[i] * y[i];
+  *loss = s;
+  free(y);
+}
+
+static void test_tpool(void **state) {
+  (void)state;
+  for (size_t s = 0; s < sizeof k_tp / sizeof k_tp[0]; s++)
+    for (int max = 0; max < 2; max++) {
+      seed_case("tpool", s);
+      const int B = k_tp[s][0], T = k_tp[s][1];
+      const size_t S = (size_t)k_tp[s][2], n = (size_t)B * T * S, ny = (size_t)B * S;
+      float *x = frand(n, -2, 2), *dy = frand(ny, -1, 1);
+      double *ref = dzero(ny), *scale = dzero(ny), *dref = dzero(n);
+      uint8_t *aref = xmalloc(ny);
+      for (int b = 0; b < B; b++)
+        for (size_t v = 0; v < S; v++) {
+          const size_t o = (size_t)b * S + v;
+          double m = x[(size_t)b * T * S + v];
+          int best = 0;
+          for (int t = 0; t < T; t++) {
+            const double u = x[((size_t)b * T + t) * S + v];
+            if (max && u > m) m = u, best = t;
+            if (!max) ref[o] += u / T, scale[o] += fabs(u) / T;
+          }
+          if (max) ref[o] = m, scale[o] = fabs(m), aref[o] = (uint8_t)best;
+          for (int t = 0; t < T; t++)
+            dref[((size_t)b * T + t) * S + v] = max ? (t == best ? dy[o] : 0.0) : (double)dy[o] / T;
+        }
+      char what[120];
+      snprintf(what, sizeof what, "tpool_fwd %s B=%d T=%d S=%zu", max ? "max" : "mean", B, T, S);
+      float *y = fnan(ny), *yc = g_cuda ? fnan(ny) : NULL;
+      uint8_t *a = u8rand(ny, 0, 255), *ac = u8rand(ny, 0, 255);
+      run_tpool(g_ctx, 0, B, T, S, max, x, a, y);
+      if (g_cuda) run_tpool(g_cpu, 0, B, T, S, max, x, ac, yc);
+      /* the mean: T float additions in order on both backends; the max exactly */
+      verify(what, ny, y, ref, yc, scale, max ? 0.0 : 4e-7 * T, max ? 0.0 : 1e-7 * T);
+      if (max) verify_bytes(what, ny, 1, a, aref, ac);
+      snprintf(what, sizeof what, "tpool_bwd %s B=%d T=%d S=%zu", max ? "max" : "mean", B, T, S);
+      float *dx = fnan(n), *dxc = g_cuda ? fnan(n) : NULL;
+      if (g_cuda) memcpy(ac, a, ny); /* the same argmax for both (checked above) */
+      run_tpool(g_ctx, 1, B, T, S, max, dy, a, dx);
+      if (g_cuda) run_tpool(g_cpu, 1, B, T, S, max, dy, ac, dxc);
+      verify(what, n, dx, dref, dxc, NULL, 1e-7, 0.0); /* a copy or one rounded division */
+      if (!g_cuda && !max && n <= 200) {
+        tp_fd pf = {B, T, S, dy};
+        check_fd(what, n, x, dx, tp_loss, &pf, 1e-2, 2e-4, 1e-3);
+      }
+      free(x), free(dy), free(ref), free(scale), free(dref), free(aref), free(y), free(yc), free(a), free(ac), free(dx);
+      free(dxc);
+    }
+}
+
 static const int k_up[][5] = {{1, 1, 1, 1, 2}, {2, 3, 5, 7, 2}, {3, 64, 4, 4, 3}, {2, 1, 9, 1, 1}, {1, 2, 3, 2, 4}};
 
 static void run_upsample(lam_ctx *ctx, int bwd, int B, int C, int H, int W, int F, const float *in, float *out) {
@@ -2033,21 +2113,25 @@ typedef struct gather_case {
   int B, C;
   size_t P, label_size;
   int cursor;
+  int T; /* frames of a clip */
 } gather_case;
-static const gather_case k_gather[] = {{1, 1, 1, 1, 0},   {3, 3, 10, 1, 1}, {4, 1, 784, 1, 0},
-                                       {5, 3, 64, 64, 1}, {2, 64, 9, 3, 0}, {7, 2, 1, 5, 1}};
+static const gather_case k_gather[] = {{1, 1, 1, 1, 0, 1},   {3, 3, 10, 1, 1, 1}, {4, 1, 784, 1, 0, 1},
+                                       {5, 3, 64, 64, 1, 1}, {2, 64, 9, 3, 0, 1}, {7, 2, 1, 5, 1, 1},
+                                       {3, 3, 10, 1, 1, 4}, {2, 1, 49, 1, 0, 16}, {4, 2, 7, 1, 1, 3}};
+static int gather_frames(const gather_case *g) { return g->T; }
 
 static void run_gather(lam_ctx *ctx, const gather_case *g, size_t nimg, const uint8_t *images, const uint8_t *labels,
                        const int32_t *idx, size_t nidx, const lam_norm *norm, float *x, uint8_t *y) {
-  size_t sample = (size_t)g->C * g->P;
+  const int T = gather_frames(g);
+  size_t sample = (size_t)T * g->C * g->P;
   int32_t cur = 3;
   uint8_t *di = dput(ctx, images, nimg * sample), *dl = dput(ctx, labels, nimg * g->label_size);
   int32_t *dx_idx = dput(ctx, idx, nidx * 4), *dc = g->cursor ? dput(ctx, &cur, 4) : NULL;
   float *dx = dput(ctx, x, (size_t)g->B * sample * 4);
   uint8_t *dy = dput(ctx, y, (size_t)g->B * g->label_size);
-  void *fx = fin(ctx, dx, g->B, g->C, g->P);
-  TU_OK(BE(ctx)->gather(ctx, g->B, g->C, g->P, di, g->label_size, dl, dx_idx, dc, norm, g_fmt, fx, dy));
-  fout(ctx, fx, dx, g->B, g->C, g->P, "gather x (format)");
+  void *fx = fin(ctx, dx, g->B * T, g->C, g->P);
+  TU_OK(BE(ctx)->gather(ctx, g->B, T, g->C, g->P, di, g->label_size, dl, dx_idx, dc, norm, g_fmt, fx, dy));
+  fout(ctx, fx, dx, g->B * T, g->C, g->P, "gather x (format)");
   dget(ctx, x, dx, (size_t)g->B * sample * 4, "gather x");
   dget(ctx, y, dy, (size_t)g->B * g->label_size, "gather y");
   dfree(ctx, di), dfree(ctx, dl), dfree(ctx, dx_idx), dfree(ctx, dc), dfree(ctx, dx), dfree(ctx, dy);
@@ -2058,7 +2142,8 @@ static void test_gather(void **state) {
   for (size_t s = 0; s < sizeof k_gather / sizeof k_gather[0]; s++) {
     seed_case("gather", s);
     const gather_case *g = &k_gather[s];
-    size_t nimg = (size_t)g->B + 6, sample = (size_t)g->C * g->P, nidx = (size_t)g->B + 3, nx = (size_t)g->B * sample;
+    const int T = gather_frames(g);
+    size_t nimg = (size_t)g->B + 6, sample = (size_t)T * g->C * g->P, nidx = (size_t)g->B + 3, nx = (size_t)g->B * sample;
     uint8_t *images = u8rand(nimg * sample, 0, 255), *labels = u8rand(nimg * g->label_size, 0, 255);
     int32_t *idx = xmalloc(nidx * 4);
     for (size_t i = 0; i < nidx; i++) idx[i] = (int32_t)(tu_next(&g_r) % nimg);
@@ -2068,10 +2153,11 @@ static void test_gather(void **state) {
     double *xref = dzero(nx), *xscale = dzero(nx);
     uint8_t *yref = xmalloc((size_t)g->B * g->label_size);
     for (int b = 0; b < g->B; b++) {
-      for (int c = 0; c < g->C; c++)
+      for (int tc = 0; tc < T * g->C; tc++) /* frame t = tc / C, channel c: row b*T + t of x, as in the image */
         for (size_t p = 0; p < g->P; p++) {
-          double u = images[(size_t)id[b] * sample + (size_t)c * g->P + p];
-          size_t o = (size_t)b * sample + (size_t)c * g->P + p;
+          const int c = tc % g->C;
+          double u = images[(size_t)id[b] * sample + (size_t)tc * g->P + p];
+          size_t o = (size_t)b * sample + (size_t)tc * g->P + p;
           xref[o] = (u / 255.0 - norm.mean[c]) / norm.std[c];
           xscale[o] = (u / 255.0 + norm.mean[c]) / norm.std[c]; /* u a + k in float: a few ulps of its terms */
         }
@@ -2084,8 +2170,8 @@ static void test_gather(void **state) {
     run_gather(g_ctx, g, nimg, images, labels, idx, nidx, &norm, x, y);
     if (g_cuda) run_gather(g_cpu, g, nimg, images, labels, idx, nidx, &norm, xc, yc);
     char what[160];
-    snprintf(what, sizeof what, "gather x B=%d C=%d P=%zu label_size=%zu cursor=%d", g->B, g->C, g->P, g->label_size,
-             g->cursor);
+    snprintf(what, sizeof what, "gather x B=%d T=%d C=%d P=%zu label_size=%zu cursor=%d", g->B, T, g->C, g->P,
+             g->label_size, g->cursor);
     verify(what, nx, x, xref, xc, xscale, 1e-6, 1e-6);
     snprintf(what, sizeof what, "gather y B=%d C=%d P=%zu label_size=%zu cursor=%d", g->B, g->C, g->P, g->label_size,
              g->cursor);
@@ -2532,7 +2618,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_zero),         cmocka_unit_test(test_im2col_col2im),   cmocka_unit_test(test_conv2d),
       cmocka_unit_test(test_layout),
       cmocka_unit_test(test_dense_bias),   cmocka_unit_test(test_channel_bias),    cmocka_unit_test(test_pool), cmocka_unit_test(test_pool_nan),
-      cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
+      cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_tpool),           cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
       cmocka_unit_test(test_bn),           cmocka_unit_test(test_bn_act),          cmocka_unit_test(test_dropout_mask),
       cmocka_unit_test(test_elementwise),
       cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),

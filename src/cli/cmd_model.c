@@ -24,6 +24,9 @@ const char cli_model_grammar[] =
     "  NAME: LAYER                              labels the layer's output ('input' is the model's input)\n"
     "  add @NAME                                the current tensor plus NAME (a residual)\n"
     "  concat @NAME                             NAME's channels after the current tensor's (a skip)\n"
+    "  tpool mean|max                           clips: pools each value over the frames; layers before it run\n"
+    "                                           on every frame (the frames folded into the batch), after it once\n"
+    "                                           per clip; a model of clips needs one before its output\n"
     "Presets: cnn (conv 32 3, relu, maxpool 2, conv 64 3, relu, maxpool 2, flatten, dense 10), mlp.\n"
     "The last layer gives the class scores: CLASSES×1×1, or CLASSES×H×W for labels per pixel.\n"
     "Example (a residual block): conv 64 3 pad 1 nobias, bn, r: relu, conv 64 3 pad 1 nobias, bn, relu,\n"
@@ -116,11 +119,12 @@ static json_t *shape_json(int c, int h, int w) {
 
 static void model_usage(FILE *f) {
   fprintf(f,
-          "usage: lamina model SPEC|FILE --input CxHxW [--classes K] [--batch B] [--json]\n"
+          "usage: lamina model SPEC|FILE --input [Tx]CxHxW [--classes K] [--batch B] [--json]\n"
           "Prints the model's graph: every node's label, op, output shape, parameters and forward FLOPs per\n"
           "sample, and the memory its batch buffers are planned to take at batch B (activations, gradients\n"
           "and saved buffers placed by liveness, plus scratch and the input).\n"
-          "  --input CxHxW   the input per sample, e.g. 3x32x32 (required)\n"
+          "  --input CxHxW   the input per sample, e.g. 3x32x32 (required); TxCxHxW: clips of T frames,\n"
+          "                  e.g. 16x1x64x64 (FLOPs then count every frame)\n"
           "  --classes K     check that the model gives K class scores\n"
           "  --batch B       for the memory plan (default 64)\n"
           "  --json          one JSON object instead of the table\n"
@@ -132,15 +136,22 @@ int cmd_model(int argc, char **argv) {
   static const struct option longopts[] = {{"input", required_argument, 0, 'i'}, {"classes", required_argument, 0, 'k'},
                                            {"batch", required_argument, 0, 'b'}, {"json", no_argument, 0, 'j'},
                                            {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-  int c, li = 0, json = 0, C = 0, H = 0, W = 0;
+  int c, li = 0, json = 0, T = 1, C = 0, H = 0, W = 0;
   long classes = 0, batch = 64;
   opterr = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
     switch (c) {
       case 'i':
-        if (sscanf(optarg, "%dx%dx%d", &C, &H, &W) != 3 || C < 1 || H < 1 || W < 1)
-          return cli_usage_error("model", "--input: '%s' is not CxHxW, e.g. 1x28x28", optarg);
+        {
+          char end;
+          T = 1;
+          if (sscanf(optarg, "%dx%dx%dx%d%c", &T, &C, &H, &W, &end) != 4 &&
+              (T = 1, sscanf(optarg, "%dx%dx%d%c", &C, &H, &W, &end) != 3))
+            C = 0;
+          if (C < 1 || H < 1 || W < 1 || T < 1)
+            return cli_usage_error("model", "--input: '%s' is not CxHxW or TxCxHxW, e.g. 1x28x28", optarg);
+        }
         break;
       case 'k':
         if (cli_parse_int("model", "--classes", optarg, 1, 255, &classes)) return EXIT_USAGE;
@@ -165,7 +176,7 @@ int cmd_model(int argc, char **argv) {
   int ret = 1, n = 0;
   size_t planned = 0;
   if (lam_ctx_create(&ctx, LAM_DEVICE_CPU) != LAM_OK) goto fail;
-  lam_status s = lam_model_create(ctx, spec, C, H, W, 1, &m);
+  lam_status s = lam_model_create_clip(ctx, spec, T, C, H, W, 1, &m);
   if (s == LAM_ERR_INVALID_ARG) {
     fprintf(stderr, "lamina model: %s\n", lam_last_error());
     ret = EXIT_USAGE;
@@ -189,6 +200,7 @@ int cmd_model(int argc, char **argv) {
     int bad = !j || !jn;
     bad |= json_object_set_new(j, "spec", cli_json_str(lam_model_spec(m)));
     bad |= json_object_set_new(j, "input", shape_json(C, H, W));
+    bad |= json_object_set_new(j, "frames", json_integer(T));
     bad |= json_object_set_new(j, "output", shape_json(oc, oh, ow));
     bad |= json_object_set_new(j, "params", json_integer((json_int_t)lam_model_param_count(m)));
     bad |= json_object_set_new(j, "flops", count_json(flops));
@@ -213,7 +225,8 @@ int cmd_model(int argc, char **argv) {
     }
     if (cli_json_print(j)) goto out; /* ret is 1: it said why */
   } else {
-    printf("model %s\ninput %dx%dx%d\n", lam_model_spec(m), C, H, W);
+    if (T > 1) printf("model %s\ninput clips of %d frames of %dx%dx%d\n", lam_model_spec(m), T, C, H, W);
+    else printf("model %s\ninput %dx%dx%d\n", lam_model_spec(m), C, H, W);
     printf("  %3s %-12s %-10s %-12s %14s %10s %14s\n", "#", "name", "op", "reads", "output", "params", "MFLOPs/sample");
     for (int i = 0; i < n; i++) {
       char shape[48];

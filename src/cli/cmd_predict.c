@@ -205,15 +205,26 @@ int cmd_predict(int argc, char **argv) {
     rc = fail("--grid");
     goto out;
   }
-  /* the images, (n, C, H, W) uint8 */
+  /* the images, (n, C, H, W) uint8; a model of clips, (n, T, C, H, W) */
   size_t n = 0;
-  const size_t sample = (size_t)C * H * W;
+  const int T = lam_model_input_frames(m);
+  const size_t sample = (size_t)T * C * H * W;
+  if (T > 1 && !o.data) {
+    rc = cli_usage_error("predict", "the model takes clips of %d frames: give --data DIR (a set of clips), not image "
+                         "files", T);
+    goto out;
+  }
   if (o.data) {
     if (lam_dataset_load(o.data, 0, &set) != LAM_OK) {
       rc = fail("--data");
       goto out;
     }
     const int sc = set->c > 0 ? set->c : 1;
+    if ((set->t > 0 ? set->t : 1) != T) {
+      fprintf(stderr, "lamina predict: --data's test samples have %d frame(s), the model takes %d\n",
+              set->t > 0 ? set->t : 1, T);
+      goto out;
+    }
     if (sc != C || set->h != H || set->w != W) {
       fprintf(stderr, "lamina predict: --data's test images are %dx%dx%d, the model takes %dx%dx%d\n", sc, set->h,
               set->w, C, H, W);

@@ -431,7 +431,7 @@ static int check_resume(const train_opts *o, lam_ctx *ctx, const lam_dataset *tr
   if (o->model_set) { /* compare the specs as expanded (presets) */
     lam_model *given = NULL;
     int C = train->c > 0 ? train->c : 1;
-    if (lam_model_create(ctx, spec, C, train->h, train->w, 1, &given) != LAM_OK)
+    if (lam_model_create_clip(ctx, spec, train->t > 0 ? train->t : 1, C, train->h, train->w, 1, &given) != LAM_OK)
       return cli_usage_error("train", "--model: %s", lam_last_error());
     int same = !strcmp(lam_model_spec(given), lam_model_spec(m));
     if (!same)
@@ -619,6 +619,12 @@ int cmd_train(int argc, char **argv) {
   { /* the test part must fit the model the training part makes: said now, not after an epoch */
     int tc = train->c > 0 ? train->c : 1, ec = test->c > 0 ? test->c : 1;
     int tl = train->label_h > 1 || train->label_w > 1, el = test->label_h > 1 || test->label_w > 1;
+    int tt = train->t > 0 ? train->t : 1, et = test->t > 0 ? test->t : 1;
+    if (tt != et) {
+      fprintf(stderr, "lamina train: the data set's parts differ: training clips have %d frames, test samples %d; both "
+                      "parts of '%s' must have one clip length\n", tt, et, o.data);
+      goto out;
+    }
     if (tc != ec || train->h != test->h || train->w != test->w || tl != el) {
       fprintf(stderr, "lamina train: the data set's parts differ: training images are %dx%dx%d with %s, test images "
                       "%dx%dx%d with %s; both parts of '%s' must have one image size and one kind of label\n",
@@ -662,7 +668,8 @@ int cmd_train(int argc, char **argv) {
     lam_opt saved;
     lam_trainer_config(t, &saved, &batch);
   } else {
-    lam_status s = lam_model_create(ctx, spec, train->c > 0 ? train->c : 1, train->h, train->w, o.seed, &m);
+    lam_status s = lam_model_create_clip(ctx, spec, train->t > 0 ? train->t : 1, train->c > 0 ? train->c : 1, train->h,
+                                         train->w, o.seed, &m);
     if (s == LAM_ERR_INVALID_ARG) { /* a bad --model is a bad value: usage */
       fprintf(stderr, "lamina train: --model: %s\n(see 'lamina train --help')\n", lam_last_error());
       ret = EXIT_USAGE;
@@ -701,8 +708,11 @@ int cmd_train(int argc, char **argv) {
     printf("lamina train: %s on %s\n", lam_model_spec(m), lam_ctx_device_name(ctx));
     int graph = 0;
     lam_trainer_graph(t, &graph);
-    printf("  data %s: %zu training, %zu test images of %dx%dx%d, %d classes%s; %zu parameters; batch %d; %s; %s\n",
-           o.data, train->n, test->n, train->c > 0 ? train->c : 1, train->h, train->w, train->classes,
+    char frames[32] = "";
+    if (train->t > 1) snprintf(frames, sizeof frames, "clips of %d frames of ", train->t);
+    printf("  data %s: %zu training, %zu test %s%dx%dx%d, %d classes%s; %zu parameters; batch %d; %s; %s\n",
+           o.data, train->n, test->n, train->t > 1 ? frames : "images of ", train->c > 0 ? train->c : 1, train->h,
+           train->w, train->classes,
            train->label_h > 1 || train->label_w > 1 ? " per pixel" : "", lam_model_param_count(m), batch,
            lam_precision_str(o.precision),
            graph ? "step in a CUDA graph" : "step op by op");

@@ -395,20 +395,22 @@ static lam_status plain_xent(lam_ctx *ctx, int B, int C, int P, const float *log
   return LAM_OK;
 }
 
-static lam_status plain_gather(lam_ctx *ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size,
+static lam_status plain_gather(lam_ctx *ctx, int B, int T, int C, size_t P, const uint8_t *images, size_t label_size,
                       const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, float *x,
                       uint8_t *y) {
   (void)ctx;
   if (cursor) idx += *cursor;
   float a[LAM_NORM_MAX_CHANNELS], k[LAM_NORM_MAX_CHANNELS]; /* (u / 255 - mean) / std = u * a + k */
   for (int c = 0; c < C; c++) a[c] = 1.0f / (255.0f * norm->std[c]), k[c] = -norm->mean[c] / norm->std[c];
-  const size_t sample = (size_t)C * P;
+  const size_t sample = (size_t)T * C * P;
 #pragma omp parallel for schedule(static) if ((size_t)B * sample > PAR_MIN)
   for (int b = 0; b < B; b++) {
     const uint8_t *src = images + (size_t)idx[b] * sample;
-    float *dst = x + (size_t)b * sample;
-    for (int c = 0; c < C; c++)
-      for (size_t p = 0; p < P; p++) dst[(size_t)c * P + p] = (float)src[(size_t)c * P + p] * a[c] + k[c];
+    float *dst = x + (size_t)b * sample; /* frame t of sample b is row b*T + t: the same bytes in order */
+    for (size_t tc = 0; tc < (size_t)T * C; tc++) {
+      const int c = (int)(tc % (size_t)C);
+      for (size_t p = 0; p < P; p++) dst[tc * P + p] = (float)src[tc * P + p] * a[c] + k[c];
+    }
     memcpy(y + (size_t)b * label_size, labels + (size_t)idx[b] * label_size, label_size);
   }
   return LAM_OK;
@@ -704,11 +706,11 @@ lam_status cpu_xent(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *lo
                                                           pred));
 }
 
-lam_status cpu_gather(lam_ctx *ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size,
+lam_status cpu_gather(lam_ctx *ctx, int B, int T, int C, size_t P, const uint8_t *images, size_t label_size,
                       const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, lam_fmt f,
                       void *x, uint8_t *y) {
   cpu_fmt_job j = cpu_fmt_begin(f);
-  float *tx = cpu_fmt_out(&j, B, C, P, x, 0);
-  return cpu_fmt_end(&j, j.status ? j.status : plain_gather(ctx, B, C, P, images, label_size, labels, idx, cursor, norm,
+  float *tx = cpu_fmt_out(&j, (size_t)B * T, C, P, x, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_gather(ctx, B, T, C, P, images, label_size, labels, idx, cursor, norm,
                                                             tx, y));
 }

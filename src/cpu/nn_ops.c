@@ -312,6 +312,52 @@ static lam_status plain_add(lam_ctx *ctx, size_t n, const float *a, const float 
   return LAM_OK;
 }
 
+/* Over a clip's frames: rows b*T .. b*T + T-1 of x pool into row b of y. */
+static lam_status plain_tpool_fwd(int B, int T, size_t S, int max, const float *x, float *y, uint8_t *arg) {
+#pragma omp parallel for schedule(static) if ((size_t)B * T * S > PAR_MIN)
+  for (int b = 0; b < B; b++)
+    for (size_t s = 0; s < S; s++) {
+      const float *v = x + (size_t)b * T * S + s;
+      float acc = v[0];
+      int best = 0;
+      for (int t = 1; t < T; t++) {
+        const float u = v[(size_t)t * S];
+        if (!max) acc += u;
+        else if (u > acc || (u != u && acc == acc)) acc = u, best = t; /* the first maximum; NaN wins, as maxpool */
+      }
+      y[(size_t)b * S + s] = max ? acc : acc / (float)T;
+      if (max) arg[(size_t)b * S + s] = (uint8_t)best;
+    }
+  return LAM_OK;
+}
+static lam_status plain_tpool_bwd(int B, int T, size_t S, int max, const float *dy, const uint8_t *arg, float *dx) {
+#pragma omp parallel for schedule(static) if ((size_t)B * T * S > PAR_MIN)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (size_t s = 0; s < S; s++) {
+        const size_t o = (size_t)b * S + s;
+        dx[((size_t)b * T + t) * S + s] = max ? (arg[o] == t ? dy[o] : 0.0f) : dy[o] / (float)T;
+      }
+  return LAM_OK;
+}
+/* A row is a frame in the format's own order, so only the type is converted. */
+lam_status cpu_tpool_fwd(lam_ctx *ctx, lam_fmt f, int B, int T, size_t S, int max, const void *x, void *y,
+                         uint8_t *arg) {
+  (void)ctx;
+  cpu_fmt_job j = cpu_fmt_begin(lam_fmt_of(f.dt, 0));
+  const float *tx = cpu_fmt_in(&j, (size_t)B * T, 1, S, x);
+  float *ty = cpu_fmt_out(&j, (size_t)B, 1, S, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_tpool_fwd(B, T, S, max, tx, ty, arg));
+}
+lam_status cpu_tpool_bwd(lam_ctx *ctx, lam_fmt f, int B, int T, size_t S, int max, const void *dy, const uint8_t *arg,
+                         void *dx) {
+  (void)ctx;
+  cpu_fmt_job j = cpu_fmt_begin(lam_fmt_of(f.dt, 0));
+  const float *tdy = cpu_fmt_in(&j, (size_t)B, 1, S, dy);
+  float *tdx = cpu_fmt_out(&j, (size_t)B * T, 1, S, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_tpool_bwd(B, T, S, max, tdy, arg, tdx));
+}
+
 lam_status cpu_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float *count) {
   (void)ctx;
   size_t k = 0;

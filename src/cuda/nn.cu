@@ -651,44 +651,47 @@ typedef struct gather_coef {
 } gather_coef;
 
 /* The uint8 images of the batch, normalized on the GPU: they cross PCIe (once, at upload) as bytes.
- * Block (chunk, b): sample b (gridDim.y strides over the batch), threads over its C*P values and then
- * its label_size label bytes; consecutive threads consecutive values of x (NCHW: value j is channel j / P;
- * NHWC: channel j % C, read from the image's plane of it), written as float or bfloat16 (T). */
+ * Block (chunk, b): sample b (gridDim.y strides over the batch), threads over its T*C*P values and then
+ * its label_size label bytes; consecutive threads consecutive values of x (frame t of the sample is x's
+ * row b*T + t; NCHW: value j is channel (j / P) % C, in the image's order; NHWC: within its frame's C*P
+ * values channel j % C, read from the frame's plane of it), written as float or bfloat16 (T). */
 template <typename T, bool NHWC>
-__global__ void gather_kernel(int B, int C, unsigned P, const uint8_t *__restrict__ images, size_t label_size,
+__global__ void gather_kernel(int B, int F, int C, unsigned P, const uint8_t *__restrict__ images, size_t label_size,
                               const uint8_t *__restrict__ labels, const int32_t *idx, const int32_t *cursor,
                               gather_coef k, T *__restrict__ x, uint8_t *__restrict__ y) {
   const int off = cursor ? *cursor : 0;
-  const unsigned CP = (unsigned)C * P; /* < 2^31: checked by the caller */
+  const unsigned CP = (unsigned)C * P, FCP = (unsigned)F * CP; /* < 2^31: checked by the caller */
   for (int b = blockIdx.y; b < B; b += gridDim.y) {
     const size_t src = (size_t)idx[off + b];
-    const uint8_t *im = images + src * CP;
-    T *d = x + (size_t)b * CP;
-    for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < CP; j += gridDim.x * blockDim.x) {
-      const unsigned c = NHWC ? j % (unsigned)C : j / P;
-      tput(d, j, (float)im[NHWC ? c * P + j / (unsigned)C : j] * k.a[c] + k.k[c]);
+    const uint8_t *im = images + src * FCP;
+    T *d = x + (size_t)b * FCP;
+    for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < FCP; j += gridDim.x * blockDim.x) {
+      const unsigned f0 = NHWC ? j / CP * CP : 0, jj = j - f0; /* the frame's first value, j within it */
+      const unsigned c = NHWC ? jj % (unsigned)C : j / P % (unsigned)C;
+      tput(d, j, (float)im[NHWC ? f0 + c * P + jj / (unsigned)C : j] * k.a[c] + k.k[c]);
     }
     for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < label_size; j += (size_t)gridDim.x * blockDim.x)
       y[(size_t)b * label_size + j] = labels[src * label_size + j];
   }
 }
 
-lam_status cuda_gather(lam_ctx *ctx, int B, int C, size_t P, const uint8_t *images, size_t label_size,
+lam_status cuda_gather(lam_ctx *ctx, int B, int F, int C, size_t P, const uint8_t *images, size_t label_size,
                        const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, lam_fmt f,
                        void *x, uint8_t *y) {
   cuda_state *st = cuda_st(ctx);
   /* NCHW bfloat16 is NHWC's order where a sample has one channel or one pixel */
   const bool nhwc = f.nhwc || (f.dt == LAM_DT_BF16 && (C == 1 || P == 1));
   if (f.dt == LAM_DT_BF16 && !nhwc) return nchw_bf16_unsupported("gather");
-  LAM_TRY(check_grid("gather", (size_t)C * P, 1));
+  LAM_TRY(check_grid("gather", (size_t)F * C * P, 1));
   gather_coef k;
   for (int c = 0; c < C; c++) /* as the CPU twin */
     k.a[c] = 1.0f / (255.0f * norm->std[c]), k.k[c] = -norm->mean[c] / norm->std[c];
-  size_t per = (size_t)C * P > label_size ? (size_t)C * P : label_size;
+  size_t per = (size_t)F * C * P > label_size ? (size_t)F * C * P : label_size;
   size_t bx = (per + NT - 1) / NT;
   dim3 grid((unsigned)(bx < 65535 ? (bx ? bx : 1) : 65535), (unsigned)(B < 65535 ? (B > 0 ? B : 1) : 65535));
 #define GATHER(T, N) \
-  gather_kernel<T, N><<<grid, NT, 0, st->stream>>>(B, C, (unsigned)P, images, label_size, labels, idx, cursor, k, (T *)x, y)
+  gather_kernel<T, N><<<grid, NT, 0, st->stream>>>(B, F, C, (unsigned)P, images, label_size, labels, idx, cursor, k, \
+                                                   (T *)x, y)
   if (f.dt == LAM_DT_BF16) GATHER(lam_bf16, true);
   else if (nhwc) GATHER(float, true);
   else GATHER(float, false);

@@ -711,6 +711,59 @@ template <typename T, int V> __global__ void add_kernel(size_t n, const T *a, co
   }
 }
 
+/* Over a clip's frames (prims.h): a thread per pooled value (b, s), reading its T frames down the rows, so
+ * consecutive threads read consecutive values of every frame. */
+template <typename T>
+__global__ void tpool_fwd_kernel(size_t n, int F, size_t S, int max, const T *__restrict__ x, T *__restrict__ y,
+                                 uint8_t *__restrict__ arg) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t b = i / S, s = i - b * S;
+    const T *v = x + b * F * S + s;
+    float acc = tget(v, 0);
+    int best = 0;
+    for (int t = 1; t < F; t++) {
+      const float u = tget(v, (size_t)t * S);
+      if (!max) acc += u;
+      else if (u > acc || (u != u && acc == acc)) acc = u, best = t; /* as the CPU twin */
+    }
+    tput(y, i, max ? acc : acc / (float)F);
+    if (max) arg[i] = (uint8_t)best;
+  }
+}
+template <typename T>
+__global__ void tpool_bwd_kernel(size_t n, int F, size_t S, int max, const T *__restrict__ dy,
+                                 const uint8_t *__restrict__ arg, T *__restrict__ dx) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = i / S, s = i - r * S, b = r / F, o = b * S + s; /* i: row r = b*F + t, value s */
+    const int t = (int)(r - b * F);
+    const float g = tget(dy, o);
+    tput(dx, i, max ? (arg[o] == t ? g : 0.0f) : g / (float)F);
+  }
+}
+lam_status cuda_tpool_fwd(lam_ctx *ctx, lam_fmt f, int B, int F, size_t S, int max, const void *x, void *y,
+                          uint8_t *arg) {
+  cuda_state *st = cuda_st(ctx);
+  const size_t n = (size_t)B * S;
+  if (f.dt == LAM_DT_BF16)
+    tpool_fwd_kernel<lam_bf16><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const lam_bf16 *)x, (lam_bf16 *)y, arg);
+  else
+    tpool_fwd_kernel<float><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const float *)x, (float *)y, arg);
+  LAUNCH_CHECK(st, "tpool_fwd_kernel");
+  return LAM_OK;
+}
+lam_status cuda_tpool_bwd(lam_ctx *ctx, lam_fmt f, int B, int F, size_t S, int max, const void *dy, const uint8_t *arg,
+                          void *dx) {
+  cuda_state *st = cuda_st(ctx);
+  const size_t n = (size_t)B * F * S;
+  if (f.dt == LAM_DT_BF16)
+    tpool_bwd_kernel<lam_bf16><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const lam_bf16 *)dy, arg,
+                                                                    (lam_bf16 *)dx);
+  else
+    tpool_bwd_kernel<float><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const float *)dy, arg, (float *)dx);
+  LAUNCH_CHECK(st, "tpool_bwd_kernel");
+  return LAM_OK;
+}
+
 lam_status cuda_add(lam_ctx *ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y) {
   cuda_state *st = cuda_st(ctx);
   const int V = f.dt == LAM_DT_BF16 ? 8 : 4;

@@ -13,6 +13,7 @@
 
 #define DATA_MAX_N 100000000u  /* 100 M images: far above any real set, low enough to catch garbage */
 #define DATA_MAX_SIDE 4096u
+#define DATA_MAX_FRAMES 255u /* frames of a clip */
 #define DATA_MAX_CHANNELS 1024u
 #define DATA_PEEK 8 /* bytes data_open reads ahead: enough for both magics */
 
@@ -39,11 +40,11 @@ typedef struct data_elem {
 } data_elem;
 
 /* An array read whole, as uint8. The dims are the file's, in its order; `channels_last` says where a
- * 4-d image array keeps its channels. `words` is the shape in words for messages ("7 images of 5x3"). */
+ * 4-d image array keeps its channels (a 5-d one, clips of frames, always keeps them last). `words` is the shape in words for messages ("7 images of 5x3"). */
 typedef struct data_array {
   int rank;
-  uint64_t dims[4];
-  int channels_last;
+  uint64_t dims[5];
+  int channels_last; /* 4-d (n, h, w, c) and 5-d (n, t, h, w, c: clips) images */
   int npy;       /* read from a NumPy file (else IDX): messages speak its language */
   uint8_t *data; /* count bytes, malloc'd, owned by the caller */
   size_t count;

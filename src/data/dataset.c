@@ -38,9 +38,12 @@ static lam_status read_array(const char *path, data_role role, data_array *a) {
   return st;
 }
 
-/* The images' geometry from their array: (n, h, w), (n, h, w, c) or (n, c, h, w). */
-static void image_geometry(const data_array *im, int *c, int *h, int *w) {
-  if (im->rank == 3) {
+/* The images' geometry from their array: (n, h, w), (n, h, w, c), (n, c, h, w) or clips (n, t, h, w, c). */
+static void image_geometry(const data_array *im, int *t, int *c, int *h, int *w) {
+  *t = 1;
+  if (im->rank == 5) {
+    *t = (int)im->dims[1], *h = (int)im->dims[2], *w = (int)im->dims[3], *c = (int)im->dims[4];
+  } else if (im->rank == 3) {
     *c = 1, *h = (int)im->dims[1], *w = (int)im->dims[2];
   } else if (im->channels_last) {
     *h = (int)im->dims[1], *w = (int)im->dims[2], *c = (int)im->dims[3];
@@ -119,13 +122,18 @@ lam_status lam_dataset_load_idx(const char *images_path, const char *labels_path
     return s;
   }
   const int per_pixel = lb.rank == 3;
-  int c, h, w;
-  image_geometry(&im, &c, &h, &w);
+  int t, c, h, w;
+  image_geometry(&im, &t, &c, &h, &w);
   if (im.dims[0] != lb.dims[0]) {
     s = LAM_FAIL(LAM_ERR_IO, "image file '%s' has %llu images but label file '%s' has %llu %s; the two must be "
                  "the same set (train-* with train-*, t10k-* with t10k-*)", images_path,
                  (unsigned long long)im.dims[0], labels_path, (unsigned long long)lb.dims[0],
                  per_pixel ? "label maps" : "labels");
+    goto fail;
+  }
+  if (per_pixel && im.rank == 5) {
+    s = LAM_FAIL(LAM_ERR_IO, "label file '%s' holds a label per pixel, but '%s' holds clips (%s); clips take one "
+                 "label per clip: labels of shape (n,) (IDX magic 0x00000801)", labels_path, images_path, im.words);
     goto fail;
   }
   if (per_pixel && (lb.dims[1] != (uint64_t)h || lb.dims[2] != (uint64_t)w)) {
@@ -159,7 +167,7 @@ lam_status lam_dataset_load_idx(const char *images_path, const char *labels_path
   }
   if (s != LAM_OK) goto fail;
   if (im.channels_last && c > 1) {
-    s = to_nchw(im.data, im.dims[0], c, h, w, images_path);
+    s = to_nchw(im.data, im.dims[0] * (size_t)t, c, h, w, images_path); /* a clip: frame by frame */
     if (s != LAM_OK) goto fail;
   }
 
@@ -169,7 +177,7 @@ lam_status lam_dataset_load_idx(const char *images_path, const char *labels_path
     goto fail;
   }
   *d = (lam_dataset){.n = (size_t)im.dims[0], .h = h, .w = w, .classes = classes, .images = im.data,
-                     .labels = lb.data, .c = c, .label_h = per_pixel ? h : 1, .label_w = per_pixel ? w : 1};
+                     .labels = lb.data, .c = c, .label_h = per_pixel ? h : 1, .label_w = per_pixel ? w : 1, .t = t};
   *out = d;
   return LAM_OK;
 
@@ -177,6 +185,10 @@ fail:
   free(im.data);
   free(lb.data);
   return s;
+}
+
+size_t lam_dataset_sample_bytes(const lam_dataset *d) {
+  return (size_t)(d->t > 0 ? d->t : 1) * (size_t)(d->c > 0 ? d->c : 1) * (size_t)d->h * (size_t)d->w;
 }
 
 void lam_dataset_free(lam_dataset *d) {
@@ -211,7 +223,7 @@ lam_status lam_dataset_set_classes(lam_dataset *d, int k) {
 
 /* A new set of d's images where pick[i] == want, in d's order. */
 static lam_status subset(const lam_dataset *d, const uint8_t *pick, uint8_t want, size_t n, lam_dataset **out) {
-  const size_t sample = (size_t)(d->c > 0 ? d->c : 1) * d->h * d->w;
+  const size_t sample = lam_dataset_sample_bytes(d);
   const size_t lsize = (size_t)(d->label_h > 0 ? d->label_h : 1) * (d->label_w > 0 ? d->label_w : 1);
   lam_dataset *s = calloc(1, sizeof *s);
   if (s) *s = *d, s->n = n, s->images = malloc(n * sample), s->labels = malloc(n * lsize);
@@ -275,7 +287,7 @@ lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *s
   LAM_CHECK_ARG(d->n > 0 && d->h > 0 && d->w > 0 && d->images,
                 "lam_dataset_channel_stats: the set is empty (n=%zu, h=%d, w=%d, images %s)", d->n, d->h, d->w,
                 d->images ? "set" : "NULL");
-  const size_t hw = (size_t)d->h * (size_t)d->w;
+  const size_t hw = (size_t)d->h * (size_t)d->w, frames = d->t > 0 ? (size_t)d->t : 1;
   /* Pixels are bytes: a histogram per channel is exact, and mean and variance come from it in two
    * passes without the cancellation of sum-of-squares. */
   uint64_t *hist = calloc((size_t)c * 256, sizeof *hist);
@@ -289,7 +301,7 @@ lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *s
       oom = 1;
     }
 #pragma omp for schedule(static)
-    for (long long i = 0; i < (long long)d->n; i++) {
+    for (long long i = 0; i < (long long)(d->n * frames); i++) { /* every frame of every clip */
       if (!local) continue;
       for (int ch = 0; ch < c; ch++) {
         const uint8_t *p = d->images + ((size_t)i * (size_t)c + (size_t)ch) * hw;
@@ -307,7 +319,7 @@ lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *s
     free(hist);
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_channel_stats: no host memory for per-thread histograms");
   }
-  const double count = (double)d->n * (double)hw;
+  const double count = (double)d->n * (double)frames * (double)hw;
   for (int ch = 0; ch < c; ch++) {
     const uint64_t *hc = hist + (size_t)ch * 256;
     double sum = 0.0;

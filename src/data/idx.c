@@ -2,7 +2,8 @@
  *
  * IDX is a big-endian header — a magic 0x000008DD (08: unsigned bytes, DD: how many dimensions), then
  * one uint32 per dimension — followed by the values, row-major. Images are 0x00000803 (n, rows, cols)
- * or 0x00000804 (n, rows, cols, channels: channels-last); labels 0x00000801 (n: a class per image) or
+ * or 0x00000804 (n, rows, cols, channels: channels-last), clips 0x00000805 (n, frames, rows, cols, channels);
+ * labels 0x00000801 (n: a class per image) or
  * 0x00000803 (n, rows, cols: a class per pixel). The payload is read by data_payload (source.c).
  */
 #include <stdio.h>
@@ -15,10 +16,11 @@
 
 /* The ranks a role takes. */
 static int idx_rank_ok(data_role role, int rank) {
-  return role == DATA_IMAGES ? rank == 3 || rank == 4 : rank == 1 || rank == 3;
+  return role == DATA_IMAGES ? rank >= 3 && rank <= 5 : rank == 1 || rank == 3;
 }
 
-static const char *const IDX_DIM_NAMES[4] = {"n", "rows", "cols", "channels"};
+static const char *const IDX_DIM_NAMES[2][5] = {{"n", "rows", "cols", "channels"},
+                                               {"n", "frames", "rows", "cols", "channels"}};
 
 static uint32_t be32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
@@ -47,7 +49,7 @@ static void magic_hint(const unsigned char raw[4], data_role role, char *buf, si
   else if ((got >> 8) == 0x08)
     snprintf(buf, cap, "an IDX file of unsigned bytes with %u dimensions, where %s file has %s", got & 0xff,
              role == DATA_IMAGES ? "an image" : "a label",
-             role == DATA_IMAGES ? "3 (n, rows, cols) or 4 (n, rows, cols, channels)"
+             role == DATA_IMAGES ? "3 (n, rows, cols), 4 (n, rows, cols, channels) or 5 (n, frames, rows, cols, channels)"
                                  : "1 (n: a label per image) or 3 (n, rows, cols: a label per pixel)");
   else
     snprintf(buf, cap, "this is not an IDX file (nor a NumPy .npy file, which starts with \\x93NUMPY)");
@@ -55,7 +57,7 @@ static void magic_hint(const unsigned char raw[4], data_role role, char *buf, si
 
 lam_status idx_read(data_src *s, data_array *a) {
   memset(a, 0, sizeof *a);
-  unsigned char head[4 + 4 * 4];
+  unsigned char head[4 + 4 * 5];
   size_t got = 0;
   if (data_read(s, head, 4, &got) != 0)
     return LAM_FAIL(LAM_ERR_IO, "%s file '%s': cannot read the header: %s; the file is damaged, fetch it again",
@@ -66,9 +68,9 @@ lam_status idx_read(data_src *s, data_array *a) {
   const uint32_t magic = be32(head);
   const int rank = (int)(magic & 0xff);
   if ((magic >> 8) != 0x08 || !idx_rank_ok(s->role, rank)) {
-    char hint[160];
+    char hint[200];
     magic_hint(head, s->role, hint, sizeof hint);
-    const int lo = s->role == DATA_IMAGES ? 3 : 1, hi = s->role == DATA_IMAGES ? 4 : 3;
+    const int lo = s->role == DATA_IMAGES ? 3 : 1, hi = s->role == DATA_IMAGES ? 5 : 3;
     return LAM_FAIL(LAM_ERR_IO, "%s file '%s': magic number is 0x%08x, expected 0x%08x or 0x%08x (IDX %s file); %s",
                     s->what, s->path, magic, IDX_MAGIC(lo), IDX_MAGIC(hi), s->what, hint);
   }
@@ -82,19 +84,29 @@ lam_status idx_read(data_src *s, data_array *a) {
                     s->what, s->path, 4 + more, head_bytes);
 
   a->rank = rank;
-  a->channels_last = rank == 4;
+  a->channels_last = rank >= 4;
   a->count = 1;
+  const int clip = rank == 5;
   for (int d = 0; d < rank; d++) {
     a->dims[d] = be32(head + 4 + 4 * d);
-    uint64_t limit = d == 0 ? DATA_MAX_N : d == 3 ? DATA_MAX_CHANNELS : DATA_MAX_SIDE;
-    LAM_TRY(data_check_dim(s, "an IDX", IDX_DIM_NAMES[d], a->dims[d], limit));
+    uint64_t limit = d == 0 ? DATA_MAX_N : d == rank - 1 && rank >= 4 ? DATA_MAX_CHANNELS
+                                         : clip && d == 1 ? DATA_MAX_FRAMES : DATA_MAX_SIDE;
+    LAM_TRY(data_check_dim(s, "an IDX", IDX_DIM_NAMES[clip][d], a->dims[d], limit));
   }
-  /* n*rows*cols*channels <= 1e8 * 4096 * 4096 * 1024 < 2^61: no overflow in 64 bits. */
+  /* Each dimension checked, the product checked as it grows: no overflow in 64 bits. */
   uint64_t count = 1;
-  for (int d = 0; d < rank; d++) count *= a->dims[d];
+  for (int d = 0; d < rank; d++) {
+    if (a->dims[d] && count > UINT64_MAX / a->dims[d])
+      return LAM_FAIL(LAM_ERR_IO, "%s file '%s': its header's dimensions multiply past 2^64; the file is damaged",
+                      s->what, s->path);
+    count *= a->dims[d];
+  }
   const unsigned long long n = a->dims[0], h = a->dims[1], w = a->dims[2];
   if (s->role == DATA_IMAGES && rank == 3)
     snprintf(a->words, sizeof a->words, "%llu images of %llux%llu", n, h, w);
+  else if (s->role == DATA_IMAGES && clip)
+    snprintf(a->words, sizeof a->words, "%llu clips of %llu frames of %llux%llu with %llu channels", n, h, w,
+             (unsigned long long)a->dims[3], (unsigned long long)a->dims[4]); /* h, w: frames, rows here */
   else if (s->role == DATA_IMAGES)
     snprintf(a->words, sizeof a->words, "%llu images of %llux%llu with %llu channels", n, h, w,
              (unsigned long long)a->dims[3]);

@@ -248,11 +248,16 @@ static lam_status check_shape(const data_src *s, const npy_header *h, data_array
     if (h->rank == 2)
       return LAM_FAIL(LAM_ERR_IO, "image file '%s': shape %s has 2 dimensions; images are (n, h, w), (n, h, w, c) "
                       "or (n, c, h, w): reshape flat images first, e.g. x.reshape(-1, 28, 28)", s->path, shp);
-    if (h->rank != 3 && h->rank != 4)
+    if (h->rank < 3 || h->rank > 5)
       return LAM_FAIL(LAM_ERR_IO, "image file '%s': shape %s has %d dimensions; images are (n, h, w), (n, h, w, c) "
-                      "or (n, c, h, w)", s->path, shp, h->rank);
-    const char *names[4] = {"n", "rows", "cols", "channels"};
-    uint64_t limits[4] = {DATA_MAX_N, DATA_MAX_SIDE, DATA_MAX_SIDE, DATA_MAX_CHANNELS};
+                      "or (n, c, h, w), clips (n, t, h, w, c)", s->path, shp, h->rank);
+    const char *names[5] = {"n", "rows", "cols", "channels", ""};
+    uint64_t limits[5] = {DATA_MAX_N, DATA_MAX_SIDE, DATA_MAX_SIDE, DATA_MAX_CHANNELS, 0};
+    if (h->rank == 5) { /* clips: (n, frames, h, w, c), always channels-last */
+      a->channels_last = 1;
+      names[1] = "frames", names[2] = "rows", names[3] = "cols", names[4] = "channels";
+      limits[1] = DATA_MAX_FRAMES, limits[2] = limits[3] = DATA_MAX_SIDE, limits[4] = DATA_MAX_CHANNELS;
+    }
     if (h->rank == 4) {
       if (d[3] <= 4 && d[3] > 0) {
         a->channels_last = 1;

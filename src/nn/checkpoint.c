@@ -2,13 +2,15 @@
  * that an interrupted training run resumes exactly where it stopped: on the CPU the resumed run's
  * losses and parameters equal an uninterrupted run's bit for bit.
  *
- * File format, version 4 (older files load: version 3 lacks the part marked v4, version 2 also the part
- * marked v3, version 1 also the part marked v2; a trainer from them has a constant rate). Every number is little-endian; floats are IEEE-754 binary32 bit
+ * File format, version 5 (older files load: version 4 lacks the part marked v5, version 3 also the part
+ * marked v4, version 2 also the part marked v3, version 1 also the part marked v2; a trainer from them has a
+ * constant rate). A model of images is still written as version 4, which older builds read; only a model
+ * of clips needs version 5. Every number is little-endian; floats are IEEE-754 binary32 bit
  * patterns.
  *
  *   offset  type            field
  *   0       char[8]         magic "LAMCKPT\0"
- *   8       u32             version (3)
+ *   8       u32             version (4, or 5 for a model of clips)
  *   12      u32             L: length of the model spec in bytes (no terminating NUL; < 4096, v1 < 1024)
  *           char[L]         the model spec, presets expanded (lam_model_spec): the graph, with its labels
  *           i32 × 3         in_c, in_h, in_w
@@ -39,6 +41,7 @@
  *           i32             the epochs it spans
  *           f64             its warm-up in epochs
  *           i32, f64        step: epochs between steps, the factor
+ *   v5:     u32             frames per sample (a model of clips, lam_model_create_clip)
  *   always:
  *           u32             CRC-32 (zlib's crc32) of every byte before it
  *
@@ -71,7 +74,7 @@
 
 #define CKPT_MAGIC "LAMCKPT" /* with its NUL: 8 bytes */
 #define CKPT_MAGIC_LEN 8
-#define CKPT_VERSION 4u
+#define CKPT_VERSION 5u
 #define CKPT_MAX_LAYERS 4096u /* far above any spec that fits in 1024 characters */
 
 /* ---- little-endian packing --------------------------------------------------------------------- */
@@ -160,6 +163,8 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
   if (t) size += 4 + 6 * 4 + 8 + (size_t)nstate * np * 4 + 4 + 8 + 4 + 4 * 8;
   if (t) size += 4 + 4 * 8 + 3 * 4; /* v3 */
   if (t) size += 4 + 4 + 8 + 4 + 8;  /* v4 */
+  const uint32_t version = m->in_t > 1 ? 5u : 4u;
+  if (version >= 5) size += 4;
   size += 4; /* CRC */
 
   size_t nhost = np > m->nstate ? np : m->nstate;
@@ -172,7 +177,7 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
   }
   lam_status s = LAM_OK;
   put_bytes(&b, CKPT_MAGIC, CKPT_MAGIC_LEN);
-  put_u32(&b, CKPT_VERSION);
+  put_u32(&b, version);
   put_u32(&b, (uint32_t)spec_len);
   put_bytes(&b, m->spec, spec_len);
   put_u32(&b, (uint32_t)m->in_c);
@@ -233,6 +238,7 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
     free(b.p);
     return s;
   }
+  if (version >= 5) put_u32(&b, (uint32_t)m->in_t);
   if (b.len + 4 == b.cap) put_u32(&b, crc32_of(b.p, b.len));
   if (b.len != b.cap) { /* the size computed above and the fields written disagree: a bug here */
     free(b.p);
@@ -303,7 +309,7 @@ static lam_status read_file(const char *path, uint8_t **out, size_t *out_len) {
 typedef struct ckpt {
   uint32_t version;
   char spec[4096];
-  int32_t in_c, in_h, in_w;
+  int32_t in_c, in_h, in_w, in_t;
   uint64_t nparams;
   uint32_t nlayers;
   const uint8_t *layers; /* (nw, nb) u64 pairs */
@@ -454,6 +460,11 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
       c->lr_sched.gamma = get_f64(q + 20);
     }
   }
+  c->in_t = 1;
+  if (version >= 5) {
+    if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
+    c->in_t = (int32_t)get_u32(q);
+  }
   if (!take(&r, 4)) return TRUNCATED(path, &r);
   if (r.off != len)
     return CORRUPTED(path, "it has %zu bytes where its header describes %zu (%zu bytes of trailing data)", len,
@@ -471,7 +482,7 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
 /* Builds the model the file describes and checks it has the file's shapes. */
 static lam_status make_model(lam_ctx *ctx, const char *path, const ckpt *c, lam_model **out) {
   lam_model *m = NULL;
-  lam_status s = lam_model_create(ctx, c->spec, c->in_c, c->in_h, c->in_w, 0, &m);
+  lam_status s = lam_model_create_clip(ctx, c->spec, c->in_t, c->in_c, c->in_h, c->in_w, 0, &m);
   if (s != LAM_OK && s != LAM_ERR_INVALID_ARG) return s; /* out of memory, CUDA: not the file's fault */
   if (s != LAM_OK) {
     char why[512];

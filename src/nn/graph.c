@@ -143,7 +143,7 @@ void *nn_din(lam_model *m, const nn_node *n, int i) {
 lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B) {
   nn_tensor *t = &m->tensor[n->in[i]];
   if (!t->need_grad || !n->accum[i] || nn_adds(n, i)) return LAM_OK;
-  size_t count = (size_t)B * nn_size(t);
+  size_t count = (size_t)B * nn_size(t); /* B: the node's rows */
   LAM_TRY(m->ctx->be->add(m->ctx, m->fmt, count, t->grad, nn_at(m, m->gtmp, (size_t)i * m->gtmp_stride), t->grad));
   NN_PROF(m, "grad_add", nn_index(m, n) + 1);
   return LAM_OK;
@@ -164,16 +164,17 @@ lam_status nn_forward(lam_model *m, int B, int train) {
   for (int i = 0; i < m->nnodes; i++) {
     nn_node *n = &m->node[i];
     if (n->absorbed) continue;
+    const int R = nn_rows(m, n, B);
     if (n->fuse == NN_FUSE_ACT) {
-      LAM_TRY(nn_bn_act_fwd(m, n, B, train));
+      LAM_TRY(nn_bn_act_fwd(m, n, R, train));
       NN_PROF(m, "bn_act.fwd", i + 1);
       continue;
     }
     if (n->fuse) {
-      LAM_TRY(nn_conv_block_fwd(m, n, B));
+      LAM_TRY(nn_conv_block_fwd(m, n, R));
       continue; /* each part marked itself */
     }
-    LAM_TRY(n->op->fwd(m, n, B, train));
+    LAM_TRY(n->op->fwd(m, n, R, train));
     if (!n->view && !(n->op->flags & NN_OWN_MARKS)) NN_PROF(m, n->op->fwd_mark, i + 1);
   }
   return LAM_OK;
@@ -201,16 +202,17 @@ lam_status nn_backward(lam_model *m, int B) {
     int any = n->nw + n->nb > 0;
     for (int j = 0; j < n->nin; j++) any |= m->tensor[n->in[j]].need_grad;
     if (!any) continue;
+    const int R = nn_rows(m, n, B);
     if (n->fuse == NN_FUSE_ACT) {
-      LAM_TRY(nn_bn_act_bwd(m, n, B));
+      LAM_TRY(nn_bn_act_bwd(m, n, R));
       NN_PROF(m, "bn_act.bwd", i + 1);
     } else if (n->fuse) {
-      LAM_TRY(nn_conv_block_bwd(m, n, B));
+      LAM_TRY(nn_conv_block_bwd(m, n, R));
     } else {
-      LAM_TRY(n->op->bwd(m, n, B));
+      LAM_TRY(n->op->bwd(m, n, R));
       if (!(n->op->flags & NN_OWN_MARKS)) NN_PROF(m, n->op->bwd_mark, i + 1);
     }
-    for (int j = 0; j < n->nin; j++) LAM_TRY(nn_din_done(m, n, j, B));
+    for (int j = 0; j < n->nin; j++) LAM_TRY(nn_din_done(m, n, j, R));
   }
   return LAM_OK;
 }

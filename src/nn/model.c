@@ -13,8 +13,17 @@
 
 lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, int in_w, uint64_t seed,
                             lam_model **out) {
+  return lam_model_create_clip(ctx, spec, 1, in_c, in_h, in_w, seed, out);
+}
+
+int lam_model_input_frames(const lam_model *m) { return m ? m->in_t : 0; }
+
+lam_status lam_model_create_clip(lam_ctx *ctx, const char *spec, int T, int in_c, int in_h, int in_w, uint64_t seed,
+                                 lam_model **out) {
   LAM_CHECK_ARG(ctx && out, "lam_model_create: %s is NULL", ctx ? "out" : "ctx");
   *out = NULL;
+  /* tpool's backward keeps the frame of each maximum in a byte */
+  LAM_CHECK_ARG(T >= 1 && T <= 255, "lam_model_create_clip: %d frames per clip; lamina takes 1 to 255", T);
   lam_model *m = calloc(1, sizeof *m);
   if (!m) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory");
   m->ctx = ctx;
@@ -31,7 +40,7 @@ lam_status lam_model_create(lam_ctx *ctx, const char *spec, int in_c, int in_h, 
   /* LAMINA_LAYOUT: nchw or nhwc for every model, to compare; by default (auto) nn_choose_fmt's choice. */
   const char *layout = getenv("LAMINA_LAYOUT");
   m->layout = layout && !strcmp(layout, "nchw") ? 1 : layout && !strcmp(layout, "nhwc") ? 2 : 0;
-  m->in_c = in_c, m->in_h = in_h, m->in_w = in_w;
+  m->in_c = in_c, m->in_h = in_h, m->in_w = in_w, m->in_t = T;
   /* as torchvision's ToTensor + Normalize(0.5, 0.5) per channel, until the caller says otherwise */
   m->norm.c = in_c;
   for (int c = 0; c < LAM_NORM_MAX_CHANNELS; c++) m->norm.mean[c] = m->norm.std[c] = 0.5f;
@@ -122,7 +131,8 @@ static size_t added_grad_size(const lam_model *m) {
   size_t big = 0;
   for (int i = 0; i < m->nnodes; i++)
     for (int j = 0; j < m->node[i].nin; j++)
-      if (m->node[i].accum[j] && !nn_adds(&m->node[i], j) && nn_size(&m->tensor[m->node[i].in[j]]) > big) big = nn_size(&m->tensor[m->node[i].in[j]]);
+      if (m->node[i].accum[j] && !nn_adds(&m->node[i], j) && nn_batch_size(&m->tensor[m->node[i].in[j]], 1) > big)
+        big = nn_batch_size(&m->tensor[m->node[i].in[j]], 1);
   return big;
 }
 
@@ -139,7 +149,7 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   m->gen++; /* a captured graph that used the old buffers is stale */
   lam_fmt f = nn_choose_fmt(m); /* a new precision can mean another format: the graph's passes again */
   if (f.dt != m->fmt.dt || f.nhwc != m->fmt.nhwc) nn_graph_finish(m, f);
-  size_t arena = 0, in = nn_size(&m->tensor[0]), out = nn_size(&m->tensor[m->output]);
+  size_t arena = 0, in = nn_batch_size(&m->tensor[0], 1), out = nn_size(&m->tensor[m->output]);
   m->label_size = label_size(m);
   m->gtmp_stride = ((size_t)B * added_grad_size(m) + 63) / 64 * 64;
   lam_status s = nn_plan(m, B, NULL, &arena);
@@ -201,7 +211,8 @@ lam_status lam_model_describe(const lam_model *m, char *buf, size_t size) {
   LAM_CHECK_ARG(m && buf && size, "lam_model_describe: NULL argument");
   size_t used = 0;
   buf[0] = '\0';
-  used += (size_t)snprintf(buf, size, "input %dx%dx%d\n", m->in_c, m->in_h, m->in_w);
+  if (m->in_t > 1) used += (size_t)snprintf(buf, size, "input %d frames of %dx%dx%d\n", m->in_t, m->in_c, m->in_h, m->in_w);
+  else used += (size_t)snprintf(buf, size, "input %dx%dx%d\n", m->in_c, m->in_h, m->in_w);
   for (int i = 0; i < m->nnodes && used < size; i++) {
     const nn_node *n = &m->node[i];
     const nn_tensor *t = &m->tensor[n->out];
@@ -210,6 +221,7 @@ lam_status lam_model_describe(const lam_model *m, char *buf, size_t size) {
       snprintf(extra, sizeof extra, " k%d s%d p%d%s", n->k, n->stride, n->pad, n->nobias ? " nobias" : "");
     if (n->op == &nn_op_maxpool || n->op == &nn_op_avgpool) snprintf(extra, sizeof extra, " k%d s%d", n->k, n->stride);
     if (n->nin == 2) snprintf(extra, sizeof extra, " @%s", m->tensor[n->in[1]].name);
+    if (n->op == &nn_op_tpool) snprintf(extra, sizeof extra, " %s of %d", n->act ? "max" : "mean", m->tensor[n->in[0]].t);
     used += (size_t)snprintf(buf + used, size - used, "%2d %-10s%-14s -> %dx%dx%d  params %zu%s%s\n", i + 1, n->op->name,
                              extra, t->c, t->h, t->w, node_params(n), t->name[0] ? "  " : "", t->name);
   }
@@ -232,7 +244,7 @@ lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, 
     if (n->nin == 2) snprintf(o->reads, sizeof o->reads, "%s", m->tensor[n->in[1]].name);
     o->c = t->c, o->h = t->h, o->w = t->w;
     o->params = node_params(n);
-    o->flops = 2.0 * (n->op->macs ? n->op->macs(m, n) : 0.0);
+    o->flops = 2.0 * (n->op->macs ? n->op->macs(m, n) : 0.0) * m->tensor[n->in[0]].t; /* every frame */
     o->fused = n->absorbed ? 1 : n->fuse ? 2 : 0;
   }
   if (planned_bytes) {
@@ -244,7 +256,7 @@ lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, 
     lam_status s = nn_plan(c, batch, NULL, &arena);
     size_t scratch = 0;
     if (s == LAM_OK) s = nn_scratch_floats(m, batch, &scratch);
-    *planned_bytes = arena + scratch * sizeof(float) + (size_t)batch * nn_size(&m->tensor[0]) * nn_esize(m) +
+    *planned_bytes = arena + scratch * sizeof(float) + nn_batch_size(&m->tensor[0], batch) * nn_esize(m) +
                      NN_MAX_IN * (size_t)batch * added_grad_size(m) * nn_esize(m);
     free(c);
     LAM_TRY(s);
@@ -304,10 +316,10 @@ static lam_status upload_batch(lam_model *m, const char *fn, int B, const float 
   LAM_CHECK_ARG(B >= 1, "%s: batch %d must be at least 1", fn, B);
   LAM_CHECK_ARG(x, "%s: x is NULL", fn);
   LAM_TRY(nn_model_reserve(m, B));
-  const size_t bytes = (size_t)B * m->in_c * m->in_h * m->in_w * sizeof(float);
+  const size_t bytes = (size_t)B * m->in_t * m->in_c * m->in_h * m->in_w * sizeof(float);
   if (lam_fmt_plain(m->fmt)) return lam_mem_upload(m->ctx, m->x, x, bytes);
   LAM_TRY(lam_mem_upload(m->ctx, m->x32, x, bytes));
-  return m->ctx->be->convert(m->ctx, B, m->in_c, m->in_h * m->in_w, LAM_FMT_NCHW, m->x32, m->fmt, m->x);
+  return m->ctx->be->convert(m->ctx, B * m->in_t, m->in_c, m->in_h * m->in_w, LAM_FMT_NCHW, m->x32, m->fmt, m->x);
 }
 
 /* Forward of the batch in m->x, and its logits to the host as NCHW float32. */
@@ -331,7 +343,7 @@ lam_status lam_model_forward_u8(lam_model *m, int B, const uint8_t *images, floa
   LAM_CHECK_ARG(B >= 1, "lam_model_forward_u8: batch %d must be at least 1", B);
   LAM_TRY(nn_model_reserve(m, B));
   lam_ctx *ctx = m->ctx;
-  const size_t sample = (size_t)m->in_c * m->in_h * m->in_w;
+  const size_t sample = (size_t)m->in_t * m->in_c * m->in_h * m->in_w;
   uint8_t *d_img = NULL;
   int32_t *d_idx = NULL, *idx = malloc((size_t)B * sizeof *idx);
   lam_status s = idx ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_forward_u8: no host memory");
@@ -342,8 +354,8 @@ lam_status lam_model_forward_u8(lam_model *m, int B, const uint8_t *images, floa
   if (s == LAM_OK) s = lam_mem_upload(ctx, d_idx, idx, (size_t)B * sizeof *idx);
   /* no labels: none are gathered (label_size 0), the images stand in for the pointer */
   if (s == LAM_OK)
-    s = ctx->be->gather(ctx, B, m->in_c, (size_t)m->in_h * m->in_w, d_img, 0, d_img, d_idx, NULL, &m->norm, m->fmt, m->x,
-                        m->y);
+    s = ctx->be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, d_img, 0, d_img, d_idx, NULL, &m->norm,
+                        m->fmt, m->x, m->y);
   if (s == LAM_OK) s = forward_out(m, B, logits);
   if (d_img || d_idx) ctx->be->sync(ctx); /* the gather has read them before they go back to the cache */
   lam_mem_free(ctx, d_img);

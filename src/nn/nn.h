@@ -18,6 +18,8 @@
 typedef struct nn_tensor {
   char name[NN_NAME_LEN]; /* the spec's label, "input" for the model's input, else "" */
   int c, h, w;
+  int t;         /* frames per sample: a model of clips' frames before its tpool (each frame a row of the batch,
+                  * B*t rows), 1 after it and in a model of images */
   int producer;  /* the node that writes it; -1: the model's input (m->x) */
   int view_of;   /* -1, or the tensor whose memory this one is (flatten in NCHW: a new shape, no copy) */
   int need_grad; /* some parameter lies upstream: backward computes its gradient */
@@ -27,7 +29,9 @@ typedef struct nn_tensor {
                        * base's) */
 } nn_tensor;
 
-static inline size_t nn_size(const nn_tensor *t) { return (size_t)t->c * t->h * t->w; }
+static inline size_t nn_size(const nn_tensor *t) { return (size_t)t->c * t->h * t->w; } /* per frame */
+/* Values of a batch of B samples: every frame of each. */
+static inline size_t nn_batch_size(const nn_tensor *t, int B) { return (size_t)B * t->t * nn_size(t); }
 
 struct lam_model;
 struct nn_node;
@@ -96,6 +100,7 @@ struct lam_model {
   lam_ctx *ctx;
   char spec[4096];         /* as given, presets expanded */
   int in_c, in_h, in_w;
+  int in_t;                /* frames per sample (lam_model_create_clip), 1 for images */
   int nnodes, ntensors;
   nn_node node[NN_MAX_NODES];
   nn_tensor tensor[NN_MAX_NODES + 1]; /* tensor 0 is the input */
@@ -144,6 +149,9 @@ struct lam_model {
 };
 
 static inline nn_tensor *nn_in(lam_model *m, const nn_node *n, int i) { return &m->tensor[n->in[i]]; }
+/* The rows a node's ops see for a batch of B samples: B * its input's frames (ops are written per frame:
+ * the frames of a clip are folded into the batch until a tpool). */
+static inline int nn_rows(const lam_model *m, const nn_node *n, int B) { return B * m->tensor[n->in[0]].t; }
 static inline nn_tensor *nn_out(lam_model *m, const nn_node *n) { return &m->tensor[n->out]; }
 static inline int nn_bf16(const lam_model *m) { return m->ctx->precision == LAM_PRECISION_BF16; }
 /* Bytes of one activation value in the model's format; p advanced by n values of it. */
@@ -194,7 +202,7 @@ lam_status nn_word_ref(const nn_parse *p, const lam_model *m, int wi, int *tenso
 /* The op table (src/nn/ops/). */
 extern const nn_op nn_op_conv, nn_op_convt, nn_op_dense, nn_op_maxpool, nn_op_avgpool, nn_op_gap, nn_op_upsample,
     nn_op_relu, nn_op_tanh, nn_op_sigmoid, nn_op_gelu, nn_op_leakyrelu, nn_op_flatten, nn_op_bn, nn_op_dropout,
-    nn_op_add, nn_op_concat;
+    nn_op_add, nn_op_concat, nn_op_tpool;
 const nn_op *nn_op_find(const char *name, int len);
 /* The fused steps, run by the node whose fuse is set: the conv's block (ops/conv.c), BatchNorm with its
  * activation (ops/norm.c). */

@@ -107,7 +107,7 @@ lam_status nn_plan(lam_model *m, int B, void *base, size_t *bytes) {
     nn_tensor *x = &m->tensor[t];
     x->data = x->grad = NULL;
     if (x->view_of >= 0 || x->fused_away) continue;
-    size_t sz = (size_t)B * nn_size(x) * nn_esize(m);
+    size_t sz = nn_batch_size(x, B) * nn_esize(m);
     sz = (sz + ALIGN - 1) / ALIGN * ALIGN;
     int d0, d1, g0, g1;
     tensor_lives(m, t, &d0, &d1, &g0, &g1);
@@ -117,7 +117,7 @@ lam_status nn_plan(lam_model *m, int B, void *base, size_t *bytes) {
   for (int i = 0; i < N; i++) {
     nn_node *n = &m->node[i];
     n->aux = NULL;
-    size_t sz = n->op->aux_bytes ? n->op->aux_bytes(m, n, B) : 0;
+    size_t sz = n->op->aux_bytes ? n->op->aux_bytes(m, n, nn_rows(m, n, B)) : 0;
     if (!sz) continue;
     int q = runner(m, i);
     b[nb++] = (block){(sz + ALIGN - 1) / ALIGN * ALIGN, 0, q, 2 * N - q, &n->aux, 0};
@@ -147,7 +147,7 @@ lam_status nn_scratch_floats(const lam_model *m, int B, size_t *floats) {
   for (int i = 0; i < m->nnodes; i++) {
     const nn_node *n = &m->node[i];
     if (n->absorbed || !n->op->scratch_floats) continue;
-    size_t s = n->op->scratch_floats(m, n, B);
+    size_t s = n->op->scratch_floats(m, n, nn_rows(m, n, B));
     if (s == (size_t)-1) return LAM_FAIL(LAM_ERR_INVALID_ARG, "node %d (%s): %s", i + 1, n->op->name, lam_last_error());
     if (s > need) need = s;
   }

@@ -22,7 +22,7 @@ static const struct {
 static const nn_op *const ops[] = {&nn_op_conv,    &nn_op_convt,    &nn_op_dense,  &nn_op_maxpool,  &nn_op_avgpool,
                                    &nn_op_gap,     &nn_op_upsample, &nn_op_relu,   &nn_op_tanh,     &nn_op_sigmoid,
                                    &nn_op_gelu,    &nn_op_leakyrelu, &nn_op_flatten, &nn_op_bn,     &nn_op_dropout,
-                                   &nn_op_add,     &nn_op_concat};
+                                   &nn_op_add,     &nn_op_concat,   &nn_op_tpool};
 
 const nn_op *nn_op_find(const char *name, int len) {
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
@@ -150,6 +150,7 @@ static int valid_label(const nn_word *w) {
 
 lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
   if (!spec_in) return LAM_FAIL(LAM_ERR_INVALID_ARG, "model spec is NULL");
+  if (m->in_t < 1) m->in_t = 1;
   if (m->in_c < 1 || m->in_h < 1 || m->in_w < 1 || m->in_c > LAM_NORM_MAX_CHANNELS || m->in_h > 65536 ||
       m->in_w > 65536)
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "model input shape (%d, %d, %d) is not a valid (channels, height, width): "
@@ -174,7 +175,8 @@ lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "model spec is empty: give layers such as 'conv 32 3, relu, maxpool 2, "
                                          "flatten, dense 10', or a preset (cnn, mlp)");
   m->ntensors = 1;
-  m->tensor[0] = (nn_tensor){.name = "input", .c = m->in_c, .h = m->in_h, .w = m->in_w, .producer = -1, .view_of = -1};
+  m->tensor[0] = (nn_tensor){.name = "input", .c = m->in_c, .h = m->in_h, .w = m->in_w, .t = m->in_t, .producer = -1,
+                             .view_of = -1};
   m->nnodes = 0;
   int cur = 0;
   size_t off = 0, soff = 0;
@@ -201,12 +203,12 @@ lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
     if (!op)
       return spec_error_at(spec, &w[i], i,
                            "unknown layer; layers are conv, convt, dense, maxpool, avgpool, gap, upsample, relu, "
-                           "leakyrelu, gelu, tanh, sigmoid, bn, dropout, flatten, add, concat (presets: cnn, mlp); "
+                           "leakyrelu, gelu, tanh, sigmoid, bn, dropout, flatten, add, concat, tpool (presets: cnn, mlp); "
                            "see 'lamina train --help'");
     nn_node *n = &m->node[m->nnodes];
     *n = (nn_node){.op = op, .in = {cur, -1}, .nin = 1, .out = m->ntensors, .word = i, .pool = -1};
     nn_tensor *t = &m->tensor[m->ntensors];
-    *t = (nn_tensor){.producer = m->nnodes, .view_of = -1};
+    *t = (nn_tensor){.t = m->tensor[cur].t, .producer = m->nnodes, .view_of = -1}; /* tpool sets t = 1 */
     m->ntensors++; /* before parse: add/concat look labels up among the earlier tensors only */
     m->nnodes++;
     lam_status s = op->parse(&p, m, n);
@@ -228,6 +230,11 @@ lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
     soff += n->ns;
     cur = n->out;
     i = end + 1;
+  }
+  if (m->tensor[cur].t > 1) {
+    nn_parse p = {spec, w, m->node[m->nnodes - 1].word, 0};
+    return nn_spec_error(&p, 0, "the model's input is clips of %d frames, so its output must be one per clip: put "
+                         "'tpool mean' (or 'tpool max') after the per-frame layers", m->tensor[cur].t);
   }
   m->output = cur;
   m->nparams = off;

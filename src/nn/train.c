@@ -16,6 +16,7 @@
 
 /* Normalization of the uint8 pixels, as torchvision's ToTensor + Normalize((0.5,), (0.5,)). */
 static int channels(const lam_dataset *d) { return d->c > 0 ? d->c : 1; }
+static int frames(const lam_dataset *d) { return d->t > 0 ? d->t : 1; }
 static size_t labels_per_image(const lam_dataset *d) {
   return d->label_h > 0 && d->label_w > 0 ? (size_t)d->label_h * d->label_w : 1;
 }
@@ -26,6 +27,9 @@ static lam_status check_data(const lam_model *m, const lam_dataset *d, const cha
   LAM_CHECK_ARG(m->in_c == channels(d) && m->in_h == d->h && m->in_w == d->w,
                 "%s: the model takes %dx%dx%d inputs but the images are %dx%dx%d", fn, m->in_c, m->in_h, m->in_w,
                 channels(d), d->h, d->w);
+  LAM_CHECK_ARG(m->in_t == frames(d), "%s: the model takes %d frame(s) a sample but the data set's samples have %d "
+                "(clips need a model made for their length: lam_model_create_clip, or lamina train on the clips)", fn,
+                m->in_t, frames(d));
   const nn_tensor *out = &m->tensor[m->output];
   LAM_CHECK_ARG(d->classes <= LAM_LABEL_IGNORE, "%s: %d classes: training takes at most %d (label %d means 'ignore')",
                 fn, d->classes, LAM_LABEL_IGNORE, LAM_LABEL_IGNORE);
@@ -48,7 +52,7 @@ static lam_status check_data(const lam_model *m, const lam_dataset *d, const cha
 
 /* Copies a data set to backend memory (uint8, as it is). */
 static lam_status upload_set(lam_ctx *ctx, const lam_dataset *d, uint8_t **images, uint8_t **labels) {
-  size_t bytes = d->n * (size_t)channels(d) * d->h * d->w, lbytes = d->n * labels_per_image(d);
+  size_t bytes = d->n * lam_dataset_sample_bytes(d), lbytes = d->n * labels_per_image(d);
   *images = *labels = NULL;
   LAM_TRY(lam_mem_alloc(ctx, (void **)images, bytes));
   LAM_TRY(lam_mem_upload(ctx, *images, d->images, bytes));
@@ -115,7 +119,7 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   t->opt = *opt;
   t->batch = batch;
   t->n = train->n;
-  t->sample = (size_t)channels(train) * train->h * train->w;
+  t->sample = lam_dataset_sample_bytes(train);
   t->label_size = labels_per_image(train);
   t->seed = seed;
   lam_rng_seed(&t->rng, seed);
@@ -261,7 +265,7 @@ static lam_status step_ops(lam_trainer *t, int B) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   if (!t->feed) {
-    LAM_TRY(be->gather(ctx, B, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
+    LAM_TRY(be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
                        t->d_state, &m->norm, m->fmt, m->x, m->y));
     NN_PROF(m, "gather_normalize", 0);
   }
@@ -394,7 +398,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
     int B = (int)(t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch);
     LAM_TRY(profile_window(t, step));
     if (t->feed) {
-      LAM_TRY(feed_next(t->feed, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, m->fmt, m->x, m->y));
+      LAM_TRY(feed_next(t->feed, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, m->fmt, m->x, m->y));
       NN_PROF(m, "gather_normalize", 0);
     }
     LAM_TRY(step_body(t, B)); /* resident: its own gather, at the device's cursor (the step's offset) */
@@ -444,7 +448,7 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
   if (s == LAM_OK) s = be->zero(ctx, m->stats, 4 * sizeof(float));
   for (size_t off = 0; off < d->n && s == LAM_OK; off += (size_t)batch) {
     int B = (int)(d->n - off < (size_t)batch ? d->n - off : (size_t)batch);
-    s = be->gather(ctx, B, m->in_c, (size_t)d->h * d->w, images, L, labels, idx + off, NULL, &m->norm, m->fmt, m->x, m->y);
+    s = be->gather(ctx, B, m->in_t, m->in_c, (size_t)d->h * d->w, images, L, labels, idx + off, NULL, &m->norm, m->fmt, m->x, m->y);
     if (s == LAM_OK) s = nn_forward(m, B, 0);
     if (s == LAM_OK) s = nn_loss(m, B, 0, 0.0f, pred + off * L);
   }

@@ -1,5 +1,6 @@
 /* pool.c — the ops that change an image's size: max and average pooling over K×K windows, the global
- * average pool (gap: one value per channel) and nearest upsampling by a whole factor. */
+ * average pool (gap: one value per channel), nearest upsampling by a whole factor, and the pool over a
+ * clip's frames (tpool). */
 #include "../nn.h"
 
 static lam_pool_geom pool_geom(const lam_model *m, const nn_node *n) {
@@ -102,3 +103,39 @@ static lam_status upsample_bwd(lam_model *m, nn_node *n, int B) {
 static double upsample_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_upsample = {NN_NAMES("upsample"), .parse = upsample_parse, .fwd = upsample_fwd,
                               .bwd = upsample_bwd, .macs = upsample_macs};
+
+/* ---- tpool mean|max: a clip's T frames (each (c, h, w), a row of the batch) -> one (c, h, w) per clip ---- */
+static lam_status tpool_parse(nn_parse *p, lam_model *m, nn_node *n) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  if (p->nargs != 1 || !(nn_word_is(p, 1, "mean") || nn_word_is(p, 1, "max")))
+    return nn_spec_error(p, p->nargs ? 1 : 0, "tpool takes 'mean' or 'max': the pool over a clip's frames, e.g. "
+                         "'tpool mean'");
+  if (x->t < 2)
+    return nn_spec_error(p, 0, "tpool pools over a clip's frames, but here a sample is one %s (the model's input is "
+                         "not clips, or a tpool came before)", m->in_t > 1 ? "pooled clip" : "image");
+  n->act = nn_word_is(p, 1, "max");
+  nn_tensor *y = nn_out(m, n);
+  y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat, y->t = 1;
+  return LAM_OK;
+}
+/* R: the rows of the node's input, clips * frames */
+static lam_status tpool_fwd(lam_model *m, nn_node *n, int R, int train) {
+  (void)train;
+  const nn_tensor *x = nn_in(m, n, 0);
+  return m->ctx->be->tpool_fwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->act, x->data, nn_out(m, n)->data, n->aux);
+}
+static lam_status tpool_bwd(lam_model *m, nn_node *n, int R) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  void *dx = nn_din(m, n, 0);
+  if (!dx) return LAM_OK;
+  return m->ctx->be->tpool_bwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->act, nn_out(m, n)->grad, n->aux, dx);
+}
+static size_t tpool_aux(const lam_model *m, const nn_node *n, int R) { /* max: the frame of every maximum */
+  const nn_tensor *x = &m->tensor[n->in[0]];
+  return n->act ? (size_t)(R / x->t) * nn_size(x) : 0;
+}
+static double tpool_macs(const lam_model *m, const nn_node *n) { /* per frame, as the other ops' */
+  return (double)nn_size(&m->tensor[n->in[0]]);
+}
+const nn_op nn_op_tpool = {NN_NAMES("tpool"), .parse = tpool_parse, .fwd = tpool_fwd, .bwd = tpool_bwd,
+                           .aux_bytes = tpool_aux, .macs = tpool_macs, .flags = NN_FLAT_OK};
