@@ -805,14 +805,15 @@ static void test_future_version(void **state) {
   save_trained(good, LAM_OPT_ADAM, 1, 1);
   size_t len;
   uint8_t *f = read_all(good, &len);
-  set_le32(f + 8, 5);
+  assert_int_equal(f[8], 4); /* a model of images is written as version 4, which older builds read */
+  set_le32(f + 8, 6);
   fix_crc(f, len);
   write_all(bad, f, len);
-  EXPECT_LOAD_FAIL("version 5", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 5", "reads 4");
+  EXPECT_LOAD_FAIL("version 6", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 6", "reads 5");
   print_message("future version: %s\n", lam_last_error());
   /* Every version ends with its CRC, checked before the version: a header alone is a truncated file. */
   write_all(bad, f, 12);
-  EXPECT_LOAD_FAIL("version 5, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
+  EXPECT_LOAD_FAIL("version 6, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
   set_le32(f + 8, 0);
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 0, CRC not fixed", bad, 0, LAM_ERR_IO, "CRC-32 mismatch");
@@ -820,6 +821,31 @@ static void test_future_version(void **state) {
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 0", bad, 0, LAM_ERR_IO, "corrupted", "version 0");
   free(f);
+}
+
+/* A model of clips is written as version 5 with its frames, and loads as the same model: frames, parameters,
+ * and the same logits on the same clips. */
+static void test_clip_roundtrip(void **state) {
+  (void)state;
+  const char *path = path_of("clip.ckpt");
+  const int T = 3, B = 2;
+  lam_model *m = NULL, *back = NULL;
+  TU_OK(lam_model_create_clip(g_ctx, "conv 3 3, relu, gap, tpool max, dense 4", T, 1, 6, 6, 7, &m));
+  TU_OK(lam_checkpoint_save(path, m, NULL));
+  size_t len;
+  uint8_t *f = read_all(path, &len);
+  assert_int_equal(f[8], 5);
+  free(f);
+  TU_OK(lam_checkpoint_load(g_ctx, path, &back, NULL, NULL));
+  assert_int_equal(lam_model_input_frames(back), T);
+  const size_t n = lam_model_param_count(m);
+  assert_int_equal(lam_model_param_count(back), n);
+  float x[B * T * 36], a[B * 4], b[B * 4];
+  for (int i = 0; i < B * T * 36; i++) x[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+  TU_OK(lam_model_forward(m, B, x, a));
+  TU_OK(lam_model_forward(back, B, x, b));
+  assert_memory_equal(a, b, sizeof a);
+  lam_model_free(m), lam_model_free(back);
 }
 
 /* A version-1 file (the v2, v3 and v4 fields cut out, version 1, CRC fixed), a version-2 file (the v3
@@ -1119,6 +1145,7 @@ int main(void) {
       cmocka_unit_test(test_format),               cmocka_unit_test(test_model_only_roundtrip),
       cmocka_unit_test(test_truncated),            cmocka_unit_test(test_corrupted),
       cmocka_unit_test(test_wrong_magic),          cmocka_unit_test(test_future_version),
+      cmocka_unit_test(test_clip_roundtrip),
       cmocka_unit_test(test_v1_loads),             cmocka_unit_test(test_v2_state_roundtrip),
       cmocka_unit_test(test_empty_missing_directory), cmocka_unit_test(test_mismatched),
       cmocka_unit_test(test_save_replaces_atomically), cmocka_unit_test(test_null_args),

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Clips: a per-frame CNN with a pool over time (bench/nets/clip.txt) trained on `lamina data clips` (Moving-MNIST
+style: T frames of 64x64, two items of different classes, one still, one moving; the label is the moving one's
+class) by lamina and by PyTorch (the same net written out below), same optimizer, hyper-parameters, normalization
+and epochs; epoch time (median of epochs 2..E) and test accuracy after the last epoch. Also lamina's best
+single-frame figure: the same per-frame layers on clips of one frame (`--frames 1`), which cannot tell the
+moving item from the still one.
+
+Data:    lamina data clips --out DIR --n N --test M --frames T --seed 1 (from Fashion-MNIST: LAMINA_DATA_DIR or
+         Debian's); both sides read DIR's IDX files; PyTorch holds them resident on the GPU as uint8, each batch
+         gathered there and normalized as (x/255 - 0.5)/0.5, as lamina does.
+lamina:  lamina train --data DIR --model bench/nets/clip.txt --epochs E --batch B --opt adam --lr LR --seed 1
+         --precision P --no-progress --json (its step is one CUDA graph).
+PyTorch: (B, T, 1, H, W) -> (B*T, 1, H, W) -> per-frame layers -> (B, T, C, h, w).mean(1) -> per-clip layers;
+         Conv2d(bias=False), BatchNorm2d, ReLU, MaxPool2d(2), AdaptiveAvgPool2d(1), Linear; Adam(lr); the order
+         torch.randperm each epoch. 'eager' (channels_last; bf16: autocast) and 'compile'
+         (torch.compile(mode="max-autotune-no-cudagraphs") of the loss step, its forward, backward and Adam in one
+         CUDA graph captured by hand after warm-up, the batch gathered into static buffers) — its fastest way.
+         N is a multiple of B so every step is a full batch (the graph has one shape).
+  /usr/bin/python3 bench/clips.py --lamina build/lamina [--n 20000] [--test 2000] [--frames 16] [--epochs 10]
+      [--batch 100] [--lr 2e-3] [--precision bf16|tf32] [--ways eager,compile] [--json FILE]"""
+import argparse, gzip, json, os, statistics, subprocess, sys, tempfile, time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--lamina", default=os.path.join(HERE, "..", "build", "lamina"))
+ap.add_argument("--spec", default=os.path.join(HERE, "nets", "clip.txt"))
+ap.add_argument("--data", help="a clips folder made already (else made under a temporary folder)")
+ap.add_argument("--n", type=int, default=20000)
+ap.add_argument("--test", type=int, default=2000)
+ap.add_argument("--frames", type=int, default=16)
+ap.add_argument("--epochs", type=int, default=10)
+ap.add_argument("--batch", type=int, default=100)
+ap.add_argument("--lr", type=float, default=2e-3)
+ap.add_argument("--precision", default="bf16", choices=["bf16", "tf32"])
+ap.add_argument("--ways", default="eager,compile", help="PyTorch's ways (eager, compile)")
+ap.add_argument("--single", type=int, default=1, help="also lamina on one-frame clips (default 1)")
+ap.add_argument("--json")
+a = ap.parse_args()
+assert a.n % a.batch == 0 and a.test % a.batch == 0, "--n and --test must be multiples of --batch"
+
+
+def say(*x):
+    print(*x, flush=True)
+
+
+out = dict(meta=dict(args=vars(a), date=time.strftime("%Y-%m-%d %H:%M:%S")), lamina={}, torch={})
+tmp = tempfile.mkdtemp(prefix="lamina-clips-")
+
+
+def make(frames, where):
+    cmd = [a.lamina, "data", "clips", "--out", where, "--n", str(a.n), "--test", str(a.test), "--frames", str(frames),
+           "--seed", "1"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    say(f"  $ {' '.join(cmd)}  ({time.perf_counter() - t0:.1f} s)")
+    return where
+
+
+def lamina_train(data, spec):
+    cmd = [a.lamina, "train", "--data", data, "--model", spec, "--epochs", str(a.epochs), "--batch", str(a.batch),
+           "--opt", "adam", "--lr", repr(a.lr), "--seed", "1", "--precision", a.precision, "--no-progress", "--json"]
+    say(f"  $ {' '.join(cmd)}")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        say("    lamina failed:", p.stderr[-2000:])
+        return dict(status="failed", stderr=p.stderr[-2000:])
+    r = json.loads([l for l in p.stdout.splitlines() if l.startswith("{")][-1])
+    times = [e["seconds"] for e in r["epochs"]]
+    for e in r["epochs"]:
+        say(f"    epoch {e['epoch']}: loss {e['train_loss']:.4f} test acc {100 * e['test_acc']:.2f}%  {e['seconds']:.3f} s")
+    return dict(status="ok", acc=r["test_acc"], accs=[e["test_acc"] for e in r["epochs"]], epoch_times=times,
+                epoch_s=statistics.median(times[1:] or times), peak_bytes=r.get("memory", {}).get("peak"),
+                graph=r.get("graph"), params=r.get("params"))
+
+
+def idx(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    nd = b[3]
+    dims = [int.from_bytes(b[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
+    return np.frombuffer(b, np.uint8, offset=4 + 4 * nd).reshape(dims)
+
+
+data = a.data or make(a.frames, os.path.join(tmp, "clips"))
+say("== lamina")
+out["lamina"]["clips"] = L = lamina_train(data, a.spec)
+if L["status"] == "ok":
+    say(f"  lamina: test acc {100 * L['acc']:.2f}%, median epoch {L['epoch_s']:.3f} s, peak {L['peak_bytes'] / 1e6:.0f} MB")
+
+import torch, torch.nn as nn, torch.nn.functional as F
+
+out["meta"].update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0))
+say(f"PyTorch {torch.__version__}, {out['meta']['gpu']}")
+torch.backends.cudnn.benchmark = True
+torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+dev = "cuda"
+X = torch.from_numpy(idx(os.path.join(data, "train-images-idx5-ubyte")).copy()).to(dev)  # (N, T, H, W, 1)
+Y = torch.from_numpy(idx(os.path.join(data, "train-labels-idx1-ubyte")).astype(np.int64)).to(dev)
+XT = torch.from_numpy(idx(os.path.join(data, "t10k-images-idx5-ubyte")).copy()).to(dev)
+YT = torch.from_numpy(idx(os.path.join(data, "t10k-labels-idx1-ubyte")).astype(np.int64)).to(dev)
+N, T, H, W, _ = X.shape
+
+
+def block(cin, cout):
+    return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.frame = nn.Sequential(*block(1, 32), nn.MaxPool2d(2), *block(32, 64), nn.MaxPool2d(2))
+        self.clip = nn.Sequential(*block(64, 64), nn.MaxPool2d(2), *block(64, 128), nn.AdaptiveAvgPool2d(1),
+                                  nn.Flatten(), nn.Linear(128, 10))
+
+    def forward(self, x):  # x (B, T, 1, H, W) float
+        B = x.shape[0]
+        f = self.frame(x.reshape(B * T, 1, H, W))
+        f = f.reshape(B, T, *f.shape[1:]).mean(1)
+        return self.clip(f)
+
+
+def norm(u8):  # (B, T, H, W, 1) uint8 -> (B, T, 1, H, W) float, as lamina
+    return (u8.permute(0, 1, 4, 2, 3).float() / 255 - 0.5) / 0.5
+
+
+def torch_run(way):
+    torch.manual_seed(1)
+    net = Net().to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.Adam(net.parameters(), lr=a.lr, capturable=(way == "compile"))
+    ac = torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16")
+    B = a.batch
+    xs = torch.empty((B, T, 1, H, W), device=dev)
+    ys = torch.empty((B,), dtype=torch.int64, device=dev)
+
+    def step():
+        with ac:
+            loss = F.cross_entropy(net(xs), ys)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        return loss
+
+    fn = step
+    graph = None
+    if way == "compile":
+        net_c = torch.compile(net, mode="max-autotune-no-cudagraphs")
+        fwd = net.forward
+
+        def step_c():
+            with ac:
+                loss = F.cross_entropy(net_c(xs), ys)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            return loss
+        xs.copy_(norm(X[:B])), ys.copy_(Y[:B])
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm-up (compiles, autotunes), then capture
+            for _ in range(3): step_c()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_loss = step_c()
+        fn = lambda: graph.replay()
+    torch.cuda.reset_peak_memory_stats()
+    times, accs = [], []
+    for ep in range(a.epochs):
+        net.train()
+        perm = torch.randperm(N, device=dev)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(0, N, B):
+            j = perm[i:i + B]
+            xs.copy_(norm(X[j])), ys.copy_(Y[j])
+            fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        net.eval()
+        correct = 0
+        with torch.no_grad(), ac:
+            for i in range(0, XT.shape[0], B):
+                correct += (net(norm(XT[i:i + B])).argmax(1) == YT[i:i + B]).sum().item()
+        accs.append(correct / XT.shape[0])
+        say(f"    {way} epoch {ep + 1}: test acc {100 * accs[-1]:.2f}%  {times[-1]:.3f} s")
+    return dict(status="ok", acc=accs[-1], accs=accs, epoch_times=times, epoch_s=statistics.median(times[1:] or times),
+                peak_bytes=torch.cuda.max_memory_allocated())
+
+
+for way in a.ways.split(","):
+    say(f"== PyTorch {way}")
+    try:
+        out["torch"][way] = r = torch_run(way)
+        say(f"  PyTorch {way}: test acc {100 * r['acc']:.2f}%, median epoch {r['epoch_s']:.3f} s, peak "
+            f"{r['peak_bytes'] / 1e6:.0f} MB")
+    except Exception as ex:
+        import traceback; traceback.print_exc()
+        out["torch"][way] = dict(status="failed", note=repr(ex)[:500])
+    torch.cuda.empty_cache()
+
+if a.single:
+    say("== lamina on one-frame clips (the same per-frame layers, no tpool)")
+    one = make(1, os.path.join(tmp, "clips1"))
+    spec1 = ("conv 32 3 pad 1 nobias, bn, relu, maxpool 2, conv 64 3 pad 1 nobias, bn, relu, maxpool 2, "
+             "conv 64 3 pad 1 nobias, bn, relu, maxpool 2, conv 128 3 pad 1 nobias, bn, relu, gap, dense 10")
+    out["lamina"]["single_frame"] = S = lamina_train(one, spec1)
+
+say("\n== clips: lamina vs PyTorch (same net, data, epochs; H200)")
+ok = [w for w in out["torch"] if out["torch"][w].get("status") == "ok"]
+if L["status"] == "ok" and ok:
+    best = min(ok, key=lambda w: out["torch"][w]["epoch_s"])
+    tb = out["torch"][best]
+    say(f"{'':24s}{'epoch s':>10s}{'test acc':>10s}{'peak MB':>10s}")
+    say(f"{'lamina ' + a.precision:24s}{L['epoch_s']:10.3f}{100 * L['acc']:10.2f}{L['peak_bytes'] / 1e6:10.0f}")
+    for w in ok:
+        r = out["torch"][w]
+        say(f"{'PyTorch ' + w:24s}{r['epoch_s']:10.3f}{100 * r['acc']:10.2f}{r['peak_bytes'] / 1e6:10.0f}")
+    if a.single and out["lamina"]["single_frame"].get("status") == "ok":
+        say(f"{'lamina one frame':24s}{out['lamina']['single_frame']['epoch_s']:10.3f}"
+            f"{100 * out['lamina']['single_frame']['acc']:10.2f}")
+    out["ratio_vs_fastest"] = tb["epoch_s"] / L["epoch_s"]
+    out["acc_gap_points"] = 100 * (L["acc"] - tb["acc"])
+    say(f"speed: lamina {out['ratio_vs_fastest']:.2f}x PyTorch's fastest ({best}); accuracy lamina - PyTorch "
+        f"{out['acc_gap_points']:+.2f} points")
+if a.json:
+    with open(a.json, "w") as f:
+        json.dump(out, f, indent=1)
