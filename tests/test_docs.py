@@ -63,6 +63,9 @@ COVERED_ELSEWHERE = [
     (r"^build/lamina predict --load cnn\.lamina --input my-photos/test$", "test_cli (predict --input DIR: a CSV row per "
                                                                          "file)"),
     (r"^build/lamina predict --load unet\.lamina --data scenes ", "test_cli (predict a class per pixel: masks and a grid)"),
+    (r"^build/lamina train --data clips ", "test_cli (train on clips: the small data set this suite substitutes holds "
+                                          "images, not clips)"),
+    (r"^build/lamina predict --load clips\.lamina --data clips$", "test_cli (predict on clips: a CSV row per clip)"),
 ]
 
 passed = failed = skipped = 0
