@@ -727,6 +727,16 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
         ok "data images --format $fmt: an image folder, train/ and test/ by class"
       else not_ok "data images --format $fmt" "want exit 0 and DIR/train/CLASS/*.$ext"; fi
     done
+    # the same seed, the same files (byte for byte); another seed, others
+    run data images --out "$TMP/img-again" --format jpeg --n 200 --test 50 --seed 2
+    if [ "$rc" -eq 0 ] && diff -r "$TMP/img-jpeg" "$TMP/img-again" >/dev/null; then
+      ok "data images: the same seed writes the same files"
+    else not_ok "data images twice with --seed 2" "want identical folders"; fi
+    run data images --out "$TMP/img-other" --format jpeg --n 200 --test 50 --seed 3
+    if [ "$rc" -eq 0 ] && ! diff -r "$TMP/img-jpeg" "$TMP/img-other" >/dev/null; then
+      ok "data images: another seed, other files"
+    else not_ok "data images with --seed 3" "want folders that differ from --seed 2's"; fi
+    rm -rf "$TMP/img-again" "$TMP/img-other"
     expect_ok "train on a PNG folder" train --data "$TMP/img-png" --model "conv 8 3, relu, gap, dense 10" --epochs 1 \
       --batch 32 --device cpu --no-progress
     if has "$TMP/out" "3x28x28" && has "$TMP/out" "decoded, kept in" && [ -d "$TMP/img-png/.lamina-cache" ]; then
