@@ -16,6 +16,8 @@ Prints "ok - ..." / "not ok - ..." / "skip - ..." per check and a summary; exits
    - `--data X` (and train/eval without --data) reads a small generated folder instead: 1024 training
      and 256 test images of 28x28, 10 classes, IDX gzipped like Debian's Fashion-MNIST;
    - `--epochs N` becomes min(N, 2); hidden's `--n N` at most 1M and `--repeat R` at most 3;
+   - `lamina data` makes its sets from the small folder (`--from`, unless given), `--n` at most 200 and
+     `--test` at most 50;
    - bench transfer gets `--reps 3 --warmup 1 --max-ms 10`, and `--batch 64,4096` without --batch or --shape;
    - an argument naming a file of the repository (bench/nets/res28.txt) gets the repository's path;
    - where there is no CUDA device, a command with `--device cuda`, `LAMINA_DEVICE=cuda` or
@@ -178,6 +180,10 @@ def substitute(words, work, tiny, has_cuda):
             out += ["--epochs", str(min(int(val), 2))]
             i += 2
             continue
+        if cmd == "data" and a in ("--n", "--test") and val is not None and val.isdigit():
+            out += [a, str(min(int(val), 200 if a == "--n" else 50))]
+            i += 2
+            continue
         if cmd == "hidden" and a in ("--n", "--repeat") and val is not None and count(val) is not None:
             out += [a, str(min(count(val), 1000000 if a == "--n" else 3))]
             i += 2
@@ -189,6 +195,8 @@ def substitute(words, work, tiny, has_cuda):
         i += 1
     if cmd in ("train", "eval") and "--data" not in out:
         out += ["--data", tiny]
+    if cmd == "data" and "--from" not in out:  # the data makers' source: the small set, not Fashion-MNIST
+        out += ["--from", tiny]
     if cmd == "bench":
         out += ["--reps", "3", "--warmup", "1", "--max-ms", "10"]
         if "--batch" not in out and "--shape" not in out and "--from-csv" not in out:
