@@ -135,27 +135,18 @@ def torch_run(way):
     xs = torch.empty((B, T, 1, H, W), device=dev)
     ys = torch.empty((B,), dtype=torch.int64, device=dev)
 
-    def step():
-        with ac:
-            loss = F.cross_entropy(net(xs), ys)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=False)
-        return loss
-
-    fn = step
-    graph = None
-    if way == "compile":
-        net_c = torch.compile(net, mode="max-autotune-no-cudagraphs")
-        fwd = net.forward
-
-        def step_c():
+    def make_step(model):  # forward, backward and Adam on the static batch
+        def step():
             with ac:
-                loss = F.cross_entropy(net_c(xs), ys)
+                loss = F.cross_entropy(model(xs), ys)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=False)
-            return loss
+        return step
+
+    fn = make_step(net)
+    if way == "compile":
+        step_c = make_step(torch.compile(net, mode="max-autotune-no-cudagraphs"))
         xs.copy_(norm(X[:B])), ys.copy_(Y[:B])
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -164,8 +155,8 @@ def torch_run(way):
         torch.cuda.current_stream().wait_stream(s)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            static_loss = step_c()
-        fn = lambda: graph.replay()
+            step_c()
+        fn = graph.replay
     torch.cuda.reset_peak_memory_stats()
     times, accs = [], []
     for ep in range(a.epochs):

@@ -143,16 +143,14 @@ int cmd_model(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
     switch (c) {
       case 'i':
-        {
-          char end;
-          T = 1;
-          if (sscanf(optarg, "%dx%dx%dx%d%c", &T, &C, &H, &W, &end) != 4 &&
-              (T = 1, sscanf(optarg, "%dx%dx%d%c", &C, &H, &W, &end) != 3))
-            C = 0;
-          if (C < 1 || H < 1 || W < 1 || T < 1)
-            return cli_usage_error("model", "--input: '%s' is not CxHxW or TxCxHxW, e.g. 1x28x28", optarg);
-        }
+      { /* TxCxHxW, else CxHxW (T = 1); nothing may follow */
+        char end;
+        int got = sscanf(optarg, "%dx%dx%dx%d%c", &T, &C, &H, &W, &end) == 4;
+        if (!got) T = 1, got = sscanf(optarg, "%dx%dx%d%c", &C, &H, &W, &end) == 3;
+        if (!got || C < 1 || H < 1 || W < 1 || T < 1)
+          return cli_usage_error("model", "--input: '%s' is not CxHxW or TxCxHxW, e.g. 1x28x28", optarg);
         break;
+      }
       case 'k':
         if (cli_parse_int("model", "--classes", optarg, 1, 255, &classes)) return EXIT_USAGE;
         break;

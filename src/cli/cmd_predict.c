@@ -219,10 +219,9 @@ int cmd_predict(int argc, char **argv) {
       rc = fail("--data");
       goto out;
     }
-    const int sc = set->c > 0 ? set->c : 1;
-    if ((set->t > 0 ? set->t : 1) != T) {
-      fprintf(stderr, "lamina predict: --data's test samples have %d frame(s), the model takes %d\n",
-              set->t > 0 ? set->t : 1, T);
+    const int sc = set->c > 0 ? set->c : 1, st = set->t > 0 ? set->t : 1;
+    if (st != T) {
+      fprintf(stderr, "lamina predict: --data's test samples have %d frame(s), the model takes %d\n", st, T);
       goto out;
     }
     if (sc != C || set->h != H || set->w != W) {

@@ -105,8 +105,9 @@ lam_status idx_read(data_src *s, data_array *a) {
   if (s->role == DATA_IMAGES && rank == 3)
     snprintf(a->words, sizeof a->words, "%llu images of %llux%llu", n, h, w);
   else if (s->role == DATA_IMAGES && clip)
-    snprintf(a->words, sizeof a->words, "%llu clips of %llu frames of %llux%llu with %llu channels", n, h, w,
-             (unsigned long long)a->dims[3], (unsigned long long)a->dims[4]); /* h, w: frames, rows here */
+    snprintf(a->words, sizeof a->words, "%llu clips of %llu frames of %llux%llu with %llu channels", n,
+             (unsigned long long)a->dims[1], (unsigned long long)a->dims[2], (unsigned long long)a->dims[3],
+             (unsigned long long)a->dims[4]);
   else if (s->role == DATA_IMAGES)
     snprintf(a->words, sizeof a->words, "%llu images of %llux%llu with %llu channels", n, h, w,
              (unsigned long long)a->dims[3]);
