@@ -105,16 +105,18 @@ static int find_wanted(void) {
 }
 
 /* The first usable entry of a perf list (sorted best first by cuDNN): status success, workspace within
- * CONV_WS_MAX. Returns its index, or -1. */
-template <typename Perf> static int first_fit(const Perf *a, int n) {
+ * limit. Returns its index, or -1. */
+template <typename Perf> static int first_fit(const Perf *a, int n, size_t limit) {
   for (int i = 0; i < n; i++)
-    if (a[i].status == CUDNN_STATUS_SUCCESS && a[i].memory <= CONV_WS_MAX) return i;
+    if (a[i].status == CUDNN_STATUS_SUCCESS && a[i].memory <= limit) return i;
   return -1;
 }
 
-/* The plan for this geometry: cached, or chosen now (the heuristics' first algorithm whose workspace is
- * at most CONV_WS_MAX; with find_wanted, the fastest measured one that fits). The descriptors are set for it
- * either way. */
+/* The plan for this geometry whose workspaces fit in limit bytes: cached, or chosen now (the heuristics' first
+ * algorithms whose workspace fits; with find_wanted, the fastest measured ones that fit). The descriptors are set
+ * for it either way. The trainer reserves its scratch by asking with CONV_WS_MAX at its batch; a batch it did not
+ * plan for (an evaluation's last, smaller one) asks with what that scratch holds, so it takes algorithms that fit
+ * rather than failing (at batch 16, cuDNN's first choice for a U-Net's conv wanted 3x the batch-64 one's). */
 /* In NHWC, the input channels cuDNN is given: a multiple of 8 (bfloat16) or 4 (float32), as its tensor-core
  * kernels take them. A first layer's 1 or 3 channels are padded with zero channels in the workspace (on the
  * H200 cuDNN took a generic kernel for them, 120-190 us a call, where the padded conv takes a few). */
@@ -129,15 +131,18 @@ static lam_conv_geom cudnn_geom(lam_fmt f, const lam_conv_geom *g) {
   return q;
 }
 
+static size_t plan_ws(const conv_plan *p) {
+  return p->ws[0] > p->ws[1] ? (p->ws[0] > p->ws[2] ? p->ws[0] : p->ws[2]) : (p->ws[1] > p->ws[2] ? p->ws[1] : p->ws[2]);
+}
 static lam_status plan_of(lam_ctx *ctx, cudnn_state *c, lam_fmt fm, const lam_conv_geom *g, int OC, int B,
-                          const conv_plan **out) {
+                          size_t limit, const conv_plan **out) {
   const lam_conv_geom gp = cudnn_geom(fm, g);
   LAM_TRY(set_descs(ctx, c, fm, &gp, OC, B));
   int math = math_of(ctx);
   for (int i = 0; i < c->nplan; i++) {
     const conv_plan *p = &c->plan[i];
     if (!memcmp(&p->g, g, sizeof *g) && p->OC == OC && p->B == B && p->math == math && p->dt == fm.dt &&
-        p->nhwc == fm.nhwc) {
+        p->nhwc == fm.nhwc && plan_ws(p) <= limit) {
       *out = p;
       return LAM_OK;
     }
@@ -151,14 +156,14 @@ static lam_status plan_of(lam_ctx *ctx, cudnn_state *c, lam_fmt fm, const lam_co
     CUDNN_TRY(cudnnFindConvolutionForwardAlgorithm(c->h, c->x, c->w, c->c, c->y, 16, &n, f));
   else
     CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(c->h, c->x, c->w, c->c, c->y, 16, &n, f));
-  if ((k = first_fit(f, n)) < 0) return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no forward algorithm for this convolution");
+  if ((k = first_fit(f, n, limit)) < 0) return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no forward algorithm for this convolution");
   p.fwd = f[k].algo;
   cudnnConvolutionBwdDataAlgoPerf_t d[16];
   if (find)
     CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(c->h, c->w, c->y, c->c, c->x, 16, &n, d));
   else
     CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->h, c->w, c->y, c->c, c->x, 16, &n, d));
-  if ((k = first_fit(d, n)) < 0)
+  if ((k = first_fit(d, n, limit)) < 0)
     return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no backward-data algorithm for this convolution");
   p.bwd_data = d[k].algo;
   cudnnConvolutionBwdFilterAlgoPerf_t w[16];
@@ -166,7 +171,7 @@ static lam_status plan_of(lam_ctx *ctx, cudnn_state *c, lam_fmt fm, const lam_co
     CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(c->h, c->x, c->y, c->c, c->w, 16, &n, w));
   else
     CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->h, c->x, c->y, c->c, c->w, 16, &n, w));
-  if ((k = first_fit(w, n)) < 0)
+  if ((k = first_fit(w, n, limit)) < 0)
     return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no backward-filter algorithm for this convolution");
   p.bwd_filter = w[k].algo;
   /* the workspaces from the size queries of the chosen algorithms */
@@ -289,7 +294,7 @@ lam_status cuda_conv2d_workspace(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g
   cudnn_state *c = cudnn_of(ctx);
   if (c) {
     const conv_plan *p;
-    LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
+    LAM_TRY(plan_of(ctx, c, f, g, OC, B, CONV_WS_MAX, &p));
     *bytes = p->ws[0] > p->ws[1] ? p->ws[0] : p->ws[1];
     if (p->ws[2] > *bytes) *bytes = p->ws[2];
     if (extra_bytes(f, g, OC, B)) *bytes = align256(*bytes) + extra_bytes(f, g, OC, B);
@@ -315,8 +320,8 @@ lam_status cuda_conv2d_fwd(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int 
   cudnn_state *c = cudnn_of(ctx);
   if (c) {
     const conv_plan *p;
-    LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
     const size_t cw = cudnn_part(f, g, OC, B, ws_bytes);
+    LAM_TRY(plan_of(ctx, c, f, g, OC, B, cw, &p));
     LAM_TRY(check_ws("conv2d_fwd", cw, p->ws[0]));
     const conv_ws parts = ws_parts(f, g, OC, ws, cw);
     const void *Wc, *xc;
@@ -337,8 +342,8 @@ lam_status cuda_conv2d_bwd_data(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g,
   cudnn_state *c = cudnn_of(ctx);
   if (c) {
     const conv_plan *p;
-    LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
     const size_t cw = cudnn_part(f, g, OC, B, ws_bytes);
+    LAM_TRY(plan_of(ctx, c, f, g, OC, B, cw, &p));
     LAM_TRY(check_ws("conv2d_bwd_data", cw, p->ws[1]));
     const conv_ws parts = ws_parts(f, g, OC, ws, cw);
     const void *Wc;
@@ -371,8 +376,8 @@ lam_status cuda_conv2d_bwd_filter(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *
   if (c) {
     cuda_state *st = cuda_st(ctx);
     const conv_plan *p;
-    LAM_TRY(plan_of(ctx, c, f, g, OC, B, &p));
     const size_t cw = cudnn_part(f, g, OC, B, ws_bytes);
+    LAM_TRY(plan_of(ctx, c, f, g, OC, B, cw, &p));
     LAM_TRY(check_ws("conv2d_bwd_filter", cw, p->ws[2]));
     const float one = 1.0f, zero = 0.0f;
     if (lam_fmt_plain(f) || (f.dt == LAM_DT_F32 && !filter_moves(f, g))) { /* straight into dW */
