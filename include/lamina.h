@@ -378,7 +378,7 @@ typedef struct lam_model lam_model;
  *   conv OUT K [stride S] [pad P] [nobias]  |  convt OUT K [stride S] [pad P] [nobias]  |  dense OUT
  *   maxpool K [stride S]  |  avgpool K [stride S]  |  gap  |  upsample F  |  flatten
  *   relu | leakyrelu [SLOPE] | gelu | tanh | sigmoid  |  bn [momentum M] [eps E]  |  dropout P
- *   add @NAME  |  concat @NAME  |  tpool mean|max
+ *   add @NAME  |  concat @NAME  |  tpool mean|max  |  tcat
  * where 'NAME:' before a layer labels its output, 'add @NAME' sums the current tensor with it and
  * 'concat @NAME' joins its channels after the current tensor's ('input' names the model's input); or a
  * preset: "cnn" (conv 32 3, relu, maxpool 2, conv 64 3, relu, maxpool 2, flatten, dense 10) or "mlp"
@@ -387,7 +387,9 @@ typedef struct lam_model lam_model;
  * A model of clips (lam_model_create_clip) takes T frames of (in_c, in_h, in_w) per sample: the layers
  * before 'tpool' run on every frame (the frames folded into the batch: a batch of B clips is B*T
  * images to them, BatchNorm's statistics included), 'tpool mean|max' pools each channel over the frames,
- * and the layers after it run once per clip; the output must come after a tpool.
+ * and the layers after it run once per clip; 'tcat' instead joins the frames as channels (T*in_c of them,
+ * frame t's at t*in_c), so the layer after it sees every frame at once; the output must come after one
+ * of them.
  * Parameters are initialized as PyTorch's defaults (uniform(±1/sqrt(fan_in)) for weights and biases;
  * BatchNorm 1 and 0) from seed. A bad spec is LAM_ERR_INVALID_ARG with a message that quotes the word
  * that is wrong and its position. */
@@ -440,6 +442,14 @@ lam_status lam_model_state_set(lam_model *m, const float *host, size_t count);
 /* The mode of lam_model_forward: 0 (the default) evaluation — BatchNorm's running statistics, no
  * dropout; 1 training — batch statistics (running ones updated) and dropout. */
 lam_status lam_model_set_train(lam_model *m, int train);
+/* Augmentation of the training batches, on the device as each batch is gathered (inside the step's CUDA graph):
+ * a random crop after padding pad pixels on every side (0: none; the padding black, and where labels are per pixel,
+ * ignored by the loss), and with flip = 1 a left-right flip with probability 1/2 — torchvision's
+ * RandomCrop(size, padding=pad) then RandomHorizontalFlip, applied alike to a clip's frames and to a sample's mask.
+ * Evaluation and prediction never augment. The draws follow the model's seed and its count of training steps.
+ * pad in 0..min(in_h, in_w); none by default. */
+lam_status lam_model_set_augment(lam_model *m, int pad, int flip);
+
 /* The loss's label smoothing s in [0, 1) (PyTorch's label_smoothing); 0 by default. */
 lam_status lam_model_set_label_smoothing(lam_model *m, float s);
 /* For tests against a reference: dropout node `node` (1-based) uses mask (its output's size × the batch,

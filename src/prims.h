@@ -51,6 +51,19 @@ typedef struct lam_norm {
   float mean[LAM_NORM_MAX_CHANNELS], std[LAM_NORM_MAX_CHANNELS];
 } lam_norm;
 
+/* Augmentation in the batch gather (training): each sample is cropped at random after padding pad pixels on every
+ * side (the padding black, pixel 0, and a label per pixel there LAM_LABEL_IGNORE), and with flip flipped left to
+ * right with probability 1/2 — torchvision's RandomCrop(padding=pad) then RandomHorizontalFlip, a clip's frames and
+ * a sample's mask alike. Sample b's offsets and flip are a pure function of (seed, *ctr, b) (aug.h, the same on
+ * the CPU and CUDA); ctr is backend memory read when the op runs, so a step captured in a graph draws anew when the
+ * counter moves. */
+typedef struct lam_aug {
+  int h, w;      /* the image's size (h * w its pixels P) */
+  int pad, flip; /* crop after padding pad (0: none); flip 1: at random */
+  uint64_t seed;
+  const int32_t *ctr;
+} lam_aug;
+
 /* Activations (act_fwd/act_bwd); alpha is leaky relu's slope (>= 0), unused by the others. GELU is
  * the exact (erf) form, PyTorch's default. */
 enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LEAKY };
@@ -171,6 +184,11 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   X(tpool_fwd, (lam_ctx * ctx, lam_fmt f, int B, int T, size_t S, int max, const void *x, void *y, uint8_t *arg))   \
   X(tpool_bwd, (lam_ctx * ctx, lam_fmt f, int B, int T, size_t S, int max, const void *dy, const uint8_t *arg,      \
                 void *dx))                                                                                          \
+  /* A clip's frames joined as channels: y (B, T*C, P) in format f, channel t*C + k = channel k of x's row b*T + t  \
+   * (x (B*T, C, P), format f): the same bytes in NCHW, a transpose of each sample's (T, P, C) in NHWC. tcat_bwd:   \
+   * dx = dy moved back, the inverse. Element type f.dt, nothing converted; y and x do not overlap. */             \
+  X(tcat_fwd, (lam_ctx * ctx, lam_fmt f, int B, int T, int C, size_t P, const void *x, void *y))                   \
+  X(tcat_bwd, (lam_ctx * ctx, lam_fmt f, int B, int T, int C, size_t P, const void *dy, void *dx))                 \
   /* y = a + b elementwise (y may be a or b). */                                                                    \
   X(add, (lam_ctx * ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y))                              \
   /* dst[r*ldd + i] = src[r*lds + i] for i < cols, r < rows (the slices of a channel concat). */                    \
@@ -189,9 +207,11 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   /* x (B*T, C, P), format f = normalized images[idx[b]] (each sample T frames of C*P uint8, NCHW, frame t       \
    * becoming x's row b*T + t; T = 1 for images; norm->c == C); y (B, label_size) = labels[idx[b]] (label_size bytes per image). With cursor (backend memory, may be NULL) idx starts *cursor      \
    * entries further: read when the op runs, so a step captured in a graph gathers the batch of the step it       \
-   * replays. */                                                                                                    \
+   * replays. aug (may be NULL: none) crops and flips each sample as it is gathered, and its labels where there is  \
+   * one per pixel (label_size == P == aug->h * aug->w). */                                                        \
   X(gather, (lam_ctx * ctx, int B, int T, int C, size_t P, const uint8_t *images, size_t label_size, const uint8_t *labels, \
-             const int32_t *idx, const int32_t *cursor, const lam_norm *norm, lam_fmt f, void *x, uint8_t *y))     \
+             const int32_t *idx, const int32_t *cursor, const lam_norm *norm, const lam_aug *aug, lam_fmt f, void *x,  \
+             uint8_t *y))                                                                                           \
   /* dst (B, C, P) in format fd = src (B, C, P) in format fs: re-laid out and re-typed (to bfloat16: rounded to      \
    * nearest even). src and dst do not overlap. */                                                                  \
   X(convert, (lam_ctx * ctx, int B, int C, int P, lam_fmt fs, const void *src, lam_fmt fd, void *dst))              \

@@ -716,6 +716,23 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   else not_ok "data segment --seed 4" "want other bytes"; fi
   expect_ok "train on segment scenes (a class per pixel)" train --data "$TMP/seg" --model "conv 8 3 pad 1, relu, conv 11 1" \
     --epochs 1 --batch 16 --device cpu --no-progress
+  # augmentation: masks cropped and flipped with their scenes; the same seed, the same run; it changes the run
+  seg_loss() { grep -o '"train_loss": *[0-9.e+-]*' "$TMP/out" | head -n 1; }
+  run train --data "$TMP/seg" --model "conv 8 3 pad 1, relu, conv 11 1" --epochs 1 --batch 16 --device cpu --seed 5 \
+    --augment crop:4,flip --json
+  a1=$(seg_loss) rc1=$rc
+  run train --data "$TMP/seg" --model "conv 8 3 pad 1, relu, conv 11 1" --epochs 1 --batch 16 --device cpu --seed 5 \
+    --augment crop:4,flip --json
+  a2=$(seg_loss) rc2=$rc
+  run train --data "$TMP/seg" --model "conv 8 3 pad 1, relu, conv 11 1" --epochs 1 --batch 16 --device cpu --seed 5 --json
+  a0=$(seg_loss)
+  if [ "$rc1" -eq 0 ] && [ "$rc2" -eq 0 ] && [ -n "$a1" ] && [ "$a1" = "$a2" ] && [ "$a1" != "$a0" ]; then
+    ok "train --augment crop:4,flip on masks: deterministic for a seed, not a no-op"
+  else not_ok "train --augment" "want exit 0, the same loss twice ('$a1', '$a2') and another without ('$a0')"; fi
+  usage_error "--augment blur" "--augment" "blur" -- train --data "$TMP/seg" --augment blur --epochs 1
+  usage_error "--augment crop:99 on 64x84 scenes" "--augment" "crop padding 99" -- train --data "$TMP/seg" \
+    --model "conv 8 3 pad 1, relu, conv 11 1" --augment crop:99 --epochs 1
+  usage_error "eval --augment" "--augment" "not one of eval's" -- eval --data "$TMP/seg" --load "$TMP/nothing" --augment flip
   run data segment --out "$TMP/seg/train-images-idx3-ubyte" --n 2 --test 2
   if [ "$rc" -eq 1 ] && has "$TMP/err" "not a folder"; then ok "data segment --out a file: exit 1, 'not a folder'"
   else not_ok "data segment --out a file" "want exit 1 and 'not a folder'"; fi
@@ -821,6 +838,16 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   run model "conv 4 3, relu, gap, tpool mean, dense 10" --input 4x1x64x64
   if [ "$rc" -eq 0 ] && has "$TMP/out" "clips of 4 frames of 1x64x64"; then ok "model --input TxCxHxW: clips"
   else not_ok "model --input 4x1x64x64" "want exit 0 and the clip input named"; fi
+  # the frames as channels: tcat gives the next conv 4 x 1 channels; trained on the clips, once per clip
+  run model "tcat, conv 8 3, relu, gap, dense 10" --input 4x1x64x64
+  if [ "$rc" -eq 0 ] && grep -Eq "^ +1 +tcat +4x64x64 " "$TMP/out"; then ok "model: tcat makes 4 frames 4 channels"
+  else not_ok "model with tcat" "want exit 0 and a tcat row of 4x64x64"; fi
+  run train --data "$TMP/clips" --model "tcat, conv 4 3, relu, maxpool 2, gap, dense 10" --epochs 1 --batch 8
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "clips of 4 frames"; then ok "train on clips with tcat (frames as channels)"
+  else not_ok "train on clips with tcat" "want exit 0 and 'clips of 4 frames'"; fi
+  usage_error "tcat on images" "tcat" "not clips" -- model "tcat, conv 4 3, gap, dense 10" --input 1x28x28
+  usage_error "tcat after tpool" "tcat" "tpool or tcat came before" -- model "gap, tpool mean, tcat, dense 10" \
+    --input 4x1x8x8
 fi
 run data segment --out "$TMP/never" --from "$TMP/no-such-set" --n 2 --test 2
 if [ "$rc" -eq 1 ] && has "$TMP/err" "no-such-set" && [ ! -e "$TMP/never" ]; then

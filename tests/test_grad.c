@@ -265,8 +265,11 @@ static const gc_case k_clip_cases[] = {
      "bn over batch*frames, tpool max on a flat tensor, 3 frames"},
     {"a: conv 2 3 pad 1, tanh, add @a, tpool mean, conv 3 3, flatten, dense 3", 2, 5, 4, 2,
      "a residual per frame, a conv after tpool, 5 frames"},
+    {"conv 2 3 pad 1, tanh, tcat, conv 3 3, bn, tanh, gap, dense 3", 2, 5, 5, 2,
+     "frames as channels after a per-frame conv (tcat's backward), 3 frames"},
+    {"tcat, conv 3 3 pad 1, tanh, maxpool 2, flatten, dense 3", 1, 4, 4, 3, "tcat on the input, 4 frames"},
 };
-static const int k_clip_frames[] = {4, 3, 5};
+static const int k_clip_frames[] = {4, 3, 5, 3, 4};
 #define N_CLIP_CASES (sizeof k_clip_cases / sizeof k_clip_cases[0])
 
 static gc_stats graph_grad_check(lam_ctx *ctx, const gc_case *gc, int T, uint64_t id) {
@@ -371,6 +374,48 @@ static void test_clip_forward(void **state) {
     lam_model_free(clip), lam_model_free(frame);
     free(x), free(p), free(feat), free(lg);
   }
+}
+
+/* tcat: a clip model with a tcat is its per-frame layers on every frame, the features of a clip's frames read as
+ * one image of T*F channels (frame t's at t*F: in NCHW the same values in the same order), then the layers after
+ * the tcat as an image model of T*F channels, the same parameters. */
+static void test_tcat_forward(void **state) {
+  (void)state;
+  const int B = 3, T = 4, C = 2, H = 6, W = 5, F = 3, K = 3;
+  const char *spec = "conv 3 3 pad 1, tanh, tcat, conv 4 3, relu, gap, dense 3";
+  const uint64_t seed = tu_case_seed(0x7ca7);
+  lam_model *clip = NULL, *frame = NULL, *after = NULL;
+  TU_OK(lam_model_create_clip(g_graph_ctx, spec, T, C, H, W, seed, &clip));
+  TU_OK(lam_model_create(g_graph_ctx, "conv 3 3 pad 1, tanh", C, H, W, seed, &frame));
+  TU_OK(lam_model_create(g_graph_ctx, "conv 4 3, relu, gap, dense 3", T * F, H, W, seed, &after));
+  const size_t n = lam_model_param_count(clip), nf = lam_model_param_count(frame), na = lam_model_param_count(after);
+  assert_int_equal(n, nf + na);
+  tu_rng r;
+  tu_rng_seed(&r, seed);
+  const size_t nx = (size_t)B * T * C * H * W, nfeat = (size_t)B * T * F * H * W;
+  float *x = malloc(nx * 4), *p = malloc(n * 4), *feat = malloc(nfeat * 4), *lg = malloc((size_t)B * K * 4),
+        *want = malloc((size_t)B * K * 4);
+  assert_true(x && p && feat && lg && want);
+  nu_fill_normal(&r, x, nx, 1.0);
+  nu_fill_normal(&r, p, n, 0.5);
+  TU_OK(lam_model_params_set(clip, p, n));
+  TU_OK(lam_model_params_set(frame, p, nf));
+  TU_OK(lam_model_params_set(after, p + nf, na));
+  tu_fill_nan(lg, (size_t)B * K), tu_fill_nan(want, (size_t)B * K);
+  TU_OK(lam_model_forward(clip, B, x, lg));
+  TU_OK(lam_model_forward(frame, B * T, x, feat)); /* (B*T, F, H, W): clip b's frames are (T*F, H, W) */
+  TU_OK(lam_model_forward(after, B, feat, want));
+  double worst = 0;
+  for (size_t i = 0; i < (size_t)B * K; i++) {
+    const double err = fabs((double)lg[i] - want[i]) / (fabs((double)want[i]) + 1e-3);
+    if (!(err <= 1e-5))
+      fail_msg("'%s' logit %zu: %.9g, the frames as channels give %.9g (relative error %.3g)", spec, i, lg[i], want[i],
+               err);
+    if (err > worst) worst = err;
+  }
+  print_message("  %-72s worst relative error %.2g\n", spec, worst);
+  lam_model_free(clip), lam_model_free(frame), lam_model_free(after);
+  free(x), free(p), free(feat), free(lg), free(want);
 }
 
 /* ---- forward and loss against float64 ------------------------------------------------------------ */
@@ -741,7 +786,8 @@ int main(int argc, char **argv) {
       return 77;
     }
     TU_OK(lam_ctx_create(&g_graph_ctx, LAM_DEVICE_CUDA));
-    const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_graph_gradients), cmocka_unit_test(test_clip_forward)};
+    const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_graph_gradients), cmocka_unit_test(test_clip_forward),
+                                            cmocka_unit_test(test_tcat_forward)};
     int failed = cmocka_run_group_tests_name("grad_cuda", cuda_tests, NULL, NULL);
     lam_ctx_free(g_graph_ctx);
     lam_ctx_free(g_ctx);
@@ -749,6 +795,7 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gradients),   cmocka_unit_test(test_graph_gradients), cmocka_unit_test(test_clip_forward),
+      cmocka_unit_test(test_tcat_forward),
       cmocka_unit_test(test_forward_reference),
       cmocka_unit_test(test_loss_stable), cmocka_unit_test(test_loss_precise_large_logits),
       cmocka_unit_test(test_grads_zeroed),

@@ -14,6 +14,7 @@
  * scale 0 asks for the exact value. */
 #include "testutil.h"
 
+#include "../src/aug.h"
 #include "../src/half.h"
 #include "../src/hash.h"
 #include "../src/internal.h"
@@ -500,10 +501,13 @@ typedef struct conv_io {
   int acc;
 } conv_io;
 
-static void run_conv2d(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, conv_io *io) {
+/* tight: no workspace at all (NCHW float32 only, where cuDNN's part is the whole of it): the backend must take
+ * algorithms that need none, as it must where a batch it did not plan for meets the scratch of one it did. */
+static void run_conv2d(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, conv_io *io, int tight) {
   size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * OC * g->OH * g->OW, nw = (size_t)OC * g->C * g->K * g->K;
   size_t ws_bytes = 0;
   TU_OK(BE(ctx)->conv2d_workspace(ctx, g_fmt, g, OC, B, &ws_bytes));
+  if (tight) ws_bytes = 0;
   void *ws = NULL;
   TU_OK(lam_mem_alloc(ctx, &ws, ws_bytes ? ws_bytes : 1));
   float *dx_in = dput(ctx, io->x, nx * 4), *dW_in = dput(ctx, io->W, nw * 4), *ddy = dput(ctx, io->dy, ny * 4);
@@ -560,14 +564,15 @@ static void test_conv2d(void **state) {
             }
         conv_io io = {x, W, dy, fnan(ny), acc ? fdup(dx0, nx) : fnan(nx), fdup(dW0, nw), acc},
                 ioc = {x, W, dy, NULL, NULL, NULL, acc};
-        run_conv2d(g_ctx, &g, OC, B, &io);
+        const int tight = g_cuda && lam_fmt_plain(g_fmt) && (k & 2); /* every other case on CUDA, NCHW */
+        run_conv2d(g_ctx, &g, OC, B, &io, tight);
         if (g_cuda) {
           ioc.y = fnan(ny), ioc.dx = acc ? fdup(dx0, nx) : fnan(nx), ioc.dW = fdup(dW0, nw);
-          run_conv2d(g_cpu, &g, OC, B, &ioc);
+          run_conv2d(g_cpu, &g, OC, B, &ioc, 0);
         }
         char what[160], geo[120];
-        snprintf(geo, sizeof geo, "C=%d H=%d W=%d K=%d stride=%d pad=%d OC=%d B=%d accumulate=%d", g.C, g.H, g.W, g.K,
-                 g.stride, g.pad, OC, B, acc);
+        snprintf(geo, sizeof geo, "C=%d H=%d W=%d K=%d stride=%d pad=%d OC=%d B=%d accumulate=%d%s", g.C, g.H, g.W,
+                 g.K, g.stride, g.pad, OC, B, acc, tight ? " no workspace" : "");
         /* fp32 sums of the products (the CPU's GEMM); cuDNN may pick Winograd or FFT: 1e-4 of the magnitudes */
         snprintf(what, sizeof what, "conv2d_fwd %s", geo);
         verify(what, ny, io.y, yref, ioc.y, ys, 1e-5, 1e-4);
@@ -2121,7 +2126,7 @@ static const gather_case k_gather[] = {{1, 1, 1, 1, 0, 1},   {3, 3, 10, 1, 1, 1}
 static int gather_frames(const gather_case *g) { return g->T; }
 
 static void run_gather(lam_ctx *ctx, const gather_case *g, size_t nimg, const uint8_t *images, const uint8_t *labels,
-                       const int32_t *idx, size_t nidx, const lam_norm *norm, float *x, uint8_t *y) {
+                       const int32_t *idx, size_t nidx, const lam_norm *norm, const lam_aug *aug, float *x, uint8_t *y) {
   const int T = gather_frames(g);
   size_t sample = (size_t)T * g->C * g->P;
   int32_t cur = 3;
@@ -2130,7 +2135,16 @@ static void run_gather(lam_ctx *ctx, const gather_case *g, size_t nimg, const ui
   float *dx = dput(ctx, x, (size_t)g->B * sample * 4);
   uint8_t *dy = dput(ctx, y, (size_t)g->B * g->label_size);
   void *fx = fin(ctx, dx, g->B * T, g->C, g->P);
-  TU_OK(BE(ctx)->gather(ctx, g->B, T, g->C, g->P, di, g->label_size, dl, dx_idx, dc, norm, g_fmt, fx, dy));
+  lam_aug da;
+  int32_t *dctr = NULL;
+  if (aug) { /* its counter in the backend's memory, as the trainer's */
+    da = *aug;
+    dctr = dput(ctx, aug->ctr, 4);
+    da.ctr = dctr;
+  }
+  TU_OK(BE(ctx)->gather(ctx, g->B, T, g->C, g->P, di, g->label_size, dl, dx_idx, dc, norm, aug ? &da : NULL, g_fmt, fx,
+                        dy));
+  dfree(ctx, dctr);
   fout(ctx, fx, dx, g->B * T, g->C, g->P, "gather x (format)");
   dget(ctx, x, dx, (size_t)g->B * sample * 4, "gather x");
   dget(ctx, y, dy, (size_t)g->B * g->label_size, "gather y");
@@ -2167,8 +2181,8 @@ static void test_gather(void **state) {
     size_t ny = (size_t)g->B * g->label_size;
     uint8_t *y = xmalloc(ny), *yc = xmalloc(ny);
     for (size_t i = 0; i < ny; i++) y[i] = yc[i] = (uint8_t)~yref[i]; /* every byte wrong first */
-    run_gather(g_ctx, g, nimg, images, labels, idx, nidx, &norm, x, y);
-    if (g_cuda) run_gather(g_cpu, g, nimg, images, labels, idx, nidx, &norm, xc, yc);
+    run_gather(g_ctx, g, nimg, images, labels, idx, nidx, &norm, NULL, x, y);
+    if (g_cuda) run_gather(g_cpu, g, nimg, images, labels, idx, nidx, &norm, NULL, xc, yc);
     char what[160];
     snprintf(what, sizeof what, "gather x B=%d T=%d C=%d P=%zu label_size=%zu cursor=%d", g->B, T, g->C, g->P,
              g->label_size, g->cursor);
@@ -2178,6 +2192,73 @@ static void test_gather(void **state) {
     verify_bytes(what, (size_t)g->B * g->label_size, 1, y, yref, yc);
     free(images), free(labels), free(idx), free(xref), free(xscale), free(yref), free(x), free(xc), free(y), free(yc);
   }
+}
+
+/* ---- gather with augmentation: each sample cropped after padding and flipped (prims.h, lam_aug). The draws are
+ * aug.h's (the random stream is its definition); where they send each pixel is worked out here again. ---- */
+typedef struct aug_case {
+  int B, T, C, h, w, per_pixel, pad, flip;
+} aug_case;
+static const aug_case k_aug[] = {{8, 1, 1, 5, 7, 1, 2, 1}, {6, 3, 2, 4, 4, 0, 1, 0}, {16, 1, 3, 6, 5, 1, 0, 1},
+                                 {5, 2, 1, 3, 9, 0, 3, 1}, {12, 1, 1, 28, 28, 1, 4, 1}};
+
+static void test_gather_aug(void **state) {
+  (void)state;
+  int flips[2] = {0, 0}, moved = 0;
+  for (size_t s = 0; s < sizeof k_aug / sizeof k_aug[0]; s++) {
+    seed_case("gather_aug", s);
+    const aug_case *ac = &k_aug[s];
+    const size_t P = (size_t)ac->h * ac->w, L = ac->per_pixel ? P : 1;
+    const gather_case g = {ac->B, ac->C, P, L, 0, ac->T};
+    const size_t nimg = (size_t)ac->B + 4, sample = (size_t)ac->T * ac->C * P, nx = (size_t)ac->B * sample;
+    uint8_t *images = u8rand(nimg * sample, 1, 255), *labels = u8rand(nimg * L, 0, 10); /* no 0: padding shows */
+    int32_t *idx = xmalloc((size_t)ac->B * 4);
+    for (int i = 0; i < ac->B; i++) idx[i] = (int32_t)(tu_next(&g_r) % nimg);
+    lam_norm norm = {ac->C, {0}, {0}};
+    for (int c = 0; c < ac->C; c++) norm.mean[c] = (float)U(0.2, 0.8), norm.std[c] = (float)U(0.1, 0.5);
+    const int32_t ctr = (int32_t)(tu_next(&g_r) % 100000);
+    const lam_aug aug = {ac->h, ac->w, ac->pad, ac->flip, tu_next(&g_r), &ctr};
+    double *xref = dzero(nx), *xscale = dzero(nx);
+    uint8_t *yref = xmalloc((size_t)ac->B * L);
+    for (int b = 0; b < ac->B; b++) {
+      const lam_aug_draw d = lam_aug_sample(&aug, ctr, b);
+      assert_true(d.oy >= 0 && d.oy <= 2 * ac->pad && d.ox >= 0 && d.ox <= 2 * ac->pad && (d.flip == 0 || ac->flip));
+      flips[d.flip]++, moved += d.oy != ac->pad || d.ox != ac->pad;
+      for (int y = 0; y < ac->h; y++)
+        for (int x = 0; x < ac->w; x++) {
+          const int cx = d.flip ? ac->w - 1 - x : x; /* the crop's column the flip shows here */
+          const int sy = y + d.oy - ac->pad, sx = cx + d.ox - ac->pad;
+          const int in = sy >= 0 && sy < ac->h && sx >= 0 && sx < ac->w;
+          const size_t p = (size_t)y * ac->w + x, q = in ? (size_t)sy * ac->w + sx : 0;
+          for (int tc = 0; tc < ac->T * ac->C; tc++) {
+            const int c = tc % ac->C;
+            const double u = in ? images[(size_t)idx[b] * sample + (size_t)tc * P + q] : 0.0;
+            const size_t o = (size_t)b * sample + (size_t)tc * P + p;
+            xref[o] = (u / 255.0 - norm.mean[c]) / norm.std[c];
+            xscale[o] = (u / 255.0 + norm.mean[c]) / norm.std[c];
+          }
+          if (ac->per_pixel) yref[(size_t)b * P + p] = in ? labels[(size_t)idx[b] * P + q] : LAM_LABEL_IGNORE;
+        }
+      if (!ac->per_pixel) yref[b] = labels[idx[b]];
+    }
+    float *x = fnan(nx), *xc = g_cuda ? fnan(nx) : NULL;
+    const size_t ny = (size_t)ac->B * L;
+    uint8_t *y = xmalloc(ny), *yc = xmalloc(ny);
+    for (size_t i = 0; i < ny; i++) y[i] = yc[i] = (uint8_t)~yref[i];
+    run_gather(g_ctx, &g, nimg, images, labels, idx, (size_t)ac->B, &norm, &aug, x, y);
+    if (g_cuda) run_gather(g_cpu, &g, nimg, images, labels, idx, (size_t)ac->B, &norm, &aug, xc, yc);
+    char what[160];
+    snprintf(what, sizeof what, "gather augmented x B=%d T=%d C=%d %dx%d pad=%d flip=%d", ac->B, ac->T, ac->C, ac->h,
+             ac->w, ac->pad, ac->flip);
+    verify(what, nx, x, xref, xc, xscale, 1e-6, 1e-6);
+    snprintf(what, sizeof what, "gather augmented labels B=%d %dx%d per_pixel=%d pad=%d flip=%d", ac->B, ac->h, ac->w,
+             ac->per_pixel, ac->pad, ac->flip);
+    verify_bytes(what, ny, 1, y, yref, yc);
+    free(images), free(labels), free(idx), free(xref), free(xscale), free(yref), free(x), free(xc), free(y), free(yc);
+  }
+  /* the draws do something: some samples flipped and some not, most crops off the centre */
+  if (!flips[0] || !flips[1] || moved < 20)
+    fail_msg("augmentation's draws: %d flipped, %d not, %d crops off the centre of 47 samples", flips[1], flips[0], moved);
 }
 
 /* ---- optimizers, the trainer's step, backprop_step, normalize_images ---- */
@@ -2396,6 +2477,51 @@ static void cmp_bf16_added(const char *what, size_t n, const float *got, const f
     g_fmt = keep_;                             \
   } while (0)
 
+/* ---- tcat: a clip's frames as channels, x (B*T, C, P) -> y (B, T*C, P), channel t*C + k = frame t's k. Values
+ * move unchanged, so in plain NCHW order y is x value for value; checked exactly, in every format and in bfloat16
+ * NHWC (on values that bfloat16 holds), both ways. ---- */
+static const int k_tc[][4] = {{1, 2, 1, 1}, {2, 16, 1, 4096}, {3, 4, 8, 49}, {2, 5, 3, 7}, {1, 3, 64, 1}};
+
+static void run_tcat(lam_ctx *ctx, int bwd, int B, int T, int C, size_t P, const float *in, float *out) {
+  const size_t n = (size_t)B * T * C * P;
+  float *di = dput(ctx, in, n * 4), *dout = dput(ctx, out, n * 4);
+  const int ib = bwd ? B : B * T, ic = bwd ? T * C : C, ob = bwd ? B * T : B, oc = bwd ? C : T * C;
+  void *fi = fin(ctx, di, ib, ic, P), *fo = fin(ctx, dout, ob, oc, P);
+  if (bwd) TU_OK(BE(ctx)->tcat_bwd(ctx, g_fmt, B, T, C, P, fi, fo));
+  else TU_OK(BE(ctx)->tcat_fwd(ctx, g_fmt, B, T, C, P, fi, fo));
+  fout(ctx, fi, di, ib, ic, P, "tcat in (format)"), fout(ctx, fo, dout, ob, oc, P, "tcat out (format)");
+  dget(ctx, out, dout, n * 4, bwd ? "tcat_bwd" : "tcat_fwd");
+  dfree(ctx, di), dfree(ctx, dout);
+}
+static void tcat_case(int B, int T, int C, size_t P, int bf16) {
+  const size_t n = (size_t)B * T * C * P;
+  float *x = frand(n, -2, 2);
+  if (bf16) round_bf16(x, n);
+  double *ref = dzero(n);
+  for (size_t i = 0; i < n; i++) ref[i] = x[i];
+  for (int bwd = 0; bwd < 2; bwd++) {
+    char what[120];
+    snprintf(what, sizeof what, "tcat_%s%s B=%d T=%d C=%d P=%zu", bwd ? "bwd" : "fwd", bf16 ? " bf16" : "", B, T, C, P);
+    float *y = fnan(n), *yc = g_cuda ? fnan(n) : NULL;
+    if (bf16) IN_BF16(run_tcat(g_ctx, bwd, B, T, C, P, x, y));
+    else run_tcat(g_ctx, bwd, B, T, C, P, x, y);
+    if (g_cuda && bf16) IN_BF16(run_tcat(g_cpu, bwd, B, T, C, P, x, yc));
+    else if (g_cuda) run_tcat(g_cpu, bwd, B, T, C, P, x, yc);
+    verify(what, n, y, ref, yc, NULL, 0.0, 0.0);
+    if (g_cuda) cmp_f(what, n, y, ref, NULL, 0.0); /* and the values themselves */
+    free(y), free(yc);
+  }
+  free(x), free(ref);
+}
+static void test_tcat(void **state) {
+  (void)state;
+  for (size_t s = 0; s < sizeof k_tc / sizeof k_tc[0]; s++) {
+    seed_case("tcat", s);
+    tcat_case(k_tc[s][0], k_tc[s][1], k_tc[s][2], (size_t)k_tc[s][3], 0);
+    tcat_case(k_tc[s][0], k_tc[s][1], k_tc[s][2], (size_t)k_tc[s][3], 1);
+  }
+}
+
 static void test_fmt_bf16(void **state) {
   (void)state;
   static const int shapes[][4] = {{3, 16, 7, 9}, {2, 3, 5, 6}, {4, 64, 4, 4}, {2, 8, 1, 1}}; /* B, C, H, W */
@@ -2546,8 +2672,8 @@ static void test_fmt_bf16(void **state) {
       conv_io io32 = {x, Wt, cdy, fnan(ny), fnan(n), frand(nw, -1, 1), 0}, io16 = io32;
       io16.y = fnan(ny), io16.dx = fnan(n), io16.dW = fdup(io32.dW, nw);
       float *dW0 = fdup(io32.dW, nw);
-      run_conv2d(g_ctx, &g, OC, B, &io32);
-      IN_BF16(run_conv2d(g_ctx, &g, OC, B, &io16));
+      run_conv2d(g_ctx, &g, OC, B, &io32, 0);
+      IN_BF16(run_conv2d(g_ctx, &g, OC, B, &io16, 0));
       snprintf(what, sizeof what, "bf16 conv2d_fwd K=%d %s", K, geo), cmp_bf16(what, ny, io16.y, io32.y);
       snprintf(what, sizeof what, "bf16 conv2d_bwd_data K=%d %s", K, geo), cmp_bf16(what, n, io16.dx, io32.dx);
       snprintf(what, sizeof what, "bf16 conv2d_bwd_filter K=%d %s", K, geo);
@@ -2618,11 +2744,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_zero),         cmocka_unit_test(test_im2col_col2im),   cmocka_unit_test(test_conv2d),
       cmocka_unit_test(test_layout),
       cmocka_unit_test(test_dense_bias),   cmocka_unit_test(test_channel_bias),    cmocka_unit_test(test_pool), cmocka_unit_test(test_pool_nan),
-      cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_tpool),           cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
+      cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_tpool),           cmocka_unit_test(test_tcat),  cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
       cmocka_unit_test(test_bn),           cmocka_unit_test(test_bn_act),          cmocka_unit_test(test_dropout_mask),
       cmocka_unit_test(test_elementwise),
       cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),
-      cmocka_unit_test(test_gather),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
+      cmocka_unit_test(test_gather),       cmocka_unit_test(test_gather_aug),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
       cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null), cmocka_unit_test(test_fmt_bf16),
   };
   tu_apply_filter();

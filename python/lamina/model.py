@@ -108,6 +108,22 @@ def _seed(v, name="seed"):
     return int(v)
 
 
+
+def _augment_arg(augment):
+    """fit's augment= as (pad, flip), or ValueError naming what is wrong."""
+    if not isinstance(augment, str):
+        raise ValueError(f"augment must be a string such as 'crop:4,flip', not {augment!r}")
+    pad, flip = 0, 0
+    if augment != "none":
+        for part in augment.split(","):
+            if part == "flip":
+                flip = 1
+            elif part.startswith("crop:") and part[5:].isdigit() and int(part[5:]) <= 255:
+                pad = int(part[5:])
+            else:
+                raise ValueError(f"augment: {part!r} is not one of crop:P (P in 0..255), flip (e.g. 'crop:4,flip')")
+    return pad, flip
+
 class Model(Closing):
     """A network from a spec: a preset ("cnn", "mlp") or layers separated by commas, e.g.
     "conv 32 3, relu, maxpool 2, flatten, dense 10", where "NAME:" labels a layer's output and "add @NAME"
@@ -318,7 +334,7 @@ class Model(Closing):
 
     def fit(self, x, y, epochs=1, batch_size=64, optimizer="adam", lr=None, momentum=None, weight_decay=None,
             seed=None, verbose=1, validation_data=None, normalize=None, label_smoothing=None, layout=None,
-            val_split=None, lr_schedule=None, warmup=0, save_best=None, early_stop=None, log=None):
+            val_split=None, lr_schedule=None, warmup=0, save_best=None, early_stop=None, log=None, augment=None):
         """Trains on uint8 images x with integer labels y for `epochs` epochs, shuffling each epoch,
         softmax cross-entropy. The images go to the device once, as uint8, and are normalized there
         per channel as (p/255 - mean)/std (see normalization).
@@ -339,6 +355,10 @@ class Model(Closing):
         loaded one); "default" 0.5/0.5; "auto" each channel's mean and std over x; or (mean, std), each
         one number or one per channel. Kept in the model and its checkpoints, used by evaluate/predict.
         label_smoothing: in [0, 1) (PyTorch's label_smoothing); None keeps the model's (0 when new).
+        augment: "crop:P", "flip" or "crop:P,flip" (as `lamina train --augment`): every training batch
+        cropped at random after padding P black pixels, and flipped left to right half the time, on the
+        device as it is gathered (masks alike, padded labels ignored); "none"; None keeps the model's
+        (none when new). Evaluation and predict never augment.
         val_split: a fraction 0 < F < 1 of x held out as validation data (the images `lamina train
         --val-split F` holds out: the same every call), instead of validation_data.
         lr_schedule: the rate over this call's epochs, stepped every batch on the device: "constant"
@@ -393,6 +413,7 @@ class Model(Closing):
             if path is not None:  # checked before any training that a bad path would throw away
                 check(lib.lam_output_path_check(os.fsencode(path), what))
         norm = self._normalize_arg(normalize)
+        aug = None if augment is None else _augment_arg(augment)
         if label_smoothing is not None:
             if (isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float, np.number))
                     or not 0 <= label_smoothing < 1):
@@ -410,6 +431,8 @@ class Model(Closing):
             self.set_normalization(*norm)
         if label_smoothing is not None:
             check(lib.lam_model_set_label_smoothing(self._handle(), float(label_smoothing)))
+        if aug is not None:
+            check(lib.lam_model_set_augment(self._handle(), *aug))
         t = c_void_p()
         with self._ctx.lock:
             check(lib.lam_trainer_create(self._handle(), byref(opt), batch_size, seed, byref(ds), byref(t)))

@@ -28,6 +28,7 @@ typedef struct train_opts {
   int classes;          /* --classes K: 0 from the data */
   const char *normalize; /* NULL or "default": 0.5/0.5 per channel; "auto": the training set's; "M,../S,.." */
   double smoothing;
+  int aug_pad, aug_flip; /* --augment crop:P,flip */
   int model_set, opt_set, batch_set; /* given on the command line (--resume refuses a different one) */
   const char *lr_schedule; /* --lr-schedule (NULL: constant) */
   double warmup;           /* --warmup E (epochs) */
@@ -63,6 +64,10 @@ static void train_usage(FILE *f) {
           "  --normalize default|auto|M1,M2,../S1,S2,..  pixel/255 normalization per channel: 0.5 and 0.5\n"
           "                         (default), the training set's mean and std (auto), or given; saved with the model\n"
           "  --label-smoothing S    cross-entropy's label smoothing, 0 <= S < 1 (default 0)\n"
+          "  --augment crop:P,flip  augment every training batch on the device, inside the step: crop:P a random\n"
+          "                         crop after padding P black pixels on each side, flip a left-right flip half the\n"
+          "                         time (either or both; a clip's frames and a mask per pixel alike, padded\n"
+          "                         labels ignored); 'none' (default). Evaluation never augments\n"
           "  --epochs N             train until N epochs are done (default 5; with --resume, in all)\n"
           "  --batch B              images per step (default 64)\n"
           "  --opt sgd|adam|adamw   optimizer (default adam)\n"
@@ -130,7 +135,32 @@ static void eval_usage(FILE *f) {
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
        O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
-       O_SIZE, O_CACHE, O_SKIPBAD };
+       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT };
+
+/* --augment: 'none', or comma-separated 'crop:P' (P in 0..255; the image's size bounds it later) and 'flip'. */
+static int parse_augment(const char *cmd, const char *arg, train_opts *o) {
+  o->aug_pad = o->aug_flip = 0;
+  if (!strcmp(arg, "none")) return 0;
+  const char *s = arg;
+  while (1) {
+    size_t len = strcspn(s, ",");
+    if (len == 4 && !strncmp(s, "flip", 4)) {
+      o->aug_flip = 1;
+    } else if (len > 5 && !strncmp(s, "crop:", 5)) {
+      char num[16];
+      if (len - 5 >= sizeof num) return cli_usage_error(cmd, "--augment: '%.*s' is not crop:P with P in 0..255", (int)len, s);
+      memcpy(num, s + 5, len - 5), num[len - 5] = 0;
+      long v;
+      if (cli_parse_int(cmd, "--augment crop:P", num, 0, 255, &v)) return 1;
+      o->aug_pad = (int)v;
+    } else {
+      return cli_usage_error(cmd, "--augment: '%.*s' is not one of crop:P, flip (e.g. --augment crop:4,flip)",
+                             (int)len, s);
+    }
+    if (!s[len]) return 0;
+    s += len + 1;
+  }
+}
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -151,6 +181,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"buffers", required_argument, 0, O_BUFFERS},  {"precision", required_argument, 0, O_PRECISION},
       {"graph", required_argument, 0, O_GRAPH},      {"classes", required_argument, 0, O_CLASSES},
       {"normalize", required_argument, 0, O_NORMALIZE}, {"label-smoothing", required_argument, 0, O_SMOOTHING},
+      {"augment", required_argument, 0, O_AUGMENT},
       {"lr-schedule", required_argument, 0, O_SCHEDULE}, {"warmup", required_argument, 0, O_WARMUP},
       {"val-split", required_argument, 0, O_VALSPLIT},   {"save-best", required_argument, 0, O_SAVEBEST},
       {"early-stop", required_argument, 0, O_EARLYSTOP}, {"log", required_argument, 0, O_LOG},
@@ -168,7 +199,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     if (is_eval && (c == O_MODEL || c == O_EPOCHS || c == O_OPT || c == O_LR || c == O_MOMENTUM || c == O_WD ||
                     c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS || c == O_PROFILE ||
                     c == O_TRACE || c == O_MAXMEM || c == O_STREAM || c == O_BUFFERS || c == O_GRAPH ||
-                    c == O_NORMALIZE || c == O_SMOOTHING || c == O_SCHEDULE || c == O_WARMUP || c == O_VALSPLIT ||
+                    c == O_NORMALIZE || c == O_SMOOTHING || c == O_AUGMENT || c == O_SCHEDULE || c == O_WARMUP || c == O_VALSPLIT ||
                     c == O_SAVEBEST || c == O_EARLYSTOP || c == O_LOG))
       return cli_usage_error(cmd, "--%s is a 'lamina train' option, not one of eval's", longopts[li].name);
     if (!is_eval && c == O_LOAD) return cli_usage_error(cmd, "--load is for 'lamina eval'; to continue training use --resume");
@@ -196,6 +227,9 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->smoothing = d;
         break;
       }
+      case O_AUGMENT:
+        if (parse_augment(cmd, optarg, o)) return EXIT_USAGE;
+        break;
       case O_SCHEDULE: {
         lam_lr_schedule ls;
         if (lam_lr_schedule_parse(optarg, &ls) != LAM_OK) return cli_usage_error(cmd, "--lr-schedule: %s", lam_last_error());
@@ -685,6 +719,11 @@ int cmd_train(int argc, char **argv) {
   }
   if ((ret = set_schedule(&o, t)) != 0) goto out;
   ret = 1;
+  if ((o.aug_pad || o.aug_flip) && lam_model_set_augment(m, o.aug_pad, o.aug_flip) != LAM_OK) {
+    fprintf(stderr, "lamina train: --augment: %s\n(see 'lamina train --help')\n", lam_last_error());
+    ret = EXIT_USAGE;
+    goto out;
+  }
   lam_trainer_set_graph(t, o.graph);
   catch_signals();
   lam_trainer_set_stop(t, (const volatile int *)&g_signal);

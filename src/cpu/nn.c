@@ -8,6 +8,7 @@
 
 #include "cpu.h"
 #include "../act.h"
+#include "../aug.h"
 #include "../half.h"
 
 /* Below this many values a loop runs on one thread: starting a team costs more than it saves, and
@@ -396,22 +397,43 @@ static lam_status plain_xent(lam_ctx *ctx, int B, int C, int P, const float *log
 }
 
 static lam_status plain_gather(lam_ctx *ctx, int B, int T, int C, size_t P, const uint8_t *images, size_t label_size,
-                      const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, float *x,
-                      uint8_t *y) {
+                      const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm,
+                      const lam_aug *aug, float *x, uint8_t *y) {
   (void)ctx;
   if (cursor) idx += *cursor;
   float a[LAM_NORM_MAX_CHANNELS], k[LAM_NORM_MAX_CHANNELS]; /* (u / 255 - mean) / std = u * a + k */
   for (int c = 0; c < C; c++) a[c] = 1.0f / (255.0f * norm->std[c]), k[c] = -norm->mean[c] / norm->std[c];
   const size_t sample = (size_t)T * C * P;
+  const int on = lam_aug_on(aug);
+  const int32_t ctr = on && aug->ctr ? *aug->ctr : 0;
 #pragma omp parallel for schedule(static) if ((size_t)B * sample > PAR_MIN)
   for (int b = 0; b < B; b++) {
     const uint8_t *src = images + (size_t)idx[b] * sample;
     float *dst = x + (size_t)b * sample; /* frame t of sample b is row b*T + t: the same bytes in order */
+    uint8_t *lab = y + (size_t)b * label_size;
+    const uint8_t *lsrc = labels + (size_t)idx[b] * label_size;
+    if (!on) {
+      for (size_t tc = 0; tc < (size_t)T * C; tc++) {
+        const int c = (int)(tc % (size_t)C);
+        for (size_t p = 0; p < P; p++) dst[tc * P + p] = (float)src[tc * P + p] * a[c] + k[c];
+      }
+      memcpy(lab, lsrc, label_size);
+      continue;
+    }
+    const lam_aug_draw d = lam_aug_sample(aug, ctr, b);
     for (size_t tc = 0; tc < (size_t)T * C; tc++) {
       const int c = (int)(tc % (size_t)C);
-      for (size_t p = 0; p < P; p++) dst[tc * P + p] = (float)src[tc * P + p] * a[c] + k[c];
+      for (size_t p = 0; p < P; p++) {
+        const long s = lam_aug_src(aug, d, (long)p);
+        dst[tc * P + p] = (float)(s < 0 ? 0 : src[tc * P + (size_t)s]) * a[c] + k[c];
+      }
     }
-    memcpy(y + (size_t)b * label_size, labels + (size_t)idx[b] * label_size, label_size);
+    if (label_size != P) memcpy(lab, lsrc, label_size); /* a class per sample */
+    else
+      for (size_t p = 0; p < P; p++) {
+        const long s = lam_aug_src(aug, d, (long)p);
+        lab[p] = s < 0 ? (uint8_t)LAM_LABEL_IGNORE : lsrc[s];
+      }
   }
   return LAM_OK;
 }
@@ -707,10 +729,10 @@ lam_status cpu_xent(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *lo
 }
 
 lam_status cpu_gather(lam_ctx *ctx, int B, int T, int C, size_t P, const uint8_t *images, size_t label_size,
-                      const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm, lam_fmt f,
-                      void *x, uint8_t *y) {
+                      const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm,
+                      const lam_aug *aug, lam_fmt f, void *x, uint8_t *y) {
   cpu_fmt_job j = cpu_fmt_begin(f);
   float *tx = cpu_fmt_out(&j, (size_t)B * T, C, P, x, 0);
   return cpu_fmt_end(&j, j.status ? j.status : plain_gather(ctx, B, T, C, P, images, label_size, labels, idx, cursor, norm,
-                                                            tx, y));
+                                                            aug, tx, y));
 }

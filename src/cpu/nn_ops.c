@@ -358,6 +358,33 @@ lam_status cpu_tpool_bwd(lam_ctx *ctx, lam_fmt f, int B, int T, size_t S, int ma
   return cpu_fmt_end(&j, j.status ? j.status : plain_tpool_bwd(B, T, S, max, tdy, arg, tdx));
 }
 
+/* tcat: values move, none changes, so the element type is only a size. In NCHW a clip's rows already are its
+ * T*C channels; in NHWC each sample's (T, P, C) becomes (P, T, C). back = 0: x -> y, 1: y -> x. */
+static lam_status tcat_move(lam_fmt f, int B, int T, int C, size_t P, const void *from, void *to, int back) {
+  const size_t es = lam_dt_size(f.dt), row = (size_t)C * es, n = (size_t)B * T * P;
+  if (!f.nhwc) {
+    memcpy(to, from, n * row);
+    return LAM_OK;
+  }
+  const uint8_t *src = from;
+  uint8_t *dst = to;
+#pragma omp parallel for schedule(static) if (n * C > PAR_MIN)
+  for (size_t r = 0; r < n; r++) { /* r: x's (b, t, p), a run of C values in both */
+    const size_t p = r % P, bt = r / P, t = bt % (size_t)T, b = bt / (size_t)T;
+    const size_t yo = ((b * P + p) * (size_t)T + t) * row, xo = r * row;
+    memcpy(dst + (back ? xo : yo), src + (back ? yo : xo), row);
+  }
+  return LAM_OK;
+}
+lam_status cpu_tcat_fwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *x, void *y) {
+  (void)ctx;
+  return tcat_move(f, B, T, C, P, x, y, 0);
+}
+lam_status cpu_tcat_bwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *dy, void *dx) {
+  (void)ctx;
+  return tcat_move(f, B, T, C, P, dy, dx, 1);
+}
+
 lam_status cpu_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float *count) {
   (void)ctx;
   size_t k = 0;

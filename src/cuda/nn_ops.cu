@@ -764,6 +764,48 @@ lam_status cuda_tpool_bwd(lam_ctx *ctx, lam_fmt f, int B, int F, size_t S, int m
   return LAM_OK;
 }
 
+/* tcat in NHWC (prims.h): each sample's (T, P, C) <-> (P, T, C), moved in units U of a run of C values; a thread
+ * per unit of the side written, so the writes are coalesced (back = 0: x -> y, 1: y -> x). */
+template <typename U>
+__global__ void tcat_kernel(size_t n, int T, size_t P, size_t cu, int back, const U *__restrict__ src,
+                            U *__restrict__ dst) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t u = i % cu, r = i / cu; /* r: a run of C values, in the written side's order */
+    size_t b, t, p;
+    if (back) p = r % P, t = (r / P) % T, b = r / P / T; /* dx (b, t, p) */
+    else t = r % T, p = (r / T) % P, b = r / T / P;       /* y (b, p, t) */
+    const size_t other = back ? ((b * P + p) * T + t) : ((b * T + t) * P + p);
+    dst[i] = src[other * cu + u];
+  }
+}
+static lam_status tcat_move(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *from, void *to,
+                            int back) {
+  cuda_state *st = cuda_st(ctx);
+  const size_t row = (size_t)C * lam_dt_size(f.dt), runs = (size_t)B * T * P;
+  if (!f.nhwc) { /* NCHW: a clip's rows already are its T*C channels */
+    CUDA_TRY(cudaMemcpyAsync(to, from, runs * row, cudaMemcpyDeviceToDevice, st->stream));
+    return LAM_OK;
+  }
+  const uintptr_t al = (uintptr_t)from | (uintptr_t)to | row;
+  if (al % 16 == 0)
+    tcat_kernel<uint4><<<blocks_for(runs * (row / 16)), NT, 0, st->stream>>>(runs * (row / 16), T, P, row / 16, back,
+                                                                             (const uint4 *)from, (uint4 *)to);
+  else if (al % 4 == 0)
+    tcat_kernel<uint32_t><<<blocks_for(runs * (row / 4)), NT, 0, st->stream>>>(runs * (row / 4), T, P, row / 4, back,
+                                                                                (const uint32_t *)from, (uint32_t *)to);
+  else
+    tcat_kernel<uint16_t><<<blocks_for(runs * (row / 2)), NT, 0, st->stream>>>(runs * (row / 2), T, P, row / 2, back,
+                                                                                (const uint16_t *)from, (uint16_t *)to);
+  LAUNCH_CHECK(st, "tcat_kernel");
+  return LAM_OK;
+}
+lam_status cuda_tcat_fwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *x, void *y) {
+  return tcat_move(ctx, f, B, T, C, P, x, y, 0);
+}
+lam_status cuda_tcat_bwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *dy, void *dx) {
+  return tcat_move(ctx, f, B, T, C, P, dy, dx, 1);
+}
+
 lam_status cuda_add(lam_ctx *ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y) {
   cuda_state *st = cuda_st(ctx);
   const int V = f.dt == LAM_DT_BF16 ? 8 : 4;

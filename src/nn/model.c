@@ -59,8 +59,8 @@ lam_status lam_model_create_clip(lam_ctx *ctx, const char *spec, int T, int in_c
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->state, ns * sizeof(float));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->stats, 4 * sizeof(float));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->count, sizeof(float));
-  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->rng_ctr, 2 * sizeof(int32_t));
-  if (s == LAM_OK) s = ctx->be->zero(ctx, m->rng_ctr, 2 * sizeof(int32_t));
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->rng_ctr, 4 * sizeof(int32_t));
+  if (s == LAM_OK) s = ctx->be->zero(ctx, m->rng_ctr, 4 * sizeof(int32_t));
   if (s == LAM_OK) {
     host = malloc(np * sizeof *host), hstate = malloc(ns * sizeof *hstate);
     if (!host || !hstate) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory for %zu parameters", np);
@@ -222,6 +222,7 @@ lam_status lam_model_describe(const lam_model *m, char *buf, size_t size) {
     if (n->op == &nn_op_maxpool || n->op == &nn_op_avgpool) snprintf(extra, sizeof extra, " k%d s%d", n->k, n->stride);
     if (n->nin == 2) snprintf(extra, sizeof extra, " @%s", m->tensor[n->in[1]].name);
     if (n->op == &nn_op_tpool) snprintf(extra, sizeof extra, " %s of %d", n->act ? "max" : "mean", m->tensor[n->in[0]].t);
+    if (n->op == &nn_op_tcat) snprintf(extra, sizeof extra, " of %d", m->tensor[n->in[0]].t);
     used += (size_t)snprintf(buf + used, size - used, "%2d %-10s%-14s -> %dx%dx%d  params %zu%s%s\n", i + 1, n->op->name,
                              extra, t->c, t->h, t->w, node_params(n), t->name[0] ? "  " : "", t->name);
   }
@@ -354,7 +355,7 @@ lam_status lam_model_forward_u8(lam_model *m, int B, const uint8_t *images, floa
   if (s == LAM_OK) s = lam_mem_upload(ctx, d_idx, idx, (size_t)B * sizeof *idx);
   /* no labels: none are gathered (label_size 0), the images stand in for the pointer */
   if (s == LAM_OK)
-    s = ctx->be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, d_img, 0, d_img, d_idx, NULL, &m->norm,
+    s = ctx->be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, d_img, 0, d_img, d_idx, NULL, &m->norm, NULL,
                         m->fmt, m->x, m->y);
   if (s == LAM_OK) s = forward_out(m, B, logits);
   if (d_img || d_idx) ctx->be->sync(ctx); /* the gather has read them before they go back to the cache */
@@ -392,6 +393,25 @@ lam_status lam_model_set_label_smoothing(lam_model *m, float s) {
   m->smoothing = s;
   m->gen++; /* a captured step has the old value baked in */
   return LAM_OK;
+}
+
+lam_status lam_model_set_augment(lam_model *m, int pad, int flip) {
+  LAM_CHECK_ARG(m, "lam_model_set_augment: model is NULL");
+  LAM_CHECK_ARG(pad >= 0 && pad <= m->in_h && pad <= m->in_w,
+                "lam_model_set_augment: crop padding %d is not in 0..%d (the model's input is %dx%d)", pad,
+                m->in_h < m->in_w ? m->in_h : m->in_w, m->in_h, m->in_w);
+  LAM_CHECK_ARG(flip == 0 || flip == 1, "lam_model_set_augment: flip is %d, not 0 or 1", flip);
+  m->aug_pad = pad, m->aug_flip = flip;
+  m->gen++; /* a captured step has the old gather baked in */
+  return LAM_OK;
+}
+
+/* The augmentation of the model's training batches, or NULL where there is none. */
+const lam_aug *nn_aug(const lam_model *m, lam_aug *a) {
+  if (!m->aug_pad && !m->aug_flip) return NULL;
+  a->h = m->in_h, a->w = m->in_w, a->pad = m->aug_pad, a->flip = m->aug_flip;
+  a->seed = m->seed, a->ctr = m->rng_ctr + 3;
+  return a;
 }
 
 lam_status lam_model_set_normalization(lam_model *m, int c, const float *mean, const float *std) {

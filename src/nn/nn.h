@@ -120,6 +120,7 @@ struct lam_model {
   int layout;              /* LAMINA_LAYOUT: 0 auto (nn_choose_fmt), 1 nchw, 2 nhwc */
   int training;            /* lam_model_forward's mode (lam_model_set_train) */
   float smoothing;         /* the loss's label smoothing */
+  int aug_pad, aug_flip;   /* training's augmentation in the batch gather (lam_model_set_augment) */
   /* Batch buffers */
   int cap;                 /* batch capacity of the buffers below */
   void *x;                 /* input (B, in_c, in_h, in_w), in the model's format */
@@ -137,7 +138,8 @@ struct lam_model {
                             * gtmp + i * gtmp_stride values (of the format's type) */
   size_t gtmp_stride;
   float *stats;            /* [loss sum, correct, counted]: accumulated on the device, read rarely */
-  int32_t *rng_ctr;        /* backend memory: dropout's step counter ([1] counts training forwards) */
+  int32_t *rng_ctr;        /* backend memory: dropout's step counter ([1] counts training forwards); [3] counts
+                            * the training steps that augmented their batch ([2] unused) */
   uint8_t *pred;           /* argmax per label of the last forward */
   size_t batch_bytes;      /* backend memory held by the batch buffers above */
   size_t planned_bytes;    /* the arena at the capacity: what the plan needs */
@@ -167,6 +169,8 @@ static inline int nn_reads_input_bwd(const nn_node *n) { return (n->op->flags & 
 void *nn_din(lam_model *m, const nn_node *n, int i);
 static inline int nn_adds(const nn_node *n, int i) { return n->accum[i] && (n->op->flags & NN_ADDS_GRAD); }
 lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B);
+/* The augmentation of the model's training batches (filled in *a), or NULL where there is none. */
+const lam_aug *nn_aug(const lam_model *m, lam_aug *a);
 
 /* Marks the end of an op for the profiler; free when not profiling. */
 lam_status prof_mark(struct lam_prof *p, const char *name, int layer);
@@ -202,7 +206,7 @@ lam_status nn_word_ref(const nn_parse *p, const lam_model *m, int wi, int *tenso
 /* The op table (src/nn/ops/). */
 extern const nn_op nn_op_conv, nn_op_convt, nn_op_dense, nn_op_maxpool, nn_op_avgpool, nn_op_gap, nn_op_upsample,
     nn_op_relu, nn_op_tanh, nn_op_sigmoid, nn_op_gelu, nn_op_leakyrelu, nn_op_flatten, nn_op_bn, nn_op_dropout,
-    nn_op_add, nn_op_concat, nn_op_tpool;
+    nn_op_add, nn_op_concat, nn_op_tpool, nn_op_tcat;
 const nn_op *nn_op_find(const char *name, int len);
 /* The fused steps, run by the node whose fuse is set: the conv's block (ops/conv.c), BatchNorm with its
  * activation (ops/norm.c). */

@@ -22,7 +22,7 @@ static const struct {
 static const nn_op *const ops[] = {&nn_op_conv,    &nn_op_convt,    &nn_op_dense,  &nn_op_maxpool,  &nn_op_avgpool,
                                    &nn_op_gap,     &nn_op_upsample, &nn_op_relu,   &nn_op_tanh,     &nn_op_sigmoid,
                                    &nn_op_gelu,    &nn_op_leakyrelu, &nn_op_flatten, &nn_op_bn,     &nn_op_dropout,
-                                   &nn_op_add,     &nn_op_concat,   &nn_op_tpool};
+                                   &nn_op_add,     &nn_op_concat,   &nn_op_tpool,  &nn_op_tcat};
 
 const nn_op *nn_op_find(const char *name, int len) {
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
@@ -203,12 +203,12 @@ lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
     if (!op)
       return spec_error_at(spec, &w[i], i,
                            "unknown layer; layers are conv, convt, dense, maxpool, avgpool, gap, upsample, relu, "
-                           "leakyrelu, gelu, tanh, sigmoid, bn, dropout, flatten, add, concat, tpool (presets: cnn, mlp); "
+                           "leakyrelu, gelu, tanh, sigmoid, bn, dropout, flatten, add, concat, tpool, tcat (presets: cnn, mlp); "
                            "see 'lamina train --help'");
     nn_node *n = &m->node[m->nnodes];
     *n = (nn_node){.op = op, .in = {cur, -1}, .nin = 1, .out = m->ntensors, .word = i, .pool = -1};
     nn_tensor *t = &m->tensor[m->ntensors];
-    *t = (nn_tensor){.t = m->tensor[cur].t, .producer = m->nnodes, .view_of = -1}; /* tpool sets t = 1 */
+    *t = (nn_tensor){.t = m->tensor[cur].t, .producer = m->nnodes, .view_of = -1}; /* tpool, tcat set t = 1 */
     m->ntensors++; /* before parse: add/concat look labels up among the earlier tensors only */
     m->nnodes++;
     lam_status s = op->parse(&p, m, n);
@@ -234,7 +234,8 @@ lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
   if (m->tensor[cur].t > 1) {
     nn_parse p = {spec, w, m->node[m->nnodes - 1].word, 0};
     return nn_spec_error(&p, 0, "the model's input is clips of %d frames, so its output must be one per clip: put "
-                         "'tpool mean' (or 'tpool max') after the per-frame layers", m->tensor[cur].t);
+                         "'tpool mean' (or 'tpool max') after the per-frame layers, or 'tcat' (the frames as channels)",
+                         m->tensor[cur].t);
   }
   m->output = cur;
   m->nparams = off;

@@ -159,7 +159,8 @@ lam_status feed_start(lam_feed *f, const uint8_t *images, const uint8_t *labels,
   return LAM_OK;
 }
 
-lam_status feed_next(lam_feed *f, int T, int C, size_t P, const lam_norm *norm, lam_fmt fmt, void *x, uint8_t *y) {
+lam_status feed_next(lam_feed *f, int T, int C, size_t P, const lam_norm *norm, const lam_aug *aug, lam_fmt fmt, void *x,
+                     uint8_t *y) {
   lam_ctx *ctx = f->ctx;
   const lam_backend *be = ctx->be;
   int i = f->next, k = i % f->nbuf;
@@ -186,7 +187,7 @@ lam_status feed_next(lam_feed *f, int T, int C, size_t P, const lam_norm *norm, 
   LAM_TRY(be->queue_wait(ctx, 0, EV_COPIED(k)));
   LAM_TRY(be->event_record(ctx, EV_WAIT(i) + 1, 0));
   LAM_TRY(be->gather(ctx, B, T, C, P, f->d_buf[k], f->label_size, f->d_buf[k] + (size_t)f->batch * f->sample, f->d_iota, NULL,
-                     norm, fmt, x, y));
+                     norm, aug, fmt, x, y));
   LAM_TRY(be->event_record(ctx, EV_CONSUMED(k), 0));
   f->next++;
   return LAM_OK;

@@ -16,7 +16,8 @@ int feed_buffers(const lam_feed *f);
 /* Starts the loader on an epoch: samples idx[0..n) of (images, labels) in host memory, in batches. */
 lam_status feed_start(lam_feed *f, const uint8_t *images, const uint8_t *labels, const int32_t *idx, size_t n);
 /* Queues the next batch's copy and its normalize into x (B, C, P) and y (B, label_size), after the copy lands. */
-lam_status feed_next(lam_feed *f, int T, int C, size_t P, const lam_norm *norm, lam_fmt fmt, void *x, uint8_t *y);
+lam_status feed_next(lam_feed *f, int T, int C, size_t P, const lam_norm *norm, const lam_aug *aug, lam_fmt fmt, void *x,
+                     uint8_t *y);
 /* Joins the loader; gives the epoch's time the device waited for copies and the loop for the loader. */
 lam_status feed_finish(lam_feed *f, double *data_wait_ms, double *loader_wait_ms);
 

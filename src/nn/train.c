@@ -264,9 +264,12 @@ static lam_status step_ops(lam_trainer *t, int B) {
   lam_model *m = t->m;
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
+  lam_aug aug;
+  const lam_aug *a = nn_aug(m, &aug);
+  if (a) LAM_TRY(be->step_advance(ctx, m->rng_ctr + 2, 0, NULL)); /* new crops and flips every step */
   if (!t->feed) {
     LAM_TRY(be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
-                       t->d_state, &m->norm, m->fmt, m->x, m->y));
+                       t->d_state, &m->norm, a, m->fmt, m->x, m->y));
     NN_PROF(m, "gather_normalize", 0);
   }
   LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
@@ -398,7 +401,9 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
     int B = (int)(t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch);
     LAM_TRY(profile_window(t, step));
     if (t->feed) {
-      LAM_TRY(feed_next(t->feed, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, m->fmt, m->x, m->y));
+      lam_aug aug;
+      LAM_TRY(feed_next(t->feed, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, nn_aug(m, &aug), m->fmt, m->x,
+                        m->y));
       NN_PROF(m, "gather_normalize", 0);
     }
     LAM_TRY(step_body(t, B)); /* resident: its own gather, at the device's cursor (the step's offset) */
@@ -448,7 +453,7 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
   if (s == LAM_OK) s = be->zero(ctx, m->stats, 4 * sizeof(float));
   for (size_t off = 0; off < d->n && s == LAM_OK; off += (size_t)batch) {
     int B = (int)(d->n - off < (size_t)batch ? d->n - off : (size_t)batch);
-    s = be->gather(ctx, B, m->in_t, m->in_c, (size_t)d->h * d->w, images, L, labels, idx + off, NULL, &m->norm, m->fmt, m->x, m->y);
+    s = be->gather(ctx, B, m->in_t, m->in_c, (size_t)d->h * d->w, images, L, labels, idx + off, NULL, &m->norm, NULL, m->fmt, m->x, m->y);
     if (s == LAM_OK) s = nn_forward(m, B, 0);
     if (s == LAM_OK) s = nn_loss(m, B, 0, 0.0f, pred + off * L);
   }

@@ -120,6 +120,23 @@ class Colour(unittest.TestCase):
         plain.close()
         smooth.close()
 
+    def test_augment(self):
+        # the same seed, the same augmented run; another than the plain one
+        runs = []
+        for aug in ("crop:2,flip", "crop:2,flip", None):
+            m = self.model()
+            runs.append(m.fit(self.x, self.y, epochs=1, verbose=0, seed=4, augment=aug)[0]["loss"])
+            m.close()
+        self.assertEqual(runs[0], runs[1])
+        self.assertNotEqual(runs[0], runs[2])
+        m = self.model()
+        with self.assertRaisesRegex(ValueError, r"augment: 'blur' is not one of crop:P"):
+            m.fit(self.x, self.y, verbose=0, augment="crop:2,blur")
+        with self.assertRaisesRegex(lamina.LaminaError, "crop padding 200 is not in"):
+            m.fit(self.x, self.y, verbose=0, augment="crop:200")
+        self.assertEqual(m.epochs_done, 0)
+        m.close()
+
     def test_ambiguous_layout(self):
         # c == h == w: (n, 3, 3, 3) reads either way, so the layout must be said.
         rng = np.random.default_rng(1)

@@ -14,7 +14,7 @@ static lam_status join_parse(nn_parse *p, lam_model *m, nn_node *n) {
   nn_tensor *y = nn_out(m, n);
   if (a->t != b->t)
     return nn_spec_error(p, 1, "%s joins tensors of one clip length, but the current tensor has %d frames a sample and "
-                         "'%s' %d (one is after a tpool)", n->op->name, a->t, b->name, b->t);
+                         "'%s' %d (one is after a tpool or tcat)", n->op->name, a->t, b->name, b->t);
   if (concat) {
     if (a->h != b->h || a->w != b->w || a->flat != b->flat)
       return nn_spec_error(p, 1, "concat joins channels of images of one size, but the current tensor is %dx%dx%d and "

@@ -1,6 +1,6 @@
 /* pool.c — the ops that change an image's size: max and average pooling over K×K windows, the global
- * average pool (gap: one value per channel), nearest upsampling by a whole factor, and the pool over a
- * clip's frames (tpool). */
+ * average pool (gap: one value per channel), nearest upsampling by a whole factor, the pool over a
+ * clip's frames (tpool) and the frames joined as channels (tcat). */
 #include "../nn.h"
 
 static lam_pool_geom pool_geom(const lam_model *m, const nn_node *n) {
@@ -112,7 +112,7 @@ static lam_status tpool_parse(nn_parse *p, lam_model *m, nn_node *n) {
                          "'tpool mean'");
   if (x->t < 2)
     return nn_spec_error(p, 0, "tpool pools over a clip's frames, but here a sample is one %s (the model's input is "
-                         "not clips, or a tpool came before)", m->in_t > 1 ? "pooled clip" : "image");
+                         "not clips, or a tpool or tcat came before)", m->in_t > 1 ? "pooled clip" : "image");
   n->act = nn_word_is(p, 1, "max");
   nn_tensor *y = nn_out(m, n);
   y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat, y->t = 1;
@@ -139,3 +139,34 @@ static double tpool_macs(const lam_model *m, const nn_node *n) { /* per frame, a
 }
 const nn_op nn_op_tpool = {NN_NAMES("tpool"), .parse = tpool_parse, .fwd = tpool_fwd, .bwd = tpool_bwd,
                            .aux_bytes = tpool_aux, .macs = tpool_macs, .flags = NN_FLAT_OK};
+
+/* ---- tcat: a clip's T frames (each (c, h, w), a row of the batch) -> one (T*c, h, w) per clip, frame t's channels
+ * at t*c.. (early fusion: the next conv sees every frame at once, as PyTorch's reshape of (B, T, C, H, W) to
+ * (B, T*C, H, W)) ---- */
+static lam_status tcat_parse(nn_parse *p, lam_model *m, nn_node *n) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  if (p->nargs) return nn_spec_error(p, 1, "'tcat' takes no arguments (missing a comma?)");
+  if (x->t < 2)
+    return nn_spec_error(p, 0, "tcat joins a clip's frames, but here a sample is one %s (the model's input is not "
+                         "clips, or a tpool or tcat came before)", m->in_t > 1 ? "pooled clip" : "image");
+  if ((int64_t)x->c * x->t > 65536)
+    return nn_spec_error(p, 0, "tcat makes %d frames x %d channels = %lld channels; lamina takes at most 65536", x->t,
+                         x->c, (long long)x->c * x->t);
+  nn_tensor *y = nn_out(m, n);
+  y->c = x->c * x->t, y->h = x->h, y->w = x->w, y->flat = x->flat, y->t = 1;
+  return LAM_OK;
+}
+/* R: the rows of the node's input, clips * frames */
+static lam_status tcat_fwd(lam_model *m, nn_node *n, int R, int train) {
+  (void)train;
+  const nn_tensor *x = nn_in(m, n, 0);
+  return m->ctx->be->tcat_fwd(m->ctx, m->fmt, R / x->t, x->t, x->c, (size_t)x->h * x->w, x->data, nn_out(m, n)->data);
+}
+static lam_status tcat_bwd(lam_model *m, nn_node *n, int R) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  void *dx = nn_din(m, n, 0);
+  if (!dx) return LAM_OK;
+  return m->ctx->be->tcat_bwd(m->ctx, m->fmt, R / x->t, x->t, x->c, (size_t)x->h * x->w, nn_out(m, n)->grad, dx);
+}
+const nn_op nn_op_tcat = {NN_NAMES("tcat"), .parse = tcat_parse, .fwd = tcat_fwd, .bwd = tcat_bwd,
+                          .flags = NN_FLAT_OK}; /* moves values: no multiply-adds */
