@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Clips: a per-frame CNN with a pool over time (bench/nets/clip.txt) trained on `lamina data clips` (Moving-MNIST
+"""Clips: a per-frame CNN with a pool over time (bench/nets/clip.txt; --net early: the frames as channels,
+bench/nets/clip_early.txt) trained on `lamina data clips` (Moving-MNIST
 style: T frames of 64x64, two items of different classes, one still, one moving; the label is the moving one's
 class) by lamina and by PyTorch (the same net written out below), same optimizer, hyper-parameters, normalization
 and epochs; epoch time (median of epochs 2..E) and test accuracy after the last epoch. Also lamina's best
@@ -11,22 +12,30 @@ Data:    lamina data clips --out DIR --n N --test M --frames T --seed 1 (from Fa
          gathered there and normalized as (x/255 - 0.5)/0.5, as lamina does.
 lamina:  lamina train --data DIR --model bench/nets/clip.txt --epochs E --batch B --opt adam --lr LR --seed 1
          --precision P --no-progress --json (its step is one CUDA graph).
-PyTorch: (B, T, 1, H, W) -> (B*T, 1, H, W) -> per-frame layers -> (B, T, C, h, w).mean(1) -> per-clip layers;
+PyTorch: (B, T, 1, H, W) -> (B*T, 1, H, W) -> per-frame layers -> (B, T, C, h, w).mean(1) -> per-clip layers
+         (--net early: (B, T, 1, H, W) -> (B, T, H, W), the frames as channels, -> the layers of clip_early.txt);
          Conv2d(bias=False), BatchNorm2d, ReLU, MaxPool2d(2), AdaptiveAvgPool2d(1), Linear; Adam(lr); the order
          torch.randperm each epoch. 'eager' (channels_last; bf16: autocast) and 'compile'
          (torch.compile(mode="max-autotune-no-cudagraphs") of the loss step, its forward, backward and Adam in one
          CUDA graph captured by hand after warm-up, the batch gathered into static buffers) — its fastest way.
-         N is a multiple of B so every step is a full batch (the graph has one shape).
-  /usr/bin/python3 bench/clips.py --lamina build/lamina [--n 20000] [--test 2000] [--frames 16] [--epochs 10]
+         N is a multiple of B so every step is a full batch (the graph has one shape). --augment crop:P,flip: lamina
+         train --augment, and on PyTorch's side the same crop and flip of each uint8 batch on the GPU before it is
+         normalized (bench/trainbench.py crop_flip), outside its captured step.
+  /usr/bin/python3 bench/clips.py --lamina build/lamina [--net late|early] [--augment crop:P,flip] [--n 20000] [--test 2000] [--frames 16] [--epochs 10]
       [--batch 100] [--lr 2e-3] [--precision bf16|tf32] [--ways eager,compile] [--json FILE]"""
-import argparse, gzip, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, subprocess, sys, tempfile, time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trainbench import crop_flip, idx, lamina_train as lamina_train_, parse_augment, say, torch_train  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--lamina", default=os.path.join(HERE, "..", "build", "lamina"))
-ap.add_argument("--spec", default=os.path.join(HERE, "nets", "clip.txt"))
+ap.add_argument("--net", default="late", choices=["late", "early"],
+                help="late: per-frame layers, tpool mean, per-clip layers; early: tcat (the frames as channels)")
+ap.add_argument("--spec", help="lamina's model (default bench/nets/clip.txt, or clip_early.txt for --net early)")
 ap.add_argument("--data", help="a clips folder made already (else made under a temporary folder)")
 ap.add_argument("--n", type=int, default=20000)
 ap.add_argument("--test", type=int, default=2000)
@@ -36,14 +45,13 @@ ap.add_argument("--batch", type=int, default=100)
 ap.add_argument("--lr", type=float, default=2e-3)
 ap.add_argument("--precision", default="bf16", choices=["bf16", "tf32"])
 ap.add_argument("--ways", default="eager,compile", help="PyTorch's ways (eager, compile)")
+ap.add_argument("--augment", default="none", help="both sides: crop:P,flip as lamina train --augment (default none)")
 ap.add_argument("--single", type=int, default=1, help="also lamina on one-frame clips (default 1)")
 ap.add_argument("--json")
 a = ap.parse_args()
+a.spec = a.spec or os.path.join(HERE, "nets", "clip.txt" if a.net == "late" else "clip_early.txt")
+a.single = a.single and a.net == "late"  # the one-frame figure is the per-frame net's
 assert a.n % a.batch == 0 and a.test % a.batch == 0, "--n and --test must be multiples of --batch"
-
-
-def say(*x):
-    print(*x, flush=True)
 
 
 out = dict(meta=dict(args=vars(a), date=time.strftime("%Y-%m-%d %H:%M:%S")), lamina={}, torch={})
@@ -60,28 +68,8 @@ def make(frames, where):
 
 
 def lamina_train(data, spec):
-    cmd = [a.lamina, "train", "--data", data, "--model", spec, "--epochs", str(a.epochs), "--batch", str(a.batch),
-           "--opt", "adam", "--lr", repr(a.lr), "--seed", "1", "--precision", a.precision, "--no-progress", "--json"]
-    say(f"  $ {' '.join(cmd)}")
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode:
-        say("    lamina failed:", p.stderr[-2000:])
-        return dict(status="failed", stderr=p.stderr[-2000:])
-    r = json.loads([l for l in p.stdout.splitlines() if l.startswith("{")][-1])
-    times = [e["seconds"] for e in r["epochs"]]
-    for e in r["epochs"]:
-        say(f"    epoch {e['epoch']}: loss {e['train_loss']:.4f} test acc {100 * e['test_acc']:.2f}%  {e['seconds']:.3f} s")
-    return dict(status="ok", acc=r["test_acc"], accs=[e["test_acc"] for e in r["epochs"]], epoch_times=times,
-                epoch_s=statistics.median(times[1:] or times), peak_bytes=r.get("memory", {}).get("peak"),
-                graph=r.get("graph"), params=r.get("params"))
-
-
-def idx(path):
-    with open(path, "rb") as f:
-        b = f.read()
-    nd = b[3]
-    dims = [int.from_bytes(b[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
-    return np.frombuffer(b, np.uint8, offset=4 + 4 * nd).reshape(dims)
+    extra = ["--augment", a.augment] if a.augment != "none" else []
+    return lamina_train_(a.lamina, data, spec, a.epochs, a.batch, a.lr, a.precision, extra)
 
 
 data = a.data or make(a.frames, os.path.join(tmp, "clips"))
@@ -90,7 +78,7 @@ out["lamina"]["clips"] = L = lamina_train(data, a.spec)
 if L["status"] == "ok":
     say(f"  lamina: test acc {100 * L['acc']:.2f}%, median epoch {L['epoch_s']:.3f} s, peak {L['peak_bytes'] / 1e6:.0f} MB")
 
-import torch, torch.nn as nn, torch.nn.functional as F
+import torch, torch.nn as nn
 
 out["meta"].update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0))
 say(f"PyTorch {torch.__version__}, {out['meta']['gpu']}")
@@ -106,6 +94,17 @@ N, T, H, W, _ = X.shape
 
 def block(cin, cout):
     return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+
+
+class Early(nn.Module):  # bench/nets/clip_early.txt: the frames as channels
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(*block(T, 32), nn.MaxPool2d(2), *block(32, 64), nn.MaxPool2d(2), *block(64, 128),
+                                 nn.MaxPool2d(2), *block(128, 128), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                 nn.Linear(128, 10))
+
+    def forward(self, x):  # x (B, T, 1, H, W) float; channel t = frame t, as lamina's tcat
+        return self.net(x.reshape(x.shape[0], T, H, W))
 
 
 class Net(nn.Module):
@@ -128,57 +127,23 @@ def norm(u8):  # (B, T, H, W, 1) uint8 -> (B, T, 1, H, W) float, as lamina
 
 def torch_run(way):
     torch.manual_seed(1)
-    net = Net().to(dev).to(memory_format=torch.channels_last)
-    opt = torch.optim.Adam(net.parameters(), lr=a.lr, capturable=(way == "compile"))
-    ac = torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16")
-    B = a.batch
-    xs = torch.empty((B, T, 1, H, W), device=dev)
-    ys = torch.empty((B,), dtype=torch.int64, device=dev)
+    net = (Net() if a.net == "late" else Early()).to(dev).to(memory_format=torch.channels_last)
 
-    def make_step(model):  # forward, backward and Adam on the static batch
-        def step():
-            with ac:
-                loss = F.cross_entropy(model(xs), ys)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=False)
-        return step
-
-    fn = make_step(net)
-    if way == "compile":
-        step_c = make_step(torch.compile(net, mode="max-autotune-no-cudagraphs"))
-        xs.copy_(norm(X[:B])), ys.copy_(Y[:B])
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):  # warm-up (compiles, autotunes), then capture
-            for _ in range(3): step_c()
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step_c()
-        fn = graph.replay
-    torch.cuda.reset_peak_memory_stats()
-    times, accs = [], []
-    for ep in range(a.epochs):
-        net.train()
-        perm = torch.randperm(N, device=dev)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for i in range(0, N, B):
-            j = perm[i:i + B]
-            xs.copy_(norm(X[j])), ys.copy_(Y[j])
-            fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        net.eval()
+    def evaluate(net, ac):
         correct = 0
-        with torch.no_grad(), ac:
-            for i in range(0, XT.shape[0], B):
-                correct += (net(norm(XT[i:i + B])).argmax(1) == YT[i:i + B]).sum().item()
-        accs.append(correct / XT.shape[0])
-        say(f"    {way} epoch {ep + 1}: test acc {100 * accs[-1]:.2f}%  {times[-1]:.3f} s")
-    return dict(status="ok", acc=accs[-1], accs=accs, epoch_times=times, epoch_s=statistics.median(times[1:] or times),
-                peak_bytes=torch.cuda.max_memory_allocated())
+        with ac:
+            for i in range(0, XT.shape[0], a.batch):
+                correct += (net(norm(XT[i:i + a.batch])).argmax(1) == YT[i:i + a.batch]).sum().item()
+        return dict(acc=correct / XT.shape[0])
+
+    pad, flip = parse_augment(a.augment)
+
+    def augment(x, y):  # x (B, T, H, W, 1): the frames moved alike
+        (m,) = crop_flip([(x[..., 0], 0)], pad, flip)
+        return m[..., None], y
+
+    return torch_train(way, net, X, Y, norm, a.epochs, a.batch, a.lr, a.precision, evaluate,
+                       augment=augment if pad or flip else None)
 
 
 for way in a.ways.split(","):
@@ -199,7 +164,7 @@ if a.single:
              "conv 64 3 pad 1 nobias, bn, relu, maxpool 2, conv 128 3 pad 1 nobias, bn, relu, gap, dense 10")
     out["lamina"]["single_frame"] = S = lamina_train(one, spec1)
 
-say("\n== clips: lamina vs PyTorch (same net, data, epochs; H200)")
+say(f"\n== clips, net {a.net}: lamina vs PyTorch (same net, data, epochs; H200)")
 ok = [w for w in out["torch"] if out["torch"][w].get("status") == "ok"]
 if L["status"] == "ok" and ok:
     best = min(ok, key=lambda w: out["torch"][w]["epoch_s"])

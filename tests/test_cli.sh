@@ -729,6 +729,10 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   if [ "$rc1" -eq 0 ] && [ "$rc2" -eq 0 ] && [ -n "$a1" ] && [ "$a1" = "$a2" ] && [ "$a1" != "$a0" ]; then
     ok "train --augment crop:4,flip on masks: deterministic for a seed, not a no-op"
   else not_ok "train --augment" "want exit 0, the same loss twice ('$a1', '$a2') and another without ('$a0')"; fi
+  run train --data "$TMP/seg" --model "conv 8 3 pad 1, relu, conv 11 1" --epochs 1 --batch 16 --device cpu --seed 5 \
+    --augment crop:4,flip --json --stream
+  if [ "$rc" -eq 0 ] && [ "$(seg_loss)" = "$a1" ]; then ok "train --augment --stream: the resident run's draws"
+  else not_ok "train --augment --stream" "want the resident run's loss '$a1', got '$(seg_loss)'"; fi
   usage_error "--augment blur" "--augment" "blur" -- train --data "$TMP/seg" --augment blur --epochs 1
   usage_error "--augment crop:99 on 64x84 scenes" "--augment" "crop padding 99" -- train --data "$TMP/seg" \
     --model "conv 8 3 pad 1, relu, conv 11 1" --augment crop:99 --epochs 1

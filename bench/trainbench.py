@@ -1,0 +1,134 @@
+"""What bench/clips.py and bench/segment.py share: lamina's training run read from its --json, IDX files, and
+PyTorch's two ways of training the same net on the same uint8 data resident on the GPU — 'eager' (channels_last;
+bf16: autocast) and 'compile' (torch.compile(mode="max-autotune-no-cudagraphs") of the loss step, its forward,
+backward and Adam in one CUDA graph captured by hand after warm-up, each batch gathered into static buffers), its
+fastest way. Epoch time is the median of epochs 2..E; the batch count per epoch is whole (the graph has one shape)."""
+import json, statistics, subprocess, time
+
+import numpy as np
+
+
+def say(*x):
+    print(*x, flush=True)
+
+
+def idx(path):
+    """An IDX file (plain) as a NumPy array of its shape."""
+    with open(path, "rb") as f:
+        b = f.read()
+    nd = b[3]
+    dims = [int.from_bytes(b[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
+    return np.frombuffer(b, np.uint8, offset=4 + 4 * nd).reshape(dims)
+
+
+def lamina_train(lamina, data, spec, epochs, batch, lr, precision, extra=()):
+    """lamina train ... --json; the epochs' test accuracies and seconds, the device peak."""
+    cmd = [lamina, "train", "--data", data, "--model", spec, "--epochs", str(epochs), "--batch", str(batch), "--opt",
+           "adam", "--lr", repr(lr), "--seed", "1", "--precision", precision, "--no-progress", "--json", *extra]
+    say(f"  $ {' '.join(cmd)}")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        say("    lamina failed:", p.stderr[-2000:])
+        return dict(status="failed", stderr=p.stderr[-2000:])
+    r = json.loads([l for l in p.stdout.splitlines() if l.startswith("{")][-1])
+    times = [e["seconds"] for e in r["epochs"]]
+    for e in r["epochs"]:
+        say(f"    epoch {e['epoch']}: loss {e['train_loss']:.4f} test acc {100 * e['test_acc']:.2f}%  {e['seconds']:.3f} s")
+    return dict(status="ok", acc=r["test_acc"], accs=[e["test_acc"] for e in r["epochs"]], epoch_times=times,
+                epoch_s=statistics.median(times[1:] or times), peak_bytes=r.get("memory", {}).get("peak"),
+                graph=r.get("graph"), params=r.get("params"))
+
+
+def parse_augment(s):
+    """--augment's value, as lamina's: 'none' or comma-separated crop:P and flip -> (pad, flip)."""
+    pad, flip = 0, False
+    for part in ([] if s in (None, "none") else s.split(",")):
+        if part == "flip":
+            flip = True
+        elif part.startswith("crop:") and part[5:].isdigit():
+            pad = int(part[5:])
+        else:
+            raise SystemExit(f"--augment: {part!r} is not crop:P or flip")
+    return pad, flip
+
+
+def crop_flip(batches, pad, flip):
+    """torchvision's RandomCrop(padding=pad) then RandomHorizontalFlip, per sample, on the GPU, as lamina --augment:
+    each (tensor (B, M, H, W), fill) of batches moved by the same draws (a sample's frames and its mask alike), fill
+    in the padding (0 for pixels, 255 = ignored for labels). Returns the moved tensors."""
+    import torch, torch.nn.functional as F
+
+    t0 = batches[0][0]
+    B, H, W, dev = t0.shape[0], t0.shape[-2], t0.shape[-1], t0.device
+    rows = torch.randint(0, 2 * pad + 1, (B, 1), device=dev) + torch.arange(H, device=dev)  # in the padded image
+    cols = torch.randint(0, 2 * pad + 1, (B, 1), device=dev) + torch.arange(W, device=dev)
+    if flip:  # the crop mirrored: output column x shows the crop's W-1-x
+        cols = torch.where(torch.rand(B, 1, device=dev) < 0.5, cols.flip(1), cols)
+    b = torch.arange(B, device=dev)[:, None, None]
+    out = []
+    for t, fill in batches:
+        tp = F.pad(t, (pad, pad, pad, pad), value=fill) if pad else t
+        out.append(tp[b, :, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2))  # (B, H, W, M) -> (B, M, H, W)
+    return out
+
+
+def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, loss_fn=None, augment=None):
+    """Trains net (on the GPU, channels_last) on uint8 X, labels Y (both on the GPU) for epochs; norm(u8) gives the
+    float batch; evaluate(net, autocast) -> dict with 'acc' (and whatever else) after each epoch. augment(x, y) ->
+    (x, y), if given, moves each uint8 batch before norm (outside the captured step, as a PyTorch user's transform)."""
+    import torch, torch.nn.functional as F
+
+    dev = X.device
+    loss_fn = loss_fn or F.cross_entropy
+    opt = torch.optim.Adam(net.parameters(), lr=lr, capturable=(way == "compile"))
+    ac = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
+    N, B = X.shape[0], batch
+    xs = torch.empty(norm(X[:B]).shape, device=dev)  # contiguous, whatever norm's strides
+    ys = torch.empty(Y[:B].shape, dtype=Y.dtype, device=dev)
+
+    def make_step(model):  # forward, backward and Adam on the static batch
+        def step():
+            with ac:
+                loss = loss_fn(model(xs), ys)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+        return step
+
+    fn = make_step(net)
+    if way == "compile":
+        step_c = make_step(torch.compile(net, mode="max-autotune-no-cudagraphs"))
+        xs.copy_(norm(X[:B])), ys.copy_(Y[:B])
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm-up (compiles, autotunes), then capture
+            for _ in range(3): step_c()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step_c()
+        fn = graph.replay
+    torch.cuda.reset_peak_memory_stats()
+    times, evals = [], []
+    for ep in range(epochs):
+        net.train()
+        perm = torch.randperm(N, device=dev)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(0, N - B + 1, B):
+            j = perm[i:i + B]
+            xb, yb = augment(X[j], Y[j]) if augment else (X[j], Y[j])
+            xs.copy_(norm(xb)), ys.copy_(yb)
+            fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        net.eval()
+        with torch.no_grad():
+            evals.append(evaluate(net, ac))
+        say(f"    {way} epoch {ep + 1}: " + "  ".join(f"{k} {100 * v:.2f}%" for k, v in evals[-1].items()) +
+            f"  {times[-1]:.3f} s")
+    out = dict(status="ok", evals=evals, epoch_times=times, epoch_s=statistics.median(times[1:] or times),
+               peak_bytes=torch.cuda.max_memory_allocated())
+    out.update(evals[-1])
+    out["accs"] = [e["acc"] for e in evals]
+    return out
