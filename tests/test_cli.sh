@@ -731,8 +731,11 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   else not_ok "train --augment" "want exit 0, the same loss twice ('$a1', '$a2') and another without ('$a0')"; fi
   run train --data "$TMP/seg" --model "conv 8 3 pad 1, relu, conv 11 1" --epochs 1 --batch 16 --device cpu --seed 5 \
     --augment crop:4,flip --json --stream
-  if [ "$rc" -eq 0 ] && [ "$(seg_loss)" = "$a1" ]; then ok "train --augment --stream: the resident run's draws"
-  else not_ok "train --augment --stream" "want the resident run's loss '$a1', got '$(seg_loss)'"; fi
+  # the same draws: the resident run's loss but for the order of its sums (1e-4), farther from the plain run's
+  if [ "$rc" -eq 0 ] && awk -v s="$(seg_loss | sed 's/.*://')" -v r="${a1##*:}" -v p="${a0##*:}" \
+    'BEGIN { d = s - r; e = s - p; exit !((d < 0 ? -d : d) <= 1e-4 * r && (e < 0 ? -e : e) > 10 * (d < 0 ? -d : d)) }'; then
+    ok "train --augment --stream: the resident run's draws"
+  else not_ok "train --augment --stream" "want the resident run's loss '$a1' within 1e-4, got '$(seg_loss)' (plain '$a0')"; fi
   usage_error "--augment blur" "--augment" "blur" -- train --data "$TMP/seg" --augment blur --epochs 1
   usage_error "--augment crop:99 on 64x84 scenes" "--augment" "crop padding 99" -- train --data "$TMP/seg" \
     --model "conv 8 3 pad 1, relu, conv 11 1" --augment crop:99 --epochs 1

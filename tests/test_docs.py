@@ -64,6 +64,9 @@ COVERED_ELSEWHERE = [
                                                            "data set this suite substitutes is no image folder)"),
     (r"^build/lamina predict --load cnn\.lamina --input my-photos/test$", "test_cli (predict --input DIR: a CSV row per "
                                                                          "file)"),
+    (r"^build/lamina train --data scenes ", "test_cli (train on segment scenes, --augment: the small data set this suite "
+                                           "substitutes has a class per image)"),
+    (r"^build/lamina eval --load unet\.lamina --data scenes$", "test_cli (eval per pixel: IoU per class, mean IoU)"),
     (r"^build/lamina predict --load unet\.lamina --data scenes ", "test_cli (predict a class per pixel: masks and a grid)"),
     (r"^build/lamina train --data clips ", "test_cli (train on clips: the small data set this suite substitutes holds "
                                           "images, not clips)"),
