@@ -369,6 +369,10 @@ lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed,
 /* Writes data (unsigned bytes, row-major) as an IDX file of `rank` dimensions (1 to 5; magic 0x000008rr,
  * big-endian uint32 sizes), atomically, where lam_output_path_check allows. */
 lam_status lam_idx_write(const char *path, int rank, const uint64_t *dims, const uint8_t *data);
+/* The header numpy.save writes (version 1.0) before unsigned bytes in C order of shape dims[0..rank): the magic,
+ * the version, its length and the dict, space-padded to a multiple of 64 bytes, a newline last; into out (cap
+ * bytes), *len its length. rank 1 to 8. */
+lam_status lam_npy_header(int rank, const uint64_t *dims, uint8_t *out, size_t cap, size_t *len);
 
 /* ---- models ----------------------------------------------------------------------------------- */
 

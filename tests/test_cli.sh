@@ -830,6 +830,23 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   if [ "$rc" -eq 0 ] && [ "$head" = " 0 0 8 5 0 0 0 20 0 0 0 4 0 0 0 64 0 0 0 64 0 0 0 1 " ] &&
     [ "$(stat -c %s "$TMP/clips/t10k-labels-idx1-ubyte")" -eq 13 ]; then ok "data clips: (N, T, H, W, 1) clips, a label each"
   else not_ok "data clips" "want exit 0 and a rank-5 IDX of 20x4x64x64x1 (got '$head')"; fi
+  # --format npy: NumPy files of the same bytes, which train as the IDX set does
+  run data clips --out "$TMP/clips-npy" --n 20 --test 5 --frames 4 --seed 2 --format npy
+  npyhead=$(head -c 128 "$TMP/clips-npy/train-images.npy" 2>/dev/null | tr -d '\0' | tr '\n' ' ')
+  if [ "$rc" -eq 0 ] && case "$npyhead" in *"'shape': (20, 4, 64, 64, 1)"*) true ;; *) false ;; esac &&
+    cmp -s <(tail -c +129 "$TMP/clips-npy/train-images.npy") <(tail -c +25 "$TMP/clips/train-images-idx5-ubyte") &&
+    cmp -s <(tail -c 5 "$TMP/clips-npy/t10k-labels.npy") <(tail -c 5 "$TMP/clips/t10k-labels-idx1-ubyte"); then
+    ok "data clips --format npy: a .npy of shape (20, 4, 64, 64, 1), the IDX set's bytes"
+  else not_ok "data clips --format npy" "want exit 0, the shape in the header and the same bytes (header '$npyhead')"; fi
+  npy_loss() { grep -o '"train_loss": *[0-9.e+-]*' "$TMP/out" | head -n 1; }
+  run train --data "$TMP/clips" --model "conv 4 3, relu, gap, tpool max, dense 10" --epochs 1 --batch 8 --classes 10 \
+    --seed 3 --json
+  l_idx=$(npy_loss)
+  run train --data "$TMP/clips-npy" --model "conv 4 3, relu, gap, tpool max, dense 10" --epochs 1 --batch 8 \
+    --classes 10 --seed 3 --json
+  if [ "$rc" -eq 0 ] && [ -n "$l_idx" ] && [ "$(npy_loss)" = "$l_idx" ]; then ok "train on the .npy clips: the IDX set's run"
+  else not_ok "train on .npy clips" "want exit 0 and the IDX run's loss '$l_idx', got '$(npy_loss)'"; fi
+  usage_error "data clips --format png" "--format" "idx (default) or npy" -- data clips --out "$TMP/x" --format png
   usage_error "data segment --frames" "--frames" -- data segment --out "$TMP/x" --frames 4
   # a model of clips: per-frame layers, tpool, a layer per clip; saved, loaded, predicting a row per clip
   run train --data "$TMP/clips" --model "conv 4 3, relu, maxpool 2, gap, tpool max, dense 10" --epochs 1 --batch 8 \

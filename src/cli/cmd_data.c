@@ -18,8 +18,10 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: lamina data segment --out DIR [--from DATA] [--n N] [--test N] [--size HxW] [--seed S]\n"
-          "       lamina data clips --out DIR [--frames T] [--from DATA] [--n N] [--test N] [--size HxW] [--seed S]\n"
+          "usage: lamina data segment --out DIR [--from DATA] [--n N] [--test N] [--size HxW] [--format idx|npy]\n"
+          "                           [--seed S]\n"
+          "       lamina data clips --out DIR [--frames T] [--from DATA] [--n N] [--test N] [--size HxW]\n"
+          "                         [--format idx|npy] [--seed S]\n"
           "       lamina data images --out DIR --format png|jpeg [--from DATA] [--n N] [--test N] [--seed S]\n"
           "Makes a data set anyone can rebuild (the same bytes for the same seed) from an MNIST-layout set.\n"
           "  segment   M2NIST-style scenes for segmentation: one to three items of DATA placed at random\n"
@@ -32,7 +34,8 @@ static void usage(FILE *f) {
           "            items of different classes, one still, one moving 1 to 3 pixels a frame on each axis and\n"
           "            bouncing off the edges; the label is the moving item's class, which one frame does not\n"
           "            tell. Writes train-images-idx5-ubyte (N, T, H, W, 1), train-labels-idx1-ubyte and their\n"
-          "            t10k- twins.\n"
+          "            t10k- twins. With --format npy either set is NumPy files instead (the same bytes):\n"
+          "            train-images.npy, train-labels.npy, t10k-images.npy, t10k-labels.npy.\n"
           "  images    the set as an image folder in colour (each image its own background and foreground\n"
           "            colour): DIR/train/CLASS/INDEX.png|jpg and DIR/test/CLASS/..., CLASS the class number.\n"
           "            DIR must not exist yet (or be empty): the set appears whole or not at all.\n"
@@ -42,17 +45,18 @@ static void usage(FILE *f) {
           "  --test N      test scenes (default 2000)\n"
           "  --size HxW    the field's size (segment: default 64x84; clips: 64x64)\n"
           "  --frames T    frames a clip (clips; default 16)\n"
-          "  --format F    png or jpeg (images; jpeg at quality 90)\n"
+          "  --format F    images: png or jpeg (jpeg at quality 90); segment, clips: idx (default) or npy\n"
           "  --seed S      the generator's seed (default 1)\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
 }
 
+enum { FORMAT_PNG = 1, FORMAT_JPEG = 2, FORMAT_IDX, FORMAT_NPY }; /* PNG, JPEG: lam_data_images_part's kinds */
 typedef struct data_opts {
   const char *out, *from;
   size_t n, test;
   int h, w;
   uint64_t seed;
-  int format, size_set; /* images: 1 png, 2 jpeg */
+  int format, size_set; /* FORMAT_*: images png or jpeg, segment and clips idx or npy */
   int frames, frames_set; /* clips */
 } data_opts;
 
@@ -91,9 +95,12 @@ static int parse(int argc, char **argv, data_opts *o) {
         o->frames = (int)v, o->frames_set = 1;
         break;
       case 'F':
-        if (!strcmp(optarg, "png")) o->format = 1;
-        else if (!strcmp(optarg, "jpeg") || !strcmp(optarg, "jpg")) o->format = 2;
-        else return cli_usage_error("data", "--format: '%s' is not png or jpeg", optarg);
+        if (!strcmp(optarg, "png")) o->format = FORMAT_PNG;
+        else if (!strcmp(optarg, "jpeg") || !strcmp(optarg, "jpg")) o->format = FORMAT_JPEG;
+        else if (!strcmp(optarg, "idx")) o->format = FORMAT_IDX;
+        else if (!strcmp(optarg, "npy")) o->format = FORMAT_NPY;
+        else return cli_usage_error("data", "--format: '%s' is not png or jpeg (images), idx or npy (segment, clips)",
+                                    optarg);
         break;
       case 'S':
         if (cli_parse_u64("data", "--seed", optarg, &o->seed)) return EXIT_USAGE;
@@ -130,26 +137,36 @@ static int fail(const char *what) {
   return 1;
 }
 
-/* An IDX file's bytes: the header for `rank` dims, then the data (generated in place, after it). */
+/* A data file's bytes: the header for `rank` dims (IDX, or with npy NumPy's), then the data (generated in place,
+ * after it). */
+#define NPY_HEAD_MAX 256
 typedef struct idx_buf {
   uint8_t *p;
   size_t head, count;
+  int npy;
 } idx_buf;
-static int idx_alloc(idx_buf *b, int rank, const uint64_t *dims) {
-  b->head = 4 + 4 * (size_t)rank, b->count = 1;
+static int idx_alloc(idx_buf *b, int npy, int rank, const uint64_t *dims) {
+  b->npy = npy, b->count = 1;
   for (int i = 0; i < rank; i++) b->count *= dims[i];
-  b->p = malloc(b->head + b->count);
+  const size_t room = npy ? NPY_HEAD_MAX : 4 + 4 * (size_t)rank;
+  b->p = malloc(room + b->count);
   if (!b->p) {
-    fprintf(stderr, "lamina data: out of host memory for %zu bytes\n", b->head + b->count);
+    fprintf(stderr, "lamina data: out of host memory for %zu bytes\n", room + b->count);
     return 1;
   }
+  if (npy) {
+    return lam_npy_header(rank, dims, b->p, room, &b->head) != LAM_OK ? fail("the .npy header") : 0;
+  }
+  b->head = room;
   b->p[0] = b->p[1] = 0, b->p[2] = 0x08, b->p[3] = (uint8_t)rank; /* unsigned bytes, big-endian sizes */
   for (int i = 0; i < rank; i++)
     for (int k = 0; k < 4; k++) b->p[4 + 4 * i + k] = (uint8_t)(dims[i] >> (24 - 8 * k));
   return 0;
 }
 static int idx_save(const idx_buf *b, const char *path) {
-  return lam_output_write_atomic(path, "IDX file", b->p, b->head + b->count) != LAM_OK ? fail(path) : 0;
+  return lam_output_write_atomic(path, b->npy ? "NumPy file" : "IDX file", b->p, b->head + b->count) != LAM_OK
+             ? fail(path)
+             : 0;
 }
 
 enum { KIND_SEGMENT, KIND_CLIPS };
@@ -163,8 +180,9 @@ static int idx_part(int kind, const data_opts *o, const lam_dataset *src, int tr
   const uint64_t scene[3] = {n, (uint64_t)o->h, (uint64_t)o->w}, clip[5] = {n, (uint64_t)o->frames, (uint64_t)o->h,
                                                                              (uint64_t)o->w, 1};
   idx_buf im = {0}, lb = {0};
-  int rc = kind == KIND_SEGMENT ? idx_alloc(&im, 3, scene) || idx_alloc(&lb, 3, scene)
-                                : idx_alloc(&im, 5, clip) || idx_alloc(&lb, 1, clip);
+  const int npy = o->format == FORMAT_NPY;
+  int rc = kind == KIND_SEGMENT ? idx_alloc(&im, npy, 3, scene) || idx_alloc(&lb, npy, 3, scene)
+                                : idx_alloc(&im, npy, 5, clip) || idx_alloc(&lb, npy, 1, clip);
   /* the test part draws from another stream than the training one, whatever the seed */
   const uint64_t seed = train ? o->seed : o->seed ^ 0x7465737473636e65ULL;
   if (!rc) {
@@ -186,12 +204,15 @@ static int cmd_idx_set(int kind, int argc, char **argv) {
   if (rc) return rc < 0 ? 0 : rc;
   if (kind == KIND_CLIPS && !o.size_set) o.h = o.w = 64;
   if (kind == KIND_SEGMENT && o.frames_set) return cli_usage_error("data", "segment: --frames is clips'");
-  if (o.format) return cli_usage_error("data", "--format is for 'data images'");
+  if (o.format && o.format != FORMAT_IDX && o.format != FORMAT_NPY)
+    return cli_usage_error("data", "--format: %s writes idx (default) or npy", kind == KIND_SEGMENT ? "segment" : "clips");
   static const char *const seg_names[4] = {"train-images-idx3-ubyte", "train-labels-idx3-ubyte",
                                            "t10k-images-idx3-ubyte", "t10k-labels-idx3-ubyte"};
   static const char *const clip_names[4] = {"train-images-idx5-ubyte", "train-labels-idx1-ubyte",
                                             "t10k-images-idx5-ubyte", "t10k-labels-idx1-ubyte"};
-  const char *const *names = kind == KIND_SEGMENT ? seg_names : clip_names;
+  static const char *const npy_names[4] = {"train-images.npy", "train-labels.npy", "t10k-images.npy",
+                                           "t10k-labels.npy"};
+  const char *const *names = o.format == FORMAT_NPY ? npy_names : kind == KIND_SEGMENT ? seg_names : clip_names;
   char path[4][4096];
   for (int i = 0; i < 4; i++)
     if ((size_t)snprintf(path[i], sizeof path[i], "%s/%s", o.out, names[i]) >= sizeof path[i])
@@ -230,7 +251,8 @@ static int cmd_images(int argc, char **argv) {
   data_opts o;
   int rc = parse(argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
-  if (!o.format) return cli_usage_error("data", "images: --format png|jpeg is required");
+  if (o.format != FORMAT_PNG && o.format != FORMAT_JPEG)
+    return cli_usage_error("data", "images: --format png|jpeg is required");
   if (o.size_set || o.frames_set)
     return cli_usage_error("data", "images: --%s is not for images (they keep the source's size)",
                            o.size_set ? "size" : "frames");
@@ -291,7 +313,7 @@ static int cmd_images(int argc, char **argv) {
   else
     printf("lamina data images: %zu training and %zu test images of %dx%d in colour, %d classes, as %s files from %s, "
            "seed %llu, in %s\n",
-           o.n, o.test, src[0]->h, src[0]->w, src[0]->classes, o.format == 1 ? "PNG" : "JPEG", o.from,
+           o.n, o.test, src[0]->h, src[0]->w, src[0]->classes, o.format == FORMAT_PNG ? "PNG" : "JPEG", o.from,
            (unsigned long long)o.seed, o.out);
   lam_dataset_free(src[0]), lam_dataset_free(src[1]);
   return rc;

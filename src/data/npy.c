@@ -373,3 +373,23 @@ lam_status npy_read(data_src *s, data_array *a) {
   a->count = (size_t)count;
   return data_payload(s, head_bytes, &e, a);
 }
+
+lam_status lam_npy_header(int rank, const uint64_t *dims, uint8_t *out, size_t cap, size_t *len) {
+  LAM_CHECK_ARG(dims && out && len, "lam_npy_header: NULL argument");
+  LAM_CHECK_ARG(rank >= 1 && rank <= 8, "lam_npy_header: rank %d (1 to 8 here)", rank);
+  char dict[256];
+  int k = snprintf(dict, sizeof dict, "{'descr': '|u1', 'fortran_order': False, 'shape': (");
+  for (int i = 0; i < rank && k > 0 && (size_t)k < sizeof dict; i++)
+    k += snprintf(dict + k, sizeof dict - (size_t)k, i ? ", %llu" : "%llu", (unsigned long long)dims[i]);
+  if (k > 0 && (size_t)k < sizeof dict) k += snprintf(dict + k, sizeof dict - (size_t)k, rank == 1 ? ",), }" : "), }");
+  const size_t total = (10 + (size_t)k + 1 + 63) / 64 * 64, hl = total - 10; /* the dict, spaces, '\n' */
+  if (k <= 0 || (size_t)k >= sizeof dict || total > cap)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "lam_npy_header: the header of this shape takes more than %zu bytes", cap);
+  memcpy(out, "\x93NUMPY\x01\x00", 8);
+  out[8] = (uint8_t)(hl & 0xff), out[9] = (uint8_t)(hl >> 8); /* little-endian uint16 */
+  memcpy(out + 10, dict, (size_t)k);
+  memset(out + 10 + k, ' ', hl - (size_t)k - 1);
+  out[total - 1] = '\n';
+  *len = total;
+  return LAM_OK;
+}
