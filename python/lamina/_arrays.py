@@ -108,6 +108,21 @@ def layout_arg(layout):
     return layout.strip().lower()
 
 
+def samples(x, input_shape, name="x", layout=None):
+    """images() for input_shape (c, h, w); for clips, input_shape (t, c, h, w): x (n, t, c, h, w) ("nchw"), (n, t, h,
+    w, c) ("nhwc") or (n, t, h, w) for one channel, as a C-contiguous (n, t, c, h, w) array (each frame as images()
+    takes an image)."""
+    if len(input_shape) == 3:
+        return images(x, input_shape, name, layout)
+    t, c, h, w = input_shape
+    a = np.asarray(x)
+    if a.ndim not in (4, 5) or a.shape[1] != t:
+        want = (f"(n, {t}, {h}, {w}), " if c == 1 else "") + f"(n, {t}, {c}, {h}, {w}) or (n, {t}, {h}, {w}, {c})"
+        raise ValueError(f"{name} has shape {np.shape(x)}; this model takes clips of {t} frames of {c}x{h}x{w}: {want}")
+    frames = images(a.reshape((a.shape[0] * t,) + a.shape[2:]), (c, h, w), name, layout)
+    return frames.reshape(a.shape[0], t, c, h, w)
+
+
 def images(x, input_shape, name="x", layout=None):
     """uint8 images as a C-contiguous (n, c, h, w) array for a model taking input_shape = (c, h, w).
 

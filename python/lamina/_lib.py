@@ -220,6 +220,8 @@ _SIGNATURES = {
     "lam_normalize_images": (_status, [_P, c_size_t, c_int, c_int, c_int, c_int, _P, POINTER(c_float),
                                        POINTER(c_float), c_int, _P]),
     "lam_model_create": (_status, [_P, c_char_p, c_int, c_int, c_int, c_uint64, POINTER(c_void_p)]),
+    "lam_model_create_clip": (_status, [_P, c_char_p, c_int, c_int, c_int, c_int, c_uint64, POINTER(c_void_p)]),
+    "lam_model_input_frames": (c_int, [_P]),
     "lam_model_free": (None, [_P]),
     "lam_model_spec": (c_char_p, [_P]),
     "lam_model_param_count": (c_size_t, [_P]),

@@ -52,13 +52,14 @@ def _pixel_table(ctx, mean, std):
 
 
 def _dataset(x8, y8, classes):
-    """A lam_dataset over NumPy memory: x8 (n, c, h, w) uint8, y8 (n,) or (n, H, W) uint8. The caller
-    keeps x8 and y8 alive while C uses the struct, and never passes it to lam_dataset_free (NumPy owns
-    the memory)."""
-    n, c, h, w = x8.shape
+    """A lam_dataset over NumPy memory: x8 (n, c, h, w) uint8, or (n, t, c, h, w) clips, y8 (n,) or (n, H, W)
+    uint8. The caller keeps x8 and y8 alive while C uses the struct, and never passes it to lam_dataset_free
+    (NumPy owns the memory)."""
+    n, (c, h, w) = x8.shape[0], x8.shape[-3:]
+    t = x8.shape[1] if x8.ndim == 5 else 1
     lh, lw = y8.shape[1:] if y8.ndim == 3 else (1, 1)
     return _lib.Dataset(n=n, h=h, w=w, classes=classes, images=x8.ctypes.data, labels=y8.ctypes.data, c=c,
-                        label_h=lh, label_w=lw)
+                        label_h=lh, label_w=lw, t=t)
 
 
 def _channel_values(v, c, name):
@@ -129,7 +130,9 @@ class Model(Closing):
     "conv 32 3, relu, maxpool 2, flatten, dense 10", where "NAME:" labels a layer's output and "add @NAME"
     or "concat @NAME" joins it back in (residual and U-Net-like graphs; see README and lamina.h). The last
     layer gives the classes: (classes, 1, 1) for a class per image, or (classes, H, W) for a class per
-    pixel. input_shape is (channels, height, width) of one image (or (height, width) for one channel).
+    pixel. input_shape is (channels, height, width) of one image (or (height, width) for one channel), or
+    (frames, channels, height, width) for a model of clips (its layers before a tpool or tcat run on every
+    frame; x then holds (n, frames, channels, height, width) or (n, frames, height, width, channels)).
     Parameters start as PyTorch's defaults, drawn from seed. device: "auto", "cpu" or "cuda".
     precision: of the dense and conv layers' matrix products, "fp32" (IEEE single), "tf32" (tensor
     cores, CUDA only) or "bf16" (operands rounded to bfloat16, sums in fp32; on CUDA a model with convs
@@ -146,13 +149,19 @@ class Model(Closing):
         shape = tuple(input_shape)
         if len(shape) == 2:
             shape = (1,) + shape
-        if len(shape) != 3 or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
-            raise ValueError(f"input_shape must be (channels, height, width) of positive integers, not {input_shape!r}")
-        if shape[0] > 64 or shape[1] > 65536 or shape[2] > 65536:  # checked here: C ints would wrap them
-            raise ValueError(f"input_shape {input_shape!r} is too large: channels 1 to 64, height and width 1 to 65536")
+        if len(shape) not in (3, 4) or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1
+                                           for s in shape):
+            raise ValueError(f"input_shape must be (channels, height, width) or (frames, channels, height, width) of "
+                             f"positive integers, not {input_shape!r}")
+        frames, chw = (shape[0], shape[1:]) if len(shape) == 4 else (1, shape)
+        if chw[0] > 64 or chw[1] > 65536 or chw[2] > 65536 or frames > 255:  # checked here: C ints would wrap them
+            raise ValueError(f"input_shape {input_shape!r} is too large: frames 1 to 255, channels 1 to 64, height and "
+                             f"width 1 to 65536")
         if "\0" in spec:
             raise ValueError("spec contains a NUL character (the C library would read only the part before it)")
         self.input_shape = tuple(int(s) for s in shape)
+        self.frames = int(frames)  # frames per sample: 1 for images
+        self._chw = tuple(int(s) for s in chw)  # one image or frame
         self.seed = _seed(seed)
         self._ctx = ModelContext(_ctx or get_context(device), precision)
         try:  # the lock sets the precision: one the device lacks fails here, not at the first fit
@@ -167,9 +176,13 @@ class Model(Closing):
             self._ptr = _handle
         else:
             ptr = c_void_p()
-            c, h, w = self.input_shape
+            c, h, w = self._chw
             with self._ctx.lock:
-                check(lib.lam_model_create(self._ctx.ptr, spec.encode(), c, h, w, self.seed, byref(ptr)))
+                if len(self.input_shape) == 4:
+                    check(lib.lam_model_create_clip(self._ctx.ptr, spec.encode(), self.frames, c, h, w, self.seed,
+                                                    byref(ptr)))
+                else:
+                    check(lib.lam_model_create(self._ctx.ptr, spec.encode(), c, h, w, self.seed, byref(ptr)))
             self._ptr = ptr.value
 
     # ---- what the model is ---------------------------------------------------------------------
@@ -207,14 +220,14 @@ class Model(Closing):
         """(mean, std), float32 arrays of one value per input channel: the model sees (pixel / 255 -
         mean) / std. 0.5 and 0.5 for a new model; fit(normalize=...) or set_normalization() change it,
         and checkpoints keep it."""
-        c = self.input_shape[0]
+        c = self._chw[0]
         mean, std = np.empty(c, np.float32), np.empty(c, np.float32)
         check(lib.lam_model_normalization(self._handle(), mean.ctypes.data, std.ctypes.data))
         return mean, std
 
     def set_normalization(self, mean, std):
         """Sets the per-channel normalization: each one number (every channel) or one per channel."""
-        m, s = _norm_pair(mean, std, self.input_shape[0])
+        m, s = _norm_pair(mean, std, self._chw[0])
         with self._ctx.lock:
             check(lib.lam_model_set_normalization(self._handle(), m.size, m.ctypes.data, s.ctypes.data))
 
@@ -305,7 +318,7 @@ class Model(Closing):
 
     def _train_data(self, x, y, what, layout=None):
         """x as (n, c, h, w) uint8 and y as (n,) uint8 classes or (n, H, W) uint8 masks, checked."""
-        x8 = _arrays.images(x, self.input_shape, layout=layout)
+        x8 = _arrays.samples(x, self.input_shape, layout=layout)
         n = x8.shape[0]
         if n == 0:
             raise ValueError(f"{what}: x holds no images")
@@ -320,7 +333,7 @@ class Model(Closing):
 
     def _normalize_arg(self, normalize):
         """fit(normalize=...): None (keep the model's), "default", "auto" or (mean, std)."""
-        c = self.input_shape[0]
+        c = self._chw[0]
         if normalize is None:
             return None
         if isinstance(normalize, str) and normalize.strip().lower() in ("default", "auto"):
@@ -422,7 +435,7 @@ class Model(Closing):
         self._free_trainer()
         ds = _dataset(x8, y8, self.outputs)
         if norm == "auto":
-            c = self.input_shape[0]
+            c = self._chw[0]
             mean, std = np.empty(c, np.float32), np.empty(c, np.float32)
             check(lib.lam_dataset_channel_stats(byref(ds), mean.ctypes.data, std.ctypes.data))
             # A channel that is one value everywhere has std 0: leave it unscaled rather than divide by 0.
@@ -585,9 +598,9 @@ class Model(Closing):
         (BatchNorm's running statistics, no dropout): float32 (n, classes), or (n, classes, H, W) for a
         model that labels every pixel. The pixels are normalized with values that lamina's own normalize
         op computed, so the logits are those that evaluate() and training see."""
-        x8 = _arrays.images(x, self.input_shape, layout=layout)
+        x8 = _arrays.samples(x, self.input_shape, layout=layout)
         batch_size = _positive_int(batch_size, "batch_size", 65536)
-        n, c = x8.shape[0], self.input_shape[0]
+        n, c = x8.shape[0], self._chw[0]  # x8 (n, c, h, w) or clips (n, t, c, h, w)
         k, oh, ow = self.output_shape
         logits = np.empty((n, k, oh, ow), np.float32)
         lut = _pixel_table(self._ctx, *self.normalization)
@@ -667,7 +680,9 @@ def load(path, device="auto", precision="fp32"):
     with ctx.lock:
         check(lib.lam_checkpoint_load(ctx.ptr, os.fsencode(path), byref(m), None, None))
     try:
-        shape = _checkpoint_input_shape(path)
+        shape = tuple(_checkpoint_input_shape(path))
+        frames = lib.lam_model_input_frames(m.value)
+        shape = (frames,) + shape if frames > 1 else shape
     except Exception:
         lib.lam_model_free(m.value)
         raise

@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # sums in another order. Set before lamina makes its first context.
 os.environ.setdefault("LAMINA_THREADS", str(os.cpu_count() or 1))
 CPU_MODULES = ["test_abi", "test_hidden", "test_model", "test_api", "test_images", "test_examples", "test_interop",
-               "test_bench_plot", "test_cuda"]
+               "test_bench_plot", "test_cuda", "test_clips"]
 SKIPPED = 77
 
 
