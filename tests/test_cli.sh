@@ -496,7 +496,16 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     "$LAMINA" train --data fashion-mnist --model mlp --epochs 2 --batch 64 --device cpu --save "$TMP/sig.ckpt" \
       --no-progress >"$TMP/out" 2>"$TMP/err" &
     pid=$!
-    sleep 1.5
+    # signal it once its handler is in place (its SigCgt bit set): a signal that came while the data set was
+    # still loading (slow on a loaded machine) found the default action (SIGTERM's kills; a background job
+    # ignores SIGINT), and the check failed for timing, not for lamina
+    num=$([ $sig = INT ] && echo 2 || echo 15)
+    for _ in $(seq 200); do
+      mask=$(awk '/^SigCgt:/ { print $2 }' /proc/$pid/status 2>/dev/null)
+      [ -n "$mask" ] && (( (16#$mask >> (num - 1)) & 1 )) && break
+      sleep 0.05
+    done
+    sleep 0.3
     kill -$sig $pid
     wait $pid
     rc=$?
