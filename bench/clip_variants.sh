@@ -3,7 +3,9 @@
 # train/test accuracy per epoch. SET=late (default): five per-frame nets with a pool over time, 10 epochs;
 # SET=early: the frames as channels (tcat, bench/nets/clip_early.txt) with other learning rates, BatchNorm
 # momenta, without BatchNorm, a per-frame layer first, and on 40k clips, EPOCHS (default 20); SET=augment: the
-# early and the best late net (tpool max after the last block) with --augment, EPOCHS (default 20). Run on the GPU
+# early and the best late net (tpool max after the last block) with --augment, EPOCHS (default 20); SET=cosine:
+# both with --augment crop:4,flip and a cosine schedule (1 epoch of warm-up), on 20k and 40k clips, EPOCHS
+# (default 30). Run on the GPU
 # machine after scripts/gpu-clips builds build-gpu (TESTS=0 BENCH=0 scripts/gpu-clips && bash bench/clip_variants.sh).
 export LAMINA_DATA_DIR=$PWD/.data
 L=build-gpu/lamina
@@ -16,10 +18,20 @@ run() { # name lr spec [train options]
     python3 -c "import json,sys; r=json.loads([l for l in sys.stdin if l.startswith('{')][-1]); print(' '.join('%.1f/%.1f'%(100*e['train_acc'],100*e['test_acc']) for e in r['epochs']), 'epoch %.3f s'%r['epochs'][-1]['seconds'])"
 }
 blk() { echo "conv $1 3 pad 1 nobias, bn${2:+ momentum $2}, relu"; }
+E="$(blk 32), maxpool 2, $(blk 64), maxpool 2, $(blk 128), maxpool 2, $(blk 128), gap, dense 10"
+LM="$(blk 32), maxpool 2, $(blk 64), maxpool 2, $(blk 64), maxpool 2, $(blk 128), tpool max, gap, dense 10"
+if [ "${SET:-late}" = cosine ]; then
+  EP=${EPOCHS:-30}
+  S="--augment crop:4,flip --lr-schedule cosine --warmup 1"
+  run early-aug-cosine 2e-3 "tcat, $E" "$S"
+  run late-max-aug-cosine 2e-3 "$LM" "$S"
+  $L data clips --out /tmp/c16b --n 40000 --test 2000 --frames 16 --seed 1 >/dev/null
+  DATA=/tmp/c16b run early-aug-cosine-40k 2e-3 "tcat, $E" "$S"
+  DATA=/tmp/c16b run late-max-aug-cosine-40k 2e-3 "$LM" "$S"
+  exit 0
+fi
 if [ "${SET:-late}" = augment ]; then
   EP=${EPOCHS:-20}
-  E="$(blk 32), maxpool 2, $(blk 64), maxpool 2, $(blk 128), maxpool 2, $(blk 128), gap, dense 10"
-  LM="$(blk 32), maxpool 2, $(blk 64), maxpool 2, $(blk 64), maxpool 2, $(blk 128), tpool max, gap, dense 10"
   run early-crop4-flip 2e-3 "tcat, $E" "--augment crop:4,flip"
   run early-crop8-flip 2e-3 "tcat, $E" "--augment crop:8,flip"
   run early-flip 2e-3 "tcat, $E" "--augment flip"
@@ -28,7 +40,6 @@ if [ "${SET:-late}" = augment ]; then
 fi
 if [ "${SET:-late}" = early ]; then
   EP=${EPOCHS:-20}
-  E="$(blk 32), maxpool 2, $(blk 64), maxpool 2, $(blk 128), maxpool 2, $(blk 128), gap, dense 10"
   run early 2e-3 "tcat, $E"
   run early-lr1e-3 1e-3 "tcat, $E"
   run early-lr5e-4 5e-4 "tcat, $E"
