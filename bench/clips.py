@@ -33,8 +33,9 @@ from trainbench import crop_flip, idx, lamina_train as lamina_train_, parse_augm
 HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--lamina", default=os.path.join(HERE, "..", "build", "lamina"))
-ap.add_argument("--net", default="late", choices=["late", "early"],
-                help="late: per-frame layers, tpool mean, per-clip layers; early: tcat (the frames as channels)")
+ap.add_argument("--net", default="late", choices=["late", "early", "max"],
+                help="late: per-frame layers, tpool mean, per-clip layers; early: tcat (the frames as channels); max: "
+                     "every block per frame, tpool max after the last (bench/nets/clip_max.txt)")
 ap.add_argument("--spec", help="lamina's model (default bench/nets/clip.txt, or clip_early.txt for --net early)")
 ap.add_argument("--data", help="a clips folder made already (else made under a temporary folder)")
 ap.add_argument("--n", type=int, default=20000)
@@ -46,10 +47,12 @@ ap.add_argument("--lr", type=float, default=2e-3)
 ap.add_argument("--precision", default="bf16", choices=["bf16", "tf32"])
 ap.add_argument("--ways", default="eager,compile", help="PyTorch's ways (eager, compile)")
 ap.add_argument("--augment", default="none", help="both sides: crop:P,flip as lamina train --augment (default none)")
+ap.add_argument("--cosine", type=float, metavar="W", help="both sides: the rate on lamina's --lr-schedule cosine "
+                "--warmup W (a warm-up of W epochs, then a cosine to 0, stepped every batch)")
 ap.add_argument("--single", type=int, default=1, help="also lamina on one-frame clips (default 1)")
 ap.add_argument("--json")
 a = ap.parse_args()
-a.spec = a.spec or os.path.join(HERE, "nets", "clip.txt" if a.net == "late" else "clip_early.txt")
+a.spec = a.spec or os.path.join(HERE, "nets", {"late": "clip.txt", "early": "clip_early.txt", "max": "clip_max.txt"}[a.net])
 a.single = a.single and a.net == "late"  # the one-frame figure is the per-frame net's
 assert a.n % a.batch == 0 and a.test % a.batch == 0, "--n and --test must be multiples of --batch"
 
@@ -69,6 +72,8 @@ def make(frames, where):
 
 def lamina_train(data, spec):
     extra = ["--augment", a.augment] if a.augment != "none" else []
+    if a.cosine is not None:
+        extra += ["--lr-schedule", "cosine", "--warmup", repr(a.cosine)]
     return lamina_train_(a.lamina, data, spec, a.epochs, a.batch, a.lr, a.precision, extra)
 
 
@@ -107,6 +112,19 @@ class Early(nn.Module):  # bench/nets/clip_early.txt: the frames as channels
         return self.net(x.reshape(x.shape[0], T, H, W))
 
 
+class Max(nn.Module):  # bench/nets/clip_max.txt: every block per frame, the max over the frames after the last
+    def __init__(self):
+        super().__init__()
+        self.frame = nn.Sequential(*block(1, 32), nn.MaxPool2d(2), *block(32, 64), nn.MaxPool2d(2), *block(64, 64),
+                                   nn.MaxPool2d(2), *block(64, 128))
+        self.clip = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+
+    def forward(self, x):  # x (B, T, 1, H, W) float
+        B = x.shape[0]
+        f = self.frame(x.reshape(B * T, 1, H, W))
+        return self.clip(f.reshape(B, T, *f.shape[1:]).amax(1))
+
+
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -127,7 +145,7 @@ def norm(u8):  # (B, T, H, W, 1) uint8 -> (B, T, 1, H, W) float, as lamina
 
 def torch_run(way):
     torch.manual_seed(1)
-    net = (Net() if a.net == "late" else Early()).to(dev).to(memory_format=torch.channels_last)
+    net = {"late": Net, "early": Early, "max": Max}[a.net]().to(dev).to(memory_format=torch.channels_last)
 
     def evaluate(net, ac):
         correct = 0
@@ -143,7 +161,8 @@ def torch_run(way):
         return m[..., None], y
 
     return torch_train(way, net, X, Y, norm, a.epochs, a.batch, a.lr, a.precision, evaluate,
-                       augment=augment if pad or flip else None)
+                       augment=augment if pad or flip else None,
+                       schedule=("cosine", a.cosine) if a.cosine is not None else None)
 
 
 for way in a.ways.split(","):

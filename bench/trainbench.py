@@ -72,15 +72,30 @@ def crop_flip(batches, pad, flip):
     return out
 
 
-def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, loss_fn=None, augment=None):
+def cosine_lr(lr, t, steps, epochs, warmup):
+    """lamina's --lr-schedule cosine --warmup W (src/nn/schedule.c) at step t of the run: a linear warm-up over W
+    epochs, then lr (1 + cos(pi (t - W) / (T - W))) / 2 to 0 at the last step, stepped every batch."""
+    import math
+    T = epochs * steps
+    t = min(max(t, 0), T - 1)
+    W = min(int(math.floor(warmup * steps + 0.5)), T)
+    r = lr * (1 + math.cos(math.pi * (t - W) / (T - W))) / 2 if t >= W else lr
+    return r * (t + 1) / W if t < W else r
+
+
+def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, loss_fn=None, augment=None,
+                schedule=None):
     """Trains net (on the GPU, channels_last) on uint8 X, labels Y (both on the GPU) for epochs; norm(u8) gives the
     float batch; evaluate(net, autocast) -> dict with 'acc' (and whatever else) after each epoch. augment(x, y) ->
-    (x, y), if given, moves each uint8 batch before norm (outside the captured step, as a PyTorch user's transform)."""
+    (x, y), if given, moves each uint8 batch before norm (outside the captured step, as a PyTorch user's transform).
+    schedule: None (a constant rate) or ("cosine", warmup epochs), as lamina's; the rate is a tensor the captured
+    step reads, filled before each step."""
     import torch, torch.nn.functional as F
 
     dev = X.device
     loss_fn = loss_fn or F.cross_entropy
-    opt = torch.optim.Adam(net.parameters(), lr=lr, capturable=(way == "compile"))
+    lr_t = torch.tensor(lr, dtype=torch.float32, device=dev) if schedule and way == "compile" else lr
+    opt = torch.optim.Adam(net.parameters(), lr=lr_t, capturable=(way == "compile"))
     ac = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
     N, B = X.shape[0], batch
     xs = torch.empty(norm(X[:B]).shape, device=dev)  # contiguous, whatever norm's strides
@@ -110,6 +125,7 @@ def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, lo
         fn = graph.replay
     torch.cuda.reset_peak_memory_stats()
     times, evals = [], []
+    steps = N // B
     for ep in range(epochs):
         net.train()
         perm = torch.randperm(N, device=dev)
@@ -119,6 +135,10 @@ def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, lo
             j = perm[i:i + B]
             xb, yb = augment(X[j], Y[j]) if augment else (X[j], Y[j])
             xs.copy_(norm(xb)), ys.copy_(yb)
+            if schedule:
+                r = cosine_lr(lr, ep * steps + i // B, steps, epochs, schedule[1])
+                if way == "compile": lr_t.fill_(r)
+                else: opt.param_groups[0]["lr"] = r
             fn()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
