@@ -28,7 +28,8 @@ import argparse, json, os, subprocess, sys, tempfile, time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainbench import crop_flip, idx, lamina_train as lamina_train_, parse_augment, say, torch_train  # noqa: E402
+from trainbench import (crop_flip, idx, lamina_train as lamina_train_, parse_augment, say, torch_train,  # noqa: E402
+                        torch_ways)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -165,16 +166,7 @@ def torch_run(way):
                        schedule=("cosine", a.cosine) if a.cosine is not None else None)
 
 
-for way in a.ways.split(","):
-    say(f"== PyTorch {way}")
-    try:
-        out["torch"][way] = r = torch_run(way)
-        say(f"  PyTorch {way}: test acc {100 * r['acc']:.2f}%, median epoch {r['epoch_s']:.3f} s, peak "
-            f"{r['peak_bytes'] / 1e6:.0f} MB")
-    except Exception as ex:
-        import traceback; traceback.print_exc()
-        out["torch"][way] = dict(status="failed", note=repr(ex)[:500])
-    torch.cuda.empty_cache()
+out["torch"] = torch_ways(a.ways, torch_run, lambda r: f"test acc {100 * r['acc']:.2f}%")
 
 if a.single:
     say("== lamina on one-frame clips (the same per-frame layers, no tpool)")

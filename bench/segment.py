@@ -24,7 +24,7 @@ import argparse, json, os, subprocess, sys, tempfile, time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainbench import crop_flip, idx, lamina_train, parse_augment, say, torch_train  # noqa: E402
+from trainbench import crop_flip, idx, lamina_train, parse_augment, say, torch_train, torch_ways  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -143,16 +143,7 @@ def torch_run(way):
                        augment=augment if pad or flip else None)
 
 
-for way in a.ways.split(","):
-    say(f"== PyTorch {way}")
-    try:
-        out["torch"][way] = r = torch_run(way)
-        say(f"  PyTorch {way}: mean IoU {100 * r['miou']:.2f}%, pixel acc {100 * r['acc']:.2f}%, median epoch "
-            f"{r['epoch_s']:.3f} s, peak {r['peak_bytes'] / 1e6:.0f} MB")
-    except Exception as ex:
-        import traceback; traceback.print_exc()
-        out["torch"][way] = dict(status="failed", note=repr(ex)[:500])
-    torch.cuda.empty_cache()
+out["torch"] = torch_ways(a.ways, torch_run, lambda r: f"mean IoU {100 * r['miou']:.2f}%, pixel acc {100 * r['acc']:.2f}%")
 
 say("\n== segmentation: lamina vs PyTorch (same U-Net, data, epochs; H200)")
 ok = [w for w in out["torch"] if out["torch"][w].get("status") == "ok"]

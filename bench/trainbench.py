@@ -72,6 +72,26 @@ def crop_flip(batches, pad, flip):
     return out
 
 
+def torch_ways(ways, run, describe):
+    """run(way) for each of PyTorch's ways (comma-separated), a failure recorded rather than raised, each summed up
+    in a line (describe(result): its accuracy figures); {way: result}."""
+    import traceback
+
+    import torch
+
+    res = {}
+    for way in ways.split(","):
+        say(f"== PyTorch {way}")
+        try:
+            res[way] = r = run(way)
+            say(f"  PyTorch {way}: {describe(r)}, median epoch {r['epoch_s']:.3f} s, peak {r['peak_bytes'] / 1e6:.0f} MB")
+        except Exception as ex:
+            traceback.print_exc()
+            res[way] = dict(status="failed", note=repr(ex)[:500])
+        torch.cuda.empty_cache()
+    return res
+
+
 def cosine_lr(lr, t, steps, epochs, warmup):
     """lamina's --lr-schedule cosine --warmup W (src/nn/schedule.c) at step t of the run: a linear warm-up over W
     epochs, then lr (1 + cos(pi (t - W) / (T - W))) / 2 to 0 at the last step, stepped every batch."""
