@@ -450,7 +450,8 @@ lam_status lam_model_set_train(lam_model *m, int train);
  * a random crop after padding pad pixels on every side (0: none; the padding black, and where labels are per pixel,
  * ignored by the loss), and with flip = 1 a left-right flip with probability 1/2 — torchvision's
  * RandomCrop(size, padding=pad) then RandomHorizontalFlip, applied alike to a clip's frames and to a sample's mask.
- * Evaluation and prediction never augment. The draws follow the model's seed and its count of training steps.
+ * Evaluation and prediction never augment. The draws follow the trainer's seed and the optimizer steps taken, so
+ * a run resumed from a checkpoint (given the same augmentation again) draws as the whole run.
  * pad in 0..min(in_h, in_w); none by default. */
 lam_status lam_model_set_augment(lam_model *m, int pad, int flip);
 

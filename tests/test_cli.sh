@@ -379,6 +379,13 @@ run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 2 --batch 8 --lr 0.0
 run train --data "$TMP/mini" --epochs 4 --device cpu --resume "$TMP/sched.ckpt" --json
 WHOLE="$TMP/whole.json" json_check "--resume continues the checkpoint's schedule: epochs 3 and 4 as in one whole run" \
   "[e['lr'] for e in d['epochs']] == [e['lr'] for e in json.load(open(__import__('os').environ['WHOLE']))['epochs']][2:] and abs(d['epochs'][1]['lr'] - 0.00625) < 1e-9"
+# Augmented, the same: its draws follow the steps taken, so epochs 3 and 4 after a resume are the whole run's.
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 4 --batch 8 --device cpu --augment crop:2,flip --json
+cp "$TMP/out" "$TMP/whole-aug.json"
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 2 --batch 8 --device cpu --augment crop:2,flip --save "$TMP/aug.ckpt"
+run train --data "$TMP/mini" --epochs 4 --device cpu --resume "$TMP/aug.ckpt" --augment crop:2,flip --json
+WHOLE="$TMP/whole-aug.json" json_check "--resume --augment: epochs 3 and 4 as in one whole augmented run" \
+  "[e['train_loss'] for e in d['epochs']] == [e['train_loss'] for e in json.load(open(__import__('os').environ['WHOLE']))['epochs']][2:]"
 usage_error "--resume with another --lr-schedule is refused" "differs" "--lr-schedule" -- train --data "$TMP/mini" --epochs 4 --device cpu --resume "$TMP/sched.ckpt" --lr-schedule cosine
 usage_error "--early-stop without a validation part" "--val-split" -- train --data "$TMP/mini" --device cpu --early-stop 2
 usage_error "--save-best without a validation part" "--val-split" -- train --data "$TMP/mini" --device cpu --save-best "$TMP/b.ckpt"

@@ -407,10 +407,10 @@ lam_status lam_model_set_augment(lam_model *m, int pad, int flip) {
 }
 
 /* The augmentation of the model's training batches, or NULL where there is none. */
-const lam_aug *nn_aug(const lam_model *m, lam_aug *a) {
+const lam_aug *nn_aug(const lam_model *m, uint64_t seed, lam_aug *a) {
   if (!m->aug_pad && !m->aug_flip) return NULL;
   a->h = m->in_h, a->w = m->in_w, a->pad = m->aug_pad, a->flip = m->aug_flip;
-  a->seed = m->seed, a->ctr = m->rng_ctr + 3;
+  a->seed = seed, a->ctr = m->rng_ctr + 3;
   return a;
 }
 

@@ -169,8 +169,9 @@ static inline int nn_reads_input_bwd(const nn_node *n) { return (n->op->flags & 
 void *nn_din(lam_model *m, const nn_node *n, int i);
 static inline int nn_adds(const nn_node *n, int i) { return n->accum[i] && (n->op->flags & NN_ADDS_GRAD); }
 lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B);
-/* The augmentation of the model's training batches (filled in *a), or NULL where there is none. */
-const lam_aug *nn_aug(const lam_model *m, lam_aug *a);
+/* The augmentation of the model's training batches (filled in *a), or NULL where there is none. Its draws are
+ * keyed by seed: the trainer's, which a checkpoint keeps (a loaded model's own seed is not). */
+const lam_aug *nn_aug(const lam_model *m, uint64_t seed, lam_aug *a);
 
 /* Marks the end of an op for the profiler; free when not profiling. */
 lam_status prof_mark(struct lam_prof *p, const char *name, int layer);

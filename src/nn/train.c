@@ -265,7 +265,7 @@ static lam_status step_ops(lam_trainer *t, int B) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   lam_aug aug;
-  const lam_aug *a = nn_aug(m, &aug);
+  const lam_aug *a = nn_aug(m, t->seed, &aug);
   if (a) LAM_TRY(be->step_advance(ctx, m->rng_ctr + 2, 0, NULL)); /* new crops and flips every step */
   if (!t->feed) {
     LAM_TRY(be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
@@ -354,6 +354,10 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   LAM_TRY(lam_mem_upload(ctx, t->d_sched, t->h_sched, (size_t)t->steps * NN_SCHED_COLS * sizeof(float)));
   const int32_t cursor[2] = {(int32_t)skip, first};
   LAM_TRY(lam_mem_upload(ctx, t->d_state, cursor, sizeof cursor));
+  if (m->aug_pad || m->aug_flip) { /* augmentation's counter at the steps taken: a resumed run draws as the whole run */
+    const int32_t aug_ctr[2] = {0, (int32_t)(uint32_t)m->opt_step};
+    LAM_TRY(lam_mem_upload(ctx, m->rng_ctr + 2, aug_ctr, sizeof aug_ctr));
+  }
   lam_status s = epoch_steps(t, cb, user, every, t0, first);
   if (t->feed) { /* joins the loader whatever happened */
     lam_status fs = feed_finish(t->feed, &t->data_wait_ms, &t->loader_wait_ms);
@@ -402,7 +406,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
     LAM_TRY(profile_window(t, step));
     if (t->feed) {
       lam_aug aug;
-      LAM_TRY(feed_next(t->feed, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, nn_aug(m, &aug), m->fmt, m->x,
+      LAM_TRY(feed_next(t->feed, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, nn_aug(m, t->seed, &aug), m->fmt, m->x,
                         m->y));
       NN_PROF(m, "gather_normalize", 0);
     }
