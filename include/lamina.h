@@ -454,6 +454,9 @@ lam_status lam_model_set_train(lam_model *m, int train);
  * a run resumed from a checkpoint (given the same augmentation again) draws as the whole run.
  * pad in 0..min(in_h, in_w); none by default. */
 lam_status lam_model_set_augment(lam_model *m, int pad, int flip);
+/* An augmentation as `lamina train --augment` and Model.fit(augment=) write it: "none", or comma-separated
+ * "crop:P" (P in 0..255) and "flip", into *pad and *flip. A bad one is LAM_ERR_INVALID_ARG saying which part. */
+lam_status lam_augment_parse(const char *s, int *pad, int *flip);
 
 /* The loss's label smoothing s in [0, 1) (PyTorch's label_smoothing); 0 by default. */
 lam_status lam_model_set_label_smoothing(lam_model *m, float s);

@@ -237,6 +237,7 @@ _SIGNATURES = {
     "lam_model_set_train": (_status, [_P, c_int]),
     "lam_model_set_label_smoothing": (_status, [_P, c_float]),
     "lam_model_set_augment": (_status, [_P, c_int, c_int]),
+    "lam_augment_parse": (_status, [c_char_p, POINTER(c_int), POINTER(c_int)]),
     "lam_model_params_get": (_status, [_P, _P, c_size_t]),
     "lam_model_params_set": (_status, [_P, _P, c_size_t]),
     "lam_model_forward": (_status, [_P, c_int, _P, _P]),

@@ -111,19 +111,15 @@ def _seed(v, name="seed"):
 
 
 def _augment_arg(augment):
-    """fit's augment= as (pad, flip), or ValueError naming what is wrong."""
+    """fit's augment= as (pad, flip), read by lamina's own parser (`lamina train --augment`), or ValueError."""
     if not isinstance(augment, str):
         raise ValueError(f"augment must be a string such as 'crop:4,flip', not {augment!r}")
-    pad, flip = 0, 0
-    if augment != "none":
-        for part in augment.split(","):
-            if part == "flip":
-                flip = 1
-            elif part.startswith("crop:") and part[5:].isdigit() and int(part[5:]) <= 255:
-                pad = int(part[5:])
-            else:
-                raise ValueError(f"augment: {part!r} is not one of crop:P (P in 0..255), flip (e.g. 'crop:4,flip')")
-    return pad, flip
+    if "\0" in augment:
+        raise ValueError("augment contains a NUL character (the C library would read only the part before it)")
+    pad, flip = c_int(), c_int()
+    if lib.lam_augment_parse(augment.encode(), byref(pad), byref(flip)) != _lib.LAM_OK:
+        raise ValueError(f"augment: {_lib.last_error().split(' [')[0]}")
+    return pad.value, flip.value
 
 class Model(Closing):
     """A network from a spec: a preset ("cnn", "mlp") or layers separated by commas, e.g.

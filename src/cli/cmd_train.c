@@ -137,31 +137,6 @@ enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_
        O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
        O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT };
 
-/* --augment: 'none', or comma-separated 'crop:P' (P in 0..255; the image's size bounds it later) and 'flip'. */
-static int parse_augment(const char *cmd, const char *arg, train_opts *o) {
-  o->aug_pad = o->aug_flip = 0;
-  if (!strcmp(arg, "none")) return 0;
-  const char *s = arg;
-  while (1) {
-    size_t len = strcspn(s, ",");
-    if (len == 4 && !strncmp(s, "flip", 4)) {
-      o->aug_flip = 1;
-    } else if (len > 5 && !strncmp(s, "crop:", 5)) {
-      char num[16];
-      if (len - 5 >= sizeof num) return cli_usage_error(cmd, "--augment: '%.*s' is not crop:P with P in 0..255", (int)len, s);
-      memcpy(num, s + 5, len - 5), num[len - 5] = 0;
-      long v;
-      if (cli_parse_int(cmd, "--augment crop:P", num, 0, 255, &v)) return 1;
-      o->aug_pad = (int)v;
-    } else {
-      return cli_usage_error(cmd, "--augment: '%.*s' is not one of crop:P, flip (e.g. --augment crop:4,flip)",
-                             (int)len, s);
-    }
-    if (!s[len]) return 0;
-    s += len + 1;
-  }
-}
-
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
                     .seed = 1, .progress = 1, .graph = 1};
@@ -228,7 +203,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         break;
       }
       case O_AUGMENT:
-        if (parse_augment(cmd, optarg, o)) return EXIT_USAGE;
+        if (lam_augment_parse(optarg, &o->aug_pad, &o->aug_flip) != LAM_OK)
+          return cli_usage_error(cmd, "--augment: %s", lam_last_error());
         break;
       case O_SCHEDULE: {
         lam_lr_schedule ls;

@@ -395,6 +395,33 @@ lam_status lam_model_set_label_smoothing(lam_model *m, float s) {
   return LAM_OK;
 }
 
+lam_status lam_augment_parse(const char *s, int *pad, int *flip) {
+  LAM_CHECK_ARG(s && pad && flip, "lam_augment_parse: NULL argument");
+  int p = 0, f = 0;
+  if (strcmp(s, "none")) {
+    for (const char *part = s;; part += strcspn(part, ",") + 1) {
+      const int len = (int)strcspn(part, ",");
+      if (len == 4 && !strncmp(part, "flip", 4)) {
+        f = 1;
+      } else if (len > 5 && !strncmp(part, "crop:", 5)) {
+        long v = 0;
+        int digits = 0;
+        for (const char *q = part + 5; q < part + len && isdigit((unsigned char)*q) && v <= 255; q++, digits++)
+          v = v * 10 + (*q - '0');
+        if (digits != len - 5 || v > 255)
+          return LAM_FAIL(LAM_ERR_INVALID_ARG, "'%.*s' is not crop:P with P a whole number in 0..255", len, part);
+        p = (int)v;
+      } else {
+        return LAM_FAIL(LAM_ERR_INVALID_ARG, "'%.*s' is not one of crop:P (P in 0..255), flip (e.g. crop:4,flip)",
+                        len, part);
+      }
+      if (!part[len]) break;
+    }
+  }
+  *pad = p, *flip = f;
+  return LAM_OK;
+}
+
 lam_status lam_model_set_augment(lam_model *m, int pad, int flip) {
   LAM_CHECK_ARG(m, "lam_model_set_augment: model is NULL");
   LAM_CHECK_ARG(pad >= 0 && pad <= m->in_h && pad <= m->in_w,
