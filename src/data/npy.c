@@ -382,9 +382,12 @@ lam_status lam_npy_header(int rank, const uint64_t *dims, uint8_t *out, size_t c
   for (int i = 0; i < rank && k > 0 && (size_t)k < sizeof dict; i++)
     k += snprintf(dict + k, sizeof dict - (size_t)k, i ? ", %llu" : "%llu", (unsigned long long)dims[i]);
   if (k > 0 && (size_t)k < sizeof dict) k += snprintf(dict + k, sizeof dict - (size_t)k, rank == 1 ? ",), }" : "), }");
+  if (k <= 0 || (size_t)k >= sizeof dict)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "lam_npy_header: the shape does not fit a header of %zu bytes", sizeof dict);
   const size_t total = (10 + (size_t)k + 1 + 63) / 64 * 64, hl = total - 10; /* the dict, spaces, '\n' */
-  if (k <= 0 || (size_t)k >= sizeof dict || total > cap)
-    return LAM_FAIL(LAM_ERR_INVALID_ARG, "lam_npy_header: the header of this shape takes more than %zu bytes", cap);
+  if (total > cap)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "lam_npy_header: the header of this shape takes %zu bytes, more than %zu", total,
+                    cap);
   memcpy(out, "\x93NUMPY\x01\x00", 8);
   out[8] = (uint8_t)(hl & 0xff), out[9] = (uint8_t)(hl >> 8); /* little-endian uint16 */
   memcpy(out + 10, dict, (size_t)k);
