@@ -267,7 +267,15 @@ typedef struct lam_image_opts {
   size_t skipped;    /* out: files left out */
   int cache_hit;     /* out: 1 when the part came from the cache */
   int cache_written; /* out: 1 when the decoded part was written to the cache */
+  int decoder;       /* JPEG decoding: LAM_DECODE_AUTO (0: nvJPEG on the GPU where this build has it and a CUDA
+                      * device is present, else the host's libjpeg), LAM_DECODE_CPU, LAM_DECODE_GPU (nvJPEG, an
+                      * error where it cannot be had) */
+  size_t decoded_gpu; /* out: files decoded by nvJPEG (the rest on the host: PNG, and what nvJPEG did not take) */
+  double decode_s;    /* out: seconds spent reading and decoding the files (0 on a cache hit) */
 } lam_image_opts;
+enum { LAM_DECODE_AUTO = 0, LAM_DECODE_CPU = 1, LAM_DECODE_GPU = 2 };
+/* 1 when this build decodes JPEG on the GPU (nvJPEG found when it was built). */
+int lam_image_gpu_decode(void);
 /* Reads an image file and a label file into a new set. Each file is IDX or NumPy .npy (told apart by
  * content: .npy starts with "\x93NUMPY"), plain or gzip-compressed (also by content).
  *   images: IDX 0x00000803 (n, h, w) or 0x00000804 (n, h, w, c), unsigned bytes; or .npy of dtype
@@ -327,7 +335,8 @@ void lam_dataset_free(lam_dataset *d); /* NULL is fine */
  * a test class must be one of them. PNG (libpng) and JPEG (libjpeg), told apart by content, decoded on all
  * host threads; grey (1 channel) or colour (3; alpha composited onto black) as the part's first image is —
  * another channel count is an error naming the file. A damaged, truncated or unreadable file is an error
- * naming it (LAM_ERR_IO), or with skip_bad left out. The decoded part is cached as two IDX files under a key
+ * naming it (LAM_ERR_IO), or with skip_bad left out. JPEG files go to nvJPEG in batches where opts->decoder
+ * allows (what it does not take, or cannot decode, to libjpeg, whose messages name the file). The decoded part is cached as two IDX files under a key
  * of every file's path, class, size and modification time and the options: a later load of unchanged files
  * reads them instead (cache_hit), and the other keys' files of the part are removed. opts may be NULL. */
 lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *opts, lam_dataset **out);

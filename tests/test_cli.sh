@@ -789,8 +789,34 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
       --model "conv 8 3, relu, gap, dense 10" --epochs 1 --batch 32 --device cpu --no-progress
     if has "$TMP/out" "3x32x32" && has "$TMP/out" "not cached"; then ok "--size fits the images, --cache '' keeps none"
     else not_ok "train --size 32x32 --cache ''" "want 3x32x32 and 'not cached'"; fi
+    # --decode gpu: nvJPEG where the build has it and a GPU is present; else a clear error, before any work
+    usage_error "--decode bogus is rejected, naming auto, cpu, gpu" --decode auto cpu gpu -- \
+      train --data "$TMP/img-jpeg" --decode bogus --epochs 1
+    usage_error "--decode on a data set that is not an image folder" "image folders" -- \
+      train --data "$TMP/seg" --decode gpu --epochs 1
+    "$LAMINA" info >"$TMP/info" 2>&1
+    run hidden --device cuda --n 10 --repeat 1
+    gpu_rc=$rc
+    run train --data "$TMP/img-jpeg" --cache "" --decode gpu --model "conv 8 3, relu, gap, dense 10" --epochs 1 \
+      --batch 32 --no-progress
+    if has "$TMP/info" "JPEG on the GPU: nvJPEG" && [ "$gpu_rc" -eq 0 ]; then
+      if [ "$rc" -eq 0 ] && has "$TMP/out" "200 JPEG files by nvJPEG"; then ok "--decode gpu: the 200 JPEG files decoded by nvJPEG"
+      else not_ok "train --decode gpu" "want exit 0 and '200 JPEG files by nvJPEG'"; fi
+    elif has "$TMP/info" "JPEG on the GPU: no"; then
+      if [ "$rc" -eq 1 ] && has "$TMP/err" "built without nvJPEG" && has "$TMP/err" "--decode cpu"; then
+        ok "--decode gpu in a build without nvJPEG: exit 1 saying so"
+      else not_ok "train --decode gpu without nvJPEG" "want exit 1 and 'built without nvJPEG'"; fi
+    else
+      if [ "$rc" -eq 1 ] && has "$TMP/err" "--decode gpu"; then ok "--decode gpu without a GPU: exit 1 saying so"
+      else not_ok "train --decode gpu without a GPU" "want exit 1 naming --decode gpu"; fi
+    fi
     bad=$(ls "$TMP/img-jpeg/train/4/"*.jpg | head -n 1)
     head -c 200 "$bad" >"$TMP/cut.jpg" && cp "$TMP/cut.jpg" "$bad"
+    if has "$TMP/info" "JPEG on the GPU: nvJPEG" && [ "$gpu_rc" -eq 0 ]; then
+      run train --data "$TMP/img-jpeg" --cache "" --decode gpu --epochs 1 --no-progress
+      if [ "$rc" -eq 1 ] && has "$TMP/err" "$bad"; then ok "--decode gpu, a damaged JPEG: exit 1 naming the file"
+      else not_ok "train --decode gpu on a damaged JPEG" "want exit 1 naming $bad"; fi
+    fi
     run train --data "$TMP/img-jpeg" --cache "" --epochs 1 --device cpu --no-progress
     if [ "$rc" -eq 1 ] && has "$TMP/err" "$bad"; then ok "a damaged JPEG: exit 1 naming the file"
     else not_ok "train on a damaged JPEG" "want exit 1 naming $bad"; fi

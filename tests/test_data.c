@@ -1646,6 +1646,109 @@ static void test_image_folder_errors(void **state) {
   assert_non_null(strstr(lam_last_error(), "class folders"));
 }
 
+/* Smooth 32x32 grey sources (JPEG's own kind of picture) for the decoders' comparison. */
+static lam_dataset *smooth_source(void) {
+  enum { N = 24, S = 32 };
+  static uint8_t px[N * S * S], lab[N];
+  for (int i = 0; i < N; i++) {
+    lab[i] = (uint8_t)(i % 3);
+    for (int y = 0; y < S; y++)
+      for (int x = 0; x < S; x++) px[(i * S + y) * S + x] = (uint8_t)(60 + 2 * x + (3 + i % 5) * y + 7 * i % 40);
+  }
+  static lam_dataset d;
+  d = (lam_dataset){.n = N, .h = S, .w = S, .classes = 3, .images = px, .labels = lab, .c = 1};
+  return &d;
+}
+
+/* JPEG folders decoded by nvJPEG (decoder GPU) against libjpeg (CPU): the same images and labels, pixels
+ * within JPEG decoders' rounding; every bad file still an error naming it (they go to libjpeg); where the
+ * build lacks nvJPEG or no GPU is present, asking for it is a clear error and the comparison skips. */
+static void test_image_folder_decoders(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  char root[256], part[300], f[400];
+  snprintf(root, sizeof root, "%s/jpegs", g_dir);
+  assert_int_equal(mkdir(root, 0777), 0);
+  snprintf(part, sizeof part, "%s/train", root), assert_int_equal(mkdir(part, 0777), 0);
+  TU_OK(lam_data_images_part(smooth_source(), 24, 5, IMAGE_JPEG, part));
+  lam_dataset *cpu = NULL, *gpu = NULL;
+  lam_image_opts oc = {.cache = "", .decoder = LAM_DECODE_CPU};
+  TU_OK(lam_dataset_load_images(root, 1, &oc, &cpu));
+  assert_true(cpu->n == 24 && cpu->c == 3 && oc.decoded_gpu == 0 && oc.decode_s > 0);
+  lam_image_opts bad_opt = {.cache = "", .decoder = 7};
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &bad_opt, &gpu), LAM_ERR_INVALID_ARG);
+  lam_image_opts og = {.cache = "", .decoder = LAM_DECODE_GPU};
+  lam_status s = lam_dataset_load_images(root, 1, &og, &gpu);
+  if (!lam_image_gpu_decode()) {
+    assert_int_equal(s, LAM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(lam_last_error(), "without nvJPEG"));
+    lam_image_opts oa = {.cache = ""}; /* auto: the host's decoder, the same pixels */
+    TU_OK(lam_dataset_load_images(root, 1, &oa, &gpu));
+    assert_memory_equal(gpu->images, cpu->images, 24 * 3 * 32 * 32);
+    lam_dataset_free(gpu), lam_dataset_free(cpu);
+    print_message("built without nvJPEG: the GPU decoder's comparison skipped\n");
+    skip();
+  }
+  if (s == LAM_ERR_NO_DEVICE) {
+    assert_non_null(strstr(lam_last_error(), "--decode gpu"));
+    lam_dataset_free(cpu);
+    print_message("no CUDA device: the GPU decoder's comparison skipped\n");
+    skip();
+  }
+  TU_OK(s);
+  if (og.decoded_gpu != 24) fail_msg("nvJPEG decoded %zu of the 24 JPEG files (LAMINA_NVJPEG_DEBUG=1 says why)", og.decoded_gpu);
+  assert_true(gpu->n == 24 && gpu->c == 3 && gpu->h == 32 && gpu->w == 32);
+  assert_memory_equal(gpu->labels, cpu->labels, 24);
+  const size_t px = 24 * 3 * 32 * 32;
+  double sum = 0;
+  int worst = 0;
+  for (size_t i = 0; i < px; i++) {
+    int d = abs((int)gpu->images[i] - (int)cpu->images[i]);
+    sum += d, worst = d > worst ? d : worst;
+  }
+  print_message("nvJPEG against libjpeg: mean |difference| %.3f, largest %d (of 255)\n", sum / px, worst);
+  assert_true(sum / px < 2.0); /* IDCT and chroma upsampling are the decoders' own; the pictures are one */
+  lam_dataset_free(gpu), gpu = NULL;
+  /* bad files, decoded with the GPU asked for: each an error naming the file, or skipped and counted */
+  uint8_t *jpg;
+  size_t njpg;
+  uint8_t rgb[32 * 32 * 3], grey[32 * 32];
+  for (size_t i = 0; i < sizeof rgb; i++) rgb[i] = (uint8_t)(100 + i % 50);
+  memset(grey, 90, sizeof grey);
+  TU_OK(image_encode(IMAGE_JPEG, rgb, 32, 32, 3, &jpg, &njpg));
+  assert_true(njpg > 400); /* its tables alone are more: 200 bytes are a header cut short */
+  struct {
+    const char *name, *words;
+    const uint8_t *p;
+    size_t n;
+    int kind; /* 0: the bytes as they are; 1: a grey JPEG; 2: a 40x32 JPEG */
+  } cases[] = {{"zz-cut.jpg", "JPEG", jpg, njpg * 2 / 3, 0}, {"zz-head.jpg", "JPEG", jpg, 200, 0},
+               {"zz-grey.jpg", "channel", NULL, 0, 1},   {"zz-big.jpg", "--size", NULL, 0, 2}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    snprintf(f, sizeof f, "%s/train/1/%s", root, cases[k].name);
+    if (cases[k].kind == 1) write_image(f, IMAGE_JPEG, grey, 32, 32, 1);
+    else if (cases[k].kind == 2) {
+      uint8_t big[40 * 32 * 3];
+      memset(big, 120, sizeof big);
+      write_image(f, IMAGE_JPEG, big, 40, 32, 3);
+    } else write_bytes(f, 0, cases[k].p, cases[k].n);
+    TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &og, &gpu), LAM_ERR_IO);
+    assert_null(gpu);
+    if (!strstr(lam_last_error(), f) || !strstr(lam_last_error(), cases[k].words))
+      fail_msg("%s with nvJPEG: the message does not name the file and '%s': %s", cases[k].name, cases[k].words,
+               lam_last_error());
+    if (cases[k].kind == 0) { /* a damaged file: --skip-bad leaves it out, the rest from the GPU */
+      lam_image_opts sk = {.cache = "", .decoder = LAM_DECODE_GPU, .skip_bad = 1};
+      TU_OK(lam_dataset_load_images(root, 1, &sk, &gpu));
+      assert_true(gpu->n == 24 && sk.skipped == 1 && sk.decoded_gpu == 24);
+      lam_dataset_free(gpu), gpu = NULL;
+    }
+    unlink(f);
+  }
+  free(jpg);
+  lam_dataset_free(cpu);
+}
+
 static void test_fashion_mnist_real(void **state) {
   (void)state;
   const char *root = getenv("LAMINA_DATA_DIR");
@@ -1682,7 +1785,7 @@ int main(void) {
       cmocka_unit_test(test_data_clips),
       cmocka_unit_test(test_image_roundtrip),  cmocka_unit_test(test_image_bad),
       cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),
-      cmocka_unit_test(test_image_folder_errors),
+      cmocka_unit_test(test_image_folder_errors), cmocka_unit_test(test_image_folder_decoders),
   };
   tu_apply_filter();
   return cmocka_run_group_tests_name("data", tests, setup_dir, teardown_dir) ? 1 : 0;

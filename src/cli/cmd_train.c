@@ -36,7 +36,11 @@ typedef struct train_opts {
   double val_split;        /* --val-split F (0: no validation part) */
   const char *save_best, *log;
   int early_stop; /* --early-stop N (0: off) */
-  lam_image_opts images; /* an image folder's --size, --cache, --skip-bad */
+  lam_image_opts images; /* an image folder's --size, --cache, --skip-bad, --decode */
+  int decode_set;        /* --decode given */
+  int folder_cached;     /* out: the training part of an image folder came from its cache */
+  double folder_decode_s; /* out: its decoding seconds, and the files nvJPEG decoded */
+  size_t folder_gpu;
 } train_opts;
 
 
@@ -58,6 +62,9 @@ static void train_usage(FILE *f) {
           "                         DATA/.lamina-cache where it can be made; '' for none)\n"
           "  --skip-bad             leave out image files that cannot be decoded (and count them) instead of\n"
           "                         stopping at the first\n"
+          "  --decode auto|cpu|gpu  where an image folder's JPEG files are decoded: gpu through nvJPEG, cpu through\n"
+          "                         libjpeg on all host threads, auto (default) gpu where the build has nvJPEG and\n"
+          "                         the run uses CUDA\n"
           "  --model SPEC|FILE      a preset (cnn, mlp), layers (grammar below), or a file of them: one layer per\n"
           "                         line or comma-separated, '#' comments (default cnn)\n"
           "  --classes K            classes (default: the largest label + 1)\n"
@@ -118,12 +125,12 @@ static void train_usage(FILE *f) {
 static void eval_usage(FILE *f) {
   fprintf(f,
           "usage: lamina eval --load FILE [--data fashion-mnist|DIR] [--batch B] [--device D] [--threads N]\n"
-          "                   [--size HxW] [--cache DIR] [--skip-bad] [--json]\n"
+          "                   [--size HxW] [--cache DIR] [--skip-bad] [--decode D] [--json]\n"
           "Evaluates a saved model on the test part of the data set: accuracy, loss and the confusion matrix\n"
           "(rows: true class, columns: predicted); for labels per pixel also each class's IoU and the mean IoU.\n"
           "  --load FILE   a checkpoint from lamina train --save (required)\n"
           "  --data        as for train (default fashion-mnist)\n"
-          "  --size, --cache, --skip-bad  an image folder's, as for train\n"
+          "  --size, --cache, --skip-bad, --decode  an image folder's, as for train\n"
           "  --batch B     images per step (default 1000)\n"
           "  --device      auto|cpu|cuda (default auto)\n"
           "  --threads N   OpenMP threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else the\n"
@@ -135,7 +142,7 @@ static void eval_usage(FILE *f) {
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
        O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
-       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT };
+       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -161,7 +168,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"val-split", required_argument, 0, O_VALSPLIT},   {"save-best", required_argument, 0, O_SAVEBEST},
       {"early-stop", required_argument, 0, O_EARLYSTOP}, {"log", required_argument, 0, O_LOG},
       {"size", required_argument, 0, O_SIZE},            {"cache", required_argument, 0, O_CACHE},
-      {"skip-bad", no_argument, 0, O_SKIPBAD},
+      {"skip-bad", no_argument, 0, O_SKIPBAD},       {"decode", required_argument, 0, O_DECODE},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -189,6 +196,13 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       }
       case O_CACHE: o->images.cache = optarg; break;
       case O_SKIPBAD: o->images.skip_bad = 1; break;
+      case O_DECODE:
+        if (!strcmp(optarg, "auto")) o->images.decoder = LAM_DECODE_AUTO;
+        else if (!strcmp(optarg, "cpu")) o->images.decoder = LAM_DECODE_CPU;
+        else if (!strcmp(optarg, "gpu")) o->images.decoder = LAM_DECODE_GPU;
+        else return cli_usage_error(cmd, "--decode: '%s' is not auto, cpu or gpu", optarg);
+        o->decode_set = 1;
+        break;
       case O_MODEL: o->model = optarg, o->model_set = 1; break;
       case O_CLASSES:
         if (cli_parse_int(cmd, "--classes", optarg, 1, 255, &v)) return EXIT_USAGE;
@@ -299,9 +313,11 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     }
   }
   if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-  if ((o->images.h || o->images.cache || o->images.skip_bad) && !lam_dataset_is_image_folder(o->data))
-    return cli_usage_error(cmd, "--size, --cache and --skip-bad are for image folders (DATA/train/CLASS/...), and '%s' "
-                           "is not one", o->data);
+  if ((o->images.h || o->images.cache || o->images.skip_bad || o->decode_set) && !lam_dataset_is_image_folder(o->data))
+    return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/...), "
+                           "and '%s' is not one", o->data);
+  /* auto decodes on the GPU only where the run uses CUDA: a CPU run keeps off the GPU */
+  if (o->device == LAM_DEVICE_CPU && o->images.decoder == LAM_DECODE_AUTO) o->images.decoder = LAM_DECODE_CPU;
   if (is_eval && !o->load) return cli_usage_error(cmd, "--load FILE is required (a checkpoint from lamina train --save)");
   if ((o->save_best || o->early_stop) && !o->val_split)
     return cli_usage_error(cmd, "%s chooses by the validation loss: give --val-split F (e.g. 0.1) too",
@@ -535,6 +551,14 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   bad |= json_object_set_new(root, "lr_schedule", cli_json_str(sched));
   bad |= json_object_set_new(root, "warmup_epochs", json_real(ls.warmup_epochs));
   if (o->val_split) bad |= json_object_set_new(root, "val_split", json_real(o->val_split));
+  if (lam_dataset_is_image_folder(o->data)) { /* the training part's decoding */
+    json_t *f = json_object();
+    bad |= !f;
+    bad |= json_object_set_new(f, "cache_hit", json_boolean(o->folder_cached));
+    bad |= json_object_set_new(f, "decode_s", json_real(o->folder_decode_s));
+    bad |= json_object_set_new(f, "decoded_gpu", json_integer((json_int_t)o->folder_gpu));
+    bad |= json_object_set_new(root, "image_folder", f);
+  }
   for (int i = 0; i < n && !bad; i++) {
     const epoch_row *r = &rows[i];
     json_t *e = json_object();
@@ -619,6 +643,9 @@ int cmd_train(int argc, char **argv) {
   }
   skipped = o.images.skipped;
   const int train_cached = o.images.cache_hit, train_written = o.images.cache_written;
+  const double train_decode_s = o.images.decode_s;
+  const size_t train_gpu = o.images.decoded_gpu;
+  o.folder_cached = train_cached, o.folder_decode_s = train_decode_s, o.folder_gpu = train_gpu;
   if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
     ret = fail("train", "loading the data");
     goto out;
@@ -735,8 +762,14 @@ int cmd_train(int argc, char **argv) {
       char cache[4096];
       snprintf(cache, sizeof cache, o.images.cache ? "%s" : "%s/.lamina-cache", o.images.cache ? o.images.cache : o.data);
       if (train_cached && o.images.cache_hit) printf("  image folder: read from its cache in %s\n", cache);
-      else if (train_written && o.images.cache_written) printf("  image folder: decoded, kept in %s for the next run\n", cache);
-      else printf("  image folder: decoded (not cached)\n");
+      else {
+        char how[160] = "";
+        if (train_decode_s > 0)
+          snprintf(how, sizeof how, " (%.2f s, %.0f files/s; %zu JPEG files by nvJPEG on the GPU)", train_decode_s,
+                   (double)(train->n + skipped) / train_decode_s, train_gpu);
+        if (train_written && o.images.cache_written) printf("  image folder: decoded, kept in %s for the next run%s\n", cache, how);
+        else printf("  image folder: decoded, not cached%s\n", how);
+      }
     }
     if (val) printf("  validation: %zu of the training images (--val-split %g), not trained on\n", val->n, o.val_split);
     if (show_lr) {

@@ -11,6 +11,10 @@
 
 #include "lamina.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define DATA_MAX_N 100000000u  /* 100 M images: far above any real set, low enough to catch garbage */
 #define DATA_MAX_SIDE 4096u
 #define DATA_MAX_FRAMES 255u /* frames of a clip */
@@ -95,10 +99,35 @@ typedef struct data_image {
 int image_formats(void);
 /* Decodes the PNG or JPEG file at path (told by content) into *out; an error names the file. */
 lam_status image_read(const char *path, data_image *out);
+/* image_read in its two steps: the whole file into *buf (malloc'd), then its bytes decoded (path for
+ * messages). */
+lam_status image_file_bytes(const char *path, uint8_t **buf, size_t *len);
+lam_status image_decode(const char *path, const uint8_t *buf, size_t len, data_image *out);
+/* Whether the bytes start as a JPEG does. */
+int image_is_jpeg(const uint8_t *p, size_t n);
+
+/* ---- JPEG on the GPU (src/cuda/jpeg.cu, where the build has nvJPEG) ---- */
+/* A decoder of batches of JPEG files through nvJPEG, on the GPU's JPEG engines where it has them (the
+ * hardware backend), else nvJPEG's default (CUDA) backend. */
+typedef struct gpu_jpeg gpu_jpeg;
+/* Opens one on the current CUDA device; LAM_ERR_NO_DEVICE or LAM_ERR_UNSUPPORTED where it cannot. */
+lam_status gpu_jpeg_open(gpu_jpeg **out);
+void gpu_jpeg_close(gpu_jpeg *g);
+/* The backend in words ("the JPEG engines", "CUDA"), for messages. */
+const char *gpu_jpeg_backend(const gpu_jpeg *g);
+/* Decodes the n streams buf[i] (len[i] bytes) it can take into out[i] (h, w, c interleaved, px malloc'd)
+ * and sets done[i] = 1; a stream it does not take (not c channels, a kind its backend refuses, a header
+ * it cannot parse, or a batch it fails on) keeps done[i] = 0 and out[i] empty, for the CPU's decoder,
+ * which names what is wrong. An error only where the GPU itself fails (memory, a CUDA error). */
+lam_status gpu_jpeg_decode(gpu_jpeg *g, int n, const uint8_t *const *buf, const size_t *len, int c, data_image *out,
+                           int *done);
 /* out (H, W, im->c) = im scaled to cover H x W (its shorter side fitting) and the middle kept: the mean of
  * the covered pixels where it shrinks, bilinear where it grows; a copy at the same size. */
 void image_fit(const data_image *im, int H, int W, uint8_t *out);
 /* Encodes px (h, w, c: 1 or 3) as kind (IMAGE_PNG, or IMAGE_JPEG at quality 90) into *buf (malloc'd). */
 lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_t **buf, size_t *len);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

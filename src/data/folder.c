@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -168,11 +169,46 @@ static uint64_t cache_key(const entries *l, const lam_image_opts *o) {
   return h;
 }
 
+int lam_image_gpu_decode(void) {
+#ifdef LAMINA_WITH_NVJPEG
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+/* Files handed to nvJPEG at a time: large batches keep its engines busy; the bytes of a batch are held at
+ * once (some MB for small images). */
+#define FOLDER_GPU_BATCH 4096
+
+/* Whether nvJPEG gets this file: a JPEG that ends in its end-of-image marker. A file cut short goes to
+ * libjpeg, which says so (nvJPEG would decode what is there). */
+static int gpu_takes(const uint8_t *b, size_t n) {
+  return b && image_is_jpeg(b, n) && n >= 4 && b[n - 2] == 0xff && b[n - 1] == 0xd9;
+}
+
+/* The decoder for JPEG files as o asks, opened once the first JPEG is met (a PNG folder never starts the
+ * GPU). *g stays NULL for the host's decoder; an error only where o asks for the GPU and it cannot be had. */
+static lam_status gpu_for(const lam_image_opts *o, gpu_jpeg **g) {
+  *g = NULL;
+  if (o->decoder == LAM_DECODE_CPU) return LAM_OK;
+#ifdef LAMINA_WITH_NVJPEG
+  lam_status s = gpu_jpeg_open(g);
+  if (s == LAM_OK || o->decoder == LAM_DECODE_AUTO) return LAM_OK; /* auto: the host's decoder where no GPU */
+  return LAM_FAIL(s, "decoding JPEG on the GPU (--decode gpu): %s", lam_last_error());
+#else
+  if (o->decoder == LAM_DECODE_AUTO) return LAM_OK;
+  return LAM_FAIL(LAM_ERR_UNSUPPORTED, "decoding JPEG on the GPU (--decode gpu): this lamina was built without nvJPEG "
+                  "(the CUDA toolkit's libnvjpeg was not found when it was built); use --decode cpu");
+#endif
+}
+
 /* Decodes every file into one (n, H, W, c) array; a file that cannot be decoded is an error naming it, or
  * with skip_bad left out (*kept the images kept, in order). Channels come from the first image, the size
  * from opts or the first image; an image of other channels, or another size without opts' size, is an
- * error naming it and saying what to do. */
-static lam_status decode_all(const char *dir, const entries *l, const lam_image_opts *o, uint8_t **px, int *H, int *W,
+ * error naming it and saying what to do. JPEG files go to nvJPEG in batches where o allows: their bytes
+ * read on all host threads, decoded on the GPU, and fitted on the host as every other image is. */
+static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *o, uint8_t **px, int *H, int *W,
                              int *C, uint8_t **keep, size_t *kept) {
   data_image first;
   size_t f0 = 0;
@@ -193,39 +229,98 @@ static lam_status decode_all(const char *dir, const entries *l, const lam_image_
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory for %zu images of %dx%dx%d", dir, l->n,
                     *C, *H, *W);
   }
+  /* The GPU where o allows and the first file is a JPEG (a set is one format in practice; a PNG folder
+   * never starts the GPU). */
+  gpu_jpeg *g = NULL;
+  int want_gpu = o->decoder != LAM_DECODE_CPU && image_formats() & IMAGE_JPEG;
+  if (want_gpu) {
+    uint8_t *b0 = NULL;
+    size_t n0 = 0;
+    want_gpu = image_file_bytes(l->e[f0].path, &b0, &n0) == LAM_OK && image_is_jpeg(b0, n0);
+    free(b0);
+  }
+  if (want_gpu && (s = gpu_for(o, &g)) != LAM_OK) {
+    free(*px), free(*keep);
+    *px = *keep = NULL;
+    return s;
+  }
+  const size_t batch = g ? FOLDER_GPU_BATCH : (l->n > f0 ? l->n - f0 : 1);
+  uint8_t **bytes = g ? calloc(batch, sizeof *bytes) : NULL;
+  size_t *lens = g ? calloc(batch, sizeof *lens) : NULL;
+  const uint8_t **gin = g ? calloc(batch, sizeof *gin) : NULL;
+  size_t *glen = g ? calloc(batch, sizeof *glen) : NULL, *gat = g ? calloc(batch, sizeof *gat) : NULL;
+  data_image *gout = g ? calloc(batch, sizeof *gout) : NULL, *got = g ? calloc(batch, sizeof *got) : NULL;
+  int *gdone = g ? calloc(batch, sizeof *gdone) : NULL;
+  if (g && (!bytes || !lens || !gin || !glen || !gat || !gout || !got || !gdone))
+    s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory for a batch of files", dir);
   size_t bad_at = (size_t)-1; /* the first file (in order) that failed, for its message */
   lam_status bad_status = LAM_OK;
   char bad_msg[1024] = "";
+  size_t on_gpu = 0;
+  for (size_t a = f0; a < l->n && s == LAM_OK && bad_at == (size_t)-1; a += batch) {
+    const size_t m = l->n - a < batch ? l->n - a : batch;
+    if (g) { /* the batch's bytes on all host threads; nvJPEG takes the JPEGs that end as one should */
 #pragma omp parallel for schedule(dynamic, 16)
-  for (size_t i = 0; i < l->n; i++) {
-    if (i < f0) continue; /* skipped above (skip_bad) */
-    data_image im;
-    lam_status st = image_read(l->e[i].path, &im);
-    if (st == LAM_ERR_IO && o->skip_bad) continue; /* a damaged or unreadable file: left out, counted */
-    if (st == LAM_OK && im.c != *C)
-      st = LAM_FAIL(LAM_ERR_IO, "image file '%s' has %d channel%s, but the set's first image ('%s') has %d: a set is "
-                    "all grey or all colour (convert the odd ones)", l->e[i].path, im.c, im.c == 1 ? "" : "s",
-                    l->e[f0].path, *C);
-    if (st == LAM_OK && !o->h && (im.h != *H || im.w != *W))
-      st = LAM_FAIL(LAM_ERR_IO, "image file '%s' is %dx%d, but the set's first image ('%s') is %dx%d: give --size HxW "
-                    "(size in the API) to fit every image to one size", l->e[i].path, im.w, im.h, l->e[f0].path, *W,
-                    *H);
-    if (st == LAM_OK) {
-      image_fit(&im, *H, *W, *px + i * img);
-      (*keep)[i] = 1;
-    } else {
-#pragma omp critical(folder_bad)
-      if (i < bad_at) { /* lam_last_error is this thread's: its message is this file's */
-        bad_at = i, bad_status = st;
-        snprintf(bad_msg, sizeof bad_msg, "%s", lam_last_error());
+      for (size_t j = 0; j < m; j++)
+        if (image_file_bytes(l->e[a + j].path, &bytes[j], &lens[j]) != LAM_OK) bytes[j] = NULL; /* read again below */
+      int k = 0;
+      for (size_t j = 0; j < m; j++) {
+        got[j] = (data_image){0};
+        if (gpu_takes(bytes[j], lens[j])) gin[k] = bytes[j], glen[k] = lens[j], gat[k++] = j;
       }
+#ifdef LAMINA_WITH_NVJPEG
+      if (k) s = gpu_jpeg_decode(g, k, gin, glen, *C, gout, gdone);
+#else
+      s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "image folder: built without nvJPEG"); /* never: g is NULL in such a build */
+#endif
+      if (s != LAM_OK) {
+        for (size_t j = 0; j < m; j++) free(bytes[j]);
+        break;
+      }
+      for (int q = 0; q < k; q++)
+        if (gdone[q]) got[gat[q]] = gout[q], on_gpu++;
     }
-    free(im.px);
+#pragma omp parallel for schedule(dynamic, 16)
+    for (size_t j = 0; j < m; j++) {
+      const size_t i = a + j;
+      data_image im = {0};
+      lam_status st;
+      if (g && got[j].px) im = got[j], st = LAM_OK;
+      else if (g && bytes[j]) st = image_decode(l->e[i].path, bytes[j], lens[j], &im);
+      else st = image_read(l->e[i].path, &im); /* the host's decoder; or a read that failed, again for its message */
+      if (g) free(bytes[j]);
+      if (st == LAM_ERR_IO && o->skip_bad) continue; /* a damaged or unreadable file: left out, counted */
+      if (st == LAM_OK && im.c != *C)
+        st = LAM_FAIL(LAM_ERR_IO, "image file '%s' has %d channel%s, but the set's first image ('%s') has %d: a set is "
+                      "all grey or all colour (convert the odd ones)", l->e[i].path, im.c, im.c == 1 ? "" : "s",
+                      l->e[f0].path, *C);
+      if (st == LAM_OK && !o->h && (im.h != *H || im.w != *W))
+        st = LAM_FAIL(LAM_ERR_IO, "image file '%s' is %dx%d, but the set's first image ('%s') is %dx%d: give --size HxW "
+                      "(size in the API) to fit every image to one size", l->e[i].path, im.w, im.h, l->e[f0].path, *W,
+                      *H);
+      if (st == LAM_OK) {
+        image_fit(&im, *H, *W, *px + i * img);
+        (*keep)[i] = 1;
+      } else {
+#pragma omp critical(folder_bad)
+        if (i < bad_at) { /* lam_last_error is this thread's: its message is this file's */
+          bad_at = i, bad_status = st;
+          snprintf(bad_msg, sizeof bad_msg, "%s", lam_last_error());
+        }
+      }
+      free(im.px);
+    }
   }
-  if (bad_at != (size_t)-1) {
+  free(bytes), free(lens), free(gin), free(glen), free(gat), free(gout), free(got), free(gdone);
+#ifdef LAMINA_WITH_NVJPEG
+  if (g) gpu_jpeg_close(g);
+#endif
+  o->decoded_gpu = on_gpu;
+  if (s == LAM_OK && bad_at != (size_t)-1) s = LAM_FAIL(bad_status, "%s", bad_msg);
+  if (s != LAM_OK) {
     free(*px), free(*keep);
     *px = *keep = NULL;
-    return LAM_FAIL(bad_status, "%s", bad_msg);
+    return s;
   }
   size_t k = 0; /* the kept images moved together, in order */
   for (size_t i = 0; i < l->n; i++)
@@ -298,7 +393,9 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   LAM_CHECK_ARG((o->h == 0) == (o->w == 0) && o->h >= 0 && o->w >= 0 && o->h <= (int)DATA_MAX_SIDE &&
                     o->w <= (int)DATA_MAX_SIDE,
                 "lam_image_opts: size %dx%d (both 0, or 1 to %u)", o->w, o->h, DATA_MAX_SIDE);
-  o->skipped = 0, o->cache_hit = o->cache_written = 0;
+  LAM_CHECK_ARG(o->decoder >= LAM_DECODE_AUTO && o->decoder <= LAM_DECODE_GPU,
+                "lam_image_opts: decoder %d (LAM_DECODE_AUTO, LAM_DECODE_CPU or LAM_DECODE_GPU)", o->decoder);
+  o->skipped = 0, o->cache_hit = o->cache_written = 0, o->decoded_gpu = 0, o->decode_s = 0;
   entries l;
   char **classes;
   size_t nclasses;
@@ -323,7 +420,11 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   uint8_t *px = NULL, *keep = NULL;
   int H = 0, W = 0, C = 0;
   size_t n = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   s = decode_all(dir, &l, o, &px, &H, &W, &C, &keep, &n);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  o->decode_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   lam_dataset *d = NULL;
   if (s == LAM_OK) {
     o->skipped = l.n - n;

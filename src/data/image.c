@@ -52,8 +52,9 @@ static int is_png(const uint8_t *p, size_t n) {
 }
 static int is_jpeg(const uint8_t *p, size_t n) { return n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff; }
 
-/* The whole file in memory. */
-static lam_status read_file(const char *path, uint8_t **buf, size_t *len) {
+int image_is_jpeg(const uint8_t *p, size_t n) { return is_jpeg(p, n); }
+
+lam_status image_file_bytes(const char *path, uint8_t **buf, size_t *len) {
   *buf = NULL, *len = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return LAM_FAIL(LAM_ERR_IO, "image file '%s': cannot open it: %s", path, strerror(errno));
@@ -189,30 +190,34 @@ static lam_status read_jpeg(const char *path, const uint8_t *buf, size_t len, da
 }
 #endif
 
+lam_status image_decode(const char *path, const uint8_t *buf, size_t len, data_image *out) {
+  memset(out, 0, sizeof *out);
+  if (is_png(buf, len)) {
+#ifdef LAMINA_WITH_PNG
+    return read_png(path, buf, len, out);
+#else
+    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "image file '%s' is a PNG, and this lamina was built without libpng: install "
+                    "libpng-dev (make deps does) and build again", path);
+#endif
+  }
+  if (is_jpeg(buf, len)) {
+#ifdef LAMINA_WITH_JPEG
+    return read_jpeg(path, buf, len, out);
+#else
+    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "image file '%s' is a JPEG, and this lamina was built without libjpeg: install "
+                    "libjpeg62-turbo-dev (make deps does) and build again", path);
+#endif
+  }
+  return LAM_FAIL(LAM_ERR_IO, "image file '%s': %s", path,
+                  len == 0 ? "the file is empty" : "neither PNG nor JPEG (its first bytes are neither format's)");
+}
+
 lam_status image_read(const char *path, data_image *out) {
   memset(out, 0, sizeof *out);
   uint8_t *buf;
   size_t len;
-  LAM_TRY(read_file(path, &buf, &len));
-  lam_status s;
-  if (is_png(buf, len)) {
-#ifdef LAMINA_WITH_PNG
-    s = read_png(path, buf, len, out);
-#else
-    s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "image file '%s' is a PNG, and this lamina was built without libpng: install "
-                 "libpng-dev (make deps does) and build again", path);
-#endif
-  } else if (is_jpeg(buf, len)) {
-#ifdef LAMINA_WITH_JPEG
-    s = read_jpeg(path, buf, len, out);
-#else
-    s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "image file '%s' is a JPEG, and this lamina was built without libjpeg: install "
-                 "libjpeg62-turbo-dev (make deps does) and build again", path);
-#endif
-  } else {
-    s = LAM_FAIL(LAM_ERR_IO, "image file '%s': %s", path,
-                 len == 0 ? "the file is empty" : "neither PNG nor JPEG (its first bytes are neither format's)");
-  }
+  LAM_TRY(image_file_bytes(path, &buf, &len));
+  lam_status s = image_decode(path, buf, len, out);
   free(buf);
   return s;
 }
