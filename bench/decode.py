@@ -25,6 +25,10 @@ ap.add_argument("--batch", type=int, default=256)
 ap.add_argument("--workers", default="8,16")
 ap.add_argument("--json")
 ap.add_argument("--keep", help="make the folder here and keep it")
+ap.add_argument("--sides", default="64,128,256,512",
+                help="also decode folders of larger JPEGs (the first --big-n training images scaled to SxS by PIL, "
+                     "quality 90), lamina libjpeg against nvJPEG: where --decode auto turns to the GPU")
+ap.add_argument("--big-n", type=int, default=4000)
 a = ap.parse_args()
 
 
@@ -40,6 +44,13 @@ def run(cmd, env=None):
         say(f"  $ {' '.join(cmd)}\n    failed: {p.stderr[-1500:]}")
         return None, wall
     return p.stdout, wall
+
+
+def _scale(job):
+    from PIL import Image
+    src, dst, side = job
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    Image.open(src).convert("RGB").resize((side, side), Image.BICUBIC).save(dst, quality=90)
 
 
 def lamina_epoch(data, extra, env=None):
@@ -159,6 +170,43 @@ for rep in range(2):  # the first pass starts nvJPEG
 res["torch"]["decode_jpeg on the GPU, decode only"] = dict(seconds=s, ips=len(datas) / s)
 say(f"  {'torchvision decode_jpeg(cuda), decode only':40s} {s:.3f} s  {len(datas) / s:.0f} images/s (second pass, "
     "files read beforehand)")
+
+def scaled_folder(side):
+    """The first big_n training images of the JPEG folder scaled to side x side (bicubic), in the same layout."""
+    from concurrent.futures import ProcessPoolExecutor
+    out = os.path.join(root, f"big{side}")
+    jobs = [(p, os.path.join(out, "train", os.path.basename(os.path.dirname(p)), os.path.basename(p)), side)
+            for p, _ in ds.samples[:a.big_n]]
+    jobs += [(p, d.replace(os.sep + "train" + os.sep, os.sep + "test" + os.sep), side) for p, d, _ in jobs[:200]]
+    with ProcessPoolExecutor() as ex:
+        list(ex.map(_scale, jobs, chunksize=64))
+    return out
+
+
+say("== larger JPEGs: libjpeg (host threads) against nvJPEG, decode only (the training part; --size 32x32)")
+res["sides"] = {}
+for side in [int(x) for x in a.sides.split(",") if x]:
+    big = scaled_folder(side)
+    row = {}
+    for name, extra, env in (("libjpeg", ["--decode", "cpu"], None), ("nvJPEG engines", ["--decode", "gpu"], None),
+                             ("nvJPEG CUDA", ["--decode", "gpu"], dict(os.environ, LAMINA_NVJPEG="cuda"))):
+        r = lamina_epoch(big, ["--cache", "", "--size", "32x32", *extra], env)
+        if r:
+            row[name] = dict(decode_s=r["decode_s"], ips=a.big_n / r["decode_s"], decoded_gpu=r["decoded_gpu"])
+    datas = [torchvision.io.read_file(os.path.join(big, "train", os.path.basename(os.path.dirname(p)),
+                                                   os.path.basename(p))) for p, _ in ds.samples[:a.big_n]]
+    for rep in range(2):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for i in range(0, len(datas), a.batch):
+            torchvision.io.decode_jpeg(datas[i:i + a.batch], device="cuda")
+        torch.cuda.synchronize()
+        s = time.perf_counter() - t
+    row["torchvision decode_jpeg(cuda)"] = dict(decode_s=s, ips=len(datas) / s)
+    res["sides"][side] = row
+    say(f"  {side}x{side}: " + ", ".join(f"{k} {v['ips']:.0f}/s" + (f" ({v['decoded_gpu']} on the GPU)" if "decoded_gpu" in v
+                                          and k != "libjpeg" else "") for k, v in row.items()))
+    shutil.rmtree(big, ignore_errors=True)
 
 say("== summary")
 lam = res.get("lamina", {})

@@ -48,10 +48,17 @@ static lam_status list(const char *dir, int folders, char ***names, size_t *coun
   lam_status s = LAM_OK;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     if (e->d_name[0] == '.') continue; /* ., .., hidden files and the cache */
-    char full[PATH_MAX];
-    struct stat st;
-    if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= sizeof full || stat(full, &st) != 0) continue;
-    if (folders ? !S_ISDIR(st.st_mode) : !(S_ISREG(st.st_mode) && lam_image_file_name(e->d_name))) continue;
+    if (!folders && !lam_image_file_name(e->d_name)) continue;
+    /* the entry's type from the listing where the file system gives it (a stat per file costs a cached run
+     * a third of its start on 70 000 files); a link or an unknown type is looked up */
+    int is_dir = e->d_type == DT_DIR, is_reg = e->d_type == DT_REG;
+    if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
+      char full[PATH_MAX];
+      struct stat st;
+      if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= sizeof full || stat(full, &st) != 0) continue;
+      is_dir = S_ISDIR(st.st_mode), is_reg = S_ISREG(st.st_mode);
+    }
+    if (folders ? !is_dir : !is_reg) continue;
     if (n == cap) {
       cap = cap ? 2 * cap : 64;
       char **t = realloc(v, cap * sizeof *v);
