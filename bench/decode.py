@@ -29,6 +29,7 @@ ap.add_argument("--sides", default="64,128,256,512",
                 help="also decode folders of larger JPEGs (the first --big-n training images scaled to SxS by PIL, "
                      "quality 90), lamina libjpeg against nvJPEG: where --decode auto turns to the GPU")
 ap.add_argument("--big-n", type=int, default=4000)
+ap.add_argument("--parts", default="main,sides", help="main (the 28x28 folder: epochs, cache, DataLoader), sides")
 a = ap.parse_args()
 
 
@@ -78,41 +79,43 @@ if not os.path.isdir(folder):
     say(out.strip().splitlines()[-1], f"({time.perf_counter() - t:.1f} s)")
 say(f"JPEG folder {folder}: {a.n} training, {a.test} test images; batch {a.batch}")
 
-say("== lamina: a decoding epoch (decode the training part, then train one epoch)")
-for name, extra, env in (("libjpeg (host threads)", ["--decode", "cpu"], None),
-                         ("nvJPEG, JPEG engines", ["--decode", "gpu"], None),
-                         ("nvJPEG, CUDA backend", ["--decode", "gpu"], dict(os.environ, LAMINA_NVJPEG="cuda"))):
-    r = lamina_epoch(folder, ["--cache", "", *extra], env)
-    if r is None:
-        continue
-    r["decode_ips"] = a.n / r["decode_s"]
-    r["epoch_ips"] = a.n / (r["decode_s"] + r["epoch_s"])
-    res.setdefault("lamina", {})[name] = r
-    say(f"  {name:24s} decode {r['decode_s']:.3f} s ({r['decode_ips']:.0f}/s, {r['decoded_gpu']} by nvJPEG)  "
-        f"train {r['epoch_s']:.3f} s  decoding epoch {r['epoch_ips']:.0f} images/s  acc {100 * r['acc']:.2f}%")
+MAIN = "main" in a.parts.split(",")
+if MAIN:
+    say("== lamina: a decoding epoch (decode the training part, then train one epoch)")
+    for name, extra, env in (("libjpeg (host threads)", ["--decode", "cpu"], None),
+                             ("nvJPEG, JPEG engines", ["--decode", "gpu"], None),
+                             ("nvJPEG, CUDA backend", ["--decode", "gpu"], dict(os.environ, LAMINA_NVJPEG="cuda"))):
+        r = lamina_epoch(folder, ["--cache", "", *extra], env)
+        if r is None:
+            continue
+        r["decode_ips"] = a.n / r["decode_s"]
+        r["epoch_ips"] = a.n / (r["decode_s"] + r["epoch_s"])
+        res.setdefault("lamina", {})[name] = r
+        say(f"  {name:24s} decode {r['decode_s']:.3f} s ({r['decode_ips']:.0f}/s, {r['decoded_gpu']} by nvJPEG)  "
+            f"train {r['epoch_s']:.3f} s  decoding epoch {r['epoch_ips']:.0f} images/s  acc {100 * r['acc']:.2f}%")
 
-say("== lamina: a cached epoch against an IDX-resident one")
-cache = os.path.join(root, "cache")
-shutil.rmtree(cache, ignore_errors=True)
-first = lamina_epoch(folder, ["--cache", cache])
-cached = lamina_epoch(folder, ["--cache", cache])
-idxdir = os.path.join(root, "idx")
-os.makedirs(idxdir, exist_ok=True)
-for f in os.listdir(cache):  # train-<key>-images-idx4-ubyte -> train-images-idx4-ubyte
-    part, _, rest = f.partition("-")
-    name = part + "-" + rest.split("-", 1)[1]
-    dst = os.path.join(idxdir, name)
-    if os.path.lexists(dst):
-        os.unlink(dst)
-    os.symlink(os.path.join(cache, f), dst)
-resident = lamina_epoch(idxdir, [])
-if first and cached and resident:
-    res["cached"] = dict(first=first, cached=cached, idx=resident, epoch_ratio=cached["epoch_s"] / resident["epoch_s"],
-                         wall_ratio=cached["wall_s"] / resident["wall_s"])
-    say(f"  first run (decode, write the cache)  wall {first['wall_s']:.2f} s  epoch {first['epoch_s']:.3f} s")
-    say(f"  cached run (hit: {cached['cache_hit']})              wall {cached['wall_s']:.2f} s  epoch {cached['epoch_s']:.3f} s")
-    say(f"  IDX folder                            wall {resident['wall_s']:.2f} s  epoch {resident['epoch_s']:.3f} s")
-    say(f"  cached / IDX: epoch {res['cached']['epoch_ratio']:.3f}x, wall {res['cached']['wall_ratio']:.3f}x")
+    say("== lamina: a cached epoch against an IDX-resident one")
+    cache = os.path.join(root, "cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    first = lamina_epoch(folder, ["--cache", cache])
+    cached = lamina_epoch(folder, ["--cache", cache])
+    idxdir = os.path.join(root, "idx")
+    os.makedirs(idxdir, exist_ok=True)
+    for f in os.listdir(cache):  # train-<key>-images-idx4-ubyte -> train-images-idx4-ubyte
+        part, _, rest = f.partition("-")
+        name = part + "-" + rest.split("-", 1)[1]
+        dst = os.path.join(idxdir, name)
+        if os.path.lexists(dst):
+            os.unlink(dst)
+        os.symlink(os.path.join(cache, f), dst)
+    resident = lamina_epoch(idxdir, [])
+    if first and cached and resident:
+        res["cached"] = dict(first=first, cached=cached, idx=resident, epoch_ratio=cached["epoch_s"] / resident["epoch_s"],
+                             wall_ratio=cached["wall_s"] / resident["wall_s"])
+        say(f"  first run (decode, write the cache)  wall {first['wall_s']:.2f} s  epoch {first['epoch_s']:.3f} s")
+        say(f"  cached run (hit: {cached['cache_hit']})              wall {cached['wall_s']:.2f} s  epoch {cached['epoch_s']:.3f} s")
+        say(f"  IDX folder                            wall {resident['wall_s']:.2f} s  epoch {resident['epoch_s']:.3f} s")
+        say(f"  cached / IDX: epoch {res['cached']['epoch_ratio']:.3f}x, wall {res['cached']['wall_ratio']:.3f}x")
 
 say("== PyTorch")
 import torch  # noqa: E402
@@ -135,7 +138,7 @@ def net():
 
 
 res["torch"] = {}
-for w in [int(x) for x in a.workers.split(",")]:
+for w in [] if not MAIN else [int(x) for x in a.workers.split(",")]:
     for train in (True, False):
         dl = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=w, pin_memory=True,
                                          drop_last=False)
@@ -158,43 +161,45 @@ for w in [int(x) for x in a.workers.split(",")]:
         say(f"  {key:40s} {s:.3f} s  {seen / s:.0f} images/s")
         del dl
 
-files = [p for p, _ in ds.samples]
+files = [p for p, _ in ds.samples] if MAIN else []
 datas = [torchvision.io.read_file(p) for p in files]
-for rep in range(2):  # the first pass starts nvJPEG
+for rep in range(2 if MAIN else 0):  # the first pass starts nvJPEG
     torch.cuda.synchronize()
     t = time.perf_counter()
     for i in range(0, len(datas), a.batch):
         torchvision.io.decode_jpeg(datas[i:i + a.batch], device="cuda")
     torch.cuda.synchronize()
     s = time.perf_counter() - t
-res["torch"]["decode_jpeg on the GPU, decode only"] = dict(seconds=s, ips=len(datas) / s)
-say(f"  {'torchvision decode_jpeg(cuda), decode only':40s} {s:.3f} s  {len(datas) / s:.0f} images/s (second pass, "
-    "files read beforehand)")
+if MAIN:
+    res["torch"]["decode_jpeg on the GPU, decode only"] = dict(seconds=s, ips=len(datas) / s)
+    say(f"  {'torchvision decode_jpeg(cuda), decode only':40s} {s:.3f} s  {len(datas) / s:.0f} images/s (second pass, "
+        "files read beforehand)")
 
 def scaled_folder(side):
     """The first big_n training images of the JPEG folder scaled to side x side (bicubic), in the same layout."""
     from concurrent.futures import ProcessPoolExecutor
     out = os.path.join(root, f"big{side}")
     jobs = [(p, os.path.join(out, "train", os.path.basename(os.path.dirname(p)), os.path.basename(p)), side)
-            for p, _ in ds.samples[:a.big_n]]
+            for p, _ in spread]
     jobs += [(p, d.replace(os.sep + "train" + os.sep, os.sep + "test" + os.sep), side) for p, d, _ in jobs[:200]]
     with ProcessPoolExecutor() as ex:
         list(ex.map(_scale, jobs, chunksize=64))
     return out
 
 
+spread = ds.samples[::max(1, len(ds.samples) // a.big_n)][:a.big_n]  # every class (samples are in class order)
 say("== larger JPEGs: libjpeg (host threads) against nvJPEG, decode only (the training part; --size 32x32)")
 res["sides"] = {}
-for side in [int(x) for x in a.sides.split(",") if x]:
+for side in [int(x) for x in a.sides.split(",") if x] if "sides" in a.parts.split(",") else []:
     big = scaled_folder(side)
     row = {}
     for name, extra, env in (("libjpeg", ["--decode", "cpu"], None), ("nvJPEG engines", ["--decode", "gpu"], None),
                              ("nvJPEG CUDA", ["--decode", "gpu"], dict(os.environ, LAMINA_NVJPEG="cuda"))):
-        r = lamina_epoch(big, ["--cache", "", "--size", "32x32", *extra], env)
+        r = lamina_epoch(big, ["--cache", "", "--size", "32x32", "--classes", "10", *extra], env)
         if r:
             row[name] = dict(decode_s=r["decode_s"], ips=a.big_n / r["decode_s"], decoded_gpu=r["decoded_gpu"])
     datas = [torchvision.io.read_file(os.path.join(big, "train", os.path.basename(os.path.dirname(p)),
-                                                   os.path.basename(p))) for p, _ in ds.samples[:a.big_n]]
+                                                   os.path.basename(p))) for p, _ in spread]
     for rep in range(2):
         torch.cuda.synchronize()
         t = time.perf_counter()
