@@ -1708,7 +1708,32 @@ static void test_image_folder_decoders(void **state) {
   }
   print_message("nvJPEG against libjpeg: mean |difference| %.3f, largest %d (of 255)\n", sum / px, worst);
   assert_true(sum / px < 2.0); /* IDCT and chroma upsampling are the decoders' own; the pictures are one */
-  lam_dataset_free(gpu), gpu = NULL;
+  /* fitted to another size: on the GPU by the host's arithmetic (fit.h), so as near as the decoded images are */
+  lam_dataset *fc = NULL, *fg = NULL;
+  lam_image_opts fo_c = {.h = 20, .w = 44, .cache = "", .decoder = LAM_DECODE_CPU};
+  lam_image_opts fo_g = {.h = 20, .w = 44, .cache = "", .decoder = LAM_DECODE_GPU};
+  TU_OK(lam_dataset_load_images(root, 1, &fo_c, &fc));
+  TU_OK(lam_dataset_load_images(root, 1, &fo_g, &fg));
+  assert_true(fg->n == 24 && fg->h == 20 && fg->w == 44 && fo_g.decoded_gpu == 24);
+  const size_t fpx = 24 * 3 * 20 * 44;
+  double fsum = 0;
+  for (size_t i = 0; i < fpx; i++) fsum += abs((int)fg->images[i] - (int)fc->images[i]);
+  print_message("fitted to 20x44: mean |difference| %.3f\n", fsum / fpx);
+  assert_true(fsum / fpx < 2.0);
+  /* and the GPU's fit is the host's, bit for bit: nvJPEG's own 32x32 images fitted by image_fit */
+  uint8_t hwc[32 * 32 * 3], want[20 * 44 * 3];
+  for (size_t i = 0; i < 24; i++) {
+    for (int p = 0; p < 32 * 32; p++)
+      for (int q = 0; q < 3; q++) hwc[p * 3 + q] = gpu->images[(i * 3 + q) * 32 * 32 + p];
+    data_image im = {32, 32, 3, hwc};
+    image_fit(&im, 20, 44, want);
+    for (int p = 0; p < 20 * 44; p++)
+      for (int q = 0; q < 3; q++)
+        if (fg->images[(i * 3 + q) * 20 * 44 + p] != want[p * 3 + q])
+          fail_msg("image %zu pixel %d channel %d: the GPU's fit %d, the host's %d", i, p, q,
+                   fg->images[(i * 3 + q) * 20 * 44 + p], want[p * 3 + q]);
+  }
+  lam_dataset_free(fc), lam_dataset_free(fg), lam_dataset_free(gpu), gpu = NULL;
   /* bad files, decoded with the GPU asked for: each an error naming the file, or skipped and counted */
   uint8_t *jpg;
   size_t njpg;

@@ -115,12 +115,13 @@ lam_status gpu_jpeg_open(gpu_jpeg **out);
 void gpu_jpeg_close(gpu_jpeg *g);
 /* The backend in words ("the JPEG engines", "CUDA"), for messages. */
 const char *gpu_jpeg_backend(const gpu_jpeg *g);
-/* Decodes the n streams buf[i] (len[i] bytes) it can take into out[i] (h, w, c interleaved, px malloc'd)
- * and sets done[i] = 1; a stream it does not take (not c channels, a kind its backend refuses, a header
- * it cannot parse, or a batch it fails on) keeps done[i] = 0 and out[i] empty, for the CPU's decoder,
- * which names what is wrong. An error only where the GPU itself fails (memory, a CUDA error). */
-lam_status gpu_jpeg_decode(gpu_jpeg *g, int n, const uint8_t *const *buf, const size_t *len, int c, data_image *out,
-                           int *done);
+/* Decodes the n streams buf[i] (len[i] bytes) it can take, each fitted to H x W as image_fit does (fit = 1;
+ * with fit = 0 only those of H x W are taken), into dst[i] (H * W * c bytes, interleaved) and sets done[i] = 1;
+ * a stream it does not take (not c channels, another size without fit, a kind its backend refuses, a header
+ * it cannot parse, or a batch it fails on) keeps done[i] = 0, for the host's decoder, which names what is
+ * wrong. An error only where the GPU itself fails (memory, a CUDA error). */
+lam_status gpu_jpeg_decode(gpu_jpeg *g, int n, const uint8_t *const *buf, const size_t *len, int c, int H, int W,
+                           int fit, uint8_t *const *dst, int *done);
 /* out (H, W, im->c) = im scaled to cover H x W (its shorter side fitting) and the middle kept: the mean of
  * the covered pixels where it shrinks, bilinear where it grows; a copy at the same size. */
 void image_fit(const data_image *im, int H, int W, uint8_t *out);

@@ -214,7 +214,7 @@ static lam_status gpu_for(const lam_image_opts *o, gpu_jpeg **g) {
  * with skip_bad left out (*kept the images kept, in order). Channels come from the first image, the size
  * from opts or the first image; an image of other channels, or another size without opts' size, is an
  * error naming it and saying what to do. JPEG files go to nvJPEG in batches where o allows: their bytes
- * read on all host threads, decoded on the GPU, and fitted on the host as every other image is. */
+ * read on all host threads, decoded and fitted (fit.h, as the host fits) on the GPU, straight into place. */
 static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *o, uint8_t **px, int *H, int *W,
                              int *C, uint8_t **keep, size_t *kept) {
   data_image first;
@@ -256,9 +256,9 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
   size_t *lens = g ? calloc(batch, sizeof *lens) : NULL;
   const uint8_t **gin = g ? calloc(batch, sizeof *gin) : NULL;
   size_t *glen = g ? calloc(batch, sizeof *glen) : NULL, *gat = g ? calloc(batch, sizeof *gat) : NULL;
-  data_image *gout = g ? calloc(batch, sizeof *gout) : NULL, *got = g ? calloc(batch, sizeof *got) : NULL;
-  int *gdone = g ? calloc(batch, sizeof *gdone) : NULL;
-  if (g && (!bytes || !lens || !gin || !glen || !gat || !gout || !got || !gdone))
+  uint8_t **gdst = g ? calloc(batch, sizeof *gdst) : NULL;
+  int *gdone = g ? calloc(batch, sizeof *gdone) : NULL, *ongpu = g ? calloc(batch, sizeof *ongpu) : NULL;
+  if (g && (!bytes || !lens || !gin || !glen || !gat || !gdst || !gdone || !ongpu))
     s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory for a batch of files", dir);
   size_t bad_at = (size_t)-1; /* the first file (in order) that failed, for its message */
   lam_status bad_status = LAM_OK;
@@ -272,11 +272,12 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
         if (image_file_bytes(l->e[a + j].path, &bytes[j], &lens[j]) != LAM_OK) bytes[j] = NULL; /* read again below */
       int k = 0;
       for (size_t j = 0; j < m; j++) {
-        got[j] = (data_image){0};
-        if (gpu_takes(bytes[j], lens[j])) gin[k] = bytes[j], glen[k] = lens[j], gat[k++] = j;
+        ongpu[j] = 0;
+        if (gpu_takes(bytes[j], lens[j]))
+          gin[k] = bytes[j], glen[k] = lens[j], gdst[k] = *px + (a + j) * img, gat[k++] = j;
       }
 #ifdef LAMINA_WITH_NVJPEG
-      if (k) s = gpu_jpeg_decode(g, k, gin, glen, *C, gout, gdone);
+      if (k) s = gpu_jpeg_decode(g, k, gin, glen, *C, *H, *W, o->h != 0, gdst, gdone);
 #else
       s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "image folder: built without nvJPEG"); /* never: g is NULL in such a build */
 #endif
@@ -285,15 +286,19 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
         break;
       }
       for (int q = 0; q < k; q++)
-        if (gdone[q]) got[gat[q]] = gout[q], on_gpu++;
+        if (gdone[q]) ongpu[gat[q]] = 1, on_gpu++;
     }
 #pragma omp parallel for schedule(dynamic, 16)
     for (size_t j = 0; j < m; j++) {
       const size_t i = a + j;
       data_image im = {0};
       lam_status st;
-      if (g && got[j].px) im = got[j], st = LAM_OK;
-      else if (g && bytes[j]) st = image_decode(l->e[i].path, bytes[j], lens[j], &im);
+      if (g && ongpu[j]) { /* decoded and fitted into its place by nvJPEG's path */
+        free(bytes[j]);
+        (*keep)[i] = 1;
+        continue;
+      }
+      if (g && bytes[j]) st = image_decode(l->e[i].path, bytes[j], lens[j], &im);
       else st = image_read(l->e[i].path, &im); /* the host's decoder; or a read that failed, again for its message */
       if (g) free(bytes[j]);
       if (st == LAM_ERR_IO && o->skip_bad) continue; /* a damaged or unreadable file: left out, counted */
@@ -318,7 +323,7 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
       free(im.px);
     }
   }
-  free(bytes), free(lens), free(gin), free(glen), free(gat), free(gout), free(got), free(gdone);
+  free(bytes), free(lens), free(gin), free(glen), free(gat), free(gdst), free(gdone), free(ongpu);
 #ifdef LAMINA_WITH_NVJPEG
   if (g) gpu_jpeg_close(g);
 #endif

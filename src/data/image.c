@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "data.h"
+#include "fit.h"
 #include "../internal.h"
 #include "../status.h"
 
@@ -222,51 +223,17 @@ lam_status image_read(const char *path, data_image *out) {
   return s;
 }
 
-/* One output sample of channel q at (y, x) of the scaled image: bilinear where the scale grows the image;
- * the mean of the source pixels the output pixel covers where it shrinks it. */
-static uint8_t sample(const data_image *im, double scale, double sy, double sx, int q) {
-  const int c = im->c;
-  if (scale >= 1.0) {
-    double fy = (sy + 0.5) / scale - 0.5, fx = (sx + 0.5) / scale - 0.5;
-    if (fy < 0) fy = 0;
-    if (fx < 0) fx = 0;
-    int y0 = (int)fy, x0 = (int)fx;
-    if (y0 > im->h - 1) y0 = im->h - 1;
-    if (x0 > im->w - 1) x0 = im->w - 1;
-    const int y1 = y0 + 1 < im->h ? y0 + 1 : y0, x1 = x0 + 1 < im->w ? x0 + 1 : x0;
-    const double ay = fy - y0 > 1 ? 1 : fy - y0, ax = fx - x0 > 1 ? 1 : fx - x0;
-    const uint8_t *p = im->px;
-    const double v = (1 - ay) * ((1 - ax) * p[((size_t)y0 * im->w + x0) * c + q] + ax * p[((size_t)y0 * im->w + x1) * c + q]) +
-                     ay * ((1 - ax) * p[((size_t)y1 * im->w + x0) * c + q] + ax * p[((size_t)y1 * im->w + x1) * c + q]);
-    return (uint8_t)(v + 0.5);
-  }
-  /* the footprint [sy, sy + 1) x [sx, sx + 1) in the source is [sy / scale, (sy + 1) / scale) ... */
-  int ya = (int)ceil(sy / scale - 0.5), yb = (int)ceil((sy + 1) / scale - 0.5);
-  int xa = (int)ceil(sx / scale - 0.5), xb = (int)ceil((sx + 1) / scale - 0.5);
-  if (ya < 0) ya = 0;
-  if (xa < 0) xa = 0;
-  if (yb > im->h) yb = im->h;
-  if (xb > im->w) xb = im->w;
-  if (yb <= ya) yb = ya + 1 <= im->h ? ya + 1 : ya, ya = yb - 1;
-  if (xb <= xa) xb = xa + 1 <= im->w ? xa + 1 : xa, xa = xb - 1;
-  unsigned long sum = 0;
-  for (int y = ya; y < yb; y++)
-    for (int x = xa; x < xb; x++) sum += im->px[((size_t)y * im->w + x) * c + q];
-  const unsigned long cnt = (unsigned long)(yb - ya) * (unsigned long)(xb - xa);
-  return (uint8_t)((sum + cnt / 2) / cnt);
-}
-
 void image_fit(const data_image *im, int H, int W, uint8_t *out) {
   if (im->h == H && im->w == W) {
     memcpy(out, im->px, (size_t)H * W * im->c);
     return;
   }
-  const double sy = (double)H / im->h, sx = (double)W / im->w, scale = sy > sx ? sy : sx;
-  /* the scaled image covers H x W; its middle H x W is kept */
-  const double oy = (im->h * scale - H) / 2, ox = (im->w * scale - W) / 2;
+  double scale, oy, ox;
+  fit_geometry(im->h, im->w, H, W, &scale, &oy, &ox);
   for (int y = 0; y < H; y++)
     for (int x = 0; x < W; x++)
-      for (int q = 0; q < im->c; q++) out[((size_t)y * W + x) * im->c + q] = sample(im, scale, y + oy, x + ox, q);
+      for (int q = 0; q < im->c; q++)
+        out[((size_t)y * W + x) * im->c + q] = fit_sample(im->px, im->h, im->w, im->c, scale, y + oy, x + ox, q);
 }
 
 lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_t **buf, size_t *len) {
