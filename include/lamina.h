@@ -267,9 +267,9 @@ typedef struct lam_image_opts {
   size_t skipped;    /* out: files left out */
   int cache_hit;     /* out: 1 when the part came from the cache */
   int cache_written; /* out: 1 when the decoded part was written to the cache */
-  int decoder;       /* JPEG decoding: LAM_DECODE_AUTO (0: nvJPEG on the GPU where this build has it and a CUDA
-                      * device is present, else the host's libjpeg), LAM_DECODE_CPU, LAM_DECODE_GPU (nvJPEG, an
-                      * error where it cannot be had) */
+  int decoder;       /* JPEG decoding: LAM_DECODE_AUTO (0) and LAM_DECODE_CPU: libjpeg on all host threads (the
+                      * faster on every set measured, BENCHMARKS.md); LAM_DECODE_GPU: nvJPEG (an error where this
+                      * build lacks it or no CUDA device is present) */
   size_t decoded_gpu; /* out: files decoded by nvJPEG (the rest on the host: PNG, and what nvJPEG did not take) */
   double decode_s;    /* out: seconds spent reading and decoding the files (0 on a cache hit) */
 } lam_image_opts;
@@ -336,7 +336,7 @@ void lam_dataset_free(lam_dataset *d); /* NULL is fine */
  * host threads; grey (1 channel) or colour (3; alpha composited onto black) as the part's first image is —
  * another channel count is an error naming the file. A damaged, truncated or unreadable file is an error
  * naming it (LAM_ERR_IO), or with skip_bad left out. JPEG files go to nvJPEG in batches where opts->decoder
- * allows (what it does not take, or cannot decode, to libjpeg, whose messages name the file). The decoded part is cached as two IDX files under a key
+ * asks (what it does not take, or cannot decode, to libjpeg, whose messages name the file). The decoded part is cached as two IDX files under a key
  * of every file's path, class, size and modification time and the options: a later load of unchanged files
  * reads them instead (cache_hit), and the other keys' files of the part are removed. opts may be NULL. */
 lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *opts, lam_dataset **out);

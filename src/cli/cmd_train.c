@@ -62,9 +62,9 @@ static void train_usage(FILE *f) {
           "                         DATA/.lamina-cache where it can be made; '' for none)\n"
           "  --skip-bad             leave out image files that cannot be decoded (and count them) instead of\n"
           "                         stopping at the first\n"
-          "  --decode auto|cpu|gpu  where an image folder's JPEG files are decoded: gpu through nvJPEG, cpu through\n"
-          "                         libjpeg on all host threads, auto (default) gpu where the build has nvJPEG and\n"
-          "                         the run uses CUDA\n"
+          "  --decode auto|cpu|gpu  where an image folder's JPEG files are decoded: cpu through libjpeg on all host\n"
+          "                         threads, gpu through nvJPEG (where the build has it); auto (default): cpu, the\n"
+          "                         faster on every set measured\n"
           "  --model SPEC|FILE      a preset (cnn, mlp), layers (grammar below), or a file of them: one layer per\n"
           "                         line or comma-separated, '#' comments (default cnn)\n"
           "  --classes K            classes (default: the largest label + 1)\n"
@@ -316,8 +316,6 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   if ((o->images.h || o->images.cache || o->images.skip_bad || o->decode_set) && !lam_dataset_is_image_folder(o->data))
     return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/...), "
                            "and '%s' is not one", o->data);
-  /* auto decodes on the GPU only where the run uses CUDA: a CPU run keeps off the GPU */
-  if (o->device == LAM_DEVICE_CPU && o->images.decoder == LAM_DECODE_AUTO) o->images.decoder = LAM_DECODE_CPU;
   if (is_eval && !o->load) return cli_usage_error(cmd, "--load FILE is required (a checkpoint from lamina train --save)");
   if ((o->save_best || o->early_stop) && !o->val_split)
     return cli_usage_error(cmd, "%s chooses by the validation loss: give --val-split F (e.g. 0.1) too",
@@ -764,9 +762,13 @@ int cmd_train(int argc, char **argv) {
       if (train_cached && o.images.cache_hit) printf("  image folder: read from its cache in %s\n", cache);
       else {
         char how[160] = "";
-        if (train_decode_s > 0)
-          snprintf(how, sizeof how, " (%.2f s, %.0f files/s; %zu JPEG files by nvJPEG on the GPU)", train_decode_s,
-                   (double)(train->n + skipped) / train_decode_s, train_gpu);
+        if (train_decode_s > 0) {
+          const double rate = (double)(train->n + skipped) / train_decode_s;
+          if (train_gpu)
+            snprintf(how, sizeof how, " (%.2f s, %.0f files/s; %zu JPEG files by nvJPEG on the GPU)", train_decode_s,
+                     rate, train_gpu);
+          else snprintf(how, sizeof how, " (%.2f s, %.0f files/s)", train_decode_s, rate);
+        }
         if (train_written && o.images.cache_written) printf("  image folder: decoded, kept in %s for the next run%s\n", cache, how);
         else printf("  image folder: decoded, not cached%s\n", how);
       }
