@@ -163,14 +163,23 @@ for w in [] if not MAIN else [int(x) for x in a.workers.split(",")]:
 
 files = [p for p, _ in ds.samples] if MAIN else []
 datas = [torchvision.io.read_file(p) for p in files]
-for rep in range(2 if MAIN else 0):  # the first pass starts nvJPEG
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for i in range(0, len(datas), a.batch):
-        torchvision.io.decode_jpeg(datas[i:i + a.batch], device="cuda")
-    torch.cuda.synchronize()
-    s = time.perf_counter() - t
+
+
+def gpu_decode_s(datas):
+    """Seconds of torchvision's decode_jpeg on the GPU over the bytes, in batches of B: the second pass (the first
+    starts nvJPEG)."""
+    for rep in range(2):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for i in range(0, len(datas), a.batch):
+            torchvision.io.decode_jpeg(datas[i:i + a.batch], device="cuda")
+        torch.cuda.synchronize()
+        s = time.perf_counter() - t
+    return s
+
+
 if MAIN:
+    s = gpu_decode_s(datas)
     res["torch"]["decode_jpeg on the GPU, decode only"] = dict(seconds=s, ips=len(datas) / s)
     say(f"  {'torchvision decode_jpeg(cuda), decode only':40s} {s:.3f} s  {len(datas) / s:.0f} images/s (second pass, "
         "files read beforehand)")
@@ -200,13 +209,7 @@ for side in [int(x) for x in a.sides.split(",") if x] if "sides" in a.parts.spli
             row[name] = dict(decode_s=r["decode_s"], ips=a.big_n / r["decode_s"], decoded_gpu=r["decoded_gpu"])
     datas = [torchvision.io.read_file(os.path.join(big, "train", os.path.basename(os.path.dirname(p)),
                                                    os.path.basename(p))) for p, _ in spread]
-    for rep in range(2):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for i in range(0, len(datas), a.batch):
-            torchvision.io.decode_jpeg(datas[i:i + a.batch], device="cuda")
-        torch.cuda.synchronize()
-        s = time.perf_counter() - t
+    s = gpu_decode_s(datas)
     row["torchvision decode_jpeg(cuda)"] = dict(decode_s=s, ips=len(datas) / s)
     res["sides"][side] = row
     say(f"  {side}x{side}: " + ", ".join(f"{k} {v['ips']:.0f}/s" + (f" ({v['decoded_gpu']} on the GPU)" if "decoded_gpu" in v
