@@ -11,43 +11,16 @@ Before anything else it checks that the Python it installs into has what an offl
 from it (setuptools, wheel, NumPy), and says what to do where it does not: pip's own messages for
 that are `invalid command 'bdist_wheel'` or a traceback.
 """
-import importlib.util
 import os
 import shlex
-import site
 import subprocess
 import sys
 
 
-def _pip_isolated_build():
-    """Whether this runs in pip's isolated build environment: pip then takes setuptools and wheel from
-    its index and NumPy as a dependency, and hides this Python's own packages (its site-packages are
-    off sys.path), so they are not ours to check."""
-    sites = getattr(site, "getsitepackages", lambda: [])()
-    on_path = {os.path.normcase(os.path.abspath(p)) for p in sys.path if p}
-    return bool(sites) and not any(os.path.normcase(os.path.abspath(p)) in on_path for p in sites)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _lamina_build import check_requirements  # noqa: E402  (the build backend's check, one definition)
 
-
-def _check_requirements():
-    """Stops with one message naming what this Python lacks, and what to use instead."""
-    if _pip_isolated_build():
-        missing = [m for m in ("setuptools",) if importlib.util.find_spec(m) is None]
-    else:
-        missing = [m for m in ("setuptools", "wheel", "numpy") if importlib.util.find_spec(m) is None]
-    if not missing:
-        return
-    names = " and ".join(missing) if len(missing) < 3 else ", ".join(missing[:-1]) + " and " + missing[-1]
-    raise SystemExit(
-        f"lamina setup: this Python ({sys.executable}) lacks {names}, which installing lamina without "
-        f"PyPI takes from the Python it installs into (pip install --no-build-isolation ./python). Either "
-        f"use Debian's Python, which has them (make deps installs python3-setuptools, python3-wheel and "
-        f"python3-numpy):\n"
-        f"    /usr/bin/python3 -m venv --system-site-packages VENV && VENV/bin/pip install --no-build-isolation ./python\n"
-        f"or install {names} into this Python first (`{sys.executable} -m pip install {' '.join(missing)}` "
-        f"where PyPI is reachable).")
-
-
-_check_requirements()
+check_requirements()
 
 from setuptools import Distribution, setup  # noqa: E402  (after the check, which says why it may be missing)
 from setuptools.command.build_py import build_py  # noqa: E402

@@ -12,9 +12,10 @@ rather than a CMake run inside the test.
 `check_install.py message` (test_python_install_message): where the Python lacks what that takes, the
 install stops with setup.py's one message (what is missing, what to use instead), not pip's `invalid
 command 'bdist_wheel'` or a traceback; and `import lamina` without NumPy says the same. Its Pythons:
-a fresh venv (no system site packages: pip and setuptools, no wheel, no NumPy) of the first python3 on
-PATH and of this one, through pip; and a venv made --without-pip (nothing at all), running setup.py
-directly.
+a fresh venv (no system site packages: pip and setuptools — none from Python 3.12 — no wheel, no NumPy) of
+the first python3 on PATH and of this one, through pip; a venv of this one with setuptools taken out, through
+pip (the build backend's check, _lamina_build.py); and a venv made --without-pip (nothing at all), running
+setup.py directly.
 
 The package is copied first, so the in-tree build leaves nothing in the checkout. Exits 0 on success,
 1 on failure, 77 (skipped) when no venv can be made."""
@@ -166,11 +167,8 @@ def message_path():
                                  "print(' '.join(m for m in ('setuptools', 'wheel', 'numpy') if u.find_spec(m)))"],
                       env=env, capture=True).stdout.split()
             missing = [m for m in ("wheel", "numpy") if m not in has]
-            if "setuptools" not in has:
-                # pip stops at importing the build backend, before setup.py runs: nothing of ours to see.
-                print(f"note: a fresh venv of {base} has no setuptools: pip fails before setup.py; "
-                      f"the --without-pip check below covers setup.py's message")
-                continue
+            if "setuptools" not in has:  # Python >= 3.12: the build backend's check says it
+                missing = ["setuptools"] + missing
             if not missing:
                 print(f"note: a fresh venv of {base} has wheel and NumPy; nothing is missing there")
                 continue
@@ -182,6 +180,25 @@ def message_path():
             else:
                 ok &= expect_message(f"pip install in a venv of {base} without {' and '.join(missing)}",
                                      p.stdout, missing)
+        # pip and nothing else (setuptools taken out of a fresh venv of this Python): pip imports lamina's build
+        # backend, whose check speaks before setuptools' backend is needed (no BackendUnavailable traceback).
+        env_dir = os.path.join(tmp, "nosetuptools")
+        if run([sys.executable, "-m", "venv", env_dir], env=env).returncode == 0:
+            made += 1
+            py, pip = os.path.join(env_dir, "bin", "python"), os.path.join(env_dir, "bin", "pip")
+            run([pip, "uninstall", "-y", "-q", "setuptools"], env=env, capture=True)
+            left = run([py, "-c", "import importlib.util as u; print(u.find_spec('setuptools') is None)"], env=env,
+                       capture=True).stdout.strip()
+            if left != "True":
+                print(f"note: setuptools could not be taken out of a venv of {sys.executable}; not checked")
+            else:
+                p = run([pip, *README_INSTALL], env=env, cwd=tmp, capture=True)
+                if p.returncode == 0:
+                    print("not ok - pip install in a venv without setuptools succeeded", file=sys.stderr)
+                    ok = False
+                else:
+                    ok &= expect_message("pip install in a venv without setuptools, wheel and numpy", p.stdout,
+                                         ["setuptools", "wheel", "numpy"])
         # With nothing installed at all: setup.py itself, and the package's import.
         env_dir = os.path.join(tmp, "none")
         if run([sys.executable, "-m", "venv", "--without-pip", env_dir], env=env).returncode == 0:
