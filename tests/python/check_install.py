@@ -145,6 +145,15 @@ def expect_message(what, out, missing):
     return True
 
 
+def expect_refused(what, cmd, env, cwd, missing):
+    """cmd must fail with the message naming `missing` (expect_message)."""
+    p = run(cmd, env=env, cwd=cwd, capture=True)
+    if p.returncode == 0:
+        print(f"not ok - {what} succeeded", file=sys.stderr)
+        return False
+    return expect_message(what, p.stdout, missing)
+
+
 def message_path():
     ok, made = True, 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,14 +181,8 @@ def message_path():
             if not missing:
                 print(f"note: a fresh venv of {base} has wheel and NumPy; nothing is missing there")
                 continue
-            p = run([pip, *README_INSTALL], env=env, cwd=tmp, capture=True)
-            if p.returncode == 0:
-                print(f"not ok - pip install in a venv of {base} without {' and '.join(missing)} succeeded",
-                      file=sys.stderr)
-                ok = False
-            else:
-                ok &= expect_message(f"pip install in a venv of {base} without {' and '.join(missing)}",
-                                     p.stdout, missing)
+            ok &= expect_refused(f"pip install in a venv of {base} without {' and '.join(missing)}",
+                                 [pip, *README_INSTALL], env, tmp, missing)
         # pip and nothing else (setuptools taken out of a fresh venv of this Python): pip imports lamina's build
         # backend, whose check speaks before setuptools' backend is needed (no BackendUnavailable traceback).
         env_dir = os.path.join(tmp, "nosetuptools")
@@ -192,25 +195,15 @@ def message_path():
             if left != "True":
                 print(f"note: setuptools could not be taken out of a venv of {sys.executable}; not checked")
             else:
-                p = run([pip, *README_INSTALL], env=env, cwd=tmp, capture=True)
-                if p.returncode == 0:
-                    print("not ok - pip install in a venv without setuptools succeeded", file=sys.stderr)
-                    ok = False
-                else:
-                    ok &= expect_message("pip install in a venv without setuptools, wheel and numpy", p.stdout,
-                                         ["setuptools", "wheel", "numpy"])
+                ok &= expect_refused("pip install in a venv without setuptools, wheel and numpy",
+                                     [pip, *README_INSTALL], env, tmp, ["setuptools", "wheel", "numpy"])
         # With nothing installed at all: setup.py itself, and the package's import.
         env_dir = os.path.join(tmp, "none")
         if run([sys.executable, "-m", "venv", "--without-pip", env_dir], env=env).returncode == 0:
             made += 1
             py = os.path.join(env_dir, "bin", "python")
-            p = run([py, "setup.py", "bdist_wheel"], env=env, cwd=src, capture=True)
-            if p.returncode == 0:
-                print("not ok - setup.py bdist_wheel succeeded without setuptools", file=sys.stderr)
-                ok = False
-            else:
-                ok &= expect_message("setup.py in a venv without setuptools, wheel and numpy", p.stdout,
-                                     ["setuptools", "wheel", "numpy"])
+            ok &= expect_refused("setup.py in a venv without setuptools, wheel and numpy",
+                                 [py, "setup.py", "bdist_wheel"], env, src, ["setuptools", "wheel", "numpy"])
             p = run([py, "-c", IMPORT_WITHOUT_NUMPY], env=dict(env, PYTHONPATH=src), cwd=tmp, capture=True)
             msg_ok = p.returncode == 0 and "lamina needs NumPy" in p.stdout and "--system-site-packages" in p.stdout
             print(("ok" if msg_ok else "not ok") + " - import lamina without NumPy says what to do",
