@@ -38,9 +38,7 @@ typedef struct train_opts {
   int early_stop; /* --early-stop N (0: off) */
   lam_image_opts images; /* an image folder's --size, --cache, --skip-bad, --decode */
   int decode_set;        /* --decode given */
-  int folder_cached;     /* out: the training part of an image folder came from its cache */
-  double folder_decode_s; /* out: its decoding seconds, and the files nvJPEG decoded */
-  size_t folder_gpu;
+  lam_image_opts train_part; /* out: images as the training part's load left it (cache hit, decode seconds) */
 } train_opts;
 
 
@@ -552,9 +550,9 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   if (lam_dataset_is_image_folder(o->data)) { /* the training part's decoding */
     json_t *f = json_object();
     bad |= !f;
-    bad |= json_object_set_new(f, "cache_hit", json_boolean(o->folder_cached));
-    bad |= json_object_set_new(f, "decode_s", json_real(o->folder_decode_s));
-    bad |= json_object_set_new(f, "decoded_gpu", json_integer((json_int_t)o->folder_gpu));
+    bad |= json_object_set_new(f, "cache_hit", json_boolean(o->train_part.cache_hit));
+    bad |= json_object_set_new(f, "decode_s", json_real(o->train_part.decode_s));
+    bad |= json_object_set_new(f, "decoded_gpu", json_integer((json_int_t)o->train_part.decoded_gpu));
     bad |= json_object_set_new(root, "image_folder", f);
   }
   for (int i = 0; i < n && !bad; i++) {
@@ -641,9 +639,7 @@ int cmd_train(int argc, char **argv) {
   }
   skipped = o.images.skipped;
   const int train_cached = o.images.cache_hit, train_written = o.images.cache_written;
-  const double train_decode_s = o.images.decode_s;
-  const size_t train_gpu = o.images.decoded_gpu;
-  o.folder_cached = train_cached, o.folder_decode_s = train_decode_s, o.folder_gpu = train_gpu;
+  o.train_part = o.images;
   if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
     ret = fail("train", "loading the data");
     goto out;
@@ -762,12 +758,13 @@ int cmd_train(int argc, char **argv) {
       if (train_cached && o.images.cache_hit) printf("  image folder: read from its cache in %s\n", cache);
       else {
         char how[160] = "";
-        if (train_decode_s > 0) {
-          const double rate = (double)(train->n + skipped) / train_decode_s;
-          if (train_gpu)
-            snprintf(how, sizeof how, " (%.2f s, %.0f files/s; %zu JPEG files by nvJPEG on the GPU)", train_decode_s,
-                     rate, train_gpu);
-          else snprintf(how, sizeof how, " (%.2f s, %.0f files/s)", train_decode_s, rate);
+        const lam_image_opts *tp = &o.train_part;
+        if (tp->decode_s > 0) {
+          const double rate = (double)(train->n + skipped) / tp->decode_s;
+          if (tp->decoded_gpu)
+            snprintf(how, sizeof how, " (%.2f s, %.0f files/s; %zu JPEG files by nvJPEG on the GPU)", tp->decode_s,
+                     rate, tp->decoded_gpu);
+          else snprintf(how, sizeof how, " (%.2f s, %.0f files/s)", tp->decode_s, rate);
         }
         if (train_written && o.images.cache_written) printf("  image folder: decoded, kept in %s for the next run%s\n", cache, how);
         else printf("  image folder: decoded, not cached%s\n", how);

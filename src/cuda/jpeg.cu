@@ -37,7 +37,7 @@ struct gpu_jpeg {
   uint8_t *fitted, *host; /* its images fitted: device, then pinned host */
   size_t fitted_cap;
   fit_job *jobs, *djobs; /* where each image is in dev: pinned host, device */
-  int jobs_cap;
+  size_t jobs_cap;        /* bytes */
 };
 
 static const char *nvjpeg_str(nvjpegStatus_t s) {
@@ -100,8 +100,6 @@ extern "C" lam_status gpu_jpeg_open(gpu_jpeg **out) {
   *out = g;
   return LAM_OK;
 }
-
-extern "C" const char *gpu_jpeg_backend(const gpu_jpeg *g) { return g->hardware ? "the JPEG engines" : "CUDA"; }
 
 /* Whether nvJPEG takes this stream for a set of c channels: a header it parses, c components, sides within
  * lamina's limits (H x W exactly unless fit), and (on the engines) a kind they decode; *h, *w its size. */
@@ -168,11 +166,9 @@ static lam_status decode_part(gpu_jpeg *g, int k, const int *at, const uint8_t *
   if (s == LAM_OK) {
     off[0] = 0;
     for (int q = 0; q < k; q++) off[q + 1] = off[q] + (size_t)h[at[q]] * w[at[q]] * c;
-    size_t jcap = (size_t)g->jobs_cap * sizeof(fit_job);
     s = reserve((void **)&g->dev, NULL, &g->cap, off[k]);
     if (s == LAM_OK) s = reserve((void **)&g->fitted, (void **)&g->host, &g->fitted_cap, k * one);
-    if (s == LAM_OK) s = reserve((void **)&g->djobs, (void **)&g->jobs, &jcap, k * sizeof(fit_job));
-    g->jobs_cap = (int)(jcap / sizeof(fit_job));
+    if (s == LAM_OK) s = reserve((void **)&g->djobs, (void **)&g->jobs, &g->jobs_cap, k * sizeof(fit_job));
   }
   if (s == LAM_OK) {
     for (int q = 0; q < k; q++) {

@@ -113,8 +113,6 @@ typedef struct gpu_jpeg gpu_jpeg;
 /* Opens one on the current CUDA device; LAM_ERR_NO_DEVICE or LAM_ERR_UNSUPPORTED where it cannot. */
 lam_status gpu_jpeg_open(gpu_jpeg **out);
 void gpu_jpeg_close(gpu_jpeg *g);
-/* The backend in words ("the JPEG engines", "CUDA"), for messages. */
-const char *gpu_jpeg_backend(const gpu_jpeg *g);
 /* Decodes the n streams buf[i] (len[i] bytes) it can take, each fitted to H x W as image_fit does (fit = 1;
  * with fit = 0 only those of H x W are taken), into dst[i] (H * W * c bytes, interleaved) and sets done[i] = 1;
  * a stream it does not take (not c channels, another size without fit, a kind its backend refuses, a header

@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "data.h"
+#include "../internal.h"
 #include "../status.h"
 
 #define FOLDER_MAX_CLASSES 256
@@ -194,13 +194,9 @@ static int gpu_takes(const uint8_t *b, size_t n) {
   return b && image_is_jpeg(b, n) && n >= 4 && b[n - 2] == 0xff && b[n - 1] == 0xd9;
 }
 
-/* The decoder for JPEG files as o asks: nvJPEG only where asked for (LAM_DECODE_GPU). Auto is the host's
- * libjpeg, measured faster on the H200 machine (16 cores) for every set tried — 60 000 JPEGs of 28x28 and
- * 4 000 of 64 to 512 a side (BENCHMARKS.md): nvJPEG's start costs about a second and each small image some
- * 40 us more. *g stays NULL for the host's decoder; an error where the GPU is asked for and cannot be had. */
-static lam_status gpu_for(const lam_image_opts *o, gpu_jpeg **g) {
+/* nvJPEG for --decode gpu (LAM_DECODE_GPU); an error where it cannot be had. */
+static lam_status gpu_open(gpu_jpeg **g) {
   *g = NULL;
-  if (o->decoder != LAM_DECODE_GPU) return LAM_OK;
 #ifdef LAMINA_WITH_NVJPEG
   lam_status s = gpu_jpeg_open(g);
   if (s == LAM_OK) return LAM_OK;
@@ -237,8 +233,10 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory for %zu images of %dx%dx%d", dir, l->n,
                     *C, *H, *W);
   }
-  /* The GPU where o asks for it and the first file is a JPEG (a set is one format in practice; a PNG folder
-   * never starts the GPU). */
+  /* The GPU only where o asks for it (LAM_DECODE_GPU) and the first file is a JPEG (a set is one format in
+   * practice; a PNG folder never starts the GPU). Auto is the host's libjpeg, measured faster on the H200
+   * machine (16 cores) for every set tried — 60 000 JPEGs of 28x28 and 4 000 of 64 to 512 a side
+   * (BENCHMARKS.md): nvJPEG's start costs about a second and each small image some 40 us more. */
   gpu_jpeg *g = NULL;
   int want_gpu = o->decoder == LAM_DECODE_GPU && image_formats() & IMAGE_JPEG;
   if (want_gpu) {
@@ -247,7 +245,7 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
     want_gpu = image_file_bytes(l->e[f0].path, &b0, &n0) == LAM_OK && image_is_jpeg(b0, n0);
     free(b0);
   }
-  if (want_gpu && (s = gpu_for(o, &g)) != LAM_OK) {
+  if (want_gpu && (s = gpu_open(&g)) != LAM_OK) {
     free(*px), free(*keep);
     *px = *keep = NULL;
     return s;
@@ -433,11 +431,9 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   uint8_t *px = NULL, *keep = NULL;
   int H = 0, W = 0, C = 0;
   size_t n = 0;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const double t0 = lam_now_ms();
   s = decode_all(dir, &l, o, &px, &H, &W, &C, &keep, &n);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  o->decode_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  o->decode_s = (lam_now_ms() - t0) / 1000;
   lam_dataset *d = NULL;
   if (s == LAM_OK) {
     o->skipped = l.n - n;
