@@ -134,6 +134,9 @@ typedef struct lam_copy_job {
   size_t bytes;
 } lam_copy_job;
 void lam_parallel_copy(const lam_copy_job *jobs, int njobs);
+/* The first touch of fresh memory (one write per page) on all threads: mapping and zeroing the pages
+ * is the cost, and it divides over the cores. */
+void lam_parallel_touch(void *p, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -57,3 +57,10 @@ void lam_parallel_copy(const lam_copy_job *jobs, int njobs) {
     }
   }
 }
+
+void lam_parallel_touch(void *p, size_t bytes) {
+  volatile char *c = (volatile char *)p;
+  long pages = (long)((bytes + COPY_GRAIN - 1) / COPY_GRAIN);
+#pragma omp parallel for schedule(static) if (bytes >= PARALLEL_COPY_MIN)
+  for (long i = 0; i < pages; i++) c[(size_t)i * COPY_GRAIN] = 0;
+}

@@ -34,6 +34,9 @@ typedef struct cuda_state {
   cudaEvent_t ev_start, ev_stop;
   cuda_slot slot[LAM_CUDA_SLOTS];
   size_t staging_cap; /* elements per pinned staging buffer (0: none yet) */
+  void *staging_base;  /* the one registered host region the slots' staging buffers lie in */
+  size_t staging_bytes;
+  int staging_same_address; /* the device reads the region at its host addresses (zero-copy may use it) */
   /* Four events per chunk of the host path (before copy in, after copy in, after the kernel, after
    * copy out), kept between calls and grown as needed: chunks may all be in flight at once. */
   cudaEvent_t *ev_pool;
