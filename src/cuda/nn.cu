@@ -4,6 +4,8 @@
  * kernels — the fused versions are issue #5's work. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,6 +26,61 @@ static const char *cublas_err(cublasStatus_t s) {
     default: return "cuBLAS error";
   }
 }
+/* cuBLAS is loaded at the first matrix product, not with liblamina: linked, it made every process that
+ * loads lamina (each CLI command, `import lamina`) map cuBLAS and cuBLASLt (600 MB of libraries) and run
+ * their initializers before main() — 0.4 s and 210 MB of memory on the CPU machines, for `lamina --help`
+ * too. The soname is tried first (LD_LIBRARY_PATH, the loader's cache), then the toolkit's folder that
+ * the build found. */
+#define CUBLAS_STR2(x) #x
+#define CUBLAS_STR(x) CUBLAS_STR2(x)
+#define CUBLAS_SONAME "libcublas.so." CUBLAS_STR(CUBLAS_VER_MAJOR)
+static struct {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasDestroy_v2) destroy;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetWorkspace_v2) set_workspace;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSgemm_v2) sgemm;
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                            const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t); /* C++ overloads it */
+} cb;
+static char cb_error[600];
+static pthread_once_t cb_once = PTHREAD_ONCE_INIT;
+
+static void cb_load(void) {
+  void *lib = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+#ifdef LAMINA_CUDA_LIBDIR
+  if (!lib) lib = dlopen(LAMINA_CUDA_LIBDIR "/" CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+#endif
+  if (!lib) {
+    snprintf(cb_error, sizeof cb_error,
+             "cannot load cuBLAS (%s), which matrix products on CUDA need: %s; install the CUDA toolkit's cuBLAS, or "
+             "add the folder that holds it to LD_LIBRARY_PATH",
+             CUBLAS_SONAME, dlerror());
+    return;
+  }
+  const char *missing = NULL;
+#define CB_SYM(field, name) \
+  if (!(*(void **)&cb.field = dlsym(lib, name)) && !missing) missing = name;
+  CB_SYM(create, "cublasCreate_v2")
+  CB_SYM(destroy, "cublasDestroy_v2")
+  CB_SYM(set_stream, "cublasSetStream_v2")
+  CB_SYM(set_workspace, "cublasSetWorkspace_v2")
+  CB_SYM(set_math_mode, "cublasSetMathMode")
+  CB_SYM(sgemm, "cublasSgemm_v2")
+  CB_SYM(gemm_ex, "cublasGemmEx")
+#undef CB_SYM
+  if (missing)
+    snprintf(cb_error, sizeof cb_error, "%s has no %s: lamina was built against cuBLAS %d.%d; install that version",
+             CUBLAS_SONAME, missing, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR);
+}
+
+static lam_status cublas_load(void) {
+  pthread_once(&cb_once, cb_load);
+  return cb_error[0] ? LAM_FAIL(LAM_ERR_CUDA, "%s", cb_error) : LAM_OK;
+}
+
 #define CUBLAS_TRY(expr)                                                                                   \
   do {                                                                                                     \
     cublasStatus_t cs_ = (expr);                                                                           \
@@ -44,13 +101,14 @@ static cublasMath_t math_mode(int precision) {
 static lam_status handle(lam_ctx *ctx, cublasHandle_t *h) {
   cuda_state *st = cuda_st(ctx);
   if (!st->cublas) {
+    LAM_TRY(cublas_load());
     cublasHandle_t hh;
-    CUBLAS_TRY(cublasCreate(&hh));
+    CUBLAS_TRY(cb.create(&hh));
     st->cublas = hh;
-    CUBLAS_TRY(cublasSetStream(hh, st->stream));
+    CUBLAS_TRY(cb.set_stream(hh, st->stream));
     CUDA_TRY(cudaMalloc(&st->cublas_ws, CUBLAS_WORKSPACE));
-    CUBLAS_TRY(cublasSetWorkspace(hh, st->cublas_ws, CUBLAS_WORKSPACE));
-    CUBLAS_TRY(cublasSetMathMode(hh, math_mode(ctx->precision)));
+    CUBLAS_TRY(cb.set_workspace(hh, st->cublas_ws, CUBLAS_WORKSPACE));
+    CUBLAS_TRY(cb.set_math_mode(hh, math_mode(ctx->precision)));
   }
   *h = (cublasHandle_t)st->cublas;
   return LAM_OK;
@@ -58,12 +116,12 @@ static lam_status handle(lam_ctx *ctx, cublasHandle_t *h) {
 
 lam_status cuda_set_precision(lam_ctx *ctx, int p) {
   cuda_state *st = cuda_st(ctx);
-  if (st->cublas) CUBLAS_TRY(cublasSetMathMode((cublasHandle_t)st->cublas, math_mode(p)));
+  if (st->cublas) CUBLAS_TRY(cb.set_math_mode((cublasHandle_t)st->cublas, math_mode(p)));
   return LAM_OK; /* a handle made later takes ctx->precision */
 }
 
 void cuda_nn_destroy(cuda_state *st) {
-  if (st->cublas) cublasDestroy((cublasHandle_t)st->cublas);
+  if (st->cublas) cb.destroy((cublasHandle_t)st->cublas); /* a handle means cuBLAS was loaded */
   st->cublas = NULL;
   if (st->cublas_ws) cudaFree(st->cublas_ws);
   st->cublas_ws = NULL;
@@ -76,7 +134,7 @@ lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float al
                      const float *B, int ldb, float beta, float *C, int ldc) {
   cublasHandle_t h;
   LAM_TRY(handle(ctx, &h));
-  CUBLAS_TRY(cublasSgemm(h, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  CUBLAS_TRY(cb.sgemm(h, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
   return LAM_OK;
 }
 
@@ -85,7 +143,7 @@ lam_status cuda_gemm_bf16(lam_ctx *ctx, int ta, int tb, int M, int N, int K, flo
   if (c_bf16 && beta != 0.0f) return LAM_FAIL(LAM_ERR_INVALID_ARG, "gemm_bf16: a bfloat16 C takes beta 0, not %g", beta);
   cublasHandle_t h;
   LAM_TRY(handle(ctx, &h));
-  CUBLAS_TRY(cublasGemmEx(h, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
+  CUBLAS_TRY(cb.gemm_ex(h, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
                           c_bf16 ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return LAM_OK;
 }
