@@ -5,7 +5,8 @@ process, and a small call — against the CLI and the bare costs underneath, in 
 1. First call: `--fresh K` fresh processes each make n = --n-first pageable NumPy arrays (untimed),
    `import lamina` (timed), then time the first create_hidden_layer (which makes the CUDA context)
    and the second; the result is checked against NumPy. Beside it, in fresh processes too: a bare
-   CUDA context (cudaFree(0) through libcudart, its load timed apart), PyTorch's first CUDA tensor
+   CUDA context (cudaFree(0) through libcudart, its load timed apart; also after making the same
+   arrays, since a process's size may weigh on the driver's set-up), PyTorch's first CUDA tensor
    (import torch untimed), and lamina with the context made first (device_info), which splits the
    first call into context and call.
 2. Small call: n = --n-small in this process, the median of --reps calls: create_hidden_layer with a
@@ -39,10 +40,11 @@ t_start = time.perf_counter()
 mode, n = sys.argv[1], int(sys.argv[2])
 import numpy as np
 r = {"mode": mode}
-if mode.startswith("lamina"):
+if mode.startswith("lamina") or mode == "cudart-arrays":
     rng = np.random.default_rng(7)
     g = np.floor(rng.uniform(0, 255, n)).astype(np.float32)
     w = rng.normal(0.5, 0.1, n).astype(np.float32)
+if mode.startswith("lamina"):
     t0 = time.perf_counter()
     import lamina
     t1 = time.perf_counter()
@@ -64,7 +66,7 @@ if mode.startswith("lamina"):
         err = max(err, float(np.max(np.abs(out[s] - ref))), float(np.max(np.abs(out2[s] - ref))))
     r["max_abs_err"] = err
     r["device_name"] = lamina.device_info("cuda")["name"]
-elif mode == "cudart":
+elif mode.startswith("cudart"):
     import ctypes, glob
     t0 = time.perf_counter()
     libs = sorted(glob.glob("/usr/local/cuda/lib64/libcudart.so*")) or ["libcudart.so"]
@@ -100,7 +102,7 @@ def med(rows, key):
 
 def fresh_part(args, env, res):
     print(f"== first call, fresh processes x{args.fresh}, n = {args.n_first:,} pageable float32")
-    modes = ["lamina", "lamina-ctx-first", "cudart"] + (["torch"] if not args.no_torch else [])
+    modes = ["lamina", "lamina-ctx-first", "cudart", "cudart-arrays"] + (["torch"] if not args.no_torch else [])
     rows = {m: [] for m in modes}
     for _ in range(args.fresh):  # interleaved, so that a slow moment of the machine hits every mode alike
         for m in modes:
@@ -119,6 +121,7 @@ def fresh_part(args, env, res):
         "second_c_ms": med(L, "second_c_ms"), "split_context_ms": med(C, "context_ms"),
         "split_first_ms": med(C, "first_ms"), "cudart_load_ms": med(rows["cudart"], "load_ms"),
         "cudart_context_ms": med(rows["cudart"], "context_ms"),
+        "cudart_arrays_context_ms": med(rows["cudart-arrays"], "context_ms"),
         "torch_first_tensor_ms": med(rows.get("torch", []), "first_tensor_ms"), "max_abs_err": max(errs)}
     s = res["first_summary"]
     print(f"  device: {L[0]['device_name']}")
@@ -129,6 +132,7 @@ def fresh_part(args, env, res):
           f"{s['split_first_ms']:.1f} ms")
     print(f"  bare CUDA context: cudaFree(0)         {s['cudart_context_ms']:8.1f} ms (libcudart load "
           f"{s['cudart_load_ms']:.1f} ms)")
+    print(f"  the same, the process holding the arrays {s['cudart_arrays_context_ms']:6.1f} ms")
     if s["torch_first_tensor_ms"] is not None:
         print(f"  PyTorch first CUDA tensor              {s['torch_first_tensor_ms']:8.1f} ms")
     print(f"  max abs error against NumPy float64    {s['max_abs_err']:.2e}")
