@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #define SPEC "conv 4 3, relu, maxpool 2, flatten, dense 10"
+#define DROPOUT_SPEC "conv 4 3, relu, maxpool 2, flatten, dropout 0.3, dense 10"
 #define IMG 8
 #define NIMG 300
 #define CLASSES 10
@@ -128,8 +129,10 @@ static lam_opt opt_for(lam_opt_kind kind) {
   return o;
 }
 
+static const char *g_spec = SPEC; /* the model of make() */
+
 static void make(lam_opt_kind kind, lam_model **m, lam_trainer **t) {
-  TU_OK(lam_model_create(g_ctx, SPEC, 1, IMG, IMG, MODEL_SEED, m));
+  TU_OK(lam_model_create(g_ctx, g_spec, 1, IMG, IMG, MODEL_SEED, m));
   lam_opt o = opt_for(kind);
   TU_OK(lam_trainer_create(*m, &o, BATCH, TRAIN_SEED, &g_set, t));
 }
@@ -381,6 +384,21 @@ static void test_resume_every_epoch(void **state) {
   (void)state;
   check_resume(LAM_OPT_ADAM, 0xfu);
   check_resume(LAM_OPT_SGD, 0xfu);
+}
+
+/* With dropout, whose masks change every step: resumed after two epochs and stopped mid-epoch, the same
+ * losses and parameters as the uninterrupted run (its masks are keyed by the trainer's seed and the
+ * steps taken, which the checkpoint keeps; the loaded model's own seed is 0). */
+static void test_resume_dropout(void **state) {
+  (void)state;
+  g_spec = DROPOUT_SPEC;
+  check_resume(LAM_OPT_ADAM, 1u << 2);
+  check_stop_resume(LAM_OPT_SGD, 2, 0);
+}
+static int plain_spec(void **state) { /* the teardown: a failed check leaves the test early */
+  (void)state;
+  g_spec = SPEC;
+  return 0;
 }
 
 /* ---- learning-rate schedules ------------------------------------------------------------------- */
@@ -1140,7 +1158,8 @@ static void test_null_args(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_adam),          cmocka_unit_test(test_resume_sgd_momentum),
-      cmocka_unit_test(test_resume_adamw),         cmocka_unit_test(test_resume_every_epoch), cmocka_unit_test(test_stop_mid_epoch),
+      cmocka_unit_test(test_resume_adamw),         cmocka_unit_test(test_resume_every_epoch),
+      cmocka_unit_test_teardown(test_resume_dropout, plain_spec), cmocka_unit_test(test_stop_mid_epoch),
       cmocka_unit_test(test_lr_schedule_values), cmocka_unit_test(test_lr_schedule_applied),
       cmocka_unit_test(test_format),               cmocka_unit_test(test_model_only_roundtrip),
       cmocka_unit_test(test_truncated),            cmocka_unit_test(test_corrupted),

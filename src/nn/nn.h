@@ -113,7 +113,7 @@ struct lam_model {
   float *opt_m, *opt_v;    /* optimizer state (momentum / Adam moments), allocated at the first step */
   lam_opt_kind opt_kind;   /* what opt_m/opt_v hold */
   long opt_step;
-  uint64_t seed;           /* dropout's masks */
+  uint64_t seed;           /* dropout's masks: the model's seed, the trainer's while a trainer runs it */
   lam_norm norm;           /* of the uint8 pixels, per channel (lam_model_set_normalization) */
   lam_fmt fmt;             /* how the activations and their gradients lie (nn_choose_fmt; the graph's passes and
                             * the plan are made for it) */

@@ -354,7 +354,13 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   LAM_TRY(lam_mem_upload(ctx, t->d_sched, t->h_sched, (size_t)t->steps * NN_SCHED_COLS * sizeof(float)));
   const int32_t cursor[2] = {(int32_t)skip, first};
   LAM_TRY(lam_mem_upload(ctx, t->d_state, cursor, sizeof cursor));
-  if (m->aug_pad || m->aug_flip) { /* augmentation's counter at the steps taken: a resumed run draws as the whole run */
+  /* Dropout's and augmentation's draws are keyed by the trainer's seed and counted in steps taken, both
+   * of which a checkpoint keeps, so a resumed run draws as the whole run did (a loaded model's own seed
+   * is 0, and its counters restart at 0). */
+  m->seed = t->seed;
+  const int32_t drop_ctr[2] = {0, (int32_t)(uint32_t)m->opt_step};
+  LAM_TRY(lam_mem_upload(ctx, m->rng_ctr, drop_ctr, sizeof drop_ctr));
+  if (m->aug_pad || m->aug_flip) {
     const int32_t aug_ctr[2] = {0, (int32_t)(uint32_t)m->opt_step};
     LAM_TRY(lam_mem_upload(ctx, m->rng_ctr + 2, aug_ctr, sizeof aug_ctr));
   }
