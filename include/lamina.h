@@ -556,6 +556,25 @@ int lam_trainer_epochs_done(const lam_trainer *t);
 lam_status lam_trainer_set_stop(lam_trainer *t, const volatile int *flag);
 /* Steps of the current epoch done when it was interrupted (0: at an epoch's end). */
 int lam_trainer_steps_in_epoch(const lam_trainer *t);
+
+/* Data-parallel training over several processes ("ranks"), each with its own context, model and trainer
+ * built alike (same spec, same seed, same options, the whole training set): every rank shuffles the same
+ * permutation, takes its share of each global batch of `batch` (lam_trainer_create's batch is the global
+ * one; a batch of G splits as G / world images a rank, the first G % world ranks one more), and before
+ * each optimizer step the ranks' gradients, each weighted by its share of the batch, are summed by
+ * `sum` — so every replica takes the same step as one process would on the whole batch, up to the order
+ * of the sum. The epoch's loss and accuracy are summed over the ranks too, and at each epoch's end the
+ * replicas' parameters are compared (a checksum, summed) — a difference is an error. BatchNorm keeps
+ * each rank's own batch statistics. lamina brings no transport of its own: `sum` is the caller's (the
+ * CLI's is MPI_Allreduce); it must sum `n` doubles in place across all ranks, every rank calling it in
+ * the same order. Ranks are CPU contexts (GPU ranks, over NCCL, are not built yet), and do not stream
+ * (lam_trainer_set_stream). world 1 turns it off. */
+typedef struct lam_collective {
+  int rank, world;
+  lam_status (*sum)(void *user, double *x, size_t n);
+  void *user;
+} lam_collective;
+lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c);
 /* The optimizer and batch the trainer was made with (or restored from a checkpoint). */
 lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch);
 

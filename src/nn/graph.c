@@ -149,14 +149,14 @@ lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B) {
   return LAM_OK;
 }
 
-static int has_dropout(const lam_model *m) {
+int nn_has_dropout(const lam_model *m) {
   for (int i = 0; i < m->nnodes; i++)
     if (m->node[i].op == &nn_op_dropout) return 1;
   return 0;
 }
 
 lam_status nn_forward(lam_model *m, int B, int train) {
-  if (train && has_dropout(m)) LAM_TRY(m->ctx->be->step_advance(m->ctx, m->rng_ctr, 0, NULL)); /* a new mask per step */
+  if (train && nn_has_dropout(m)) LAM_TRY(m->ctx->be->step_advance(m->ctx, m->rng_ctr, 0, NULL)); /* a new mask per step */
   if (m->fmt.dt == LAM_DT_BF16) { /* the weights as bfloat16 activations' layers read them, rounded once a step */
     LAM_TRY(m->ctx->be->to_bf16(m->ctx, m->nparams, m->params, m->params_lo));
     NN_PROF(m, "weights_bf16", 0);

@@ -172,6 +172,7 @@ lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B);
 /* The augmentation of the model's training batches (filled in *a), or NULL where there is none. Its draws are
  * keyed by seed: the trainer's, which a checkpoint keeps (a loaded model's own seed is not). */
 const lam_aug *nn_aug(const lam_model *m, uint64_t seed, lam_aug *a);
+int nn_has_dropout(const lam_model *m); /* a training forward advances dropout's counter */
 
 /* Marks the end of an op for the profiler; free when not profiling. */
 lam_status prof_mark(struct lam_prof *p, const char *name, int layer);

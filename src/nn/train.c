@@ -76,6 +76,8 @@ void lam_trainer_free(lam_trainer *t) {
   lam_mem_free(ctx, t->d_sched);
   free(t->h_idx);
   free(t->h_sched);
+  free(t->h_sum);
+  free(t->h_grad);
   free(t);
 }
 
@@ -122,6 +124,8 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   t->sample = lam_dataset_sample_bytes(train);
   t->label_size = labels_per_image(train);
   t->seed = seed;
+  t->coll = (lam_collective){.rank = 0, .world = 1};
+  t->n_local = train->n;
   lam_rng_seed(&t->rng, seed);
   t->host = train;
   lam_status s = LAM_OK;
@@ -167,6 +171,8 @@ lam_status lam_trainer_set_stream(lam_trainer *t, int buffers) {
   LAM_CHECK_ARG(t, "lam_trainer_set_stream: trainer is NULL");
   LAM_CHECK_ARG(buffers == 0 || buffers == 2 || buffers == 3,
                 "lam_trainer_set_stream: %d buffers (0: resident; 2 or 3: streaming)", buffers);
+  LAM_CHECK_ARG(buffers == 0 || t->coll.world == 1,
+                "lam_trainer_set_stream: the trainer trains over %d ranks, which do not stream yet", t->coll.world);
   int now = t->feed ? feed_buffers(t->feed) : 0;
   if (buffers == now) return LAM_OK;
   drop_graph(t);
@@ -234,6 +240,92 @@ lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch) {
   return LAM_OK;
 }
 
+/* ---- data-parallel over ranks (lam_trainer_set_collective) ---- */
+
+/* This rank's share of a global batch of G images: [lo, lo + len) of it. */
+static void share(const lam_trainer *t, size_t G, size_t *lo, size_t *len) {
+  size_t W = (size_t)t->coll.world, r = (size_t)t->coll.rank, base = G / W, extra = G % W;
+  *len = base + (r < extra);
+  *lo = r * base + (r < extra ? r : extra);
+}
+static size_t share_of(const lam_trainer *t, size_t G) {
+  size_t lo, len;
+  share(t, G, &lo, &len);
+  return len;
+}
+static size_t global_batch(const lam_trainer *t, int step) {
+  size_t off = (size_t)step * t->batch;
+  return t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch;
+}
+
+lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c) {
+  LAM_CHECK_ARG(t && c, "lam_trainer_set_collective: %s is NULL", t ? "c" : "trainer");
+  LAM_CHECK_ARG(c->world >= 1 && c->rank >= 0 && c->rank < c->world,
+                "lam_trainer_set_collective: rank %d of %d ranks is out of range", c->rank, c->world);
+  LAM_CHECK_ARG(c->world == 1 || c->sum, "lam_trainer_set_collective: %d ranks need a sum function", c->world);
+  LAM_CHECK_ARG(c->world == 1 || !t->feed,
+                "lam_trainer_set_collective: the trainer streams its data set (%s), which several ranks do not do yet",
+                t->stream_why);
+  LAM_CHECK_ARG(c->world == 1 || t->m->ctx->device == LAM_DEVICE_CPU,
+                "lam_trainer_set_collective: several ranks train on the CPU backend only (GPU ranks, over NCCL, are "
+                "not built yet): make the contexts with LAM_DEVICE_CPU (the CLI: --device cpu)");
+  LAM_CHECK_ARG(c->world <= t->batch, "lam_trainer_set_collective: %d ranks share a batch of %d: give each at least one "
+                "image (a batch of %d or more)", c->world, t->batch, c->world);
+  size_t np = t->m->nparams;
+  if (c->world > 1 && !t->h_sum) {
+    t->h_sum = malloc((np + 1) * sizeof *t->h_sum); /* and one slot for the stop flag */
+    t->h_grad = malloc(np * sizeof *t->h_grad);
+    if (!t->h_sum || !t->h_grad)
+      return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_trainer_set_collective: no host memory for %zu gradients", np);
+  }
+  drop_graph(t); /* the sum is a host call: the step runs op by op */
+  t->coll = *c;
+  t->n_local = 0;
+  for (int k = 0; k < t->steps; k++) t->n_local += share_of(t, global_batch(t, k));
+  return LAM_OK;
+}
+
+/* The gradients summed over the ranks, each rank's weighted by its share of the global batch (its loss
+ * is the mean over its own images), in float64; the stop flags travel in the same call, so that every
+ * rank stops after the same step. */
+static lam_status sum_grads(lam_trainer *t, int B, size_t G) {
+  lam_model *m = t->m;
+  size_t n = m->nparams;
+  float *g = m->grads; /* host memory: ranks are CPU contexts (lam_trainer_set_collective) */
+  const double w = (double)B / (double)G;
+  for (size_t i = 0; i < n; i++) t->h_sum[i] = w * g[i];
+  t->h_sum[n] = t->stop && *t->stop ? 1.0 : 0.0;
+  LAM_TRY(t->coll.sum(t->coll.user, t->h_sum, n + 1));
+  for (size_t i = 0; i < n; i++) g[i] = (float)t->h_sum[i];
+  t->stop_all = t->h_sum[n] > 0;
+  return LAM_OK;
+}
+
+/* The replicas are the same model: a 64-bit FNV-1a of the parameters' bytes, in four 16-bit pieces, and
+ * their squares, summed over the ranks — the sum of squares is world x the square of the mean exactly
+ * when every rank holds the same pieces. */
+static lam_status check_replicas(lam_trainer *t) {
+  lam_model *m = t->m;
+  size_t n = m->nparams;
+  float *p = t->h_grad;
+  LAM_TRY(lam_mem_download(m->ctx, p, m->params, n * sizeof(float)));
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char *b = (const unsigned char *)p;
+  for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
+  double v[8];
+  for (int j = 0; j < 4; j++) {
+    double piece = (double)((h >> (16 * j)) & 0xffff);
+    v[j] = piece, v[4 + j] = piece * piece;
+  }
+  LAM_TRY(t->coll.sum(t->coll.user, v, 8));
+  for (int j = 0; j < 4; j++)
+    if (v[4 + j] * t->coll.world != v[j] * v[j])
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "the %d replicas' parameters differ after epoch %d (rank %d): the ranks were "
+                      "not started alike — give every rank the same model, seed, options and data", t->coll.world,
+                      t->epochs_done, t->coll.rank);
+  return LAM_OK;
+}
+
 /* Opens the profile at its first step (of the first epoch that reaches it) and closes it after its last:
  * from then on the model's ops mark nothing. */
 static lam_status profile_window(lam_trainer *t, int step) {
@@ -260,13 +352,20 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
  * cursor), zeroing the gradients, forward, loss, backward, the optimizer (its scalars from the epoch's
  * table, row = the device-side step) and the advance of both counters. Nothing here changes host state,
  * so the same calls can be captured once and replayed. */
-static lam_status step_ops(lam_trainer *t, int B) {
+static lam_status step_ops(lam_trainer *t, int B, size_t G) {
   lam_model *m = t->m;
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   lam_aug aug;
   const lam_aug *a = nn_aug(m, t->seed, &aug);
   if (a) LAM_TRY(be->step_advance(ctx, m->rng_ctr + 2, 0, NULL)); /* new crops and flips every step */
+  if (B == 0) { /* a rank without images in a short last batch: no gradient of its own, but the same step */
+    LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
+    if (nn_has_dropout(m)) LAM_TRY(be->step_advance(ctx, m->rng_ctr, 0, NULL)); /* as a forward would */
+    LAM_TRY(sum_grads(t, 0, G));
+    LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1));
+    return be->step_advance(ctx, t->d_state, 0, m->stats);
+  }
   if (!t->feed) {
     LAM_TRY(be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
                        t->d_state, &m->norm, a, m->fmt, m->x, m->y));
@@ -277,6 +376,7 @@ static lam_status step_ops(lam_trainer *t, int B) {
   LAM_TRY(nn_forward(m, B, 1));
   LAM_TRY(nn_loss(m, B, 1, m->smoothing, NULL));
   LAM_TRY(nn_backward(m, B));
+  if (t->coll.world > 1) LAM_TRY(sum_grads(t, B, G));
   LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1));
   NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
   return be->step_advance(ctx, t->d_state, B, m->stats); /* and notes the first step with a non-finite loss */
@@ -284,26 +384,26 @@ static lam_status step_ops(lam_trainer *t, int B) {
 
 static int graph_wanted(const lam_trainer *t) {
   const lam_backend *be = t->m->ctx->be;
-  return !t->graph_off && be->graph_begin && !t->m->ctx->no_graphs && !t->m->prof;
+  return !t->graph_off && be->graph_begin && !t->m->ctx->no_graphs && !t->m->prof && t->coll.world == 1;
 }
 
 /* The step: replayed from a graph for full batches where the backend has graphs (captured at the
  * second full batch, after one eager step has made cuBLAS's handle and picked its kernels), else
  * queued op by op. The caller counts it in m->opt_step. */
-static lam_status step_body(lam_trainer *t, int B) {
+static lam_status step_body(lam_trainer *t, int B, size_t G) {
   lam_model *m = t->m;
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   LAM_TRY(nn_model_reserve(m, t->batch)); /* nothing to do unless the precision changed since the plan */
-  if (B != t->batch || !graph_wanted(t)) return step_ops(t, B);
+  if (B != t->batch || !graph_wanted(t)) return step_ops(t, B, G);
   if (t->graph && t->graph_gen != m->gen) { /* buffers it uses moved */
     be->graph_free(ctx, t->graph);
     t->graph = NULL;
   }
   if (!t->graph) {
-    if (t->eager_full_steps++ == 0) return step_ops(t, B);
+    if (t->eager_full_steps++ == 0) return step_ops(t, B, G);
     LAM_TRY(be->graph_begin(ctx));
-    lam_status s = step_ops(t, B);
+    lam_status s = step_ops(t, B, G);
     lam_status e = be->graph_end(ctx, &t->graph); /* ends the capture whatever happened */
     if (s != LAM_OK) return s;
     LAM_TRY(e);
@@ -342,9 +442,19 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
     t->h_idx[i] = t->h_idx[j];
     t->h_idx[j] = tmp;
   }
-  const size_t skip = (size_t)first * t->batch;
+  if (t->coll.world > 1) { /* this rank's share of each global batch, in order: the local order */
+    size_t to = 0;
+    for (int k = 0; k < t->steps; k++) {
+      size_t lo, len;
+      share(t, global_batch(t, k), &lo, &len);
+      memmove(t->h_idx + to, t->h_idx + (size_t)k * t->batch + lo, len * sizeof *t->h_idx);
+      to += len;
+    }
+  }
+  /* the steps done, in this rank's order (all but the last global batch share alike) */
+  const size_t skip = (size_t)first * share_of(t, (size_t)t->batch);
   if (t->feed) LAM_TRY(feed_start(t->feed, t->host->images, t->host->labels, t->h_idx + skip, t->n - skip));
-  else LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, t->n * sizeof(int32_t)));
+  else LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, t->n_local * sizeof(int32_t)));
   /* the optimizer's scalars for this epoch's steps (row k is the epoch's step k: the table starts where
    * the epoch did), and both device-side counters at the first step */
   LAM_TRY(nn_opt_prepare(m, &t->opt));
@@ -357,7 +467,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   /* Dropout's and augmentation's draws are keyed by the trainer's seed and counted in steps taken, both
    * of which a checkpoint keeps, so a resumed run draws as the whole run did (a loaded model's own seed
    * is 0, and its counters restart at 0). */
-  m->seed = t->seed;
+  m->seed = t->seed ^ (uint64_t)t->coll.rank * 0xD1B54A32D192ED03ull; /* ranks: masks of their own */
   const int32_t drop_ctr[2] = {0, (int32_t)(uint32_t)m->opt_step};
   LAM_TRY(lam_mem_upload(ctx, m->rng_ctr, drop_ctr, sizeof drop_ctr));
   if (m->aug_pad || m->aug_flip) {
@@ -372,6 +482,11 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   if (s != LAM_OK) return s;
   float st[4];
   LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the epoch's last step */
+  if (t->coll.world > 1) { /* the epoch's sums over all ranks, and the replicas compared */
+    double v[3] = {st[0], st[1], st[2]};
+    LAM_TRY(t->coll.sum(t->coll.user, v, 3));
+    st[0] = (float)v[0], st[1] = (float)v[1], st[2] = (float)v[2];
+  }
   double secs = (lam_now_ms() - t0) / 1e3;
   t->epoch_ms = secs * 1e3;
   t->epochs_done++;
@@ -380,7 +495,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
                            .train_loss = st[2] > 0 ? st[0] / st[2] : 0.0,
                            .train_acc = st[2] > 0 ? st[1] / st[2] : 0.0,
                            .seconds = secs,
-                           .images_per_s = secs > 0 ? (double)(t->n - skip) / secs : 0.0};
+                           .images_per_s = secs > 0 ? (double)(t->n - (size_t)first * t->batch) / secs : 0.0};
   /* Read once an epoch, where the statistics are read anyway: no step waits for a check. */
   if (!isfinite(out->train_loss)) {
     char at[64] = "";
@@ -389,6 +504,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
                     "longer finite and this model cannot train on; start again (or from the last checkpoint) with a "
                     "lower learning rate or momentum", t->epochs_done, at, isnan(out->train_loss) ? "NaN" : "infinite");
   }
+  if (t->coll.world > 1) LAM_TRY(check_replicas(t));
   return LAM_OK;
 }
 
@@ -396,7 +512,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
   lam_model *m = t->m;
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
-  if (first) {
+  if (first && t->coll.rank == 0) { /* an interrupted epoch's sums so far (over all ranks: rank 0 holds them) */
     const float st[4] = {t->part[0], t->part[1], t->part[2], 0.0f};
     LAM_TRY(lam_mem_upload(ctx, m->stats, st, sizeof st));
   } else {
@@ -407,8 +523,8 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
   LAM_TRY(nn_model_reserve(m, t->batch));
   const int steps = t->steps;
   for (int step = first; step < steps; step++) {
-    size_t off = (size_t)step * t->batch;
-    int B = (int)(t->n - off < (size_t)t->batch ? t->n - off : (size_t)t->batch);
+    const size_t G = global_batch(t, step);
+    int B = (int)share_of(t, G); /* G itself when alone */
     LAM_TRY(profile_window(t, step));
     if (t->feed) {
       lam_aug aug;
@@ -416,7 +532,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
                         m->y));
       NN_PROF(m, "gather_normalize", 0);
     }
-    LAM_TRY(step_body(t, B)); /* resident: its own gather, at the device's cursor (the step's offset) */
+    LAM_TRY(step_body(t, B, G)); /* resident: its own gather, at the device's cursor (the step's offset) */
     m->opt_step++;           /* the optimizer's step, taken on the device from the table's row */
     if (cb && every > 0 && ((step + 1) % every == 0 || step + 1 == steps)) {
       float st[4];
@@ -424,9 +540,15 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
       double secs = (lam_now_ms() - t0) / 1e3;
       cb(user, step + 1, steps, st[2] > 0 ? st[0] / st[2] : 0.0, secs > 0 ? st[2] / secs : 0.0);
     }
-    if (t->stop && *t->stop && step + 1 < steps) { /* asked to stop: hold the epoch's place */
+    int stop = t->coll.world > 1 ? t->stop_all : t->stop && *t->stop; /* ranks: if any was asked, all stop */
+    if (stop && step + 1 < steps) { /* asked to stop: hold the epoch's place */
       float st[4];
       LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the step in flight */
+      if (t->coll.world > 1) {
+        double v[3] = {st[0], st[1], st[2]};
+        LAM_TRY(t->coll.sum(t->coll.user, v, 3));
+        st[0] = (float)v[0], st[1] = (float)v[1], st[2] = (float)v[2];
+      }
       memcpy(t->part, st, sizeof t->part);
       t->step_done = step + 1;
       LAM_TRY(profile_window(t, steps));
