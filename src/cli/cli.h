@@ -40,6 +40,16 @@ json_t *cli_json_num(double v);
 json_t *cli_json_str(const char *s);
 int cli_json_print(json_t *obj);
 
+/* Ranks (ranks.c): under an MPI launcher of several processes, MPI started and this one's rank; else rank 0
+ * of 1. cli_ranks_start returns 0, or an exit status after saying why; cli_ranks_finish ends MPI (a
+ * failing rank, rc != 0, aborts them all); cli_ranks_sum is a lam_collective's sum. */
+typedef struct cli_ranks {
+  int rank, world, mpi;
+} cli_ranks;
+int cli_ranks_start(const char *cmd, cli_ranks *r);
+void cli_ranks_finish(cli_ranks *r, int rc);
+lam_status cli_ranks_sum(void *user, double *x, size_t n);
+
 int cmd_hidden(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_train(int argc, char **argv);

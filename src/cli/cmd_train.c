@@ -115,6 +115,12 @@ static void train_usage(FILE *f) {
           "  --no-progress          no live progress line\n"
           "  --json                 print one JSON object at the end instead of text\n"
           "  --help                 this text\n"
+          "Several processes: under an MPI launcher (mpirun -np N lamina train ...), each process is a rank that\n"
+          "trains a replica on its share of every global batch of --batch images (B/N each, the first B%%N ranks\n"
+          "one more); the gradients are summed over the ranks (MPI_Allreduce) before each step, so the run\n"
+          "trains as one process would at that batch; rank 0 prints and writes the files; the ranks on one\n"
+          "machine share its cores (--threads: the cores / the ranks here, by default). Ranks run on the CPU\n"
+          "(--device cpu; GPU ranks are not built yet), not with --stream.\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n"
           "\n%s",
           cli_model_grammar);
@@ -611,10 +617,15 @@ static lam_status eval_saved(lam_ctx *ctx, const char *path, const char *spec, c
   return s;
 }
 
-int cmd_train(int argc, char **argv) {
+static int train_run(int argc, char **argv, const cli_ranks *rk) {
   train_opts o;
   int rc = parse("train", argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
+  if (rk->rank > 0) { /* rank 0 speaks and writes the files; the others train alike, silently */
+    o.save = o.save_best = o.log = o.trace = NULL;
+    o.progress = 0, o.json = 0;
+    if (!freopen("/dev/null", "w", stdout)) return fail("train", "rank's stdout");
+  }
   /* the files it will write, checked before any work that a bad path would throw away */
   if ((o.save && lam_output_path_check(o.save, "checkpoint (--save)") != LAM_OK) ||
       (o.trace && lam_output_path_check(o.trace, "trace (--trace)") != LAM_OK) ||
@@ -679,6 +690,14 @@ int cmd_train(int argc, char **argv) {
   }
   if ((ret = cli_model_spec("train", o.model, &spec)) != 0) goto out;
   ret = 1;
+  if (!o.threads && rk->world > 1 && !getenv("LAMINA_THREADS") && !getenv("OMP_NUM_THREADS")) {
+    /* the ranks on this machine share its cores */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    lam_build_info bi;
+    lam_build_info_get(&bi);
+    int here = local && atoi(local) > 0 ? atoi(local) : rk->world, most = bi.omp_max_threads;
+    o.threads = most / here > 1 ? most / here : 1;
+  }
   if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.threads && lam_ctx_set_threads(ctx, o.threads) != LAM_OK) ||
       (o.max_memory && lam_mem_set_limit(ctx, o.max_memory) != LAM_OK) ||
       lam_ctx_set_precision(ctx, o.precision) != LAM_OK) {
@@ -716,6 +735,13 @@ int cmd_train(int argc, char **argv) {
   }
   if ((ret = set_schedule(&o, t)) != 0) goto out;
   ret = 1;
+  if (rk->world > 1) {
+    const lam_collective c = {.rank = rk->rank, .world = rk->world, .sum = cli_ranks_sum};
+    if (lam_trainer_set_collective(t, &c) != LAM_OK) {
+      ret = fail("train", "ranks");
+      goto out;
+    }
+  }
   if ((o.aug_pad || o.aug_flip) && lam_model_set_augment(m, o.aug_pad, o.aug_flip) != LAM_OK) {
     fprintf(stderr, "lamina train: --augment: %s\n(see 'lamina train --help')\n", lam_last_error());
     ret = EXIT_USAGE;
@@ -908,6 +934,15 @@ out:
   free(rows);
   free(spec);
   return ret;
+}
+
+int cmd_train(int argc, char **argv) {
+  cli_ranks rk;
+  int rc = cli_ranks_start("train", &rk);
+  if (rc) return rc;
+  rc = train_run(argc, argv, &rk);
+  cli_ranks_finish(&rk, rc);
+  return rc;
 }
 
 int cmd_eval(int argc, char **argv) {
