@@ -9,7 +9,9 @@
  * match — is LAM_ERR_IO (or the stated status) with a message holding the key words, *model and
  * *trainer NULL and no backend memory left behind; saves replace files atomically and a failed save
  * leaves the old file intact with no temporary file behind;
- * lam_model_release_batch frees the batch buffers and the next evaluation or epoch plans them again.
+ * lam_model_release_batch frees the batch buffers and the next evaluation or epoch plans them again;
+ * two ranks (threads with a shared-memory sum, lam_trainer_set_collective) train as one process, and
+ * ranks started from different models are stopped by the replicas' check.
  *
  * The data is a small synthetic set built in memory: 300 images of 8×8 whose bright pixels depend on
  * the label, so the model learns and the losses move.
@@ -19,6 +21,7 @@
 
 #include <dirent.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -399,6 +402,109 @@ static int plain_spec(void **state) { /* the teardown: a failed check leaves the
   (void)state;
   g_spec = SPEC;
   return 0;
+}
+
+/* ---- ranks (lam_trainer_set_collective) ------------------------------------------------------- */
+
+/* Two ranks in one process: a thread each, with its own context, model and trainer, and a sum over
+ * shared memory (the last to arrive adds both buffers into both and wakes the other). */
+typedef struct fake_world {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int arrived;
+  unsigned gen;
+  double *buf[2];
+} fake_world;
+typedef struct fake_rank {
+  fake_world *w;
+  int rank;
+  uint64_t model_seed;
+  double loss[EPOCHS];
+  lam_status status;
+  char message[512];
+} fake_rank;
+
+static lam_status fake_sum(void *user, double *x, size_t n) {
+  fake_rank *r = user;
+  fake_world *w = r->w;
+  pthread_mutex_lock(&w->mu);
+  w->buf[r->rank] = x;
+  if (++w->arrived == 2) {
+    for (size_t i = 0; i < n; i++) w->buf[0][i] = w->buf[1][i] = w->buf[0][i] + w->buf[1][i];
+    w->arrived = 0;
+    w->gen++;
+    pthread_cond_broadcast(&w->cv);
+  } else {
+    unsigned g = w->gen;
+    while (w->gen == g) pthread_cond_wait(&w->cv, &w->mu);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return LAM_OK;
+}
+
+static void *fake_rank_run(void *arg) {
+  fake_rank *r = arg;
+  lam_ctx *ctx = NULL;
+  lam_model *m = NULL;
+  lam_trainer *t = NULL;
+  lam_opt o = opt_for(LAM_OPT_SGD);
+  lam_collective c = {.rank = r->rank, .world = 2, .sum = fake_sum, .user = r};
+  r->status = lam_ctx_create(&ctx, LAM_DEVICE_CPU);
+  if (r->status == LAM_OK) r->status = lam_ctx_set_threads(ctx, 1);
+  if (r->status == LAM_OK) r->status = lam_model_create(ctx, SPEC, 1, IMG, IMG, r->model_seed, &m);
+  if (r->status == LAM_OK) r->status = lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t);
+  if (r->status == LAM_OK) r->status = lam_trainer_set_collective(t, &c);
+  for (int e = 0; e < EPOCHS && r->status == LAM_OK; e++) {
+    lam_epoch_stats st;
+    r->status = lam_trainer_epoch(t, NULL, NULL, 0, &st);
+    r->loss[e] = st.train_loss;
+  }
+  if (r->status != LAM_OK) snprintf(r->message, sizeof r->message, "%s", lam_last_error());
+  lam_trainer_free(t);
+  lam_model_free(m);
+  lam_ctx_free(ctx);
+  return NULL;
+}
+
+static void run_two_ranks(fake_rank r[2], uint64_t seed0, uint64_t seed1) {
+  static fake_world w;
+  w = (fake_world){.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) {
+    r[i] = (fake_rank){.w = &w, .rank = i, .model_seed = i ? seed1 : seed0};
+    assert_int_equal(pthread_create(&th[i], NULL, fake_rank_run, &r[i]), 0);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+}
+
+/* Two ranks at batch 32 train as one process does (SGD with momentum: its step scales with the
+ * gradient, so a wrong weighting of the shares shows): the same epoch losses within a relative 1e-5. */
+static void test_ranks_as_one(void **state) {
+  (void)state;
+  double want[EPOCHS];
+  size_t np;
+  free(uninterrupted(LAM_OPT_SGD, want, &np));
+  fake_rank r[2];
+  run_two_ranks(r, MODEL_SEED, MODEL_SEED);
+  for (int i = 0; i < 2; i++)
+    if (r[i].status != LAM_OK) fail_msg("rank %d: %s: %s", i, lam_status_str(r[i].status), r[i].message);
+  for (int e = 0; e < EPOCHS; e++) {
+    print_message("epoch %d: ranks %.9g / %.9g, one process %.9g\n", e + 1, r[0].loss[e], r[1].loss[e], want[e]);
+    if (r[0].loss[e] != r[1].loss[e] || !(fabs(r[0].loss[e] - want[e]) <= 1e-5 * want[e]))
+      fail_msg("epoch %d: ranks' losses %.9g and %.9g, one process %.9g", e + 1, r[0].loss[e], r[1].loss[e], want[e]);
+  }
+}
+
+/* Ranks started from different models: the replicas' check stops both after the first epoch, saying so. */
+static void test_ranks_replicas_differ(void **state) {
+  (void)state;
+  fake_rank r[2];
+  run_two_ranks(r, MODEL_SEED, MODEL_SEED + 1);
+  for (int i = 0; i < 2; i++) {
+    if (r[i].status != LAM_ERR_INVALID_ARG || !strstr(r[i].message, "replicas' parameters differ after epoch 1"))
+      fail_msg("rank %d: %s: '%s'; want invalid argument and 'replicas' parameters differ after epoch 1'", i,
+               lam_status_str(r[i].status), r[i].message);
+  }
 }
 
 /* ---- learning-rate schedules ------------------------------------------------------------------- */
@@ -1160,6 +1266,7 @@ int main(void) {
       cmocka_unit_test(test_resume_adam),          cmocka_unit_test(test_resume_sgd_momentum),
       cmocka_unit_test(test_resume_adamw),         cmocka_unit_test(test_resume_every_epoch),
       cmocka_unit_test_teardown(test_resume_dropout, plain_spec), cmocka_unit_test(test_stop_mid_epoch),
+      cmocka_unit_test(test_ranks_as_one),         cmocka_unit_test(test_ranks_replicas_differ),
       cmocka_unit_test(test_lr_schedule_values), cmocka_unit_test(test_lr_schedule_applied),
       cmocka_unit_test(test_format),               cmocka_unit_test(test_model_only_roundtrip),
       cmocka_unit_test(test_truncated),            cmocka_unit_test(test_corrupted),
