@@ -6,7 +6,7 @@
 # weighting of the ranks' shares shows) by one process (--threads 1) and by 2 ranks; the claims checked:
 #   - the epochs' training losses agree within a relative 1e-5 (the ranks sum their batch shares' gradients
 #     in float64, one process sums them in float32 inside its kernels: the order of the sums differs,
-#     nothing else) and the test accuracies within 1 point, at batch 64 and at batch 299 (whose last
+#     nothing else) and the test accuracies (each rank evaluates its share of the test set) within 1 point, at batch 64 and at batch 299 (whose last
 #     global batch has 1 image: one rank steps with none of its own);
 #   - the 2-rank run's checkpoint (written by rank 0 alone, no temporary file left) resumes in 1 process
 #     to the uninterrupted run's losses (the same tolerance);

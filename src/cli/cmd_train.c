@@ -607,6 +607,32 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
 
 /* Accuracy and loss on d of the model saved at path (--save-best's); with spec, a model of another
  * spec is LAM_ERR_INVALID_ARG, with no message (not this run's model: the resume path starts afresh). */
+/* lam_evaluate over the ranks: each evaluates its share of the set (as of a batch: n / world, the first n %
+ * world one more) and the sums are summed, so every rank gets the same figures for the whole set. Sets with
+ * a label per pixel are evaluated whole on every rank (their accuracy counts pixels, not images). */
+static lam_status rank_evaluate(const cli_ranks *rk, lam_model *m, const lam_dataset *d, int batch, double *acc,
+                                double *loss) {
+  double a = 0, l = 0;
+  if (rk->world == 1 || d->label_h > 0) return lam_evaluate(m, d, batch, acc, loss ? loss : &l, NULL);
+  size_t W = (size_t)rk->world, r = (size_t)rk->rank, base = d->n / W, extra = d->n % W;
+  size_t len = base + (r < extra), lo = r * base + (r < extra ? r : extra);
+  double v[3] = {0, 0, (double)len};
+  if (len) {
+    lam_dataset part = *d;
+    part.n = len;
+    part.images = d->images + lo * lam_dataset_sample_bytes(d);
+    part.labels = d->labels + lo;
+    lam_status s = lam_evaluate(m, &part, batch, &a, &l, NULL);
+    if (s != LAM_OK) return s; /* the CLI then ends every rank (cli_ranks_finish) */
+    v[0] = a * (double)len, v[1] = l * (double)len;
+  }
+  lam_status s = cli_ranks_sum(NULL, v, 3);
+  if (s != LAM_OK) return s;
+  *acc = v[0] / (double)d->n;
+  if (loss) *loss = v[1] / (double)d->n;
+  return LAM_OK;
+}
+
 static lam_status eval_saved(lam_ctx *ctx, const char *path, const char *spec, const lam_dataset *d, int batch,
                              double *acc, double *loss) {
   lam_model *b = NULL;
@@ -842,8 +868,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
     r->lr = lam_trainer_lr(t);
     /* The training batch: a larger one would grow the model's batch buffers for the rest of the run. */
-    lam_status ev = val ? lam_evaluate(m, val, batch, &r->val_acc, &r->val_loss, NULL)
-                        : lam_evaluate(m, test, batch, &r->test_acc, NULL, NULL);
+    lam_status ev = val ? rank_evaluate(rk, m, val, batch, &r->val_acc, &r->val_loss)
+                        : rank_evaluate(rk, m, test, batch, &r->test_acc, NULL);
     if (ev != LAM_OK) {
       ret = fail("train", "evaluating");
       goto out;
@@ -890,7 +916,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   }
   double test_acc = nrows ? rows[nrows - 1].test_acc : NAN;
   if (val && nrows) { /* the test part, once, for the model the run ends with (and the best one) */
-    if (lam_evaluate(m, test, batch, &test_acc, NULL, NULL) != LAM_OK) {
+    if (rank_evaluate(rk, m, test, batch, &test_acc, NULL) != LAM_OK) {
       ret = fail("train", "evaluating");
       goto out;
     }
