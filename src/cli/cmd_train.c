@@ -13,6 +13,7 @@
 
 typedef struct train_opts {
   const char *data, *model, *save, *resume, *load;
+  int rank; /* of several processes (ranks.c): only rank 0 speaks and writes files */
   int epochs, batch, json, progress, threads;
   lam_opt_kind opt_kind;
   double lr, momentum, weight_decay;
@@ -406,6 +407,7 @@ static int stopped(const train_opts *o, lam_model *m, lam_trainer *t) {
   if (step) snprintf(where, sizeof where, "after step %d of epoch %d", step, epoch + 1);
   else snprintf(where, sizeof where, "after epoch %d", epoch);
   const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+  if (o->rank > 0) return 128 + sig; /* stopped with rank 0, after the same step; rank 0 says so and saves */
   if (!o->save) {
     fprintf(stderr, "lamina train: stopped by %s %s; nothing saved (give --save FILE to keep the place)\n", name,
             where);
@@ -647,6 +649,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   train_opts o;
   int rc = parse("train", argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
+  o.rank = rk->rank;
   if (rk->rank > 0) { /* rank 0 speaks and writes the files; the others train alike, silently */
     o.save = o.save_best = o.log = o.trace = NULL;
     o.progress = 0, o.json = 0;

@@ -49,9 +49,11 @@ int cli_ranks_start(const char *cmd, cli_ranks *r) {
 void cli_ranks_finish(cli_ranks *r, int rc) {
 #ifdef LAMINA_WITH_MPI
   if (!r->mpi) return;
-  /* A rank that fails would leave the others waiting in a sum for ever: it takes them down with it. Bad
-   * usage is every rank's alike (the same command line), so they all end on their own. */
-  if (rc != 0 && rc != EXIT_USAGE) MPI_Abort(MPI_COMM_WORLD, rc);
+  /* A rank that fails (1) would leave the others waiting in a sum for ever: it takes them down with it.
+   * Bad usage (2) is every rank's alike (the same command line), and a signal's stop (130, 143) comes
+   * after the same step on every rank (the trainer sums the stop flags): those end on their own, and
+   * rank 0's checkpoint is not cut short by an abort. */
+  if (rc == 1) MPI_Abort(MPI_COMM_WORLD, rc);
   MPI_Finalize();
   r->mpi = 0;
 #else
