@@ -47,6 +47,7 @@ typedef struct cli_ranks {
   int rank, world, mpi;
 } cli_ranks;
 int cli_ranks_start(const char *cmd, cli_ranks *r);
+int cli_ranks_mpi(void); /* built with MPI */
 void cli_ranks_finish(cli_ranks *r, int rc);
 lam_status cli_ranks_sum(void *user, double *x, size_t n);
 

@@ -53,6 +53,7 @@ int cmd_info(int argc, char **argv) {
     bad |= json_object_set_new(j, "png", json_boolean(lam_image_formats() & 1));
     bad |= json_object_set_new(j, "jpeg", json_boolean(lam_image_formats() & 2));
     bad |= json_object_set_new(j, "nvjpeg", json_boolean(lam_image_gpu_decode()));
+    bad |= json_object_set_new(j, "mpi", json_boolean(cli_ranks_mpi()));
     for (int d = 0; d < ndev; d++) {
       lam_cuda_device_info di;
       if (lam_cuda_device_info_get(d, &di) != LAM_OK) continue;
@@ -95,6 +96,7 @@ int cmd_info(int argc, char **argv) {
     printf("  image files: %s\n", img == 3 ? "PNG and JPEG" : img == 1 ? "PNG (no libjpeg)" : img == 2 ? "JPEG (no libpng)"
                                                                                               : "none (no libpng, no libjpeg)");
     printf("  JPEG on the GPU: %s\n", lam_image_gpu_decode() ? "nvJPEG" : "no (built without nvJPEG)");
+    printf("  ranks: %s\n", cli_ranks_mpi() ? "MPI (mpirun -np N lamina train)" : "no (built without MPI)");
     if (ndev == 0) printf("  CUDA devices: none (%s)\n", why ? why : "none found");
     for (int d = 0; d < ndev; d++) {
       lam_cuda_device_info di;

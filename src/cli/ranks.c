@@ -23,6 +23,14 @@ static int launcher_world(const char **who) {
   return 1;
 }
 
+int cli_ranks_mpi(void) {
+#ifdef LAMINA_WITH_MPI
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 int cli_ranks_start(const char *cmd, cli_ranks *r) {
   const char *who = NULL;
   *r = (cli_ranks){.rank = 0, .world = 1};
