@@ -10,9 +10,9 @@
 
 #include "cli.h"
 
-/* The world size a launcher put in the environment (Open MPI, MPICH/Hydra and Slurm's PMI, PMIx), or 1. */
+/* The world size a launcher put in the environment (Open MPI's mpirun; MPICH's Hydra and Slurm's PMI), or 1. */
 static int launcher_world(const char **who) {
-  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
+  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
   for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
     const char *v = getenv(vars[i]);
     if (v && atoi(v) > 1) {
