@@ -575,6 +575,9 @@ typedef struct lam_collective {
   void *user;
 } lam_collective;
 lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c);
+/* The share of n items that rank `rank` of `world` takes, as the trainer splits a batch: [lo, lo + len),
+ * n / world each, the first n % world ranks one more (for a caller sharding other work alike). */
+void lam_rank_share(size_t n, int rank, int world, size_t *lo, size_t *len);
 /* The optimizer and batch the trainer was made with (or restored from a checkpoint). */
 lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch);
 

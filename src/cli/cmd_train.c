@@ -607,17 +607,15 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   return cli_json_print(root);
 }
 
-/* Accuracy and loss on d of the model saved at path (--save-best's); with spec, a model of another
- * spec is LAM_ERR_INVALID_ARG, with no message (not this run's model: the resume path starts afresh). */
-/* lam_evaluate over the ranks: each evaluates its share of the set (as of a batch: n / world, the first n %
- * world one more) and the sums are summed, so every rank gets the same figures for the whole set. Sets with
- * a label per pixel are evaluated whole on every rank (their accuracy counts pixels, not images). */
+/* lam_evaluate over the ranks: each evaluates its share of the set (lam_rank_share, as a batch is split)
+ * and the sums are summed, so every rank gets the same figures for the whole set. Sets with a label per
+ * pixel are evaluated whole on every rank (their accuracy counts pixels, not images). */
 static lam_status rank_evaluate(const cli_ranks *rk, lam_model *m, const lam_dataset *d, int batch, double *acc,
                                 double *loss) {
   double a = 0, l = 0;
   if (rk->world == 1 || d->label_h > 0) return lam_evaluate(m, d, batch, acc, loss ? loss : &l, NULL);
-  size_t W = (size_t)rk->world, r = (size_t)rk->rank, base = d->n / W, extra = d->n % W;
-  size_t len = base + (r < extra), lo = r * base + (r < extra ? r : extra);
+  size_t lo, len;
+  lam_rank_share(d->n, rk->rank, rk->world, &lo, &len);
   double v[3] = {0, 0, (double)len};
   if (len) {
     lam_dataset part = *d;
@@ -635,6 +633,8 @@ static lam_status rank_evaluate(const cli_ranks *rk, lam_model *m, const lam_dat
   return LAM_OK;
 }
 
+/* Accuracy and loss on d of the model saved at path (--save-best's); with spec, a model of another
+ * spec is LAM_ERR_INVALID_ARG, with no message (not this run's model: the resume path starts afresh). */
 static lam_status eval_saved(lam_ctx *ctx, const char *path, const char *spec, const lam_dataset *d, int batch,
                              double *acc, double *loss) {
   lam_model *b = NULL;

@@ -77,7 +77,6 @@ void lam_trainer_free(lam_trainer *t) {
   free(t->h_idx);
   free(t->h_sched);
   free(t->h_sum);
-  free(t->h_grad);
   free(t);
 }
 
@@ -125,7 +124,6 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   t->label_size = labels_per_image(train);
   t->seed = seed;
   t->coll = (lam_collective){.rank = 0, .world = 1};
-  t->n_local = train->n;
   lam_rng_seed(&t->rng, seed);
   t->host = train;
   lam_status s = LAM_OK;
@@ -242,15 +240,14 @@ lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch) {
 
 /* ---- data-parallel over ranks (lam_trainer_set_collective) ---- */
 
-/* This rank's share of a global batch of G images: [lo, lo + len) of it. */
-static void share(const lam_trainer *t, size_t G, size_t *lo, size_t *len) {
-  size_t W = (size_t)t->coll.world, r = (size_t)t->coll.rank, base = G / W, extra = G % W;
+void lam_rank_share(size_t n, int rank, int world, size_t *lo, size_t *len) {
+  size_t W = (size_t)world, r = (size_t)rank, base = n / W, extra = n % W;
   *len = base + (r < extra);
   *lo = r * base + (r < extra ? r : extra);
 }
 static size_t share_of(const lam_trainer *t, size_t G) {
   size_t lo, len;
-  share(t, G, &lo, &len);
+  lam_rank_share(G, t->coll.rank, t->coll.world, &lo, &len);
   return len;
 }
 static size_t global_batch(const lam_trainer *t, int step) {
@@ -274,14 +271,11 @@ lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c) {
   size_t np = t->m->nparams;
   if (c->world > 1 && !t->h_sum) {
     t->h_sum = malloc((np + 1) * sizeof *t->h_sum); /* and one slot for the stop flag */
-    t->h_grad = malloc(np * sizeof *t->h_grad);
-    if (!t->h_sum || !t->h_grad)
+    if (!t->h_sum)
       return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_trainer_set_collective: no host memory for %zu gradients", np);
   }
   drop_graph(t); /* the sum is a host call: the step runs op by op */
   t->coll = *c;
-  t->n_local = 0;
-  for (int k = 0; k < t->steps; k++) t->n_local += share_of(t, global_batch(t, k));
   return LAM_OK;
 }
 
@@ -301,17 +295,22 @@ static lam_status sum_grads(lam_trainer *t, int B, size_t G) {
   return LAM_OK;
 }
 
-/* The replicas are the same model: a 64-bit FNV-1a of the parameters' bytes, in four 16-bit pieces, and
- * their squares, summed over the ranks — the sum of squares is world x the square of the mean exactly
- * when every rank holds the same pieces. */
+/* An epoch's loss sum, correct and counted labels (m->stats' first three) summed over the ranks. */
+static lam_status sum_stats(lam_trainer *t, float st[3]) {
+  double v[3] = {st[0], st[1], st[2]};
+  LAM_TRY(t->coll.sum(t->coll.user, v, 3));
+  st[0] = (float)v[0], st[1] = (float)v[1], st[2] = (float)v[2];
+  return LAM_OK;
+}
+
+/* The replicas are the same model: a 64-bit FNV-1a of the parameters' bytes (host memory: ranks are
+ * CPU contexts), in four 16-bit pieces, and their squares, summed over the ranks — the sum of squares
+ * is world x the square of the mean exactly when every rank holds the same pieces. */
 static lam_status check_replicas(lam_trainer *t) {
   lam_model *m = t->m;
-  size_t n = m->nparams;
-  float *p = t->h_grad;
-  LAM_TRY(lam_mem_download(m->ctx, p, m->params, n * sizeof(float)));
   uint64_t h = 1469598103934665603ull;
-  const unsigned char *b = (const unsigned char *)p;
-  for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
+  const unsigned char *b = (const unsigned char *)m->params;
+  for (size_t i = 0; i < m->nparams * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
   double v[8];
   for (int j = 0; j < 4; j++) {
     double piece = (double)((h >> (16 * j)) & 0xffff);
@@ -359,23 +358,22 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
   lam_aug aug;
   const lam_aug *a = nn_aug(m, t->seed, &aug);
   if (a) LAM_TRY(be->step_advance(ctx, m->rng_ctr + 2, 0, NULL)); /* new crops and flips every step */
-  if (B == 0) { /* a rank without images in a short last batch: no gradient of its own, but the same step */
-    LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
-    if (nn_has_dropout(m)) LAM_TRY(be->step_advance(ctx, m->rng_ctr, 0, NULL)); /* as a forward would */
-    LAM_TRY(sum_grads(t, 0, G));
-    LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1));
-    return be->step_advance(ctx, t->d_state, 0, m->stats);
-  }
-  if (!t->feed) {
+  if (!t->feed && B > 0) {
     LAM_TRY(be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
                        t->d_state, &m->norm, a, m->fmt, m->x, m->y));
     NN_PROF(m, "gather_normalize", 0);
   }
   LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
   NN_PROF(m, "zero_grad", 0);
-  LAM_TRY(nn_forward(m, B, 1));
-  LAM_TRY(nn_loss(m, B, 1, m->smoothing, NULL));
-  LAM_TRY(nn_backward(m, B));
+  if (B > 0) {
+    LAM_TRY(nn_forward(m, B, 1));
+    LAM_TRY(nn_loss(m, B, 1, m->smoothing, NULL));
+    LAM_TRY(nn_backward(m, B));
+  } else if (nn_has_dropout(m)) {
+    /* A rank's empty share of a short last batch: no gradient of its own, but the same step as the
+     * others; dropout's counter moves as a forward would have moved it. */
+    LAM_TRY(be->step_advance(ctx, m->rng_ctr, 0, NULL));
+  }
   if (t->coll.world > 1) LAM_TRY(sum_grads(t, B, G));
   LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1));
   NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
@@ -442,19 +440,20 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
     t->h_idx[i] = t->h_idx[j];
     t->h_idx[j] = tmp;
   }
+  size_t n_local = t->n; /* the images of this rank's order */
   if (t->coll.world > 1) { /* this rank's share of each global batch, in order: the local order */
-    size_t to = 0;
+    n_local = 0;
     for (int k = 0; k < t->steps; k++) {
       size_t lo, len;
-      share(t, global_batch(t, k), &lo, &len);
-      memmove(t->h_idx + to, t->h_idx + (size_t)k * t->batch + lo, len * sizeof *t->h_idx);
-      to += len;
+      lam_rank_share(global_batch(t, k), t->coll.rank, t->coll.world, &lo, &len);
+      memmove(t->h_idx + n_local, t->h_idx + (size_t)k * t->batch + lo, len * sizeof *t->h_idx);
+      n_local += len;
     }
   }
   /* the steps done, in this rank's order (all but the last global batch share alike) */
   const size_t skip = (size_t)first * share_of(t, (size_t)t->batch);
   if (t->feed) LAM_TRY(feed_start(t->feed, t->host->images, t->host->labels, t->h_idx + skip, t->n - skip));
-  else LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, t->n_local * sizeof(int32_t)));
+  else LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, n_local * sizeof(int32_t)));
   /* the optimizer's scalars for this epoch's steps (row k is the epoch's step k: the table starts where
    * the epoch did), and both device-side counters at the first step */
   LAM_TRY(nn_opt_prepare(m, &t->opt));
@@ -468,12 +467,8 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
    * of which a checkpoint keeps, so a resumed run draws as the whole run did (a loaded model's own seed
    * is 0, and its counters restart at 0). */
   m->seed = t->seed ^ (uint64_t)t->coll.rank * 0xD1B54A32D192ED03ull; /* ranks: masks of their own */
-  const int32_t drop_ctr[2] = {0, (int32_t)(uint32_t)m->opt_step};
-  LAM_TRY(lam_mem_upload(ctx, m->rng_ctr, drop_ctr, sizeof drop_ctr));
-  if (m->aug_pad || m->aug_flip) {
-    const int32_t aug_ctr[2] = {0, (int32_t)(uint32_t)m->opt_step};
-    LAM_TRY(lam_mem_upload(ctx, m->rng_ctr + 2, aug_ctr, sizeof aug_ctr));
-  }
+  const int32_t step = (int32_t)(uint32_t)m->opt_step, ctr[4] = {0, step, 0, step}; /* dropout's, augmentation's */
+  LAM_TRY(lam_mem_upload(ctx, m->rng_ctr, ctr, sizeof ctr));
   lam_status s = epoch_steps(t, cb, user, every, t0, first);
   if (t->feed) { /* joins the loader whatever happened */
     lam_status fs = feed_finish(t->feed, &t->data_wait_ms, &t->loader_wait_ms);
@@ -482,11 +477,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   if (s != LAM_OK) return s;
   float st[4];
   LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the epoch's last step */
-  if (t->coll.world > 1) { /* the epoch's sums over all ranks, and the replicas compared */
-    double v[3] = {st[0], st[1], st[2]};
-    LAM_TRY(t->coll.sum(t->coll.user, v, 3));
-    st[0] = (float)v[0], st[1] = (float)v[1], st[2] = (float)v[2];
-  }
+  if (t->coll.world > 1) LAM_TRY(sum_stats(t, st)); /* the epoch's sums over all ranks */
   double secs = (lam_now_ms() - t0) / 1e3;
   t->epoch_ms = secs * 1e3;
   t->epochs_done++;
@@ -544,11 +535,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
     if (stop && step + 1 < steps) { /* asked to stop: hold the epoch's place */
       float st[4];
       LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the step in flight */
-      if (t->coll.world > 1) {
-        double v[3] = {st[0], st[1], st[2]};
-        LAM_TRY(t->coll.sum(t->coll.user, v, 3));
-        st[0] = (float)v[0], st[1] = (float)v[1], st[2] = (float)v[2];
-      }
+      if (t->coll.world > 1) LAM_TRY(sum_stats(t, st));
       memcpy(t->part, st, sizeof t->part);
       t->step_done = step + 1;
       LAM_TRY(profile_window(t, steps));

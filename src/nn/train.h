@@ -37,9 +37,7 @@ struct lam_trainer {
   lam_prof prof;                /* the per-op profile of steps [prof_first, prof_first + prof_steps) */
   int prof_first, prof_steps, prof_done;
   lam_collective coll;          /* world > 1: data-parallel over ranks (lam_trainer_set_collective) */
-  size_t n_local;               /* this rank's share of the epoch's images (n when alone) */
   double *h_sum;                /* host buffer of the gradients' sum, nparams doubles and the stop flag */
-  float *h_grad;                /* the parameters copied for the replicas' check, nparams floats */
   int stop_all;                 /* a rank was asked to stop at the last step's sum */
 };
 
