@@ -9,7 +9,8 @@
  * match — is LAM_ERR_IO (or the stated status) with a message holding the key words, *model and
  * *trainer NULL and no backend memory left behind; saves replace files atomically and a failed save
  * leaves the old file intact with no temporary file behind;
- * lam_model_release_batch frees the batch buffers and the next evaluation or epoch plans them again;
+ * lam_model_release_batch frees the batch buffers and the next evaluation or epoch plans them again; training
+ * in NHWC holds no host-API copies and no added gradient's temporary outside the arena;
  * two ranks (threads with a shared-memory sum, lam_trainer_set_collective) train as one process, and
  * ranks started from different models are stopped by the replicas' check.
  *
@@ -769,6 +770,41 @@ static size_t activations_of(const lam_model *m) {
   return mm.activations;
 }
 
+/* In a format other than NCHW float32 (NHWC, forced here), training makes no host-API copies: the float
+ * input and logits are made at lam_model_forward's first call, by their size. A gradient added through a
+ * temporary (e1 is read by maxpool, whose backward cannot add, and by concat) has it in the arena, planned
+ * for that backward alone: the batch buffers are the plan (arena, scratch, input) plus a label and a
+ * prediction a sample, each rounded to the allocator's 512 bytes. Before, both copies and two slots of
+ * e1's size stayed allocated through training. */
+static void test_host_buffers_lazy(void **state) {
+  (void)state;
+  setenv("LAMINA_LAYOUT", "nhwc", 1);
+  lam_model *m;
+  lam_status s = lam_model_create(g_ctx, "conv 4 3 pad 1, e1: relu, maxpool 2, upsample 2, concat @e1, flatten, dense 10",
+                                  1, IMG, IMG, MODEL_SEED, &m);
+  unsetenv("LAMINA_LAYOUT");
+  TU_OK(s);
+  lam_opt o = opt_for(LAM_OPT_ADAM);
+  lam_trainer *t;
+  TU_OK(lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t));
+  double loss0 = epoch(t), loss1 = epoch(t);
+  assert_true(isfinite(loss0) && loss1 < loss0); /* the added gradient arrives: it learns */
+  size_t trained = activations_of(m), planned = 0;
+  int count = 0;
+  TU_OK(lam_model_nodes(m, BATCH, NULL, 0, &count, &planned));
+  print_message("nhwc: trained with %zu bytes of batch buffers, planned %zu\n", trained, planned);
+  assert_true(trained >= planned + 2 * BATCH);
+  assert_true(trained <= planned + 2 * BATCH + 5 * 512);
+  float x[BATCH * IMG * IMG], logits[BATCH * CLASSES];
+  for (int i = 0; i < BATCH * IMG * IMG; i++) x[i] = (float)(i % 17) / 8.0f - 1.0f;
+  TU_OK(lam_model_forward(m, BATCH, x, logits));
+  const size_t grown = activations_of(m) - trained, copies = sizeof x + sizeof logits;
+  assert_true(grown >= copies && grown < copies + 2 * 512);
+  for (int i = 0; i < BATCH * CLASSES; i++) assert_true(isfinite(logits[i]));
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
 /* lam_model_release_batch gives back what lam_evaluate and training planned (the memory figures'
  * "activations", all of it: in_use drops back to the model's own), and the next call plans again:
  * lam_evaluate gives the same figures, and a trainer, resident or streaming, whose buffers are released
@@ -1275,7 +1311,7 @@ int main(void) {
       cmocka_unit_test(test_v1_loads),             cmocka_unit_test(test_v2_state_roundtrip),
       cmocka_unit_test(test_empty_missing_directory), cmocka_unit_test(test_mismatched),
       cmocka_unit_test(test_save_replaces_atomically), cmocka_unit_test(test_null_args),
-      cmocka_unit_test(test_release_batch),
+      cmocka_unit_test(test_release_batch),        cmocka_unit_test(test_host_buffers_lazy),
   };
   tu_apply_filter();
   return cmocka_run_group_tests_name("checkpoint", tests, setup, teardown) ? 1 : 0;

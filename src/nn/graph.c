@@ -137,14 +137,14 @@ void nn_graph_finish(lam_model *m, lam_fmt f) {
 void *nn_din(lam_model *m, const nn_node *n, int i) {
   const nn_tensor *t = &m->tensor[n->in[i]];
   if (!t->need_grad) return NULL;
-  return n->accum[i] && !nn_adds(n, i) ? nn_at(m, m->gtmp, (size_t)i * m->gtmp_stride) : t->grad;
+  return n->accum[i] && !nn_adds(n, i) ? n->gtmp[i] : t->grad;
 }
 
 lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B) {
   nn_tensor *t = &m->tensor[n->in[i]];
   if (!t->need_grad || !n->accum[i] || nn_adds(n, i)) return LAM_OK;
   size_t count = (size_t)B * nn_size(t); /* B: the node's rows */
-  LAM_TRY(m->ctx->be->add(m->ctx, m->fmt, count, t->grad, nn_at(m, m->gtmp, (size_t)i * m->gtmp_stride), t->grad));
+  LAM_TRY(m->ctx->be->add(m->ctx, m->fmt, count, t->grad, n->gtmp[i], t->grad));
   NN_PROF(m, "grad_add", nn_index(m, n) + 1);
   return LAM_OK;
 }

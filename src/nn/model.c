@@ -93,9 +93,8 @@ static void free_batch(lam_model *m) {
   lam_mem_free(ctx, m->y);
   lam_mem_free(ctx, m->pred);
   lam_mem_free(ctx, m->scratch);
-  lam_mem_free(ctx, m->gtmp);
   m->arena = NULL;
-  m->x = m->gtmp = NULL;
+  m->x = NULL;
   m->scratch = m->x32 = m->logits32 = NULL;
   m->y = m->pred = NULL;
   m->cap = 0;
@@ -125,17 +124,6 @@ static lam_status batch_alloc(lam_model *m, void **p, size_t bytes) {
   return LAM_OK;
 }
 
-/* Floats per sample of the largest gradient that is added rather than written (0: none is): gtmp's
- * slots, one per input slot. */
-static size_t added_grad_size(const lam_model *m) {
-  size_t big = 0;
-  for (int i = 0; i < m->nnodes; i++)
-    for (int j = 0; j < m->node[i].nin; j++)
-      if (m->node[i].accum[j] && !nn_adds(&m->node[i], j) && nn_batch_size(&m->tensor[m->node[i].in[j]], 1) > big)
-        big = nn_batch_size(&m->tensor[m->node[i].in[j]], 1);
-  return big;
-}
-
 /* Labels per sample: one per output pixel (1 for a classifier). */
 static size_t label_size(const lam_model *m) { return (size_t)m->tensor[m->output].h * m->tensor[m->output].w; }
 
@@ -149,15 +137,11 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   m->gen++; /* a captured graph that used the old buffers is stale */
   lam_fmt f = nn_choose_fmt(m); /* a new precision can mean another format: the graph's passes again */
   if (f.dt != m->fmt.dt || f.nhwc != m->fmt.nhwc) nn_graph_finish(m, f);
-  size_t arena = 0, in = nn_batch_size(&m->tensor[0], 1), out = nn_size(&m->tensor[m->output]);
+  size_t arena = 0, in = nn_batch_size(&m->tensor[0], 1);
   m->label_size = label_size(m);
-  m->gtmp_stride = ((size_t)B * added_grad_size(m) + 63) / 64 * 64;
   lam_status s = nn_plan(m, B, NULL, &arena);
   if (s == LAM_OK) s = batch_alloc(m, &m->arena, arena);
   if (s == LAM_OK) s = batch_alloc(m, (void **)&m->x, (size_t)B * in * nn_esize(m));
-  if (s == LAM_OK && !lam_fmt_plain(m->fmt)) s = batch_alloc(m, (void **)&m->x32, (size_t)B * in * sizeof(float));
-  if (s == LAM_OK && !lam_fmt_plain(m->fmt))
-    s = batch_alloc(m, (void **)&m->logits32, (size_t)B * out * sizeof(float));
   if (s == LAM_OK) {
     m->tensor[0].data = m->x;
     s = nn_plan(m, B, m->arena, &arena);
@@ -168,7 +152,6 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   if (s == LAM_OK) s = nn_scratch_floats(m, B, &scratch);
   if (s == LAM_OK) s = batch_alloc(m, (void **)&m->scratch, scratch * sizeof(float));
   m->scratch_bytes = scratch * sizeof(float);
-  if (s == LAM_OK && m->gtmp_stride) s = batch_alloc(m, (void **)&m->gtmp, NN_MAX_IN * m->gtmp_stride * nn_esize(m));
   if (s != LAM_OK) {
     free_batch(m);
     return s;
@@ -257,8 +240,7 @@ lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, 
     lam_status s = nn_plan(c, batch, NULL, &arena);
     size_t scratch = 0;
     if (s == LAM_OK) s = nn_scratch_floats(m, batch, &scratch);
-    *planned_bytes = arena + scratch * sizeof(float) + nn_batch_size(&m->tensor[0], batch) * nn_esize(m) +
-                     NN_MAX_IN * (size_t)batch * added_grad_size(m) * nn_esize(m);
+    *planned_bytes = arena + scratch * sizeof(float) + nn_batch_size(&m->tensor[0], batch) * nn_esize(m);
     free(c);
     LAM_TRY(s);
   }
@@ -319,6 +301,7 @@ static lam_status upload_batch(lam_model *m, const char *fn, int B, const float 
   LAM_TRY(nn_model_reserve(m, B));
   const size_t bytes = (size_t)B * m->in_t * m->in_c * m->in_h * m->in_w * sizeof(float);
   if (lam_fmt_plain(m->fmt)) return lam_mem_upload(m->ctx, m->x, x, bytes);
+  if (!m->x32) LAM_TRY(batch_alloc(m, (void **)&m->x32, (size_t)m->cap * nn_batch_size(&m->tensor[0], 1) * sizeof(float)));
   LAM_TRY(lam_mem_upload(m->ctx, m->x32, x, bytes));
   return m->ctx->be->convert(m->ctx, B * m->in_t, m->in_c, m->in_h * m->in_w, LAM_FMT_NCHW, m->x32, m->fmt, m->x);
 }
@@ -329,6 +312,7 @@ static lam_status forward_out(lam_model *m, int B, float *logits) {
   const nn_tensor *out = &m->tensor[m->output];
   const size_t bytes = (size_t)B * nn_size(out) * sizeof(float);
   if (lam_fmt_plain(m->fmt)) return lam_mem_download(m->ctx, logits, out->data, bytes);
+  if (!m->logits32) LAM_TRY(batch_alloc(m, (void **)&m->logits32, (size_t)m->cap * nn_size(out) * sizeof(float)));
   LAM_TRY(m->ctx->be->convert(m->ctx, B, out->c, out->h * out->w, m->fmt, out->data, LAM_FMT_NCHW, m->logits32));
   return lam_mem_download(m->ctx, logits, m->logits32, bytes);
 }

@@ -84,6 +84,8 @@ typedef struct nn_node {
   /* planned */
   void *aux;          /* saved for backward (im2col, argmax, BatchNorm's mean and invstd, dropout's mask) */
   int accum[NN_MAX_IN]; /* the gradient of input i is added: a later reader wrote it first */
+  void *gtmp[NN_MAX_IN]; /* where input i's gradient goes first when it is added by an op that cannot add itself
+                          * (accum and not nn_adds): planned in the arena for the node's backward only */
   /* fusion */
   int fuse;      /* NN_FUSE_* (conv) */
   int pool;      /* the maxpool node a fused conv runs (its output and argmax are the block's); the activation
@@ -125,7 +127,8 @@ struct lam_model {
   int cap;                 /* batch capacity of the buffers below */
   void *x;                 /* input (B, in_c, in_h, in_w), in the model's format */
   float *x32, *logits32;   /* in another format than NCHW float32: the host API's input and logits as NCHW
-                            * float32, converted from and to x and the output tensor (else NULL) */
+                            * float32, converted from and to x and the output tensor; made at the host API's
+                            * first use (training never needs them), else NULL */
   uint8_t *y;              /* labels of the batch (backend memory), label_size each */
   size_t label_size;       /* labels per sample: 1, or h*w of the output (per-pixel) */
   float *count;            /* backend memory: labels counted in the batch (the loss's mean) */
@@ -134,9 +137,6 @@ struct lam_model {
   float *scratch;          /* shared scratch of the ops (max over nodes of scratch_floats) */
   size_t scratch_bytes;
   lam_precision plan_precision; /* the precision the buffers were planned for (a conv's needs depend on it) */
-  void *gtmp;              /* a gradient that is added rather than written goes here first: input i's at
-                            * gtmp + i * gtmp_stride values (of the format's type) */
-  size_t gtmp_stride;
   float *stats;            /* [loss sum, correct, counted]: accumulated on the device, read rarely */
   int32_t *rng_ctr;        /* backend memory: dropout's step counter ([1] counts training forwards); [3] counts
                             * the training steps that augmented their batch ([2] unused) */
@@ -164,8 +164,8 @@ static inline int nn_index(const lam_model *m, const nn_node *n) { return (int)(
 static inline int nn_reads_input_bwd(const nn_node *n) { return (n->op->flags & NN_IN_BWD) || n->keep_input; }
 
 /* Where backward puts the gradient of input i: NULL when it needs none; else its grad buffer, or, when
- * the gradient is to be added (accum) by an op that cannot add itself, m->gtmp — nn_din_done then adds
- * it in. An NN_ADDS_GRAD op gets the grad buffer always, and adds into it where nn_adds is 1. */
+ * the gradient is to be added (accum) by an op that cannot add itself, the node's gtmp — nn_din_done then
+ * adds it in. An NN_ADDS_GRAD op gets the grad buffer always, and adds into it where nn_adds is 1. */
 void *nn_din(lam_model *m, const nn_node *n, int i);
 static inline int nn_adds(const nn_node *n, int i) { return n->accum[i] && (n->op->flags & NN_ADDS_GRAD); }
 lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B);

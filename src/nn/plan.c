@@ -1,7 +1,8 @@
 /* plan.c — the memory planner: every tensor's data and gradient and every node's saved buffer get a
  * place in one arena, by liveness over a training step. Time runs forward through the nodes (node i at
  * i), then the loss (at N), then backward (node i at 2N - i); a buffer is live from its first write to
- * its last read, and two buffers share bytes only where their lives do not overlap. Placement is
+ * its last read, and two buffers share bytes only where their lives do not overlap. A gradient that a node
+ * adds through a temporary (nn_din) has the temporary for that node's backward alone. Placement is
  * first-fit, largest first — simple, deterministic, and near the lower bound for chain-like graphs. */
 #include <stdlib.h>
 #include <string.h>
@@ -100,7 +101,7 @@ static size_t place(block *b, int nb) {
 
 lam_status nn_plan(lam_model *m, int B, void *base, size_t *bytes) {
   const int N = m->nnodes;
-  block *b = calloc((size_t)3 * (N + 1), sizeof *b);
+  block *b = calloc((size_t)(3 + NN_MAX_IN) * (N + 1), sizeof *b);
   if (!b) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for the memory plan");
   int nb = 0;
   for (int t = 1; t < m->ntensors; t++) {
@@ -121,6 +122,16 @@ lam_status nn_plan(lam_model *m, int B, void *base, size_t *bytes) {
     if (!sz) continue;
     int q = runner(m, i);
     b[nb++] = (block){(sz + ALIGN - 1) / ALIGN * ALIGN, 0, q, 2 * N - q, &n->aux, 0};
+  }
+  for (int i = 0; i < N; i++) {
+    nn_node *n = &m->node[i];
+    for (int j = 0; j < NN_MAX_IN; j++) {
+      n->gtmp[j] = NULL;
+      if (j >= n->nin || !n->accum[j] || nn_adds(n, j) || !m->tensor[n->in[j]].need_grad) continue;
+      size_t sz = nn_batch_size(&m->tensor[n->in[j]], B) * nn_esize(m);
+      int q = 2 * N - runner(m, i);
+      b[nb++] = (block){(sz + ALIGN - 1) / ALIGN * ALIGN, 0, q, q, &n->gtmp[j], 0};
+    }
   }
   size_t top = place(b, nb);
   if (top == (size_t)-1) {
