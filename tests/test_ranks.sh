@@ -30,8 +30,14 @@ MPI=(env "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$MPIEXEC"
 unset LAMINA_DEVICE LAMINA_THREADS OMP_NUM_THREADS
 export LAMINA_DEVICE=cpu # the CPU backend, here as on CI
 SPEC="conv 4 3, relu, maxpool 2, flatten, dense 10"
+# A Python with NumPy: Debian's (CI), else the first on PATH (the H200 machine's /usr/bin/python3 has none)
+PY=
+for p in /usr/bin/python3 python3; do
+  if "$p" -c "import numpy" 2>/dev/null; then PY=$p; break; fi
+done
+[ -n "$PY" ] || { echo "not ok - no python3 with NumPy here (Debian: apt-get install python3-numpy)"; exit 1; }
 
-/usr/bin/python3 - "$TMP/d" <<'EOF' || { echo "not ok - making the data set"; exit 1; }
+"$PY" - "$TMP/d" <<'EOF' || { echo "not ok - making the data set"; exit 1; }
 import os, sys
 import numpy as np
 d = sys.argv[1]
@@ -48,10 +54,10 @@ for part, n in (("train", 600), ("t10k", 200)):
 EOF
 
 # losses FILE: the epochs' training losses and the last test accuracy, one per line
-losses() { /usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); [print(e['train_loss']) for e in j['epochs']]; print(j['test_acc'])" "$1"; }
+losses() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); [print(e['train_loss']) for e in j['epochs']]; print(j['test_acc'])" "$1"; }
 # same A B: every loss within a relative 1e-5, the accuracy within 0.01
 same() {
-  /usr/bin/python3 - "$1" "$2" <<'EOF'
+  "$PY" - "$1" "$2" <<'EOF'
 import sys
 a = [float(v) for v in open(sys.argv[1])]
 b = [float(v) for v in open(sys.argv[2])]
@@ -86,7 +92,7 @@ left=$(find "$TMP" -name '*.tmp*' | wc -l)
 if [ "$rc" -eq 0 ] && [ "$left" -eq 0 ] &&
    "$LAMINA" train --data "$TMP/d" --resume "$TMP/e1.ckpt" --epochs 3 --threads 1 --json >"$TMP/res.json" 2>"$TMP/err" &&
    "$LAMINA" train --data "$TMP/d" --model "$SPEC" --epochs 3 --batch 64 --opt sgd --lr 0.05 --threads 1 --json >"$TMP/one.json" 2>>"$TMP/err" &&
-   /usr/bin/python3 -c "
+   "$PY" -c "
 import json, sys
 r = [e['train_loss'] for e in json.load(open(sys.argv[1]))['epochs']]
 o = [e['train_loss'] for e in json.load(open(sys.argv[2]))['epochs']][1:]
