@@ -15,11 +15,14 @@ PyTorch: the net as nn.Modules (Conv2d bias=False, BatchNorm2d defaults, ReLU, M
          torch.randperm each epoch, ceil(N/B) steps with a partial last batch (as lamina); eager, cuDNN
          benchmark on; test accuracy in eval() mode after every epoch (outside the timed loop; the last one is
          the figure compared).
+--schedule cosine: both sides anneal the rate per step as lamina's `--lr-schedule cosine` (lr (1 + cos(pi t / T)) / 2
+         over the run's T steps; PyTorch through LambdaLR stepped after each optimizer step), so the last epoch ends at
+         a settled model instead of one of a constant rate's swings (1-2 points from epoch to epoch).
 --precision tf32 (default): lamina --precision tf32, PyTorch allow_tf32 on for cuBLAS and cuDNN; fp32: both off.
 On --device cpu, tf32 (CUDA only) falls back to fp32 on both sides.
 
   /usr/bin/python3 bench/res_accuracy.py --lamina build/lamina [--data DIR] [--seeds 3] [--epochs 10]
-      [--batch 256] [--lr 1e-3] [--precision tf32|fp32] [--device cuda|cpu] [--limit N] [--test-limit M]
+      [--batch 256] [--lr 1e-3] [--schedule constant|cosine] [--precision tf32|fp32] [--device cuda|cpu] [--limit N] [--test-limit M]
       [--tol 0.3] [--json FILE]
 Smoke test on a CPU: --device cpu --epochs 1 --seeds 1 --limit 512 --test-limit 256 --batch 64 (the first N
 training / M test images written as IDX files to a temporary folder that both sides read)."""
@@ -37,6 +40,7 @@ ap.add_argument("--seeds", type=int, default=3, help="seeds 1..S (default 3)")
 ap.add_argument("--epochs", type=int, default=10)
 ap.add_argument("--batch", type=int, default=256)
 ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default 1e-3)")
+ap.add_argument("--schedule", default="constant", choices=["constant", "cosine"], help="the rate's schedule, both sides")
 ap.add_argument("--precision", default="tf32", choices=["tf32", "fp32"])
 ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
 ap.add_argument("--limit", type=int, default=0, help="train on the first N training images only (smoke test)")
@@ -106,7 +110,7 @@ else:
 NTR, NTE = len(D["xtr"]), len(D["xte"])
 STEPS = math.ceil(NTR / a.batch)
 say(f"data: {a.data}: {NTR} training, {NTE} test images; batch {a.batch} -> {STEPS} steps an epoch "
-    f"(last batch {NTR - (STEPS - 1) * a.batch}); Adam lr {a.lr}; {a.epochs} epochs; seeds 1..{a.seeds}; "
+    f"(last batch {NTR - (STEPS - 1) * a.batch}); Adam lr {a.lr}, {a.schedule}; {a.epochs} epochs; seeds 1..{a.seeds}; "
     f"precision {PREC}; device {a.device}")
 
 # ---- estimate (H200) ----
@@ -124,7 +128,7 @@ out["meta"]["estimate_h200_s"] = est_total
 def lamina_run(seed):
     cmd = [a.lamina, "train", "--data", lamina_data, "--model", a.spec, "--epochs", str(a.epochs),
            "--batch", str(a.batch), "--opt", "adam", "--lr", repr(a.lr), "--seed", str(seed), "--precision", PREC,
-           "--device", a.device, "--no-progress", "--json"]
+           "--device", a.device, "--no-progress", "--json"] + (["--lr-schedule", a.schedule] if a.schedule != "constant" else [])
     row = dict(seed=seed, cmd=cmd)
     pre = f"LAMINA_DATA_DIR={lamina_env['LAMINA_DATA_DIR']} " if "LAMINA_DATA_DIR" in lamina_env else ""
     say(f"  $ {pre}{' '.join(cmd)}")
@@ -218,6 +222,9 @@ def torch_run(seed):
     torch.manual_seed(seed)
     m = make_net().to(a.device)
     opt = torch.optim.Adam(m.parameters(), lr=a.lr)
+    T = a.epochs * STEPS  # lamina's cosine (src/nn/schedule.c, no warm-up): step t's rate lr (1 + cos(pi t / T)) / 2
+    sched = (torch.optim.lr_scheduler.LambdaLR(opt, lambda t: (1 + math.cos(math.pi * min(t, T - 1) / T)) / 2)
+             if a.schedule == "cosine" else None)
     nparams = sum(p.numel() for p in m.parameters())
     times, accs, losses = [], [], []
     for e in range(a.epochs):
@@ -230,6 +237,7 @@ def torch_run(seed):
             loss = F.cross_entropy(m(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward(); opt.step()
+            if sched: sched.step()
             tot += loss.detach() * len(ix)
         sync(); times.append(time.perf_counter() - t0)
         losses.append(tot.item() / NTR)
