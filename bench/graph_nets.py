@@ -8,8 +8,9 @@ median of 6 x 10 replays. Prints a table and the ratios; --json writes the rows.
 
   python3 bench/graph_nets.py --lamina build/lamina --peer .peers/graph_nets_torch.py [--nets air,res,unet]
       [--precisions tf32,bf16] [--torch-modes graph:tf32,graph:bf16,compile:bf16] [--epochs 3] [--steps 20]
-      [--layouts auto,nchw]
+      [--layouts auto,nchw] [--conv-algos heuristic,find]
 
+--conv-algos runs lamina once per way of picking cuDNN's algorithms (LAMINA_CONV_ALGO).
 --layouts runs lamina once per activation layout (LAMINA_LAYOUT: auto is lamina's own choice, NHWC for these
 nets on CUDA; nchw and nhwc force one), in the same call as PyTorch.
 """
@@ -35,9 +36,10 @@ def make_data(folder, shape, classes, per_pixel, n, seed=0):
         np.save(os.path.join(folder, f"{part}-labels.npy"), lab)
 
 
-def run_lamina(lamina, net, prec, epochs, steps, profile=False, layout="auto", ncu=None):
+def run_lamina(lamina, net, prec, epochs, steps, profile=False, layout="auto", ncu=None, algo="heuristic"):
     spec, shape, classes, per_pixel, batch = NETS[net]
     env = dict(os.environ, LAMINA_LAYOUT=layout)
+    if algo != "heuristic": env["LAMINA_CONV_ALGO"] = algo
     with tempfile.TemporaryDirectory() as d:
         make_data(d, shape, classes, per_pixel, batch * steps)
         cmd = [lamina, "train", "--data", d, "--model", spec, "--epochs", str(epochs), "--batch", str(batch),
@@ -63,7 +65,7 @@ def run_lamina(lamina, net, prec, epochs, steps, profile=False, layout="auto", n
         j = json.loads(p.stdout)
         secs = [e["seconds"] for e in j["epochs"][1:]] or [j["epochs"][0]["seconds"]]
         ms = statistics.median(secs) / steps * 1e3
-        return {"net": net, "batch": batch, "prec": prec, "layout": layout, "step_ms": round(ms, 3),
+        return {"net": net, "batch": batch, "prec": prec, "layout": layout, "algo": algo, "step_ms": round(ms, 3),
                 "img_s": round(batch / ms * 1e3), "peak_mb": round(j["memory"]["peak"] / 2**20)}
 
 
@@ -94,6 +96,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--layouts", default="auto", help="lamina's activation layouts to run (LAMINA_LAYOUT), comma-separated")
+    ap.add_argument("--conv-algos", default="heuristic",
+                    help="how lamina picks cuDNN's algorithms (LAMINA_CONV_ALGO: heuristic, find), comma-separated")
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true", help="print lamina's per-op profile of each net instead")
     ap.add_argument("--ncu", help="path of Nsight Compute's ncu: print each kernel's device time instead (graph off)")
@@ -110,10 +114,12 @@ def main():
     for net in a.nets.split(","):
         for prec in a.precisions.split(","):
             for layout in a.layouts.split(","):
-                r = run_lamina(a.lamina, net, prec, a.epochs, a.steps, layout=layout)
-                r["who"] = "lamina" if layout == "auto" else f"lamina {layout}"
-                rows.append(r)
-                print(json.dumps(r), flush=True)
+                for algo in a.conv_algos.split(","):
+                    r = run_lamina(a.lamina, net, prec, a.epochs, a.steps, layout=layout, algo=algo)
+                    r["who"] = " ".join(["lamina"] + ([layout] if layout != "auto" else []) +
+                                        ([algo] if algo != "heuristic" else []))
+                    rows.append(r)
+                    print(json.dumps(r), flush=True)
         if os.path.exists(a.peer):
             for mp in a.torch_modes.split(","):
                 mode, prec = mp.split(":")
@@ -131,8 +137,7 @@ def main():
                 if r["net"] == net and r["who"] == who and r["prec"] == prec and "step_ms" in r:
                     return r["step_ms"]
         for prec, peer in (("tf32", ("torch graph", "tf32")), ("bf16", ("torch compile", "bf16"))):
-            for layout in a.layouts.split(","):
-                who = "lamina" if layout == "auto" else f"lamina {layout}"
+            for who in dict.fromkeys(r["who"] for r in rows if r["who"].startswith("lamina")):
                 l, t = get(who, prec), get(*peer)
                 if l and t:
                     print(f"{net} {prec}: {who} {l} ms vs {peer[0]} {peer[1]} {t} ms: {t / l:.2f}x (want >= 1.5x)")
