@@ -25,13 +25,20 @@ NETS = {  # spec file, input (C, H, W), classes, per-pixel labels, batch
 }
 
 
+def random_set(rng, shape, classes, per_pixel, count):
+    """count random uint8 images (count, h, w, c), or (count, h, w) for one channel, and their labels (a class
+    per image or per pixel), the last class given to the first label so the set's classes are the net's."""
+    c, h, w = shape
+    img = rng.integers(0, 256, size=(count, h, w, c) if c > 1 else (count, h, w), dtype=np.uint8)
+    lab = rng.integers(0, classes, size=(count, h, w) if per_pixel else (count,), dtype=np.uint8)
+    lab.flat[0] = classes - 1
+    return img, lab
+
+
 def make_data(folder, shape, classes, per_pixel, n, seed=0):
     rng = np.random.default_rng(seed)
-    c, h, w = shape
     for part, count in (("train", n), ("t10k", max(n // 10, 8))):
-        img = rng.integers(0, 256, size=(count, h, w, c) if c > 1 else (count, h, w), dtype=np.uint8)
-        lab = rng.integers(0, classes, size=(count, h, w) if per_pixel else (count,), dtype=np.uint8)
-        lab.flat[0] = classes - 1  # every class present: the set's classes are the net's
+        img, lab = random_set(rng, shape, classes, per_pixel, count)
         np.save(os.path.join(folder, f"{part}-images.npy"), img)
         np.save(os.path.join(folder, f"{part}-labels.npy"), lab)
 

@@ -48,15 +48,11 @@ def lamina_side(a):
     import numpy as np, torch
     sys.path.insert(0, os.path.join(HERE, "..", "python"))
     import lamina
-    from graph_nets import NETS
+    from graph_nets import NETS, random_set
     spec_file, shape, classes, per_pixel, batch = NETS[a.net]
     lines = [l.split("#")[0].strip() for l in open(os.path.join(HERE, "..", spec_file))]
     spec = ", ".join(l.rstrip(",") for l in lines if l)
-    rng = np.random.default_rng(0)
-    n = batch * a.steps
-    x = rng.integers(0, 256, size=(n,) + shape, dtype=np.uint8)
-    y = rng.integers(0, classes, size=(n,) + (shape[1:] if per_pixel else ()), dtype=np.uint8)
-    y.flat[0] = classes - 1
+    x, y = random_set(np.random.default_rng(0), shape, classes, per_pixel, batch * a.steps)
     torch.zeros(1, device="cuda")  # the profiler's CUDA side up before lamina's context
     m = lamina.Model(spec, input_shape=shape, device="cuda", precision=a.prec)
     m.fit(x, y, epochs=1, batch_size=batch, verbose=0)  # warm-up: plans, cuDNN choices, the graph
