@@ -51,7 +51,8 @@ const char *lam_status_str(lam_status s);
 /* ---- context and backend choice --------------------------------------------------------------- */
 
 /* Creates a context on the wanted device. AUTO honours LAMINA_DEVICE, then picks CUDA if a device is
- * present, else the CPU. Asking for CUDA where there is none returns LAM_ERR_NO_DEVICE. */
+ * present, else the CPU. Asking for CUDA where there is none returns LAM_ERR_NO_DEVICE. A CUDA context
+ * takes the GPU that LAMINA_CUDA_DEVICE numbers (0, 1, ...), else the first. */
 lam_status lam_ctx_create(lam_ctx **ctx, lam_device want);
 void lam_ctx_free(lam_ctx *ctx); /* NULL is fine */
 lam_device lam_ctx_device(const lam_ctx *ctx);
@@ -561,19 +562,33 @@ int lam_trainer_steps_in_epoch(const lam_trainer *t);
  * built alike (same spec, same seed, same options, the whole training set): every rank shuffles the same
  * permutation, takes its share of each global batch of `batch` (lam_trainer_create's batch is the global
  * one; a batch of G splits as G / world images a rank, the first G % world ranks one more), and before
- * each optimizer step the ranks' gradients, each weighted by its share of the batch, are summed by
- * `sum` — so every replica takes the same step as one process would on the whole batch, up to the order
- * of the sum. The epoch's loss and accuracy are summed over the ranks too, and at each epoch's end the
+ * each optimizer step the ranks' gradients, each weighted by its share of the batch, are summed — so
+ * every replica takes the same step as one process would on the whole batch, up to the order of the
+ * sum. The epoch's loss and accuracy are summed over the ranks too, and at each epoch's end the
  * replicas' parameters are compared (a checksum, summed) — a difference is an error. BatchNorm keeps
- * each rank's own batch statistics. lamina brings no transport of its own: `sum` is the caller's (the
- * CLI's is MPI_Allreduce); it must sum `n` doubles in place across all ranks, every rank calling it in
- * the same order. Ranks are CPU contexts (GPU ranks, over NCCL, are not built yet), and do not stream
- * (lam_trainer_set_stream). world 1 turns it off. */
+ * each rank's own batch statistics. Ranks do not stream (lam_trainer_set_stream).
+ *   CPU contexts: lamina brings no transport of its own; `sum` is the caller's (the CLI's is
+ * MPI_Allreduce): it must sum `n` doubles in place across all ranks, every rank calling it in the same
+ * order.
+ *   CUDA contexts (one GPU a rank: LAMINA_CUDA_DEVICE picks it): the sums go through NCCL, the
+ * gradients' straight from the flat buffer on the device, inside the step's CUDA graph. `nccl_id` is
+ * NCCL's unique id, LAM_NCCL_ID_BYTES made by lam_nccl_unique_id on rank 0 and sent to every rank by the
+ * caller (the CLI: MPI_Bcast, or TCP under a torchrun-style launcher); `sum` is then not used.
+ * lam_trainer_set_collective returns once every rank has called it (NCCL's communicator is made).
+ * world 1 turns it off, except with an nccl_id (a communicator of one: the same path, for tests). */
+#define LAM_NCCL_ID_BYTES 128
 typedef struct lam_collective {
   int rank, world;
   lam_status (*sum)(void *user, double *x, size_t n);
   void *user;
+  const unsigned char *nccl_id; /* CUDA contexts: NCCL's unique id (LAM_NCCL_ID_BYTES); NULL on the CPU */
 } lam_collective;
+/* Makes NCCL's unique id for a collective of GPU ranks (on rank 0; every rank then gets its bytes).
+ * LAM_ERR_UNSUPPORTED where lamina was built without CUDA or NCCL, or NCCL cannot be loaded. */
+lam_status lam_nccl_unique_id(unsigned char id[LAM_NCCL_ID_BYTES]);
+/* n doubles summed in place over the trainer's ranks, by its collective (e.g. a caller's evaluation of
+ * its share of a test set); without ranks it leaves x as it is. Every rank must call it alike. */
+lam_status lam_trainer_sum(lam_trainer *t, double *x, size_t n);
 lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c);
 /* The share of n items that rank `rank` of `world` takes, as the trainer splits a batch: [lo, lo + len),
  * n / world each, the first n % world ranks one more (for a caller sharding other work alike). */

@@ -29,7 +29,16 @@ lam_status cuda_device_info_get(int device, lam_cuda_device_info *info) {
 }
 const char *cuda_archs(void) { return ""; }
 int cuda_runtime_version(void) { return 0; }
+lam_status cuda_nccl_unique_id(unsigned char *id, size_t bytes) {
+  (void)id, (void)bytes;
+  return LAM_FAIL(LAM_ERR_UNSUPPORTED, "GPU ranks need CUDA and NCCL, and this lamina was built without CUDA");
+}
 #endif
+
+lam_status lam_nccl_unique_id(unsigned char id[LAM_NCCL_ID_BYTES]) {
+  LAM_CHECK_ARG(id, "lam_nccl_unique_id: id is NULL");
+  return cuda_nccl_unique_id(id, LAM_NCCL_ID_BYTES);
+}
 
 static lam_status cache_raw_alloc(void *owner, void **p, size_t bytes) {
   lam_ctx *ctx = owner;

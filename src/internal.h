@@ -86,6 +86,15 @@ typedef struct lam_backend {
   lam_status (*mark_reserve)(lam_ctx *ctx, size_t n);
   lam_status (*mark)(lam_ctx *ctx, size_t i);
   lam_status (*mark_read)(lam_ctx *ctx, size_t i, double *ms);
+
+  /* ---- sums over data-parallel ranks (nn/train.c), NCCL's on CUDA (cuda/comm.cu); NULL on the CPU,
+   * whose ranks sum through the caller's lam_collective. comm_init blocks until every rank has joined;
+   * comm_sum sums weight · x over the ranks on queue 0 (capturable); comm_sum_host sums host doubles in
+   * place and waits for queue 0. ---- */
+  lam_status (*comm_init)(lam_ctx *ctx, void **comm, int rank, int world, const unsigned char *id);
+  void (*comm_free)(lam_ctx *ctx, void *comm);
+  lam_status (*comm_sum)(lam_ctx *ctx, void *comm, float *x, size_t n, float weight);
+  lam_status (*comm_sum_host)(lam_ctx *ctx, void *comm, double *x, size_t n);
 } lam_backend;
 
 struct lam_ctx {
@@ -117,6 +126,7 @@ int cuda_device_count(const char **why);
 lam_status cuda_device_info_get(int device, lam_cuda_device_info *info);
 const char *cuda_archs(void);
 int cuda_runtime_version(void);
+lam_status cuda_nccl_unique_id(unsigned char *id, size_t bytes); /* cuda/comm.cu */
 
 /* Host-side helpers shared by the backends (cpu/hostcopy.c). */
 double lam_now_ms(void); /* a monotonic clock, milliseconds */

@@ -327,6 +327,18 @@ else
 fi
 acc=$(json_field test_acc)
 if awk -v a="$acc" 'BEGIN { exit !(a >= 0.99) }'; then ok "a separable toy set is learned (test_acc $acc)"; else not_ok "toy set accuracy" "test_acc '$acc', want >= 0.99"; fi
+
+# Ranks' launches that cannot work say so before training (exit 2): --gpus on the CPU, more GPUs than
+# the machine has (none here on CI; one on the H200 machine), a torchrun-style environment without rank
+# 0's address, and CPU ranks from such an environment (their sums need MPI).
+usage_error "train --gpus with --device cpu" "--gpus 2" "--device cpu" mpirun -- train --data "$TMP/mini" --gpus 2 --device cpu
+usage_error "train --gpus 1024: more GPUs than here" "--gpus 1024" -- train --data "$TMP/mini" --model "$MINI_MODEL" --gpus 1024
+WORLD_SIZE=2 RANK=1 usage_error "WORLD_SIZE=2 without MASTER_ADDR" WORLD_SIZE=2 MASTER_ADDR mpirun -- \
+  train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1
+WORLD_SIZE=2 RANK=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 usage_error "RANK=2 of WORLD_SIZE=2" "RANK='2'" "0 to 1" -- \
+  train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1
+WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 usage_error "CPU ranks from a torchrun-style environment" \
+  "2 ranks on the CPU" "mpirun -np 2" -- train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --device cpu
 run train --data "$TMP/mini" --epochs 3 --device cpu --resume "$TMP/mini.ckpt" --json
 if [ "$rc" -eq 0 ] && has "$TMP/out" '"epoch":3' && ! has "$TMP/out" '"epoch":1,'; then
   ok "train --resume continues with epoch 3"

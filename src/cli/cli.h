@@ -40,15 +40,25 @@ json_t *cli_json_num(double v);
 json_t *cli_json_str(const char *s);
 int cli_json_print(json_t *obj);
 
-/* Ranks (ranks.c): under an MPI launcher of several processes, MPI started and this one's rank; else rank 0
- * of 1. cli_ranks_start returns 0, or an exit status after saying why; cli_ranks_finish ends MPI (a
- * failing rank, rc != 0, aborts them all); cli_ranks_sum is a lam_collective's sum. */
+/* Ranks (ranks.c): under an MPI launcher of several processes, MPI started and this one's rank; under a
+ * torchrun-style environment (or --gpus's), the rank and where rank 0 serves NCCL's id; else rank 0 of 1.
+ * cli_ranks_start returns 0, or an exit status after saying why; cli_ranks_finish ends MPI (a failing
+ * rank, rc != 0, aborts them all); cli_ranks_sum is a lam_collective's sum (MPI's); cli_ranks_share_id
+ * gives every rank rank 0's NCCL id (ok: rank 0 made it), 0 or 1 after saying why; cli_ranks_spawn runs
+ * `lamina <argv>` as n ranks on this machine and returns their exit status. */
+#define CLI_RANKS_ID_BYTES 128 /* LAM_NCCL_ID_BYTES */
 typedef struct cli_ranks {
-  int rank, world, mpi;
+  int rank, world, local_rank, local_world; /* local_world 0: not known */
+  int mpi;                                  /* MPI started */
+  const char *launcher;                     /* "mpirun", "environment", "--gpus"; NULL alone */
+  char addr[256];                           /* environment: rank 0's host (MASTER_ADDR) and port */
+  int port;
 } cli_ranks;
 int cli_ranks_start(const char *cmd, cli_ranks *r);
 int cli_ranks_mpi(void); /* built with MPI */
 void cli_ranks_finish(cli_ranks *r, int rc);
+int cli_ranks_share_id(const cli_ranks *r, int ok, unsigned char *id);
+int cli_ranks_spawn(int n, int argc, char **argv);
 lam_status cli_ranks_sum(void *user, double *x, size_t n);
 
 int cmd_hidden(int argc, char **argv);

@@ -14,6 +14,7 @@
 typedef struct train_opts {
   const char *data, *model, *save, *resume, *load;
   int rank; /* of several processes (ranks.c): only rank 0 speaks and writes files */
+  int gpus; /* --gpus N: start N ranks here, one a GPU (0: not given) */
   int epochs, batch, json, progress, threads;
   lam_opt_kind opt_kind;
   double lr, momentum, weight_decay;
@@ -116,12 +117,19 @@ static void train_usage(FILE *f) {
           "  --no-progress          no live progress line\n"
           "  --json                 print one JSON object at the end instead of text\n"
           "  --help                 this text\n"
-          "Several processes: under an MPI launcher (mpirun -np N lamina train ...), each process is a rank that\n"
-          "trains a replica on its share of every global batch of --batch images (B/N each, the first B%%N ranks\n"
-          "one more); the gradients are summed over the ranks (MPI_Allreduce) before each step, so the run\n"
-          "trains as one process would at that batch; rank 0 prints and writes the files; the ranks on one\n"
-          "machine share its cores (--threads: the cores / the ranks here, by default). Ranks run on the CPU\n"
-          "(--device cpu; GPU ranks are not built yet), not with --stream.\n"
+          "  --gpus N               train on N GPUs of this machine: starts N ranks of itself, one a GPU\n"
+          "Several processes: each process is a rank that trains a replica on its share of every global batch\n"
+          "of --batch images (B/N each, the first B%%N ranks one more); the gradients are summed over the ranks\n"
+          "before each step (GPU ranks: NCCL, on the device, inside the step's graph; CPU ranks: MPI_Allreduce),\n"
+          "so the run trains as one process would at that batch; rank 0 prints and writes the files. Started by\n"
+          "  --gpus N                     on one machine;\n"
+          "  mpirun -np N lamina train    GPU ranks (a GPU a local rank) or CPU ranks (--device cpu; the ranks\n"
+          "                               on a machine share its cores: --threads is cores / ranks by default);\n"
+          "  torchrun-style environment   RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (Slurm's\n"
+          "                               SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID do too): GPU ranks; rank 0\n"
+          "                               listens on MASTER_PORT (the one above under torchrun, whose agent\n"
+          "                               holds it; LAMINA_PORT sets another) to hand out NCCL's id.\n"
+          "Ranks do not --stream.\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n"
           "\n%s",
           cli_model_grammar);
@@ -147,7 +155,7 @@ static void eval_usage(FILE *f) {
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
        O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
-       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE };
+       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -174,6 +182,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"early-stop", required_argument, 0, O_EARLYSTOP}, {"log", required_argument, 0, O_LOG},
       {"size", required_argument, 0, O_SIZE},            {"cache", required_argument, 0, O_CACHE},
       {"skip-bad", no_argument, 0, O_SKIPBAD},       {"decode", required_argument, 0, O_DECODE},
+      {"gpus", required_argument, 0, O_GPUS},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -302,6 +311,11 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->stream = (int)v;
         break;
       case O_NOPROGRESS: o->progress = 0; break;
+      case O_GPUS:
+        if (is_eval) return cli_usage_error(cmd, "unknown option '--gpus'");
+        if (cli_parse_int(cmd, "--gpus", optarg, 1, 1024, &v)) return EXIT_USAGE;
+        o->gpus = (int)v;
+        break;
       case O_THREADS:
         if (cli_parse_int(cmd, "--threads", optarg, 1, 4096, &v)) return EXIT_USAGE;
         o->threads = (int)v;
@@ -321,6 +335,9 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   if ((o->images.h || o->images.cache || o->images.skip_bad || o->decode_set) && !lam_dataset_is_image_folder(o->data))
     return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/...), "
                            "and '%s' is not one", o->data);
+  if (o->gpus && o->device == LAM_DEVICE_CPU)
+    return cli_usage_error(cmd, "--gpus %d trains on GPUs, and --device cpu asks for the CPU: CPU ranks start under "
+                           "mpirun -np N", o->gpus);
   if (is_eval && !o->load) return cli_usage_error(cmd, "--load FILE is required (a checkpoint from lamina train --save)");
   if ((o->save_best || o->early_stop) && !o->val_split)
     return cli_usage_error(cmd, "%s chooses by the validation loss: give --val-split F (e.g. 0.1) too",
@@ -610,8 +627,8 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
 /* lam_evaluate over the ranks: each evaluates its share of the set (lam_rank_share, as a batch is split)
  * and the sums are summed, so every rank gets the same figures for the whole set. Sets with a label per
  * pixel are evaluated whole on every rank (their accuracy counts pixels, not images). */
-static lam_status rank_evaluate(const cli_ranks *rk, lam_model *m, const lam_dataset *d, int batch, double *acc,
-                                double *loss) {
+static lam_status rank_evaluate(const cli_ranks *rk, lam_trainer *t, lam_model *m, const lam_dataset *d, int batch,
+                                double *acc, double *loss) {
   double a = 0, l = 0;
   if (rk->world == 1 || d->label_h > 0) return lam_evaluate(m, d, batch, acc, loss ? loss : &l, NULL);
   size_t lo, len;
@@ -626,7 +643,7 @@ static lam_status rank_evaluate(const cli_ranks *rk, lam_model *m, const lam_dat
     if (s != LAM_OK) return s; /* the CLI then ends every rank (cli_ranks_finish) */
     v[0] = a * (double)len, v[1] = l * (double)len;
   }
-  lam_status s = cli_ranks_sum(NULL, v, 3);
+  lam_status s = lam_trainer_sum(t, v, 3);
   if (s != LAM_OK) return s;
   *acc = v[0] / (double)d->n;
   if (loss) *loss = v[1] / (double)d->n;
@@ -645,10 +662,62 @@ static lam_status eval_saved(lam_ctx *ctx, const char *path, const char *spec, c
   return s;
 }
 
+/* --gpus N: N CUDA devices here (or LAMINA_SHARE_GPU=1: ranks may share them, for tests). */
+static int check_gpus(int n) {
+  const char *why = NULL, *share = getenv("LAMINA_SHARE_GPU");
+  int have = lam_cuda_device_count(&why);
+  if (have == 0)
+    return cli_usage_error("train", "--gpus %d: there is no CUDA device here (%s); CPU ranks start under mpirun -np N "
+                           "... --device cpu", n, why);
+  if (have < n && !(share && !strcmp(share, "1")))
+    return cli_usage_error("train", "--gpus %d: this machine has %d CUDA device%s: give --gpus %d or fewer", n, have,
+                           have == 1 ? "" : "s", have);
+  return 0;
+}
+
+/* The trainer's collective over the ranks: NCCL for GPU ranks (rank 0's id shared by the launcher's way),
+ * MPI_Allreduce for CPU ranks. 0, or an exit status after saying why. */
+static int set_ranks(const cli_ranks *rk, lam_ctx *ctx, lam_trainer *t) {
+  lam_collective c = {.rank = rk->rank, .world = rk->world};
+  unsigned char id[LAM_NCCL_ID_BYTES] = {0};
+  if (lam_ctx_device(ctx) == LAM_DEVICE_CUDA) {
+    const char *share = getenv("LAMINA_SHARE_GPU");
+    if (share && !strcmp(share, "1") && !getenv("NCCL_HOSTID")) {
+      /* Ranks sharing a GPU (tests on a machine of one): NCCL refuses two ranks of one host on one
+       * device, so each rank names a host of its own, and they talk over sockets. */
+      char host[64];
+      snprintf(host, sizeof host, "lamina-shared-gpu-rank-%d", rk->rank);
+      setenv("NCCL_HOSTID", host, 1);
+    }
+    int ok = 1;
+    if (rk->rank == 0 && lam_nccl_unique_id(id) != LAM_OK) {
+      ok = 0;
+      fail("train", "GPU ranks");
+    }
+    if (cli_ranks_share_id(rk, ok, id)) return 1;
+    c.nccl_id = id;
+  } else if (rk->mpi) {
+    c.sum = cli_ranks_sum;
+  } else {
+    fprintf(stderr, "lamina train: %d ranks on the CPU: CPU ranks sum through MPI, and these were started by the %s "
+            "launcher; start them with mpirun -np %d, or train on GPUs\n", rk->world, rk->launcher, rk->world);
+    return EXIT_USAGE;
+  }
+  if (lam_trainer_set_collective(t, &c) != LAM_OK) return fail("train", "ranks");
+  return 0;
+}
+
 static int train_run(int argc, char **argv, const cli_ranks *rk) {
   train_opts o;
   int rc = parse("train", argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
+  if (o.gpus && rk->world > 1 && o.gpus != rk->world)
+    return cli_usage_error("train", "--gpus %d, but the %s launcher started %d ranks: give one or the other",
+                           o.gpus, rk->launcher, rk->world);
+  if (o.gpus > 1 && rk->world == 1) { /* this process only starts the ranks */
+    if ((rc = check_gpus(o.gpus)) != 0) return rc;
+    return cli_ranks_spawn(o.gpus, argc, argv);
+  }
   o.rank = rk->rank;
   if (rk->rank > 0) { /* rank 0 speaks and writes the files; the others train alike, silently */
     o.save = o.save_best = o.log = o.trace = NULL;
@@ -721,11 +790,18 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   ret = 1;
   if (!o.threads && rk->world > 1 && !getenv("LAMINA_THREADS") && !getenv("OMP_NUM_THREADS")) {
     /* the ranks on this machine share its cores */
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     lam_build_info bi;
     lam_build_info_get(&bi);
-    int here = local && atoi(local) > 0 ? atoi(local) : rk->world, most = bi.omp_max_threads;
+    int here = rk->local_world > 0 ? rk->local_world : rk->world, most = bi.omp_max_threads;
     o.threads = most / here > 1 ? most / here : 1;
+  }
+  if (rk->world > 1 && o.device != LAM_DEVICE_CPU && !getenv("LAMINA_CUDA_DEVICE")) {
+    int gpus = lam_cuda_device_count(NULL); /* a GPU a rank on this machine, by local rank */
+    if (gpus > 0) {
+      char dev[16];
+      snprintf(dev, sizeof dev, "%d", rk->local_rank % gpus);
+      setenv("LAMINA_CUDA_DEVICE", dev, 1);
+    }
   }
   if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.threads && lam_ctx_set_threads(ctx, o.threads) != LAM_OK) ||
       (o.max_memory && lam_mem_set_limit(ctx, o.max_memory) != LAM_OK) ||
@@ -764,13 +840,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   }
   if ((ret = set_schedule(&o, t)) != 0) goto out;
   ret = 1;
-  if (rk->world > 1) {
-    const lam_collective c = {.rank = rk->rank, .world = rk->world, .sum = cli_ranks_sum};
-    if (lam_trainer_set_collective(t, &c) != LAM_OK) {
-      ret = fail("train", "ranks");
-      goto out;
-    }
-  }
+  if (rk->world > 1 && (ret = set_ranks(rk, ctx, t)) != 0) goto out;
+  ret = 1;
   if ((o.aug_pad || o.aug_flip) && lam_model_set_augment(m, o.aug_pad, o.aug_flip) != LAM_OK) {
     fprintf(stderr, "lamina train: --augment: %s\n(see 'lamina train --help')\n", lam_last_error());
     ret = EXIT_USAGE;
@@ -871,8 +942,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
     r->lr = lam_trainer_lr(t);
     /* The training batch: a larger one would grow the model's batch buffers for the rest of the run. */
-    lam_status ev = val ? rank_evaluate(rk, m, val, batch, &r->val_acc, &r->val_loss)
-                        : rank_evaluate(rk, m, test, batch, &r->test_acc, NULL);
+    lam_status ev = val ? rank_evaluate(rk, t, m, val, batch, &r->val_acc, &r->val_loss)
+                        : rank_evaluate(rk, t, m, test, batch, &r->test_acc, NULL);
     if (ev != LAM_OK) {
       ret = fail("train", "evaluating");
       goto out;
@@ -919,7 +990,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   }
   double test_acc = nrows ? rows[nrows - 1].test_acc : NAN;
   if (val && nrows) { /* the test part, once, for the model the run ends with (and the best one) */
-    if (rank_evaluate(rk, m, test, batch, &test_acc, NULL) != LAM_OK) {
+    if (rank_evaluate(rk, t, m, test, batch, &test_acc, NULL) != LAM_OK) {
       ret = fail("train", "evaluating");
       goto out;
     }

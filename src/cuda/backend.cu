@@ -281,7 +281,7 @@ static const lam_backend cuda_backend = {
     LAM_NN_PRIMS(LAM_CUDA_ENTRY)
     cuda_copy_async, cuda_event_reserve, cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms,
     cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free, cuda_set_precision, cuda_mark_reserve,
-    cuda_mark, cuda_mark_read,
+    cuda_mark, cuda_mark_read, cuda_comm_init, cuda_comm_free, cuda_comm_sum, cuda_comm_sum_host,
 };
 #undef LAM_CUDA_ENTRY
 
@@ -299,7 +299,21 @@ extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
   const char *dbg = getenv("LAMINA_CUDA_SYNC");
   st->sync_debug = dbg && *dbg && *dbg != '0';
   ctx->no_graphs = st->sync_debug; /* each launch is to be checked as it runs */
+  /* Which GPU: LAMINA_CUDA_DEVICE (a rank's, set by the CLI from its local rank), else the first. */
   st->device = 0;
+  const char *dev = getenv("LAMINA_CUDA_DEVICE");
+  if (dev && *dev) {
+    char *end;
+    long v = strtol(dev, &end, 10);
+    int count = cuda_device_count(NULL);
+    if (*end || v < 0 || v >= count) {
+      ctx->state = NULL;
+      free(st);
+      return LAM_FAIL(LAM_ERR_NO_DEVICE, "LAMINA_CUDA_DEVICE='%s' is not a device here: expected 0 to %d (%d CUDA "
+                      "device%s present)", dev, count - 1, count, count == 1 ? "" : "s");
+    }
+    st->device = (int)v;
+  }
   st->slots = LAM_CUDA_SLOTS_DEFAULT;
   const char *e = getenv("LAMINA_STREAMS");
   if (e && *e) {

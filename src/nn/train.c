@@ -61,6 +61,9 @@ static lam_status upload_set(lam_ctx *ctx, const lam_dataset *d, uint8_t **image
   return LAM_OK;
 }
 
+/* Training over ranks: several, or a GPU communicator of one (the same path, for tests). */
+static int ranked(const lam_trainer *t) { return t->coll.world > 1 || t->comm; }
+
 void lam_trainer_free(lam_trainer *t) {
   if (!t) return;
   lam_ctx *ctx = t->m->ctx;
@@ -77,6 +80,7 @@ void lam_trainer_free(lam_trainer *t) {
   free(t->h_idx);
   free(t->h_sched);
   free(t->h_sum);
+  if (t->comm) ctx->be->comm_free(ctx, t->comm);
   free(t);
 }
 
@@ -169,7 +173,7 @@ lam_status lam_trainer_set_stream(lam_trainer *t, int buffers) {
   LAM_CHECK_ARG(t, "lam_trainer_set_stream: trainer is NULL");
   LAM_CHECK_ARG(buffers == 0 || buffers == 2 || buffers == 3,
                 "lam_trainer_set_stream: %d buffers (0: resident; 2 or 3: streaming)", buffers);
-  LAM_CHECK_ARG(buffers == 0 || t->coll.world == 1,
+  LAM_CHECK_ARG(buffers == 0 || !ranked(t),
                 "lam_trainer_set_stream: the trainer trains over %d ranks, which do not stream yet", t->coll.world);
   int now = t->feed ? feed_buffers(t->feed) : 0;
   if (buffers == now) return LAM_OK;
@@ -257,35 +261,60 @@ static size_t global_batch(const lam_trainer *t, int step) {
 
 lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c) {
   LAM_CHECK_ARG(t && c, "lam_trainer_set_collective: %s is NULL", t ? "c" : "trainer");
+  lam_ctx *ctx = t->m->ctx;
+  const lam_backend *be = ctx->be;
+  const int gpu = c->nccl_id != NULL;
   LAM_CHECK_ARG(c->world >= 1 && c->rank >= 0 && c->rank < c->world,
                 "lam_trainer_set_collective: rank %d of %d ranks is out of range", c->rank, c->world);
-  LAM_CHECK_ARG(c->world == 1 || c->sum, "lam_trainer_set_collective: %d ranks need a sum function", c->world);
-  LAM_CHECK_ARG(c->world == 1 || !t->feed,
+  LAM_CHECK_ARG(!gpu || be->comm_init, "lam_trainer_set_collective: an nccl_id is for CUDA contexts, and this one is "
+                "on the %s; CPU ranks sum through the caller's `sum`", be->name);
+  LAM_CHECK_ARG(gpu || c->world == 1 || ctx->device == LAM_DEVICE_CPU,
+                "lam_trainer_set_collective: GPU ranks sum through NCCL: give the collective NCCL's unique id "
+                "(nccl_id, from lam_nccl_unique_id on rank 0)");
+  LAM_CHECK_ARG(gpu || c->world == 1 || c->sum, "lam_trainer_set_collective: %d CPU ranks need a sum function", c->world);
+  LAM_CHECK_ARG((c->world == 1 && !gpu) || !t->feed,
                 "lam_trainer_set_collective: the trainer streams its data set (%s), which several ranks do not do yet",
                 t->stream_why);
-  LAM_CHECK_ARG(c->world == 1 || t->m->ctx->device == LAM_DEVICE_CPU,
-                "lam_trainer_set_collective: several ranks train on the CPU backend only (GPU ranks, over NCCL, are "
-                "not built yet): make the contexts with LAM_DEVICE_CPU (the CLI: --device cpu)");
   LAM_CHECK_ARG(c->world <= t->batch, "lam_trainer_set_collective: %d ranks share a batch of %d: give each at least one "
                 "image (a batch of %d or more)", c->world, t->batch, c->world);
   size_t np = t->m->nparams;
-  if (c->world > 1 && !t->h_sum) {
+  if (c->world > 1 && !gpu && !t->h_sum) {
     t->h_sum = malloc((np + 1) * sizeof *t->h_sum); /* and one slot for the stop flag */
     if (!t->h_sum)
       return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_trainer_set_collective: no host memory for %zu gradients", np);
   }
-  drop_graph(t); /* the sum is a host call: the step runs op by op */
+  drop_graph(t);
+  if (t->comm) {
+    be->comm_free(ctx, t->comm);
+    t->comm = NULL;
+  }
+  t->coll = (lam_collective){.rank = 0, .world = 1};
+  if (gpu) LAM_TRY(be->comm_init(ctx, &t->comm, c->rank, c->world, c->nccl_id));
   t->coll = *c;
+  t->coll.nccl_id = NULL; /* the caller's bytes; the communicator is made */
   return LAM_OK;
 }
 
+/* n doubles summed over the ranks: NCCL's for GPU ranks, the caller's for CPU ones. */
+static lam_status coll_sum(lam_trainer *t, double *x, size_t n) {
+  if (t->comm) return t->m->ctx->be->comm_sum_host(t->m->ctx, t->comm, x, n);
+  return t->coll.sum(t->coll.user, x, n);
+}
+
+lam_status lam_trainer_sum(lam_trainer *t, double *x, size_t n) {
+  LAM_CHECK_ARG(t && (x || !n), "lam_trainer_sum: %s is NULL", t ? "x" : "trainer");
+  return ranked(t) && n ? coll_sum(t, x, n) : LAM_OK;
+}
+
 /* The gradients summed over the ranks, each rank's weighted by its share of the global batch (its loss
- * is the mean over its own images), in float64; the stop flags travel in the same call, so that every
- * rank stops after the same step. */
+ * is the mean over its own images). GPU ranks: NCCL on the device, in the step's queue (and graph).
+ * CPU ranks: in float64 through the caller's sum, with the stop flags in the same call, so that every
+ * rank stops after the same step (GPU ranks exchange theirs every STOP_EVERY steps: epoch_steps). */
 static lam_status sum_grads(lam_trainer *t, int B, size_t G) {
   lam_model *m = t->m;
   size_t n = m->nparams;
-  float *g = m->grads; /* host memory: ranks are CPU contexts (lam_trainer_set_collective) */
+  if (t->comm) return m->ctx->be->comm_sum(m->ctx, t->comm, m->grads, n, (float)((double)B / (double)G));
+  float *g = m->grads; /* host memory: CPU ranks */
   const double w = (double)B / (double)G;
   for (size_t i = 0; i < n; i++) t->h_sum[i] = w * g[i];
   t->h_sum[n] = t->stop && *t->stop ? 1.0 : 0.0;
@@ -298,25 +327,30 @@ static lam_status sum_grads(lam_trainer *t, int B, size_t G) {
 /* An epoch's loss sum, correct and counted labels (m->stats' first three) summed over the ranks. */
 static lam_status sum_stats(lam_trainer *t, float st[3]) {
   double v[3] = {st[0], st[1], st[2]};
-  LAM_TRY(t->coll.sum(t->coll.user, v, 3));
+  LAM_TRY(coll_sum(t, v, 3));
   st[0] = (float)v[0], st[1] = (float)v[1], st[2] = (float)v[2];
   return LAM_OK;
 }
 
-/* The replicas are the same model: a 64-bit FNV-1a of the parameters' bytes (host memory: ranks are
- * CPU contexts), in four 16-bit pieces, and their squares, summed over the ranks — the sum of squares
- * is world x the square of the mean exactly when every rank holds the same pieces. */
+/* The replicas are the same model: a 64-bit FNV-1a of the parameters' bytes, in four 16-bit pieces, and
+ * their squares, summed over the ranks — the sum of squares is world x the square of the mean exactly
+ * when every rank holds the same pieces. */
 static lam_status check_replicas(lam_trainer *t) {
   lam_model *m = t->m;
+  const size_t bytes = m->nparams * sizeof(float);
+  unsigned char *b = malloc(bytes);
+  if (!b) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for a copy of the %zu parameters", m->nparams);
+  lam_status s = lam_mem_download(m->ctx, b, m->params, bytes);
   uint64_t h = 1469598103934665603ull;
-  const unsigned char *b = (const unsigned char *)m->params;
-  for (size_t i = 0; i < m->nparams * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
+  for (size_t i = 0; i < bytes && s == LAM_OK; i++) h = (h ^ b[i]) * 1099511628211ull;
+  free(b);
+  LAM_TRY(s);
   double v[8];
   for (int j = 0; j < 4; j++) {
     double piece = (double)((h >> (16 * j)) & 0xffff);
     v[j] = piece, v[4 + j] = piece * piece;
   }
-  LAM_TRY(t->coll.sum(t->coll.user, v, 8));
+  LAM_TRY(coll_sum(t, v, 8));
   for (int j = 0; j < 4; j++)
     if (v[4 + j] * t->coll.world != v[j] * v[j])
       return LAM_FAIL(LAM_ERR_INVALID_ARG, "the %d replicas' parameters differ after epoch %d (rank %d): the ranks were "
@@ -374,7 +408,10 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
      * others; dropout's counter moves as a forward would have moved it. */
     LAM_TRY(be->step_advance(ctx, m->rng_ctr, 0, NULL));
   }
-  if (t->coll.world > 1) LAM_TRY(sum_grads(t, B, G));
+  if (ranked(t)) {
+    LAM_TRY(sum_grads(t, B, G));
+    NN_PROF(m, "allreduce", 0);
+  }
   LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1));
   NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
   return be->step_advance(ctx, t->d_state, B, m->stats); /* and notes the first step with a non-finite loss */
@@ -382,7 +419,8 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
 
 static int graph_wanted(const lam_trainer *t) {
   const lam_backend *be = t->m->ctx->be;
-  return !t->graph_off && be->graph_begin && !t->m->ctx->no_graphs && !t->m->prof && t->coll.world == 1;
+  return !t->graph_off && be->graph_begin && !t->m->ctx->no_graphs && !t->m->prof &&
+         (t->coll.world == 1 || t->comm); /* CPU ranks sum on the host */
 }
 
 /* The step: replayed from a graph for full batches where the backend has graphs (captured at the
@@ -441,7 +479,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
     t->h_idx[j] = tmp;
   }
   size_t n_local = t->n; /* the images of this rank's order */
-  if (t->coll.world > 1) { /* this rank's share of each global batch, in order: the local order */
+  if (ranked(t)) { /* this rank's share of each global batch, in order: the local order */
     n_local = 0;
     for (int k = 0; k < t->steps; k++) {
       size_t lo, len;
@@ -477,7 +515,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   if (s != LAM_OK) return s;
   float st[4];
   LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the epoch's last step */
-  if (t->coll.world > 1) LAM_TRY(sum_stats(t, st)); /* the epoch's sums over all ranks */
+  if (ranked(t)) LAM_TRY(sum_stats(t, st)); /* the epoch's sums over all ranks */
   double secs = (lam_now_ms() - t0) / 1e3;
   t->epoch_ms = secs * 1e3;
   t->epochs_done++;
@@ -495,9 +533,13 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
                     "longer finite and this model cannot train on; start again (or from the last checkpoint) with a "
                     "lower learning rate or momentum", t->epochs_done, at, isnan(out->train_loss) ? "NaN" : "infinite");
   }
-  if (t->coll.world > 1) LAM_TRY(check_replicas(t));
+  if (ranked(t)) LAM_TRY(check_replicas(t));
   return LAM_OK;
 }
+
+/* GPU ranks agree to stop every this many steps: each time the host waits for the queue to drain, which a
+ * step in a graph of ~0.1 ms pays once in 32 (about a percent). */
+#define STOP_EVERY 32
 
 static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, int every, double t0, int first) {
   lam_model *m = t->m;
@@ -531,11 +573,22 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
       double secs = (lam_now_ms() - t0) / 1e3;
       cb(user, step + 1, steps, st[2] > 0 ? st[0] / st[2] : 0.0, secs > 0 ? st[2] / secs : 0.0);
     }
-    int stop = t->coll.world > 1 ? t->stop_all : t->stop && *t->stop; /* ranks: if any was asked, all stop */
+    int stop = t->stop && *t->stop;
+    if (t->comm) { /* GPU ranks: the flags summed every STOP_EVERY steps (a wait for the queue each time) */
+      if ((step + 1) % STOP_EVERY == 0 && step + 1 < steps) {
+        double f = stop;
+        LAM_TRY(coll_sum(t, &f, 1));
+        stop = f > 0;
+      } else {
+        stop = 0;
+      }
+    } else if (ranked(t)) {
+      stop = t->stop_all; /* CPU ranks: summed with the gradients; if any was asked, all stop */
+    }
     if (stop && step + 1 < steps) { /* asked to stop: hold the epoch's place */
       float st[4];
       LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the step in flight */
-      if (t->coll.world > 1) LAM_TRY(sum_stats(t, st));
+      if (ranked(t)) LAM_TRY(sum_stats(t, st));
       memcpy(t->part, st, sizeof t->part);
       t->step_done = step + 1;
       LAM_TRY(profile_window(t, steps));

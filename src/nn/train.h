@@ -39,6 +39,7 @@ struct lam_trainer {
   lam_collective coll;          /* world > 1: data-parallel over ranks (lam_trainer_set_collective) */
   double *h_sum;                /* host buffer of the gradients' sum, nparams doubles and the stop flag */
   int stop_all;                 /* a rank was asked to stop at the last step's sum */
+  void *comm;                   /* GPU ranks: the backend's communicator (NCCL), made from coll.nccl_id */
 };
 
 #endif

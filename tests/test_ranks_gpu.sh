@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# test_ranks_gpu.sh — `lamina train` over 2 GPU ranks (NCCL) against 1 process on one GPU, at the same
+# global batch, started all three ways: --gpus 2, mpirun -np 2 (where MPI is built in) and a
+# torchrun-style environment (two processes given RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
+# Skips (77) without a CUDA device. On a machine of one GPU the two ranks share it (LAMINA_SHARE_GPU=1:
+# NCCL then sees two hosts and sums over sockets), which tests everything but the speed.
+#
+# The set is test_ranks.sh's (600 + 200 learnable 12x12 images); 3 epochs of SGD with a conv (cuDNN,
+# NHWC) and the step in a CUDA graph. Claims:
+#   - the epochs' training losses agree with one process within a relative 1e-4 (each rank's gradient is
+#     the mean over its share, weighted by share / batch in NCCL's pre-multiplied sum, in float32; one
+#     process sums the whole batch inside its kernels: the order of the sums differs, nothing else), the
+#     test accuracy within 1 point, at batch 64 and at 301 (shares 151/150, then 150/149: unequal weights);
+#   - the ranks' step is replayed from a CUDA graph (the JSON's "graph");
+#   - every epoch the trainer compares the replicas' parameters (a checksum over the ranks) and fails if
+#     they differ: a run that ends 0 had identical replicas after every epoch;
+#   - rank 0's checkpoint (no temporary file left) resumes in 1 process to the uninterrupted losses.
+# Usage: test_ranks_gpu.sh path/to/lamina [path/to/mpiexec].
+set -u
+LAMINA=$1
+MPIEXEC=${2:-}
+"$LAMINA" hidden --device cuda --n 10 --repeat 1 >/dev/null 2>&1 || { echo "skip: no CUDA device"; exit 77; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+ok() { echo "ok - $1"; passed=$((passed + 1)); }
+not_ok() { echo "not ok - $1: $2"; echo "#   stderr: $(head -c 1500 "$TMP/err" | tr '\n' ' ')"; failed=$((failed + 1)); }
+unset LAMINA_DEVICE LAMINA_CUDA_DEVICE WORLD_SIZE RANK LOCAL_RANK MASTER_ADDR MASTER_PORT LAMINA_PORT
+export LAMINA_DEVICE=cuda
+if command -v timeout >/dev/null 2>&1; then LIMIT=(timeout 300); else LIMIT=(); fi
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${GPUS:-0}" -ge 2 ] || export LAMINA_SHARE_GPU=1
+SPEC="conv 4 3, relu, maxpool 2, flatten, dense 10"
+PY=
+for p in /usr/bin/python3 python3; do
+  if "$p" -c "import numpy" 2>/dev/null; then PY=$p; break; fi
+done
+[ -n "$PY" ] || { echo "not ok - no python3 with NumPy here"; exit 1; }
+
+"$PY" - "$TMP/d" <<'EOF' || { echo "not ok - making the data set"; exit 1; }
+import os, sys
+import numpy as np
+d = sys.argv[1]
+os.makedirs(d)
+rng = np.random.default_rng(5)
+for part, n in (("train", 600), ("t10k", 200)):
+    y = rng.integers(0, 10, n).astype(np.uint8)
+    x = rng.integers(0, 90, (n, 12, 12)).astype(np.uint8)
+    x[np.arange(n), :, y + 1] += 120
+    with open(f"{d}/{part}-images-idx3-ubyte", "wb") as f:
+        f.write(bytes([0, 0, 8, 3]) + n.to_bytes(4, "big") + (12).to_bytes(4, "big") * 2 + x.tobytes())
+    with open(f"{d}/{part}-labels-idx1-ubyte", "wb") as f:
+        f.write(bytes([0, 0, 8, 1]) + n.to_bytes(4, "big") + y.tobytes())
+EOF
+
+# same ONE.json TWO.json: losses within a relative 1e-4, accuracy within 0.01, TWO's step in a graph
+same() {
+  "$PY" - "$1" "$2" <<'EOF'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+la = [e["train_loss"] for e in a["epochs"]]
+lb = [e["train_loss"] for e in b["epochs"]]
+if len(la) != len(lb) or len(la) < 2:
+    sys.exit(f"{len(lb)} epochs against {len(la)}")
+for i, (x, y) in enumerate(zip(la, lb)):
+    if not abs(x - y) <= 1e-4 * abs(x):
+        sys.exit(f"epoch {i + 1}: loss {y!r}, one process {x!r}")
+if not abs(a["test_acc"] - b["test_acc"]) <= 0.01:
+    sys.exit(f"test accuracy {b['test_acc']}, one process {a['test_acc']}")
+if not b.get("graph"):
+    sys.exit("the ranks' step was not replayed from a graph")
+print("losses " + ", ".join(f"{y:.7g}" for y in lb) + " (one process: " + ", ".join(f"{x:.7g}" for x in la) + ")")
+EOF
+}
+
+free_port() { "$PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
+
+# env_ranks ARGS...: two processes in a torchrun-style environment; rank 0's stdout in $TMP/two.json
+env_ranks() {
+  local port pids=() r rc=0
+  port=$(free_port)
+  for r in 0 1; do
+    WORLD_SIZE=2 RANK=$r LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "${LIMIT[@]}" "$LAMINA" "$@" >"$TMP/env$r.out" 2>"$TMP/env$r.err" &
+    pids+=($!)
+  done
+  for r in 0 1; do wait "${pids[$r]}" || rc=$?; done
+  cat "$TMP/env0.out" >"$TMP/two.json"
+  cat "$TMP/env0.err" "$TMP/env1.err" >"$TMP/err"
+  return $rc
+}
+
+MPI=()
+if [ -n "$MPIEXEC" ]; then
+  MPI=("$MPIEXEC" --oversubscribe -np 2) # the ranks here inherit this environment (LAMINA_*, NCCL_*)
+  [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
+fi
+
+for B in 64 301; do
+  args=(train --data "$TMP/d" --model "$SPEC" --epochs 3 --batch "$B" --opt sgd --lr 0.05 --json --no-progress)
+  if ! "${LIMIT[@]}" "$LAMINA" "${args[@]}" >"$TMP/one.json" 2>"$TMP/err"; then
+    not_ok "batch $B: one process" "it failed"
+    continue
+  fi
+  for how in gpus mpirun env; do
+    why=
+    case $how in
+      gpus) "${LIMIT[@]}" "$LAMINA" "${args[@]}" --gpus 2 >"$TMP/two.json" 2>"$TMP/err" ;;
+      mpirun)
+        [ ${#MPI[@]} -gt 0 ] || { echo "# mpirun: lamina was built without MPI here; not run"; continue; }
+        "${LIMIT[@]}" "${MPI[@]}" "$LAMINA" "${args[@]}" >"$TMP/two.json" 2>"$TMP/err" ;;
+      env) env_ranks "${args[@]}" ;;
+    esac
+    rc=$?
+    if [ "$rc" -eq 0 ] && why=$(same "$TMP/one.json" "$TMP/two.json" 2>&1); then
+      ok "batch $B, 2 GPU ranks by $how: train as 1 process, replicas identical every epoch: $why"
+    else
+      not_ok "batch $B, 2 GPU ranks by $how" "${why:-exit $rc}"
+    fi
+  done
+done
+
+# Rank 0's checkpoint after 1 epoch, resumed in one process for epochs 2 and 3.
+"${LIMIT[@]}" "$LAMINA" train --data "$TMP/d" --model "$SPEC" --epochs 1 --batch 64 --opt sgd --lr 0.05 --gpus 2 \
+  --save "$TMP/e1.ckpt" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+left=$(find "$TMP" -name '*.tmp*' | wc -l)
+if [ "$rc" -eq 0 ] && [ "$left" -eq 0 ] &&
+   "$LAMINA" train --data "$TMP/d" --resume "$TMP/e1.ckpt" --epochs 3 --json >"$TMP/res.json" 2>"$TMP/err" &&
+   "$LAMINA" train --data "$TMP/d" --model "$SPEC" --epochs 3 --batch 64 --opt sgd --lr 0.05 --json >"$TMP/one.json" 2>>"$TMP/err" &&
+   "$PY" -c "
+import json, sys
+r = [e['train_loss'] for e in json.load(open(sys.argv[1]))['epochs']]
+o = [e['train_loss'] for e in json.load(open(sys.argv[2]))['epochs']][1:]
+sys.exit(0 if len(r) == 2 and all(abs(x - y) <= 1e-4 * abs(y) for x, y in zip(r, o)) else f'resumed {r}, uninterrupted {o}')
+" "$TMP/res.json" "$TMP/one.json" 2>"$TMP/why"; then
+  ok "the GPU ranks' checkpoint resumes in 1 process to the uninterrupted losses; no temporary file left"
+else
+  not_ok "the GPU ranks' checkpoint resumed in 1 process" "$(cat "$TMP/why" 2>/dev/null) (exit $rc, temporary files: $left)"
+fi
+
+echo "# $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
