@@ -508,6 +508,80 @@ static void test_ranks_replicas_differ(void **state) {
   }
 }
 
+/* The collective's API on the CPU: an NCCL id is refused there (CPU ranks sum through the caller),
+ * several CPU ranks without a sum are refused, and lam_trainer_sum without ranks leaves x as it is. */
+static void test_ranks_api_errors(void **state) {
+  (void)state;
+  lam_ctx *ctx = NULL;
+  lam_model *m = NULL;
+  lam_trainer *t = NULL;
+  lam_opt o = opt_for(LAM_OPT_SGD);
+  TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_CPU));
+  TU_OK(lam_model_create(ctx, SPEC, 1, IMG, IMG, MODEL_SEED, &m));
+  TU_OK(lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t));
+  unsigned char id[LAM_NCCL_ID_BYTES] = {1};
+  lam_collective c = {.rank = 0, .world = 2, .nccl_id = id};
+  assert_int_equal(lam_trainer_set_collective(t, &c), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "nccl_id is for CUDA contexts"));
+  c.nccl_id = NULL;
+  assert_int_equal(lam_trainer_set_collective(t, &c), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "2 CPU ranks need a sum function"));
+  double x[2] = {1.5, -2.0};
+  TU_OK(lam_trainer_sum(t, x, 2));
+  assert_true(x[0] == 1.5 && x[1] == -2.0);
+  lam_trainer_free(t);
+  lam_model_free(m);
+  lam_ctx_free(ctx);
+}
+
+/* On a GPU, a collective of one rank over NCCL (the path GPU ranks take: the gradients' sum inside the
+ * step's graph, the epoch's sums and the replica check through NCCL) trains exactly as no collective:
+ * the same losses and the same parameters, bit for bit, the step in a graph both times. */
+static void test_ranks_nccl_of_one(void **state) {
+  (void)state;
+  if (lam_cuda_device_count(NULL) == 0) skip();
+  unsigned char id[LAM_NCCL_ID_BYTES];
+  TU_OK(lam_nccl_unique_id(id));
+  double loss[2][EPOCHS];
+  float *params[2] = {NULL, NULL};
+  size_t np = 0;
+  for (int k = 0; k < 2; k++) {
+    lam_ctx *ctx = NULL;
+    lam_model *m = NULL;
+    lam_trainer *t = NULL;
+    lam_opt o = opt_for(LAM_OPT_SGD);
+    TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_CUDA));
+    TU_OK(lam_model_create(ctx, SPEC, 1, IMG, IMG, MODEL_SEED, &m));
+    TU_OK(lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t));
+    if (k) {
+      const lam_collective c = {.rank = 0, .world = 1, .nccl_id = id};
+      TU_OK(lam_trainer_set_collective(t, &c));
+    }
+    for (int e = 0; e < EPOCHS; e++) {
+      lam_epoch_stats st;
+      TU_OK(lam_trainer_epoch(t, NULL, NULL, 0, &st));
+      loss[k][e] = st.train_loss;
+    }
+    int graph = 0;
+    TU_OK(lam_trainer_graph(t, &graph));
+    assert_true(graph);
+    np = lam_model_param_count(m);
+    params[k] = malloc(np * sizeof(float));
+    assert_non_null(params[k]);
+    TU_OK(lam_model_params_get(m, params[k], np));
+    lam_trainer_free(t);
+    lam_model_free(m);
+    lam_ctx_free(ctx);
+  }
+  for (int e = 0; e < EPOCHS; e++) {
+    print_message("epoch %d: NCCL of one %.9g, alone %.9g\n", e + 1, loss[1][e], loss[0][e]);
+    assert_true(loss[0][e] == loss[1][e]);
+  }
+  assert_memory_equal(params[0], params[1], np * sizeof(float));
+  free(params[0]);
+  free(params[1]);
+}
+
 /* ---- learning-rate schedules ------------------------------------------------------------------- */
 
 /* lam_lr_at against the formulas written out here in float64, and the parser. */
@@ -1303,6 +1377,7 @@ int main(void) {
       cmocka_unit_test(test_resume_adamw),         cmocka_unit_test(test_resume_every_epoch),
       cmocka_unit_test_teardown(test_resume_dropout, plain_spec), cmocka_unit_test(test_stop_mid_epoch),
       cmocka_unit_test(test_ranks_as_one),         cmocka_unit_test(test_ranks_replicas_differ),
+      cmocka_unit_test(test_ranks_api_errors),      cmocka_unit_test(test_ranks_nccl_of_one),
       cmocka_unit_test(test_lr_schedule_values), cmocka_unit_test(test_lr_schedule_applied),
       cmocka_unit_test(test_format),               cmocka_unit_test(test_model_only_roundtrip),
       cmocka_unit_test(test_truncated),            cmocka_unit_test(test_corrupted),
