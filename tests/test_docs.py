@@ -72,6 +72,10 @@ COVERED_ELSEWHERE = [
                                           "images, not clips)"),
     (r"^build/lamina predict --load clips\.lamina --data clips$", "test_cli (predict on clips: a CSV row per clip)"),
     (r"^mpirun -np 2 build/lamina train ", "test_ranks (tests/test_ranks.sh: 2 CPU ranks against one process)"),
+    (r"^build/lamina train .*--gpus 2$", "test_ranks_gpu (tests/test_ranks_gpu.sh: --gpus 2 against one GPU; "
+                                        "skipped without a GPU)"),
+    (r"^torchrun --nproc-per-node 2 --no-python build/lamina train ", "test_ranks_gpu (torchrun where it is installed, "
+                                                                      "and its environment by hand)"),
 ]
 
 passed = failed = skipped = 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_ranks_gpu.sh — `lamina train` over 2 GPU ranks (NCCL) against 1 process on one GPU, at the same
-# global batch, started all three ways: --gpus 2, mpirun -np 2 (where MPI is built in) and a
-# torchrun-style environment (two processes given RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
+# global batch, started every way: --gpus 2, mpirun -np 2 (where MPI is built in), a torchrun-style
+# environment (two processes given RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and torchrun
+# itself (where installed: its agent holds MASTER_PORT, and rank 0 serves on the port above).
 # Skips (77) without a CUDA device. On a machine of one GPU the two ranks share it (LAMINA_SHARE_GPU=1:
 # NCCL then sees two hosts and sums over sockets), which tests everything but the speed.
 #
@@ -103,7 +104,7 @@ for B in 64 301; do
     not_ok "batch $B: one process" "it failed"
     continue
   fi
-  for how in gpus mpirun env; do
+  for how in gpus mpirun env torchrun; do
     why=
     case $how in
       gpus) "${LIMIT[@]}" "$LAMINA" "${args[@]}" --gpus 2 >"$TMP/two.json" 2>"$TMP/err" ;;
@@ -111,6 +112,9 @@ for B in 64 301; do
         [ ${#MPI[@]} -gt 0 ] || { echo "# mpirun: lamina was built without MPI here; not run"; continue; }
         "${LIMIT[@]}" "${MPI[@]}" "$LAMINA" "${args[@]}" >"$TMP/two.json" 2>"$TMP/err" ;;
       env) env_ranks "${args[@]}" ;;
+      torchrun)
+        command -v torchrun >/dev/null || { echo "# torchrun: not installed here; not run"; continue; }
+        "${LIMIT[@]}" torchrun --nproc-per-node 2 --no-python "$LAMINA" "${args[@]}" >"$TMP/two.json" 2>"$TMP/err" ;;
     esac
     rc=$?
     if [ "$rc" -eq 0 ] && why=$(same "$TMP/one.json" "$TMP/two.json" 2>&1); then
