@@ -566,7 +566,7 @@ int lam_trainer_steps_in_epoch(const lam_trainer *t);
  * every replica takes the same step as one process would on the whole batch, up to the order of the
  * sum. The epoch's loss and accuracy are summed over the ranks too, and at each epoch's end the
  * replicas' parameters are compared (a checksum, summed) — a difference is an error. BatchNorm keeps
- * each rank's own batch statistics. Ranks do not stream (lam_trainer_set_stream).
+ * each rank's own batch statistics (lam_trainer_set_sync_bn: the global batch's). Ranks do not stream (lam_trainer_set_stream).
  *   CPU contexts: lamina brings no transport of its own; `sum` is the caller's (the CLI's is
  * MPI_Allreduce): it must sum `n` doubles in place across all ranks, every rank calling it in the same
  * order.
@@ -583,6 +583,14 @@ typedef struct lam_collective {
   void *user;
   const unsigned char *nccl_id; /* CUDA contexts: NCCL's unique id (LAM_NCCL_ID_BYTES); NULL on the CPU */
 } lam_collective;
+/* BatchNorm synchronized over the ranks (PyTorch's SyncBatchNorm): in training, each BatchNorm normalizes
+ * with the mean and variance of the whole global batch (this rank's sums of x and x^2 summed over the
+ * ranks), updates its running statistics with them (alike on every rank), and its backward sums dy and
+ * dy·xhat over the ranks too — so N ranks train a net with BatchNorm as one process at that batch. Costs
+ * two small all-reduces per BatchNorm a step; the BatchNorm is then not fused with its activation. After
+ * lam_trainer_set_collective; on CUDA for NHWC activations (the default layout of models with convs). Every
+ * rank must hold images of every batch: a last batch of fewer images than ranks is an error here. */
+lam_status lam_trainer_set_sync_bn(lam_trainer *t, int on);
 /* Makes NCCL's unique id for a collective of GPU ranks (on rank 0; every rank then gets its bytes).
  * LAM_ERR_UNSUPPORTED where lamina was built without CUDA or NCCL, or NCCL cannot be loaded. */
 lam_status lam_nccl_unique_id(unsigned char id[LAM_NCCL_ID_BYTES]);

@@ -171,6 +171,18 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   X(bn_act_bwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x, const void *y, \
                  const void *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,     \
                  void *dx, float *dgamma, float *dbeta))                                                            \
+  /* BatchNorm whose statistics are those of all ranks (sync BN: nn/ops/norm.c sums between these). bn_sums:      \
+   * per channel, dy NULL: out[c] = sum(x), out[C + c] = sum(x^2); else out[c] = sum(dy), out[C + c] =             \
+   * sum(dy xhat), xhat = (x - mean) invstd, also added into dbeta and dgamma where given. bn_sync_stats: from       \
+   * the summed sum(x) and sum(x^2) over N values, mean, invstd = 1/sqrt(var + eps) and the biased var (C each),   \
+   * and the running statistics updated as bn_fwd does (unbiased: N/(N-1)). bn_sync_dx: dx = gamma invstd (dy -     \
+   * sums[c]/N - xhat sums[C + c]/N) with the summed sum(dy), sum(dy xhat) and this rank's N (dx overwritten). */   \
+  X(bn_sums, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *mean,     \
+              const float *invstd, float *out, float *dgamma, float *dbeta))                                        \
+  X(bn_sync_stats, (lam_ctx * ctx, int C, double N, const float *sums, float eps, float momentum, float *mean,      \
+                    float *invstd, float *var, float *run_mean, float *run_var))                                    \
+  X(bn_sync_dx, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma, \
+                 const float *mean, const float *invstd, const float *sums, double N, void *dx))                   \
   /* Dropout's keep mask: mask[i] = 1 (keep) or 0 with probability p, from a counter-based hash of (seed, *ctr, i)   \
    * that the CPU and CUDA compute alike (ctr is backend memory read when the op runs, NULL reads as 0: a step     \
    * captured in a graph draws a new mask when the counter moves). */                                              \

@@ -420,6 +420,8 @@ typedef struct fake_rank {
   fake_world *w;
   int rank;
   uint64_t model_seed;
+  const char *spec; /* SPEC where NULL */
+  int sync_bn;
   double loss[EPOCHS];
   lam_status status;
   char message[512];
@@ -452,9 +454,10 @@ static void *fake_rank_run(void *arg) {
   lam_collective c = {.rank = r->rank, .world = 2, .sum = fake_sum, .user = r};
   r->status = lam_ctx_create(&ctx, LAM_DEVICE_CPU);
   if (r->status == LAM_OK) r->status = lam_ctx_set_threads(ctx, 1);
-  if (r->status == LAM_OK) r->status = lam_model_create(ctx, SPEC, 1, IMG, IMG, r->model_seed, &m);
+  if (r->status == LAM_OK) r->status = lam_model_create(ctx, r->spec ? r->spec : SPEC, 1, IMG, IMG, r->model_seed, &m);
   if (r->status == LAM_OK) r->status = lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t);
   if (r->status == LAM_OK) r->status = lam_trainer_set_collective(t, &c);
+  if (r->status == LAM_OK && r->sync_bn) r->status = lam_trainer_set_sync_bn(t, 1);
   for (int e = 0; e < EPOCHS && r->status == LAM_OK; e++) {
     lam_epoch_stats st;
     r->status = lam_trainer_epoch(t, NULL, NULL, 0, &st);
@@ -467,16 +470,17 @@ static void *fake_rank_run(void *arg) {
   return NULL;
 }
 
-static void run_two_ranks(fake_rank r[2], uint64_t seed0, uint64_t seed1) {
+static void run_two_ranks_of(fake_rank r[2], uint64_t seed0, uint64_t seed1, const char *spec, int sync_bn) {
   static fake_world w;
   w = (fake_world){.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
   pthread_t th[2];
   for (int i = 0; i < 2; i++) {
-    r[i] = (fake_rank){.w = &w, .rank = i, .model_seed = i ? seed1 : seed0};
+    r[i] = (fake_rank){.w = &w, .rank = i, .model_seed = i ? seed1 : seed0, .spec = spec, .sync_bn = sync_bn};
     assert_int_equal(pthread_create(&th[i], NULL, fake_rank_run, &r[i]), 0);
   }
   for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
 }
+static void run_two_ranks(fake_rank r[2], uint64_t seed0, uint64_t seed1) { run_two_ranks_of(r, seed0, seed1, NULL, 0); }
 
 /* Two ranks at batch 32 train as one process does (SGD with momentum: its step scales with the
  * gradient, so a wrong weighting of the shares shows): the same epoch losses within a relative 1e-5. */
@@ -506,6 +510,47 @@ static void test_ranks_replicas_differ(void **state) {
       fail_msg("rank %d: %s: '%s'; want invalid argument and 'replicas' parameters differ after epoch 1'", i,
                lam_status_str(r[i].status), r[i].message);
   }
+}
+
+/* BatchNorm over 2 ranks: with sync BN (each BatchNorm's statistics, and its backward's sums, summed over the
+ * ranks) they train as one process at the same global batch, within a relative 1e-4 (the statistics come from
+ * float sums of x and x^2, one process's from two passes in double); with each rank's own statistics (16
+ * images of the 32) they do not — the check that this test can tell the two apart. */
+#define BN_SPEC "conv 4 3, bn, relu, maxpool 2, flatten, dense 10"
+static void test_ranks_sync_bn(void **state) {
+  (void)state;
+  double want[EPOCHS];
+  {
+    lam_ctx *ctx = NULL;
+    lam_model *m = NULL;
+    lam_trainer *t = NULL;
+    lam_opt o = opt_for(LAM_OPT_SGD);
+    TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_CPU));
+    TU_OK(lam_ctx_set_threads(ctx, 1));
+    TU_OK(lam_model_create(ctx, BN_SPEC, 1, IMG, IMG, MODEL_SEED, &m));
+    TU_OK(lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t));
+    assert_int_equal(lam_trainer_set_sync_bn(t, 1), LAM_ERR_INVALID_ARG); /* no ranks */
+    for (int e = 0; e < EPOCHS; e++) want[e] = epoch(t);
+    lam_trainer_free(t);
+    lam_model_free(m);
+    lam_ctx_free(ctx);
+  }
+  fake_rank r[2];
+  double worst_local = 0;
+  for (int sync = 1; sync >= 0; sync--) {
+    run_two_ranks_of(r, MODEL_SEED, MODEL_SEED, BN_SPEC, sync);
+    for (int i = 0; i < 2; i++)
+      if (r[i].status != LAM_OK) fail_msg("sync %d, rank %d: %s: %s", sync, i, lam_status_str(r[i].status), r[i].message);
+    for (int e = 0; e < EPOCHS; e++) {
+      const double d = fabs(r[0].loss[e] - want[e]) / want[e];
+      print_message("%s: epoch %d: ranks %.9g / %.9g, one process %.9g (relative %.2g)\n", sync ? "sync BN" : "local BN",
+                    e + 1, r[0].loss[e], r[1].loss[e], want[e], d);
+      if (r[0].loss[e] != r[1].loss[e]) fail_msg("epoch %d: the ranks' losses differ", e + 1);
+      if (sync && !(d <= 1e-4)) fail_msg("sync BN, epoch %d: ranks %.9g, one process %.9g", e + 1, r[0].loss[e], want[e]);
+      if (!sync && d > worst_local) worst_local = d;
+    }
+  }
+  if (!(worst_local > 1e-3)) fail_msg("local BN came within %.2g of one process: the test cannot tell", worst_local);
 }
 
 /* The collective's API on the CPU: an NCCL id is refused there (CPU ranks sum through the caller),
@@ -1378,6 +1423,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_resume_dropout, plain_spec), cmocka_unit_test(test_stop_mid_epoch),
       cmocka_unit_test(test_ranks_as_one),         cmocka_unit_test(test_ranks_replicas_differ),
       cmocka_unit_test(test_ranks_api_errors),      cmocka_unit_test(test_ranks_nccl_of_one),
+      cmocka_unit_test(test_ranks_sync_bn),
       cmocka_unit_test(test_lr_schedule_values), cmocka_unit_test(test_lr_schedule_applied),
       cmocka_unit_test(test_format),               cmocka_unit_test(test_model_only_roundtrip),
       cmocka_unit_test(test_truncated),            cmocka_unit_test(test_corrupted),

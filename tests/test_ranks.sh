@@ -10,6 +10,7 @@
 #     global batch has 1 image: one rank steps with none of its own);
 #   - the 2-rank run's checkpoint (written by rank 0 alone, no temporary file left) resumes in 1 process
 #     to the uninterrupted run's losses (the same tolerance);
+#   - with --sync-bn a net with BatchNorm trains over 2 ranks as in 1 process (same tolerances);
 #   - a batch too small to share and --stream with ranks are errors that stop every rank (exit 1).
 # Usage: test_ranks.sh path/to/lamina path/to/mpiexec.
 set -u
@@ -83,6 +84,18 @@ for B in 64 299; do
   fi
   why=
 done
+
+# BatchNorm with --sync-bn: the 2 ranks' statistics are the global batch's, so they train as one process.
+BN="conv 4 3, bn, relu, maxpool 2, flatten, dense 10"
+args=(train --data "$TMP/d" --model "$BN" --epochs 3 --batch 64 --opt sgd --lr 0.05 --json)
+if "$LAMINA" "${args[@]}" --threads 1 >"$TMP/one.json" 2>"$TMP/err" && losses "$TMP/one.json" >"$TMP/one" &&
+   "${MPI[@]}" "$LAMINA" "${args[@]}" --sync-bn >"$TMP/two.json" 2>"$TMP/err" && losses "$TMP/two.json" >"$TMP/two" &&
+   why=$(same "$TMP/one" "$TMP/two" 2>&1); then
+  ok "--sync-bn: 2 CPU ranks with BatchNorm train as 1 process: $why"
+else
+  not_ok "--sync-bn over 2 CPU ranks" "${why:-a run failed}"
+fi
+why=
 
 # One epoch over 2 ranks, saved; resumed in one process for epochs 2 and 3.
 "${MPI[@]}" "$LAMINA" train --data "$TMP/d" --model "$SPEC" --epochs 1 --batch 64 --opt sgd --lr 0.05 --save "$TMP/e1.ckpt" \

@@ -15,6 +15,7 @@ typedef struct train_opts {
   const char *data, *model, *save, *resume, *load;
   int rank; /* of several processes (ranks.c): only rank 0 speaks and writes files */
   int gpus; /* --gpus N: start N ranks here, one a GPU (0: not given) */
+  int sync_bn; /* --sync-bn: BatchNorm's statistics over all ranks */
   int epochs, batch, json, progress, threads;
   lam_opt_kind opt_kind;
   double lr, momentum, weight_decay;
@@ -118,6 +119,8 @@ static void train_usage(FILE *f) {
           "  --json                 print one JSON object at the end instead of text\n"
           "  --help                 this text\n"
           "  --gpus N               train on N GPUs of this machine: starts N ranks of itself, one a GPU\n"
+          "  --sync-bn              with ranks: BatchNorm normalizes with the whole global batch's statistics\n"
+          "                         (PyTorch's SyncBatchNorm; default: each rank's own share's)\n"
           "Several processes: each process is a rank that trains a replica on its share of every global batch\n"
           "of --batch images (B/N each, the first B%%N ranks one more); the gradients are summed over the ranks\n"
           "before each step (GPU ranks: NCCL, on the device, inside the step's graph; CPU ranks: MPI_Allreduce),\n"
@@ -155,7 +158,7 @@ static void eval_usage(FILE *f) {
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
        O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
-       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS };
+       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS, O_SYNCBN };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -182,7 +185,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"early-stop", required_argument, 0, O_EARLYSTOP}, {"log", required_argument, 0, O_LOG},
       {"size", required_argument, 0, O_SIZE},            {"cache", required_argument, 0, O_CACHE},
       {"skip-bad", no_argument, 0, O_SKIPBAD},       {"decode", required_argument, 0, O_DECODE},
-      {"gpus", required_argument, 0, O_GPUS},
+      {"gpus", required_argument, 0, O_GPUS},         {"sync-bn", no_argument, 0, O_SYNCBN},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -311,6 +314,10 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->stream = (int)v;
         break;
       case O_NOPROGRESS: o->progress = 0; break;
+      case O_SYNCBN:
+        if (is_eval) return cli_usage_error(cmd, "unknown option '--sync-bn'");
+        o->sync_bn = 1;
+        break;
       case O_GPUS:
         if (is_eval) return cli_usage_error(cmd, "unknown option '--gpus'");
         if (cli_parse_int(cmd, "--gpus", optarg, 1, 1024, &v)) return EXIT_USAGE;
@@ -842,6 +849,10 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   ret = 1;
   if (rk->world > 1 && (ret = set_ranks(rk, ctx, t)) != 0) goto out;
   ret = 1;
+  if (o.sync_bn && rk->world > 1 && lam_trainer_set_sync_bn(t, 1) != LAM_OK) { /* one rank: its statistics are all */
+    ret = fail("train", "--sync-bn");
+    goto out;
+  }
   if ((o.aug_pad || o.aug_flip) && lam_model_set_augment(m, o.aug_pad, o.aug_flip) != LAM_OK) {
     fprintf(stderr, "lamina train: --augment: %s\n(see 'lamina train --help')\n", lam_last_error());
     ret = EXIT_USAGE;

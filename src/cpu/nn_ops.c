@@ -232,6 +232,41 @@ static lam_status plain_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x
   return LAM_OK;
 }
 
+static lam_status plain_bn_sums(int B, int C, int P, const float *x, const float *dy, const float *mean,
+                                const float *invstd, float *out, float *dgamma, float *dbeta) {
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    double s1 = 0.0, s2 = 0.0;
+    const double m = dy ? mean[c] : 0.0, is = dy ? invstd[c] : 0.0;
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) {
+        const double v = x[o + p];
+        if (dy) s1 += dy[o + p], s2 += dy[o + p] * ((v - m) * is);
+        else s1 += v, s2 += v * v;
+      }
+    }
+    out[c] = (float)s1, out[C + c] = (float)s2;
+    if (dbeta) dbeta[c] += (float)s1;
+    if (dgamma) dgamma[c] += (float)s2;
+  }
+  return LAM_OK;
+}
+
+static lam_status plain_bn_sync_dx(int B, int C, int P, const float *x, const float *dy, const float *gamma,
+                                   const float *mean, const float *invstd, const float *sums, double N, float *dx) {
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    const double m = mean[c], is = invstd[c], k = (gamma ? gamma[c] : 1.0) * is;
+    const double mdy = sums[c] / N, mdx = sums[C + c] / N;
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) dx[o + p] = (float)(k * ((double)dy[o + p] - mdy - ((double)x[o + p] - m) * is * mdx));
+    }
+  }
+  return LAM_OK;
+}
+
 static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
                           const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
                           float momentum, float eps, int train) {
@@ -462,6 +497,34 @@ lam_status cpu_bn_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *
   float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
   return cpu_fmt_end(&j, j.status ? j.status : plain_bn_bwd(ctx, B, C, P, tx, tdy, gamma, mean, invstd, tdx, dgamma,
                                                              dbeta));
+}
+lam_status cpu_bn_sums(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *mean,
+                       const float *invstd, float *out, float *dgamma, float *dbeta) {
+  (void)ctx;
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *tdy = dy ? cpu_fmt_in(&j, B, C, P, dy) : NULL;
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_sums(B, C, P, tx, tdy, mean, invstd, out, dgamma, dbeta));
+}
+/* Per channel, in double as bn_fwd's statistics are; invstd as bn_fwd computes it from running statistics
+ * (eval), which the synchronized forward then runs with these. */
+lam_status cpu_bn_sync_stats(lam_ctx *ctx, int C, double N, const float *sums, float eps, float momentum, float *mean,
+                             float *invstd, float *var, float *run_mean, float *run_var) {
+  (void)ctx;
+  for (int c = 0; c < C; c++) {
+    const double mu = sums[c] / N, v = fmax(sums[C + c] / N - mu * mu, 0.0);
+    mean[c] = (float)mu, var[c] = (float)v, invstd[c] = 1.0f / sqrtf(var[c] + eps);
+    if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * mean[c];
+    if (run_var) run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1 ? v * N / (N - 1) : v);
+  }
+  return LAM_OK;
+}
+lam_status cpu_bn_sync_dx(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma,
+                          const float *mean, const float *invstd, const float *sums, double N, void *dx) {
+  (void)ctx;
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *tdy = cpu_fmt_in(&j, B, C, P, dy);
+  float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_sync_dx(B, C, P, tx, tdy, gamma, mean, invstd, sums, N, tdx));
 }
 lam_status cpu_bn_act_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
                           const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *run_mean,

@@ -117,6 +117,10 @@ lam_status nhwc_bn_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float 
 lam_status nhwc_bn_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x, const void *y,
                        const void *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,
                        void *dx, float *dgamma, float *dbeta);
+lam_status nhwc_bn_sums(lam_ctx *ctx, lam_fmt f, size_t N, int C, const void *x, const void *dy, const float *mean,
+                        const float *invstd, float *out, float *dgamma, float *dbeta);
+lam_status nhwc_bn_sync_dx(lam_ctx *ctx, lam_fmt f, size_t N, int C, const void *x, const void *dy, const float *gamma,
+                           const float *mean, const float *invstd, const float *sums, double n_local, void *dx);
 lam_status nhwc_pool(lam_ctx *ctx, lam_fmt f, int kind, const lam_pool_geom *g, int B, const void *in, void *out,
                      int32_t *arg);
 lam_status nhwc_plane_mean(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int P, const void *in, void *out);

@@ -447,6 +447,85 @@ lam_status nhwc_bn_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float 
   }
 }
 
+/* ---- BatchNorm over all ranks (sync BN; prims.h bn_sums, bn_sync_dx): this rank's sums from the
+ * reductions above, the normalization by the kernels above with the summed statistics ---- */
+
+/* A warp per channel: from the partial sums, sum(x) and sum(x^2) out of the shifted ones (stats), or
+ * sum(dy) and sum(dy xhat), which are also added into dbeta and dgamma. */
+template <typename T>
+__global__ void nhwc_bn_sums_final_kernel(int C, int S, double N, const float *part, const T *x, int stats, float *out,
+                                          float *dgamma, float *dbeta) {
+  FINAL_CHANNEL(c, C);
+  double a, b;
+  nred_total(part, S, c, &a, &b);
+  if (threadIdx.x % 32) return;
+  if (stats) { /* sum (x - K) = a, sum (x - K)^2 = b */
+    const double K = tget(x, (size_t)c);
+    b += 2.0 * K * a + N * K * K;
+    a += N * K;
+  } else {
+    if (dbeta) dbeta[c] += (float)a;
+    if (dgamma) dgamma[c] += (float)b;
+  }
+  out[c] = (float)a, out[C + c] = (float)b;
+}
+
+template <typename T, int V>
+static void nhwc_bn_sums_launch(lam_status *s, cuda_state *st, size_t N, int C, const void *x, const void *dy,
+                                const float *mean, const float *invstd, float *out, float *dgamma, float *dbeta) {
+  nred_args r = {N, C, x, dy, NULL, mean, invstd, NULL, NULL, 0.0f};
+  chan_grid g;
+  if ((*s = nred_grid("bn_sums", N, C, V, &g)) != LAM_OK) return;
+  *s = dy ? nred_launch<T, V, NR_BWD, BN_ACT_NONE>(st, r, g) : nred_launch<T, V, NR_STATS, BN_ACT_NONE>(st, r, g);
+  if (*s != LAM_OK) return;
+  nhwc_bn_sums_final_kernel<T><<<final_blocks(C), 32 * FINAL_WARPS, 0, st->stream>>>(
+      C, g.S, (double)N, st->nhwc_part, (const T *)x, !dy, out, dgamma, dbeta);
+  *s = cuda_after_launch(st, st->stream, "nhwc_bn_sums_final_kernel", __FILE__, __LINE__);
+}
+
+lam_status nhwc_bn_sums(lam_ctx *ctx, lam_fmt f, size_t N, int C, const void *x, const void *dy, const float *mean,
+                        const float *invstd, float *out, float *dgamma, float *dbeta) {
+  cuda_state *st = cuda_st(ctx);
+  if (C <= 0) return LAM_OK;
+  lam_status s = LAM_OK;
+  if (!N) return cuda_status(cudaMemsetAsync(out, 0, 2 * (size_t)C * sizeof(float), st->stream), "cudaMemsetAsync",
+                             __FILE__, __LINE__);
+  NHWC_DISPATCH(f, vec_ok(f.dt, C, x, dy), nhwc_bn_sums_launch, &s, st, N, C, x, dy, mean, invstd, out, dgamma, dbeta);
+  return s;
+}
+
+/* fin[2c] = mean(dy), fin[2c + 1] = mean(dy xhat) from the summed sums and this rank's N: what the apply
+ * kernel of bn_bwd reads. */
+__global__ void nhwc_bn_sync_fin_kernel(int C, double N, const float *sums, float *fin) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  fin[2 * c] = (float)(sums[c] / N), fin[2 * c + 1] = (float)(sums[C + c] / N);
+}
+
+template <typename T, int V>
+static void nhwc_bn_sync_dx_launch(lam_status *s, cuda_state *st, size_t N, int C, const void *x, const void *dy,
+                                   const float *gamma, const float *mean, const float *invstd, const float *fin,
+                                   void *dx) {
+  chan_grid ga = chan_grid_for(N, C / V, 4096, 16, 65535);
+  nhwc_bn_bwd_apply_kernel<T, V, BN_ACT_NONE><<<dim3(ga.S, ga.groups), NT, 0, st->stream>>>(
+      N, C, ga.TX, ga.TY, bn_act<BN_ACT_NONE>{0.0f}, (const T *)x, NULL, (const T *)dy, gamma, NULL, mean, invstd, fin,
+      (T *)dx);
+  *s = cuda_after_launch(st, st->stream, "nhwc_bn_bwd_apply_kernel", __FILE__, __LINE__);
+}
+
+lam_status nhwc_bn_sync_dx(lam_ctx *ctx, lam_fmt f, size_t N, int C, const void *x, const void *dy, const float *gamma,
+                           const float *mean, const float *invstd, const float *sums, double n_local, void *dx) {
+  cuda_state *st = cuda_st(ctx);
+  if (!N || C <= 0) return LAM_OK;
+  float *fin = st->nhwc_part; /* free between the reductions that use it, on the same stream */
+  nhwc_bn_sync_fin_kernel<<<(C + 255) / 256, 256, 0, st->stream>>>(C, n_local, sums, fin);
+  LAUNCH_CHECK(st, "nhwc_bn_sync_fin_kernel");
+  lam_status s = LAM_OK;
+  NHWC_DISPATCH(f, vec_ok(f.dt, C, x, dy, dx), nhwc_bn_sync_dx_launch, &s, st, N, C, x, dy, gamma, mean, invstd, fin,
+                dx);
+  return s;
+}
+
 /* ---- pooling and upsampling: a thread per V channels of an output pixel (forward) or input pixel
  * (backward: a gather over the windows that hold it, so no atomics and no zeroing) ---- */
 

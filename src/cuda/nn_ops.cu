@@ -979,6 +979,42 @@ lam_status cuda_bn_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void 
   if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("bn_bwd");
   return nchw_bn_bwd(ctx, B, C, P, (const float *)x, (const float *)dy, gamma, mean, invstd, (float *)dx, dgamma, dbeta);
 }
+/* Sync BN: the rows of an NHWC tensor, or of an NCHW one with P = 1 (the same layout); NCHW images with P > 1
+ * (LAMINA_LAYOUT=nchw) have no kernels here. */
+static lam_status sync_bn_rows(const char *what, lam_fmt f, int P) {
+  if (f.nhwc || P == 1) return LAM_OK;
+  return LAM_FAIL(LAM_ERR_UNSUPPORTED, "%s: BatchNorm synchronized over ranks runs on NHWC activations on CUDA (the "
+                  "default layout for models with convs); unset LAMINA_LAYOUT=nchw", what);
+}
+lam_status cuda_bn_sums(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *mean,
+                        const float *invstd, float *out, float *dgamma, float *dbeta) {
+  LAM_TRY(sync_bn_rows("bn_sums", f, P));
+  return nhwc_bn_sums(ctx, f, (size_t)B * P, C, x, dy, mean, invstd, out, dgamma, dbeta);
+}
+lam_status cuda_bn_sync_dx(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma,
+                           const float *mean, const float *invstd, const float *sums, double N, void *dx) {
+  LAM_TRY(sync_bn_rows("bn_sync_dx", f, P));
+  return nhwc_bn_sync_dx(ctx, f, (size_t)B * P, C, x, dy, gamma, mean, invstd, sums, N, dx);
+}
+/* A thread per channel, as the CPU twin computes it (double, then invstd as bn_fwd's eval path does). */
+__global__ void bn_sync_stats_kernel(int C, double N, const float *sums, float eps, float momentum, float *mean,
+                                     float *invstd, float *var, float *run_mean, float *run_var) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double mu = sums[c] / N, v = fmax(sums[C + c] / N - mu * mu, 0.0);
+  mean[c] = (float)mu, var[c] = (float)v, invstd[c] = 1.0f / sqrtf(var[c] + eps);
+  if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * mean[c];
+  if (run_var) run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1 ? v * N / (N - 1) : v);
+}
+lam_status cuda_bn_sync_stats(lam_ctx *ctx, int C, double N, const float *sums, float eps, float momentum, float *mean,
+                              float *invstd, float *var, float *run_mean, float *run_var) {
+  cuda_state *st = cuda_st(ctx);
+  if (C <= 0) return LAM_OK;
+  bn_sync_stats_kernel<<<(C + 255) / 256, 256, 0, st->stream>>>(C, N, sums, eps, momentum, mean, invstd, var, run_mean,
+                                                                 run_var);
+  LAUNCH_CHECK(st, "bn_sync_stats_kernel");
+  return LAM_OK;
+}
 lam_status cuda_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
                            const void *y, const void *dy, const float *gamma, const float *beta, const float *mean,
                            const float *invstd, void *dx, float *dgamma, float *dbeta) {

@@ -57,7 +57,9 @@ static void fuse(lam_model *m) {
   for (int i = 0; i + 1 < m->nnodes; i++) {
     nn_node *bn = &m->node[i];
     int r;
-    if (bn->op != &nn_op_bn || readers(m, bn->out, &r) != 1 || !is_act(m->node[r].op) || bn->out == m->output) continue;
+    if (bn->op != &nn_op_bn || readers(m, bn->out, &r) != 1 || !is_act(m->node[r].op) || bn->out == m->output ||
+        m->sync_bn)
+      continue;
     nn_node *act = &m->node[r];
     bn->fuse = NN_FUSE_ACT;
     bn->pool = r;

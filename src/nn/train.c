@@ -295,6 +295,39 @@ lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c) {
   return LAM_OK;
 }
 
+/* Sync BN's sums (m->sync_sum): on the model's queue through NCCL for GPU ranks; through the caller's sum,
+ * in float64, for CPU ranks (whose buffers are host memory and whose ops have run by now). */
+static lam_status bn_sync_sum(void *user, float *x, size_t n, float weight) {
+  lam_trainer *t = user;
+  lam_ctx *ctx = t->m->ctx;
+  if (t->comm) return ctx->be->comm_sum(ctx, t->comm, x, n, weight);
+  for (size_t i = 0; i < n; i++) t->h_sum[i] = (double)weight * x[i]; /* n = 2C <= the parameters */
+  LAM_TRY(t->coll.sum(t->coll.user, t->h_sum, n));
+  for (size_t i = 0; i < n; i++) x[i] = (float)t->h_sum[i];
+  return LAM_OK;
+}
+
+lam_status lam_trainer_set_sync_bn(lam_trainer *t, int on) {
+  LAM_CHECK_ARG(t, "lam_trainer_set_sync_bn: trainer is NULL");
+  lam_model *m = t->m;
+  on = on != 0;
+  LAM_CHECK_ARG(!on || ranked(t), "lam_trainer_set_sync_bn: BatchNorm synchronized over ranks needs ranks: call "
+                "lam_trainer_set_collective first");
+  const size_t last = t->n % (size_t)t->batch;
+  LAM_CHECK_ARG(!on || last == 0 || last >= (size_t)t->coll.world,
+                "lam_trainer_set_sync_bn: the last batch of an epoch has %zu image%s for %d ranks, and with "
+                "BatchNorm synchronized every rank needs one; choose a batch that leaves none or at least %d over "
+                "(the set has %zu images)", last, last == 1 ? "" : "s", t->coll.world, t->coll.world, t->n);
+  if (m->sync_bn == on) return LAM_OK;
+  drop_graph(t);
+  LAM_TRY(lam_model_release_batch(m)); /* the graph's passes and the plan change: planned again at the next step */
+  m->sync_bn = on;
+  m->sync_sum = on ? bn_sync_sum : NULL;
+  m->sync_user = on ? t : NULL;
+  nn_graph_finish(m, m->fmt);
+  return LAM_OK;
+}
+
 /* n doubles summed over the ranks: NCCL's for GPU ranks, the caller's for CPU ones. */
 static lam_status coll_sum(lam_trainer *t, double *x, size_t n) {
   if (t->comm) return t->m->ctx->be->comm_sum_host(t->m->ctx, t->comm, x, n);
@@ -399,6 +432,7 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
   }
   LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
   NN_PROF(m, "zero_grad", 0);
+  m->sync_batch = G; /* sync BN's global batch (a graph is captured for full batches only: G is theirs) */
   if (B > 0) {
     LAM_TRY(nn_forward(m, B, 1));
     LAM_TRY(nn_loss(m, B, 1, m->smoothing, NULL));

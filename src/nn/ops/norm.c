@@ -1,7 +1,10 @@
 /* norm.c — BatchNorm over each channel (PyTorch's BatchNorm2d, or BatchNorm1d on a flat input): batch
  * statistics in training (the running ones updated with PyTorch's momentum and unbiased variance),
  * running statistics in evaluation. gamma and beta are its parameters (initialized to 1 and 0), the
- * running mean and variance its state (0 and 1). Forward saves the batch's mean and 1/std (aux). */
+ * running mean and variance its state (0 and 1). Forward saves the batch's mean and 1/std (aux). With sync
+ * BN (m->sync_sum) the statistics are all ranks' (PyTorch's SyncBatchNorm): forward sums x and x^2 over
+ * the ranks and normalizes with those (bn_fwd's evaluation path, given them as the running statistics);
+ * backward sums dy and dy xhat over the ranks before dx — aux then also holds those sums and the var. */
 #include "../nn.h"
 
 /* bn [momentum M] [eps E] */
@@ -28,13 +31,48 @@ static void bn_init(const lam_model *m, const nn_node *n, void *rng, float *para
     state[n->s_off + c] = 0.0f, state[n->s_off + n->nw + c] = 1.0f;
   }
 }
+/* Sync BN's forward: this rank's sum(x), sum(x^2) summed over the ranks, the statistics of the global batch
+ * from them (the running ones updated alike on every rank), then the normalization with those. */
+static lam_status bn_sync_fwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const lam_backend *be = m->ctx->be;
+  const int C = x->c, P = x->h * x->w;
+  float *mean = n->aux, *invstd = mean + C, *sums = invstd + C, *var = sums + 2 * C, *run = m->state + n->s_off;
+  LAM_TRY(be->bn_sums(m->ctx, m->fmt, B, C, P, x->data, NULL, NULL, NULL, sums, NULL, NULL));
+  LAM_TRY(m->sync_sum(m->sync_user, sums, 2 * (size_t)C, 1.0f));
+  const double rows = (double)m->sync_batch * x->t; /* the global batch's rows: frames of clips are rows */
+  LAM_TRY(be->bn_sync_stats(m->ctx, C, rows * P, sums, n->eps, n->momentum, mean, invstd, var, run,
+                            run + C));
+  return be->bn_fwd(m->ctx, m->fmt, B, C, P, x->data, m->params + n->w_off, m->params + n->b_off, nn_out(m, n)->data,
+                    NULL, NULL, mean, var, n->momentum, n->eps, 0);
+}
+/* Its backward: dgamma, dbeta from this rank's sums (the gradients are summed over the ranks later, as every
+ * parameter's); dx from the sums of all ranks, each weighted by its share of the batch as its loss is. */
+static lam_status bn_sync_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const lam_backend *be = m->ctx->be;
+  const int C = x->c, P = x->h * x->w;
+  const float *mean = n->aux, *invstd = mean + C, *gamma = m->params + n->w_off;
+  float *sums = (float *)invstd + C;
+  const void *dy = nn_out(m, n)->grad;
+  void *din = nn_din(m, n, 0);
+  LAM_TRY(be->bn_sums(m->ctx, m->fmt, B, C, P, x->data, dy, mean, invstd, sums, m->grads + n->w_off,
+                      m->grads + n->b_off));
+  if (!din) return LAM_OK; /* alike on every rank: the same graph */
+  const double rows = (double)m->sync_batch * x->t; /* B is this rank's rows */
+  LAM_TRY(m->sync_sum(m->sync_user, sums, 2 * (size_t)C, (float)((double)B / rows)));
+  return be->bn_sync_dx(m->ctx, m->fmt, B, C, P, x->data, dy, gamma, mean, invstd, sums, (double)B * P, din);
+}
+
 static lam_status bn_fwd(lam_model *m, nn_node *n, int B, int train) {
+  if (train && m->sync_sum) return bn_sync_fwd(m, n, B);
   const nn_tensor *x = nn_in(m, n, 0);
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
   return m->ctx->be->bn_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, m->params + n->w_off, m->params + n->b_off,
                             nn_out(m, n)->data, mean, invstd, run, run + x->c, n->momentum, n->eps, train);
 }
 static lam_status bn_bwd(lam_model *m, nn_node *n, int B) {
+  if (m->sync_sum) return bn_sync_bwd(m, n, B);
   const nn_tensor *x = nn_in(m, n, 0);
   const float *mean = n->aux, *invstd = mean + x->c;
   void *din = nn_din(m, n, 0);
@@ -66,7 +104,7 @@ lam_status nn_bn_act_bwd(lam_model *m, nn_node *n, int B) {
 
 static size_t bn_aux(const lam_model *m, const nn_node *n, int B) {
   (void)B;
-  return 2 * (size_t)m->tensor[n->in[0]].c * sizeof(float);
+  return (m->sync_bn ? 5 : 2) * (size_t)m->tensor[n->in[0]].c * sizeof(float); /* sync: and sums, var */
 }
 static size_t bn_scratch(const lam_model *m, const nn_node *n, int B) { /* room for an unwanted dx */
   return m->tensor[n->in[0]].need_grad ? 0 : ((size_t)B * nn_size(&m->tensor[n->in[0]]) * nn_esize(m) + 3) / 4;
