@@ -430,6 +430,9 @@ int cli_ranks_spawn(int n, int argc, char **argv) {
       while (i < started && pids[i] != p) i++;
       if (i == started) continue;
       codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      if (WIFSIGNALED(st) && !(end_at && (WTERMSIG(st) == SIGTERM || WTERMSIG(st) == SIGKILL)))
+        fprintf(stderr, "lamina train --gpus: rank %d was killed by signal %d (%s)\n", i, WTERMSIG(st),
+                strsignal(WTERMSIG(st)));
       pids[i] = 0;
       left--;
       int orderly = codes[i] == 0 || codes[i] == 128 + SIGINT || codes[i] == 128 + SIGTERM || codes[i] == EXIT_USAGE;
