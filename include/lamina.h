@@ -591,6 +591,12 @@ typedef struct lam_collective {
  * lam_trainer_set_collective; on CUDA for NHWC activations (the default layout of models with convs). Every
  * rank must hold images of every batch: a last batch of fewer images than ranks is an error here. */
 lam_status lam_trainer_set_sync_bn(lam_trainer *t, int on);
+/* GPU ranks: sum the gradients in buckets of about `bytes` that start while backward still runs (PyTorch
+ * DDP's bucket_cap_mb), each on a second stream after the nodes whose gradients it holds, all inside the
+ * step's graph; 0 (the default): one all-reduce after backward. The sums are the same numbers either way
+ * (each value is summed over the ranks alike). After lam_trainer_set_collective with an nccl_id; not with
+ * sync BN. */
+lam_status lam_trainer_set_buckets(lam_trainer *t, size_t bytes);
 /* Makes NCCL's unique id for a collective of GPU ranks (on rank 0; every rank then gets its bytes).
  * LAM_ERR_UNSUPPORTED where lamina was built without CUDA or NCCL, or NCCL cannot be loaded. */
 lam_status lam_nccl_unique_id(unsigned char id[LAM_NCCL_ID_BYTES]);

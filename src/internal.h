@@ -89,11 +89,11 @@ typedef struct lam_backend {
 
   /* ---- sums over data-parallel ranks (nn/train.c), NCCL's on CUDA (cuda/comm.cu); NULL on the CPU,
    * whose ranks sum through the caller's lam_collective. comm_init blocks until every rank has joined;
-   * comm_sum sums weight · x over the ranks on queue 0 (capturable); comm_sum_host sums host doubles in
-   * place and waits for queue 0. ---- */
+   * comm_sum sums weight · x over the ranks on the queue (0 or 1; capturable); comm_sum_host sums host
+   * doubles in place and waits for queue 0. ---- */
   lam_status (*comm_init)(lam_ctx *ctx, void **comm, int rank, int world, const unsigned char *id);
   void (*comm_free)(lam_ctx *ctx, void *comm);
-  lam_status (*comm_sum)(lam_ctx *ctx, void *comm, float *x, size_t n, float weight);
+  lam_status (*comm_sum)(lam_ctx *ctx, void *comm, int queue, float *x, size_t n, float weight);
   lam_status (*comm_sum_host)(lam_ctx *ctx, void *comm, double *x, size_t n);
 } lam_backend;
 

@@ -571,6 +571,8 @@ static void test_ranks_api_errors(void **state) {
   c.nccl_id = NULL;
   assert_int_equal(lam_trainer_set_collective(t, &c), LAM_ERR_INVALID_ARG);
   assert_non_null(strstr(lam_last_error(), "2 CPU ranks need a sum function"));
+  assert_int_equal(lam_trainer_set_buckets(t, 1 << 20), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "buckets are for GPU ranks"));
   double x[2] = {1.5, -2.0};
   TU_OK(lam_trainer_sum(t, x, 2));
   assert_true(x[0] == 1.5 && x[1] == -2.0);
@@ -581,16 +583,17 @@ static void test_ranks_api_errors(void **state) {
 
 /* On a GPU, a collective of one rank over NCCL (the path GPU ranks take: the gradients' sum inside the
  * step's graph, the epoch's sums and the replica check through NCCL) trains exactly as no collective:
- * the same losses and the same parameters, bit for bit, the step in a graph both times. */
+ * the same losses and the same parameters, bit for bit, the step in a graph every time; so does it with
+ * the sum in buckets of 16 bytes (a bucket after every node with parameters, on the second stream). */
 static void test_ranks_nccl_of_one(void **state) {
   (void)state;
   if (lam_cuda_device_count(NULL) == 0) skip();
   unsigned char id[LAM_NCCL_ID_BYTES];
   TU_OK(lam_nccl_unique_id(id));
-  double loss[2][EPOCHS];
-  float *params[2] = {NULL, NULL};
+  double loss[3][EPOCHS];
+  float *params[3] = {NULL, NULL, NULL};
   size_t np = 0;
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 3; k++) {
     lam_ctx *ctx = NULL;
     lam_model *m = NULL;
     lam_trainer *t = NULL;
@@ -600,7 +603,9 @@ static void test_ranks_nccl_of_one(void **state) {
     TU_OK(lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t));
     if (k) {
       const lam_collective c = {.rank = 0, .world = 1, .nccl_id = id};
+      if (k == 2) TU_OK(lam_nccl_unique_id(id)); /* a communicator of its own */
       TU_OK(lam_trainer_set_collective(t, &c));
+      if (k == 2) TU_OK(lam_trainer_set_buckets(t, 16));
     }
     for (int e = 0; e < EPOCHS; e++) {
       lam_epoch_stats st;
@@ -619,12 +624,13 @@ static void test_ranks_nccl_of_one(void **state) {
     lam_ctx_free(ctx);
   }
   for (int e = 0; e < EPOCHS; e++) {
-    print_message("epoch %d: NCCL of one %.9g, alone %.9g\n", e + 1, loss[1][e], loss[0][e]);
-    assert_true(loss[0][e] == loss[1][e]);
+    print_message("epoch %d: NCCL of one %.9g, in buckets %.9g, alone %.9g\n", e + 1, loss[1][e], loss[2][e],
+                  loss[0][e]);
+    assert_true(loss[0][e] == loss[1][e] && loss[0][e] == loss[2][e]);
   }
   assert_memory_equal(params[0], params[1], np * sizeof(float));
-  free(params[0]);
-  free(params[1]);
+  assert_memory_equal(params[0], params[2], np * sizeof(float));
+  for (int k = 0; k < 3; k++) free(params[k]);
 }
 
 /* ---- learning-rate schedules ------------------------------------------------------------------- */

@@ -332,6 +332,7 @@ if awk -v a="$acc" 'BEGIN { exit !(a >= 0.99) }'; then ok "a separable toy set i
 # the machine has (none here on CI; one on the H200 machine), a torchrun-style environment without rank
 # 0's address, and CPU ranks from such an environment (their sums need MPI).
 usage_error "train --gpus with --device cpu" "--gpus 2" "--device cpu" mpirun -- train --data "$TMP/mini" --gpus 2 --device cpu
+usage_error "train --bucket-mb -1" "--bucket-mb" "MiB" -- train --data "$TMP/mini" --bucket-mb -1
 usage_error "train --gpus 1024: more GPUs than here" "--gpus 1024" -- train --data "$TMP/mini" --model "$MINI_MODEL" --gpus 1024
 WORLD_SIZE=2 RANK=1 usage_error "WORLD_SIZE=2 without MASTER_ADDR" WORLD_SIZE=2 MASTER_ADDR mpirun -- \
   train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1

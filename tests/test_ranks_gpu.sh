@@ -12,6 +12,7 @@
 #     the mean over its share, weighted by share / batch in NCCL's pre-multiplied sum, in float32; one
 #     process sums the whole batch inside its kernels: the order of the sums differs, nothing else), the
 #     test accuracy within 1 point, at batch 64 and at 301 (shares 151/150, then 150/149: unequal weights);
+#   - the same with the gradients summed in buckets of 1 KB that start during backward (--bucket-mb 0.001);
 #   - the ranks' step is replayed from a CUDA graph (the JSON's "graph");
 #   - every epoch the trainer compares the replicas' parameters (a checksum over the ranks) and fails if
 #     they differ: a run that ends 0 had identical replicas after every epoch;
@@ -106,7 +107,7 @@ for B in 64 301; do
     not_ok "batch $B: one process" "it failed"
     continue
   fi
-  for how in gpus mpirun env torchrun; do
+  for how in gpus mpirun env torchrun buckets; do
     why=
     case $how in
       gpus) "${LIMIT[@]}" "$LAMINA" "${args[@]}" --gpus 2 >"$TMP/two.json" 2>"$TMP/err" ;;
@@ -114,6 +115,7 @@ for B in 64 301; do
         [ ${#MPI[@]} -gt 0 ] || { echo "# mpirun: lamina was built without MPI here; not run"; continue; }
         "${LIMIT[@]}" "${MPI[@]}" "$LAMINA" "${args[@]}" >"$TMP/two.json" 2>"$TMP/err" ;;
       env) env_ranks "${args[@]}" ;;
+      buckets) "${LIMIT[@]}" "$LAMINA" "${args[@]}" --gpus 2 --bucket-mb 0.001 >"$TMP/two.json" 2>"$TMP/err" ;;
       torchrun)
         command -v torchrun >/dev/null || { echo "# torchrun: not installed here; not run"; continue; }
         "${LIMIT[@]}" torchrun --nproc-per-node 2 --no-python "$LAMINA" "${args[@]}" >"$TMP/two.json" 2>"$TMP/err" ;;

@@ -16,6 +16,7 @@ typedef struct train_opts {
   int rank; /* of several processes (ranks.c): only rank 0 speaks and writes files */
   int gpus; /* --gpus N: start N ranks here, one a GPU (0: not given) */
   int sync_bn; /* --sync-bn: BatchNorm's statistics over all ranks */
+  double bucket_mb; /* --bucket-mb: GPU ranks' gradient buckets, MiB (0: one sum after backward) */
   int epochs, batch, json, progress, threads;
   lam_opt_kind opt_kind;
   double lr, momentum, weight_decay;
@@ -121,6 +122,8 @@ static void train_usage(FILE *f) {
           "  --gpus N               train on N GPUs of this machine: starts N ranks of itself, one a GPU\n"
           "  --sync-bn              with ranks: BatchNorm normalizes with the whole global batch's statistics\n"
           "                         (PyTorch's SyncBatchNorm; default: each rank's own share's)\n"
+          "  --bucket-mb M          GPU ranks: sum the gradients in buckets of M MiB that start while backward\n"
+          "                         runs (PyTorch DDP's bucket_cap_mb; default 0: one sum after backward)\n"
           "Several processes: each process is a rank that trains a replica on its share of every global batch\n"
           "of --batch images (B/N each, the first B%%N ranks one more); the gradients are summed over the ranks\n"
           "before each step (GPU ranks: NCCL, on the device, inside the step's graph; CPU ranks: MPI_Allreduce),\n"
@@ -158,7 +161,7 @@ static void eval_usage(FILE *f) {
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
        O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
-       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS, O_SYNCBN };
+       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS, O_SYNCBN, O_BUCKET };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -186,6 +189,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"size", required_argument, 0, O_SIZE},            {"cache", required_argument, 0, O_CACHE},
       {"skip-bad", no_argument, 0, O_SKIPBAD},       {"decode", required_argument, 0, O_DECODE},
       {"gpus", required_argument, 0, O_GPUS},         {"sync-bn", no_argument, 0, O_SYNCBN},
+      {"bucket-mb", required_argument, 0, O_BUCKET},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -314,6 +318,15 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->stream = (int)v;
         break;
       case O_NOPROGRESS: o->progress = 0; break;
+      case O_BUCKET:
+        if (is_eval) return cli_usage_error(cmd, "unknown option '--bucket-mb'");
+      {
+        double d = strtod(optarg, &end);
+        if (end == optarg || *end || !(d >= 0 && d <= 4096))
+          return cli_usage_error(cmd, "--bucket-mb: '%s' is not a number of MiB from 0 to 4096", optarg);
+        o->bucket_mb = d;
+        break;
+      }
       case O_SYNCBN:
         if (is_eval) return cli_usage_error(cmd, "unknown option '--sync-bn'");
         o->sync_bn = 1;
@@ -851,6 +864,10 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   ret = 1;
   if (o.sync_bn && rk->world > 1 && lam_trainer_set_sync_bn(t, 1) != LAM_OK) { /* one rank: its statistics are all */
     ret = fail("train", "--sync-bn");
+    goto out;
+  }
+  if (o.bucket_mb > 0 && rk->world > 1 && lam_trainer_set_buckets(t, (size_t)(o.bucket_mb * 1048576.0)) != LAM_OK) {
+    ret = fail("train", "--bucket-mb");
     goto out;
   }
   if ((o.aug_pad || o.aug_flip) && lam_model_set_augment(m, o.aug_pad, o.aug_flip) != LAM_OK) {

@@ -118,16 +118,16 @@ extern "C" void cuda_comm_free(lam_ctx *ctx, void *comm) {
   free(c);
 }
 
-/* x = the sum over the ranks of weight · x, on queue 0 (NCCL's pre-multiplied sum: one pass). The operator
- * may go as soon as the call returns (NCCL's documentation), also while the stream is being captured:
- * the weight travels by value. */
-extern "C" lam_status cuda_comm_sum(lam_ctx *ctx, void *comm, float *x, size_t n, float weight) {
+/* x = the sum over the ranks of weight · x, on the queue's stream (NCCL's pre-multiplied sum: one pass). The
+ * operator may go as soon as the call returns (NCCL's documentation), also while the stream is being
+ * captured: the weight travels by value. */
+extern "C" lam_status cuda_comm_sum(lam_ctx *ctx, void *comm, int queue, float *x, size_t n, float weight) {
   cuda_state *st = (cuda_state *)ctx->state;
   cuda_comm *c = (cuda_comm *)comm;
   ncclRedOp_t op;
   NC_TRY(c->comm, nc.premul_create(&op, &weight, ncclFloat, ncclScalarHostImmediate, c->comm));
-  lam_status s = nc_status(nc.all_reduce(x, x, n, ncclFloat, op, c->comm, st->stream), c->comm, "ncclAllReduce",
-                           __FILE__, __LINE__);
+  lam_status s = nc_status(nc.all_reduce(x, x, n, ncclFloat, op, c->comm, queue ? st->copy_stream : st->stream),
+                           c->comm, "ncclAllReduce", __FILE__, __LINE__);
   nc.op_destroy(op, c->comm);
   return s;
 }
@@ -163,8 +163,8 @@ extern "C" lam_status cuda_comm_init(lam_ctx *ctx, void **out, int rank, int wor
   return NO_NCCL;
 }
 extern "C" void cuda_comm_free(lam_ctx *ctx, void *comm) { (void)ctx, (void)comm; }
-extern "C" lam_status cuda_comm_sum(lam_ctx *ctx, void *comm, float *x, size_t n, float weight) {
-  (void)ctx, (void)comm, (void)x, (void)n, (void)weight;
+extern "C" lam_status cuda_comm_sum(lam_ctx *ctx, void *comm, int queue, float *x, size_t n, float weight) {
+  (void)ctx, (void)comm, (void)queue, (void)x, (void)n, (void)weight;
   return NO_NCCL;
 }
 extern "C" lam_status cuda_comm_sum_host(lam_ctx *ctx, void *comm, double *x, size_t n) {

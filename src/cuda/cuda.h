@@ -70,7 +70,7 @@ lam_status cuda_after_launch(cuda_state *st, cudaStream_t s, const char *kernel,
 /* comm.cu: the backend's collectives (internal.h's comm_*). */
 lam_status cuda_comm_init(lam_ctx *ctx, void **comm, int rank, int world, const unsigned char *id);
 void cuda_comm_free(lam_ctx *ctx, void *comm);
-lam_status cuda_comm_sum(lam_ctx *ctx, void *comm, float *x, size_t n, float weight);
+lam_status cuda_comm_sum(lam_ctx *ctx, void *comm, int queue, float *x, size_t n, float weight);
 lam_status cuda_comm_sum_host(lam_ctx *ctx, void *comm, double *x, size_t n);
 #ifdef __cplusplus
 }

@@ -215,6 +215,7 @@ lam_status nn_backward(lam_model *m, int B) {
       if (!(n->op->flags & NN_OWN_MARKS)) NN_PROF(m, n->op->bwd_mark, i + 1);
     }
     for (int j = 0; j < n->nin; j++) LAM_TRY(nn_din_done(m, n, j, R));
+    if (m->grad_ready && n->nw + n->nb > 0) LAM_TRY(m->grad_ready(m->grad_user, n->w_off));
   }
   return LAM_OK;
 }

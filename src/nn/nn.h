@@ -153,6 +153,10 @@ struct lam_model {
    * model's queue. sync_batch: the global batch of the step (the trainer sets it before each). The BatchNorm
    * is then not fused with its activation (its backward would need the activation's sums). */
   int sync_bn;
+  /* Buckets (lam_trainer_set_buckets): after a node's backward, grad_ready(grad_user, its first parameter's
+   * offset) — every gradient from there up is final. NULL: not called. */
+  lam_status (*grad_ready)(void *user, size_t lo);
+  void *grad_user;
   lam_status (*sync_sum)(void *user, float *x, size_t n, float weight);
   void *sync_user;
   size_t sync_batch;

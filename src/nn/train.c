@@ -289,6 +289,7 @@ lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c) {
     t->comm = NULL;
   }
   t->coll = (lam_collective){.rank = 0, .world = 1};
+  t->bucket = 0, t->m->grad_ready = NULL, t->m->grad_user = NULL; /* buckets are the old communicator's */
   if (gpu) LAM_TRY(be->comm_init(ctx, &t->comm, c->rank, c->world, c->nccl_id));
   t->coll = *c;
   t->coll.nccl_id = NULL; /* the caller's bytes; the communicator is made */
@@ -300,7 +301,7 @@ lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c) {
 static lam_status bn_sync_sum(void *user, float *x, size_t n, float weight) {
   lam_trainer *t = user;
   lam_ctx *ctx = t->m->ctx;
-  if (t->comm) return ctx->be->comm_sum(ctx, t->comm, x, n, weight);
+  if (t->comm) return ctx->be->comm_sum(ctx, t->comm, 0, x, n, weight);
   for (size_t i = 0; i < n; i++) t->h_sum[i] = (double)weight * x[i]; /* n = 2C <= the parameters */
   LAM_TRY(t->coll.sum(t->coll.user, t->h_sum, n));
   for (size_t i = 0; i < n; i++) x[i] = (float)t->h_sum[i];
@@ -313,6 +314,7 @@ lam_status lam_trainer_set_sync_bn(lam_trainer *t, int on) {
   on = on != 0;
   LAM_CHECK_ARG(!on || ranked(t), "lam_trainer_set_sync_bn: BatchNorm synchronized over ranks needs ranks: call "
                 "lam_trainer_set_collective first");
+  LAM_CHECK_ARG(!on || !t->bucket, "lam_trainer_set_sync_bn: not with buckets (lam_trainer_set_buckets(t, 0) first)");
   const size_t last = t->n % (size_t)t->batch;
   LAM_CHECK_ARG(!on || last == 0 || last >= (size_t)t->coll.world,
                 "lam_trainer_set_sync_bn: the last batch of an epoch has %zu image%s for %d ranks, and with "
@@ -339,6 +341,51 @@ lam_status lam_trainer_sum(lam_trainer *t, double *x, size_t n) {
   return ranked(t) && n ? coll_sum(t, x, n) : LAM_OK;
 }
 
+/* ---- buckets: the gradients' sum in pieces that start while backward still runs (PyTorch DDP's) ----
+ * Parameters lie in node order and backward runs the nodes last to first, so when a node's backward is done
+ * every gradient from its first parameter up is final. A bucket of them is summed on queue 1 (NCCL, in the
+ * step's graph too) after an event on queue 0; after backward the rest is, and queue 0 waits for queue 1. */
+static lam_status bucket_send(lam_trainer *t, size_t lo) {
+  lam_model *m = t->m;
+  lam_ctx *ctx = m->ctx;
+  const lam_backend *be = ctx->be;
+  const size_t ev = t->bucket_ev++;
+  LAM_TRY(be->event_record(ctx, ev, 0));
+  LAM_TRY(be->queue_wait(ctx, 1, ev));
+  LAM_TRY(be->comm_sum(ctx, t->comm, 1, m->grads + lo, t->sent - lo, t->bucket_w));
+  t->sent = lo;
+  return LAM_OK;
+}
+static lam_status bucket_ready(void *user, size_t lo) {
+  lam_trainer *t = user;
+  return t->sent - lo >= t->bucket ? bucket_send(t, lo) : LAM_OK;
+}
+static lam_status bucket_flush(lam_trainer *t, size_t lo, int join) {
+  if (t->sent > lo) LAM_TRY(bucket_send(t, lo));
+  if (!join) return LAM_OK;
+  lam_ctx *ctx = t->m->ctx;
+  const size_t ev = t->bucket_ev++;
+  LAM_TRY(ctx->be->event_record(ctx, ev, 1));
+  return ctx->be->queue_wait(ctx, 0, ev);
+}
+
+lam_status lam_trainer_set_buckets(lam_trainer *t, size_t bytes) {
+  LAM_CHECK_ARG(t, "lam_trainer_set_buckets: trainer is NULL");
+  lam_model *m = t->m;
+  LAM_CHECK_ARG(!bytes || t->comm, "lam_trainer_set_buckets: buckets are for GPU ranks (NCCL): call "
+                "lam_trainer_set_collective with an nccl_id first");
+  LAM_CHECK_ARG(!bytes || !m->sync_bn, "lam_trainer_set_buckets: not with sync BN, whose sums run on the step's "
+                "own queue between the buckets' (lam_trainer_set_sync_bn(t, 0) first)");
+  LAM_CHECK_ARG(!bytes || bytes >= sizeof(float), "lam_trainer_set_buckets: %zu bytes is less than one gradient",
+                bytes);
+  if (bytes) LAM_TRY(m->ctx->be->event_reserve(m->ctx, (size_t)m->nnodes + 2)); /* a bucket a node at most, the join */
+  drop_graph(t);
+  t->bucket = bytes / sizeof(float);
+  m->grad_ready = bytes ? bucket_ready : NULL;
+  m->grad_user = bytes ? t : NULL;
+  return LAM_OK;
+}
+
 /* The gradients summed over the ranks, each rank's weighted by its share of the global batch (its loss
  * is the mean over its own images). GPU ranks: NCCL on the device, in the step's queue (and graph).
  * CPU ranks: in float64 through the caller's sum, with the stop flags in the same call, so that every
@@ -346,7 +393,8 @@ lam_status lam_trainer_sum(lam_trainer *t, double *x, size_t n) {
 static lam_status sum_grads(lam_trainer *t, int B, size_t G) {
   lam_model *m = t->m;
   size_t n = m->nparams;
-  if (t->comm) return m->ctx->be->comm_sum(m->ctx, t->comm, m->grads, n, (float)((double)B / (double)G));
+  if (t->comm && t->bucket) return bucket_flush(t, 0, 1); /* the last bucket, and the join */
+  if (t->comm) return m->ctx->be->comm_sum(m->ctx, t->comm, 0, m->grads, n, (float)((double)B / (double)G));
   float *g = m->grads; /* host memory: CPU ranks */
   const double w = (double)B / (double)G;
   for (size_t i = 0; i < n; i++) t->h_sum[i] = w * g[i];
@@ -433,6 +481,7 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
   LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
   NN_PROF(m, "zero_grad", 0);
   m->sync_batch = G; /* sync BN's global batch (a graph is captured for full batches only: G is theirs) */
+  t->sent = m->nparams, t->bucket_ev = 0, t->bucket_w = (float)((double)B / (double)G); /* buckets: none sent */
   if (B > 0) {
     LAM_TRY(nn_forward(m, B, 1));
     LAM_TRY(nn_loss(m, B, 1, m->smoothing, NULL));

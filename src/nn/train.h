@@ -40,6 +40,10 @@ struct lam_trainer {
   double *h_sum;                /* host buffer of the gradients' sum, nparams doubles and the stop flag */
   int stop_all;                 /* a rank was asked to stop at the last step's sum */
   void *comm;                   /* GPU ranks: the backend's communicator (NCCL), made from coll.nccl_id */
+  size_t bucket;                /* GPU ranks: gradients a bucket (lam_trainer_set_buckets); 0: one sum after backward */
+  size_t sent;                  /* this step's gradients from here up are summed (or being summed) */
+  size_t bucket_ev;             /* the next event slot of this step */
+  float bucket_w;               /* this step's weight: the rank's share of the global batch */
 };
 
 #endif
