@@ -600,6 +600,9 @@ lam_status lam_trainer_set_buckets(lam_trainer *t, size_t bytes);
 /* Makes NCCL's unique id for a collective of GPU ranks (on rank 0; every rank then gets its bytes).
  * LAM_ERR_UNSUPPORTED where lamina was built without CUDA or NCCL, or NCCL cannot be loaded. */
 lam_status lam_nccl_unique_id(unsigned char id[LAM_NCCL_ID_BYTES]);
+/* 1 where lamina was built with CUDA and NCCL's header (GPU ranks; NCCL itself is loaded at their first
+ * collective), else 0. */
+int lam_nccl_built(void);
 /* n doubles summed in place over the trainer's ranks, by its collective (e.g. a caller's evaluation of
  * its share of a test set); without ranks it leaves x as it is. Every rank must call it alike. */
 lam_status lam_trainer_sum(lam_trainer *t, double *x, size_t n);

@@ -35,6 +35,14 @@ lam_status cuda_nccl_unique_id(unsigned char *id, size_t bytes) {
 }
 #endif
 
+int lam_nccl_built(void) {
+#if defined(LAMINA_WITH_CUDA) && defined(LAMINA_WITH_NCCL)
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 lam_status lam_nccl_unique_id(unsigned char id[LAM_NCCL_ID_BYTES]) {
   LAM_CHECK_ARG(id, "lam_nccl_unique_id: id is NULL");
   return cuda_nccl_unique_id(id, LAM_NCCL_ID_BYTES);

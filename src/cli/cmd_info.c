@@ -54,6 +54,7 @@ int cmd_info(int argc, char **argv) {
     bad |= json_object_set_new(j, "jpeg", json_boolean(lam_image_formats() & 2));
     bad |= json_object_set_new(j, "nvjpeg", json_boolean(lam_image_gpu_decode()));
     bad |= json_object_set_new(j, "mpi", json_boolean(cli_ranks_mpi()));
+    bad |= json_object_set_new(j, "nccl", json_boolean(lam_nccl_built()));
     for (int d = 0; d < ndev; d++) {
       lam_cuda_device_info di;
       if (lam_cuda_device_info_get(d, &di) != LAM_OK) continue;
@@ -96,7 +97,9 @@ int cmd_info(int argc, char **argv) {
     printf("  image files: %s\n", img == 3 ? "PNG and JPEG" : img == 1 ? "PNG (no libjpeg)" : img == 2 ? "JPEG (no libpng)"
                                                                                               : "none (no libpng, no libjpeg)");
     printf("  JPEG on the GPU: %s\n", lam_image_gpu_decode() ? "nvJPEG" : "no (built without nvJPEG)");
-    printf("  ranks: %s\n", cli_ranks_mpi() ? "MPI (mpirun -np N lamina train)" : "no (built without MPI)");
+    printf("  ranks: GPU %s; CPU %s\n",
+           lam_nccl_built() ? "over NCCL (--gpus N, mpirun, torchrun-style)" : "no (built without NCCL)",
+           cli_ranks_mpi() ? "over MPI (mpirun -np N ... --device cpu)" : "no (built without MPI)");
     if (ndev == 0) printf("  CUDA devices: none (%s)\n", why ? why : "none found");
     for (int d = 0; d < ndev; d++) {
       lam_cuda_device_info di;
