@@ -2,7 +2,7 @@
 """ranks.py — images/s of `lamina train` on 1 GPU against N GPU ranks (--gpus N, NCCL), at equal global
 batches, in one run; and the all-reduce's time per step from a profiled run of the ranks.
 
-    python3 bench/ranks.py build/lamina [--gpus 2] [--epochs 3] [--data .data/fashion-mnist]
+    python3 bench/ranks.py build/lamina [--gpus 2] [--epochs 3] [--data .data/fashion-mnist] [--extra=--bucket-mb=25]
 
 The reference CNN on Fashion-MNIST at global batch 512, 4096, 16384 and `air` (bench/nets/air.txt) on a
 random 3x32x32 set at 1024 and 4096. Each run trains --epochs epochs; the figure is the median of the
@@ -30,9 +30,12 @@ def gpus_here():
     return sum(1 for line in p.stdout.splitlines() if line.startswith("GPU"))
 
 
+EXTRA = []  # --extra: more options for the ranks' runs (e.g. --bucket-mb=25)
+
+
 def train(lamina, data, spec, batch, epochs, gpus, extra=()):
     cmd = [lamina, "train", "--data", data, "--model", spec, "--batch", str(batch), "--epochs", str(epochs),
-           "--json", "--no-progress"] + (["--gpus", str(gpus)] if gpus > 1 else []) + list(extra)
+           "--json", "--no-progress"] + (["--gpus", str(gpus)] + EXTRA if gpus > 1 else []) + list(extra)
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-2000:]}")
@@ -44,7 +47,7 @@ def train(lamina, data, spec, batch, epochs, gpus, extra=()):
 def allreduce_ms(lamina, data, spec, batch, gpus):
     """The per-op profile's all-reduce row (eager steps, marks between ops) of rank 0."""
     cmd = [lamina, "train", "--data", data, "--model", spec, "--batch", str(batch), "--epochs", "1", "--profile",
-           "--no-progress", "--gpus", str(gpus)]
+           "--no-progress", "--gpus", str(gpus)] + EXTRA
     p = subprocess.run(cmd, capture_output=True, text=True)
     step = reduce = None
     for line in (p.stdout + p.stderr).splitlines():
@@ -63,7 +66,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--data", default=".data/fashion-mnist")
     ap.add_argument("--air-images", type=int, default=32768)
+    ap.add_argument("--extra", action="append", default=[], help="an option for the ranks' runs, e.g. --extra=--bucket-mb=25")
     a = ap.parse_args()
+    EXTRA.extend(a.extra)
     have = gpus_here()
     shared = have < a.gpus
     if shared:
