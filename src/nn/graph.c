@@ -58,7 +58,7 @@ static void fuse(lam_model *m) {
     nn_node *bn = &m->node[i];
     int r;
     if (bn->op != &nn_op_bn || readers(m, bn->out, &r) != 1 || !is_act(m->node[r].op) || bn->out == m->output ||
-        m->sync_bn)
+        m->sync_sum)
       continue;
     nn_node *act = &m->node[r];
     bn->fuse = NN_FUSE_ACT;

@@ -148,18 +148,18 @@ struct lam_model {
   int conv_im2col;         /* LAMINA_CONV=im2col: a conv on its own is im2col + GEMM too, not conv2d (to compare) */
   unsigned gen;            /* bumped whenever buffers a captured step uses move (a graph of them is then stale) */
   struct lam_prof *prof;   /* when profiling: a mark after every op (nn/prof.h) */
-  /* Sync BN (lam_trainer_set_sync_bn): a training BatchNorm's statistics, and its backward's sums, are those
-   * of all ranks; sync_sum sums n floats (backend memory) over the ranks, each rank's times weight, on the
-   * model's queue. sync_batch: the global batch of the step (the trainer sets it before each). The BatchNorm
-   * is then not fused with its activation (its backward would need the activation's sums). */
-  int sync_bn;
+  /* Sync BN (lam_trainer_set_sync_bn) where sync_sum is set: a training BatchNorm's statistics, and its
+   * backward's sums, are those of all ranks; sync_sum sums n floats (backend memory) over the ranks, each
+   * rank's times weight, on the model's queue. sync_batch: the global batch of the step (the trainer sets it
+   * before each). The BatchNorm is then not fused with its activation (its backward would need the
+   * activation's sums). */
+  lam_status (*sync_sum)(void *user, float *x, size_t n, float weight);
+  void *sync_user;
+  size_t sync_batch;
   /* Buckets (lam_trainer_set_buckets): after a node's backward, grad_ready(grad_user, its first parameter's
    * offset) — every gradient from there up is final. NULL: not called. */
   lam_status (*grad_ready)(void *user, size_t lo);
   void *grad_user;
-  lam_status (*sync_sum)(void *user, float *x, size_t n, float weight);
-  void *sync_user;
-  size_t sync_batch;
 };
 
 static inline nn_tensor *nn_in(lam_model *m, const nn_node *n, int i) { return &m->tensor[n->in[i]]; }

@@ -296,16 +296,21 @@ lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c) {
   return LAM_OK;
 }
 
-/* Sync BN's sums (m->sync_sum): on the model's queue through NCCL for GPU ranks; through the caller's sum,
- * in float64, for CPU ranks (whose buffers are host memory and whose ops have run by now). */
+/* CPU ranks: n floats (host memory: their ops have run by now) times w, summed over the ranks in float64
+ * through the caller's sum, together with `extra` doubles the caller put after them in h_sum. */
+static lam_status host_sum(lam_trainer *t, float *x, size_t n, double w, size_t extra) {
+  for (size_t i = 0; i < n; i++) t->h_sum[i] = w * x[i];
+  LAM_TRY(t->coll.sum(t->coll.user, t->h_sum, n + extra));
+  for (size_t i = 0; i < n; i++) x[i] = (float)t->h_sum[i];
+  return LAM_OK;
+}
+
+/* Sync BN's sums (m->sync_sum): on the model's queue through NCCL for GPU ranks; host_sum for CPU ranks. */
 static lam_status bn_sync_sum(void *user, float *x, size_t n, float weight) {
   lam_trainer *t = user;
   lam_ctx *ctx = t->m->ctx;
   if (t->comm) return ctx->be->comm_sum(ctx, t->comm, 0, x, n, weight);
-  for (size_t i = 0; i < n; i++) t->h_sum[i] = (double)weight * x[i]; /* n = 2C <= the parameters */
-  LAM_TRY(t->coll.sum(t->coll.user, t->h_sum, n));
-  for (size_t i = 0; i < n; i++) x[i] = (float)t->h_sum[i];
-  return LAM_OK;
+  return host_sum(t, x, n, weight, 0); /* n = 2C <= the parameters: h_sum holds it */
 }
 
 lam_status lam_trainer_set_sync_bn(lam_trainer *t, int on) {
@@ -320,10 +325,9 @@ lam_status lam_trainer_set_sync_bn(lam_trainer *t, int on) {
                 "lam_trainer_set_sync_bn: the last batch of an epoch has %zu image%s for %d ranks, and with "
                 "BatchNorm synchronized every rank needs one; choose a batch that leaves none or at least %d over "
                 "(the set has %zu images)", last, last == 1 ? "" : "s", t->coll.world, t->coll.world, t->n);
-  if (m->sync_bn == on) return LAM_OK;
+  if ((m->sync_sum != NULL) == on) return LAM_OK;
   drop_graph(t);
   LAM_TRY(lam_model_release_batch(m)); /* the graph's passes and the plan change: planned again at the next step */
-  m->sync_bn = on;
   m->sync_sum = on ? bn_sync_sum : NULL;
   m->sync_user = on ? t : NULL;
   nn_graph_finish(m, m->fmt);
@@ -352,7 +356,7 @@ static lam_status bucket_send(lam_trainer *t, size_t lo) {
   const size_t ev = t->bucket_ev++;
   LAM_TRY(be->event_record(ctx, ev, 0));
   LAM_TRY(be->queue_wait(ctx, 1, ev));
-  LAM_TRY(be->comm_sum(ctx, t->comm, 1, m->grads + lo, t->sent - lo, t->bucket_w));
+  LAM_TRY(be->comm_sum(ctx, t->comm, 1, m->grads + lo, t->sent - lo, (float)t->weight));
   t->sent = lo;
   return LAM_OK;
 }
@@ -360,9 +364,8 @@ static lam_status bucket_ready(void *user, size_t lo) {
   lam_trainer *t = user;
   return t->sent - lo >= t->bucket ? bucket_send(t, lo) : LAM_OK;
 }
-static lam_status bucket_flush(lam_trainer *t, size_t lo, int join) {
-  if (t->sent > lo) LAM_TRY(bucket_send(t, lo));
-  if (!join) return LAM_OK;
+static lam_status bucket_flush(lam_trainer *t) {
+  if (t->sent > 0) LAM_TRY(bucket_send(t, 0));
   lam_ctx *ctx = t->m->ctx;
   const size_t ev = t->bucket_ev++;
   LAM_TRY(ctx->be->event_record(ctx, ev, 1));
@@ -374,7 +377,7 @@ lam_status lam_trainer_set_buckets(lam_trainer *t, size_t bytes) {
   lam_model *m = t->m;
   LAM_CHECK_ARG(!bytes || t->comm, "lam_trainer_set_buckets: buckets are for GPU ranks (NCCL): call "
                 "lam_trainer_set_collective with an nccl_id first");
-  LAM_CHECK_ARG(!bytes || !m->sync_bn, "lam_trainer_set_buckets: not with sync BN, whose sums run on the step's "
+  LAM_CHECK_ARG(!bytes || !m->sync_sum, "lam_trainer_set_buckets: not with sync BN, whose sums run on the step's "
                 "own queue between the buckets' (lam_trainer_set_sync_bn(t, 0) first)");
   LAM_CHECK_ARG(!bytes || bytes >= sizeof(float), "lam_trainer_set_buckets: %zu bytes is less than one gradient",
                 bytes);
@@ -390,17 +393,13 @@ lam_status lam_trainer_set_buckets(lam_trainer *t, size_t bytes) {
  * is the mean over its own images). GPU ranks: NCCL on the device, in the step's queue (and graph).
  * CPU ranks: in float64 through the caller's sum, with the stop flags in the same call, so that every
  * rank stops after the same step (GPU ranks exchange theirs every STOP_EVERY steps: epoch_steps). */
-static lam_status sum_grads(lam_trainer *t, int B, size_t G) {
+static lam_status sum_grads(lam_trainer *t) {
   lam_model *m = t->m;
   size_t n = m->nparams;
-  if (t->comm && t->bucket) return bucket_flush(t, 0, 1); /* the last bucket, and the join */
-  if (t->comm) return m->ctx->be->comm_sum(m->ctx, t->comm, 0, m->grads, n, (float)((double)B / (double)G));
-  float *g = m->grads; /* host memory: CPU ranks */
-  const double w = (double)B / (double)G;
-  for (size_t i = 0; i < n; i++) t->h_sum[i] = w * g[i];
+  if (t->comm && t->bucket) return bucket_flush(t); /* the last bucket, and the join */
+  if (t->comm) return m->ctx->be->comm_sum(m->ctx, t->comm, 0, m->grads, n, (float)t->weight);
   t->h_sum[n] = t->stop && *t->stop ? 1.0 : 0.0;
-  LAM_TRY(t->coll.sum(t->coll.user, t->h_sum, n + 1));
-  for (size_t i = 0; i < n; i++) g[i] = (float)t->h_sum[i];
+  LAM_TRY(host_sum(t, m->grads, n, t->weight, 1));
   t->stop_all = t->h_sum[n] > 0;
   return LAM_OK;
 }
@@ -481,7 +480,8 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
   LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
   NN_PROF(m, "zero_grad", 0);
   m->sync_batch = G; /* sync BN's global batch (a graph is captured for full batches only: G is theirs) */
-  t->sent = m->nparams, t->bucket_ev = 0, t->bucket_w = (float)((double)B / (double)G); /* buckets: none sent */
+  t->weight = (double)B / (double)G;            /* this rank's share of the batch: its gradients' weight */
+  t->sent = m->nparams, t->bucket_ev = 0;       /* buckets: none sent yet */
   if (B > 0) {
     LAM_TRY(nn_forward(m, B, 1));
     LAM_TRY(nn_loss(m, B, 1, m->smoothing, NULL));
@@ -492,7 +492,7 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
     LAM_TRY(be->step_advance(ctx, m->rng_ctr, 0, NULL));
   }
   if (ranked(t)) {
-    LAM_TRY(sum_grads(t, B, G));
+    LAM_TRY(sum_grads(t));
     NN_PROF(m, "allreduce", 0);
   }
   LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1));

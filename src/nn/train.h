@@ -43,7 +43,7 @@ struct lam_trainer {
   size_t bucket;                /* GPU ranks: gradients a bucket (lam_trainer_set_buckets); 0: one sum after backward */
   size_t sent;                  /* this step's gradients from here up are summed (or being summed) */
   size_t bucket_ev;             /* the next event slot of this step */
-  float bucket_w;               /* this step's weight: the rank's share of the global batch */
+  double weight;                /* this step's gradients' weight: the rank's share of the global batch */
 };
 
 #endif

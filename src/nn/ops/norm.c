@@ -104,7 +104,7 @@ lam_status nn_bn_act_bwd(lam_model *m, nn_node *n, int B) {
 
 static size_t bn_aux(const lam_model *m, const nn_node *n, int B) {
   (void)B;
-  return (m->sync_bn ? 5 : 2) * (size_t)m->tensor[n->in[0]].c * sizeof(float); /* sync: and sums, var */
+  return (m->sync_sum ? 5 : 2) * (size_t)m->tensor[n->in[0]].c * sizeof(float); /* sync: and sums, var */
 }
 static size_t bn_scratch(const lam_model *m, const nn_node *n, int B) { /* room for an unwanted dx */
   return m->tensor[n->in[0]].need_grad ? 0 : ((size_t)B * nn_size(&m->tensor[n->in[0]]) * nn_esize(m) + 3) / 4;
