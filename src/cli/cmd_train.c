@@ -318,9 +318,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->stream = (int)v;
         break;
       case O_NOPROGRESS: o->progress = 0; break;
-      case O_BUCKET:
+      case O_BUCKET: {
         if (is_eval) return cli_usage_error(cmd, "unknown option '--bucket-mb'");
-      {
         double d = strtod(optarg, &end);
         if (end == optarg || *end || !(d >= 0 && d <= 4096))
           return cli_usage_error(cmd, "--bucket-mb: '%s' is not a number of MiB from 0 to 4096", optarg);
@@ -682,14 +681,20 @@ static lam_status eval_saved(lam_ctx *ctx, const char *path, const char *spec, c
   return s;
 }
 
-/* --gpus N: N CUDA devices here (or LAMINA_SHARE_GPU=1: ranks may share them, for tests). */
+/* LAMINA_SHARE_GPU=1: ranks may share a GPU (tests on a machine of one). */
+static int share_gpu(void) {
+  const char *share = getenv("LAMINA_SHARE_GPU");
+  return share && !strcmp(share, "1");
+}
+
+/* --gpus N: N CUDA devices here (or fewer, shared: share_gpu). */
 static int check_gpus(int n) {
-  const char *why = NULL, *share = getenv("LAMINA_SHARE_GPU");
+  const char *why = NULL;
   int have = lam_cuda_device_count(&why);
   if (have == 0)
     return cli_usage_error("train", "--gpus %d: there is no CUDA device here (%s); CPU ranks start under mpirun -np N "
                            "... --device cpu", n, why);
-  if (have < n && !(share && !strcmp(share, "1")))
+  if (have < n && !share_gpu())
     return cli_usage_error("train", "--gpus %d: this machine has %d CUDA device%s: give --gpus %d or fewer", n, have,
                            have == 1 ? "" : "s", have);
   return 0;
@@ -701,8 +706,7 @@ static int set_ranks(const cli_ranks *rk, lam_ctx *ctx, lam_trainer *t) {
   lam_collective c = {.rank = rk->rank, .world = rk->world};
   unsigned char id[LAM_NCCL_ID_BYTES] = {0};
   if (lam_ctx_device(ctx) == LAM_DEVICE_CUDA) {
-    const char *share = getenv("LAMINA_SHARE_GPU");
-    if (share && !strcmp(share, "1") && !getenv("NCCL_HOSTID")) {
+    if (share_gpu() && !getenv("NCCL_HOSTID")) {
       /* Ranks sharing a GPU (tests on a machine of one): NCCL refuses two ranks of one host on one
        * device, so each rank names a host of its own, and they talk over sockets. */
       char host[64];
