@@ -205,6 +205,29 @@ static lam_status plain_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x
   return LAM_OK;
 }
 
+/* Channel c's sum(dy) and sum(dy xhat) in double, and its dx = k (dy - mdy - xhat mdx) with xhat = (x - m) is:
+ * bn_bwd's two passes, shared with sync BN's twins (which sum over the ranks between them). */
+static void bn_channel_dy_sums(int B, int C, int P, int c, const float *x, const float *dy, double m, double is,
+                               double *s1, double *s2) {
+  double a = 0.0, b2 = 0.0;
+  for (int b = 0; b < B; b++) {
+    size_t o = ((size_t)b * C + c) * P;
+    for (int p = 0; p < P; p++) {
+      double g = dy[o + p];
+      a += g;
+      b2 += g * (((double)x[o + p] - m) * is);
+    }
+  }
+  *s1 = a, *s2 = b2;
+}
+static void bn_channel_dx(int B, int C, int P, int c, const float *x, const float *dy, double m, double is, double k,
+                          double mdy, double mdx, float *dx) {
+  for (int b = 0; b < B; b++) {
+    size_t o = ((size_t)b * C + c) * P;
+    for (int p = 0; p < P; p++) dx[o + p] = (float)(k * ((double)dy[o + p] - mdy - ((double)x[o + p] - m) * is * mdx));
+  }
+}
+
 static lam_status plain_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
                       const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta) {
   (void)ctx;
@@ -212,22 +235,11 @@ static lam_status plain_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x
 #pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
   for (int c = 0; c < C; c++) {
     const double m = mean[c], is = invstd[c];
-    double s1 = 0.0, s2 = 0.0; /* sum(dy), sum(dy xhat) */
-    for (int b = 0; b < B; b++) {
-      size_t o = ((size_t)b * C + c) * P;
-      for (int p = 0; p < P; p++) {
-        double g = dy[o + p];
-        s1 += g;
-        s2 += g * (((double)x[o + p] - m) * is);
-      }
-    }
+    double s1, s2; /* sum(dy), sum(dy xhat) */
+    bn_channel_dy_sums(B, C, P, c, x, dy, m, is, &s1, &s2);
     if (dgamma) dgamma[c] += (float)s2;
     if (dbeta) dbeta[c] += (float)s1;
-    const double mdy = s1 / N, mdx = s2 / N, k = (gamma ? gamma[c] : 1.0) * is;
-    for (int b = 0; b < B; b++) {
-      size_t o = ((size_t)b * C + c) * P;
-      for (int p = 0; p < P; p++) dx[o + p] = (float)(k * ((double)dy[o + p] - mdy - ((double)x[o + p] - m) * is * mdx));
-    }
+    bn_channel_dx(B, C, P, c, x, dy, m, is, (gamma ? gamma[c] : 1.0) * is, s1 / N, s2 / N, dx);
   }
   return LAM_OK;
 }
@@ -237,13 +249,15 @@ static lam_status plain_bn_sums(int B, int C, int P, const float *x, const float
 #pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
   for (int c = 0; c < C; c++) {
     double s1 = 0.0, s2 = 0.0;
-    const double m = dy ? mean[c] : 0.0, is = dy ? invstd[c] : 0.0;
-    for (int b = 0; b < B; b++) {
-      size_t o = ((size_t)b * C + c) * P;
-      for (int p = 0; p < P; p++) {
-        const double v = x[o + p];
-        if (dy) s1 += dy[o + p], s2 += dy[o + p] * ((v - m) * is);
-        else s1 += v, s2 += v * v;
+    if (dy) {
+      bn_channel_dy_sums(B, C, P, c, x, dy, mean[c], invstd[c], &s1, &s2);
+    } else {
+      for (int b = 0; b < B; b++) {
+        size_t o = ((size_t)b * C + c) * P;
+        for (int p = 0; p < P; p++) {
+          const double v = x[o + p];
+          s1 += v, s2 += v * v;
+        }
       }
     }
     out[c] = (float)s1, out[C + c] = (float)s2;
@@ -257,12 +271,8 @@ static lam_status plain_bn_sync_dx(int B, int C, int P, const float *x, const fl
                                    const float *mean, const float *invstd, const float *sums, double N, float *dx) {
 #pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
   for (int c = 0; c < C; c++) {
-    const double m = mean[c], is = invstd[c], k = (gamma ? gamma[c] : 1.0) * is;
-    const double mdy = sums[c] / N, mdx = sums[C + c] / N;
-    for (int b = 0; b < B; b++) {
-      size_t o = ((size_t)b * C + c) * P;
-      for (int p = 0; p < P; p++) dx[o + p] = (float)(k * ((double)dy[o + p] - mdy - ((double)x[o + p] - m) * is * mdx));
-    }
+    const double is = invstd[c];
+    bn_channel_dx(B, C, P, c, x, dy, mean[c], is, (gamma ? gamma[c] : 1.0) * is, sums[c] / N, sums[C + c] / N, dx);
   }
   return LAM_OK;
 }
