@@ -135,11 +135,13 @@ static lam_opt opt_for(lam_opt_kind kind) {
 
 static const char *g_spec = SPEC; /* the model of make() */
 
-static void make(lam_opt_kind kind, lam_model **m, lam_trainer **t) {
-  TU_OK(lam_model_create(g_ctx, g_spec, 1, IMG, IMG, MODEL_SEED, m));
+/* A model of spec in ctx and its trainer with kind's optimizer, from the tests' seeds, on the tests' set. */
+static void make_in(lam_ctx *ctx, const char *spec, lam_opt_kind kind, lam_model **m, lam_trainer **t) {
+  TU_OK(lam_model_create(ctx, spec, 1, IMG, IMG, MODEL_SEED, m));
   lam_opt o = opt_for(kind);
   TU_OK(lam_trainer_create(*m, &o, BATCH, TRAIN_SEED, &g_set, t));
 }
+static void make(lam_opt_kind kind, lam_model **m, lam_trainer **t) { make_in(g_ctx, g_spec, kind, m, t); }
 
 static double epoch(lam_trainer *t) {
   lam_epoch_stats st;
@@ -524,11 +526,9 @@ static void test_ranks_sync_bn(void **state) {
     lam_ctx *ctx = NULL;
     lam_model *m = NULL;
     lam_trainer *t = NULL;
-    lam_opt o = opt_for(LAM_OPT_SGD);
     TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_CPU));
     TU_OK(lam_ctx_set_threads(ctx, 1));
-    TU_OK(lam_model_create(ctx, BN_SPEC, 1, IMG, IMG, MODEL_SEED, &m));
-    TU_OK(lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t));
+    make_in(ctx, BN_SPEC, LAM_OPT_SGD, &m, &t);
     assert_int_equal(lam_trainer_set_sync_bn(t, 1), LAM_ERR_INVALID_ARG); /* no ranks */
     for (int e = 0; e < EPOCHS; e++) want[e] = epoch(t);
     lam_trainer_free(t);
@@ -560,10 +560,8 @@ static void test_ranks_api_errors(void **state) {
   lam_ctx *ctx = NULL;
   lam_model *m = NULL;
   lam_trainer *t = NULL;
-  lam_opt o = opt_for(LAM_OPT_SGD);
   TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_CPU));
-  TU_OK(lam_model_create(ctx, SPEC, 1, IMG, IMG, MODEL_SEED, &m));
-  TU_OK(lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t));
+  make_in(ctx, SPEC, LAM_OPT_SGD, &m, &t);
   unsigned char id[LAM_NCCL_ID_BYTES] = {1};
   lam_collective c = {.rank = 0, .world = 2, .nccl_id = id};
   assert_int_equal(lam_trainer_set_collective(t, &c), LAM_ERR_INVALID_ARG);
@@ -597,10 +595,8 @@ static void test_ranks_nccl_of_one(void **state) {
     lam_ctx *ctx = NULL;
     lam_model *m = NULL;
     lam_trainer *t = NULL;
-    lam_opt o = opt_for(LAM_OPT_SGD);
     TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_CUDA));
-    TU_OK(lam_model_create(ctx, SPEC, 1, IMG, IMG, MODEL_SEED, &m));
-    TU_OK(lam_trainer_create(m, &o, BATCH, TRAIN_SEED, &g_set, &t));
+    make_in(ctx, SPEC, LAM_OPT_SGD, &m, &t);
     if (k) {
       const lam_collective c = {.rank = 0, .world = 1, .nccl_id = id};
       if (k == 2) TU_OK(lam_nccl_unique_id(id)); /* a communicator of its own */

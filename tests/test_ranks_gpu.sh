@@ -6,7 +6,7 @@
 # Skips (77) without a CUDA device. On a machine of one GPU the two ranks share it (LAMINA_SHARE_GPU=1:
 # NCCL then sees two hosts and sums over sockets), which tests everything but the speed.
 #
-# The set is test_ranks.sh's (600 + 200 learnable 12x12 images); 3 epochs of SGD with a conv (cuDNN,
+# The set is ranks_data.sh's (600 + 200 learnable 12x12 images); 3 epochs of SGD with a conv (cuDNN,
 # NHWC) and the step in a CUDA graph. Claims:
 #   - the epochs' training losses agree with one process within a relative 1e-4 (each rank's gradient is
 #     the mean over its share, weighted by share / batch in NCCL's pre-multiplied sum, in float32; one
@@ -36,27 +36,7 @@ if command -v timeout >/dev/null 2>&1; then LIMIT=(timeout 300); else LIMIT=(); 
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "${GPUS:-0}" -ge 2 ] || export LAMINA_SHARE_GPU=1
 SPEC="conv 4 3, relu, maxpool 2, flatten, dense 10"
-PY=
-for p in /usr/bin/python3 python3; do
-  if "$p" -c "import numpy" 2>/dev/null; then PY=$p; break; fi
-done
-[ -n "$PY" ] || { echo "not ok - no python3 with NumPy here"; exit 1; }
-
-"$PY" - "$TMP/d" <<'EOF' || { echo "not ok - making the data set"; exit 1; }
-import os, sys
-import numpy as np
-d = sys.argv[1]
-os.makedirs(d)
-rng = np.random.default_rng(5)
-for part, n in (("train", 600), ("t10k", 200)):
-    y = rng.integers(0, 10, n).astype(np.uint8)
-    x = rng.integers(0, 90, (n, 12, 12)).astype(np.uint8)
-    x[np.arange(n), :, y + 1] += 120
-    with open(f"{d}/{part}-images-idx3-ubyte", "wb") as f:
-        f.write(bytes([0, 0, 8, 3]) + n.to_bytes(4, "big") + (12).to_bytes(4, "big") * 2 + x.tobytes())
-    with open(f"{d}/{part}-labels-idx1-ubyte", "wb") as f:
-        f.write(bytes([0, 0, 8, 1]) + n.to_bytes(4, "big") + y.tobytes())
-EOF
+. "$(dirname "$0")/ranks_data.sh" # PY and the set in $TMP/d
 
 # same ONE.json TWO.json: losses within a relative 1e-4, accuracy within 0.01, TWO's step in a graph
 same() {
