@@ -338,6 +338,8 @@ WORLD_SIZE=2 RANK=1 usage_error "WORLD_SIZE=2 without MASTER_ADDR" WORLD_SIZE=2 
   train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1
 WORLD_SIZE=2 RANK=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 usage_error "RANK=2 of WORLD_SIZE=2" "RANK='2'" "0 to 1" -- \
   train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1
+WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 LAMINA_RENDEZVOUS_TIMEOUT=soon usage_error \
+  "LAMINA_RENDEZVOUS_TIMEOUT=soon" "LAMINA_RENDEZVOUS_TIMEOUT='soon'" "1 to 86400" -- train --data "$TMP/mini" --epochs 1
 WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 usage_error "CPU ranks from a torchrun-style environment" \
   "2 ranks on the CPU" "mpirun -np 2" -- train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --device cpu
 run train --data "$TMP/mini" --epochs 3 --device cpu --resume "$TMP/mini.ckpt" --json
@@ -948,6 +950,13 @@ elif [ "$rc" -eq 1 ] && [ -s "$TMP/err" ]; then
   ok "hidden --device cuda without a GPU: exit 1 with a message ($(head -n 1 "$TMP/err"))"
 else
   not_ok "hidden --device cuda" "want exit 0 (GPU) or exit 1 with a message on stderr (no GPU)"
+fi
+
+# With a GPU, a rank's device that is not there (LAMINA_CUDA_DEVICE) is an error naming it.
+if [ "$have_gpu" -eq 1 ]; then
+  LAMINA_CUDA_DEVICE=99 run hidden --device cuda --n 10 --repeat 1
+  if [ "$rc" -ne 0 ] && has "$TMP/err" "LAMINA_CUDA_DEVICE='99' is not a device"; then ok "LAMINA_CUDA_DEVICE=99: an error naming it"
+  else not_ok "LAMINA_CUDA_DEVICE=99" "want a non-zero exit and \"LAMINA_CUDA_DEVICE='99' is not a device\""; fi
 fi
 
 # With a GPU, each memory placement through the CLI (the C tests cover them in depth).

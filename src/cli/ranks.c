@@ -74,7 +74,8 @@ static int env_ranks(const char *cmd, cli_ranks *r) {
   if (world <= 1) return 1;
   long rank = env_long(cmd, n_rank, 0, world - 1), local = env_long(cmd, n_local, 0, world - 1);
   long lworld = env_long(cmd, "LOCAL_WORLD_SIZE", 1, world);
-  if (rank == -2 || local == -2 || lworld == -2) return EXIT_USAGE;
+  long wait = env_long(cmd, "LAMINA_RENDEZVOUS_TIMEOUT", 1, 86400); /* read again where the ranks meet */
+  if (rank == -2 || local == -2 || lworld == -2 || wait == -2) return EXIT_USAGE;
   if (rank < 0) {
     fprintf(stderr, "lamina %s: %s=%ld says this is one of several ranks, but %s (this one's, 0 to %ld) is not set\n",
             cmd, n_world, world, n_rank, world - 1);
@@ -205,6 +206,7 @@ static int io_all(int fd, void *buf, size_t n, int send_it, double deadline) {
   return 0;
 }
 
+/* LAMINA_RENDEZVOUS_TIMEOUT seconds (checked by env_ranks), else 300. */
 static double rendezvous_timeout(void) {
   const char *e = getenv("LAMINA_RENDEZVOUS_TIMEOUT");
   double v = e && *e ? atof(e) : 0;
