@@ -153,6 +153,8 @@ lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
   if (!ctx->threads) ctx->threads = lam_omp_max_threads(); /* CUDA: its host-side copies */
   lam_cache_init(&ctx->cache, ctx, cache_raw_alloc, cache_raw_free,
                  d == LAM_DEVICE_CUDA ? "device memory" : "host memory");
+  const char *poison = getenv("LAMINA_POISON");
+  ctx->poison = poison && !strcmp(poison, "1");
   if (d == LAM_DEVICE_CPU) { /* more than the machine has would end in the kernel's OOM killer, without a word */
     ctx->cache.limit = host_available_bytes();
     ctx->cache.limit_auto = ctx->cache.limit != 0;
@@ -220,7 +222,8 @@ lam_status lam_mem_stats_get(const lam_ctx *ctx, lam_mem_stats *out) {
 
 lam_status lam_mem_alloc(lam_ctx *ctx, void **ptr, size_t bytes) {
   LAM_CHECK_ARG(ctx && ptr, "lam_mem_alloc: %s is NULL", ctx ? "ptr" : "ctx");
-  return lam_cache_alloc(&ctx->cache, ptr, bytes);
+  LAM_TRY(lam_cache_alloc(&ctx->cache, ptr, bytes));
+  return ctx->poison && bytes ? ctx->be->poison(ctx, *ptr, bytes) : LAM_OK;
 }
 
 lam_status lam_mem_free(lam_ctx *ctx, void *ptr) {

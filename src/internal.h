@@ -106,6 +106,9 @@ struct lam_ctx {
   size_t pinned_staging; /* bytes of pinned staging buffers the backend holds */
   lam_precision precision; /* of the matrix products (lam_ctx_set_precision) */
   int no_graphs;           /* graphs would hide what a debug mode wants to see (LAMINA_CUDA_SYNC=1) */
+  int poison;              /* LAMINA_POISON=1: every block lam_mem_alloc hands out starts as NaNs (a read of what
+                            * nothing wrote shows in the results; compute-sanitizer's initcheck misses writes made
+                            * by cuDNN's and cuBLAS's Hopper kernels) */
   int threads;             /* OpenMP threads of the host-side work (cpu/threads.c; lam_ctx_set_threads) */
   void *state;      /* the backend's own state */
 };

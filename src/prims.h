@@ -92,6 +92,8 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   /* dst = src rounded to bfloat16 (to nearest even), n values. */                                                 \
   X(to_bf16, (lam_ctx * ctx, size_t n, const float *src, uint16_t *dst))                                            \
   X(zero, (lam_ctx * ctx, void *p, size_t bytes))                                                                   \
+  /* Every byte 0xFF: NaN as float and as bfloat16 (LAMINA_POISON=1 fills each block lam_mem_alloc hands out). */     \
+  X(poison, (lam_ctx * ctx, void *p, size_t bytes))                                                                 \
   /* x (B, C, H, W) -> col (C*K*K, B*OH*OW): column b*OH*OW + p holds the patch of output p of sample b; col is     \
    * float, or bfloat16 (bf16 = 1). */                                                                             \
   X(im2col, (lam_ctx * ctx, const lam_conv_geom *g, int B, const float *x, void *col, int bf16))                    \

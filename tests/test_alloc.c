@@ -344,12 +344,43 @@ static void test_default_cap(void **state) {
   TU_OK(lam_mem_set_limit(c, 0)); /* the caller may lift it */
 }
 
+/* LAMINA_POISON=1 (read when a context is made): every block handed out starts as 0xFF bytes (NaN), a reused
+ * one too; without it a block is left as it is. On a CUDA device as well where there is one. */
+static void test_poison(void **state) {
+  (void)state;
+  for (int dev = 0; dev < 2; dev++) {
+    if (dev && lam_cuda_device_count(NULL) == 0) break;
+    const lam_device kind = dev ? LAM_DEVICE_CUDA : LAM_DEVICE_CPU;
+    for (int on = 0; on < 2; on++) {
+      setenv("LAMINA_POISON", on ? "1" : "0", 1);
+      lam_ctx *c = NULL;
+      TU_OK(lam_ctx_create(&c, kind));
+      unsetenv("LAMINA_POISON");
+      enum { N = 1000 };
+      unsigned char h[N], back[N];
+      memset(h, 0x5A, N);
+      for (int round = 0; round < 2; round++) { /* a new block, then the same block from the cache */
+        void *p = NULL;
+        TU_OK(lam_mem_alloc(c, &p, N));
+        TU_OK(lam_mem_download(c, back, p, N));
+        size_t ff = 0;
+        for (int i = 0; i < N; i++) ff += back[i] == 0xFF;
+        if (on && ff != N) fail_msg("%s, poison on, round %d: %zu of %d bytes are 0xFF", dev ? "cuda" : "cpu", round, ff, N);
+        if (!on && round == 1 && ff == N) fail_msg("%s, poison off: a reused block was filled", dev ? "cuda" : "cpu");
+        TU_OK(lam_mem_upload(c, p, h, N)); /* what the next round's block held before */
+        TU_OK(lam_mem_free(c, p));
+      }
+      lam_ctx_free(c);
+    }
+  }
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_ctx, teardown_ctx)
 int main(void) {
   const struct CMUnitTest tests[] = {
       T(test_fresh_context), T(test_in_use_and_peak), T(test_cache_hit), T(test_release_cached),
       T(test_alignment),     T(test_zero_bytes),      T(test_upload_download), T(test_host_alloc),
-      T(test_churn),         T(test_limit),           T(test_default_cap),
+      T(test_churn),         T(test_limit),           T(test_default_cap),     cmocka_unit_test(test_poison),
   };
   tu_apply_filter();
   return cmocka_run_group_tests_name("alloc", tests, NULL, NULL) ? 1 : 0;

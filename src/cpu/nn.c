@@ -21,6 +21,12 @@ lam_status cpu_zero(lam_ctx *ctx, void *p, size_t bytes) {
   return LAM_OK;
 }
 
+lam_status cpu_poison(lam_ctx *ctx, void *p, size_t bytes) {
+  (void)ctx;
+  memset(p, 0xFF, bytes);
+  return LAM_OK;
+}
+
 /* The output columns ow whose input column ow*stride - pad + kj lies inside [0, W): [*lo, *hi). */
 static void valid_cols(const lam_conv_geom *g, int kj, int *lo, int *hi) {
   int a = g->pad - kj; /* ow*stride >= a */

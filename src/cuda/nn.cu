@@ -165,6 +165,11 @@ lam_status cuda_zero(lam_ctx *ctx, void *p, size_t bytes) {
   return LAM_OK;
 }
 
+lam_status cuda_poison(lam_ctx *ctx, void *p, size_t bytes) {
+  CUDA_TRY(cudaMemsetAsync(p, 0xFF, bytes, cuda_st(ctx)->stream));
+  return LAM_OK;
+}
+
 /* The grids below put a channel (or channel x sample) in blockIdx.y and index within it in 32 bits:
  * 64-bit divisions by run-time sizes cost dozens of instructions each. */
 static lam_status check_grid(const char *what, size_t n, int y) {
