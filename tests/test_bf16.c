@@ -259,9 +259,7 @@ int main(int argc, char **argv) {
                                          cmocka_unit_test(test_precision_names)};
   const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_bf16_cuda_matches_cpu), cmocka_unit_test(test_bf16_nhwc),
                                           cmocka_unit_test(test_bf16_cuda_trains)};
-  tu_apply_filter();
-  int failed = g_dev ? cmocka_run_group_tests_name("bf16_cuda", cuda_tests, NULL, NULL)
-                     : cmocka_run_group_tests_name("bf16", cpu_tests, NULL, NULL);
+  int failed = g_dev ? TU_RUN_GROUP("bf16_cuda", cuda_tests, NULL, NULL) : TU_RUN_GROUP("bf16", cpu_tests, NULL, NULL);
   lam_ctx_free(g_dev);
   lam_ctx_free(g_cpu);
   return failed ? 1 : 0;

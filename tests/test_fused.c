@@ -110,8 +110,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_fused_equals_plain)};
-  tu_apply_filter();
-  int failed = cmocka_run_group_tests_name(g_dev == LAM_DEVICE_CUDA ? "fused_cuda" : "fused", tests, NULL, NULL);
+  int failed = TU_RUN_GROUP(g_dev == LAM_DEVICE_CUDA ? "fused_cuda" : "fused", tests, NULL, NULL);
   lam_ctx_free(g_ctx);
   return failed ? 1 : 0;
 }

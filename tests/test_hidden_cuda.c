@@ -279,8 +279,7 @@ int main(void) {
       cmocka_unit_test(test_ordering),      cmocka_unit_test(test_timing),
       cmocka_unit_test(test_alloc_figures), cmocka_unit_test(test_pinned_staging),
   };
-  tu_apply_filter();
-  int failed = cmocka_run_group_tests_name("hidden_cuda", tests, NULL, NULL);
+  int failed = TU_RUN_GROUP("hidden_cuda", tests, NULL, NULL);
   lam_ctx_free(g_ctx);
   return failed ? 1 : 0;
 }

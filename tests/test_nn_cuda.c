@@ -388,7 +388,8 @@ static void run_model(size_t mi) {
 
 static void test_models_small(void **state) {
   (void)state;
-  for (size_t i = 0; i + 2 < N_MODELS; i++) run_model(i);
+  for (size_t i = 0; i + 2 < N_MODELS; i++)
+    if (tu_shard_take(i)) run_model(i);
 }
 static void test_preset_cnn(void **state) { (void)state; run_model(N_MODELS - 2); }
 static void test_preset_mlp(void **state) { (void)state; run_model(N_MODELS - 1); }
@@ -473,8 +474,7 @@ int main(void) {
       cmocka_unit_test(test_preset_mlp),
       cmocka_unit_test(test_backprop_step),
   };
-  tu_apply_filter();
-  int failed = cmocka_run_group_tests_name("nn_cuda", tests, NULL, NULL);
+  int failed = TU_RUN_GROUP("nn_cuda", tests, NULL, NULL);
   lam_ctx_free(g_dev);
   lam_ctx_free(g_cpu);
   return failed ? 1 : 0;

@@ -208,8 +208,7 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_shapes), cmocka_unit_test(test_bad_inputs),
                                      cmocka_unit_test(test_bench_transfer), cmocka_unit_test(test_forward_u8)};
-  tu_apply_filter();
-  int failed = cmocka_run_group_tests_name(g_dev == LAM_DEVICE_CUDA ? "normalize_cuda" : "normalize", tests, NULL, NULL);
+  int failed = TU_RUN_GROUP(g_dev == LAM_DEVICE_CUDA ? "normalize_cuda" : "normalize", tests, NULL, NULL);
   lam_ctx_free(g_ctx);
   return failed ? 1 : 0;
 }

@@ -2751,9 +2751,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_gather),       cmocka_unit_test(test_gather_aug),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
       cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null), cmocka_unit_test(test_fmt_bf16),
   };
-  tu_apply_filter();
   const char *name = g_cuda ? (g_fmt.nhwc ? "prims_nhwc_cuda" : "prims_cuda") : (g_fmt.nhwc ? "prims_nhwc" : "prims");
-  int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
+  int failed = TU_RUN_GROUP(name, tests, NULL, NULL);
   lam_ctx_free(g_ctx);
   if (g_cpu) lam_ctx_free(g_cpu);
   return failed ? 1 : 0;

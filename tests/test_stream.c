@@ -243,8 +243,7 @@ int main(int argc, char **argv) {
                                      cmocka_unit_test(test_streams_when_it_does_not_fit),
                                      cmocka_unit_test(test_graph_same_as_eager),
                                      cmocka_unit_test(test_bad_args)};
-  tu_apply_filter();
-  int failed = cmocka_run_group_tests_name(g_dev == LAM_DEVICE_CUDA ? "stream_cuda" : "stream", tests, NULL, NULL);
+  int failed = TU_RUN_GROUP(g_dev == LAM_DEVICE_CUDA ? "stream_cuda" : "stream", tests, NULL, NULL);
   lam_ctx_free(g_ctx);
   return failed ? 1 : 0;
 }

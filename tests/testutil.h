@@ -484,4 +484,27 @@ static inline void tu_apply_filter(void) {
   if (f && *f) cmocka_set_test_filter(f);
 }
 
+/* LAMINA_TEST_SHARD=k/n: a test that loops over cases checks only the cases i with i % n == k (the others
+ * are skipped, not passed: the test prints how many it took). Unset: all cases. */
+static inline int tu_shard_take(size_t i) {
+  const char *s = getenv("LAMINA_TEST_SHARD");
+  unsigned k = 0, n = 1;
+  if (!s || sscanf(s, "%u/%u", &k, &n) != 2 || n == 0 || k >= n) return 1;
+  return i % n == k;
+}
+
+/* Runs a group as cmocka_run_group_tests_name does, after the filter above; with LAMINA_TEST_LIST set it
+ * only prints the group's test names, a line each (scripts/gpu-sanitize runs the slow files test by test
+ * under compute-sanitizer, in parallel). */
+static inline int tu_run_group(const char *name, const struct CMUnitTest *tests, size_t n, CMFixtureFunction setup,
+                               CMFixtureFunction teardown) {
+  if (getenv("LAMINA_TEST_LIST")) {
+    for (size_t i = 0; i < n; i++) printf("%s\n", tests[i].name);
+    return 0;
+  }
+  tu_apply_filter();
+  return _cmocka_run_group_tests(name, tests, n, setup, teardown);
+}
+#define TU_RUN_GROUP(name, tests, setup, teardown) tu_run_group(name, tests, sizeof(tests) / sizeof((tests)[0]), setup, teardown)
+
 #endif /* LAMINA_TESTUTIL_H */
