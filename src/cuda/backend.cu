@@ -1,5 +1,6 @@
 /* backend.cu — the CUDA backend's table: device discovery, context set-up, device and pinned memory,
  * copies, and the error checks every CUDA call goes through. The ops are in hidden.cu. */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -69,6 +70,18 @@ extern "C" lam_status cuda_device_info_get(int device, lam_cuda_device_info *inf
   CUDA_TRY(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
   info->mem_bus_gbps = 2.0 * clock_khz * 1e3 * (bus_bits / 8) / 1e9; /* double data rate */
   return LAM_OK;
+}
+
+void *cuda_dlopen(const char *soname) {
+  void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+#ifdef LAMINA_CUDA_LIBDIR
+  if (!lib) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", LAMINA_CUDA_LIBDIR, soname);
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  }
+#endif
+  return lib;
 }
 
 /* ---- memory ---- */

@@ -30,10 +30,7 @@ static char nc_error[600];
 static pthread_once_t nc_once = PTHREAD_ONCE_INIT;
 
 static void nc_load(void) {
-  void *lib = dlopen(NCCL_SONAME, RTLD_NOW | RTLD_LOCAL);
-#ifdef LAMINA_CUDA_LIBDIR
-  if (!lib) lib = dlopen(LAMINA_CUDA_LIBDIR "/" NCCL_SONAME, RTLD_NOW | RTLD_LOCAL);
-#endif
+  void *lib = cuda_dlopen(NCCL_SONAME);
   if (!lib) {
     snprintf(nc_error, sizeof nc_error,
              "cannot load NCCL (%s), which GPU ranks need for their sums: %s; install NCCL (the CUDA toolkit's, or "

@@ -65,6 +65,9 @@ extern "C" {
 /* LAM_OK for cudaSuccess; else records "<expr> failed: <error>" at file:line and returns
  * LAM_ERR_CUDA (LAM_ERR_OUT_OF_MEMORY for an allocation failure). */
 lam_status cuda_status(cudaError_t e, const char *expr, const char *file, int line);
+/* A CUDA library loaded at its first use (cuBLAS, NCCL): dlopen of its soname, then from the toolkit folder the
+ * build found. NULL when neither loads; dlerror() then says why. */
+void *cuda_dlopen(const char *soname);
 /* Checks the launch just made (and, in sync-debug mode, its execution). */
 lam_status cuda_after_launch(cuda_state *st, cudaStream_t s, const char *kernel, const char *file, int line);
 /* comm.cu: the backend's collectives (internal.h's comm_*). */

@@ -49,10 +49,7 @@ static char cb_error[600];
 static pthread_once_t cb_once = PTHREAD_ONCE_INIT;
 
 static void cb_load(void) {
-  void *lib = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
-#ifdef LAMINA_CUDA_LIBDIR
-  if (!lib) lib = dlopen(LAMINA_CUDA_LIBDIR "/" CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
-#endif
+  void *lib = cuda_dlopen(CUBLAS_SONAME);
   if (!lib) {
     snprintf(cb_error, sizeof cb_error,
              "cannot load cuBLAS (%s), which matrix products on CUDA need: %s; install the CUDA toolkit's cuBLAS, or "
