@@ -140,23 +140,8 @@ EOF
 done
 
 # Rank 0's checkpoint after 1 epoch, resumed in one process for epochs 2 and 3.
-"${LIMIT[@]}" "$LAMINA" train --data "$TMP/d" --model "$SPEC" --epochs 1 --batch 64 --opt sgd --lr 0.05 --gpus 2 \
-  --save "$TMP/e1.ckpt" >"$TMP/out" 2>"$TMP/err"
-rc=$?
-left=$(find "$TMP" -name '*.tmp*' | wc -l)
-if [ "$rc" -eq 0 ] && [ "$left" -eq 0 ] &&
-   "$LAMINA" train --data "$TMP/d" --resume "$TMP/e1.ckpt" --epochs 3 --json >"$TMP/res.json" 2>"$TMP/err" &&
-   "$LAMINA" train --data "$TMP/d" --model "$SPEC" --epochs 3 --batch 64 --opt sgd --lr 0.05 --json >"$TMP/one.json" 2>>"$TMP/err" &&
-   "$PY" -c "
-import json, sys
-r = [e['train_loss'] for e in json.load(open(sys.argv[1]))['epochs']]
-o = [e['train_loss'] for e in json.load(open(sys.argv[2]))['epochs']][1:]
-sys.exit(0 if len(r) == 2 and all(abs(x - y) <= 1e-4 * abs(y) for x, y in zip(r, o)) else f'resumed {r}, uninterrupted {o}')
-" "$TMP/res.json" "$TMP/one.json" 2>"$TMP/why"; then
-  ok "the GPU ranks' checkpoint resumes in 1 process to the uninterrupted losses; no temporary file left"
-else
-  not_ok "the GPU ranks' checkpoint resumed in 1 process" "$(cat "$TMP/why" 2>/dev/null) (exit $rc, temporary files: $left)"
-fi
+launch=("${LIMIT[@]}" "$LAMINA" train --data "$TMP/d" --model "$SPEC" --epochs 1 --batch 64 --opt sgd --lr 0.05 --gpus 2)
+resume_check "GPU ranks'" 1e-4
 
 echo "# $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
