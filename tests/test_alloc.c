@@ -382,6 +382,5 @@ int main(void) {
       T(test_alignment),     T(test_zero_bytes),      T(test_upload_download), T(test_host_alloc),
       T(test_churn),         T(test_limit),           T(test_default_cap),     cmocka_unit_test(test_poison),
   };
-  tu_apply_filter();
-  return cmocka_run_group_tests_name("alloc", tests, NULL, NULL) ? 1 : 0;
+  return TU_RUN_GROUP("alloc", tests, NULL, NULL) ? 1 : 0;
 }

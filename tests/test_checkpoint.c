@@ -1436,6 +1436,5 @@ int main(void) {
       cmocka_unit_test(test_save_replaces_atomically), cmocka_unit_test(test_null_args),
       cmocka_unit_test(test_release_batch),        cmocka_unit_test(test_host_buffers_lazy),
   };
-  tu_apply_filter();
-  return cmocka_run_group_tests_name("checkpoint", tests, setup, teardown) ? 1 : 0;
+  return TU_RUN_GROUP("checkpoint", tests, setup, teardown) ? 1 : 0;
 }

@@ -1812,6 +1812,5 @@ int main(void) {
       cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),
       cmocka_unit_test(test_image_folder_errors), cmocka_unit_test(test_image_folder_decoders),
   };
-  tu_apply_filter();
-  return cmocka_run_group_tests_name("data", tests, setup_dir, teardown_dir) ? 1 : 0;
+  return TU_RUN_GROUP("data", tests, setup_dir, teardown_dir) ? 1 : 0;
 }

@@ -412,8 +412,7 @@ int main(void) {
       cmocka_unit_test(test_impossible_alloc), cmocka_unit_test(test_status_str),
       cmocka_unit_test(test_error_per_thread),
   };
-  tu_apply_filter();
-  int failed = cmocka_run_group_tests_name("errors", tests, NULL, NULL);
+  int failed = TU_RUN_GROUP("errors", tests, NULL, NULL);
   lam_ctx_free(g_ctx);
   return failed ? 1 : 0;
 }

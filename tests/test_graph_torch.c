@@ -225,8 +225,5 @@ int main(int argc, char **argv) {
     return 2;
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_resnet_bn), cmocka_unit_test(test_unet)};
-  return TU_RUN_GROUP(g_dev == LAM_DEVICE_CUDA ? "graph_torch_cuda" : "graph_torch", tests, NULL,
-                                     NULL)
-             ? 1
-             : 0;
+  return TU_RUN_GROUP(g_dev == LAM_DEVICE_CUDA ? "graph_torch_cuda" : "graph_torch", tests, NULL, NULL) ? 1 : 0;
 }

@@ -180,6 +180,5 @@ int main(void) {
       cmocka_unit_test(test_small_cnn_cuda),
       cmocka_unit_test(test_mlp_cuda),
   };
-  tu_apply_filter();
-  return cmocka_run_group_tests_name("model_torch", tests, NULL, NULL) ? 1 : 0;
+  return TU_RUN_GROUP("model_torch", tests, NULL, NULL) ? 1 : 0;
 }

@@ -390,5 +390,5 @@ int main(void) {
       cmocka_unit_test(test_bad_headers), cmocka_unit_test(test_bad_entries), cmocka_unit_test(test_names),
       cmocka_unit_test(test_damage),      cmocka_unit_test(test_save_errors),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return TU_RUN_GROUP("safetensors", tests, setup, teardown);
 }

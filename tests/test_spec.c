@@ -257,8 +257,7 @@ int main(void) {
       cmocka_unit_test(test_presets),
       cmocka_unit_test(test_good_specs),
   };
-  tu_apply_filter();
-  int failed = cmocka_run_group_tests_name("spec", tests, NULL, NULL);
+  int failed = TU_RUN_GROUP("spec", tests, NULL, NULL);
   lam_ctx_free(g_ctx);
   return failed ? 1 : 0;
 }

@@ -478,12 +478,6 @@ static inline int tu_mentions(const char *msg, const char *word) {
   return 0;
 }
 
-/* LAMINA_TEST_FILTER=<pattern> (cmocka's * and ? wildcards) runs only the matching tests of a file. */
-static inline void tu_apply_filter(void) {
-  const char *f = getenv("LAMINA_TEST_FILTER");
-  if (f && *f) cmocka_set_test_filter(f);
-}
-
 /* LAMINA_TEST_SHARD=k/n: a test that loops over cases checks only the cases i with i % n == k (the others
  * are skipped, not passed: the test prints how many it took). Unset: all cases. */
 static inline int tu_shard_take(size_t i) {
@@ -493,16 +487,17 @@ static inline int tu_shard_take(size_t i) {
   return i % n == k;
 }
 
-/* Runs a group as cmocka_run_group_tests_name does, after the filter above; with LAMINA_TEST_LIST set it
- * only prints the group's test names, a line each (scripts/gpu-sanitize runs the slow files test by test
- * under compute-sanitizer, in parallel). */
+/* Runs a group as cmocka_run_group_tests_name does. LAMINA_TEST_FILTER=<pattern> (cmocka's * and ? wildcards)
+ * runs only the matching tests; with LAMINA_TEST_LIST set it only prints the group's test names, a line each
+ * (scripts/gpu-sanitize runs the slow files test by test under compute-sanitizer, in parallel). */
 static inline int tu_run_group(const char *name, const struct CMUnitTest *tests, size_t n, CMFixtureFunction setup,
                                CMFixtureFunction teardown) {
   if (getenv("LAMINA_TEST_LIST")) {
     for (size_t i = 0; i < n; i++) printf("%s\n", tests[i].name);
     return 0;
   }
-  tu_apply_filter();
+  const char *f = getenv("LAMINA_TEST_FILTER");
+  if (f && *f) cmocka_set_test_filter(f);
   return _cmocka_run_group_tests(name, tests, n, setup, teardown);
 }
 #define TU_RUN_GROUP(name, tests, setup, teardown) tu_run_group(name, tests, sizeof(tests) / sizeof((tests)[0]), setup, teardown)
