@@ -129,6 +129,42 @@ static D genstats(D y, D sum, D sq) {
   return d;
 }
 
+static float median15(float *t) { // sorts t[0..15)
+  for (int i = 1; i < 15; i++) for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
+  return t[7];
+}
+
+// Ten calls captured in a CUDA graph on a stream of their own (cuDNN's handle set to it), as lamina's step
+// runs them: the host's cost of each call is out of the timing (timed one by one, it is most of a small
+// conv's time). 3 warm-up replays, then the median of 15, per call, in ms; -1 when the calls fail or cannot
+// be captured. `call` returns whether its call was issued.
+template <typename F> static float graph_ms(F call) {
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudnnSetStream(H, st);
+  cudaGraph_t gr = NULL;
+  cudaGraphExec_t gx = NULL;
+  bool good = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  for (int i = 0; i < 10 && good; i++) good = call();
+  good = cudaStreamEndCapture(st, &gr) == cudaSuccess && good;
+  good = good && cudaGraphInstantiate(&gx, gr, 0) == cudaSuccess;
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+  float t[15];
+  for (int i = 0; i < 18 && good; i++) {
+    cudaEventRecord(e0, st); cudaGraphLaunch(gx, st); cudaEventRecord(e1, st); cudaEventSynchronize(e1);
+    if (i >= 3) { cudaEventElapsedTime(&t[i - 3], e0, e1); t[i - 3] /= 10; }
+  }
+  if (gx) cudaGraphExecDestroy(gx);
+  if (gr) cudaGraphDestroy(gr);
+  cudnnSetStream(H, 0);
+  cudaStreamSynchronize(st);
+  cudaStreamDestroy(st);
+  cudaEventDestroy(e0); cudaEventDestroy(e1);
+  if (!good) { cudaGetLastError(); return -1; }
+  return median15(t);
+}
+
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct run_t { double ms; int engine; int runtime; int tried, built; };
 
@@ -188,40 +224,13 @@ static run_t best_of(const char *name, std::vector<D> ops, std::vector<int64_t> 
         if (verbose) printf("    %s engine %lld%s: ~%.0f us alone, not timed\n", name, (long long)ei, rt ? " (runtime)" : "", once * 1e3);
         good = false;
       }
-      if (good) {
-        // Ten executions captured in a CUDA graph, as lamina's step runs them: the host's cost of each
-        // cudnnBackendExecute is out of the timing (timed one by one, it is most of a small conv's time).
-        cudaStream_t st;
-        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-        cudnnSetStream(H, st);
-        cudaGraph_t gr = NULL;
-        cudaGraphExec_t gx = NULL;
-        bool cap = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-        for (int i = 0; i < 10 && cap; i++) cap = ok(cudnnBackendExecute(H, p, v));
-        cap = cudaStreamEndCapture(st, &gr) == cudaSuccess && cap;
-        cap = cap && cudaGraphInstantiate(&gx, gr, 0) == cudaSuccess;
-        float t[15];
-        for (int i = 0; i < 18 && cap; i++) {
-          cudaEventRecord(e0, st);
-          cudaGraphLaunch(gx, st);
-          cudaEventRecord(e1, st);
-          cudaEventSynchronize(e1);
-          if (i >= 3) { cudaEventElapsedTime(&t[i - 3], e0, e1); t[i - 3] /= 10; }
-        }
-        if (gx) cudaGraphExecDestroy(gx);
-        if (gr) cudaGraphDestroy(gr);
-        cudnnSetStream(H, 0);
-        cudaStreamSynchronize(st);
-        cudaStreamDestroy(st);
-        if (!cap) { cudaGetLastError(); printf("    %s engine %lld: not capturable\n", name, (long long)ei); }
-        else {
-          for (int i = 1; i < 15; i++) for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
-          if (verbose) printf("    %s engine %lld%s: %.1f us (ws %lld)\n", name, (long long)ei, rt ? " (runtime)" : "", t[7] * 1e3, (long long)ws);
-          if (r.ms < 0 || t[7] < r.ms) { r.ms = t[7]; r.engine = (int)ei; r.runtime = rt; }
-        }
-      } else {
-        cudaGetLastError();
+      const float ms = good ? graph_ms([&] { return ok(cudnnBackendExecute(H, p, v)); }) : -1;
+      if (good && ms < 0) printf("    %s engine %lld: not capturable\n", name, (long long)ei);
+      if (ms >= 0) {
+        if (verbose) printf("    %s engine %lld%s: %.1f us (ws %lld)\n", name, (long long)ei, rt ? " (runtime)" : "", ms * 1e3, (long long)ws);
+        if (r.ms < 0 || ms < r.ms) { r.ms = ms; r.engine = (int)ei; r.runtime = rt; }
       }
+      if (!good) cudaGetLastError();
       cudnnBackendDestroyDescriptor(v);
       if (w) cudaFree(w);
       cudnnBackendDestroyDescriptor(p);
@@ -262,9 +271,8 @@ static double time_kernel_read(const void *p, size_t bytes, int copy, void *dst)
     cudaEventRecord(b); cudaEventSynchronize(b);
     if (i >= 3) cudaEventElapsedTime(&t[i - 3], a, b);
   }
-  for (int i = 1; i < 15; i++) for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
   cudaFree(sink);
-  return t[7];
+  return median15(t);
 }
 
 // The legacy API's call as lamina makes it (src/cuda/conv.cu: cuDNN's heuristics, the first algorithm whose
@@ -299,37 +307,12 @@ static double legacy(int kind, cudnnDataType_t dt, int N, int C, int S, int K, v
   double ms = -1;
   void *wsp = NULL;
   if (algo >= 0 && (ws == 0 || cudaMalloc(&wsp, ws) == cudaSuccess)) {
-    cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    cudnnSetStream(H, st);
     const float one = 1, zero = 0;
-    cudaGraph_t gr = NULL;
-    cudaGraphExec_t gx = NULL;
-    bool good = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-    for (int i = 0; i < 10 && good; i++) {
-      cudnnStatus_t s = kind == 0 ? cudnnConvolutionForward(H, &one, xd, x, wd, w, cd, (cudnnConvolutionFwdAlgo_t)algo, wsp, ws, &zero, yd, y)
-                      : kind == 1 ? cudnnConvolutionBackwardData(H, &one, wd, w, yd, y, cd, (cudnnConvolutionBwdDataAlgo_t)algo, wsp, ws, &zero, xd, x)
-                                  : cudnnConvolutionBackwardFilter(H, &one, xd, x, yd, y, cd, (cudnnConvolutionBwdFilterAlgo_t)algo, wsp, ws, &zero, wd, w);
-      good = ok(s);
-    }
-    good = cudaStreamEndCapture(st, &gr) == cudaSuccess && good;
-    good = good && cudaGraphInstantiate(&gx, gr, 0) == cudaSuccess;
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0); cudaEventCreate(&e1);
-    float t[15];
-    for (int i = 0; i < 18 && good; i++) {
-      cudaEventRecord(e0, st); cudaGraphLaunch(gx, st); cudaEventRecord(e1, st); cudaEventSynchronize(e1);
-      if (i >= 3) { cudaEventElapsedTime(&t[i - 3], e0, e1); t[i - 3] /= 10; }
-    }
-    if (good) {
-      for (int i = 1; i < 15; i++) for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float v = t[j]; t[j] = t[j - 1]; t[j - 1] = v; }
-      ms = t[7];
-    } else cudaGetLastError();
-    if (gx) cudaGraphExecDestroy(gx);
-    if (gr) cudaGraphDestroy(gr);
-    cudnnSetStream(H, 0);
-    cudaStreamSynchronize(st);
-    cudaStreamDestroy(st);
+    ms = graph_ms([&] {
+      return ok(kind == 0   ? cudnnConvolutionForward(H, &one, xd, x, wd, w, cd, (cudnnConvolutionFwdAlgo_t)algo, wsp, ws, &zero, yd, y)
+                : kind == 1 ? cudnnConvolutionBackwardData(H, &one, wd, w, yd, y, cd, (cudnnConvolutionBwdDataAlgo_t)algo, wsp, ws, &zero, xd, x)
+                            : cudnnConvolutionBackwardFilter(H, &one, xd, x, yd, y, cd, (cudnnConvolutionBwdFilterAlgo_t)algo, wsp, ws, &zero, wd, w));
+    });
     if (wsp) cudaFree(wsp);
   }
   if (verbose) printf("    legacy %s: algo %d, ws %zu: %.1f us\n", kind == 0 ? "fwd" : kind == 1 ? "dgrad" : "wgrad", algo, ws, ms * 1e3);
