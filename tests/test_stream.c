@@ -110,10 +110,10 @@ static void test_same_as_resident(void **state) {
 /* A set over the allocator's cap streams by itself, says why, and trains as the resident set does. */
 static void test_streams_when_it_does_not_fit(void **state) {
   (void)state;
-  lam_dataset d = make_set(40000, 2); /* 2.56 MB of pixels */
+  lam_dataset d = make_set(8000, 2); /* 512 KB of pixels: small, so the test stays quick under compute-sanitizer */
   lam_ctx *capped;
   TU_OK(lam_ctx_create(&capped, g_dev));
-  TU_OK(lam_mem_set_limit(capped, 2000000));
+  TU_OK(lam_mem_set_limit(capped, 400000));
   lam_model *m;
   lam_trainer *t;
   TU_OK(lam_model_create(capped, SPEC, 1, IMG, IMG, 5, &m));
