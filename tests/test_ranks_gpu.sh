@@ -81,13 +81,15 @@ if [ -n "$MPIEXEC" ]; then
   [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
 fi
 
-for B in 64 301; do
+# LAMINA_RANKS_BATCHES and LAMINA_RANKS_HOW narrow the runs (scripts/gpu-sanitize: the launchers differ on the
+# host only, so under compute-sanitizer one launcher and one batch cover the device code).
+for B in ${LAMINA_RANKS_BATCHES:-64 301}; do
   args=(train --data "$TMP/d" --model "$SPEC" --epochs 3 --batch "$B" --opt sgd --lr 0.05 --json --no-progress)
   if ! "${LIMIT[@]}" "$LAMINA" "${args[@]}" >"$TMP/one.json" 2>"$TMP/err"; then
     not_ok "batch $B: one process" "it failed"
     continue
   fi
-  for how in gpus mpirun env torchrun buckets; do
+  for how in ${LAMINA_RANKS_HOW:-gpus mpirun env torchrun buckets}; do
     why=
     case $how in
       gpus) "${LIMIT[@]}" "$LAMINA" "${args[@]}" --gpus 2 >"$TMP/two.json" 2>"$TMP/err" ;;

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <nvtx3/nvToolsExtMemCudaRt.h>
+
 #include "cuda.h"
 
 #ifndef LAMINA_CUDA_ARCHS
@@ -15,6 +17,14 @@ extern "C" lam_status cuda_status(cudaError_t e, const char *expr, const char *f
   cudaGetLastError(); /* clear a non-sticky error so the context stays usable */
   lam_status s = e == cudaErrorMemoryAllocation ? LAM_ERR_OUT_OF_MEMORY : LAM_ERR_CUDA;
   return lam_fail_at(s, file, line, "%s failed: %s (%s)", expr, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+extern "C" void cuda_mark_written(cudaStream_t s, const void *p, size_t bytes) {
+  static const nvtxDomainHandle_t dom = nvtxDomainCreateA("lamina"); /* C++: made once, thread-safe */
+  nvtxMemVirtualRangeDesc_t range = {bytes, p};
+  nvtxMemMarkInitializedBatch_t batch = {NVTX_EXT_COMPATID_MEM, sizeof batch, NVTX_MEM_TYPE_VIRTUAL_ADDRESS, 1,
+                                         sizeof range, &range};
+  nvtxMemCudaMarkInitialized(dom, s, 0, &batch);
 }
 
 extern "C" lam_status cuda_after_launch(cuda_state *st, cudaStream_t s, const char *kernel, const char *file,

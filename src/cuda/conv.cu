@@ -131,6 +131,16 @@ static lam_conv_geom cudnn_geom(lam_fmt f, const lam_conv_geom *g) {
   return q;
 }
 
+/* What a cuDNN call wrote (its descriptor's whole tensor or filter), for compute-sanitizer's initcheck (cuda.h). */
+static void mark_tensor(cudaStream_t s, cudnnTensorDescriptor_t d, const void *p) {
+  size_t bytes = 0;
+  if (cudnnGetTensorSizeInBytes(d, &bytes) == CUDNN_STATUS_SUCCESS) cuda_mark_written(s, p, bytes);
+}
+static void mark_filter(cudaStream_t s, cudnnFilterDescriptor_t d, const void *p) {
+  size_t bytes = 0;
+  if (cudnnGetFilterSizeInBytes(d, &bytes) == CUDNN_STATUS_SUCCESS) cuda_mark_written(s, p, bytes);
+}
+
 static size_t plan_ws(const conv_plan *p) {
   return p->ws[0] > p->ws[1] ? (p->ws[0] > p->ws[2] ? p->ws[0] : p->ws[2]) : (p->ws[1] > p->ws[2] ? p->ws[1] : p->ws[2]);
 }
@@ -329,6 +339,7 @@ lam_status cuda_conv2d_fwd(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int 
     LAM_TRY(input_in(ctx, f, g, B, x, &parts, &xc));
     const float one = 1.0f, zero = 0.0f;
     CUDNN_TRY(cudnnConvolutionForward(c->h, &one, c->x, xc, c->w, Wc, c->c, p->fwd, ws, cw, &zero, c->y, y));
+    mark_tensor(cuda_st(ctx)->stream, c->y, y);
     return cuda_after_launch(cuda_st(ctx), cuda_st(ctx)->stream, "cudnnConvolutionForward", __FILE__, __LINE__);
   }
 #endif
@@ -353,6 +364,7 @@ lam_status cuda_conv2d_bwd_data(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g,
     void *dxc = Cp == g->C ? dx : parts.x; /* padded channels: into the workspace, then their C channels out */
     cuda_state *st = cuda_st(ctx);
     CUDNN_TRY(cudnnConvolutionBackwardData(c->h, &one, c->w, Wc, c->y, dy, c->c, p->bwd_data, ws, cw, &beta, c->x, dxc));
+    mark_tensor(st->stream, c->x, dxc);
     LAM_TRY(cuda_after_launch(st, st->stream, "cudnnConvolutionBackwardData", __FILE__, __LINE__));
     if (dxc == dx) return LAM_OK;
     const size_t n = (size_t)B * g->H * g->W * g->C;
@@ -383,6 +395,7 @@ lam_status cuda_conv2d_bwd_filter(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *
     if (lam_fmt_plain(f) || (f.dt == LAM_DT_F32 && !filter_moves(f, g))) { /* straight into dW */
       CUDNN_TRY(cudnnConvolutionBackwardFilter(c->h, &one, c->x, x, c->y, dy, c->c, p->bwd_filter, ws, cw, &one, c->w,
                                                dW));
+      mark_filter(st->stream, c->w, dW);
       return cuda_after_launch(st, st->stream, "cudnnConvolutionBackwardFilter", __FILE__, __LINE__);
     }
     /* through the workspace: cuDNN's gradient in its order and type, added to dW */
@@ -391,6 +404,7 @@ lam_status cuda_conv2d_bwd_filter(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *
     LAM_TRY(input_in(ctx, f, g, B, x, &parts, &xc));
     CUDNN_TRY(cudnnConvolutionBackwardFilter(c->h, &one, c->x, xc, c->y, dy, c->c, p->bwd_filter, ws, cw, &zero, c->w,
                                              parts.dW));
+    mark_filter(st->stream, c->w, parts.dW);
     LAM_TRY(cuda_after_launch(st, st->stream, "cudnnConvolutionBackwardFilter", __FILE__, __LINE__));
     const size_t n = (size_t)OC * g->C * taps_of(g);
     const int same = !filter_moves(f, g), Cp = padded_c(f, g->C), KK = (int)taps_of(g);

@@ -70,6 +70,11 @@ lam_status cuda_status(cudaError_t e, const char *expr, const char *file, int li
 void *cuda_dlopen(const char *soname);
 /* Checks the launch just made (and, in sync-debug mode, its execution). */
 lam_status cuda_after_launch(cuda_state *st, cudaStream_t s, const char *kernel, const char *file, int line);
+/* Tells compute-sanitizer's initcheck that a library call on stream s wrote [p, p + bytes): cuBLAS's and
+ * cuDNN's Hopper kernels store through the tensor memory accelerator, stores initcheck does not see, so
+ * lamina's kernels reading their outputs were reported as reading uninitialized memory. Only the range
+ * the call is defined to write; a no-op (one NVTX call) when no tool is attached. */
+void cuda_mark_written(cudaStream_t s, const void *p, size_t bytes);
 /* comm.cu: the backend's collectives (internal.h's comm_*). */
 lam_status cuda_comm_init(lam_ctx *ctx, void **comm, int rank, int world, const unsigned char *id);
 void cuda_comm_free(lam_ctx *ctx, void *comm);

@@ -127,11 +127,17 @@ void cuda_nn_destroy(cuda_state *st) {
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: both GEMMs swap the operands. */
 static cublasOperation_t op(int transposed) { return transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+/* The M rows of N elements (row pitch ldc) a GEMM wrote, for compute-sanitizer's initcheck (cuda.h). */
+static void mark_c(lam_ctx *ctx, int M, int N, int ldc, const void *C, size_t elem) {
+  if (M > 0 && N > 0) cuda_mark_written(cuda_st(ctx)->stream, C, ((size_t)(M - 1) * ldc + N) * elem);
+}
+
 lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc) {
   cublasHandle_t h;
   LAM_TRY(handle(ctx, &h));
   CUBLAS_TRY(cb.sgemm(h, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  mark_c(ctx, M, N, ldc, C, sizeof(float));
   return LAM_OK;
 }
 
@@ -142,6 +148,7 @@ lam_status cuda_gemm_bf16(lam_ctx *ctx, int ta, int tb, int M, int N, int K, flo
   LAM_TRY(handle(ctx, &h));
   CUBLAS_TRY(cb.gemm_ex(h, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
                           c_bf16 ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  mark_c(ctx, M, N, ldc, C, c_bf16 ? 2 : sizeof(float));
   return LAM_OK;
 }
 
