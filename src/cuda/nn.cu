@@ -104,6 +104,8 @@ static lam_status handle(lam_ctx *ctx, cublasHandle_t *h) {
     st->cublas = hh;
     CUBLAS_TRY(cb.set_stream(hh, st->stream));
     CUDA_TRY(cudaMalloc(&st->cublas_ws, CUBLAS_WORKSPACE));
+    /* cuBLAS's split-K GEMMs store partial sums here through TMA and sum them in another kernel: for initcheck */
+    cuda_mark_written(st->stream, st->cublas_ws, CUBLAS_WORKSPACE);
     CUBLAS_TRY(cb.set_workspace(hh, st->cublas_ws, CUBLAS_WORKSPACE));
     CUBLAS_TRY(cb.set_math_mode(hh, math_mode(ctx->precision)));
   }
