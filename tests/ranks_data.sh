@@ -1,8 +1,16 @@
-# ranks_data.sh — sourced by test_ranks.sh and test_ranks_gpu.sh: PY, a Python with NumPy (Debian's on CI,
+# ranks_data.sh — sourced by test_ranks.sh and test_ranks_gpu.sh: TMP (removed at exit), ok / not_ok (they
+# count into passed / failed; not_ok shows the head of "$TMP/err"), PY, a Python with NumPy (Debian's on CI,
 # else the first on PATH: the H200 machine's /usr/bin/python3 has none), and in "$TMP/d" the set both train
 # on: 600 training and 200 test images of 12x12, the class written as a bright column (learnable in a few
 # epochs), IDX files. Exits the test (not ok) when either cannot be had. And resume_check, the checkpoint test
 # both make.
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+ok() { echo "ok - $1"; passed=$((passed + 1)); }
+not_ok() { echo "not ok - $1: $2"; echo "#   stderr: $(head -c 1500 "$TMP/err" | tr '\n' ' ')"; failed=$((failed + 1)); }
+
 PY=
 for p in /usr/bin/python3 python3; do
   if "$p" -c "import numpy" 2>/dev/null; then PY=$p; break; fi

@@ -16,13 +16,6 @@
 set -u
 LAMINA=$1
 MPIEXEC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-ok() { echo "ok - $1"; passed=$((passed + 1)); }
-not_ok() { echo "not ok - $1: $2"; echo "#   stderr: $(head -c 800 "$TMP/err" | tr '\n' ' ')"; failed=$((failed + 1)); }
-
 # Under scripts/sanitize's leak checking, the ranks' runs leave it out: OpenMPI keeps memory from
 # MPI_Init to exit (in libmpi and the plugins it unloads), which is not lamina's; the single-process runs
 # here, without MPI, keep it.
@@ -31,7 +24,7 @@ MPI=(env "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$MPIEXEC"
 unset LAMINA_DEVICE LAMINA_THREADS OMP_NUM_THREADS
 export LAMINA_DEVICE=cpu # the CPU backend, here as on CI
 SPEC="conv 4 3, relu, maxpool 2, flatten, dense 10"
-. "$(dirname "$0")/ranks_data.sh" # PY and the set in $TMP/d
+. "$(dirname "$0")/ranks_data.sh" # TMP, ok / not_ok, PY, the set in $TMP/d, resume_check
 
 # losses FILE: the epochs' training losses and the last test accuracy, one per line
 losses() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); [print(e['train_loss']) for e in j['epochs']]; print(j['test_acc'])" "$1"; }

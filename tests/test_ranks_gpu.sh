@@ -24,12 +24,6 @@ set -u
 LAMINA=$1
 MPIEXEC=${2:-}
 "$LAMINA" hidden --device cuda --n 10 --repeat 1 >/dev/null 2>&1 || { echo "skip: no CUDA device"; exit 77; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-ok() { echo "ok - $1"; passed=$((passed + 1)); }
-not_ok() { echo "not ok - $1: $2"; echo "#   stderr: $(head -c 1500 "$TMP/err" | tr '\n' ' ')"; failed=$((failed + 1)); }
 unset LAMINA_DEVICE LAMINA_CUDA_DEVICE WORLD_SIZE RANK LOCAL_RANK MASTER_ADDR MASTER_PORT LAMINA_PORT
 export LAMINA_DEVICE=cuda
 if command -v timeout >/dev/null 2>&1; then LIMIT=(timeout 300); else LIMIT=(); fi
@@ -41,7 +35,7 @@ SPEC="conv 4 3, relu, maxpool 2, flatten, dense 10"
 PARTS=(test_ranks_launchers test_ranks_sync_bn test_ranks_resume)
 if [ -n "${LAMINA_TEST_LIST:-}" ]; then printf '%s\n' "${PARTS[@]}"; exit 0; fi
 part() { [ -z "${LAMINA_TEST_FILTER:-}" ] || [[ "$1" == ${LAMINA_TEST_FILTER} ]]; }
-. "$(dirname "$0")/ranks_data.sh" # PY and the set in $TMP/d
+. "$(dirname "$0")/ranks_data.sh" # TMP, ok / not_ok, PY, the set in $TMP/d, resume_check
 
 # same ONE.json TWO.json: losses within a relative 1e-4, accuracy within 0.01, TWO's step in a graph
 same() {
