@@ -144,12 +144,11 @@ static size_t fd_stride(void) {
 }
 
 /* Each probed parameter's gradient g[i] against the loss's differences (fd_check at h, then at h/4),
- * counted into *st (st->n: the parameters probed); the parameters p are restored. */
+ * counted into *st (zeroed by the caller; st->n: the parameters probed); the parameters p are restored. */
 static void fd_params(lam_model *m, const char *what, const nu_net *net, float *p, const float *g, size_t n, int B,
                       const float *x, const uint8_t *y, double L0, gc_stats *st) {
   char nm[160];
   const size_t stride = fd_stride();
-  st->n = 0;
   for (size_t i = 0; i < n; i++) {
     if (i % stride && i != n - 1) continue;
     st->n++;
@@ -194,6 +193,15 @@ static void fd_params(lam_model *m, const char *what, const nu_net *net, float *
   }
 }
 
+/* One case's line, and its failure when a gradient disagreed or too many probes were skipped as kinks. */
+static void fd_report(const gc_case *gc, const char *what, size_t n, const gc_stats *st) {
+  print_message("  %-72s %4zu/%zu params, kinks %zu, at h/4 %zu, skipped %zu, worst err/tol %.2f  (%s)\n", gc->spec,
+                st->n, n, st->kinks, st->retried, st->skipped, st->worst_rel, gc->why);
+  if (st->bad) fail_msg("%s: %zu of %zu gradients disagree with the finite differences", what, st->bad, st->n);
+  if (st->skipped > st->n / 50 + 1)
+    fail_msg("%s: %zu of %zu parameters skipped as kink crossings (more than 2%% + 1)", what, st->skipped, st->n);
+}
+
 static gc_stats grad_check(const gc_case *gc, uint64_t id) {
   const uint64_t seed = tu_case_seed(0x67ad + id);
   char what[256];
@@ -221,13 +229,9 @@ static gc_stats grad_check(const gc_case *gc, uint64_t id) {
   tu_fill_nan(g, n);
   TU_OK(lam_model_grads_get(m, g, n));
 
-  gc_stats st = {n, 0, 0, 0, 0, 0.0};
+  gc_stats st = {0};
   fd_params(m, what, &net, p, g, n, B, x, y, L0, &st);
-  print_message("  %-72s %4zu/%zu params, kinks %zu, at h/4 %zu, skipped %zu, worst err/tol %.2f  (%s)\n", gc->spec,
-                st.n, n, st.kinks, st.retried, st.skipped, st.worst_rel, gc->why);
-  if (st.bad) fail_msg("%s: %zu of %zu gradients disagree with the finite differences", what, st.bad, st.n);
-  if (st.skipped > st.n / 50 + 1)
-    fail_msg("%s: %zu of %zu parameters skipped as kink crossings (more than 2%% + 1)", what, st.skipped, st.n);
+  fd_report(gc, what, n, &st);
   lam_model_free(m);
   free(x);
   free(p);
@@ -309,13 +313,9 @@ static gc_stats graph_grad_check(lam_ctx *ctx, const gc_case *gc, int T, uint64_
   const double L0 = loss_at(m, gc->batch, x, y);
   tu_fill_nan(g, n);
   TU_OK(lam_model_grads_get(m, g, n));
-  gc_stats st = {n, 0, 0, 0, 0, 0.0};
+  gc_stats st = {0};
   fd_params(m, what, NULL, p, g, n, gc->batch, x, y, L0, &st);
-  print_message("  %-72s %4zu/%zu params, kinks %zu, at h/4 %zu, skipped %zu, worst err/tol %.2f  (%s)\n", gc->spec,
-                st.n, n, st.kinks, st.retried, st.skipped, st.worst_rel, gc->why);
-  if (st.bad) fail_msg("%s: %zu of %zu gradients disagree with the finite differences", what, st.bad, st.n);
-  if (st.skipped > st.n / 50 + 1)
-    fail_msg("%s: %zu of %zu parameters skipped as kink crossings (more than 2%% + 1)", what, st.skipped, st.n);
+  fd_report(gc, what, n, &st);
   lam_model_free(m);
   free(x);
   free(p);
