@@ -30,9 +30,9 @@ if command -v timeout >/dev/null 2>&1; then LIMIT=(timeout 300); else LIMIT=(); 
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "${GPUS:-0}" -ge 2 ] || export LAMINA_SHARE_GPU=1
 SPEC="conv 4 3, relu, maxpool 2, flatten, dense 10"
-# Its three parts, as a C test's tests: LAMINA_TEST_LIST prints their names, LAMINA_TEST_FILTER (a glob) runs
+# Its four parts, as a C test's tests: LAMINA_TEST_LIST prints their names, LAMINA_TEST_FILTER (a glob) runs
 # the matching ones (scripts/gpu-sanitize runs them apart, at once).
-PARTS=(test_ranks_launchers test_ranks_sync_bn test_ranks_resume)
+PARTS=(test_ranks_launchers test_ranks_sync_bn_fp32 test_ranks_sync_bn_bf16 test_ranks_resume)
 if [ -n "${LAMINA_TEST_LIST:-}" ]; then printf '%s\n' "${PARTS[@]}"; exit 0; fi
 part() { [ -z "${LAMINA_TEST_FILTER:-}" ] || [[ "$1" == ${LAMINA_TEST_FILTER} ]]; }
 . "$(dirname "$0")/ranks_data.sh" # TMP, ok / not_ok, PY, the set in $TMP/d, resume_check
@@ -116,7 +116,7 @@ done
 # with each rank's own statistics they do not (more than 1e-3 apart somewhere: the check can tell).
 BN="conv 8 3, bn, relu, maxpool 2, flatten, dense 10"
 for P in fp32 bf16; do
-  part test_ranks_sync_bn || break
+  part "test_ranks_sync_bn_$P" || continue
   tol=1e-4; [ "$P" = bf16 ] && tol=3e-2
   args=(train --data "$TMP/d" --model "$BN" --epochs 3 --batch 8 --opt sgd --lr 0.05 --precision "$P" --json --no-progress)
   if "${LIMIT[@]}" "$LAMINA" "${args[@]}" >"$TMP/one.json" 2>"$TMP/err" &&
