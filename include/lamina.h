@@ -694,6 +694,41 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
+/* ---- files: what a run reads and writes ---------------------------------------------------------- */
+
+/* The kinds of file lamina writes: an existing file is replaced only by a file of its own kind (its first
+ * bytes say which), so a mistyped output name cannot destroy a data set or another kind of file. */
+typedef enum lam_file_kind {
+  LAM_FILE_NONE = 0, /* any: no kind check */
+  LAM_FILE_CHECKPOINT,
+  LAM_FILE_SAFETENSORS,
+  LAM_FILE_TRACE,
+  LAM_FILE_LOG,      /* a training log, CSV (lamina train --log) */
+  LAM_FILE_PNG,
+  LAM_FILE_IDX,
+  LAM_FILE_NPY,
+  LAM_FILE_KINDS
+} lam_file_kind;
+const char *lam_file_kind_name(lam_file_kind k); /* "a lamina checkpoint", ... */
+
+/* A run: between lam_run_begin and lam_run_end every input lamina reads (data files, checkpoints, spec files,
+ * folders of images) and every output claimed or written is remembered, and an output that would replace an
+ * input, another output of the run, or land in a folder the run reads its files from is refused with a
+ * message naming both. (A checkpoint resumed from may be replaced by the run's own checkpoint.) Outside a
+ * run only the kind rule and the path checks hold. lam_run_begin forgets any earlier run. */
+void lam_run_begin(void);
+void lam_run_end(void);
+/* lam_output_path_check for an output of this kind, claimed for the run (what: "checkpoint (--save)", ...):
+ * call it for each output before the work that makes it. */
+lam_status lam_output_check(const char *path, const char *what, lam_file_kind kind);
+/* An input the caller reads itself: a regular file (a FIFO, device or socket is refused: it might never
+ * end), remembered for the run. */
+lam_status lam_input_check(const char *path, const char *what);
+/* A folder whose files the run reads: no output may be written into it. */
+lam_status lam_input_folder(const char *dir, const char *what);
+/* 1 when path is dir or lies inside it (canonical paths: links followed; either may not exist yet). */
+int lam_path_inside(const char *path, const char *dir);
+
 /* Whether lamina may write the file `path` names (what: "checkpoint", "trace", ... for the message):
  * LAM_OK, or the reason it would refuse — an empty path, a missing or unwritable folder, a directory, a
  * device node, FIFO or socket, a dangling symbolic link, an existing file this user cannot write. Files are

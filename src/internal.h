@@ -4,6 +4,7 @@
 #define LAMINA_INTERNAL_H
 
 #include <math.h>
+#include <stdio.h>
 
 #include "cache.h"
 #include "lamina.h"
@@ -115,13 +116,28 @@ struct lam_ctx {
 
 /* The backends. cuda_ctx_init fills ctx->be, ctx->state and ctx->name, or fails (no device). */
 extern const lam_backend lam_cpu_backend;
+/* What a run reads and writes (files.c; the run and the kinds are lamina.h's).
+ * Opens path for reading: only a regular file (a FIFO or device is refused before the open could wait);
+ * recorded as an input of the run when record is set. what names it in messages ("checkpoint"). */
+lam_status lam_input_open(const char *path, const char *what, lam_file_kind kind, int record, int *fd);
+lam_status lam_input_fopen(const char *path, const char *what, lam_file_kind kind, int record, FILE **f);
+/* Claims path as an output of this kind: refused where it is an input, another output (again = 0: another
+ * claim with another what; again = 1, the writer's own: one of another kind), in an input folder, or an
+ * existing file of another kind. */
+lam_status lam_output_claim(const char *path, const char *what, lam_file_kind kind, int again);
+/* An existing file at path is empty or of this kind (its first bytes), or no file is there. */
+lam_status lam_file_kind_check(const char *path, const char *what, lam_file_kind kind);
 /* lam_output_path_check, and where to write: path, or the file its symbolic link points to (out, size
  * bytes; outpath.c). */
 lam_status lam_output_path_resolve(const char *path, const char *what, char *out, size_t size);
-/* Writes n bytes to path atomically (outpath.c): checked and resolved as above, written to
- * "<path>.tmp.<pid>" in the same folder, flushed, fsync'd and renamed over it; on failure path is left as
- * it was and the temporary file removed. what names the file in messages ("safetensors file", ...). */
-lam_status lam_output_write_atomic(const char *path, const char *what, const void *data, size_t n);
+/* lam_output_check for a writer's own early check: a claim of this kind made before (the caller's, under
+ * another name) is this output. */
+lam_status lam_output_recheck(const char *path, const char *what, lam_file_kind kind);
+/* lam_output_write_atomic (lamina.h: temporary file, fsync, rename) of an output of this kind, checked and
+ * claimed as above (outpath.c). */
+lam_status lam_output_write(const char *path, const char *what, lam_file_kind kind, const void *data, size_t n);
+/* The kind of the bytes p (n of them), LAM_FILE_NONE if none lamina writes. */
+lam_file_kind lam_file_kind_of(const uint8_t *p, size_t n);
 
 lam_status cpu_ctx_init(lam_ctx *ctx);
 lam_status cuda_ctx_init(lam_ctx *ctx);

@@ -4,7 +4,8 @@
  * the reason: an empty path, a folder that is missing or not writable, a directory, a device node, FIFO or
  * socket, a dangling link, and an existing read-only file (the rename would replace it only because the
  * folder is writable; a file with no write permission bit is refused even to root). Checked before training, so that nothing is lost
- * to a bad path after an epoch. lam_output_write_atomic writes such a file: temporary, fsync, rename. */
+ * to a bad path after an epoch. lam_output_write writes such a file: temporary, fsync, rename. What the run
+ * reads and writes, and the kinds of file, are files.c's: every output is claimed there first. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -72,9 +73,21 @@ lam_status lam_output_path_resolve(const char *path, const char *what, char *out
   return LAM_OK;
 }
 
-lam_status lam_output_path_check(const char *path, const char *what) {
+lam_status lam_output_check(const char *path, const char *what, lam_file_kind kind) {
   char resolved[PATH_MAX];
-  return lam_output_path_resolve(path, what ? what : "output", resolved, sizeof resolved);
+  what = what ? what : "output";
+  LAM_TRY(lam_output_path_resolve(path, what, resolved, sizeof resolved));
+  return lam_output_claim(resolved, what, kind, 0); /* files.c */
+}
+
+lam_status lam_output_recheck(const char *path, const char *what, lam_file_kind kind) {
+  char resolved[PATH_MAX];
+  LAM_TRY(lam_output_path_resolve(path, what, resolved, sizeof resolved));
+  return lam_output_claim(resolved, what, kind, 1);
+}
+
+lam_status lam_output_path_check(const char *path, const char *what) {
+  return lam_output_check(path, what, LAM_FILE_NONE);
 }
 
 /* The folder's fsync makes the rename itself durable. Filesystems that cannot sync a folder say EINVAL
@@ -102,10 +115,11 @@ void lam_checkpoint_abort_cleanup(void) {
   if (g_tmp_live) unlink(g_tmp);
 }
 
-lam_status lam_output_write_atomic(const char *asked, const char *what, const void *data, size_t n) {
-  LAM_CHECK_ARG(asked && what && (data || !n), "lam_output_write_atomic: NULL argument");
+lam_status lam_output_write(const char *asked, const char *what, lam_file_kind kind, const void *data, size_t n) {
+  LAM_CHECK_ARG(asked && what && (data || !n), "lam_output_write: NULL argument");
   char path[PATH_MAX];
   LAM_TRY(lam_output_path_resolve(asked, what, path, sizeof path));
+  LAM_TRY(lam_output_claim(path, what, kind, 1)); /* files.c: not an input, another output, or another kind */
   g_tmp_live = 0;
   const char *tmp = g_tmp;
   snprintf(g_tmp, sizeof g_tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -133,4 +147,10 @@ lam_status lam_output_write_atomic(const char *asked, const char *what, const vo
                     err ? strerror(err) : "unknown error", n, path);
   }
   return sync_folder_of(path, what);
+}
+
+/* The public writer knows only the bytes: their kind is the one an existing file must have. */
+lam_status lam_output_write_atomic(const char *path, const char *what, const void *data, size_t n) {
+  LAM_CHECK_ARG(data || !n, "lam_output_write_atomic: data is NULL");
+  return lam_output_write(path, what, lam_file_kind_of(data, n), data, n);
 }

@@ -442,10 +442,10 @@ run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device
 if [ "$rc" -eq 1 ] && has "$TMP/err" "trace" && no_epoch; then ok "--trace into a missing folder fails before training"
 else not_ok "--trace missing folder" "want exit 1 naming the trace before any epoch"; fi
 mkdir -p "$TMP/real"
-printf 'old' >"$TMP/real/target.ckpt"
+: >"$TMP/real/target.ckpt" # empty: nothing to lose (a file of another kind is refused: see issue 30's checks)
 ln -s real/target.ckpt "$TMP/link.ckpt"
 run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --save "$TMP/link.ckpt" --json
-if [ "$rc" -eq 0 ] && [ -L "$TMP/link.ckpt" ] && [ "$(head -c 3 "$TMP/real/target.ckpt")" != old ] &&
+if [ "$rc" -eq 0 ] && [ -L "$TMP/link.ckpt" ] && [ "$(head -c 7 "$TMP/real/target.ckpt")" = LAMCKPT ] &&
   [ "$(wc -c <"$TMP/real/target.ckpt")" -gt 100 ] && ! ls "$TMP/real" "$TMP" | grep -q '\.tmp\.'; then
   ok "--save through a symbolic link replaces its target, keeps the link, leaves no temporary file"
 else not_ok "--save symlink" "want exit 0, the link kept, the target a checkpoint, no .tmp files"; fi
@@ -732,6 +732,7 @@ else not_ok "export of a missing checkpoint" "want exit 1 and 'lamina export: '"
 # ---- lamina data: data sets anyone can rebuild ----------------------------------------------------
 
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${LAMINA_DATA_DIR:-}" ]; then
+  rm -rf "$TMP/seg" # the hand-made scenes above: a data maker writes only into a new (or empty) folder
   run data segment --out "$TMP/seg" --n 64 --test 16 --seed 3
   if [ "$rc" -eq 0 ] && [ -s "$TMP/seg/train-images-idx3-ubyte" ] && [ -s "$TMP/seg/train-labels-idx3-ubyte" ] &&
     [ -s "$TMP/seg/t10k-images-idx3-ubyte" ] && [ -s "$TMP/seg/t10k-labels-idx3-ubyte" ] && has "$TMP/out" "11 classes"; then
@@ -741,8 +742,8 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   if [ "$rc" -eq 0 ] && cmp -s "$TMP/seg/train-images-idx3-ubyte" "$TMP/seg2/train-images-idx3-ubyte" &&
     cmp -s "$TMP/seg/t10k-labels-idx3-ubyte" "$TMP/seg2/t10k-labels-idx3-ubyte"; then ok "data segment: the same seed, the same files"
   else not_ok "data segment twice" "want the same bytes for the same seed"; fi
-  run data segment --out "$TMP/seg2" --n 64 --test 16 --seed 4
-  if [ "$rc" -eq 0 ] && ! cmp -s "$TMP/seg/train-images-idx3-ubyte" "$TMP/seg2/train-images-idx3-ubyte"; then
+  run data segment --out "$TMP/seg4" --n 64 --test 16 --seed 4
+  if [ "$rc" -eq 0 ] && ! cmp -s "$TMP/seg/train-images-idx3-ubyte" "$TMP/seg4/train-images-idx3-ubyte"; then
     ok "data segment: another seed, other scenes"
   else not_ok "data segment --seed 4" "want other bytes"; fi
   expect_ok "train on segment scenes (a class per pixel)" train --data "$TMP/seg" --model "conv 8 3 pad 1, relu, conv 11 1" \
@@ -938,6 +939,127 @@ usage_error "data segment without --out" "--out" -- data segment --n 5
 usage_error "data segment --size 64" "--size" "HxW" -- data segment --out "$TMP/x" --size 64
 usage_error "data segment --n 0" "--n" -- data segment --out "$TMP/x" --n 0
 usage_error "data of an unknown kind" "segment" -- data scenes --out "$TMP/x"
+
+# ---- issue 30: outputs never replace inputs or each other; inputs that could hang refused ---------
+# Every writer goes through one check (src/files.c): an output may not be an input, another output of the
+# run, or a file in a folder the run reads; an existing file is replaced only by one of its own kind.
+
+# refused DESC WANT-IN-STDERR [FILE...] -- ARGS: exit 1, the message, no epoch, and each FILE unchanged
+refused() {
+  local desc=$1 want=$2 f same=1
+  shift 2
+  local files=()
+  while [ "$1" != "--" ]; do files+=("$1"); shift; done
+  shift
+  for f in "${files[@]}"; do cp -p "$f" "$f.before"; done
+  run "$@"
+  for f in "${files[@]}"; do cmp -s "$f" "$f.before" || same=0; rm -f "$f.before"; done
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "$want" && [ "$same" -eq 1 ] && no_epoch; then ok "$desc"
+  else not_ok "$desc" "want exit 1, '$want' on stderr, no epoch and the files unchanged (same=$same)"; fi
+}
+D30="$TMP/own" # a copy of the small set, as a user's data
+cp -r "$TMP/mini" "$D30"
+cp "$D30/t10k-images-idx3-ubyte" "$TMP/data30-copy"
+T30=(--model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu)
+refused "train --save onto the training images is refused" "not a lamina checkpoint" "$D30/train-images-idx3-ubyte" -- \
+  train --data "$D30" "${T30[@]}" --save "$D30/train-images-idx3-ubyte"
+refused "train --log onto the test labels is refused" "not a lamina training log" "$D30/t10k-labels-idx1-ubyte" -- \
+  train --data "$D30" "${T30[@]}" --log "$D30/t10k-labels-idx1-ubyte"
+refused "train --trace onto a data file is refused" "not a lamina trace" "$D30/train-labels-idx1-ubyte" -- \
+  train --data "$D30" "${T30[@]}" --trace "$D30/train-labels-idx1-ubyte"
+refused "train --save X --log X is refused" "also this run's" -- \
+  train --data "$D30" "${T30[@]}" --save "$TMP/x30.ckpt" --log "$TMP/x30.ckpt"
+refused "train --save X --trace X is refused" "also this run's" -- \
+  train --data "$D30" "${T30[@]}" --save "$TMP/x30.ckpt" --trace "$TMP/x30.ckpt"
+refused "train --save X --save-best X is refused" "also this run's" -- \
+  train --data "$D30" "${T30[@]}" --val-split 0.25 --save "$TMP/x30.ckpt" --save-best "$TMP/x30.ckpt"
+if [ ! -e "$TMP/x30.ckpt" ]; then ok "a refused run leaves no output behind"; else not_ok "refused runs" "want no x30.ckpt"; fi
+printf 'name,score\nalice,3\n' >"$TMP/notes.csv"
+refused "train --log onto a user's CSV is refused" "starts with the text 'name,score" "$TMP/notes.csv" -- \
+  train --data "$D30" "${T30[@]}" --log "$TMP/notes.csv"
+expect_ok "a checkpoint and a log to go on from" train --data "$D30" "${T30[@]}" --save "$TMP/r30.ckpt" --log "$TMP/r30.csv"
+refused "train --resume X --log X is refused" "not a lamina training log" "$TMP/r30.ckpt" -- \
+  train --data "$D30" --epochs 2 --device cpu --resume "$TMP/r30.ckpt" --log "$TMP/r30.ckpt"
+expect_ok "train --resume X --save X, the log replaced by a log: a run may continue its own checkpoint" \
+  train --data "$D30" --epochs 2 --device cpu --resume "$TMP/r30.ckpt" --save "$TMP/r30.ckpt" --log "$TMP/r30.csv"
+if cmp -s "$D30/t10k-images-idx3-ubyte" "$TMP/data30-copy"; then ok "the data set is untouched by all of the above"
+else not_ok "data untouched" "the test images changed"; fi
+refused "export --load X --out X is refused" "not a safetensors file" "$TMP/r30.ckpt" -- \
+  export --load "$TMP/r30.ckpt" --out "$TMP/r30.ckpt"
+expect_ok "export to a new safetensors file" export --load "$TMP/r30.ckpt" --out "$TMP/r30.safetensors"
+refused "import FILE --out FILE is refused" "not a lamina checkpoint" "$TMP/r30.safetensors" -- \
+  import "$TMP/r30.safetensors" --model "$MINI_MODEL" --input 1x4x4 --out "$TMP/r30.safetensors"
+expect_ok "data images from the small set (PNG)" data images --from "$D30" --out "$TMP/img30" --format png --n 40 \
+  --test 20 --seed 1
+png30=$(find "$TMP/img30/test" -name '*.png' | sort | head -n 1)
+refused "export onto a PNG is refused" "it is a PNG image" "$png30" -- export --load "$TMP/r30.ckpt" --out "$png30"
+refused "train --save into a class folder of the image folder it reads is refused" "a folder this run reads" -- \
+  train --data "$TMP/img30" "${T30[@]}" --cache "" --save "$(dirname "$png30")/model.ckpt"
+
+# --cache DIR holding a user's files: the prune removes only lamina's own stale cache files
+mkdir -p "$TMP/cache30"
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte.gz train-0123456789abcdef-notes.txt; do
+  printf 'user data\n' >"$TMP/cache30/$f"
+done
+cp "$D30/train-images-idx3-ubyte" "$TMP/cache30/train-00000000deadbeef-images-idx3-ubyte" # an old cache entry of lamina's
+cp "$D30/t10k-images-idx3-ubyte" "$TMP/cache30/train-images-idx3-ubyte"                     # a user's IDX file
+expect_ok "train on an image folder with --cache DIR" train --data "$TMP/img30" "${T30[@]}" --cache "$TMP/cache30"
+if cmp -s "$TMP/cache30/train-images-idx3-ubyte" "$D30/t10k-images-idx3-ubyte" && [ -f "$TMP/cache30/train-labels-idx1-ubyte" ] &&
+  [ -f "$TMP/cache30/t10k-images-idx3-ubyte.gz" ] && [ -f "$TMP/cache30/train-0123456789abcdef-notes.txt" ] &&
+  [ ! -e "$TMP/cache30/train-00000000deadbeef-images-idx3-ubyte" ] &&
+  [ "$(ls "$TMP/cache30" | grep -cE '^train-[0-9a-f]{16}-(images-idx[34]|labels-idx1)-ubyte$')" -eq 2 ]; then
+  ok "--cache DIR: the user's files kept, lamina's stale entry pruned, the new pair written"
+else not_ok "--cache DIR prune" "want the user's 4 files kept, the deadbeef entry gone ($(ls "$TMP/cache30" | tr '\n' ' '))"; fi
+
+# data makers write a new set into a new (or empty) folder only
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${LAMINA_DATA_DIR:-}" ]; then
+  for maker in segment clips; do
+    mkdir -p "$TMP/set30-$maker" && cp "$D30/train-images-idx3-ubyte" "$TMP/set30-$maker/"
+    refused "data $maker --out onto an existing set is refused" "is not empty" "$TMP/set30-$maker/train-images-idx3-ubyte" -- \
+      data "$maker" --out "$TMP/set30-$maker" --n 8 --test 4
+    if [ "$(ls "$TMP/set30-$maker" | wc -l)" -eq 1 ]; then ok "data $maker: nothing added to the existing folder"
+    else not_ok "data $maker into an existing folder" "want it left as it was"; fi
+  done
+fi
+
+# predict: a mask per input, named by its path under --input; never over an input, never two in one
+if [ -f "$TMP/seg.lamina" ]; then
+  in30="$TMP/pin30"
+  mkdir -p "$in30/sub1" "$in30/sub2"
+  cp "$png30" "$in30/sub1/x.png"
+  cp "$png30" "$in30/sub2/x.png"
+  run predict --load "$TMP/seg.lamina" --input "$in30" --out "$TMP/pout30" --device cpu
+  if [ "$rc" -eq 0 ] && [ -f "$TMP/pout30/sub1/x.png" ] && [ -f "$TMP/pout30/sub2/x.png" ]; then
+    ok "predict --out: sub1/x.png and sub2/x.png get a mask each, in their subfolders"
+  else not_ok "predict masks of subfolders" "want pout30/sub1/x.png and pout30/sub2/x.png"; fi
+  cp "$png30" "$in30/a.png"
+  cp "$png30" "$in30/a.jpg"
+  refused "predict: a.png and a.jpg would write one mask: refused, naming both" "would both write the mask" -- \
+    predict --load "$TMP/seg.lamina" --input "$in30" --out "$TMP/pout30b" --device cpu
+  rm "$in30/a.jpg"
+  refused "predict --out equal to --input is refused" "inside --input" "$in30/a.png" -- \
+    predict --load "$TMP/seg.lamina" --input "$in30" --out "$in30" --device cpu
+  refused "predict --out inside --input is refused" "inside --input" -- \
+    predict --load "$TMP/seg.lamina" --input "$in30" --out "$in30/masks" --device cpu
+  refused "predict --out into the folder of the input file is refused (the mask would replace it)" "this run's" \
+    "$in30/a.png" -- predict --load "$TMP/seg.lamina" --input "$in30/a.png" --out "$in30" --device cpu
+  refused "predict --grid onto a data file is refused" "not a PNG image" "$TMP/seg/t10k-labels-idx3-ubyte" -- \
+    predict --load "$TMP/seg.lamina" --data "$TMP/seg" --out "$TMP/pout30c" --grid "$TMP/seg/t10k-labels-idx3-ubyte" --device cpu
+fi
+
+# A FIFO (or another file that is not a regular one) as an input is refused at once, not waited on forever
+if mkfifo "$TMP/fifo30" 2>/dev/null; then
+  SAVED_LIMIT=("${LIMIT[@]}")
+  if command -v timeout >/dev/null 2>&1; then LIMIT=(timeout 20); fi
+  refused "eval --load FIFO is refused" "FIFO" -- eval --load "$TMP/fifo30" --data "$D30" --device cpu
+  refused "import FIFO is refused" "FIFO" -- import "$TMP/fifo30" --model "$MINI_MODEL" --input 1x4x4 --out "$TMP/f30.ckpt"
+  refused "predict --input FIFO is refused" "FIFO" -- predict --load "$TMP/r30.ckpt" --input "$TMP/fifo30" --device cpu
+  refused "train --resume FIFO is refused" "FIFO" -- train --data "$D30" --resume "$TMP/fifo30" --device cpu
+  mkdir -p "$TMP/fifoset30" && cp "$D30"/* "$TMP/fifoset30/" && rm "$TMP/fifoset30/t10k-labels-idx1-ubyte" &&
+    mkfifo "$TMP/fifoset30/t10k-labels-idx1-ubyte"
+  refused "a FIFO as a data file is refused" "FIFO" -- train --data "$TMP/fifoset30" "${T30[@]}"
+  LIMIT=("${SAVED_LIMIT[@]}")
+fi
 
 # ---- CUDA where there may be none ---------------------------------------------------------------
 

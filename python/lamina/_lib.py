@@ -185,6 +185,8 @@ LAM_ERR_INVALID_ARG, LAM_ERR_NO_DEVICE, LAM_ERR_CUDA, LAM_ERR_OUT_OF_MEMORY, LAM
 DEVICES = {"auto": 0, "cpu": 1, "cuda": 2}
 DEVICE_NAMES = {v: k for k, v in DEVICES.items()}
 DTYPE_F32, DTYPE_U8 = 0, 1
+FILE_CHECKPOINT = 1  # lam_file_kind (lamina.h): LAM_FILE_CHECKPOINT
+FILE_LOG = 4  # LAM_FILE_LOG
 LAYOUT_NCHW = 0
 LABEL_IGNORE = 255  # a per-pixel label that counts for nothing (LAM_LABEL_IGNORE, src/prims.h)
 OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
@@ -255,6 +257,9 @@ _SIGNATURES = {
                                     POINTER(POINTER(Dataset))]),
     "lam_dataset_free": (None, [POINTER(Dataset)]),
     "lam_output_path_check": (_status, [c_char_p, c_char_p]),
+    "lam_output_check": (_status, [c_char_p, c_char_p, c_int]),
+    "lam_run_begin": (None, []),
+    "lam_run_end": (None, []),
     "lam_output_write_atomic": (_status, [c_char_p, c_char_p, c_char_p, c_size_t]),
     "lam_dataset_channel_stats": (_status, [POINTER(Dataset), _P, _P]),
     "lam_evaluate": (_status, [_P, POINTER(Dataset), c_int, POINTER(c_double), POINTER(c_double), _P]),

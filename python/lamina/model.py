@@ -418,9 +418,16 @@ class Model(Closing):
         if (save_best is not None or early_stop is not None) and val is None:
             raise ValueError(f"{'save_best' if save_best is not None else 'early_stop'} chooses by the validation "
                              f"loss: give validation_data=(x_val, y_val) or val_split=F too")
-        for path, what in ((save_best, b"best model (save_best=)"), (log, b"log (log=)")):
-            if path is not None:  # checked before any training that a bad path would throw away
-                check(lib.lam_output_path_check(os.fsencode(path), what))
+        # Checked before any training that a bad path would throw away, as one run's outputs: neither may
+        # replace the other, nor an existing file of another kind (files.c).
+        lib.lam_run_begin()
+        try:
+            for path, what, kind in ((save_best, b"best model (save_best=)", _lib.FILE_CHECKPOINT),
+                                     (log, b"log (log=)", _lib.FILE_LOG)):
+                if path is not None:
+                    check(lib.lam_output_check(os.fsencode(path), what, kind))
+        finally:
+            lib.lam_run_end()
         norm = self._normalize_arg(normalize)
         aug = None if augment is None else _augment_arg(augment)
         if label_smoothing is not None:

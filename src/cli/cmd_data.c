@@ -117,14 +117,25 @@ static int parse(int argc, char **argv, data_opts *o) {
 }
 
 /* DIR made if missing (its parent must exist); an existing path must be a folder. */
-static int make_folder(const char *dir) {
+/* --out must be a new folder, or an empty one: a set is written whole, into a folder of its own (writing into
+ * a set already there would leave a mix of two sets, or replace a user's files). */
+static int check_new_folder(const char *dir) {
   struct stat st;
-  if (stat(dir, &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return 0;
-    fprintf(stderr, "lamina data: --out '%s' exists and is not a folder: give a folder to write the set into\n", dir);
-    return 1;
-  }
-  if (mkdir(dir, 0777) != 0) {
+  if (stat(dir, &st) != 0) return 0;
+  DIR *d = S_ISDIR(st.st_mode) ? opendir(dir) : NULL;
+  int empty = d != NULL;
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
+  if (d) closedir(d);
+  if (empty) return 0;
+  fprintf(stderr, "lamina data: --out '%s' exists%s: give a new folder (the set is written whole, into a folder of "
+                  "its own)\n", dir, S_ISDIR(st.st_mode) ? " and is not empty" : " and is not a folder");
+  return 1;
+}
+
+static int make_folder(const char *dir) {
+  if (check_new_folder(dir)) return 1;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
     fprintf(stderr, "lamina data: cannot make the folder '%s': %s (its parent must exist and be writable)\n", dir,
             strerror(errno));
     return 1;
@@ -217,7 +228,7 @@ static int cmd_idx_set(int kind, int argc, char **argv) {
   for (int i = 0; i < 4; i++)
     if ((size_t)snprintf(path[i], sizeof path[i], "%s/%s", o.out, names[i]) >= sizeof path[i])
       return cli_usage_error("data", "--out: the path '%s' is too long", o.out);
-  /* the source first, then the folder: a bad --from leaves nothing behind */
+  if (check_new_folder(o.out)) return 1; /* before the source is read; made only after, so a bad --from leaves nothing */
   lam_dataset *src[2] = {NULL, NULL};
   if (lam_dataset_load(o.from, 1, &src[0]) != LAM_OK) return fail("--from (its training part)");
   if (lam_dataset_load(o.from, 0, &src[1]) != LAM_OK) {
@@ -226,7 +237,7 @@ static int cmd_idx_set(int kind, int argc, char **argv) {
   }
   rc = make_folder(o.out);
   for (int i = 0; i < 4 && !rc; i++) /* before any work: the files may be written there */
-    if (lam_output_path_check(path[i], "data file") != LAM_OK) rc = fail("--out");
+    if (lam_output_check(path[i], "data file", o.format == FORMAT_NPY ? LAM_FILE_NPY : LAM_FILE_IDX) != LAM_OK) rc = fail("--out");
   if (!rc) rc = idx_part(kind, &o, src[0], 1, path[0], path[1]);
   if (!rc) rc = idx_part(kind, &o, src[1], 0, path[2], path[3]);
   if (!rc && kind == KIND_SEGMENT)
@@ -256,19 +267,8 @@ static int cmd_images(int argc, char **argv) {
   if (o.size_set || o.frames_set)
     return cli_usage_error("data", "images: --%s is not for images (they keep the source's size)",
                            o.size_set ? "size" : "frames");
+  if (check_new_folder(o.out)) return 1;
   struct stat st;
-  if (stat(o.out, &st) == 0) {
-    DIR *d = S_ISDIR(st.st_mode) ? opendir(o.out) : NULL;
-    int empty = d != NULL;
-    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
-      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
-    if (d) closedir(d);
-    if (!empty) {
-      fprintf(stderr, "lamina data: --out '%s' exists%s: give a new folder (the set is written whole, into a folder "
-                      "of its own)\n", o.out, S_ISDIR(st.st_mode) ? " and is not empty" : " and is not a folder");
-      return 1;
-    }
-  }
   lam_dataset *src[2] = {NULL, NULL};
   if (lam_dataset_load(o.from, 1, &src[0]) != LAM_OK) return fail("--from (its training part)");
   if (lam_dataset_load(o.from, 0, &src[1]) != LAM_OK) {

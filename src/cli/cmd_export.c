@@ -145,7 +145,7 @@ int cmd_export(int argc, char **argv) {
   port_opts o;
   int rc = parse("export", argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
-  if (o.out && lam_output_path_check(o.out, "safetensors file") != LAM_OK) return fail("export", "--out");
+  if (o.out && lam_output_check(o.out, "safetensors file", LAM_FILE_SAFETENSORS) != LAM_OK) return fail("export", "--out");
   lam_ctx *ctx = NULL;
   lam_model *m = NULL;
   int ret = 1;
@@ -169,7 +169,7 @@ int cmd_import(int argc, char **argv) {
   port_opts o;
   int rc = parse("import", argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
-  if (o.out && lam_output_path_check(o.out, "checkpoint") != LAM_OK) return fail("import", "--out");
+  if (o.out && lam_output_check(o.out, "checkpoint", LAM_FILE_CHECKPOINT) != LAM_OK) return fail("import", "--out");
   char *spec = NULL;
   if ((rc = cli_model_spec("import", o.model, &spec))) return rc;
   lam_ctx *ctx = NULL;

@@ -37,6 +37,10 @@ const char cli_model_grammar[] =
 /* A file's text as one spec line: lines joined with ", " where they do not end in a comma, '#' to
  * the line's end dropped. *out is malloc'ed. */
 static int read_model_file(const char *path, char **out, char *why, size_t why_size) {
+  if (lam_input_check(path, "model file") != LAM_OK) { /* a regular file, one of the run's inputs */
+    snprintf(why, why_size, "%s", lam_last_error());
+    return -1;
+  }
   FILE *f = fopen(path, "r");
   if (!f) {
     snprintf(why, why_size, "cannot open %s: %s", path, strerror(errno));

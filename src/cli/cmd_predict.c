@@ -119,6 +119,10 @@ static int scan(const char *dir, int depth, files *f) {
     fprintf(stderr, "lamina predict: --input: cannot list '%s': %s\n", dir, strerror(errno));
     return 1;
   }
+  if (lam_input_folder(dir, "images (--input)") != LAM_OK) { /* no output of the run goes there */
+    closedir(d);
+    return fail("--input");
+  }
   int rc = 0;
   for (struct dirent *e; (e = readdir(d)) != NULL && !rc;) {
     if (e->d_name[0] == '.') continue;
@@ -130,6 +134,91 @@ static int scan(const char *dir, int depth, files *f) {
   }
   closedir(d);
   return rc;
+}
+
+static void files_free(files *f) {
+  for (size_t i = 0; i < f->n; i++) free(f->v[i]);
+  free(f->v);
+}
+
+/* Makes folder dir if it is missing (its parent must exist). */
+static int make_dir(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) == 0 || mkdir(dir, 0777) == 0 || errno == EEXIST) return 0;
+  fprintf(stderr, "lamina predict: cannot make the folder '%s': %s\n", dir, strerror(errno));
+  return 1;
+}
+
+/* Where each mask goes: --out/NAME.png, NAME the input's path under --input less its extension (a subfolder's
+ * image in the same subfolder of --out), or the test image's index with --data. Two inputs that would write one
+ * mask (a.jpg and a.png) are an error naming both, and --out may not be inside --input: the masks would be read
+ * as images by the next run. All before any work. */
+static int mask_paths(const predict_opts *o, const files *fl, size_t n, files *mp) {
+  struct stat st;
+  const int dir_in = o->input && stat(o->input, &st) == 0 && S_ISDIR(st.st_mode);
+  if (dir_in && lam_path_inside(o->out, o->input))
+    return cli_usage_error("predict", "--out '%s' is inside --input '%s': the masks would be taken for images next "
+                           "time; give a folder outside it", o->out, o->input);
+  if (make_dir(o->out)) return 1;
+  const size_t skip = dir_in ? strlen(o->input) + 1 : 0;
+  for (size_t i = 0; i < n; i++) {
+    char rel[4200], path[8400];
+    if (o->data) snprintf(rel, sizeof rel, "%06zu", i);
+    else {
+      const char *name = fl->v[i] + skip;
+      if (!dir_in) {
+        const char *slash = strrchr(name, '/');
+        name = slash ? slash + 1 : name;
+      }
+      snprintf(rel, sizeof rel, "%s", name);
+      char *dot = strrchr(rel, '.'), *slash = strrchr(rel, '/');
+      if (dot && (!slash || dot > slash)) *dot = '\0';
+    }
+    if ((size_t)snprintf(path, sizeof path, "%s/%s.png", o->out, rel) >= sizeof path) {
+      fprintf(stderr, "lamina predict: the mask path for '%s' is too long\n", o->data ? rel : fl->v[i]);
+      return 1;
+    }
+    if (files_add(mp, path)) {
+      fprintf(stderr, "lamina predict: out of host memory\n");
+      return 1;
+    }
+  }
+  const char **by = malloc((n ? n : 1) * sizeof *by); /* the paths in order, to find two alike */
+  if (!by) {
+    fprintf(stderr, "lamina predict: out of host memory\n");
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) by[i] = mp->v[i];
+  qsort(by, n, sizeof *by, cmp_str);
+  int rc = 0;
+  for (size_t i = 1; i < n && !rc; i++)
+    if (!strcmp(by[i - 1], by[i])) {
+      size_t a = 0, b; /* the two inputs: the first and the next with this mask */
+      while (strcmp(mp->v[a], by[i])) a++;
+      for (b = a + 1; strcmp(mp->v[b], by[i]); b++) {}
+      fprintf(stderr, "lamina predict: '%s' and '%s' would both write the mask '%s': rename one of them, or predict "
+              "them apart\n", fl->v[a], fl->v[b], by[i]);
+      rc = 1;
+    }
+  free(by);
+  return rc;
+}
+
+/* Makes the masks' subfolders and claims each mask as an output of the run (files.c: not an input, not another
+ * file's kind), before any work. */
+static int claim_masks(const predict_opts *o, const files *mp) {
+  const size_t base = strlen(o->out) + 1;
+  for (size_t i = 0; i < mp->n; i++) {
+    char *slash = strrchr(mp->v[i] + base, '/');
+    if (slash) {
+      *slash = '\0';
+      int rc = make_dir(mp->v[i]);
+      *slash = '/';
+      if (rc) return 1;
+    }
+    if (lam_output_check(mp->v[i], "mask (--out)", LAM_FILE_PNG) != LAM_OK) return fail("--out");
+  }
+  return 0;
 }
 
 /* Each class its colour: 0 (the background of a segmentation) black, 255 (ignored) grey, the others a
@@ -176,7 +265,7 @@ int cmd_predict(int argc, char **argv) {
   lam_ctx *ctx = NULL;
   lam_model *m = NULL;
   lam_dataset *set = NULL;
-  files fl = {0};
+  files fl = {0}, mp = {0}; /* the input files; the masks' paths, in the same order */
   uint8_t *images = NULL, *masks = NULL;
   float *logits = NULL;
   rc = 1;
@@ -201,7 +290,7 @@ int cmd_predict(int argc, char **argv) {
     rc = cli_usage_error("predict", "--grid: the model's %dx%d output is not its %dx%d input", OW, OH, W, H);
     goto out;
   }
-  if (o.grid && lam_output_path_check(o.grid, "grid picture") != LAM_OK) {
+  if (o.grid && lam_output_check(o.grid, "grid picture (--grid)", LAM_FILE_PNG) != LAM_OK) {
     rc = fail("--grid");
     goto out;
   }
@@ -237,7 +326,10 @@ int cmd_predict(int argc, char **argv) {
       fprintf(stderr, "lamina predict: --input '%s': %s\n", o.input, strerror(errno));
       goto out;
     }
-    if (S_ISDIR(st.st_mode) ? scan(o.input, 0, &fl) : files_add(&fl, o.input)) goto out;
+    if (S_ISDIR(st.st_mode) ? scan(o.input, 0, &fl)
+                            : lam_input_check(o.input, "image (--input)") != LAM_OK ? fail("--input")
+                                                                                    : files_add(&fl, o.input))
+      goto out;
     if (!fl.n) {
       fprintf(stderr, "lamina predict: --input '%s' holds no .png, .jpg or .jpeg files\n", o.input);
       goto out;
@@ -255,13 +347,7 @@ int cmd_predict(int argc, char **argv) {
         goto out;
       }
   }
-  if (o.out && per_pixel) {
-    struct stat st;
-    if (stat(o.out, &st) != 0 && mkdir(o.out, 0777) != 0) {
-      fprintf(stderr, "lamina predict: cannot make --out '%s': %s\n", o.out, strerror(errno));
-      goto out;
-    }
-  }
+  if (o.out && per_pixel && (mask_paths(&o, &fl, n, &mp) || claim_masks(&o, &mp))) goto out;
   const size_t out_per = (size_t)K * OH * OW, P = (size_t)OH * OW;
   logits = malloc((size_t)o.batch * out_per * sizeof *logits);
   masks = per_pixel ? malloc(n * P) : NULL;
@@ -320,16 +406,7 @@ int cmd_predict(int argc, char **argv) {
   if (arr && cli_json_print(arr)) goto out;
   if (per_pixel && o.out) {
     for (size_t i = 0; i < n; i++) {
-      char path[8400], base[4200];
-      if (o.data) snprintf(base, sizeof base, "%06zu", i);
-      else {
-        const char *slash = strrchr(fl.v[i], '/');
-        snprintf(base, sizeof base, "%s", slash ? slash + 1 : fl.v[i]);
-        char *dot = strrchr(base, '.');
-        if (dot) *dot = '\0';
-      }
-      snprintf(path, sizeof path, "%s/%s.png", o.out, base);
-      if (lam_image_save_png(path, masks + i * P, OH, OW, 1) != LAM_OK) {
+      if (lam_image_save_png(mp.v[i], masks + i * P, OH, OW, 1) != LAM_OK) {
         rc = fail(NULL);
         goto out;
       }
@@ -344,8 +421,7 @@ int cmd_predict(int argc, char **argv) {
   rc = 0;
 out:
   if (!set) free(images);
-  for (size_t i = 0; i < fl.n; i++) free(fl.v[i]);
-  free(fl.v);
+  files_free(&fl), files_free(&mp);
   free(masks);
   free(logits);
   lam_dataset_free(set);

@@ -749,10 +749,10 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     if (!freopen("/dev/null", "w", stdout)) return fail("train", "rank's stdout");
   }
   /* the files it will write, checked before any work that a bad path would throw away */
-  if ((o.save && lam_output_path_check(o.save, "checkpoint (--save)") != LAM_OK) ||
-      (o.trace && lam_output_path_check(o.trace, "trace (--trace)") != LAM_OK) ||
-      (o.save_best && lam_output_path_check(o.save_best, "best model (--save-best)") != LAM_OK) ||
-      (o.log && lam_output_path_check(o.log, "log (--log)") != LAM_OK))
+  if ((o.save && lam_output_check(o.save, "checkpoint (--save)", LAM_FILE_CHECKPOINT) != LAM_OK) ||
+      (o.trace && lam_output_check(o.trace, "trace (--trace)", LAM_FILE_TRACE) != LAM_OK) ||
+      (o.save_best && lam_output_check(o.save_best, "best model (--save-best)", LAM_FILE_CHECKPOINT) != LAM_OK) ||
+      (o.log && lam_output_check(o.log, "log (--log)", LAM_FILE_LOG) != LAM_OK))
     return fail("train", NULL);
   lam_dataset *train = NULL, *test = NULL, *val = NULL;
   lam_ctx *ctx = NULL;

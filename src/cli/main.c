@@ -40,6 +40,7 @@ int main(int argc, char **argv) {
     printf("lamina %s\n", LAMINA_VERSION);
     return 0;
   }
+  lam_run_begin(); /* the command is one run: no output may replace its inputs or other outputs (files.c) */
   if (!strcmp(cmd, "hidden")) return cmd_hidden(argc - 1, argv + 1);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
   if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);

@@ -350,8 +350,21 @@ static void cache_paths(const char *cache, int train, uint64_t key, int C, char 
   snprintf(lab, cap, "%s/%s-%016llx-labels-idx1-ubyte", cache, part, (unsigned long long)key);
 }
 
+/* A name cache_paths makes for this part: PART-<16 hex digits>-{images-idx3,images-idx4,labels-idx1}-ubyte, and
+ * nothing else (Fashion-MNIST's own train-images-idx3-ubyte is not one). */
+static int cache_name(const char *name, const char *part) {
+  size_t n = strlen(part);
+  if (strncmp(name, part, n)) return 0;
+  for (int i = 0; i < 16; i++)
+    if (!((name[n + i] >= '0' && name[n + i] <= '9') || (name[n + i] >= 'a' && name[n + i] <= 'f'))) return 0;
+  const char *rest = name + n + 16;
+  return !strcmp(rest, "-images-idx3-ubyte") || !strcmp(rest, "-images-idx4-ubyte") ||
+         !strcmp(rest, "-labels-idx1-ubyte");
+}
+
 /* Removes this part's cache files of other keys from the cache folder (each run with changed files would
- * otherwise leave its set behind). */
+ * otherwise leave its set behind): only files of cache_name's pattern that are IDX files, as lamina wrote
+ * them. The cache folder may be one the user keeps other files in (--cache DIR): nothing else is touched. */
 static void cache_prune(const char *cache, int train, uint64_t key) {
   const char *part = train ? "train-" : "t10k-";
   char keep[40];
@@ -360,10 +373,13 @@ static void cache_prune(const char *cache, int train, uint64_t key) {
   if (!d) return;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     const char *name = e->d_name;
-    if (strncmp(name, part, strlen(part)) || !strncmp(name, keep, strlen(keep))) continue;
-    if (!strstr(name, "-images-idx") && !strstr(name, "-labels-idx1")) continue;
+    if (!cache_name(name, part) || !strncmp(name, keep, strlen(keep))) continue;
     char full[PATH_MAX];
-    if ((size_t)snprintf(full, sizeof full, "%s/%s", cache, name) < sizeof full) unlink(full);
+    struct stat st;
+    if ((size_t)snprintf(full, sizeof full, "%s/%s", cache, name) >= sizeof full || lstat(full, &st) != 0 ||
+        !S_ISREG(st.st_mode) || lam_file_kind_check(full, "cache file", LAM_FILE_IDX) != LAM_OK)
+      continue;
+    unlink(full);
   }
   closedir(d);
 }
@@ -390,6 +406,21 @@ static lam_status cache_write(const char *dir, const char *cache, int by_default
   return LAM_OK;
 }
 
+/* The folders the images are in, each once (the entries are sorted by path: a folder's files are together),
+ * as the run's input folders (files.c). */
+static lam_status record_folders(const entries *l) {
+  char last[PATH_MAX] = "", dir[PATH_MAX];
+  for (size_t i = 0; i < l->n; i++) {
+    const char *p = l->e[i].path, *slash = strrchr(p, '/');
+    if (!slash || (size_t)(slash - p) >= sizeof dir) continue;
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - p), p);
+    if (!strcmp(dir, last)) continue;
+    LAM_TRY(lam_input_folder(dir, "images"));
+    snprintf(last, sizeof last, "%s", dir);
+  }
+  return LAM_OK;
+}
+
 static int exists(const char *p) {
   struct stat st;
   return stat(p, &st) == 0 && S_ISREG(st.st_mode);
@@ -412,12 +443,16 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   size_t nclasses;
   LAM_TRY(scan(dir, train, &l, &classes, &nclasses));
   names_free(classes, nclasses);
+  lam_status s = record_folders(&l); /* no output of the run may be written where the images are */
+  if (s != LAM_OK) {
+    entries_free(&l);
+    return s;
+  }
   char cache[PATH_MAX] = "";
   if (!o->cache) snprintf(cache, sizeof cache, "%s/.lamina-cache", dir);
   else snprintf(cache, sizeof cache, "%s", o->cache);
   const uint64_t key = cache_key(&l, o);
   char img[PATH_MAX + 64], lab[PATH_MAX + 64];
-  lam_status s = LAM_OK;
   for (int C = 1; C <= 3 && cache[0]; C += 2) { /* a cached part of either channel count */
     cache_paths(cache, train, key, C, img, lab, sizeof img);
     if (!exists(img) || !exists(lab)) continue;

@@ -57,12 +57,12 @@ int image_is_jpeg(const uint8_t *p, size_t n) { return is_jpeg(p, n); }
 
 lam_status image_file_bytes(const char *path, uint8_t **buf, size_t *len) {
   *buf = NULL, *len = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return LAM_FAIL(LAM_ERR_IO, "image file '%s': cannot open it: %s", path, strerror(errno));
+  FILE *f; /* files.c: only a regular file (a FIFO would block); a folder's images are not each recorded */
+  LAM_TRY(lam_input_fopen(path, "image file", LAM_FILE_NONE, 0, &f));
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fileno(f), &st) != 0) {
     fclose(f);
-    return LAM_FAIL(LAM_ERR_IO, "image file '%s': not a regular file", path);
+    return LAM_FAIL(LAM_ERR_IO, "image file '%s': fstat failed: %s", path, strerror(errno));
   }
   if ((uint64_t)st.st_size > IMAGE_MAX_BYTES) {
     fclose(f);
@@ -332,7 +332,7 @@ lam_status lam_image_save_png(const char *path, const uint8_t *px, int h, int w,
   uint8_t *buf;
   size_t len;
   LAM_TRY(image_encode(IMAGE_PNG, px, h, w, c, &buf, &len));
-  lam_status s = lam_output_write_atomic(path, "PNG file", buf, len);
+  lam_status s = lam_output_write(path, "PNG file", LAM_FILE_PNG, buf, len);
   free(buf);
   return s;
 }

@@ -83,7 +83,7 @@ lam_status lam_idx_write(const char *path, int rank, const uint64_t *dims, const
   for (int i = 0; i < rank; i++)
     for (int b = 0; b < 4; b++) buf[4 + 4 * i + b] = (uint8_t)(dims[i] >> (24 - 8 * b)); /* big-endian */
   memcpy(buf + head, data, count);
-  lam_status st = lam_output_write_atomic(path, "IDX file", buf, head + count);
+  lam_status st = lam_output_write(path, "IDX file", LAM_FILE_IDX, buf, head + count);
   free(buf);
   return st;
 }

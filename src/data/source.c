@@ -14,8 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data.h"
+#include "../internal.h"
 #include "../status.h"
 
 /* Deflate expands at most 1032:1, so a .gz file of B bytes holds at most 1032*B bytes of data: a
@@ -86,10 +88,15 @@ lam_status data_open(const char *path, data_role role, data_src *s) {
   s->regular = S_ISREG(st.st_mode);
   s->file_bytes = (uint64_t)st.st_size;
 
-  s->gz = gzopen(path, "rb");
-  if (!s->gz)
-    return LAM_FAIL(LAM_ERR_IO, "cannot open %s file '%s': %s", s->what, path,
-                    errno ? strerror(errno) : "out of memory for zlib's state");
+  char what[32];
+  snprintf(what, sizeof what, "%s file", s->what);
+  int fd;
+  LAM_TRY(lam_input_open(path, what, LAM_FILE_NONE, 1, &fd)); /* files.c: a regular file, one of the run's inputs */
+  s->gz = gzdopen(fd, "rb");
+  if (!s->gz) {
+    close(fd);
+    return LAM_FAIL(LAM_ERR_IO, "cannot open %s file '%s': out of memory for zlib's state", s->what, path);
+  }
   (void)gzbuffer(s->gz, GZ_BUFFER); /* before the first read, as zlib requires; failure only costs speed */
   size_t got = 0;
   if (gz_read_full(s->gz, s->peek, DATA_PEEK, &got) != 0) {

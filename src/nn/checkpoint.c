@@ -259,7 +259,7 @@ lam_status lam_checkpoint_save(const char *path, lam_model *m, const lam_trainer
   uint8_t *img = NULL;
   size_t len = 0;
   LAM_TRY(build_image(path, m, t, &img, &len));
-  lam_status s = lam_output_write_atomic(path, "checkpoint", img, len); /* outpath.c */
+  lam_status s = lam_output_write(path, "checkpoint", LAM_FILE_CHECKPOINT, img, len); /* outpath.c */
   free(img);
   return s;
 }
@@ -270,19 +270,13 @@ lam_status lam_checkpoint_save(const char *path, lam_model *m, const lam_trainer
 static lam_status read_file(const char *path, uint8_t **out, size_t *out_len) {
   *out = NULL;
   *out_len = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return LAM_FAIL(LAM_ERR_IO, "cannot open checkpoint '%s': fopen failed: %s", path, strerror(errno));
+  FILE *f;
+  LAM_TRY(lam_input_fopen(path, "checkpoint", LAM_FILE_CHECKPOINT, 1, &f)); /* files.c: a regular file */
   struct stat st;
   if (fstat(fileno(f), &st) != 0) {
     int err = errno;
     fclose(f);
     return LAM_FAIL(LAM_ERR_IO, "cannot read checkpoint '%s': fstat failed: %s", path, strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    fclose(f);
-    return LAM_FAIL(LAM_ERR_IO, "cannot read checkpoint '%s': it is %s, not a regular file", path,
-                    S_ISDIR(st.st_mode) ? "a directory" : "a special file");
   }
   size_t n = (size_t)st.st_size;
   uint8_t *p = malloc(n ? n : 1);

@@ -109,7 +109,7 @@ lam_status lam_trainer_profile_table(lam_trainer *t, lam_prof_row *rows, int max
 lam_status lam_trainer_profile_trace(lam_trainer *t, const char *path) {
   LAM_CHECK_ARG(t && path, "lam_trainer_profile_trace: %s is NULL", t ? "path" : "trainer");
   LAM_TRY(prof_resolve(&t->prof));
-  LAM_TRY(lam_output_path_check(path, "trace")); /* before the document is built */
+  LAM_TRY(lam_output_recheck(path, "trace", LAM_FILE_TRACE)); /* before the document is built */
   char *doc = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&doc, &len); /* the document in memory, then one atomic write (outpath.c) */
@@ -128,7 +128,7 @@ lam_status lam_trainer_profile_trace(lam_trainer *t, const char *path) {
   int bad = ferror(f);
   bad |= fclose(f) != 0;
   lam_status s = bad ? LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "writing the trace '%s': no host memory for the document", path)
-                     : lam_output_write_atomic(path, "trace", doc, len);
+                     : lam_output_write(path, "trace", LAM_FILE_TRACE, doc, len);
   free(doc);
   return s;
 }

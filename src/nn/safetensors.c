@@ -211,7 +211,7 @@ static json_t *build_header(const lam_model *m, const st_want *w, int n, size_t 
 
 lam_status lam_model_save_safetensors(lam_model *m, const char *path) {
   LAM_CHECK_ARG(m && path, "lam_model_save_safetensors: %s is NULL", m ? "path" : "model");
-  LAM_TRY(lam_output_path_check(path, "safetensors file")); /* before the work, and again when writing */
+  LAM_TRY(lam_output_recheck(path, "safetensors file", LAM_FILE_SAFETENSORS)); /* before the work, and again when writing */
   st_want *w;
   int n;
   LAM_TRY(st_wanted(m, &w, &n));
@@ -250,7 +250,7 @@ lam_status lam_model_save_safetensors(lam_model *m, const char *path) {
         put_le(p, u, 4);
       }
     }
-    s = lam_output_write_atomic(path, "safetensors file", img, total);
+    s = lam_output_write(path, "safetensors file", LAM_FILE_SAFETENSORS, img, total);
   }
   free(img);
   free(hdr);
@@ -354,14 +354,10 @@ static int by_begin(const void *a, const void *b) {
 
 /* Opens the file, reads and checks the header: its length, the JSON, every entry, no overlaps. */
 static lam_status read_header(st_file *F) {
-  F->f = fopen(F->path, "rb");
-  if (!F->f) return LAM_FAIL(LAM_ERR_IO, "cannot open safetensors file '%s': %s", F->path, strerror(errno));
+  LAM_TRY(lam_input_fopen(F->path, "safetensors file", LAM_FILE_SAFETENSORS, 1, &F->f)); /* files.c: regular */
   struct stat st;
   if (fstat(fileno(F->f), &st) != 0)
     return LAM_FAIL(LAM_ERR_IO, "cannot read safetensors file '%s': fstat failed: %s", F->path, strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    return LAM_FAIL(LAM_ERR_IO, "cannot read safetensors file '%s': it is %s, not a regular file", F->path,
-                    S_ISDIR(st.st_mode) ? "a directory" : "a special file");
   F->size = (uint64_t)st.st_size;
   uint8_t q[8];
   if (F->size < 8 || fread(q, 1, 8, F->f) != 8)

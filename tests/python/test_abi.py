@@ -17,7 +17,7 @@ HEADER = os.environ.get("LAMINA_HEADER") or os.path.join(REPO, "include", "lamin
 
 # C types that are ints at the ABI level (enums included).
 _INT_TYPES = {"int", "lam_status", "lam_device", "lam_dtype", "lam_layout", "lam_opt_kind", "lam_precision",
-              "int32_t"}
+              "lam_file_kind", "int32_t"}
 _U64_TYPES = {"size_t", "uint64_t"}  # both are c_ulong on LP64: ctypes cannot tell them apart either
 
 
@@ -139,6 +139,8 @@ class HeaderMatchesCtypes(unittest.TestCase):
         dt = self.enum("lam_dtype")
         self.assertEqual((dt["LAM_DTYPE_F32"], dt["LAM_DTYPE_U8"]), (_lib.DTYPE_F32, _lib.DTYPE_U8))
         self.assertEqual(self.enum("lam_layout")["LAM_LAYOUT_NCHW"], _lib.LAYOUT_NCHW)
+        kind = self.enum("lam_file_kind")
+        self.assertEqual((kind["LAM_FILE_CHECKPOINT"], kind["LAM_FILE_LOG"]), (_lib.FILE_CHECKPOINT, _lib.FILE_LOG))
         opt = self.enum("lam_opt_kind")
         self.assertEqual({k: opt["LAM_OPT_" + k.upper()] for k in _lib.OPTIMIZERS}, _lib.OPTIMIZERS)
 

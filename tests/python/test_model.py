@@ -161,6 +161,18 @@ class Training(unittest.TestCase):
         # early_stop: with lr 0 nothing improves after epoch 1, so 2 epochs of patience stop after epoch 3
         h = py.fit(self.x[:n], self.y[:n], epochs=8, optimizer="sgd", lr=0.0, verbose=0, val_split=0.25, early_stop=2)
         self.assertEqual(len(h), 3)
+        # issue 30: the two outputs may not be one file, and neither replaces a file of another kind
+        with open(best, "rb") as f:
+            best_bytes = f.read()
+        with self.assertRaisesRegex(lamina.LaminaError, "also this run's"):
+            both = os.path.join(self.tmp.name, "both")  # no file there yet
+            py.fit(self.x[:n], self.y[:n], epochs=1, val_split=0.25, save_best=both, log=both, verbose=0)
+        with self.assertRaisesRegex(lamina.LaminaError, "not a lamina training log"):
+            py.fit(self.x[:n], self.y[:n], epochs=1, val_split=0.25, log=best, verbose=0)
+        with self.assertRaisesRegex(lamina.LaminaError, "not a lamina checkpoint"):
+            py.fit(self.x[:n], self.y[:n], epochs=1, val_split=0.25, save_best=log, verbose=0)
+        with open(best, "rb") as f:
+            self.assertEqual(f.read(), best_bytes, "a refused fit changed the checkpoint")
         with self.assertRaises(ValueError):
             py.fit(self.x[:n], self.y[:n], epochs=2, save_best=best)  # no validation data
         with self.assertRaises(ValueError):
