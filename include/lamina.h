@@ -707,6 +707,8 @@ typedef enum lam_file_kind {
   LAM_FILE_PNG,
   LAM_FILE_IDX,
   LAM_FILE_NPY,
+  LAM_FILE_BENCH_CSV, /* lamina bench transfer --csv */
+  LAM_FILE_SVG,
   LAM_FILE_KINDS
 } lam_file_kind;
 const char *lam_file_kind_name(lam_file_kind k); /* "a lamina checkpoint", ... */

@@ -98,6 +98,18 @@ static int is_npy(const uint8_t *p, size_t n, uint64_t size) {
   return n >= 6 && !memcmp(p, "\x93NUMPY", 6);
 }
 
+static int is_bench_csv(const uint8_t *p, size_t n, uint64_t size) {
+  (void)size;
+  static const char head[] = "device,label,n,c,h,w,";
+  return n >= sizeof head - 1 && !memcmp(p, head, sizeof head - 1);
+}
+static int is_svg(const uint8_t *p, size_t n, uint64_t size) {
+  (void)size; /* an XML declaration or a DOCTYPE before the <svg> element: look for its name */
+  for (size_t i = 0; i + 4 <= n; i++)
+    if (!memcmp(p + i, "<svg", 4) || (i + 11 <= n && !memcmp(p + i, "DOCTYPE svg", 11))) return 1;
+  return 0;
+}
+
 static const struct {
   const char *name; /* "a lamina checkpoint": how a message names a file of this kind */
   int (*is)(const uint8_t *p, size_t n, uint64_t size);
@@ -109,11 +121,13 @@ static const struct {
     [LAM_FILE_PNG] = {"a PNG image", is_png},
     [LAM_FILE_IDX] = {"an IDX data file", is_idx},
     [LAM_FILE_NPY] = {"a NumPy .npy file", is_npy},
+    [LAM_FILE_BENCH_CSV] = {"a lamina bench CSV", is_bench_csv},
+    [LAM_FILE_SVG] = {"an SVG picture", is_svg},
 };
 
 lam_file_kind lam_file_kind_of(const uint8_t *p, size_t n) {
   for (int k = LAM_FILE_NONE + 1; k < LAM_FILE_KINDS; k++)
-    if (kinds[k].is(p, n < 64 ? n : 64, n)) return (lam_file_kind)k;
+    if (kinds[k].is(p, n < 256 ? n : 256, n)) return (lam_file_kind)k;
   return LAM_FILE_NONE;
 }
 
@@ -143,7 +157,7 @@ lam_status lam_file_kind_check(const char *path, const char *what, lam_file_kind
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return LAM_OK; /* none yet, or unreadable: the write itself says why, if it fails */
   struct stat st;
-  uint8_t head[64];
+  uint8_t head[256];
   ssize_t got = 0;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) got = pread(fd, head, sizeof head, 0);
   close(fd);

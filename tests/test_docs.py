@@ -329,7 +329,7 @@ def check_cli_spec():
     with open(spec_path, encoding="utf-8") as f:
         text = f.read()
     commands = {"": []}
-    commands.update({c: c.split() for c in ("hidden", "train", "eval", "model", "export", "import",
+    commands.update({c: c.split() for c in ("hidden", "train", "eval", "predict", "model", "export", "import", "data",
                                             "bench transfer", "info")})
     helps = {}
     for name, args in commands.items():

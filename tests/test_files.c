@@ -34,6 +34,8 @@ static const struct {
     {LAM_FILE_PNG, "a.png", "\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR", 16},
     {LAM_FILE_IDX, "a-idx1-ubyte", "\0\0\x08\x01\0\0\0\x01\x07", 9},
     {LAM_FILE_NPY, "a.npy", "\x93NUMPY\x01\0", 8},
+    {LAM_FILE_BENCH_CSV, "bench.csv", "device,label,n,c,h,w,layout\n", 28},
+    {LAM_FILE_SVG, "a.svg", "<?xml version=\"1.0\"?>\n<!DOCTYPE svg PUBLIC>\n<svg>", 49},
 };
 #define NKINDS (sizeof g_kinds / sizeof g_kinds[0])
 

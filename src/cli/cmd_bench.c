@@ -147,10 +147,10 @@ static int one_memory(opts *o, const char *t) {
 }
 
 /* A file the command will write (opt names it for the message), with suffix appended (may be ""). */
-static int check_writable(const char *opt, const char *path, const char *suffix) {
+static int check_writable(const char *opt, const char *path, const char *suffix, lam_file_kind kind) {
   char full[4096];
   snprintf(full, sizeof full, "%s%s", path, suffix);
-  if (lam_output_path_check(full, opt) == LAM_OK) return 0;
+  if (lam_output_check(full, opt, kind) == LAM_OK) return 0;
   fprintf(stderr, "lamina bench transfer: %s\n", lam_last_error());
   return -1;
 }
@@ -370,9 +370,9 @@ int cmd_bench(int argc, char **argv) {
   /* Fail before measuring: a plot or CSV that could not be written, or no Python to draw with. */
   char why[1200];
   const char *python = NULL;
-  if (o.csv && check_writable("--csv", o.csv, "")) return 1;
+  if (o.csv && check_writable("--csv", o.csv, "", LAM_FILE_BENCH_CSV)) return 1;
   if (o.plot) {
-    if (check_writable("--plot", o.plot, ".png") || check_writable("--plot", o.plot, ".svg")) return 1;
+    if (check_writable("--plot", o.plot, ".png", LAM_FILE_PNG) || check_writable("--plot", o.plot, ".svg", LAM_FILE_SVG)) return 1;
     python = find_python(o.python, why, sizeof why);
     if (!python) {
       fprintf(stderr, "lamina bench transfer: --plot needs Python 3 with matplotlib; %s has none. Install it "
