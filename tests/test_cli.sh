@@ -996,6 +996,12 @@ refused "export onto a PNG is refused" "it is a PNG image" "$png30" -- export --
 refused "train --save into a class folder of the image folder it reads is refused" "a folder this run reads" -- \
   train --data "$TMP/img30" "${T30[@]}" --cache "" --save "$(dirname "$png30")/model.ckpt"
 
+refused "bench transfer --csv onto a data file is refused" "not a lamina bench CSV" "$D30/train-labels-idx1-ubyte" -- \
+  bench transfer --batch 4 --reps 2 --device cpu --csv "$D30/train-labels-idx1-ubyte"
+printf 'not a picture\n' >"$TMP/pic30.png"
+refused "bench transfer --plot P onto a P.png that is not a picture is refused" "not a PNG image" "$TMP/pic30.png" -- \
+  bench transfer --batch 4 --reps 2 --device cpu --csv "$TMP/b30.csv" --plot "$TMP/pic30"
+
 # --cache DIR holding a user's files: the prune removes only lamina's own stale cache files
 mkdir -p "$TMP/cache30"
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte.gz train-0123456789abcdef-notes.txt; do
