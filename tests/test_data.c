@@ -1487,6 +1487,68 @@ static void test_image_bad(void **state) {
   TU_EXPECT_STATUS(image_read(path_of("no-such.png"), &im), LAM_ERR_IO);
 }
 
+/* Reads the whole file at path (a reference from tests/ref/png) into *buf; its length. */
+static size_t read_ref(const char *path, uint8_t **buf) {
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s (tests/ref/png/make_png_ref.py writes it)", path);
+  *buf = malloc(1 << 16);
+  size_t n = fread(*buf, 1, 1 << 16, f);
+  fclose(f);
+  return n;
+}
+
+/* Every PNG colour type and bit depth decoded as Pillow (and torchvision through it) reads it: 16-bit samples
+ * by their high byte with no gamma (0x1234 -> 18; the simplified API went through linear light: 76), alpha
+ * dropped keeping the colour under it (not composited onto black), palettes (with tRNS) as their colours,
+ * 1/2/4-bit grey scaled to 0..255, Adam7; both as the file's own channels (image_read) and converted to the
+ * other count (lam_image_load: grey to RGB the same value thrice, RGB to grey Pillow's convert("L") luma). The
+ * files and Pillow's pixels are tests/ref/png (make_png_ref.py says how they were made). */
+static void test_png_like_pil(void **state) {
+  (void)state;
+  if (!(lam_image_formats() & IMAGE_PNG)) skip();
+  static const struct {
+    const char *name;
+    int c; /* the channels image_read gives */
+  } cases[] = {{"grey1", 1},       {"grey2", 1},          {"grey4", 1},         {"grey8_trns", 1},
+               {"grey16", 1},      {"grey16_gama", 1},    {"greyalpha8", 1},    {"greyalpha16", 1},
+               {"rgb8_gama", 3},   {"rgb8_trns", 3},      {"rgb8_adam7", 3},    {"rgb16", 3},
+               {"rgb16_gama", 3},  {"rgba8", 3},          {"rgba8_clear", 3},   {"rgba16", 3},
+               {"palette2", 3},    {"palette4", 3},       {"palette8_trns", 3}};
+  int bad = 0;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char f[512];
+    uint8_t *want[2];
+    snprintf(f, sizeof f, "%s/%s.L", LAMINA_TEST_PNG_DIR, cases[k].name);
+    size_t nl = read_ref(f, &want[0]);
+    snprintf(f, sizeof f, "%s/%s.RGB", LAMINA_TEST_PNG_DIR, cases[k].name);
+    size_t nrgb = read_ref(f, &want[1]);
+    snprintf(f, sizeof f, "%s/%s.png", LAMINA_TEST_PNG_DIR, cases[k].name);
+    data_image im;
+    TU_OK(image_read(f, &im));
+    if (im.c != cases[k].c || (size_t)im.h * im.w != nl || nrgb != 3 * nl)
+      fail_msg("%s: %dx%d of %d channels, want %d channels and %zu pixels", cases[k].name, im.w, im.h, im.c,
+               cases[k].c, nl);
+    const uint8_t *ref = want[im.c == 3];
+    int here = 0; /* differences in this file: the first 3 shown */
+    for (size_t i = 0; i < nl * im.c; i++)
+      if (im.px[i] != ref[i] && here++ < 3)
+        print_message("%s: byte %zu (pixel %zu) is %d, Pillow's %d\n", cases[k].name, i, i / im.c, im.px[i], ref[i]);
+    for (int c = 1; c <= 3; c += 2) { /* CHW, fitted to its own size (a copy) */
+      uint8_t *out = malloc(nl * c);
+      TU_OK(lam_image_load(f, c, im.h, im.w, out));
+      for (size_t p = 0; p < nl; p++)
+        for (int q = 0; q < c; q++)
+          if (out[q * nl + p] != want[c == 3][p * c + q] && here++ < 3)
+            print_message("%s as %d channel%s: pixel %zu channel %d is %d, Pillow's %d\n", cases[k].name, c,
+                          c == 1 ? "" : "s", p, q, out[q * nl + p], want[c == 3][p * c + q]);
+      free(out);
+    }
+    bad += here;
+    free(im.px), free(want[0]), free(want[1]);
+  }
+  assert_int_equal(bad, 0);
+}
+
 /* The fit: a copy at the same size; halving a side averages pairs (area); doubling is bilinear; a wide image
  * fitted to a square keeps its middle columns. */
 static void test_image_fit(void **state) {
@@ -1808,7 +1870,7 @@ int main(void) {
       cmocka_unit_test(test_npy_bad),          cmocka_unit_test(test_fashion_mnist_real),
       cmocka_unit_test(test_idx_write),        cmocka_unit_test(test_data_segment),
       cmocka_unit_test(test_data_clips),
-      cmocka_unit_test(test_image_roundtrip),  cmocka_unit_test(test_image_bad),
+      cmocka_unit_test(test_image_roundtrip),  cmocka_unit_test(test_image_bad), cmocka_unit_test(test_png_like_pil),
       cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),
       cmocka_unit_test(test_image_folder_errors), cmocka_unit_test(test_image_folder_decoders),
   };
