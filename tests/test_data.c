@@ -24,6 +24,10 @@
 #include <zlib.h>
 
 #include "../src/data/data.h" /* image_read, image_encode, image_fit: the image files' own checks */
+#ifdef LAMINA_TEST_JPEG
+#include <stdio.h>
+#include <jpeglib.h> /* progressive JPEGs, made here as decompression bombs */
+#endif
 
 static char g_dir[64]; /* this run's mkdtemp folder */
 
@@ -1549,6 +1553,122 @@ static void test_png_like_pil(void **state) {
   assert_int_equal(bad, 0);
 }
 
+#ifdef LAMINA_TEST_JPEG
+/* A JPEG of h x w x c (1 or 3, 4:4:4) of a smooth picture, progressive by libjpeg's own script, or by
+ * script (n scans) where given; *len bytes, malloc'd. */
+static uint8_t *progressive_jpeg(int h, int w, int c, const jpeg_scan_info *script, int n, size_t *len) {
+  struct jpeg_compress_struct ci;
+  struct jpeg_error_mgr err;
+  ci.err = jpeg_std_error(&err);
+  jpeg_create_compress(&ci);
+  unsigned char *mem = NULL;
+  unsigned long size = 0;
+  jpeg_mem_dest(&ci, &mem, &size);
+  ci.image_width = (JDIMENSION)w, ci.image_height = (JDIMENSION)h, ci.input_components = c;
+  ci.in_color_space = c == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  jpeg_set_defaults(&ci);
+  for (int k = 0; k < ci.num_components; k++) ci.comp_info[k].h_samp_factor = ci.comp_info[k].v_samp_factor = 1;
+  if (script) ci.scan_info = script, ci.num_scans = n;
+  else jpeg_simple_progression(&ci);
+  jpeg_start_compress(&ci, TRUE);
+  uint8_t *row = malloc((size_t)w * c);
+  while (ci.next_scanline < ci.image_height) {
+    for (int x = 0; x < w * c; x++) row[x] = (uint8_t)(60 + x % 97 + ci.next_scanline % 50);
+    JSAMPROW r = row;
+    jpeg_write_scanlines(&ci, &r, 1);
+  }
+  jpeg_finish_compress(&ci);
+  jpeg_destroy_compress(&ci);
+  free(row);
+  *len = size;
+  return mem;
+}
+
+/* Sets the size in a JPEG's frame header (SOF0..SOF2) to h x w: what a bomb's few bytes claim. */
+static void jpeg_claim(uint8_t *b, size_t n, int h, int w) {
+  for (size_t i = 2; i + 8 < n; i++)
+    if (b[i] == 0xff && (b[i + 1] == 0xc0 || b[i + 1] == 0xc1 || b[i + 1] == 0xc2)) {
+      b[i + 5] = (uint8_t)(h >> 8), b[i + 6] = (uint8_t)h, b[i + 7] = (uint8_t)(w >> 8), b[i + 8] = (uint8_t)w;
+      return;
+    }
+  fail_msg("no frame header in the JPEG written");
+}
+
+/* The refusal of one bomb: LAM_ERR_IO naming the file and each of words, within seconds (they took minutes
+ * and gigabytes: 8.4 GB and 50 s for the first). th x tw: decoded to be fitted to it (0: as it is). */
+static void expect_bomb(const char *what, const uint8_t *b, size_t n, int th, int tw, const char *w1, const char *w2) {
+  const char *path = path_of("bomb.jpg");
+  write_bytes(path, 0, b, n);
+  data_image im;
+  const double t0 = now_s();
+  lam_status s = image_read_fit(path, th, tw, &im);
+  const double took = now_s() - t0;
+  print_message("%s (%zu bytes, fit %dx%d): %.2f s: %s\n", what, n, th, tw, took, lam_last_error());
+  if (s != LAM_ERR_IO || im.px) fail_msg("%s: status %d, want LAM_ERR_IO and no pixels", what, s);
+  if (!strstr(lam_last_error(), path) || !strstr(lam_last_error(), w1) || (w2 && !strstr(lam_last_error(), w2)))
+    fail_msg("%s: the message does not name the file, '%s'%s%s: %s", what, w1, w2 ? " and " : "", w2 ? w2 : "",
+             lam_last_error());
+  if (took > 10) fail_msg("%s: %.1f s to refuse it", what, took);
+}
+#endif
+
+/* Decompression bombs (issue 30, finding 5), each refused from its header before the decoder allocates: a
+ * progressive grey JPEG of 65500x65500 in some hundred bytes (8.4 GB of coefficients), a colour one of
+ * 60000x60000 (21 GB), a 30000x30000 colour one within the pixel bound of a fitted JPEG but whose coefficients
+ * are over libjpeg's memory bound, a small JPEG of 568 scans, and a PNG whose header claims more than its bytes
+ * can inflate to. A fitted JPEG below the bounds still decodes (smaller, by DCT scaling). */
+static void test_image_bombs(void **state) {
+  (void)state;
+#ifndef LAMINA_TEST_JPEG
+  skip();
+#else
+  if (!have_images()) skip();
+  size_t n;
+  uint8_t *b = progressive_jpeg(8, 8, 1, NULL, 0, &n);
+  jpeg_claim(b, n, 65500, 65500);
+  expect_bomb("grey progressive 65500x65500", b, n, 0, 0, "65500x65500", "--size");
+  expect_bomb("grey progressive 65500x65500, to be fitted", b, n, 32, 32, "65500x65500", "million");
+  free(b);
+  b = progressive_jpeg(16, 16, 3, NULL, 0, &n);
+  jpeg_claim(b, n, 60000, 60000);
+  expect_bomb("colour progressive 60000x60000", b, n, 0, 0, "60000x60000", NULL);
+  expect_bomb("colour progressive 60000x60000, to be fitted", b, n, 224, 224, "60000x60000", "million");
+  jpeg_claim(b, n, 30000, 30000);
+  expect_bomb("colour progressive 30000x30000, to be fitted", b, n, 224, 224, "30000x30000", "MiB");
+  free(b);
+  b = progressive_jpeg(16, 16, 3, NULL, 0, &n); /* the bounds leave a real one alone */
+  const char *ok = path_of("progressive.jpg");
+  write_bytes(ok, 0, b, n);
+  data_image im;
+  TU_OK(image_read(ok, &im));
+  assert_true(im.h == 16 && im.w == 16 && im.c == 3);
+  free(im.px), free(b);
+  /* 568 scans of a 64x64 grey image: every AC coefficient alone, by successive approximation from bit 8 */
+  static jpeg_scan_info script[1 + 63 * 9];
+  int k = 0;
+  script[k++] = (jpeg_scan_info){1, {0}, 0, 0, 0, 0};
+  for (int coef = 1; coef < 64; coef++)
+    for (int al = 8; al >= 0; al--) script[k++] = (jpeg_scan_info){1, {0}, coef, coef, al == 8 ? 0 : al + 1, al};
+  b = progressive_jpeg(64, 64, 1, script, k, &n);
+  expect_bomb("568 scans", b, n, 0, 0, "scans", NULL);
+  free(b);
+  /* a PNG of 4000x4000 claimed by a header and a few bytes of IDAT */
+  uint8_t grey[16] = {0};
+  uint8_t *png;
+  size_t npng;
+  TU_OK(image_encode(IMAGE_PNG, grey, 4, 4, 1, &png, &npng));
+  for (int i = 0; i < 4; i++) png[16 + i] = (uint8_t)(4000 >> (24 - 8 * i)), png[20 + i] = (uint8_t)(4000 >> (24 - 8 * i));
+  uLong crc = crc32(0, png + 12, 17); /* IHDR's type and data */
+  for (int i = 0; i < 4; i++) png[29 + i] = (uint8_t)(crc >> (24 - 8 * i));
+  const char *pp = path_of("bomb.png");
+  write_bytes(pp, 0, png, npng);
+  TU_EXPECT_STATUS(image_read(pp, &im), LAM_ERR_IO);
+  if (!strstr(lam_last_error(), pp) || !strstr(lam_last_error(), "more than its"))
+    fail_msg("a PNG claiming 4000x4000: %s", lam_last_error());
+  free(png);
+#endif
+}
+
 /* The fit: a copy at the same size; halving a side averages pairs (area); doubling is bilinear; a wide image
  * fitted to a square keeps its middle columns. */
 static void test_image_fit(void **state) {
@@ -1871,6 +1991,7 @@ int main(void) {
       cmocka_unit_test(test_idx_write),        cmocka_unit_test(test_data_segment),
       cmocka_unit_test(test_data_clips),
       cmocka_unit_test(test_image_roundtrip),  cmocka_unit_test(test_image_bad), cmocka_unit_test(test_png_like_pil),
+      cmocka_unit_test(test_image_bombs),
       cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),
       cmocka_unit_test(test_image_folder_errors), cmocka_unit_test(test_image_folder_decoders),
   };

@@ -108,7 +108,7 @@ static lam_status image_check_size(const char *path, uint64_t h, uint64_t w, int
                     (unsigned long long)w, (unsigned long long)h, DATA_MAX_SIDE);
   if (h * w > max_pixels)
     return LAM_FAIL(LAM_ERR_IO, "image file '%s': its header says %llux%llu pixels (%.0f million), more than the "
-                    "%.0f million lamina decodes an image of (a bound against decompression bombs, as Pillow's); "
+                    "%.0f million lamina decodes an image of (a bound against decompression bombs); "
                     "the file is damaged or not a picture to train on: shrink it first", path, (unsigned long long)w,
                     (unsigned long long)h, (double)h * w / 1e6, max_pixels / 1e6);
   return LAM_OK;
@@ -159,7 +159,7 @@ static lam_status read_png(const char *path, const uint8_t *buf, size_t len, int
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image file '%s': no host memory for libpng", path);
   }
   png_bytep *volatile rows = NULL;
-  lam_status s = LAM_OK;
+  volatile lam_status s = LAM_OK; /* lamina's own refusal, kept across the longjmp */
   out->px = NULL;
   if (setjmp(png_jmpbuf(png))) {
     png_destroy_read_struct(&png, &info, NULL);
@@ -215,7 +215,7 @@ typedef struct jpeg_err {
   struct jpeg_progress_mgr progress; /* counts the scans (jpeg_scans) */
   jmp_buf jb;
   char msg[JMSG_LENGTH_MAX];
-  int max_scans;
+  int max_scans, scans_over; /* the bound on scans, and whether the file went over it */
 } jpeg_err;
 static void jpeg_fatal(j_common_ptr ci) {
   jpeg_err *e = (jpeg_err *)ci->err;
@@ -233,8 +233,7 @@ static void jpeg_scans(j_common_ptr ci) {
   jpeg_err *e = (jpeg_err *)ci->err;
   const int n = ((j_decompress_ptr)ci)->input_scan_number;
   if (n > e->max_scans) {
-    snprintf(e->msg, sizeof e->msg, "more than %d scans (a progressive JPEG has about 10; lamina's bound is %d for "
-             "this size, against decompression bombs)", e->max_scans, e->max_scans);
+    e->scans_over = 1;
     longjmp(e->jb, 1);
   }
 }
@@ -270,6 +269,10 @@ static lam_status read_jpeg(const char *path, const uint8_t *buf, size_t len, in
     free(out->px);
     out->px = NULL;
     if (refused) return LAM_ERR_IO;
+    if (e.scans_over)
+      return LAM_FAIL(LAM_ERR_IO, "image file '%s': the JPEG (%dx%d) has more than %d scans, lamina's bound for its size "
+                      "(a progressive JPEG has about 10; each scan goes over the whole image): a decompression bomb, "
+                      "or a file to re-encode", path, w, h, e.max_scans);
     if (code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY)
       return LAM_FAIL(LAM_ERR_IO, "image file '%s': the JPEG (%dx%d) needs more than the %d MiB lamina lets libjpeg "
                       "take to decode it (a progressive or multi-scan file holds the whole image's coefficients): a "
