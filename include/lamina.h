@@ -273,6 +273,8 @@ typedef struct lam_image_opts {
                       * build lacks it or no CUDA device is present) */
   size_t decoded_gpu; /* out: files decoded by nvJPEG (the rest on the host: PNG, and what nvJPEG did not take) */
   double decode_s;    /* out: seconds spent reading and decoding the files (0 on a cache hit) */
+  size_t converted;   /* out: images converted to the set's channels (grey ones in a colour set, or the other way;
+                       * 0 on a cache hit) */
 } lam_image_opts;
 enum { LAM_DECODE_AUTO = 0, LAM_DECODE_CPU = 1, LAM_DECODE_GPU = 2 };
 /* 1 when this build decodes JPEG on the GPU (nvJPEG found when it was built). */
@@ -334,8 +336,9 @@ void lam_dataset_free(lam_dataset *d); /* NULL is fine */
  * DIR/train/CLASS/NAME.png|.jpg|.jpeg and DIR/test/CLASS/... (each class a folder; hidden files and other
  * names are not read). The classes are the training part's folders in sorted (strcmp) order, class 0 first;
  * a test class must be one of them. PNG (libpng) and JPEG (libjpeg), told apart by content, decoded on all
- * host threads; grey (1 channel) or colour (3; alpha composited onto black) as the part's first image is —
- * another channel count is an error naming the file. A damaged, truncated or unreadable file is an error
+ * host threads as Pillow reads them (16-bit samples by their high byte, alpha dropped keeping the colour);
+ * grey (1 channel) or colour (3) as most of the part's images are (a tie: colour), the others converted (grey to
+ * colour the value thrice, colour to grey ITU-R 601-2 luma as Pillow's convert("L")). A damaged, truncated or unreadable file is an error
  * naming it (LAM_ERR_IO), or with skip_bad left out. JPEG files go to nvJPEG in batches where opts->decoder
  * asks (what it does not take, or cannot decode, to libjpeg, whose messages name the file). The decoded part is cached as two IDX files under a key
  * of every file's path, class, size and modification time and the options: a later load of unchanged files

@@ -1784,15 +1784,6 @@ static void test_image_folder_errors(void **state) {
   TU_OK(lam_data_images_part(src, 30, 1, 1, part));
   lam_image_opts o = {.cache = ""};
   lam_dataset *d = NULL;
-  /* a grey image among colour ones */
-  uint8_t grey[30];
-  memset(grey, 128, sizeof grey);
-  snprintf(f, sizeof f, "%s/train/1/zz-grey.png", root);
-  write_image(f, IMAGE_PNG, grey, 6, 5, 1);
-  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
-  assert_null(d);
-  assert_non_null(strstr(lam_last_error(), f)), assert_non_null(strstr(lam_last_error(), "channel"));
-  unlink(f);
   /* another size without --size; with it, every image fitted */
   uint8_t big[9 * 8 * 3];
   memset(big, 200, sizeof big);
@@ -1826,6 +1817,64 @@ static void test_image_folder_errors(void **state) {
   snprintf(part, sizeof part, "%s/train", root), assert_int_equal(mkdir(part, 0777), 0);
   TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
   assert_non_null(strstr(lam_last_error(), "class folders"));
+}
+
+/* Image folders as users have them (issue 30, finding 13a): grey JPEGs in a colour set (ImageNet, Caltech) and a
+ * colour image in a grey set are converted to the set's channels, which are those of most of its images (a tie:
+ * colour), wherever the odd one is in the order: grey to colour the value thrice, colour to grey Pillow's luma.
+ * Counted in opts->converted. */
+static void test_image_folder_mixed(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  char root[256], f[400];
+  snprintf(root, sizeof root, "%s/mixed", g_dir);
+  assert_int_equal(mkdir(root, 0777), 0);
+  snprintf(f, sizeof f, "%s/train", root), assert_int_equal(mkdir(f, 0777), 0);
+  snprintf(f, sizeof f, "%s/train/a", root), assert_int_equal(mkdir(f, 0777), 0);
+  snprintf(f, sizeof f, "%s/train/b", root), assert_int_equal(mkdir(f, 0777), 0);
+  enum { S = 6 * 5 };
+  uint8_t grey[S], rgb[4][S * 3];
+  for (int i = 0; i < S; i++) grey[i] = (uint8_t)(7 * i + 3);
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < S * 3; i++) rgb[k][i] = (uint8_t)(i * (11 + k) % 251);
+  /* colour a/1..a/4 and b/9, grey PNG a/0 (first in the order) and b/8: colour wins 5 to 2 */
+  for (int k = 0; k < 4; k++) {
+    snprintf(f, sizeof f, "%s/train/a/%d.png", root, k + 1);
+    write_image(f, IMAGE_PNG, rgb[k], 6, 5, 3);
+  }
+  snprintf(f, sizeof f, "%s/train/b/9.png", root), write_image(f, IMAGE_PNG, rgb[0], 6, 5, 3);
+  snprintf(f, sizeof f, "%s/train/a/0.png", root), write_image(f, IMAGE_PNG, grey, 6, 5, 1);
+  snprintf(f, sizeof f, "%s/train/b/8.png", root), write_image(f, IMAGE_PNG, grey, 6, 5, 1);
+  lam_image_opts o = {.cache = ""};
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  assert_true(d->n == 7 && d->c == 3 && o.converted == 2);
+  for (int q = 0; q < 3; q++) /* image 0 is a/0.png: grey in each channel */
+    assert_memory_equal(d->images + (size_t)q * S, grey, S);
+  for (int p = 0; p < S; p++) /* image 1 is a/1.png, as written */
+    for (int q = 0; q < 3; q++) assert_int_equal(d->images[(size_t)(3 + q) * S + p], rgb[0][p * 3 + q]);
+  lam_dataset_free(d), d = NULL;
+  /* now mostly grey (a/1..a/4 grey too), the first image colour: grey wins, the colour ones by their luma */
+  snprintf(f, sizeof f, "%s/train/a/0.png", root), write_image(f, IMAGE_PNG, rgb[1], 6, 5, 3);
+  for (int k = 0; k < 4; k++) {
+    snprintf(f, sizeof f, "%s/train/a/%d.png", root, k + 1);
+    write_image(f, IMAGE_PNG, grey, 6, 5, 1);
+  }
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  assert_true(d->n == 7 && d->c == 1 && o.converted == 2);
+  for (int p = 0; p < S; p++) assert_int_equal(d->images[p], image_luma(rgb[1] + 3 * p));
+  assert_memory_equal(d->images + S, grey, S);
+  lam_dataset_free(d), d = NULL;
+  /* a tie (one of each in a class each): colour, as torchvision's loader converts everything to RGB */
+  snprintf(root, sizeof root, "%s/tie", g_dir);
+  assert_int_equal(mkdir(root, 0777), 0);
+  snprintf(f, sizeof f, "%s/train", root), assert_int_equal(mkdir(f, 0777), 0);
+  snprintf(f, sizeof f, "%s/train/a", root), assert_int_equal(mkdir(f, 0777), 0);
+  snprintf(f, sizeof f, "%s/train/a/0.jpg", root), write_image(f, IMAGE_JPEG, grey, 6, 5, 1);
+  snprintf(f, sizeof f, "%s/train/a/1.jpg", root), write_image(f, IMAGE_JPEG, rgb[2], 6, 5, 3);
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  assert_true(d->n == 2 && d->c == 3 && o.converted == 1);
+  lam_dataset_free(d);
 }
 
 /* Smooth 32x32 grey sources (JPEG's own kind of picture) for the decoders' comparison. */
@@ -1928,13 +1977,12 @@ static void test_image_folder_decoders(void **state) {
     const char *name, *words;
     const uint8_t *p;
     size_t n;
-    int kind; /* 0: the bytes as they are; 1: a grey JPEG; 2: a 40x32 JPEG */
+    int kind; /* 0: the bytes as they are; 2: a 40x32 JPEG */
   } cases[] = {{"zz-cut.jpg", "JPEG", jpg, njpg * 2 / 3, 0}, {"zz-head.jpg", "JPEG", jpg, 200, 0},
-               {"zz-grey.jpg", "channel", NULL, 0, 1},   {"zz-big.jpg", "--size", NULL, 0, 2}};
+               {"zz-big.jpg", "--size", NULL, 0, 2}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     snprintf(f, sizeof f, "%s/train/1/%s", root, cases[k].name);
-    if (cases[k].kind == 1) write_image(f, IMAGE_JPEG, grey, 32, 32, 1);
-    else if (cases[k].kind == 2) {
+    if (cases[k].kind == 2) {
       uint8_t big[40 * 32 * 3];
       memset(big, 120, sizeof big);
       write_image(f, IMAGE_JPEG, big, 40, 32, 3);
@@ -1953,6 +2001,13 @@ static void test_image_folder_decoders(void **state) {
     unlink(f);
   }
   free(jpg);
+  /* a grey JPEG among colour ones: converted to colour by the host (nvJPEG takes the set's channels only) */
+  snprintf(f, sizeof f, "%s/train/1/zz-grey.jpg", root);
+  write_image(f, IMAGE_JPEG, grey, 32, 32, 1);
+  TU_OK(lam_dataset_load_images(root, 1, &og, &gpu));
+  assert_true(gpu->n == 25 && gpu->c == 3 && og.decoded_gpu == 24 && og.converted == 1);
+  lam_dataset_free(gpu);
+  unlink(f);
   lam_dataset_free(cpu);
 }
 
@@ -1994,6 +2049,7 @@ int main(void) {
       cmocka_unit_test(test_image_bombs),
       cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),
       cmocka_unit_test(test_image_folder_errors), cmocka_unit_test(test_image_folder_decoders),
+      cmocka_unit_test(test_image_folder_mixed),
   };
   return TU_RUN_GROUP("data", tests, setup_dir, teardown_dir) ? 1 : 0;
 }

@@ -125,6 +125,9 @@ lam_status image_decode_fit(const char *path, const uint8_t *buf, size_t len, in
 int image_is_jpeg(const uint8_t *p, size_t n);
 /* The grey value of an RGB pixel as Pillow's convert("L") gives it (ITU-R 601-2 luma). */
 uint8_t image_luma(const uint8_t *rgb);
+/* im converted to c channels (1 or 3) in place: grey to RGB the value thrice, RGB to grey by image_luma (Pillow's
+ * convert("RGB") and convert("L")). */
+lam_status image_to_channels(data_image *im, int c);
 
 /* ---- JPEG on the GPU (src/cuda/jpeg.cu, where the build has nvJPEG) ---- */
 /* A decoder of batches of JPEG files through nvJPEG, on the GPU's JPEG engines where it has them (the

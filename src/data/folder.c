@@ -17,7 +17,7 @@
 #include "../status.h"
 
 #define FOLDER_MAX_CLASSES 256
-#define FOLDER_CACHE_VERSION "lamina image cache 1"
+#define FOLDER_CACHE_VERSION "lamina image cache 2" /* 2: 16-bit PNGs by the high byte, alpha dropped, grey/colour converted */
 
 typedef struct entry {
   char *path;
@@ -208,21 +208,23 @@ static lam_status gpu_open(gpu_jpeg **g) {
 }
 
 /* Decodes every file into one (n, H, W, c) array; a file that cannot be decoded is an error naming it, or
- * with skip_bad left out (*kept the images kept, in order). Channels come from the first image, the size
- * from opts or the first image; an image of other channels, or another size without opts' size, is an
- * error naming it and saying what to do. JPEG files go to nvJPEG in batches where o asks: their bytes
- * read on all host threads, decoded and fitted (fit.h, as the host fits) on the GPU, straight into place. */
-static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *o, uint8_t **px, int *H, int *W,
-                             int *C, uint8_t **keep, size_t *kept) {
+ * with skip_bad left out (*kept the images kept, in order). Channels are want_c, or where 0 the first image's;
+ * an image of the other count is converted (*converted counts them). The size is opts' or the first image's;
+ * another size without opts' size is an error naming it and saying what to do. JPEG files go to nvJPEG in
+ * batches where o asks: their bytes read on all host threads, decoded and fitted (fit.h, as the host fits) on
+ * the GPU, straight into place. */
+static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *o, int want_c, uint8_t **px, int *H,
+                             int *W, int *C, uint8_t **keep, size_t *kept, size_t *converted) {
   data_image first;
   size_t f0 = 0;
   lam_status s = LAM_ERR_IO;
   for (; f0 < l->n; f0++) { /* the first image that decodes sets the geometry */
-    s = image_read(l->e[f0].path, &first);
+    s = image_read_fit(l->e[f0].path, o->h, o->w, &first);
     if (s == LAM_OK || !o->skip_bad || s != LAM_ERR_IO) break;
   }
   if (s != LAM_OK) return f0 == l->n ? LAM_FAIL(LAM_ERR_IO, "image folder '%s': no file could be decoded", dir) : s;
-  *C = first.c, *H = o->h ? o->h : first.h, *W = o->w ? o->w : first.w;
+  *C = want_c ? want_c : first.c, *H = o->h ? o->h : first.h, *W = o->w ? o->w : first.w;
+  size_t n_conv = 0;
   free(first.px);
   const size_t img = (size_t)*H * *W * *C;
   *px = malloc(l->n * img);
@@ -297,14 +299,15 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
         (*keep)[i] = 1;
         continue;
       }
-      if (g && bytes[j]) st = image_decode(l->e[i].path, bytes[j], lens[j], &im);
-      else st = image_read(l->e[i].path, &im); /* the host's decoder; or a read that failed, again for its message */
+      if (g && bytes[j]) st = image_decode_fit(l->e[i].path, bytes[j], lens[j], o->h, o->w, &im);
+      else st = image_read_fit(l->e[i].path, o->h, o->w, &im); /* the host's; or a read that failed, for its message */
       if (g) free(bytes[j]);
       if (st == LAM_ERR_IO && o->skip_bad) continue; /* a damaged or unreadable file: left out, counted */
-      if (st == LAM_OK && im.c != *C)
-        st = LAM_FAIL(LAM_ERR_IO, "image file '%s' has %d channel%s, but the set's first image ('%s') has %d: a set is "
-                      "all grey or all colour (convert the odd ones)", l->e[i].path, im.c, im.c == 1 ? "" : "s",
-                      l->e[f0].path, *C);
+      if (st == LAM_OK && im.c != *C) { /* a grey JPEG in a colour set: converted, as torchvision's loader does */
+        st = image_to_channels(&im, *C);
+#pragma omp atomic
+        n_conv++;
+      }
       if (st == LAM_OK && !o->h && (im.h != *H || im.w != *W))
         st = LAM_FAIL(LAM_ERR_IO, "image file '%s' is %dx%d, but the set's first image ('%s') is %dx%d: give --size HxW "
                       "(size in the API) to fit every image to one size", l->e[i].path, im.w, im.h, l->e[f0].path, *W,
@@ -327,6 +330,7 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
   if (g) gpu_jpeg_close(g);
 #endif
   o->decoded_gpu = on_gpu;
+  *converted = n_conv;
   if (s == LAM_OK && bad_at != (size_t)-1) s = LAM_FAIL(bad_status, "%s", bad_msg);
   if (s != LAM_OK) {
     free(*px), free(*keep);
@@ -406,7 +410,7 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
                 "lam_image_opts: size %dx%d (both 0, or 1 to %u)", o->w, o->h, DATA_MAX_SIDE);
   LAM_CHECK_ARG(o->decoder >= LAM_DECODE_AUTO && o->decoder <= LAM_DECODE_GPU,
                 "lam_image_opts: decoder %d (LAM_DECODE_AUTO, LAM_DECODE_CPU or LAM_DECODE_GPU)", o->decoder);
-  o->skipped = 0, o->cache_hit = o->cache_written = 0, o->decoded_gpu = 0, o->decode_s = 0;
+  o->skipped = 0, o->cache_hit = o->cache_written = 0, o->decoded_gpu = 0, o->decode_s = 0, o->converted = 0;
   entries l;
   char **classes;
   size_t nclasses;
@@ -430,9 +434,17 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   }
   uint8_t *px = NULL, *keep = NULL;
   int H = 0, W = 0, C = 0;
-  size_t n = 0;
+  size_t n = 0, conv = 0;
   const double t0 = lam_now_ms();
-  s = decode_all(dir, &l, o, &px, &H, &W, &C, &keep, &n);
+  s = decode_all(dir, &l, o, 0, &px, &H, &W, &C, &keep, &n, &conv);
+  /* The set's channels are most of its images' (a tie: colour, as torchvision's loader makes every image RGB).
+   * Decoded first as the first image's; where most are the other count (the first was an odd one), once more. */
+  if (s == LAM_OK && conv && (2 * conv > n || (2 * conv == n && C == 1))) {
+    free(px), free(keep);
+    px = keep = NULL;
+    s = decode_all(dir, &l, o, C == 1 ? 3 : 1, &px, &H, &W, &C, &keep, &n, &conv);
+  }
+  o->converted = conv;
   o->decode_s = (lam_now_ms() - t0) / 1000;
   lam_dataset *d = NULL;
   if (s == LAM_OK) {

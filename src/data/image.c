@@ -351,6 +351,20 @@ lam_status image_read_fit(const char *path, int th, int tw, data_image *out) {
   return s;
 }
 
+lam_status image_to_channels(data_image *im, int c) {
+  if (im->c == c) return LAM_OK;
+  const size_t P = (size_t)im->h * im->w;
+  uint8_t *t = malloc(P * c);
+  if (!t) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory to convert an image of %dx%d", im->w, im->h);
+  if (c == 1)
+    for (size_t p = 0; p < P; p++) t[p] = image_luma(im->px + 3 * p);
+  else
+    for (size_t p = 0; p < P; p++) t[3 * p] = t[3 * p + 1] = t[3 * p + 2] = im->px[p];
+  free(im->px);
+  im->px = t, im->c = c;
+  return LAM_OK;
+}
+
 void image_fit(const data_image *im, int H, int W, uint8_t *out) {
   if (im->h == H && im->w == W) {
     memcpy(out, im->px, (size_t)H * W * im->c);
@@ -433,25 +447,18 @@ lam_status lam_image_load(const char *path, int c, int h, int w, uint8_t *out) {
                 "lam_image_load: %d channels of %dx%d (1 or 3 channels, 1 to %u a side)", c, h, w, DATA_MAX_SIDE);
   data_image im;
   LAM_TRY(image_read_fit(path, h, w, &im));
-  uint8_t *fit = malloc((size_t)h * w * im.c);
-  if (!fit) {
-    free(im.px);
-    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_image_load: no host memory");
-  }
-  image_fit(&im, h, w, fit);
-  const size_t P = (size_t)h * w;
-  for (size_t p = 0; p < P; p++) {
-    const uint8_t *v = fit + p * im.c;
-    if (c == im.c)
-      for (int q = 0; q < c; q++) out[(size_t)q * P + p] = v[q];
-    else if (c == 1) /* colour to grey */
-      out[p] = image_luma(v);
-    else
-      for (int q = 0; q < 3; q++) out[(size_t)q * P + p] = v[0]; /* grey to colour: the same value in each */
+  lam_status s = image_to_channels(&im, c); /* first, as torchvision converts before it resizes */
+  uint8_t *fit = s == LAM_OK ? malloc((size_t)h * w * c) : NULL;
+  if (s == LAM_OK && !fit) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_image_load: no host memory");
+  if (s == LAM_OK) {
+    image_fit(&im, h, w, fit);
+    const size_t P = (size_t)h * w; /* (h, w, c) to (c, h, w) */
+    for (size_t p = 0; p < P; p++)
+      for (int q = 0; q < c; q++) out[(size_t)q * P + p] = fit[p * c + q];
   }
   free(fit);
   free(im.px);
-  return LAM_OK;
+  return s;
 }
 
 lam_status lam_image_save_png(const char *path, const uint8_t *px, int h, int w, int c) {
