@@ -333,9 +333,10 @@ void lam_dataset_free(lam_dataset *d); /* NULL is fine */
 
 /* ---- image folders (src/data/folder.c, image.c) ---- */
 /* Reads the training (train = 1) or test part of an image folder in the ImageFolder layout:
- * DIR/train/CLASS/NAME.png|.jpg|.jpeg and DIR/test/CLASS/... (each class a folder; hidden files and other
- * names are not read). The classes are the training part's folders in sorted (strcmp) order, class 0 first;
- * a test class must be one of them. PNG (libpng) and JPEG (libjpeg), told apart by content, decoded on all
+ * DIR/train/CLASS/NAME.png|.jpg|.jpeg and DIR/test/CLASS/... or DIR/val/CLASS/..., or flat, DIR/CLASS/... (both
+ * parts are then all of it); lam_dataset_image_folder_layout says which (each class a folder; hidden files and
+ * other names are not read). The classes are the training part's folders in sorted (strcmp) order, class 0
+ * first; a test class must be one of them; a class folder without an image file is an error naming it. PNG (libpng) and JPEG (libjpeg), told apart by content, decoded on all
  * host threads as Pillow reads them (16-bit samples by their high byte, alpha dropped keeping the colour);
  * grey (1 channel) or colour (3) as most of the part's images are (a tie: colour), the others converted (grey to
  * colour the value thrice, colour to grey ITU-R 601-2 luma as Pillow's convert("L")). A damaged, truncated or unreadable file is an error
@@ -344,8 +345,16 @@ void lam_dataset_free(lam_dataset *d); /* NULL is fine */
  * of every file's path, class, size and modification time and the options: a later load of unchanged files
  * reads them instead (cache_hit), and the other keys' files of the part are removed. opts may be NULL. */
 lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *opts, lam_dataset **out);
-/* 1 when dir holds a folder 'train' (an image folder, for lam_dataset_load and --data). */
+/* 1 when dir is an image folder (lam_dataset_image_folder_layout is not LAM_FOLDER_NONE), for lam_dataset_load and
+ * --data. */
 int lam_dataset_is_image_folder(const char *dir);
+/* An image folder's layout: LAM_FOLDER_SPLIT, DIR/train/CLASS/... with DIR/test/CLASS/... or DIR/val/CLASS/...
+ * (ImageNet's name; test/ is read where both are there and it holds class folders); LAM_FOLDER_TRAIN_ONLY, DIR/train
+ * alone; LAM_FOLDER_FLAT, DIR/CLASS/... with no train/ (and no train-*, t10k-* or test-* files: those are the MNIST
+ * layout), one part that is both the training and the test part (lamina train holds out --val-split's part of it).
+ * LAM_FOLDER_NONE where dir is none of these. */
+enum { LAM_FOLDER_NONE = 0, LAM_FOLDER_SPLIT = 1, LAM_FOLDER_TRAIN_ONLY = 2, LAM_FOLDER_FLAT = 3 };
+int lam_dataset_image_folder_layout(const char *dir);
 /* The image file formats this build reads: 1 PNG, 2 JPEG (bits). */
 int lam_image_formats(void);
 /* 1 when a file of this name is an image file to image folders and lamina predict: .png, .jpg or .jpeg,

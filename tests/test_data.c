@@ -1877,6 +1877,149 @@ static void test_image_folder_mixed(void **state) {
   lam_dataset_free(d);
 }
 
+/* Makes dir/rel (folders on the way too). */
+static void mkdirs(const char *dir, const char *rel) {
+  char p[512];
+  mkdir(dir, 0777);
+  snprintf(p, sizeof p, "%s/%s", dir, rel);
+  for (char *c = p + strlen(dir) + 1; *c; c++)
+    if (*c == '/') {
+      *c = 0;
+      mkdir(p, 0777);
+      *c = '/';
+    }
+  mkdir(p, 0777);
+}
+
+/* Writes a 6x5 grey PNG of value v at dir/rel. */
+static void grey_png(const char *dir, const char *rel, uint8_t v) {
+  uint8_t px[30];
+  memset(px, v, sizeof px);
+  char f[512];
+  snprintf(f, sizeof f, "%s/%s", dir, rel);
+  write_image(f, IMAGE_PNG, px, 6, 5, 1);
+}
+
+/* The layouts users have (issue 30, finding 13c, d): flat DIR/CLASS/... (one part: both the training and the test
+ * part, all of it), DIR/train + DIR/val (ImageNet's names; test/ first where it holds class folders), DIR/train
+ * alone (its test part an error that says --val-split), a folder of the MNIST layout beside folders of images (not
+ * an image folder); and an empty class folder, an error naming it, as in torchvision. */
+static void test_image_folder_layouts(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  char root[256];
+  lam_image_opts o = {.cache = ""};
+  lam_dataset *d = NULL;
+  /* flat: 3 images of class a, 2 of class b */
+  snprintf(root, sizeof root, "%s/flat", g_dir);
+  mkdirs(root, "a"), mkdirs(root, "b");
+  grey_png(root, "a/1.png", 10), grey_png(root, "a/2.png", 20), grey_png(root, "a/3.png", 30);
+  grey_png(root, "b/1.png", 40), grey_png(root, "b/2.png", 50);
+  assert_int_equal(lam_dataset_image_folder_layout(root), LAM_FOLDER_FLAT);
+  assert_true(lam_dataset_is_image_folder(root));
+  for (int train = 0; train < 2; train++) {
+    TU_OK(lam_dataset_load_images(root, train, &o, &d));
+    assert_true(d->n == 5 && d->classes == 2 && d->c == 1);
+    assert_int_equal(d->labels[2], 0), assert_int_equal(d->labels[3], 1), assert_int_equal(d->images[3 * 30], 40);
+    lam_dataset_free(d), d = NULL;
+  }
+  TU_OK(lam_dataset_load(root, 0, &d)); /* by lam_dataset_load, as --data gives it */
+  assert_true(d->n == 5);
+  lam_dataset_free(d), d = NULL;
+  /* train/ + val/ */
+  snprintf(root, sizeof root, "%s/imagenet", g_dir);
+  mkdirs(root, "train/a"), mkdirs(root, "train/b"), mkdirs(root, "val/b");
+  grey_png(root, "train/a/1.png", 1), grey_png(root, "train/b/1.png", 2), grey_png(root, "val/b/9.png", 99);
+  assert_int_equal(lam_dataset_image_folder_layout(root), LAM_FOLDER_SPLIT);
+  TU_OK(lam_dataset_load_images(root, 0, &o, &d));
+  assert_true(d->n == 1 && d->classes == 2 && d->labels[0] == 1 && d->images[0] == 99);
+  lam_dataset_free(d), d = NULL;
+  mkdirs(root, "test"); /* a test/ without class folders (ImageNet's unlabelled one): val/ is still the test part */
+  grey_png(root, "test/x.png", 7);
+  TU_OK(lam_dataset_load_images(root, 0, &o, &d));
+  assert_true(d->n == 1 && d->images[0] == 99);
+  lam_dataset_free(d), d = NULL;
+  /* train/ alone: the training part reads; the test part says how to get one */
+  snprintf(root, sizeof root, "%s/trainonly", g_dir);
+  mkdirs(root, "train/a");
+  grey_png(root, "train/a/1.png", 1);
+  assert_int_equal(lam_dataset_image_folder_layout(root), LAM_FOLDER_TRAIN_ONLY);
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  lam_dataset_free(d), d = NULL;
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 0, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), root)), assert_non_null(strstr(lam_last_error(), "--val-split"));
+  /* the MNIST layout with a folder of pictures beside it: not an image folder */
+  snprintf(root, sizeof root, "%s/mnist-and-pictures", g_dir);
+  mkdirs(root, "pictures");
+  grey_png(root, "pictures/1.png", 1);
+  char f[512];
+  snprintf(f, sizeof f, "%s/train-images-idx3-ubyte", root);
+  write_images(f, 0, N, H, W, g_pix, PIX);
+  assert_int_equal(lam_dataset_image_folder_layout(root), LAM_FOLDER_NONE);
+  assert_false(lam_dataset_is_image_folder(g_dir)); /* nor a folder of no images */
+  /* an empty class folder: an error naming it, in the split layout's training and test parts and in a flat one */
+  snprintf(root, sizeof root, "%s/imagenet", g_dir);
+  mkdirs(root, "train/c-empty");
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
+  assert_null(d);
+  if (!strstr(lam_last_error(), "'c-empty'") || !strstr(lam_last_error(), "no .png"))
+    fail_msg("an empty class folder: %s", lam_last_error());
+  rmdir(strcat(strcpy(f, root), "/train/c-empty"));
+  mkdirs(root, "val/a");
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 0, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "'a'"));
+  snprintf(root, sizeof root, "%s/flat", g_dir);
+  mkdirs(root, "z-empty");
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "'z-empty'"));
+}
+
+/* Images over DATA_MAX_SIDE a side (issue 30, finding 13b): refused as they are (the message says --size), read
+ * when fitted to a size: a JPEG decoded smaller by libjpeg's DCT scaling, yet covering the size (4100x300 to 16x16:
+ * 1/8, 513x38), a PNG whole; the fitted image near the source's own fit; lam_image_load (predict) alike. */
+static void test_image_folder_large(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  enum { LH = 300, LW = 4100 };
+  uint8_t *src = malloc((size_t)LH * LW);
+  for (int y = 0; y < LH; y++)
+    for (int x = 0; x < LW; x++) src[(size_t)y * LW + x] = (uint8_t)(100 + 80 * sin(x / 700.0) + y / 10);
+  char root[256], f[512];
+  snprintf(root, sizeof root, "%s/large", g_dir);
+  mkdirs(root, "train/a"), mkdirs(root, "train/b");
+  snprintf(f, sizeof f, "%s/train/a/0.jpg", root);
+  write_image(f, IMAGE_JPEG, src, LH, LW, 1);
+  data_image im;
+  TU_EXPECT_STATUS(image_read(f, &im), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "--size"));
+  TU_OK(image_read_fit(f, 16, 16, &im));
+  assert_true(im.h == 38 && im.w == 513 && im.c == 1);
+  free(im.px);
+  uint8_t got[16 * 16], want[16 * 16];
+  TU_OK(lam_image_load(f, 1, 16, 16, got));
+  data_image whole = {LH, LW, 1, src};
+  image_fit(&whole, 16, 16, want);
+  double diff = 0;
+  for (int i = 0; i < 256; i++) diff += abs((int)got[i] - (int)want[i]);
+  print_message("4100x300 JPEG by DCT scaling, fitted to 16x16: mean |difference| from the source's fit %.2f\n", diff / 256);
+  assert_true(diff / 256 < 4);
+  uint8_t *wide = calloc((size_t)20 * 4200, 1);
+  snprintf(f, sizeof f, "%s/train/a/1.png", root);
+  write_image(f, IMAGE_PNG, wide, 20, 4200, 1);
+  free(wide);
+  grey_png(root, "train/b/2.png", 9);
+  lam_image_opts o = {.cache = ""};
+  lam_dataset *d = NULL;
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "0.jpg")), assert_non_null(strstr(lam_last_error(), "--size"));
+  lam_image_opts fit = {.h = 16, .w = 16, .cache = ""};
+  TU_OK(lam_dataset_load_images(root, 1, &fit, &d));
+  assert_true(d->n == 3 && d->h == 16 && d->w == 16 && d->c == 1);
+  assert_memory_equal(d->images, got, 256);
+  lam_dataset_free(d);
+  free(src);
+}
+
 /* Smooth 32x32 grey sources (JPEG's own kind of picture) for the decoders' comparison. */
 static lam_dataset *smooth_source(void) {
   enum { N = 24, S = 32 };
@@ -2049,7 +2192,8 @@ int main(void) {
       cmocka_unit_test(test_image_bombs),
       cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),
       cmocka_unit_test(test_image_folder_errors), cmocka_unit_test(test_image_folder_decoders),
-      cmocka_unit_test(test_image_folder_mixed),
+      cmocka_unit_test(test_image_folder_mixed), cmocka_unit_test(test_image_folder_layouts),
+      cmocka_unit_test(test_image_folder_large),
   };
   return TU_RUN_GROUP("data", tests, setup_dir, teardown_dir) ? 1 : 0;
 }

@@ -766,6 +766,16 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     goto out;
   }
   size_t skipped = 0;
+  /* An image folder without a test part of its own (flat DIR/CLASS/..., or train/ alone): --val-split's held-out
+   * part is its test part, measured as the validation part is. */
+  const int layout = lam_dataset_image_folder_layout(o.data);
+  const int no_test = layout == LAM_FOLDER_FLAT || layout == LAM_FOLDER_TRAIN_ONLY;
+  if (no_test && !o.val_split) {
+    ret = cli_usage_error("train", "image folder '%s' has no test part (%s): give --val-split F (e.g. 0.1) to hold out "
+                          "that part of its images to validate and test on", o.data,
+                          layout == LAM_FOLDER_FLAT ? "its class folders are all one part" : "train/ without test/ or val/");
+    goto out;
+  }
   if (lam_dataset_load_opts(o.data, 1, &o.images, &train) != LAM_OK) {
     ret = fail("train", "loading the data");
     goto out;
@@ -773,11 +783,13 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   skipped = o.images.skipped;
   const int train_cached = o.images.cache_hit, train_written = o.images.cache_written;
   o.train_part = o.images;
-  if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
+  if (no_test) {
+    test = train; /* the same set until the split below: its checks pass, its classes are the training part's */
+  } else if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
     ret = fail("train", "loading the data");
     goto out;
   }
-  skipped += o.images.skipped;
+  if (!no_test) skipped += o.images.skipped; /* else o.images is the training part's, counted */
   if (skipped && !o.json)
     printf("  %zu image file%s could not be decoded, left out (--skip-bad)\n", skipped, skipped == 1 ? "" : "s");
   { /* the test part must fit the model the training part makes: said now, not after an epoch */
@@ -809,6 +821,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
     lam_dataset_free(train);
     train = part;
+    if (no_test) test = val;
   }
   if ((ret = cli_model_spec("train", o.model, &spec)) != 0) goto out;
   ret = 1;
@@ -1060,8 +1073,8 @@ out:
   lam_trainer_free(t);
   lam_model_free(m);
   lam_ctx_free(ctx);
+  if (test != train && test != val) lam_dataset_free(test); /* an image folder without a test part: one of them */
   lam_dataset_free(train);
-  lam_dataset_free(test);
   lam_dataset_free(val);
   free(rows);
   free(spec);

@@ -89,11 +89,93 @@ static void names_free(char **v, size_t n) {
   free(v);
 }
 
-/* The part's files, class by class in the training part's order, each class's files sorted by name. */
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Whether dir holds a folder (not hidden) with an image file in it: a class folder of the flat layout. */
+static int has_class_folder(const char *dir) {
+  char **sub;
+  size_t ns;
+  if (list(dir, 1, &sub, &ns) != LAM_OK) return 0;
+  int found = 0;
+  for (size_t i = 0; i < ns && !found; i++) {
+    char cdir[PATH_MAX];
+    char **files;
+    size_t nf;
+    if ((size_t)snprintf(cdir, sizeof cdir, "%s/%s", dir, sub[i]) >= sizeof cdir || list(cdir, 0, &files, &nf) != LAM_OK)
+      continue;
+    found = nf > 0;
+    names_free(files, nf);
+  }
+  names_free(sub, ns);
+  return found;
+}
+
+/* Whether dir holds files of another kind of set (the MNIST layout's train-images*, t10k-*, test-*): then it is
+ * not read as a flat image folder even where it has folders of images beside them. */
+static int has_set_files(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int found = 0;
+  for (struct dirent *e; !found && (e = readdir(d)) != NULL;)
+    found = e->d_type != DT_DIR &&
+            (!strncmp(e->d_name, "train-", 6) || !strncmp(e->d_name, "t10k-", 5) || !strncmp(e->d_name, "test-", 5));
+  closedir(d);
+  return found;
+}
+
+int lam_dataset_image_folder_layout(const char *dir) {
+  char t[PATH_MAX];
+  if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t) return LAM_FOLDER_NONE;
+  if (is_dir(t)) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/test", dir);
+    if (is_dir(p)) return LAM_FOLDER_SPLIT;
+    snprintf(p, sizeof p, "%s/val", dir);
+    return is_dir(p) ? LAM_FOLDER_SPLIT : LAM_FOLDER_TRAIN_ONLY;
+  }
+  if (!is_dir(dir) || has_set_files(dir) || !has_class_folder(dir)) return LAM_FOLDER_NONE;
+  return LAM_FOLDER_FLAT;
+}
+
+/* Where a part's class folders are: *cdir the folder whose subfolders name the classes (DIR/train, or DIR in the
+ * flat layout), *pdir the part's (DIR/train; DIR/test, or DIR/val where test/ is not there or holds no class
+ * folders, ImageNet's name; DIR for both parts of a flat folder, which is all one part). */
+static lam_status part_dirs(const char *dir, int train, char *cdir, char *pdir, size_t cap) {
+  const int layout = lam_dataset_image_folder_layout(dir);
+  if (layout == LAM_FOLDER_FLAT) {
+    snprintf(cdir, cap, "%s", dir), snprintf(pdir, cap, "%s", dir);
+    return LAM_OK;
+  }
+  snprintf(cdir, cap, "%s/train", dir);
+  if (train) {
+    snprintf(pdir, cap, "%s/train", dir);
+    return LAM_OK;
+  }
+  if (layout == LAM_FOLDER_TRAIN_ONLY)
+    return LAM_FAIL(LAM_ERR_IO, "image folder '%s' has a train/ folder but neither test/ nor val/ beside it: add one "
+                    "(test/CLASS/... as train/ is laid out), or train with --val-split F (lam_dataset_split), whose "
+                    "held-out part is then the test part", dir);
+  char t[PATH_MAX], v[PATH_MAX];
+  snprintf(t, sizeof t, "%s/test", dir), snprintf(v, sizeof v, "%s/val", dir);
+  char **sub = NULL;
+  size_t ns = 0;
+  const int test_has_classes = is_dir(t) && list(t, 1, &sub, &ns) == LAM_OK && ns > 0;
+  if (sub) names_free(sub, ns);
+  snprintf(pdir, cap, "%s", test_has_classes || !is_dir(v) ? t : v);
+  return LAM_OK;
+}
+
+/* The part's files, class by class in the training part's order, each class's files sorted by name. A class
+ * folder with no image file is an error naming it (as torchvision's ImageFolder: "Found no valid file for the
+ * classes ..."): an empty folder is a copy that went wrong, not a class to learn. */
 static lam_status scan(const char *dir, int train, entries *out, char ***classes, size_t *nclasses) {
   char tdir[PATH_MAX], pdir[PATH_MAX];
-  snprintf(tdir, sizeof tdir, "%s/train", dir);
-  snprintf(pdir, sizeof pdir, "%s/%s", dir, train ? "train" : "test");
+  memset(out, 0, sizeof *out);
+  *classes = NULL, *nclasses = 0;
+  LAM_TRY(part_dirs(dir, train, tdir, pdir, sizeof tdir));
   LAM_TRY(list(tdir, 1, classes, nclasses));
   if (*nclasses == 0 || *nclasses > FOLDER_MAX_CLASSES) {
     size_t k = *nclasses;
@@ -112,8 +194,9 @@ static lam_status scan(const char *dir, int train, entries *out, char ***classes
       s = LAM_FAIL(LAM_ERR_IO, "image folder '%s': '%s/%s' is not one of the training classes (the folders of '%s'): "
                    "every class needs training images", dir, pdir, parts[i], tdir);
   }
-  if (nparts) names_free(parts, nparts);
-  memset(out, 0, sizeof *out);
+  if (s == LAM_OK && nparts) names_free(parts, nparts);
+  char empty[512] = ""; /* the empty class folders' names, for the message */
+  size_t nempty = 0;
   for (size_t k = 0; k < *nclasses && s == LAM_OK; k++) {
     char cdir[PATH_MAX];
     if ((size_t)snprintf(cdir, sizeof cdir, "%s/%s", pdir, (*classes)[k]) >= sizeof cdir) continue;
@@ -122,6 +205,10 @@ static lam_status scan(const char *dir, int train, entries *out, char ***classes
     char **files;
     size_t nf;
     s = list(cdir, 0, &files, &nf);
+    if (s == LAM_OK && nf == 0 && nempty++ < 8) {
+      size_t at = strlen(empty);
+      snprintf(empty + at, sizeof empty - at, "%s'%s'", at ? ", " : "", (*classes)[k]);
+    }
     for (size_t i = 0; i < nf && s == LAM_OK; i++) {
       char full[PATH_MAX];
       if ((size_t)snprintf(full, sizeof full, "%s/%s", cdir, files[i]) >= sizeof full || stat(full, &st) != 0) continue;
@@ -145,6 +232,10 @@ static lam_status scan(const char *dir, int train, entries *out, char ***classes
     }
     if (s == LAM_OK || nf) names_free(files, nf);
   }
+  if (s == LAM_OK && nempty)
+    s = LAM_FAIL(LAM_ERR_IO, "image folder '%s': found no .png, .jpg or .jpeg file in %zu class folder%s of '%s': %s%s; "
+                 "every class needs images (remove the empty folder%s, or put its images in)", dir, nempty,
+                 nempty == 1 ? "" : "s", pdir, empty, nempty > 8 ? ", ..." : "", nempty == 1 ? "" : "s");
   if (s == LAM_OK && out->n == 0)
     s = LAM_FAIL(LAM_ERR_IO, "image folder '%s': no .png, .jpg or .jpeg files in the class folders of '%s'", dir, pdir);
   if (s != LAM_OK) {
@@ -487,9 +578,4 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   return LAM_OK;
 }
 
-int lam_dataset_is_image_folder(const char *dir) {
-  char t[PATH_MAX];
-  struct stat st;
-  if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t) return 0;
-  return stat(t, &st) == 0 && S_ISDIR(st.st_mode);
-}
+int lam_dataset_is_image_folder(const char *dir) { return lam_dataset_image_folder_layout(dir) != LAM_FOLDER_NONE; }
