@@ -1626,6 +1626,9 @@ static void test_image_bombs(void **state) {
   size_t n;
   uint8_t *b = progressive_jpeg(8, 8, 1, NULL, 0, &n);
   jpeg_claim(b, n, 65500, 65500);
+  int jh = 0, jw = 0; /* the header walk that keeps such a file from nvJPEG */
+  assert_true(image_jpeg_size(b, n, &jh, &jw) && jh == 65500 && jw == 65500);
+  assert_false(image_jpeg_size(b, 40, &jh, &jw)); /* cut before its frame header */
   expect_bomb("grey progressive 65500x65500", b, n, 0, 0, "65500x65500", "--size");
   expect_bomb("grey progressive 65500x65500, to be fitted", b, n, 32, 32, "65500x65500", "million");
   free(b);

@@ -123,6 +123,8 @@ lam_status image_decode(const char *path, const uint8_t *buf, size_t len, data_i
 lam_status image_decode_fit(const char *path, const uint8_t *buf, size_t len, int th, int tw, data_image *out);
 /* Whether the bytes start as a JPEG does. */
 int image_is_jpeg(const uint8_t *p, size_t n);
+/* A JPEG's size from its frame header, found by walking its markers (no decoder): 1 and *h, *w where found. */
+int image_jpeg_size(const uint8_t *p, size_t n, int *h, int *w);
 /* The grey value of an RGB pixel as Pillow's convert("L") gives it (ITU-R 601-2 luma). */
 uint8_t image_luma(const uint8_t *rgb);
 /* im converted to c channels (1 or 3) in place: grey to RGB the value thrice, RGB to grey by image_luma (Pillow's

@@ -279,10 +279,13 @@ int lam_image_gpu_decode(void) {
  * once (some MB for small images). */
 #define FOLDER_GPU_BATCH 4096
 
-/* Whether nvJPEG gets this file: a JPEG that ends in its end-of-image marker. A file cut short goes to
- * libjpeg, which says so (nvJPEG would decode what is there). */
+/* Whether nvJPEG gets this file: a JPEG that ends in its end-of-image marker, of up to DATA_MAX_SIDE a side by its
+ * header. A file cut short goes to libjpeg, which says so (nvJPEG would decode what is there); a larger one too,
+ * whose bounds and DCT scaling are the host's (a header of 60000x60000 would be nvJPEG's to allocate). */
 static int gpu_takes(const uint8_t *b, size_t n) {
-  return b && image_is_jpeg(b, n) && n >= 4 && b[n - 2] == 0xff && b[n - 1] == 0xd9;
+  int h = 0, w = 0;
+  return b && image_is_jpeg(b, n) && n >= 4 && b[n - 2] == 0xff && b[n - 1] == 0xd9 && image_jpeg_size(b, n, &h, &w) &&
+         h >= 1 && w >= 1 && h <= (int)DATA_MAX_SIDE && w <= (int)DATA_MAX_SIDE;
 }
 
 /* nvJPEG for --decode gpu (LAM_DECODE_GPU); an error where it cannot be had. */

@@ -56,6 +56,32 @@ static int is_jpeg(const uint8_t *p, size_t n) { return n >= 3 && p[0] == 0xff &
 
 int image_is_jpeg(const uint8_t *p, size_t n) { return is_jpeg(p, n); }
 
+int image_jpeg_size(const uint8_t *p, size_t n, int *h, int *w) {
+  if (!is_jpeg(p, n)) return 0;
+  size_t i = 2;
+  while (i + 4 <= n) {
+    if (p[i] != 0xff) return 0;
+    const uint8_t m = p[i + 1];
+    if (m == 0xff) { /* a fill byte */
+      i++;
+      continue;
+    }
+    if (m == 0x01 || (m >= 0xd0 && m <= 0xd8)) { /* markers without a length */
+      i += 2;
+      continue;
+    }
+    const size_t len = (size_t)p[i + 2] << 8 | p[i + 3];
+    if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) { /* a frame header: SOF0..SOF15 */
+      if (len < 7 || i + 9 > n) return 0;
+      *h = p[i + 5] << 8 | p[i + 6], *w = p[i + 7] << 8 | p[i + 8];
+      return 1;
+    }
+    if (m == 0xd9 || m == 0xda || len < 2) return 0; /* the end, or a scan, before any frame header */
+    i += 2 + len;
+  }
+  return 0;
+}
+
 /* ITU-R 601-2 luma, L = R 299/1000 + G 587/1000 + B 114/1000, in Pillow's integer form (convert("L")), so a colour
  * image made grey here is what Pillow makes of it, to the bit. */
 uint8_t image_luma(const uint8_t *rgb) {
