@@ -57,9 +57,13 @@ static void train_usage(FILE *f) {
           "                         each IDX (plain or .gz) or NumPy .npy: images N×H×W or N×H×W×C uint8, labels N\n"
           "                         (a class per image) or N×H×W (a class per pixel, 255 = ignore) (default\n"
           "                         fashion-mnist); or an image folder: DIR/train/CLASS/*.png|jpg|jpeg and\n"
-          "                         DIR/test/CLASS/..., the classes the training folders in sorted order\n"
+          "                         DIR/test/CLASS/... (or DIR/val/CLASS/...), the classes the training folders\n"
+          "                         in sorted order; or flat, DIR/CLASS/... (train needs --val-split: its part is\n"
+          "                         the test part too; eval reads all of it). Grey and colour images are made the\n"
+          "                         set's channels (most images': a tie is colour)\n"
           "  --size HxW             fit an image folder's images to HxW (scaled to cover it, the middle kept);\n"
-          "                         default: every image must be the size of the first\n"
+          "                         larger than 4096 a side too (a JPEG decoded smaller by DCT scaling); default:\n"
+          "                         every image must be the size of the first, at most 4096 a side\n"
           "  --cache DIR            where an image folder's decoded images are kept for the next run (default\n"
           "                         DATA/.lamina-cache where it can be made; '' for none)\n"
           "  --skip-bad             leave out image files that cannot be decoded (and count them) instead of\n"
@@ -352,7 +356,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   }
   if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
   if ((o->images.h || o->images.cache || o->images.skip_bad || o->decode_set) && !lam_dataset_is_image_folder(o->data))
-    return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/...), "
+    return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/... or DATA/CLASS/...), "
                            "and '%s' is not one", o->data);
   if (o->gpus && o->device == LAM_DEVICE_CPU)
     return cli_usage_error(cmd, "--gpus %d trains on GPUs, and --device cpu asks for the CPU: CPU ranks start under "
