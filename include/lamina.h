@@ -386,7 +386,8 @@ lam_status lam_data_clips(const lam_dataset *src, size_t n, int frames, int h, i
 /* Writes the first n images of src (one channel, a class each) into dir as an image folder's part:
  * dir/CLASS/INDEX.png (kind 1) or .jpg (kind 2, quality 90), CLASS the class's number (zero-padded, so
  * that names sort as numbers), in colour: image i blends a background and a foreground colour drawn from
- * (seed, i) by its grey value. dir must exist; the class folders are made. */
+ * (seed, i) by its grey value. dir must exist; the folders of the classes these n images have are made (an empty
+ * class folder is an error to lam_dataset_load_images). */
 lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed, int kind, const char *dir);
 /* Writes data (unsigned bytes, row-major) as an IDX file of `rank` dimensions (1 to 5; magic 0x000008rr,
  * big-endian uint32 sizes), atomically, where lam_output_path_check allows. */

@@ -1975,6 +1975,14 @@ static void test_image_folder_layouts(void **state) {
   mkdirs(root, "z-empty");
   TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
   assert_non_null(strstr(lam_last_error(), "'z-empty'"));
+  /* so lam_data_images_part (lamina data images) makes no folder for a class its images lack: 2 images, 2 of 3 */
+  snprintf(root, sizeof root, "%s/two-of-three", g_dir);
+  mkdirs(root, "train");
+  snprintf(f, sizeof f, "%s/train", root);
+  TU_OK(lam_data_images_part(tiny_source(), 2, 1, IMAGE_PNG, f));
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  assert_true(d->n == 2 && d->classes == 2);
+  lam_dataset_free(d);
 }
 
 /* Images over DATA_MAX_SIDE a side (issue 30, finding 13b): refused as they are (the message says --size), read

@@ -194,7 +194,7 @@ static lam_status scan(const char *dir, int train, entries *out, char ***classes
       s = LAM_FAIL(LAM_ERR_IO, "image folder '%s': '%s/%s' is not one of the training classes (the folders of '%s'): "
                    "every class needs training images", dir, pdir, parts[i], tdir);
   }
-  if (s == LAM_OK && nparts) names_free(parts, nparts);
+  if (nparts) names_free(parts, nparts);
   char empty[512] = ""; /* the empty class folders' names, for the message */
   size_t nempty = 0;
   for (size_t k = 0; k < *nclasses && s == LAM_OK; k++) {
