@@ -1,8 +1,9 @@
 /* folder.c — image folders as data sets (the ImageFolder layout): DIR/train/CLASS/NAME.png|jpg|jpeg and
- * DIR/test/CLASS/..., the classes the training part's folder names in sorted order. Every file is decoded
- * (image.c) on all host threads into one uint8 array, fitted to a fixed size where asked, and kept as an IDX
- * pair in a cache folder under a key of every file's name, size and modification time (and the options),
- * so a later run with the files unchanged reads two IDX files instead of decoding again. */
+ * DIR/test/CLASS/... or DIR/val/CLASS/..., or flat DIR/CLASS/... (one part), the classes the training part's
+ * folder names in sorted order. Every file is decoded (image.c) on all host threads into one uint8 array, made
+ * the set's channels (most images'), fitted to a fixed size where asked, and kept as an IDX pair in a cache
+ * folder under a key of every file's name, size and modification time (and the options), so a later run with
+ * the files unchanged reads two IDX files instead of decoding again. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
