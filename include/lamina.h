@@ -273,6 +273,8 @@ typedef struct lam_image_opts {
                       * build lacks it or no CUDA device is present) */
   size_t decoded_gpu; /* out: files decoded by nvJPEG (the rest on the host: PNG, and what nvJPEG did not take) */
   double decode_s;    /* out: seconds spent reading and decoding the files (0 on a cache hit) */
+  size_t converted;   /* out: images converted to the set's channels (grey ones in a colour set, or the other way;
+                       * 0 on a cache hit) */
 } lam_image_opts;
 enum { LAM_DECODE_AUTO = 0, LAM_DECODE_CPU = 1, LAM_DECODE_GPU = 2 };
 /* 1 when this build decodes JPEG on the GPU (nvJPEG found when it was built). */
@@ -331,18 +333,28 @@ void lam_dataset_free(lam_dataset *d); /* NULL is fine */
 
 /* ---- image folders (src/data/folder.c, image.c) ---- */
 /* Reads the training (train = 1) or test part of an image folder in the ImageFolder layout:
- * DIR/train/CLASS/NAME.png|.jpg|.jpeg and DIR/test/CLASS/... (each class a folder; hidden files and other
- * names are not read). The classes are the training part's folders in sorted (strcmp) order, class 0 first;
- * a test class must be one of them. PNG (libpng) and JPEG (libjpeg), told apart by content, decoded on all
- * host threads; grey (1 channel) or colour (3; alpha composited onto black) as the part's first image is —
- * another channel count is an error naming the file. A damaged, truncated or unreadable file is an error
+ * DIR/train/CLASS/NAME.png|.jpg|.jpeg and DIR/test/CLASS/... or DIR/val/CLASS/..., or flat, DIR/CLASS/... (both
+ * parts are then all of it); lam_dataset_image_folder_layout says which (each class a folder; hidden files and
+ * other names are not read). The classes are the training part's folders in sorted (strcmp) order, class 0
+ * first; a test class must be one of them; a class folder without an image file is an error naming it. PNG (libpng) and JPEG (libjpeg), told apart by content, decoded on all
+ * host threads as Pillow reads them (16-bit samples by their high byte, alpha dropped keeping the colour);
+ * grey (1 channel) or colour (3) as most of the part's images are (a tie: colour), the others converted (grey to
+ * colour the value thrice, colour to grey ITU-R 601-2 luma as Pillow's convert("L")). A damaged, truncated or unreadable file is an error
  * naming it (LAM_ERR_IO), or with skip_bad left out. JPEG files go to nvJPEG in batches where opts->decoder
  * asks (what it does not take, or cannot decode, to libjpeg, whose messages name the file). The decoded part is cached as two IDX files under a key
  * of every file's path, class, size and modification time and the options: a later load of unchanged files
  * reads them instead (cache_hit), and the other keys' files of the part are removed. opts may be NULL. */
 lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *opts, lam_dataset **out);
-/* 1 when dir holds a folder 'train' (an image folder, for lam_dataset_load and --data). */
+/* 1 when dir is an image folder (lam_dataset_image_folder_layout is not LAM_FOLDER_NONE), for lam_dataset_load and
+ * --data. */
 int lam_dataset_is_image_folder(const char *dir);
+/* An image folder's layout: LAM_FOLDER_SPLIT, DIR/train/CLASS/... with DIR/test/CLASS/... or DIR/val/CLASS/...
+ * (ImageNet's name; test/ is read where both are there and it holds class folders); LAM_FOLDER_TRAIN_ONLY, DIR/train
+ * alone; LAM_FOLDER_FLAT, DIR/CLASS/... with no train/ (and no train-*, t10k-* or test-* files: those are the MNIST
+ * layout), one part that is both the training and the test part (lamina train holds out --val-split's part of it).
+ * LAM_FOLDER_NONE where dir is none of these. */
+enum { LAM_FOLDER_NONE = 0, LAM_FOLDER_SPLIT = 1, LAM_FOLDER_TRAIN_ONLY = 2, LAM_FOLDER_FLAT = 3 };
+int lam_dataset_image_folder_layout(const char *dir);
 /* The image file formats this build reads: 1 PNG, 2 JPEG (bits). */
 int lam_image_formats(void);
 /* 1 when a file of this name is an image file to image folders and lamina predict: .png, .jpg or .jpeg,
@@ -374,7 +386,8 @@ lam_status lam_data_clips(const lam_dataset *src, size_t n, int frames, int h, i
 /* Writes the first n images of src (one channel, a class each) into dir as an image folder's part:
  * dir/CLASS/INDEX.png (kind 1) or .jpg (kind 2, quality 90), CLASS the class's number (zero-padded, so
  * that names sort as numbers), in colour: image i blends a background and a foreground colour drawn from
- * (seed, i) by its grey value. dir must exist; the class folders are made. */
+ * (seed, i) by its grey value. dir must exist; the folders of the classes these n images have are made (an empty
+ * class folder is an error to lam_dataset_load_images). */
 lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed, int kind, const char *dir);
 /* Writes data (unsigned bytes, row-major) as an IDX file of `rank` dimensions (1 to 5; magic 0x000008rr,
  * big-endian uint32 sizes), atomically, where lam_output_path_check allows. */

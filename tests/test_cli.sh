@@ -1065,6 +1065,69 @@ if mkfifo "$TMP/fifo30" 2>/dev/null; then
     mkfifo "$TMP/fifoset30/t10k-labels-idx1-ubyte"
   refused "a FIFO as a data file is refused" "FIFO" -- train --data "$TMP/fifoset30" "${T30[@]}"
   LIMIT=("${SAVED_LIMIT[@]}")
+# ---- issue 30: image decoding and image folders ----
+# Image folders as users have them, made here with Pillow: flat DIR/CLASS/* (trained with --val-split, evaluated
+# whole), train/ + val/ (ImageNet's names), a grey JPEG in a colour set (converted), an image over 4096 pixels a
+# side (read with --size, by DCT scaling), an empty class folder (an error naming it); and a JPEG decompression
+# bomb (a progressive 60000x60000 header in some hundred bytes: 21 GB before) refused at once by predict.
+I30=$TMP/i30
+if "$LAMINA" info | grep -q "image files: PNG and JPEG" && [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import PIL" 2>/dev/null; then
+  /usr/bin/python3 - "$I30" <<'PY'
+import os, sys
+from PIL import Image
+root = sys.argv[1]
+def img(path, v, size=(12, 12), mode="RGB"):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    colour = (v, 255 - v, v // 2) if mode == "RGB" else v
+    Image.new(mode, size, colour).save(path)
+for cls, v in (("dark", 40), ("light", 210)):
+    for i in range(12):
+        img(f"{root}/flat/{cls}/{i:02d}.jpg", v + i)
+    for i in range(8):
+        img(f"{root}/inet/train/{cls}/{i:02d}.png", v + i)
+    for i in range(2):
+        img(f"{root}/inet/val/{cls}/{i:02d}.png", v + i)
+img(f"{root}/flat/dark/grey.jpg", 30, mode="L")           # a grey JPEG among colour ones
+img(f"{root}/flat/light/wide.jpg", 200, size=(4200, 16))  # over 4096 pixels a side
+bomb = bytearray(open(f"{root}/flat/dark/00.jpg", "rb").read())
+import io
+b = io.BytesIO()
+Image.new("RGB", (16, 16), (9, 99, 199)).save(b, "JPEG", progressive=True)
+bomb = bytearray(b.getvalue())
+at = bomb.index(b"\xff\xc2")                               # the progressive frame header: height, width
+bomb[at + 5:at + 9] = (60000).to_bytes(2, "big") * 2
+open(f"{root}/bomb.jpg", "wb").write(bomb)
+PY
+  I30_MODEL="conv 4 3, relu, gap, dense 2"
+  usage_error "train on a flat image folder without --val-split" "--val-split" "$I30/flat" -- \
+    train --data "$I30/flat" --size 12x12 --cache "" --model "$I30_MODEL" --epochs 1 --device cpu
+  run train --data "$I30/flat" --val-split 0.25 --cache "" --model "$I30_MODEL" --epochs 1 --batch 8 --device cpu --no-progress
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "wide.jpg" && has "$TMP/err" "--size"; then
+    ok "an image over 4096 a side without --size: exit 1 naming it and --size"
+  else not_ok "train on an image over 4096 a side without --size" "want exit 1 naming wide.jpg and --size"; fi
+  run train --data "$I30/flat" --val-split 0.25 --size 12x12 --cache "" --model "$I30_MODEL" --epochs 1 --batch 8 \
+    --device cpu --no-progress --save "$I30/m.lamina"
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "3x12x12" && has "$TMP/out" "19 training, 7 test" && has "$TMP/out" "validation: 7 of the training images"; then
+    ok "train on a flat image folder with --val-split: a grey JPEG converted, a 4200-pixel one fitted"
+  else not_ok "train on a flat image folder --val-split 0.25 --size 12x12" "want exit 0, 3x12x12 and 7 of 26 held out (the test part too)"; fi
+  run eval --load "$I30/m.lamina" --data "$I30/flat" --size 12x12 --cache ""
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "26 test images"; then ok "eval on a flat image folder: all 26 images"
+  else not_ok "eval on a flat image folder" "want exit 0 and '26 test images'"; fi
+  run train --data "$I30/inet" --cache "" --model "$I30_MODEL" --epochs 1 --batch 8 --device cpu --no-progress
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "16 training, 4 test"; then ok "train on train/ + val/ (ImageNet's names): val/ is the test part"
+  else not_ok "train on train/ + val/" "want exit 0 and '16 training, 4 test'"; fi
+  mkdir -p "$I30/flat/zz-empty"
+  run train --data "$I30/flat" --val-split 0.25 --size 12x12 --cache "" --model "$I30_MODEL" --epochs 1 --device cpu
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "'zz-empty'"; then ok "an empty class folder: exit 1 naming it"
+  else not_ok "train with an empty class folder" "want exit 1 naming 'zz-empty'"; fi
+  rmdir "$I30/flat/zz-empty"
+  start=$SECONDS
+  run predict --load "$I30/m.lamina" --input "$I30/bomb.jpg" --device cpu
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "bomb.jpg" && has "$TMP/err" "60000x60000" && [ $((SECONDS - start)) -lt 20 ]; then
+    ok "predict on a JPEG bomb (60000x60000 in $(stat -c %s "$I30/bomb.jpg") bytes): refused at once, naming it"
+  else not_ok "predict on a JPEG bomb" "want exit 1 within seconds naming bomb.jpg and 60000x60000"; fi
+else
+  ok "# skip issue 30's image folder checks: no PNG/JPEG in this build, or no /usr/bin/python3 with Pillow"
 fi
 
 # ---- CUDA where there may be none ---------------------------------------------------------------

@@ -24,6 +24,10 @@
 #include <zlib.h>
 
 #include "../src/data/data.h" /* image_read, image_encode, image_fit: the image files' own checks */
+#ifdef LAMINA_TEST_JPEG
+#include <stdio.h>
+#include <jpeglib.h> /* progressive JPEGs, made here as decompression bombs */
+#endif
 
 static char g_dir[64]; /* this run's mkdtemp folder */
 
@@ -1487,6 +1491,187 @@ static void test_image_bad(void **state) {
   TU_EXPECT_STATUS(image_read(path_of("no-such.png"), &im), LAM_ERR_IO);
 }
 
+/* Reads the whole file at path (a reference from tests/ref/png) into *buf; its length. */
+static size_t read_ref(const char *path, uint8_t **buf) {
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s (tests/ref/png/make_png_ref.py writes it)", path);
+  *buf = malloc(1 << 16);
+  size_t n = fread(*buf, 1, 1 << 16, f);
+  fclose(f);
+  return n;
+}
+
+/* Every PNG colour type and bit depth decoded as Pillow (and torchvision through it) reads it: 16-bit samples
+ * by their high byte with no gamma (0x1234 -> 18; the simplified API went through linear light: 76), alpha
+ * dropped keeping the colour under it (not composited onto black), palettes (with tRNS) as their colours,
+ * 1/2/4-bit grey scaled to 0..255, Adam7; both as the file's own channels (image_read) and converted to the
+ * other count (lam_image_load: grey to RGB the same value thrice, RGB to grey Pillow's convert("L") luma). The
+ * files and Pillow's pixels are tests/ref/png (make_png_ref.py says how they were made). */
+static void test_png_like_pil(void **state) {
+  (void)state;
+  if (!(lam_image_formats() & IMAGE_PNG)) skip();
+  static const struct {
+    const char *name;
+    int c; /* the channels image_read gives */
+  } cases[] = {{"grey1", 1},       {"grey2", 1},          {"grey4", 1},         {"grey8_trns", 1},
+               {"grey16", 1},      {"grey16_gama", 1},    {"greyalpha8", 1},    {"greyalpha16", 1},
+               {"rgb8_gama", 3},   {"rgb8_trns", 3},      {"rgb8_adam7", 3},    {"rgb16", 3},
+               {"rgb16_gama", 3},  {"rgba8", 3},          {"rgba8_clear", 3},   {"rgba16", 3},
+               {"palette2", 3},    {"palette4", 3},       {"palette8_trns", 3}};
+  int bad = 0;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char f[512];
+    uint8_t *want[2];
+    snprintf(f, sizeof f, "%s/%s.L", LAMINA_TEST_PNG_DIR, cases[k].name);
+    size_t nl = read_ref(f, &want[0]);
+    snprintf(f, sizeof f, "%s/%s.RGB", LAMINA_TEST_PNG_DIR, cases[k].name);
+    size_t nrgb = read_ref(f, &want[1]);
+    snprintf(f, sizeof f, "%s/%s.png", LAMINA_TEST_PNG_DIR, cases[k].name);
+    data_image im;
+    TU_OK(image_read(f, &im));
+    if (im.c != cases[k].c || (size_t)im.h * im.w != nl || nrgb != 3 * nl)
+      fail_msg("%s: %dx%d of %d channels, want %d channels and %zu pixels", cases[k].name, im.w, im.h, im.c,
+               cases[k].c, nl);
+    const uint8_t *ref = want[im.c == 3];
+    int here = 0; /* differences in this file: the first 3 shown */
+    for (size_t i = 0; i < nl * im.c; i++)
+      if (im.px[i] != ref[i] && here++ < 3)
+        print_message("%s: byte %zu (pixel %zu) is %d, Pillow's %d\n", cases[k].name, i, i / im.c, im.px[i], ref[i]);
+    for (int c = 1; c <= 3; c += 2) { /* CHW, fitted to its own size (a copy) */
+      uint8_t *out = malloc(nl * c);
+      TU_OK(lam_image_load(f, c, im.h, im.w, out));
+      for (size_t p = 0; p < nl; p++)
+        for (int q = 0; q < c; q++)
+          if (out[q * nl + p] != want[c == 3][p * c + q] && here++ < 3)
+            print_message("%s as %d channel%s: pixel %zu channel %d is %d, Pillow's %d\n", cases[k].name, c,
+                          c == 1 ? "" : "s", p, q, out[q * nl + p], want[c == 3][p * c + q]);
+      free(out);
+    }
+    bad += here;
+    free(im.px), free(want[0]), free(want[1]);
+  }
+  assert_int_equal(bad, 0);
+}
+
+#ifdef LAMINA_TEST_JPEG
+/* A JPEG of h x w x c (1 or 3, 4:4:4) of a smooth picture, progressive by libjpeg's own script, or by
+ * script (n scans) where given; *len bytes, malloc'd. */
+static uint8_t *progressive_jpeg(int h, int w, int c, const jpeg_scan_info *script, int n, size_t *len) {
+  struct jpeg_compress_struct ci;
+  struct jpeg_error_mgr err;
+  ci.err = jpeg_std_error(&err);
+  jpeg_create_compress(&ci);
+  unsigned char *mem = NULL;
+  unsigned long size = 0;
+  jpeg_mem_dest(&ci, &mem, &size);
+  ci.image_width = (JDIMENSION)w, ci.image_height = (JDIMENSION)h, ci.input_components = c;
+  ci.in_color_space = c == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  jpeg_set_defaults(&ci);
+  for (int k = 0; k < ci.num_components; k++) ci.comp_info[k].h_samp_factor = ci.comp_info[k].v_samp_factor = 1;
+  if (script) ci.scan_info = script, ci.num_scans = n;
+  else jpeg_simple_progression(&ci);
+  jpeg_start_compress(&ci, TRUE);
+  uint8_t *row = malloc((size_t)w * c);
+  while (ci.next_scanline < ci.image_height) {
+    for (int x = 0; x < w * c; x++) row[x] = (uint8_t)(60 + x % 97 + ci.next_scanline % 50);
+    JSAMPROW r = row;
+    jpeg_write_scanlines(&ci, &r, 1);
+  }
+  jpeg_finish_compress(&ci);
+  jpeg_destroy_compress(&ci);
+  free(row);
+  *len = size;
+  return mem;
+}
+
+/* Sets the size in a JPEG's frame header (SOF0..SOF2) to h x w: what a bomb's few bytes claim. */
+static void jpeg_claim(uint8_t *b, size_t n, int h, int w) {
+  for (size_t i = 2; i + 8 < n; i++)
+    if (b[i] == 0xff && (b[i + 1] == 0xc0 || b[i + 1] == 0xc1 || b[i + 1] == 0xc2)) {
+      b[i + 5] = (uint8_t)(h >> 8), b[i + 6] = (uint8_t)h, b[i + 7] = (uint8_t)(w >> 8), b[i + 8] = (uint8_t)w;
+      return;
+    }
+  fail_msg("no frame header in the JPEG written");
+}
+
+/* The refusal of one bomb: LAM_ERR_IO naming the file and each of words, within seconds (they took minutes
+ * and gigabytes: 8.4 GB and 50 s for the first). th x tw: decoded to be fitted to it (0: as it is). */
+static void expect_bomb(const char *what, const uint8_t *b, size_t n, int th, int tw, const char *w1, const char *w2) {
+  const char *path = path_of("bomb.jpg");
+  write_bytes(path, 0, b, n);
+  data_image im;
+  const double t0 = now_s();
+  lam_status s = image_read_fit(path, th, tw, &im);
+  const double took = now_s() - t0;
+  print_message("%s (%zu bytes, fit %dx%d): %.2f s: %s\n", what, n, th, tw, took, lam_last_error());
+  if (s != LAM_ERR_IO || im.px) fail_msg("%s: status %d, want LAM_ERR_IO and no pixels", what, s);
+  if (!strstr(lam_last_error(), path) || !strstr(lam_last_error(), w1) || (w2 && !strstr(lam_last_error(), w2)))
+    fail_msg("%s: the message does not name the file, '%s'%s%s: %s", what, w1, w2 ? " and " : "", w2 ? w2 : "",
+             lam_last_error());
+  if (took > 10) fail_msg("%s: %.1f s to refuse it", what, took);
+}
+#endif
+
+/* Decompression bombs (issue 30, finding 5), each refused from its header before the decoder allocates: a
+ * progressive grey JPEG of 65500x65500 in some hundred bytes (8.4 GB of coefficients), a colour one of
+ * 60000x60000 (21 GB), a 30000x30000 colour one within the pixel bound of a fitted JPEG but whose coefficients
+ * are over libjpeg's memory bound, a small JPEG of 568 scans, and a PNG whose header claims more than its bytes
+ * can inflate to. A fitted JPEG below the bounds still decodes (smaller, by DCT scaling). */
+static void test_image_bombs(void **state) {
+  (void)state;
+#ifndef LAMINA_TEST_JPEG
+  skip();
+#else
+  if (!have_images()) skip();
+  size_t n;
+  uint8_t *b = progressive_jpeg(8, 8, 1, NULL, 0, &n);
+  jpeg_claim(b, n, 65500, 65500);
+  int jh = 0, jw = 0; /* the header walk that keeps such a file from nvJPEG */
+  assert_true(image_jpeg_size(b, n, &jh, &jw) && jh == 65500 && jw == 65500);
+  assert_false(image_jpeg_size(b, 40, &jh, &jw)); /* cut before its frame header */
+  expect_bomb("grey progressive 65500x65500", b, n, 0, 0, "65500x65500", "--size");
+  expect_bomb("grey progressive 65500x65500, to be fitted", b, n, 32, 32, "65500x65500", "million");
+  free(b);
+  b = progressive_jpeg(16, 16, 3, NULL, 0, &n);
+  jpeg_claim(b, n, 60000, 60000);
+  expect_bomb("colour progressive 60000x60000", b, n, 0, 0, "60000x60000", NULL);
+  expect_bomb("colour progressive 60000x60000, to be fitted", b, n, 224, 224, "60000x60000", "million");
+  jpeg_claim(b, n, 30000, 30000);
+  expect_bomb("colour progressive 30000x30000, to be fitted", b, n, 224, 224, "30000x30000", "MiB");
+  free(b);
+  b = progressive_jpeg(16, 16, 3, NULL, 0, &n); /* the bounds leave a real one alone */
+  const char *ok = path_of("progressive.jpg");
+  write_bytes(ok, 0, b, n);
+  data_image im;
+  TU_OK(image_read(ok, &im));
+  assert_true(im.h == 16 && im.w == 16 && im.c == 3);
+  free(im.px), free(b);
+  /* 568 scans of a 64x64 grey image: every AC coefficient alone, by successive approximation from bit 8 */
+  static jpeg_scan_info script[1 + 63 * 9];
+  int k = 0;
+  script[k++] = (jpeg_scan_info){1, {0}, 0, 0, 0, 0};
+  for (int coef = 1; coef < 64; coef++)
+    for (int al = 8; al >= 0; al--) script[k++] = (jpeg_scan_info){1, {0}, coef, coef, al == 8 ? 0 : al + 1, al};
+  b = progressive_jpeg(64, 64, 1, script, k, &n);
+  expect_bomb("568 scans", b, n, 0, 0, "scans", NULL);
+  free(b);
+  /* a PNG of 4000x4000 claimed by a header and a few bytes of IDAT */
+  uint8_t grey[16] = {0};
+  uint8_t *png;
+  size_t npng;
+  TU_OK(image_encode(IMAGE_PNG, grey, 4, 4, 1, &png, &npng));
+  for (int i = 0; i < 4; i++) png[16 + i] = (uint8_t)(4000 >> (24 - 8 * i)), png[20 + i] = (uint8_t)(4000 >> (24 - 8 * i));
+  uLong crc = crc32(0, png + 12, 17); /* IHDR's type and data */
+  for (int i = 0; i < 4; i++) png[29 + i] = (uint8_t)(crc >> (24 - 8 * i));
+  const char *pp = path_of("bomb.png");
+  write_bytes(pp, 0, png, npng);
+  TU_EXPECT_STATUS(image_read(pp, &im), LAM_ERR_IO);
+  if (!strstr(lam_last_error(), pp) || !strstr(lam_last_error(), "more than its"))
+    fail_msg("a PNG claiming 4000x4000: %s", lam_last_error());
+  free(png);
+#endif
+}
+
 /* The fit: a copy at the same size; halving a side averages pairs (area); doubling is bilinear; a wide image
  * fitted to a square keeps its middle columns. */
 static void test_image_fit(void **state) {
@@ -1602,15 +1787,6 @@ static void test_image_folder_errors(void **state) {
   TU_OK(lam_data_images_part(src, 30, 1, 1, part));
   lam_image_opts o = {.cache = ""};
   lam_dataset *d = NULL;
-  /* a grey image among colour ones */
-  uint8_t grey[30];
-  memset(grey, 128, sizeof grey);
-  snprintf(f, sizeof f, "%s/train/1/zz-grey.png", root);
-  write_image(f, IMAGE_PNG, grey, 6, 5, 1);
-  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
-  assert_null(d);
-  assert_non_null(strstr(lam_last_error(), f)), assert_non_null(strstr(lam_last_error(), "channel"));
-  unlink(f);
   /* another size without --size; with it, every image fitted */
   uint8_t big[9 * 8 * 3];
   memset(big, 200, sizeof big);
@@ -1644,6 +1820,215 @@ static void test_image_folder_errors(void **state) {
   snprintf(part, sizeof part, "%s/train", root), assert_int_equal(mkdir(part, 0777), 0);
   TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
   assert_non_null(strstr(lam_last_error(), "class folders"));
+}
+
+/* Image folders as users have them (issue 30, finding 13a): grey JPEGs in a colour set (ImageNet, Caltech) and a
+ * colour image in a grey set are converted to the set's channels, which are those of most of its images (a tie:
+ * colour), wherever the odd one is in the order: grey to colour the value thrice, colour to grey Pillow's luma.
+ * Counted in opts->converted. */
+static void test_image_folder_mixed(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  char root[256], f[400];
+  snprintf(root, sizeof root, "%s/mixed", g_dir);
+  assert_int_equal(mkdir(root, 0777), 0);
+  snprintf(f, sizeof f, "%s/train", root), assert_int_equal(mkdir(f, 0777), 0);
+  snprintf(f, sizeof f, "%s/train/a", root), assert_int_equal(mkdir(f, 0777), 0);
+  snprintf(f, sizeof f, "%s/train/b", root), assert_int_equal(mkdir(f, 0777), 0);
+  enum { S = 6 * 5 };
+  uint8_t grey[S], rgb[4][S * 3];
+  for (int i = 0; i < S; i++) grey[i] = (uint8_t)(7 * i + 3);
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < S * 3; i++) rgb[k][i] = (uint8_t)(i * (11 + k) % 251);
+  /* colour a/1..a/4 and b/9, grey PNG a/0 (first in the order) and b/8: colour wins 5 to 2 */
+  for (int k = 0; k < 4; k++) {
+    snprintf(f, sizeof f, "%s/train/a/%d.png", root, k + 1);
+    write_image(f, IMAGE_PNG, rgb[k], 6, 5, 3);
+  }
+  snprintf(f, sizeof f, "%s/train/b/9.png", root), write_image(f, IMAGE_PNG, rgb[0], 6, 5, 3);
+  snprintf(f, sizeof f, "%s/train/a/0.png", root), write_image(f, IMAGE_PNG, grey, 6, 5, 1);
+  snprintf(f, sizeof f, "%s/train/b/8.png", root), write_image(f, IMAGE_PNG, grey, 6, 5, 1);
+  lam_image_opts o = {.cache = ""};
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  assert_true(d->n == 7 && d->c == 3 && o.converted == 2);
+  for (int q = 0; q < 3; q++) /* image 0 is a/0.png: grey in each channel */
+    assert_memory_equal(d->images + (size_t)q * S, grey, S);
+  for (int p = 0; p < S; p++) /* image 1 is a/1.png, as written */
+    for (int q = 0; q < 3; q++) assert_int_equal(d->images[(size_t)(3 + q) * S + p], rgb[0][p * 3 + q]);
+  lam_dataset_free(d), d = NULL;
+  /* now mostly grey (a/1..a/4 grey too), the first image colour: grey wins, the colour ones by their luma */
+  snprintf(f, sizeof f, "%s/train/a/0.png", root), write_image(f, IMAGE_PNG, rgb[1], 6, 5, 3);
+  for (int k = 0; k < 4; k++) {
+    snprintf(f, sizeof f, "%s/train/a/%d.png", root, k + 1);
+    write_image(f, IMAGE_PNG, grey, 6, 5, 1);
+  }
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  assert_true(d->n == 7 && d->c == 1 && o.converted == 2);
+  for (int p = 0; p < S; p++) assert_int_equal(d->images[p], image_luma(rgb[1] + 3 * p));
+  assert_memory_equal(d->images + S, grey, S);
+  lam_dataset_free(d), d = NULL;
+  /* a tie (one of each in a class each): colour, as torchvision's loader converts everything to RGB */
+  snprintf(root, sizeof root, "%s/tie", g_dir);
+  assert_int_equal(mkdir(root, 0777), 0);
+  snprintf(f, sizeof f, "%s/train", root), assert_int_equal(mkdir(f, 0777), 0);
+  snprintf(f, sizeof f, "%s/train/a", root), assert_int_equal(mkdir(f, 0777), 0);
+  snprintf(f, sizeof f, "%s/train/a/0.jpg", root), write_image(f, IMAGE_JPEG, grey, 6, 5, 1);
+  snprintf(f, sizeof f, "%s/train/a/1.jpg", root), write_image(f, IMAGE_JPEG, rgb[2], 6, 5, 3);
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  assert_true(d->n == 2 && d->c == 3 && o.converted == 1);
+  lam_dataset_free(d);
+}
+
+/* Makes dir/rel (folders on the way too). */
+static void mkdirs(const char *dir, const char *rel) {
+  char p[512];
+  mkdir(dir, 0777);
+  snprintf(p, sizeof p, "%s/%s", dir, rel);
+  for (char *c = p + strlen(dir) + 1; *c; c++)
+    if (*c == '/') {
+      *c = 0;
+      mkdir(p, 0777);
+      *c = '/';
+    }
+  mkdir(p, 0777);
+}
+
+/* Writes a 6x5 grey PNG of value v at dir/rel. */
+static void grey_png(const char *dir, const char *rel, uint8_t v) {
+  uint8_t px[30];
+  memset(px, v, sizeof px);
+  char f[512];
+  snprintf(f, sizeof f, "%s/%s", dir, rel);
+  write_image(f, IMAGE_PNG, px, 6, 5, 1);
+}
+
+/* The layouts users have (issue 30, finding 13c, d): flat DIR/CLASS/... (one part: both the training and the test
+ * part, all of it), DIR/train + DIR/val (ImageNet's names; test/ first where it holds class folders), DIR/train
+ * alone (its test part an error that says --val-split), a folder of the MNIST layout beside folders of images (not
+ * an image folder); and an empty class folder, an error naming it, as in torchvision. */
+static void test_image_folder_layouts(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  char root[256];
+  lam_image_opts o = {.cache = ""};
+  lam_dataset *d = NULL;
+  /* flat: 3 images of class a, 2 of class b */
+  snprintf(root, sizeof root, "%s/flat", g_dir);
+  mkdirs(root, "a"), mkdirs(root, "b");
+  grey_png(root, "a/1.png", 10), grey_png(root, "a/2.png", 20), grey_png(root, "a/3.png", 30);
+  grey_png(root, "b/1.png", 40), grey_png(root, "b/2.png", 50);
+  assert_int_equal(lam_dataset_image_folder_layout(root), LAM_FOLDER_FLAT);
+  assert_true(lam_dataset_is_image_folder(root));
+  for (int train = 0; train < 2; train++) {
+    TU_OK(lam_dataset_load_images(root, train, &o, &d));
+    assert_true(d->n == 5 && d->classes == 2 && d->c == 1);
+    assert_int_equal(d->labels[2], 0), assert_int_equal(d->labels[3], 1), assert_int_equal(d->images[3 * 30], 40);
+    lam_dataset_free(d), d = NULL;
+  }
+  TU_OK(lam_dataset_load(root, 0, &d)); /* by lam_dataset_load, as --data gives it */
+  assert_true(d->n == 5);
+  lam_dataset_free(d), d = NULL;
+  /* train/ + val/ */
+  snprintf(root, sizeof root, "%s/imagenet", g_dir);
+  mkdirs(root, "train/a"), mkdirs(root, "train/b"), mkdirs(root, "val/b");
+  grey_png(root, "train/a/1.png", 1), grey_png(root, "train/b/1.png", 2), grey_png(root, "val/b/9.png", 99);
+  assert_int_equal(lam_dataset_image_folder_layout(root), LAM_FOLDER_SPLIT);
+  TU_OK(lam_dataset_load_images(root, 0, &o, &d));
+  assert_true(d->n == 1 && d->classes == 2 && d->labels[0] == 1 && d->images[0] == 99);
+  lam_dataset_free(d), d = NULL;
+  mkdirs(root, "test"); /* a test/ without class folders (ImageNet's unlabelled one): val/ is still the test part */
+  grey_png(root, "test/x.png", 7);
+  TU_OK(lam_dataset_load_images(root, 0, &o, &d));
+  assert_true(d->n == 1 && d->images[0] == 99);
+  lam_dataset_free(d), d = NULL;
+  /* train/ alone: the training part reads; the test part says how to get one */
+  snprintf(root, sizeof root, "%s/trainonly", g_dir);
+  mkdirs(root, "train/a");
+  grey_png(root, "train/a/1.png", 1);
+  assert_int_equal(lam_dataset_image_folder_layout(root), LAM_FOLDER_TRAIN_ONLY);
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  lam_dataset_free(d), d = NULL;
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 0, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), root)), assert_non_null(strstr(lam_last_error(), "--val-split"));
+  /* the MNIST layout with a folder of pictures beside it: not an image folder */
+  snprintf(root, sizeof root, "%s/mnist-and-pictures", g_dir);
+  mkdirs(root, "pictures");
+  grey_png(root, "pictures/1.png", 1);
+  char f[512];
+  snprintf(f, sizeof f, "%s/train-images-idx3-ubyte", root);
+  write_images(f, 0, N, H, W, g_pix, PIX);
+  assert_int_equal(lam_dataset_image_folder_layout(root), LAM_FOLDER_NONE);
+  assert_false(lam_dataset_is_image_folder(g_dir)); /* nor a folder of no images */
+  /* an empty class folder: an error naming it, in the split layout's training and test parts and in a flat one */
+  snprintf(root, sizeof root, "%s/imagenet", g_dir);
+  mkdirs(root, "train/c-empty");
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
+  assert_null(d);
+  if (!strstr(lam_last_error(), "'c-empty'") || !strstr(lam_last_error(), "no .png"))
+    fail_msg("an empty class folder: %s", lam_last_error());
+  rmdir(strcat(strcpy(f, root), "/train/c-empty"));
+  mkdirs(root, "val/a");
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 0, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "'a'"));
+  snprintf(root, sizeof root, "%s/flat", g_dir);
+  mkdirs(root, "z-empty");
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "'z-empty'"));
+  /* so lam_data_images_part (lamina data images) makes no folder for a class its images lack: 2 images, 2 of 3 */
+  snprintf(root, sizeof root, "%s/two-of-three", g_dir);
+  mkdirs(root, "train");
+  snprintf(f, sizeof f, "%s/train", root);
+  TU_OK(lam_data_images_part(tiny_source(), 2, 1, IMAGE_PNG, f));
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d));
+  assert_true(d->n == 2 && d->classes == 2);
+  lam_dataset_free(d);
+}
+
+/* Images over DATA_MAX_SIDE a side (issue 30, finding 13b): refused as they are (the message says --size), read
+ * when fitted to a size: a JPEG decoded smaller by libjpeg's DCT scaling, yet covering the size (4100x300 to 16x16:
+ * 1/8, 513x38), a PNG whole; the fitted image near the source's own fit; lam_image_load (predict) alike. */
+static void test_image_folder_large(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  enum { LH = 300, LW = 4100 };
+  uint8_t *src = malloc((size_t)LH * LW);
+  for (int y = 0; y < LH; y++)
+    for (int x = 0; x < LW; x++) src[(size_t)y * LW + x] = (uint8_t)(100 + 80 * sin(x / 700.0) + y / 10);
+  char root[256], f[512];
+  snprintf(root, sizeof root, "%s/large", g_dir);
+  mkdirs(root, "train/a"), mkdirs(root, "train/b");
+  snprintf(f, sizeof f, "%s/train/a/0.jpg", root);
+  write_image(f, IMAGE_JPEG, src, LH, LW, 1);
+  data_image im;
+  TU_EXPECT_STATUS(image_read(f, &im), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "--size"));
+  TU_OK(image_read_fit(f, 16, 16, &im));
+  assert_true(im.h == 38 && im.w == 513 && im.c == 1);
+  free(im.px);
+  uint8_t got[16 * 16], want[16 * 16];
+  TU_OK(lam_image_load(f, 1, 16, 16, got));
+  data_image whole = {LH, LW, 1, src};
+  image_fit(&whole, 16, 16, want);
+  double diff = 0;
+  for (int i = 0; i < 256; i++) diff += abs((int)got[i] - (int)want[i]);
+  print_message("4100x300 JPEG by DCT scaling, fitted to 16x16: mean |difference| from the source's fit %.2f\n", diff / 256);
+  assert_true(diff / 256 < 4);
+  uint8_t *wide = calloc((size_t)20 * 4200, 1);
+  snprintf(f, sizeof f, "%s/train/a/1.png", root);
+  write_image(f, IMAGE_PNG, wide, 20, 4200, 1);
+  free(wide);
+  grey_png(root, "train/b/2.png", 9);
+  lam_image_opts o = {.cache = ""};
+  lam_dataset *d = NULL;
+  TU_EXPECT_STATUS(lam_dataset_load_images(root, 1, &o, &d), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), "0.jpg")), assert_non_null(strstr(lam_last_error(), "--size"));
+  lam_image_opts fit = {.h = 16, .w = 16, .cache = ""};
+  TU_OK(lam_dataset_load_images(root, 1, &fit, &d));
+  assert_true(d->n == 3 && d->h == 16 && d->w == 16 && d->c == 1);
+  assert_memory_equal(d->images, got, 256);
+  lam_dataset_free(d);
+  free(src);
 }
 
 /* Smooth 32x32 grey sources (JPEG's own kind of picture) for the decoders' comparison. */
@@ -1746,13 +2131,12 @@ static void test_image_folder_decoders(void **state) {
     const char *name, *words;
     const uint8_t *p;
     size_t n;
-    int kind; /* 0: the bytes as they are; 1: a grey JPEG; 2: a 40x32 JPEG */
+    int kind; /* 0: the bytes as they are; 2: a 40x32 JPEG */
   } cases[] = {{"zz-cut.jpg", "JPEG", jpg, njpg * 2 / 3, 0}, {"zz-head.jpg", "JPEG", jpg, 200, 0},
-               {"zz-grey.jpg", "channel", NULL, 0, 1},   {"zz-big.jpg", "--size", NULL, 0, 2}};
+               {"zz-big.jpg", "--size", NULL, 0, 2}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     snprintf(f, sizeof f, "%s/train/1/%s", root, cases[k].name);
-    if (cases[k].kind == 1) write_image(f, IMAGE_JPEG, grey, 32, 32, 1);
-    else if (cases[k].kind == 2) {
+    if (cases[k].kind == 2) {
       uint8_t big[40 * 32 * 3];
       memset(big, 120, sizeof big);
       write_image(f, IMAGE_JPEG, big, 40, 32, 3);
@@ -1771,6 +2155,13 @@ static void test_image_folder_decoders(void **state) {
     unlink(f);
   }
   free(jpg);
+  /* a grey JPEG among colour ones: converted to colour by the host (nvJPEG takes the set's channels only) */
+  snprintf(f, sizeof f, "%s/train/1/zz-grey.jpg", root);
+  write_image(f, IMAGE_JPEG, grey, 32, 32, 1);
+  TU_OK(lam_dataset_load_images(root, 1, &og, &gpu));
+  assert_true(gpu->n == 25 && gpu->c == 3 && og.decoded_gpu == 24 && og.converted == 1);
+  lam_dataset_free(gpu);
+  unlink(f);
   lam_dataset_free(cpu);
 }
 
@@ -1808,9 +2199,12 @@ int main(void) {
       cmocka_unit_test(test_npy_bad),          cmocka_unit_test(test_fashion_mnist_real),
       cmocka_unit_test(test_idx_write),        cmocka_unit_test(test_data_segment),
       cmocka_unit_test(test_data_clips),
-      cmocka_unit_test(test_image_roundtrip),  cmocka_unit_test(test_image_bad),
+      cmocka_unit_test(test_image_roundtrip),  cmocka_unit_test(test_image_bad), cmocka_unit_test(test_png_like_pil),
+      cmocka_unit_test(test_image_bombs),
       cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),
       cmocka_unit_test(test_image_folder_errors), cmocka_unit_test(test_image_folder_decoders),
+      cmocka_unit_test(test_image_folder_mixed), cmocka_unit_test(test_image_folder_layouts),
+      cmocka_unit_test(test_image_folder_large),
   };
   return TU_RUN_GROUP("data", tests, setup_dir, teardown_dir) ? 1 : 0;
 }

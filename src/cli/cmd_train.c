@@ -57,9 +57,13 @@ static void train_usage(FILE *f) {
           "                         each IDX (plain or .gz) or NumPy .npy: images N×H×W or N×H×W×C uint8, labels N\n"
           "                         (a class per image) or N×H×W (a class per pixel, 255 = ignore) (default\n"
           "                         fashion-mnist); or an image folder: DIR/train/CLASS/*.png|jpg|jpeg and\n"
-          "                         DIR/test/CLASS/..., the classes the training folders in sorted order\n"
+          "                         DIR/test/CLASS/... (or DIR/val/CLASS/...), the classes the training folders\n"
+          "                         in sorted order; or flat, DIR/CLASS/... (train needs --val-split: its part is\n"
+          "                         the test part too; eval reads all of it). Grey and colour images are made the\n"
+          "                         set's channels (most images': a tie is colour)\n"
           "  --size HxW             fit an image folder's images to HxW (scaled to cover it, the middle kept);\n"
-          "                         default: every image must be the size of the first\n"
+          "                         larger than 4096 a side too (a JPEG decoded smaller by DCT scaling); default:\n"
+          "                         every image must be the size of the first, at most 4096 a side\n"
           "  --cache DIR            where an image folder's decoded images are kept for the next run (default\n"
           "                         DATA/.lamina-cache where it can be made; '' for none)\n"
           "  --skip-bad             leave out image files that cannot be decoded (and count them) instead of\n"
@@ -352,7 +356,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   }
   if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
   if ((o->images.h || o->images.cache || o->images.skip_bad || o->decode_set) && !lam_dataset_is_image_folder(o->data))
-    return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/...), "
+    return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/... or DATA/CLASS/...), "
                            "and '%s' is not one", o->data);
   if (o->gpus && o->device == LAM_DEVICE_CPU)
     return cli_usage_error(cmd, "--gpus %d trains on GPUs, and --device cpu asks for the CPU: CPU ranks start under "
@@ -766,6 +770,16 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     goto out;
   }
   size_t skipped = 0;
+  /* An image folder without a test part of its own (flat DIR/CLASS/..., or train/ alone): --val-split's held-out
+   * part is its test part, measured as the validation part is. */
+  const int layout = lam_dataset_image_folder_layout(o.data);
+  const int no_test = layout == LAM_FOLDER_FLAT || layout == LAM_FOLDER_TRAIN_ONLY;
+  if (no_test && !o.val_split) {
+    ret = cli_usage_error("train", "image folder '%s' has no test part (%s): give --val-split F (e.g. 0.1) to hold out "
+                          "that part of its images to validate and test on", o.data,
+                          layout == LAM_FOLDER_FLAT ? "its class folders are all one part" : "train/ without test/ or val/");
+    goto out;
+  }
   if (lam_dataset_load_opts(o.data, 1, &o.images, &train) != LAM_OK) {
     ret = fail("train", "loading the data");
     goto out;
@@ -773,11 +787,13 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   skipped = o.images.skipped;
   const int train_cached = o.images.cache_hit, train_written = o.images.cache_written;
   o.train_part = o.images;
-  if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
+  if (no_test) {
+    test = train; /* the same set until the split below: its checks pass, its classes are the training part's */
+  } else if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
     ret = fail("train", "loading the data");
     goto out;
   }
-  skipped += o.images.skipped;
+  if (!no_test) skipped += o.images.skipped; /* else o.images is the training part's, counted */
   if (skipped && !o.json)
     printf("  %zu image file%s could not be decoded, left out (--skip-bad)\n", skipped, skipped == 1 ? "" : "s");
   { /* the test part must fit the model the training part makes: said now, not after an epoch */
@@ -809,6 +825,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
     lam_dataset_free(train);
     train = part;
+    if (no_test) test = val;
   }
   if ((ret = cli_model_spec("train", o.model, &spec)) != 0) goto out;
   ret = 1;
@@ -1060,8 +1077,8 @@ out:
   lam_trainer_free(t);
   lam_model_free(m);
   lam_ctx_free(ctx);
+  if (test != train && test != val) lam_dataset_free(test); /* an image folder without a test part: one of them */
   lam_dataset_free(train);
-  lam_dataset_free(test);
   lam_dataset_free(val);
   free(rows);
   free(spec);

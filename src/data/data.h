@@ -90,6 +90,18 @@ void data_where(uint64_t h, uint64_t w, size_t i, char *buf, size_t cap);
 
 /* ---- image files (image.c) ---- */
 enum { IMAGE_PNG = 1, IMAGE_JPEG = 2 };
+/* The decoders' bounds, checked from the header before they allocate (decompression bombs: a few KB that ask
+ * for GBs or minutes). An image decoded: at most IMAGE_MAX_PIXELS (Pillow's DecompressionBombError bound, 2 x
+ * 89.5 M); a JPEG's source up to IMAGE_MAX_JPEG_PIXELS when DCT scaling decodes it smaller; libjpeg's own
+ * memory (a progressive file's coefficients) and a progressive file's scans x pixels; libpng's sides (its
+ * default, said here) and the memory a chunk may inflate to. */
+#define IMAGE_MAX_PIXELS 178956970ull
+#define IMAGE_MAX_JPEG_PIXELS (1ull << 30)
+#define IMAGE_JPEG_MEMORY (1L << 30)
+#define IMAGE_JPEG_MAX_SCANS 500 /* TurboJPEG's own advice for its scan limit */
+#define IMAGE_JPEG_SCAN_WORK (1ull << 37) /* 768 scans of 179 M pixels: seconds of work, not minutes */
+#define IMAGE_PNG_MAX_SIDE 1000000u
+#define IMAGE_PNG_CHUNK_MAX (8u << 20)
 /* A decoded image: h x w pixels of c channels (1 grey, 3 RGB), interleaved, row-major; px malloc'd. */
 typedef struct data_image {
   int h, w, c;
@@ -97,14 +109,27 @@ typedef struct data_image {
 } data_image;
 /* The formats this build reads and writes (IMAGE_PNG | IMAGE_JPEG bits). */
 int image_formats(void);
-/* Decodes the PNG or JPEG file at path (told by content) into *out; an error names the file. */
+/* Decodes the PNG or JPEG file at path (told by content) into *out; an error names the file. 16-bit samples
+ * by their high byte, alpha dropped (the colour kept), palettes as colours: as Pillow reads them. Up to
+ * DATA_MAX_SIDE a side. */
 lam_status image_read(const char *path, data_image *out);
-/* image_read in its two steps: the whole file into *buf (malloc'd), then its bytes decoded (path for
+/* The same for an image to be fitted to th x tw (image_fit): larger images too (up to the bounds above), a
+ * JPEG over DATA_MAX_SIDE a side decoded smaller by DCT scaling, yet covering th x tw. th = tw = 0: image_read. */
+lam_status image_read_fit(const char *path, int th, int tw, data_image *out);
+/* image_read(_fit) in its two steps: the whole file into *buf (malloc'd), then its bytes decoded (path for
  * messages). */
 lam_status image_file_bytes(const char *path, uint8_t **buf, size_t *len);
 lam_status image_decode(const char *path, const uint8_t *buf, size_t len, data_image *out);
+lam_status image_decode_fit(const char *path, const uint8_t *buf, size_t len, int th, int tw, data_image *out);
 /* Whether the bytes start as a JPEG does. */
 int image_is_jpeg(const uint8_t *p, size_t n);
+/* A JPEG's size from its frame header, found by walking its markers (no decoder): 1 and *h, *w where found. */
+int image_jpeg_size(const uint8_t *p, size_t n, int *h, int *w);
+/* The grey value of an RGB pixel as Pillow's convert("L") gives it (ITU-R 601-2 luma). */
+uint8_t image_luma(const uint8_t *rgb);
+/* im converted to c channels (1 or 3) in place: grey to RGB the value thrice, RGB to grey by image_luma (Pillow's
+ * convert("RGB") and convert("L")). */
+lam_status image_to_channels(data_image *im, int c);
 
 /* ---- JPEG on the GPU (src/cuda/jpeg.cu, where the build has nvJPEG) ---- */
 /* A decoder of batches of JPEG files through nvJPEG, on the GPU's JPEG engines where it has them (the

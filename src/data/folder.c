@@ -1,8 +1,9 @@
 /* folder.c — image folders as data sets (the ImageFolder layout): DIR/train/CLASS/NAME.png|jpg|jpeg and
- * DIR/test/CLASS/..., the classes the training part's folder names in sorted order. Every file is decoded
- * (image.c) on all host threads into one uint8 array, fitted to a fixed size where asked, and kept as an IDX
- * pair in a cache folder under a key of every file's name, size and modification time (and the options),
- * so a later run with the files unchanged reads two IDX files instead of decoding again. */
+ * DIR/test/CLASS/... or DIR/val/CLASS/..., or flat DIR/CLASS/... (one part), the classes the training part's
+ * folder names in sorted order. Every file is decoded (image.c) on all host threads into one uint8 array, made
+ * the set's channels (most images'), fitted to a fixed size where asked, and kept as an IDX pair in a cache
+ * folder under a key of every file's name, size and modification time (and the options), so a later run with
+ * the files unchanged reads two IDX files instead of decoding again. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -17,7 +18,7 @@
 #include "../status.h"
 
 #define FOLDER_MAX_CLASSES 256
-#define FOLDER_CACHE_VERSION "lamina image cache 1"
+#define FOLDER_CACHE_VERSION "lamina image cache 2" /* 2: 16-bit PNGs by the high byte, alpha dropped, grey/colour converted */
 
 typedef struct entry {
   char *path;
@@ -89,11 +90,93 @@ static void names_free(char **v, size_t n) {
   free(v);
 }
 
-/* The part's files, class by class in the training part's order, each class's files sorted by name. */
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Whether dir holds a folder (not hidden) with an image file in it: a class folder of the flat layout. */
+static int has_class_folder(const char *dir) {
+  char **sub;
+  size_t ns;
+  if (list(dir, 1, &sub, &ns) != LAM_OK) return 0;
+  int found = 0;
+  for (size_t i = 0; i < ns && !found; i++) {
+    char cdir[PATH_MAX];
+    char **files;
+    size_t nf;
+    if ((size_t)snprintf(cdir, sizeof cdir, "%s/%s", dir, sub[i]) >= sizeof cdir || list(cdir, 0, &files, &nf) != LAM_OK)
+      continue;
+    found = nf > 0;
+    names_free(files, nf);
+  }
+  names_free(sub, ns);
+  return found;
+}
+
+/* Whether dir holds files of another kind of set (the MNIST layout's train-images*, t10k-*, test-*): then it is
+ * not read as a flat image folder even where it has folders of images beside them. */
+static int has_set_files(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int found = 0;
+  for (struct dirent *e; !found && (e = readdir(d)) != NULL;)
+    found = e->d_type != DT_DIR &&
+            (!strncmp(e->d_name, "train-", 6) || !strncmp(e->d_name, "t10k-", 5) || !strncmp(e->d_name, "test-", 5));
+  closedir(d);
+  return found;
+}
+
+int lam_dataset_image_folder_layout(const char *dir) {
+  char t[PATH_MAX];
+  if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t) return LAM_FOLDER_NONE;
+  if (is_dir(t)) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/test", dir);
+    if (is_dir(p)) return LAM_FOLDER_SPLIT;
+    snprintf(p, sizeof p, "%s/val", dir);
+    return is_dir(p) ? LAM_FOLDER_SPLIT : LAM_FOLDER_TRAIN_ONLY;
+  }
+  if (!is_dir(dir) || has_set_files(dir) || !has_class_folder(dir)) return LAM_FOLDER_NONE;
+  return LAM_FOLDER_FLAT;
+}
+
+/* Where a part's class folders are: *cdir the folder whose subfolders name the classes (DIR/train, or DIR in the
+ * flat layout), *pdir the part's (DIR/train; DIR/test, or DIR/val where test/ is not there or holds no class
+ * folders, ImageNet's name; DIR for both parts of a flat folder, which is all one part). */
+static lam_status part_dirs(const char *dir, int train, char *cdir, char *pdir, size_t cap) {
+  const int layout = lam_dataset_image_folder_layout(dir);
+  if (layout == LAM_FOLDER_FLAT) {
+    snprintf(cdir, cap, "%s", dir), snprintf(pdir, cap, "%s", dir);
+    return LAM_OK;
+  }
+  snprintf(cdir, cap, "%s/train", dir);
+  if (train) {
+    snprintf(pdir, cap, "%s/train", dir);
+    return LAM_OK;
+  }
+  if (layout == LAM_FOLDER_TRAIN_ONLY)
+    return LAM_FAIL(LAM_ERR_IO, "image folder '%s' has a train/ folder but neither test/ nor val/ beside it: add one "
+                    "(test/CLASS/... as train/ is laid out), or train with --val-split F (lam_dataset_split), whose "
+                    "held-out part is then the test part", dir);
+  char t[PATH_MAX], v[PATH_MAX];
+  snprintf(t, sizeof t, "%s/test", dir), snprintf(v, sizeof v, "%s/val", dir);
+  char **sub = NULL;
+  size_t ns = 0;
+  const int test_has_classes = is_dir(t) && list(t, 1, &sub, &ns) == LAM_OK && ns > 0;
+  if (sub) names_free(sub, ns);
+  snprintf(pdir, cap, "%s", test_has_classes || !is_dir(v) ? t : v);
+  return LAM_OK;
+}
+
+/* The part's files, class by class in the training part's order, each class's files sorted by name. A class
+ * folder with no image file is an error naming it (as torchvision's ImageFolder: "Found no valid file for the
+ * classes ..."): an empty folder is a copy that went wrong, not a class to learn. */
 static lam_status scan(const char *dir, int train, entries *out, char ***classes, size_t *nclasses) {
   char tdir[PATH_MAX], pdir[PATH_MAX];
-  snprintf(tdir, sizeof tdir, "%s/train", dir);
-  snprintf(pdir, sizeof pdir, "%s/%s", dir, train ? "train" : "test");
+  memset(out, 0, sizeof *out);
+  *classes = NULL, *nclasses = 0;
+  LAM_TRY(part_dirs(dir, train, tdir, pdir, sizeof tdir));
   LAM_TRY(list(tdir, 1, classes, nclasses));
   if (*nclasses == 0 || *nclasses > FOLDER_MAX_CLASSES) {
     size_t k = *nclasses;
@@ -113,7 +196,8 @@ static lam_status scan(const char *dir, int train, entries *out, char ***classes
                    "every class needs training images", dir, pdir, parts[i], tdir);
   }
   if (nparts) names_free(parts, nparts);
-  memset(out, 0, sizeof *out);
+  char empty[512] = ""; /* the empty class folders' names, for the message */
+  size_t nempty = 0;
   for (size_t k = 0; k < *nclasses && s == LAM_OK; k++) {
     char cdir[PATH_MAX];
     if ((size_t)snprintf(cdir, sizeof cdir, "%s/%s", pdir, (*classes)[k]) >= sizeof cdir) continue;
@@ -122,6 +206,10 @@ static lam_status scan(const char *dir, int train, entries *out, char ***classes
     char **files;
     size_t nf;
     s = list(cdir, 0, &files, &nf);
+    if (s == LAM_OK && nf == 0 && nempty++ < 8) {
+      size_t at = strlen(empty);
+      snprintf(empty + at, sizeof empty - at, "%s'%s'", at ? ", " : "", (*classes)[k]);
+    }
     for (size_t i = 0; i < nf && s == LAM_OK; i++) {
       char full[PATH_MAX];
       if ((size_t)snprintf(full, sizeof full, "%s/%s", cdir, files[i]) >= sizeof full || stat(full, &st) != 0) continue;
@@ -145,6 +233,10 @@ static lam_status scan(const char *dir, int train, entries *out, char ***classes
     }
     if (s == LAM_OK || nf) names_free(files, nf);
   }
+  if (s == LAM_OK && nempty)
+    s = LAM_FAIL(LAM_ERR_IO, "image folder '%s': found no .png, .jpg or .jpeg file in %zu class folder%s of '%s': %s%s; "
+                 "every class needs images (remove the empty folder%s, or put its images in)", dir, nempty,
+                 nempty == 1 ? "" : "s", pdir, empty, nempty > 8 ? ", ..." : "", nempty == 1 ? "" : "s");
   if (s == LAM_OK && out->n == 0)
     s = LAM_FAIL(LAM_ERR_IO, "image folder '%s': no .png, .jpg or .jpeg files in the class folders of '%s'", dir, pdir);
   if (s != LAM_OK) {
@@ -188,10 +280,13 @@ int lam_image_gpu_decode(void) {
  * once (some MB for small images). */
 #define FOLDER_GPU_BATCH 4096
 
-/* Whether nvJPEG gets this file: a JPEG that ends in its end-of-image marker. A file cut short goes to
- * libjpeg, which says so (nvJPEG would decode what is there). */
+/* Whether nvJPEG gets this file: a JPEG that ends in its end-of-image marker, of up to DATA_MAX_SIDE a side by its
+ * header. A file cut short goes to libjpeg, which says so (nvJPEG would decode what is there); a larger one too,
+ * whose bounds and DCT scaling are the host's (a header of 60000x60000 would be nvJPEG's to allocate). */
 static int gpu_takes(const uint8_t *b, size_t n) {
-  return b && image_is_jpeg(b, n) && n >= 4 && b[n - 2] == 0xff && b[n - 1] == 0xd9;
+  int h = 0, w = 0;
+  return b && image_is_jpeg(b, n) && n >= 4 && b[n - 2] == 0xff && b[n - 1] == 0xd9 && image_jpeg_size(b, n, &h, &w) &&
+         h >= 1 && w >= 1 && h <= (int)DATA_MAX_SIDE && w <= (int)DATA_MAX_SIDE;
 }
 
 /* nvJPEG for --decode gpu (LAM_DECODE_GPU); an error where it cannot be had. */
@@ -208,21 +303,23 @@ static lam_status gpu_open(gpu_jpeg **g) {
 }
 
 /* Decodes every file into one (n, H, W, c) array; a file that cannot be decoded is an error naming it, or
- * with skip_bad left out (*kept the images kept, in order). Channels come from the first image, the size
- * from opts or the first image; an image of other channels, or another size without opts' size, is an
- * error naming it and saying what to do. JPEG files go to nvJPEG in batches where o asks: their bytes
- * read on all host threads, decoded and fitted (fit.h, as the host fits) on the GPU, straight into place. */
-static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *o, uint8_t **px, int *H, int *W,
-                             int *C, uint8_t **keep, size_t *kept) {
+ * with skip_bad left out (*kept the images kept, in order). Channels are want_c, or where 0 the first image's;
+ * an image of the other count is converted (*converted counts them). The size is opts' or the first image's;
+ * another size without opts' size is an error naming it and saying what to do. JPEG files go to nvJPEG in
+ * batches where o asks: their bytes read on all host threads, decoded and fitted (fit.h, as the host fits) on
+ * the GPU, straight into place. */
+static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *o, int want_c, uint8_t **px, int *H,
+                             int *W, int *C, uint8_t **keep, size_t *kept, size_t *converted) {
   data_image first;
   size_t f0 = 0;
   lam_status s = LAM_ERR_IO;
   for (; f0 < l->n; f0++) { /* the first image that decodes sets the geometry */
-    s = image_read(l->e[f0].path, &first);
+    s = image_read_fit(l->e[f0].path, o->h, o->w, &first);
     if (s == LAM_OK || !o->skip_bad || s != LAM_ERR_IO) break;
   }
   if (s != LAM_OK) return f0 == l->n ? LAM_FAIL(LAM_ERR_IO, "image folder '%s': no file could be decoded", dir) : s;
-  *C = first.c, *H = o->h ? o->h : first.h, *W = o->w ? o->w : first.w;
+  *C = want_c ? want_c : first.c, *H = o->h ? o->h : first.h, *W = o->w ? o->w : first.w;
+  size_t n_conv = 0;
   free(first.px);
   const size_t img = (size_t)*H * *W * *C;
   *px = malloc(l->n * img);
@@ -297,14 +394,15 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
         (*keep)[i] = 1;
         continue;
       }
-      if (g && bytes[j]) st = image_decode(l->e[i].path, bytes[j], lens[j], &im);
-      else st = image_read(l->e[i].path, &im); /* the host's decoder; or a read that failed, again for its message */
+      if (g && bytes[j]) st = image_decode_fit(l->e[i].path, bytes[j], lens[j], o->h, o->w, &im);
+      else st = image_read_fit(l->e[i].path, o->h, o->w, &im); /* the host's; or a read that failed, for its message */
       if (g) free(bytes[j]);
       if (st == LAM_ERR_IO && o->skip_bad) continue; /* a damaged or unreadable file: left out, counted */
-      if (st == LAM_OK && im.c != *C)
-        st = LAM_FAIL(LAM_ERR_IO, "image file '%s' has %d channel%s, but the set's first image ('%s') has %d: a set is "
-                      "all grey or all colour (convert the odd ones)", l->e[i].path, im.c, im.c == 1 ? "" : "s",
-                      l->e[f0].path, *C);
+      if (st == LAM_OK && im.c != *C) { /* a grey JPEG in a colour set: converted, as torchvision's loader does */
+        st = image_to_channels(&im, *C);
+#pragma omp atomic
+        n_conv++;
+      }
       if (st == LAM_OK && !o->h && (im.h != *H || im.w != *W))
         st = LAM_FAIL(LAM_ERR_IO, "image file '%s' is %dx%d, but the set's first image ('%s') is %dx%d: give --size HxW "
                       "(size in the API) to fit every image to one size", l->e[i].path, im.w, im.h, l->e[f0].path, *W,
@@ -327,6 +425,7 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
   if (g) gpu_jpeg_close(g);
 #endif
   o->decoded_gpu = on_gpu;
+  *converted = n_conv;
   if (s == LAM_OK && bad_at != (size_t)-1) s = LAM_FAIL(bad_status, "%s", bad_msg);
   if (s != LAM_OK) {
     free(*px), free(*keep);
@@ -437,7 +536,7 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
                 "lam_image_opts: size %dx%d (both 0, or 1 to %u)", o->w, o->h, DATA_MAX_SIDE);
   LAM_CHECK_ARG(o->decoder >= LAM_DECODE_AUTO && o->decoder <= LAM_DECODE_GPU,
                 "lam_image_opts: decoder %d (LAM_DECODE_AUTO, LAM_DECODE_CPU or LAM_DECODE_GPU)", o->decoder);
-  o->skipped = 0, o->cache_hit = o->cache_written = 0, o->decoded_gpu = 0, o->decode_s = 0;
+  o->skipped = 0, o->cache_hit = o->cache_written = 0, o->decoded_gpu = 0, o->decode_s = 0, o->converted = 0;
   entries l;
   char **classes;
   size_t nclasses;
@@ -465,9 +564,17 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   }
   uint8_t *px = NULL, *keep = NULL;
   int H = 0, W = 0, C = 0;
-  size_t n = 0;
+  size_t n = 0, conv = 0;
   const double t0 = lam_now_ms();
-  s = decode_all(dir, &l, o, &px, &H, &W, &C, &keep, &n);
+  s = decode_all(dir, &l, o, 0, &px, &H, &W, &C, &keep, &n, &conv);
+  /* The set's channels are most of its images' (a tie: colour, as torchvision's loader makes every image RGB).
+   * Decoded first as the first image's; where most are the other count (the first was an odd one), once more. */
+  if (s == LAM_OK && conv && (2 * conv > n || (2 * conv == n && C == 1))) {
+    free(px), free(keep);
+    px = keep = NULL;
+    s = decode_all(dir, &l, o, C == 1 ? 3 : 1, &px, &H, &W, &C, &keep, &n, &conv);
+  }
+  o->converted = conv;
   o->decode_s = (lam_now_ms() - t0) / 1000;
   lam_dataset *d = NULL;
   if (s == LAM_OK) {
@@ -510,9 +617,4 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   return LAM_OK;
 }
 
-int lam_dataset_is_image_folder(const char *dir) {
-  char t[PATH_MAX];
-  struct stat st;
-  if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t) return 0;
-  return stat(t, &st) == 0 && S_ISDIR(st.st_mode);
-}
+int lam_dataset_is_image_folder(const char *dir) { return lam_dataset_image_folder_layout(dir) != LAM_FOLDER_NONE; }

@@ -1,10 +1,10 @@
-/* image.c — image files: PNG through libpng's simplified API, JPEG through libjpeg(-turbo), told apart by
- * their first bytes; decoding into interleaved 8-bit grey or RGB (an alpha channel is composited onto
- * black, 16-bit PNG reduced to 8 bits by libpng), encoding for `lamina data images`, and the fit to a
- * fixed size that image folders use. A damaged, truncated or unreadable file is an error that names it:
- * libjpeg's fatal errors return through a longjmp instead of exiting, and its warnings (a truncated
- * stream, which it would pad with grey) count as errors. Builds without either library say so when
- * such a file is met. */
+/* image.c — image files: PNG through libpng, JPEG through libjpeg(-turbo), told apart by their first bytes;
+ * decoding into interleaved 8-bit grey or RGB as Pillow (and so torchvision) reads them (16-bit samples by their
+ * high byte, alpha dropped keeping the colour), bounded from the header before anything is allocated (the
+ * bounds in data.h), encoding for `lamina data images`, and the fit to a fixed size that image folders use. A
+ * damaged, truncated or unreadable file is an error that names it: the libraries' fatal errors return through
+ * a longjmp instead of exiting, and libjpeg's warnings (a truncated stream, which it would pad with grey) count
+ * as errors. Builds without either library say so when such a file is met. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -25,6 +25,7 @@
 #endif
 #ifdef LAMINA_WITH_JPEG
 #include <jpeglib.h>
+#include <jerror.h> /* JERR_NO_BACKING_STORE: libjpeg over its memory bound */
 #endif
 
 #define IMAGE_MAX_BYTES ((size_t)1 << 30) /* a file larger than 1 GiB is not an image lamina reads */
@@ -54,6 +55,38 @@ static int is_png(const uint8_t *p, size_t n) {
 static int is_jpeg(const uint8_t *p, size_t n) { return n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff; }
 
 int image_is_jpeg(const uint8_t *p, size_t n) { return is_jpeg(p, n); }
+
+int image_jpeg_size(const uint8_t *p, size_t n, int *h, int *w) {
+  if (!is_jpeg(p, n)) return 0;
+  size_t i = 2;
+  while (i + 4 <= n) {
+    if (p[i] != 0xff) return 0;
+    const uint8_t m = p[i + 1];
+    if (m == 0xff) { /* a fill byte */
+      i++;
+      continue;
+    }
+    if (m == 0x01 || (m >= 0xd0 && m <= 0xd8)) { /* markers without a length */
+      i += 2;
+      continue;
+    }
+    const size_t len = (size_t)p[i + 2] << 8 | p[i + 3];
+    if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) { /* a frame header: SOF0..SOF15 */
+      if (len < 7 || i + 9 > n) return 0;
+      *h = p[i + 5] << 8 | p[i + 6], *w = p[i + 7] << 8 | p[i + 8];
+      return 1;
+    }
+    if (m == 0xd9 || m == 0xda || len < 2) return 0; /* the end, or a scan, before any frame header */
+    i += 2 + len;
+  }
+  return 0;
+}
+
+/* ITU-R 601-2 luma, L = R 299/1000 + G 587/1000 + B 114/1000, in Pillow's integer form (convert("L")), so a colour
+ * image made grey here is what Pillow makes of it, to the bit. */
+uint8_t image_luma(const uint8_t *rgb) {
+  return (uint8_t)((rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
+}
 
 lam_status image_file_bytes(const char *path, uint8_t **buf, size_t *len) {
   *buf = NULL, *len = 0;
@@ -87,11 +120,28 @@ lam_status image_file_bytes(const char *path, uint8_t **buf, size_t *len) {
 }
 
 #if defined(LAMINA_WITH_PNG) || defined(LAMINA_WITH_JPEG)
-/* Sides and channels within lamina's limits, and the pixel buffer. */
+/* A size the header claims, checked before anything of that size is allocated. Read as it is (fit 0) an image
+ * becomes the set's size: 1 to DATA_MAX_SIDE a side. To be fitted to a size (image folders' --size, predict) it
+ * may be larger, up to max_pixels: IMAGE_MAX_PIXELS decoded, or for a JPEG's source IMAGE_MAX_JPEG_PIXELS, which
+ * DCT scaling decodes smaller. */
+static lam_status image_check_size(const char *path, uint64_t h, uint64_t w, int fit, uint64_t max_pixels) {
+  if (h < 1 || w < 1)
+    return LAM_FAIL(LAM_ERR_IO, "image file '%s': its header says %llux%llu pixels; the file is damaged", path,
+                    (unsigned long long)w, (unsigned long long)h);
+  if (!fit && (h > DATA_MAX_SIDE || w > DATA_MAX_SIDE))
+    return LAM_FAIL(LAM_ERR_IO, "image file '%s': %llux%llu pixels; read as they are, images are 1 to %u pixels a "
+                    "side: give --size HxW (size in the API) to fit larger ones to one size", path,
+                    (unsigned long long)w, (unsigned long long)h, DATA_MAX_SIDE);
+  if (h * w > max_pixels)
+    return LAM_FAIL(LAM_ERR_IO, "image file '%s': its header says %llux%llu pixels (%.0f million), more than the "
+                    "%.0f million lamina decodes an image of (a bound against decompression bombs); "
+                    "the file is damaged or not a picture to train on: shrink it first", path, (unsigned long long)w,
+                    (unsigned long long)h, (double)h * w / 1e6, max_pixels / 1e6);
+  return LAM_OK;
+}
+
+/* The pixel buffer of a checked size. */
 static lam_status image_alloc(const char *path, int h, int w, int c, data_image *out) {
-  if (h < 1 || w < 1 || (uint64_t)h > DATA_MAX_SIDE || (uint64_t)w > DATA_MAX_SIDE)
-    return LAM_FAIL(LAM_ERR_IO, "image file '%s': %dx%d pixels; lamina reads images of 1 to %u pixels a side", path, w,
-                    h, DATA_MAX_SIDE);
   out->h = h, out->w = w, out->c = c;
   out->px = malloc((size_t)h * w * c);
   if (!out->px) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image file '%s': no host memory for %dx%d pixels", path, w, h);
@@ -100,25 +150,87 @@ static lam_status image_alloc(const char *path, int h, int w, int c, data_image 
 #endif
 
 #ifdef LAMINA_WITH_PNG
-static lam_status read_png(const char *path, const uint8_t *buf, size_t len, data_image *out) {
-  png_image im;
-  memset(&im, 0, sizeof im);
-  im.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&im, buf, len))
-    return LAM_FAIL(LAM_ERR_IO, "image file '%s': not a PNG lamina can read: %s", path, im.message);
-  const int c = im.format & PNG_FORMAT_FLAG_COLOR ? 3 : 1;
-  im.format = c == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
-  lam_status s = image_alloc(path, (int)im.height, (int)im.width, c, out);
-  if (s != LAM_OK) {
-    png_image_free(&im);
-    return s;
+/* The PNG's bytes as libpng reads them, and where its fatal errors return to. */
+typedef struct png_src {
+  const uint8_t *p;
+  size_t len, at;
+  char msg[256];
+} png_src;
+static void png_fatal(png_structp png, png_const_charp msg) {
+  png_src *s = png_get_error_ptr(png);
+  snprintf(s->msg, sizeof s->msg, "%s", msg);
+  png_longjmp(png, 1);
+}
+/* libpng's warnings (an ancillary chunk it skips: a bad sRGB profile, a text chunk's CRC) do not change the
+ * pixels: not errors, and a library prints nothing. */
+static void png_quiet(png_structp png, png_const_charp msg) { (void)png, (void)msg; }
+static void png_take(png_structp png, png_bytep dst, size_t n) {
+  png_src *s = png_get_io_ptr(png);
+  if (n > s->len - s->at) png_error(png, "the file ends early (truncated)");
+  memcpy(dst, s->p + s->at, n);
+  s->at += n;
+}
+
+/* Decoded as Pillow (and so torchvision) reads a PNG: 16-bit samples by their high byte, with no gamma (the
+ * file's gAMA is ignored, as Pillow does); an alpha channel dropped, keeping the colour under it (Pillow's
+ * convert("RGB"/"L"); compositing onto black made transparent pixels black); a palette (its tRNS too) as its
+ * colours; grey of 1, 2 or 4 bits scaled to 0..255. Grey (and grey + alpha) gives 1 channel, the rest 3. The
+ * size is checked from the header before any allocation, and libpng's own allocations for chunks are bounded. */
+static lam_status read_png(const char *path, const uint8_t *buf, size_t len, int fit, data_image *out) {
+  png_src src = {.p = buf, .len = len};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_fatal, png_quiet);
+  png_infop info = png ? png_create_info_struct(png) : NULL;
+  if (!info) {
+    png_destroy_read_struct(&png, NULL, NULL);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image file '%s': no host memory for libpng", path);
   }
-  png_color black = {0, 0, 0}; /* where the file has alpha: composited onto black */
-  if (!png_image_finish_read(&im, &black, out->px, 0, NULL)) {
+  png_bytep *volatile rows = NULL;
+  volatile lam_status s = LAM_OK; /* lamina's own refusal, kept across the longjmp */
+  out->px = NULL;
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, NULL);
+    free(rows);
     free(out->px);
     out->px = NULL;
-    return LAM_FAIL(LAM_ERR_IO, "image file '%s': the PNG is damaged or truncated: %s", path, im.message);
+    if (s != LAM_OK) return s; /* refused by lamina's own check, said already */
+    return LAM_FAIL(LAM_ERR_IO, "image file '%s': the PNG is damaged or truncated: %s", path, src.msg);
   }
+  png_set_read_fn(png, &src, png_take);
+  png_set_user_limits(png, IMAGE_PNG_MAX_SIDE, IMAGE_PNG_MAX_SIDE);
+  png_set_chunk_malloc_max(png, IMAGE_PNG_CHUNK_MAX); /* a text or ICC chunk inflating to gigabytes */
+  png_set_chunk_cache_max(png, 1000);
+  png_read_info(png, info);
+  png_uint_32 w, h;
+  int depth, type, interlace;
+  png_get_IHDR(png, info, &w, &h, &depth, &type, &interlace, NULL, NULL);
+  /* What the header claims, against what the file can hold: zlib inflates at most ~1032:1, so an image larger
+   * than that of the file's bytes is a header lying (a decompression bomb's first step) */
+  const uint64_t raw = (uint64_t)h * (((uint64_t)w * png_get_channels(png, info) * depth + 7) / 8 + 1);
+  if ((s = image_check_size(path, h, w, fit, IMAGE_MAX_PIXELS)) == LAM_OK && raw / 1032 > len)
+    s = LAM_FAIL(LAM_ERR_IO, "image file '%s': the PNG's header says %ux%u pixels, more than its %zu bytes can hold; "
+                 "the file is truncated or its header corrupt", path, (unsigned)w, (unsigned)h, len);
+  if (s != LAM_OK) png_longjmp(png, 1);
+  png_set_strip_16(png); /* the high byte: Pillow's reading (png_set_scale_16 would round) */
+  png_set_strip_alpha(png);
+  if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const int c = png_get_channels(png, info);
+  const size_t stride = png_get_rowbytes(png, info);
+  if ((c != 1 && c != 3) || stride != (size_t)w * c)
+    png_error(png, "an unexpected layout after decoding (lamina's reading of this colour type is wrong)");
+  if ((s = image_alloc(path, (int)h, (int)w, c, out)) != LAM_OK) png_longjmp(png, 1);
+  rows = malloc(h * sizeof *rows);
+  if (!rows) {
+    s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image file '%s': no host memory for %u rows", path, (unsigned)h);
+    png_longjmp(png, 1);
+  }
+  for (png_uint_32 y = 0; y < h; y++) rows[y] = out->px + (size_t)y * stride;
+  png_read_image(png, rows);
+  png_read_end(png, NULL);
+  png_destroy_read_struct(&png, &info, NULL);
+  free(rows);
   return LAM_OK;
 }
 #endif
@@ -126,40 +238,77 @@ static lam_status read_png(const char *path, const uint8_t *buf, size_t len, dat
 #ifdef LAMINA_WITH_JPEG
 typedef struct jpeg_err {
   struct jpeg_error_mgr pub;
+  struct jpeg_progress_mgr progress; /* counts the scans (jpeg_scans) */
   jmp_buf jb;
   char msg[JMSG_LENGTH_MAX];
-  int warned;
+  int max_scans, scans_over; /* the bound on scans, and whether the file went over it */
 } jpeg_err;
 static void jpeg_fatal(j_common_ptr ci) {
   jpeg_err *e = (jpeg_err *)ci->err;
   e->pub.format_message(ci, e->msg);
   longjmp(e->jb, 1);
 }
-/* libjpeg's warnings (level -1), such as a stream that ends early and would be padded with grey, are
- * errors here: the first one is kept. */
+/* libjpeg's warnings (level -1), such as a stream that ends early and would be padded with grey, are errors
+ * here, and stop the decoding at once: a damaged file of a large header costs no more than its bytes. */
 static void jpeg_note(j_common_ptr ci, int level) {
+  if (level < 0) jpeg_fatal(ci);
+}
+/* A progressive JPEG's every scan goes over the whole image: a small file of many scans (each a few bytes) of
+ * a large image is a bomb of time. Called by libjpeg as it reads (each scan's start among the calls). */
+static void jpeg_scans(j_common_ptr ci) {
   jpeg_err *e = (jpeg_err *)ci->err;
-  if (level < 0 && !e->warned) {
-    e->pub.format_message(ci, e->msg);
-    e->warned = 1;
+  const int n = ((j_decompress_ptr)ci)->input_scan_number;
+  if (n > e->max_scans) {
+    e->scans_over = 1;
+    longjmp(e->jb, 1);
   }
 }
 
-static lam_status read_jpeg(const char *path, const uint8_t *buf, size_t len, data_image *out) {
+/* The DCT scaling (M/8, M = 1..8) that decodes a large JPEG smaller, yet no smaller than th x tw so the fit
+ * only shrinks it: for images over DATA_MAX_SIDE a side (those below are decoded whole, as before, so the
+ * results of sets that were read already stay the same). */
+static int jpeg_scale(uint64_t h, uint64_t w, int th, int tw) {
+  if (!th || (h <= DATA_MAX_SIDE && w <= DATA_MAX_SIDE)) return 8;
+  for (int m = 1; m < 8; m++)
+    if ((h * m + 7) / 8 >= (uint64_t)th && (w * m + 7) / 8 >= (uint64_t)tw) return m;
+  return 8;
+}
+
+/* Decoded through libjpeg(-turbo) to grey or RGB as the file is. Bounded before it allocates: the size from the
+ * header (image_check_size), libjpeg's own memory (IMAGE_JPEG_MEMORY: a progressive file keeps every
+ * coefficient of the image) and the number of scans (jpeg_scans); the first warning stops it. th x tw > 0: the
+ * image is to be fitted to it (decoded smaller by DCT scaling where it is large). */
+static lam_status read_jpeg(const char *path, const uint8_t *buf, size_t len, int th, int tw, data_image *out) {
   struct jpeg_decompress_struct ci;
   jpeg_err e;
   memset(&e, 0, sizeof e);
   ci.err = jpeg_std_error(&e.pub);
   e.pub.error_exit = jpeg_fatal;
   e.pub.emit_message = jpeg_note;
+  e.progress.progress_monitor = jpeg_scans;
+  e.max_scans = IMAGE_JPEG_MAX_SCANS;
   out->px = NULL;
+  volatile int refused = 0; /* lamina's own check failed: its message is set already */
   if (setjmp(e.jb)) {
+    const int code = e.pub.msg_code, w = (int)ci.image_width, h = (int)ci.image_height;
     jpeg_destroy_decompress(&ci);
     free(out->px);
     out->px = NULL;
-    return LAM_FAIL(LAM_ERR_IO, "image file '%s': the JPEG is damaged: %s", path, e.msg);
+    if (refused) return LAM_ERR_IO;
+    if (e.scans_over)
+      return LAM_FAIL(LAM_ERR_IO, "image file '%s': the JPEG (%dx%d) has more than %d scans, lamina's bound for its size "
+                      "(a progressive JPEG has about 10; each scan goes over the whole image): a decompression bomb, "
+                      "or a file to re-encode", path, w, h, e.max_scans);
+    if (code == JERR_NO_BACKING_STORE || code == JERR_OUT_OF_MEMORY)
+      return LAM_FAIL(LAM_ERR_IO, "image file '%s': the JPEG (%dx%d) needs more than the %d MiB lamina lets libjpeg "
+                      "take to decode it (a progressive or multi-scan file holds the whole image's coefficients): a "
+                      "bound against decompression bombs; shrink the image first", path, w, h,
+                      (int)(IMAGE_JPEG_MEMORY >> 20));
+    return LAM_FAIL(LAM_ERR_IO, "image file '%s': the JPEG is damaged or truncated: %s", path, e.msg);
   }
   jpeg_create_decompress(&ci);
+  ci.mem->max_memory_to_use = IMAGE_JPEG_MEMORY;
+  ci.progress = &e.progress;
   jpeg_mem_src(&ci, buf, (unsigned long)len);
   jpeg_read_header(&ci, TRUE);
   if (ci.num_components != 1 && ci.num_components != 3) {
@@ -168,34 +317,37 @@ static lam_status read_jpeg(const char *path, const uint8_t *buf, size_t len, da
     return LAM_FAIL(LAM_ERR_IO, "image file '%s': a JPEG of %d components (CMYK?); lamina reads grey and colour "
                     "(YCbCr/RGB) JPEGs: convert it to RGB", path, k);
   }
+  const uint64_t sh = ci.image_height, sw = ci.image_width;
+  if (image_check_size(path, sh, sw, th > 0, IMAGE_MAX_JPEG_PIXELS) != LAM_OK) refused = 1, longjmp(e.jb, 1);
+  const uint64_t work = IMAGE_JPEG_SCAN_WORK / (sh * sw); /* scans x pixels: about seconds at most */
+  if (work < (uint64_t)e.max_scans) e.max_scans = work > 1 ? (int)work : 1;
   const int c = ci.num_components;
   ci.out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  ci.scale_num = (unsigned)jpeg_scale(sh, sw, th, tw), ci.scale_denom = 8;
+  jpeg_calc_output_dimensions(&ci);
+  if (image_check_size(path, ci.output_height, ci.output_width, th > 0, IMAGE_MAX_PIXELS) != LAM_OK)
+    refused = 1, longjmp(e.jb, 1);
   jpeg_start_decompress(&ci);
-  lam_status s = image_alloc(path, (int)ci.output_height, (int)ci.output_width, c, out);
-  if (s != LAM_OK) {
-    jpeg_destroy_decompress(&ci);
-    return s;
-  }
+  if (image_alloc(path, (int)ci.output_height, (int)ci.output_width, c, out) != LAM_OK) refused = 1, longjmp(e.jb, 1);
   while (ci.output_scanline < ci.output_height) {
     JSAMPROW row = out->px + (size_t)ci.output_scanline * ci.output_width * c;
     jpeg_read_scanlines(&ci, &row, 1);
   }
   jpeg_finish_decompress(&ci);
   jpeg_destroy_decompress(&ci);
-  if (e.warned) {
-    free(out->px);
-    out->px = NULL;
-    return LAM_FAIL(LAM_ERR_IO, "image file '%s': the JPEG is damaged or truncated: %s", path, e.msg);
-  }
   return LAM_OK;
 }
 #endif
 
 lam_status image_decode(const char *path, const uint8_t *buf, size_t len, data_image *out) {
+  return image_decode_fit(path, buf, len, 0, 0, out);
+}
+
+lam_status image_decode_fit(const char *path, const uint8_t *buf, size_t len, int th, int tw, data_image *out) {
   memset(out, 0, sizeof *out);
   if (is_png(buf, len)) {
 #ifdef LAMINA_WITH_PNG
-    return read_png(path, buf, len, out);
+    return read_png(path, buf, len, th > 0, out);
 #else
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "image file '%s' is a PNG, and this lamina was built without libpng: install "
                     "libpng-dev (make deps does) and build again", path);
@@ -203,7 +355,7 @@ lam_status image_decode(const char *path, const uint8_t *buf, size_t len, data_i
   }
   if (is_jpeg(buf, len)) {
 #ifdef LAMINA_WITH_JPEG
-    return read_jpeg(path, buf, len, out);
+    return read_jpeg(path, buf, len, th, tw, out);
 #else
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "image file '%s' is a JPEG, and this lamina was built without libjpeg: install "
                     "libjpeg62-turbo-dev (make deps does) and build again", path);
@@ -213,14 +365,30 @@ lam_status image_decode(const char *path, const uint8_t *buf, size_t len, data_i
                   len == 0 ? "the file is empty" : "neither PNG nor JPEG (its first bytes are neither format's)");
 }
 
-lam_status image_read(const char *path, data_image *out) {
+lam_status image_read(const char *path, data_image *out) { return image_read_fit(path, 0, 0, out); }
+
+lam_status image_read_fit(const char *path, int th, int tw, data_image *out) {
   memset(out, 0, sizeof *out);
   uint8_t *buf;
   size_t len;
   LAM_TRY(image_file_bytes(path, &buf, &len));
-  lam_status s = image_decode(path, buf, len, out);
+  lam_status s = image_decode_fit(path, buf, len, th, tw, out);
   free(buf);
   return s;
+}
+
+lam_status image_to_channels(data_image *im, int c) {
+  if (im->c == c) return LAM_OK;
+  const size_t P = (size_t)im->h * im->w;
+  uint8_t *t = malloc(P * c);
+  if (!t) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory to convert an image of %dx%d", im->w, im->h);
+  if (c == 1)
+    for (size_t p = 0; p < P; p++) t[p] = image_luma(im->px + 3 * p);
+  else
+    for (size_t p = 0; p < P; p++) t[3 * p] = t[3 * p + 1] = t[3 * p + 2] = im->px[p];
+  free(im->px);
+  im->px = t, im->c = c;
+  return LAM_OK;
 }
 
 void image_fit(const data_image *im, int H, int W, uint8_t *out) {
@@ -304,26 +472,19 @@ lam_status lam_image_load(const char *path, int c, int h, int w, uint8_t *out) {
   LAM_CHECK_ARG((c == 1 || c == 3) && h >= 1 && w >= 1 && h <= (int)DATA_MAX_SIDE && w <= (int)DATA_MAX_SIDE,
                 "lam_image_load: %d channels of %dx%d (1 or 3 channels, 1 to %u a side)", c, h, w, DATA_MAX_SIDE);
   data_image im;
-  LAM_TRY(image_read(path, &im));
-  uint8_t *fit = malloc((size_t)h * w * im.c);
-  if (!fit) {
-    free(im.px);
-    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_image_load: no host memory");
-  }
-  image_fit(&im, h, w, fit);
-  const size_t P = (size_t)h * w;
-  for (size_t p = 0; p < P; p++) {
-    const uint8_t *v = fit + p * im.c;
-    if (c == im.c)
-      for (int q = 0; q < c; q++) out[(size_t)q * P + p] = v[q];
-    else if (c == 1) /* colour to grey: ITU-R BT.601 luma */
-      out[p] = (uint8_t)((299u * v[0] + 587u * v[1] + 114u * v[2] + 500u) / 1000u);
-    else
-      for (int q = 0; q < 3; q++) out[(size_t)q * P + p] = v[0]; /* grey to colour: the same value in each */
+  LAM_TRY(image_read_fit(path, h, w, &im));
+  lam_status s = image_to_channels(&im, c); /* first, as torchvision converts before it resizes */
+  uint8_t *fit = s == LAM_OK ? malloc((size_t)h * w * c) : NULL;
+  if (s == LAM_OK && !fit) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_image_load: no host memory");
+  if (s == LAM_OK) {
+    image_fit(&im, h, w, fit);
+    const size_t P = (size_t)h * w; /* (h, w, c) to (c, h, w) */
+    for (size_t p = 0; p < P; p++)
+      for (int q = 0; q < c; q++) out[(size_t)q * P + p] = fit[p * c + q];
   }
   free(fit);
   free(im.px);
-  return LAM_OK;
+  return s;
 }
 
 lam_status lam_image_save_png(const char *path, const uint8_t *px, int h, int w, int c) {

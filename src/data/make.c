@@ -111,7 +111,10 @@ lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed,
   LAM_CHECK_ARG((image_formats() & kind) == kind, "lam_data_images_part: this lamina was built without %s",
                 kind == 1 ? "libpng (install libpng-dev)" : "libjpeg (install libjpeg62-turbo-dev)");
   const int digits = src->classes > 100 ? 3 : src->classes > 10 ? 2 : 1;
+  uint8_t used[256] = {0}; /* a folder per class of this part's images only: an empty one is an error to read */
+  for (size_t i = 0; i < n; i++) used[src->labels[i]] = 1;
   for (int k = 0; k < src->classes; k++) { /* a folder per class, named by its number, sorted as numbers */
+    if (!used[k]) continue;
     char p[4096];
     snprintf(p, sizeof p, "%s/%0*d", dir, digits, k);
     if (mkdir(p, 0777) != 0 && errno != EEXIST) return LAM_FAIL(LAM_ERR_IO, "cannot make '%s': %s", p, strerror(errno));
