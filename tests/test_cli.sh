@@ -1065,6 +1065,8 @@ if mkfifo "$TMP/fifo30" 2>/dev/null; then
     mkfifo "$TMP/fifoset30/t10k-labels-idx1-ubyte"
   refused "a FIFO as a data file is refused" "FIFO" -- train --data "$TMP/fifoset30" "${T30[@]}"
   LIMIT=("${SAVED_LIMIT[@]}")
+fi
+
 # ---- issue 30: image decoding and image folders ----
 # Image folders as users have them, made here with Pillow: flat DIR/CLASS/* (trained with --val-split, evaluated
 # whole), train/ + val/ (ImageNet's names), a grey JPEG in a colour set (converted), an image over 4096 pixels a
