@@ -71,6 +71,12 @@ lam_status lam_ctx_sync(lam_ctx *ctx);
  * context); lam_ctx_device_name says the count and why. */
 lam_status lam_ctx_set_threads(lam_ctx *ctx, int threads);
 int lam_ctx_threads(const lam_ctx *ctx);
+/* The most threads lamina runs: lam_ctx_set_threads's and LAMINA_THREADS's bound (a bad LAMINA_THREADS
+ * makes lam_ctx_create fail), and OMP_NUM_THREADS above it is bounded to it (libgomp, which reads that
+ * variable itself, overflowed its stack starting a team of 100000). lam_threads_note says what lamina
+ * did with OMP_NUM_THREADS when it was bounded or refused (NULL when it was used as given, or unset). */
+#define LAM_MAX_THREADS 4096
+const char *lam_threads_note(void);
 
 /* Parses "cpu", "cuda" or "auto" (case-sensitive). */
 lam_status lam_device_parse(const char *s, lam_device *out);

@@ -939,6 +939,28 @@ usage_error "data segment --size 64" "--size" "HxW" -- data segment --out "$TMP/
 usage_error "data segment --n 0" "--n" -- data segment --out "$TMP/x" --n 0
 usage_error "data of an unknown kind" "segment" -- data scenes --out "$TMP/x"
 
+# ---- issue 30: small findings (threads, predict names, no-driver message, locations, odds and ends) ----
+
+# OMP_NUM_THREADS=100000 segfaulted inside libgomp (a team's records on the stack of the thread starting it
+# overflowed it); it is bounded as --threads is, with a note. A bad LAMINA_THREADS is an error naming it;
+# a bad OMP_NUM_THREADS (which OpenMP ignores) a note, and not claimed as the count's source.
+OMP_NUM_THREADS=100000 run hidden --n 1000 --device cpu --repeat 1 --json
+if [ "$rc" -eq 0 ] && has "$TMP/err" "OMP_NUM_THREADS=100000" && has "$TMP/err" "4096" && has "$TMP/out" "4096 OpenMP threads"; then
+  ok "OMP_NUM_THREADS=100000: bounded to 4096 with a note, no crash"
+else not_ok "OMP_NUM_THREADS=100000" "want exit 0, a note naming it and 4096 threads"; fi
+for v in abc 0 -3; do
+  OMP_NUM_THREADS=$v run hidden --n 1000 --device cpu --repeat 1 --json
+  if [ "$rc" -eq 0 ] && has "$TMP/err" "OMP_NUM_THREADS='$v' is not a thread count" && ! has "$TMP/out" "OMP_NUM_THREADS"; then
+    ok "OMP_NUM_THREADS=$v: a note, the count chosen as if unset"
+  else not_ok "OMP_NUM_THREADS=$v" "want exit 0, a note naming it, and no claim that it set the count"; fi
+  LAMINA_THREADS=$v run hidden --n 1000 --device cpu --repeat 1
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "LAMINA_THREADS='$v' is not a thread count"; then ok "LAMINA_THREADS=$v: exit 1 naming it"
+  else not_ok "LAMINA_THREADS=$v" "want exit 1 and \"LAMINA_THREADS='$v' is not a thread count\""; fi
+done
+LAMINA_THREADS=5000 run hidden --n 1000 --device cpu --repeat 1
+if [ "$rc" -eq 1 ] && has "$TMP/err" "from 1 to 4096"; then ok "LAMINA_THREADS=5000: exit 1 giving the bound"
+else not_ok "LAMINA_THREADS=5000" "want exit 1 and 'from 1 to 4096'"; fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

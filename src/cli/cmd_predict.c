@@ -72,7 +72,7 @@ static int parse(int argc, char **argv, predict_opts *o) {
         o->batch = (int)v;
         break;
       case 't':
-        if (cli_parse_int("predict", "--threads", optarg, 1, 4096, &v)) return EXIT_USAGE;
+        if (cli_parse_int("predict", "--threads", optarg, 1, LAM_MAX_THREADS, &v)) return EXIT_USAGE;
         o->threads = (int)v;
         break;
       case 'D':

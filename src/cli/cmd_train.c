@@ -336,7 +336,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->gpus = (int)v;
         break;
       case O_THREADS:
-        if (cli_parse_int(cmd, "--threads", optarg, 1, 4096, &v)) return EXIT_USAGE;
+        if (cli_parse_int(cmd, "--threads", optarg, 1, LAM_MAX_THREADS, &v)) return EXIT_USAGE;
         o->threads = (int)v;
         break;
       case O_PROFILE: o->profile = 1; break;

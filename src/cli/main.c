@@ -40,6 +40,9 @@ int main(int argc, char **argv) {
     printf("lamina %s\n", LAMINA_VERSION);
     return 0;
   }
+  /* OMP_NUM_THREADS is bounded as the library loads, before the first parallel region: say so once */
+  const char *threads_note = lam_threads_note();
+  if (threads_note) fprintf(stderr, "lamina: note: %s\n", threads_note);
   if (!strcmp(cmd, "hidden")) return cmd_hidden(argc - 1, argv + 1);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
   if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
