@@ -961,6 +961,28 @@ LAMINA_THREADS=5000 run hidden --n 1000 --device cpu --repeat 1
 if [ "$rc" -eq 1 ] && has "$TMP/err" "from 1 to 4096"; then ok "LAMINA_THREADS=5000: exit 1 giving the bound"
 else not_ok "LAMINA_THREADS=5000" "want exit 1 and 'from 1 to 4096'"; fi
 
+# predict's names: a comma, a quote or a line break in a file's name shifted the CSV's columns (now quoted
+# as RFC 4180 asks); a name that is not UTF-8 was null in the JSON (now its bytes, \udcXX for those that
+# are not UTF-8: Python's surrogateescape, so os.fsencode gives the file's name back).
+if [ -s "$TMP/cls.lamina" ] && [ -x "$JSON_PY" ]; then
+  one=$(find "$TMP/img-png/test" -name "*.png" | sort | head -n 1)
+  mkdir -p "$TMP/names"
+  for f in "a,b.png" 'q"uote.png' "$(printf 'new\nline.png')" "$(printf 'cr\rx.png')" "$(printf 'bad\xff\xfe.png')" "plain é.png"; do
+    cp "$one" "$TMP/names/$f"
+  done
+  run predict --load "$TMP/cls.lamina" --input "$TMP/names" --device cpu
+  if [ "$rc" -eq 0 ] && "$JSON_PY" -c '
+import csv, os, sys
+rows = list(csv.reader(open(sys.argv[1], newline="", encoding="utf-8", errors="surrogateescape")))
+want = sorted(os.fsdecode(os.path.join(os.fsencode(sys.argv[2]), f)) for f in os.listdir(os.fsencode(sys.argv[2])))
+sys.exit(0 if rows[0][:2] == ["name", "class"] and all(len(r) == 12 for r in rows) and sorted(r[0] for r in rows[1:]) == want else 1)
+' "$TMP/out" "$TMP/names"; then ok "predict CSV: names with a comma, quote, CR, LF or non-UTF-8 bytes keep their columns"
+  else not_ok "predict CSV with odd names" "want 12 columns a row and the names as the files have them"; fi
+  run predict --load "$TMP/cls.lamina" --input "$TMP/names" --device cpu --json
+  json_check "predict --json: every name as os.fsdecode gives it (\\udcXX for a byte that is not UTF-8), none null" \
+    "sorted(__import__('os').fsencode(r['name']) for r in d) == sorted(b'$TMP/names/' + f for f in __import__('os').listdir(b'$TMP/names'))"
+fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 
@@ -37,8 +38,10 @@ double cli_min(const double *v, int n);
 /* --json output (json.c): a number, or null where it is not finite; a string (NULL as ""); prints obj as
  * one line and releases it (NULL: out of memory); returns 0, or 1 after saying why. */
 json_t *cli_json_num(double v);
-json_t *cli_json_str(const char *s);
+json_t *cli_json_str(const char *s); /* bytes that are not UTF-8 come out as \udcXX (json.c says why) */
 int cli_json_print(json_t *obj);
+/* s as one CSV field (RFC 4180): as is, or quoted where it holds a comma, a quote, CR or LF (quotes doubled). */
+void cli_csv_field(FILE *f, const char *s);
 
 /* Ranks (ranks.c): under an MPI launcher of several processes, MPI started and this one's rank; under a
  * torchrun-style environment (or --gpus's), the rank and where rank 0 serves NCCL's id; else rank 0 of 1.

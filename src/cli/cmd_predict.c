@@ -311,7 +311,8 @@ int cmd_predict(int argc, char **argv) {
         json_object_set_new(row, "probabilities", ps);
         json_array_append_new(arr, row);
       } else {
-        printf("%s,%d", name, best);
+        cli_csv_field(stdout, name);
+        printf(",%d", best);
         for (int k = 0; k < K; k++) printf(",%.6f", pr[k] / sum);
         printf("\n");
       }
