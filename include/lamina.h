@@ -59,8 +59,8 @@ lam_device lam_ctx_device(const lam_ctx *ctx);
 /* Human-readable description of the backend, e.g. "cuda:0 NVIDIA H200 (sm_90, 132 SMs)" or
  * "cpu (2 OpenMP threads)". */
 const char *lam_ctx_device_name(const lam_ctx *ctx);
-/* Why AUTO chose what it chose, e.g. "auto: no CUDA device (cudaGetDeviceCount: no CUDA-capable
- * device is detected), using the CPU". Empty when the device was asked for explicitly. */
+/* Why AUTO chose what it chose, e.g. "auto: no NVIDIA driver or GPU found; running on the CPU". Empty
+ * when the device was asked for explicitly. */
 const char *lam_ctx_choice_reason(const lam_ctx *ctx);
 /* Waits until all work queued on the context is done. */
 lam_status lam_ctx_sync(lam_ctx *ctx);

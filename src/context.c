@@ -142,7 +142,7 @@ lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
       snprintf(ctx->reason, sizeof ctx->reason, "auto: a CUDA device is present");
     } else {
       d = LAM_DEVICE_CPU;
-      snprintf(ctx->reason, sizeof ctx->reason, "auto: no CUDA device (%s), using the CPU", why ? why : "none found");
+      snprintf(ctx->reason, sizeof ctx->reason, "auto: %s; running on the CPU", why ? why : "no CUDA device found");
     }
   }
   lam_status s = d == LAM_DEVICE_CUDA ? cuda_ctx_init(ctx) : cpu_ctx_init(ctx);

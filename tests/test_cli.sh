@@ -983,6 +983,21 @@ sys.exit(0 if rows[0][:2] == ["name", "class"] and all(len(r) == 12 for r in row
     "sorted(__import__('os').fsencode(r['name']) for r in d) == sorted(b'$TMP/names/' + f for f in __import__('os').listdir(b'$TMP/names'))"
 fi
 
+# No NVIDIA driver at all (a CUDA build on a machine without one): the runtime's "CUDA driver version is
+# insufficient for CUDA runtime version" sent users to update a driver that is not there.
+"$LAMINA" info >"$TMP/info30" 2>&1
+if has "$TMP/info30" "CUDA backend: built" && [ ! -e /proc/driver/nvidia/version ] && [ -x "$JSON_PY" ] &&
+  ! "$JSON_PY" -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null; then
+  run hidden --n 1000 --repeat 1
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "no NVIDIA driver or GPU found; running on the CPU" && ! grep -qi "insufficient" "$TMP/out"; then
+    ok "no driver, --device auto: 'no NVIDIA driver or GPU found; running on the CPU'"
+  else not_ok "no driver, --device auto" "want exit 0 and 'no NVIDIA driver or GPU found; running on the CPU', no 'insufficient'"; fi
+  run hidden --device cuda --n 10 --repeat 1
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "no NVIDIA driver or GPU found" && ! grep -qi "insufficient" "$TMP/err"; then
+    ok "no driver, --device cuda: exit 1, 'no NVIDIA driver or GPU found'"
+  else not_ok "no driver, --device cuda" "want exit 1 and 'no NVIDIA driver or GPU found', no 'insufficient'"; fi
+else ok "# skip the no-driver messages: not a CUDA build, or an NVIDIA driver is installed here"; fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1
