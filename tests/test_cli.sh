@@ -998,6 +998,15 @@ if has "$TMP/info30" "CUDA backend: built" && [ ! -e /proc/driver/nvidia/version
   else not_ok "no driver, --device cuda" "want exit 1 and 'no NVIDIA driver or GPU found', no 'insufficient'"; fi
 else ok "# skip the no-driver messages: not a CUDA build, or an NVIDIA driver is installed here"; fi
 
+# An error's location is the source file's path from the repository's root: a checkout whose own path
+# held a folder named src printed [src/src/data/dataset.c:445] (test_errors checks such paths).
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+run data segment --out "$TMP/loc" --from "$TMP/no-such-set" --n 2 --test 2
+where=$(sed -nE 's/.*\[([^]:]+):[0-9]+\]$/\1/p' "$TMP/err" | head -n 1)
+if [ "$rc" -eq 1 ] && [ -n "$where" ] && [ "${where#/}" = "$where" ] && [ -f "$REPO/$where" ]; then
+  ok "an error's location names a file of the repository from its root ($where)"
+else not_ok "an error's location" "want [PATH:LINE] at the end of stderr, PATH a file under $REPO (got '$where')"; fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1
