@@ -1007,6 +1007,27 @@ if [ "$rc" -eq 1 ] && [ -n "$where" ] && [ "${where#/}" = "$where" ] && [ -f "$R
   ok "an error's location names a file of the repository from its root ($where)"
 else not_ok "an error's location" "want [PATH:LINE] at the end of stderr, PATH a file under $REPO (got '$where')"; fi
 
+# bench transfer --from-csv: a FIFO hung, /dev/zero ate memory, another CSV ended in a traceback; each is
+# now refused before Python is started, saying why (a CSV this command wrote still draws).
+if [ -s "$TMP/t.csv" ] && [ -x "$JSON_PY" ] && "$JSON_PY" -c 'import matplotlib' 2>/dev/null; then
+  mkfifo "$TMP/fifo30" 2>/dev/null
+  head -n 1 "$TMP/t.csv" >"$TMP/head30.csv"
+  printf 'a,b\n1,2\n' >"$TMP/other30.csv"
+  { head -n 2 "$TMP/t.csv"; echo '"cpu, cut'; } >"$TMP/cut30.csv"
+  for bad in "/dev/zero:not a regular file" "$TMP/fifo30:a FIFO" "$TMP:a folder" "$TMP/head30.csv:no rows" \
+    "$TMP/other30.csv:no column 'device'" "$TMP/cut30.csv:line 3 is not a CSV record"; do
+    f=${bad%%:*} want=${bad#*:}
+    (ulimit -v 1048576; timeout 60 "$LAMINA" bench transfer --from-csv "$f" --plot "$TMP/p30.png" >"$TMP/out" 2>"$TMP/err")
+    rc=$?
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "--from-csv $f" && has "$TMP/err" "$want" && ! has "$TMP/err" "Traceback"; then
+      ok "bench transfer --from-csv ${f#"$TMP"/}: exit 1, '$want'"
+    else not_ok "bench transfer --from-csv ${f#"$TMP"/}" "want exit 1 at once and '$want' (no hang, no traceback)"; fi
+  done
+  run bench transfer --from-csv "$TMP/t.csv" --plot "$TMP/p30.png"
+  if [ "$rc" -eq 0 ] && [ -s "$TMP/p30.png" ]; then ok "bench transfer --from-csv of its own CSV draws"
+  else not_ok "bench transfer --from-csv of its own CSV" "want exit 0 and $TMP/p30.png"; fi
+else ok "# skip bench transfer --from-csv: no CSV, or no Python with matplotlib"; fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1
