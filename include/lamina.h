@@ -297,9 +297,9 @@ int lam_image_gpu_decode(void);
  *           of shape (n) or (n, h, w), every value 0..255 (stored as uint8).
  * classes > 0: every label must be < classes (255 in per-pixel labels aside); per-pixel sets take at
  * most 255 classes. classes == 0: classes = the largest label + 1 (255 in per-pixel labels aside; a
- * per-image label 255 then is refused: pass classes = 256 when 255 is a class). Checks headers, shapes,
- * sizes against the file length, that both files count the same n (and per-pixel labels the images'
- * h×w) and every label; any mismatch is LAM_ERR_IO/LAM_ERR_INVALID_ARG naming the file, what was
+ * per-image label 255 then is refused: pass classes = 256 when 255 is a class; training takes at most
+ * 255). Checks headers, shapes, sizes against the file length, that both files count the same n (and
+ * per-pixel labels the images' h×w) and every label; any mismatch is LAM_ERR_IO/LAM_ERR_INVALID_ARG naming the file, what was
  * expected and how to fix it. */
 lam_status lam_dataset_load_idx(const char *images_path, const char *labels_path, int classes, lam_dataset **out);
 /* Loads the training (train = 1) or test (train = 0) part of a set given by name or folder:

@@ -1028,6 +1028,38 @@ if [ -s "$TMP/t.csv" ] && [ -x "$JSON_PY" ] && "$JSON_PY" -c 'import matplotlib'
   else not_ok "bench transfer --from-csv of its own CSV" "want exit 0 and $TMP/p30.png"; fi
 else ok "# skip bench transfer --from-csv: no CSV, or no Python with matplotlib"; fi
 
+# A per-image label 255 advised --classes 256, which train then refused (it takes at most 255 classes,
+# 255 meaning 'ignore' to the loss): the advice now agrees with the bound.
+mkdir -p "$TMP/l255"
+for part in train t10k; do
+  for ((i = 0; i < 16 * 8; i++)); do byte $((i % 200)); done | mk_idx "$TMP/l255/$part-images-idx3-ubyte" 3 8 4 4
+  { byte 255; for ((i = 1; i < 8; i++)); do byte $((i % 4)); done; } | mk_idx "$TMP/l255/$part-labels-idx1-ubyte" 1 8
+done
+run train --data "$TMP/l255" --model "$MINI_MODEL" --epochs 1 --batch 4 --device cpu --no-progress
+advice=$(grep -o -e "--classes [0-9]*" "$TMP/err" | head -n 1)
+if [ "$rc" -eq 1 ] && has "$TMP/err" "the label at index 0 is 255" && has "$TMP/err" "at most 255 classes" && [ -z "$advice" ]; then
+  ok "a per-image label 255: exit 1, no advice of a --classes that train refuses"
+else not_ok "a per-image label 255" "want exit 1 naming it and 'at most 255 classes', no '--classes N' (got '$advice')"; fi
+usage_error "train --classes 256: refused, naming the bound" --classes 255 -- train --data "$TMP/l255" --classes 256
+
+# predict printed a mask's size W x H where everything else says H x W.
+if [ -s "$TMP/seg.lamina" ]; then
+  run predict --load "$TMP/seg.lamina" --data "$TMP/seg" --out "$TMP/masks30" --count 1 --device cpu
+  hw=$(od -An -tu1 -j16 -N8 "$TMP/masks30/000000.png" 2>/dev/null | awk '{print $7 * 256 + $8 "x" $3 * 256 + $4}')
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "masks of $hw ("; then ok "predict says the masks' size H x W ($hw)"
+  else not_ok "predict's mask size" "want 'masks of $hw' (height x width, as the PNGs are)"; fi
+fi
+
+# --graph on, --sync-bn and --bucket-mb were taken and silently did nothing in one CPU process.
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --no-progress --graph on --sync-bn \
+  --bucket-mb 25
+if [ "$rc" -eq 0 ] && has "$TMP/err" "note: --graph on has no effect" && has "$TMP/err" "note: --sync-bn has no effect" &&
+  has "$TMP/err" "note: --bucket-mb has no effect"; then ok "--graph on, --sync-bn, --bucket-mb in one CPU process: a note each"
+else not_ok "options without effect" "want exit 0 and a note for each of --graph on, --sync-bn, --bucket-mb"; fi
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --no-progress
+if [ "$rc" -eq 0 ] && ! has "$TMP/err" "note:"; then ok "train without them: no note"
+else not_ok "train without those options" "want exit 0 and no note"; fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

@@ -198,7 +198,7 @@ int cmd_predict(int argc, char **argv) {
     goto out;
   }
   if (o.grid && (OH != H || OW != W)) {
-    rc = cli_usage_error("predict", "--grid: the model's %dx%d output is not its %dx%d input", OW, OH, W, H);
+    rc = cli_usage_error("predict", "--grid: the model's %dx%d output is not its %dx%d input", OH, OW, H, W);
     goto out;
   }
   if (o.grid && lam_output_path_check(o.grid, "grid picture") != LAM_OK) {
@@ -335,7 +335,7 @@ int cmd_predict(int argc, char **argv) {
         goto out;
       }
     }
-    if (!o.json) printf("lamina predict: %zu masks of %dx%d (%d classes) written to %s\n", n, OW, OH, K, o.out);
+    if (!o.json) printf("lamina predict: %zu masks of %dx%d (%d classes) written to %s\n", n, OH, OW, K, o.out); /* HxW, as sizes are everywhere */
   }
   if (o.grid) {
     const int rows = (int)(n < (size_t)o.count ? n : (size_t)o.count);
