@@ -1060,6 +1060,24 @@ run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device
 if [ "$rc" -eq 0 ] && ! has "$TMP/err" "note:"; then ok "train without them: no note"
 else not_ok "train without those options" "want exit 0 and no note"; fi
 
+# A writer killed mid-save (SIGKILL) leaves NAME.tmp.PID, which no later run removed: the next write of NAME
+# removes those of processes that are gone, and only those (digits only, a regular file, a dead PID).
+mkdir -p "$TMP/stale"
+sleep 600 &
+live=$!
+for f in a.lamina.tmp.999999999 a.lamina.tmp.999999998 a.lamina.tmp.$live a.lamina.tmp.99x a.lamina.tmp. b.lamina.tmp.999999999 \
+  a.lamina.tmp.999999997.bak; do echo partial >"$TMP/stale/$f"; done
+mkdir "$TMP/stale/a.lamina.tmp.999999996"
+ln -s "$TMP/stale/b.lamina.tmp.999999999" "$TMP/stale/a.lamina.tmp.999999995"
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --no-progress --save "$TMP/stale/a.lamina"
+kill "$live" 2>/dev/null
+wait "$live" 2>/dev/null
+left=$(cd "$TMP/stale" && ls -A | sort | tr '\n' ' ')
+want="a.lamina a.lamina.tmp. a.lamina.tmp.$live a.lamina.tmp.99x a.lamina.tmp.999999995 a.lamina.tmp.999999996 a.lamina.tmp.999999997.bak b.lamina.tmp.999999999 "
+want=$(echo "$want" | tr ' ' '\n' | sed '/^$/d' | sort | tr '\n' ' ')
+if [ "$rc" -eq 0 ] && [ "$left" = "$want" ]; then ok "a save removes its name's temporaries of dead processes, and nothing else"
+else not_ok "stale temporaries" "want left: '$want'; got '$left'"; fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1
