@@ -1078,6 +1078,19 @@ want=$(echo "$want" | tr ' ' '\n' | sed '/^$/d' | sort | tr '\n' ' ')
 if [ "$rc" -eq 0 ] && [ "$left" = "$want" ]; then ok "a save removes its name's temporaries of dead processes, and nothing else"
 else not_ok "stale temporaries" "want left: '$want'; got '$left'"; fi
 
+# lamina --help listed only 'data segment': every data maker and benchmark, as the commands name them.
+run --help
+cp "$TMP/out" "$TMP/help30"
+missing=""
+for which in "data foo:data sets" "bench foo:benchmarks"; do
+  run ${which%%:*}
+  list=$(sed -nE "s/.*\(${which#*:}: ([^)]*)\).*/\1/p" "$TMP/err" | tr -d ',')
+  [ -n "$list" ] || missing="$missing (no list from '${which%%:*}')"
+  for k in $list; do grep -qE "^ +$k +[a-z]" "$TMP/help30" || missing="$missing $k"; done
+done
+if [ -z "$missing" ]; then ok "lamina --help lists every data maker and benchmark"
+else not_ok "lamina --help's list" "missing:$missing"; fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

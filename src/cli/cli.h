@@ -64,6 +64,18 @@ int cli_ranks_share_id(const cli_ranks *r, int ok, unsigned char *id);
 int cli_ranks_spawn(int n, int argc, char **argv);
 lam_status cli_ranks_sum(void *user, double *x, size_t n);
 
+/* A subcommand (lamina <command>, lamina data <kind>, lamina bench <benchmark>): its name, what it does in
+ * a line, and what runs it (argv[0] its name). Each list is one table, NULL-terminated, from which its
+ * help, its dispatch and its "unknown ..." message are all made, so that none lists fewer than there are. */
+typedef struct cli_sub {
+  const char *name, *summary;
+  int (*run)(int argc, char **argv);
+} cli_sub;
+extern const cli_sub cli_data_kinds[]; /* cmd_data.c: the data makers */
+extern const cli_sub cli_benchmarks[]; /* cmd_bench.c */
+/* The table's names, "a, b, c", in buf (returned). */
+const char *cli_sub_names(const cli_sub *t, char *buf, size_t size);
+
 int cmd_hidden(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_train(int argc, char **argv);

@@ -488,17 +488,30 @@ static int add_row(row *rows, int *nrows, lam_xfer_method m, lam_dtype d, int pi
   return 0;
 }
 
+static int bench_transfer(int argc, char **argv);
+
+const cli_sub cli_benchmarks[] = {
+    {"transfer", "times image batches from host to device (by dtype, batch size and host memory)", bench_transfer},
+    {NULL, NULL, NULL},
+};
+
 int cmd_bench(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "transfer") != 0) {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-      usage(stdout);
-      return 0;
-    }
-    if (argc < 2) return cli_usage_error("bench", "which benchmark? (benchmarks: transfer)");
-    return cli_usage_error("bench", "unknown benchmark '%s' (benchmarks: transfer)", argv[1]);
+  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    usage(stdout);
+    return 0;
   }
+  for (const cli_sub *b = cli_benchmarks; argc >= 2 && b->name; b++)
+    if (!strcmp(argv[1], b->name)) return b->run(argc - 1, argv + 1);
+  char names[128];
+  cli_sub_names(cli_benchmarks, names, sizeof names);
+  if (argc < 2) return cli_usage_error("bench", "which benchmark? (benchmarks: %s)", names);
+  return cli_usage_error("bench", "unknown benchmark '%s' (benchmarks: %s)", argv[1], names);
+}
+
+/* argv[0] is "transfer" */
+static int bench_transfer(int argc, char **argv) {
   opts o;
-  int pr = parse(argc - 1, argv + 1, &o);
+  int pr = parse(argc, argv, &o);
   if (pr) return pr < 0 ? 0 : pr;
 
   /* Fail before measuring: a plot or CSV that could not be written, or no Python to draw with. */
