@@ -88,8 +88,8 @@ static long omp_env_count(void) {
     unsigned long v = strtoul(s, &end, 10);
     if (errno || v == 0) return -1;
     if (k == 0) first = v > (unsigned long)LONG_MAX ? LONG_MAX : (long)v;
-    for (s = end; isspace((unsigned char)*s); s++) {
-    }
+    s = end;
+    while (isspace((unsigned char)*s)) s++;
     if (*s == '\0') return first;
     if (*s++ != ',') return -1;
   }
