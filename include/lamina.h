@@ -59,8 +59,8 @@ lam_device lam_ctx_device(const lam_ctx *ctx);
 /* Human-readable description of the backend, e.g. "cuda:0 NVIDIA H200 (sm_90, 132 SMs)" or
  * "cpu (2 OpenMP threads)". */
 const char *lam_ctx_device_name(const lam_ctx *ctx);
-/* Why AUTO chose what it chose, e.g. "auto: no CUDA device (cudaGetDeviceCount: no CUDA-capable
- * device is detected), using the CPU". Empty when the device was asked for explicitly. */
+/* Why AUTO chose what it chose, e.g. "auto: no NVIDIA driver or GPU found; running on the CPU". Empty
+ * when the device was asked for explicitly. */
 const char *lam_ctx_choice_reason(const lam_ctx *ctx);
 /* Waits until all work queued on the context is done. */
 lam_status lam_ctx_sync(lam_ctx *ctx);
@@ -71,6 +71,12 @@ lam_status lam_ctx_sync(lam_ctx *ctx);
  * context); lam_ctx_device_name says the count and why. */
 lam_status lam_ctx_set_threads(lam_ctx *ctx, int threads);
 int lam_ctx_threads(const lam_ctx *ctx);
+/* The most threads lamina runs: lam_ctx_set_threads's and LAMINA_THREADS's bound (a bad LAMINA_THREADS
+ * makes lam_ctx_create fail), and OMP_NUM_THREADS above it is bounded to it (libgomp, which reads that
+ * variable itself, overflowed its stack starting a team of 100000). lam_threads_note says what lamina
+ * did with OMP_NUM_THREADS when it was bounded or refused (NULL when it was used as given, or unset). */
+#define LAM_MAX_THREADS 4096
+const char *lam_threads_note(void);
 
 /* Parses "cpu", "cuda" or "auto" (case-sensitive). */
 lam_status lam_device_parse(const char *s, lam_device *out);
@@ -293,9 +299,9 @@ int lam_image_gpu_decode(void);
  *           of shape (n) or (n, h, w), every value 0..255 (stored as uint8).
  * classes > 0: every label must be < classes (255 in per-pixel labels aside); per-pixel sets take at
  * most 255 classes. classes == 0: classes = the largest label + 1 (255 in per-pixel labels aside; a
- * per-image label 255 then is refused: pass classes = 256 when 255 is a class). Checks headers, shapes,
- * sizes against the file length, that both files count the same n (and per-pixel labels the images'
- * h×w) and every label; any mismatch is LAM_ERR_IO/LAM_ERR_INVALID_ARG naming the file, what was
+ * per-image label 255 then is refused: pass classes = 256 when 255 is a class; training takes at most
+ * 255). Checks headers, shapes, sizes against the file length, that both files count the same n (and
+ * per-pixel labels the images' h×w) and every label; any mismatch is LAM_ERR_IO/LAM_ERR_INVALID_ARG naming the file, what was
  * expected and how to fix it. */
 lam_status lam_dataset_load_idx(const char *images_path, const char *labels_path, int classes, lam_dataset **out);
 /* Loads the training (train = 1) or test (train = 0) part of a set given by name or folder:

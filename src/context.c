@@ -120,6 +120,7 @@ lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
   *out = NULL;
   LAM_CHECK_ARG(want == LAM_DEVICE_AUTO || want == LAM_DEVICE_CPU || want == LAM_DEVICE_CUDA,
                 "lam_ctx_create: device %d is not one of LAM_DEVICE_AUTO, _CPU, _CUDA", (int)want);
+  LAM_TRY(lam_cpu_threads_env_check());
   lam_ctx *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_ctx_create: no host memory for a context");
 
@@ -141,7 +142,7 @@ lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
       snprintf(ctx->reason, sizeof ctx->reason, "auto: a CUDA device is present");
     } else {
       d = LAM_DEVICE_CPU;
-      snprintf(ctx->reason, sizeof ctx->reason, "auto: no CUDA device (%s), using the CPU", why ? why : "none found");
+      snprintf(ctx->reason, sizeof ctx->reason, "auto: %s; running on the CPU", why ? why : "no CUDA device found");
     }
   }
   lam_status s = d == LAM_DEVICE_CUDA ? cuda_ctx_init(ctx) : cpu_ctx_init(ctx);
@@ -175,7 +176,8 @@ lam_device lam_ctx_device(const lam_ctx *ctx) { return ctx ? ctx->device : LAM_D
 
 lam_status lam_ctx_set_threads(lam_ctx *ctx, int threads) {
   LAM_CHECK_ARG(ctx, "lam_ctx_set_threads: ctx is NULL");
-  LAM_CHECK_ARG(threads >= 1 && threads <= 4096, "lam_ctx_set_threads: %d threads is out of range (1 to 4096)", threads);
+  LAM_CHECK_ARG(threads >= 1 && threads <= LAM_MAX_THREADS, "lam_ctx_set_threads: %d threads is out of range (1 to %d)",
+                threads, LAM_MAX_THREADS);
   ctx->threads = threads;
   lam_cpu_use_threads(threads);
   if (ctx->device == LAM_DEVICE_CPU)

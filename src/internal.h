@@ -154,6 +154,8 @@ int lam_omp_max_threads(void); /* OpenMP threads a parallel region gets (1 witho
  * may use less those other processes keep busy; why says which, "" for plain), the busy cores of the
  * allowed ones (a 20 ms sample of /proc/stat), and the count the calling thread's regions use from now. */
 int lam_cpu_default_threads(char *why, size_t size);
+/* A bad LAMINA_THREADS is an error; OMP_NUM_THREADS over LAM_MAX_THREADS is bounded on the calling thread. */
+lam_status lam_cpu_threads_env_check(void);
 int lam_cpu_busy_cores(int *allowed);
 void lam_cpu_use_threads(int n);
 /* Copies several (dst, src, bytes) pieces using all OpenMP threads; the pieces are split evenly. */

@@ -6,6 +6,7 @@
  * folder is writable; a file with no write permission bit is refused even to root). Checked before training, so that nothing is lost
  * to a bad path after an epoch. lam_output_write writes such a file: temporary, fsync, rename. What the run
  * reads and writes, and the kinds of file, are files.c's: every output is claimed there first. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -115,11 +116,14 @@ void lam_checkpoint_abort_cleanup(void) {
   if (g_tmp_live) unlink(g_tmp);
 }
 
+static void remove_stale_temporaries(const char *path); /* at the end */
+
 lam_status lam_output_write(const char *asked, const char *what, lam_file_kind kind, const void *data, size_t n) {
   LAM_CHECK_ARG(asked && what && (data || !n), "lam_output_write: NULL argument");
   char path[PATH_MAX];
   LAM_TRY(lam_output_path_resolve(asked, what, path, sizeof path));
   LAM_TRY(lam_output_claim(path, what, kind, 1)); /* files.c: not an input, another output, or another kind */
+  remove_stale_temporaries(path);
   g_tmp_live = 0;
   const char *tmp = g_tmp;
   snprintf(g_tmp, sizeof g_tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -153,4 +157,34 @@ lam_status lam_output_write(const char *asked, const char *what, lam_file_kind k
 lam_status lam_output_write_atomic(const char *path, const char *what, const void *data, size_t n) {
   LAM_CHECK_ARG(data || !n, "lam_output_write_atomic: data is NULL");
   return lam_output_write(path, what, lam_file_kind_of(data, n), data, n);
+}
+
+/* ---- temporaries left by a killed writer ----
+ * A process killed while it writes (SIGKILL, a crash: no handler runs) leaves NAME.tmp.PID beside NAME, and
+ * nothing removed it: each write of NAME now removes those whose process is gone. Only lamina's own, and
+ * only dead ones: the exact name NAME.tmp. followed by digits only, a regular file (a link is not
+ * followed), and a PID no process has (kill(pid, 0) fails with ESRCH: a live one, another lamina writing
+ * NAME now perhaps, or one we may not signal, is left alone). Best effort: what cannot be read or removed
+ * stays, and the write goes on. */
+static void remove_stale_temporaries(const char *path) {
+  char dir[PATH_MAX];
+  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  const size_t blen = strlen(base);
+  DIR *d = opendir(dir);
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d));) {
+    const char *name = e->d_name, *digits = name + blen + 5;
+    if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0) continue;
+    size_t nd = strspn(digits, "0123456789");
+    if (nd == 0 || nd > 9 || digits[nd] != '\0') continue; /* digits only, and a PID fits in 9 */
+    long pid = strtol(digits, NULL, 10);
+    if (pid <= 0 || pid == (long)getpid()) continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    struct stat st;
+    if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) unlinkat(dirfd(d), name, 0);
+  }
+  closedir(d);
 }

@@ -11,10 +11,23 @@ const char *lam_last_error(void) { return g_last_error; }
 
 void lam_clear_error(void) { g_last_error[0] = '\0'; }
 
+/* file (a __FILE__) from the repository's root: "src/data/dataset.c". The build names the root
+ * (LAMINA_SOURCE_DIR, CMake's source folder); elsewhere (a build by hand, a moved tree) the part from the
+ * last folder named src on. The first "src/" was wrong wherever the checkout's own path held one:
+ * /home/me/src/src/... printed [src/src/data/dataset.c:445]. */
+static const char *source_relative(const char *file) {
+#ifdef LAMINA_SOURCE_DIR
+  size_t root = strlen(LAMINA_SOURCE_DIR);
+  if (root && strncmp(file, LAMINA_SOURCE_DIR, root) == 0 && file[root] == '/') return file + root + 1;
+#endif
+  const char *last = NULL;
+  for (const char *p = file; (p = strstr(p, "src/")); p++)
+    if (p == file || p[-1] == '/') last = p;
+  return last ? last : file;
+}
+
 lam_status lam_fail_at(lam_status s, const char *file, int line, const char *fmt, ...) {
-  /* Keep only the part of the path from "src/" on: enough to find the line, short to read. */
-  const char *short_file = strstr(file, "src/");
-  short_file = short_file ? short_file : file;
+  const char *short_file = source_relative(file);
   va_list ap;
   va_start(ap, fmt);
   int len = vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);

@@ -419,6 +419,47 @@ def check_paths():
             ok(f"{doc}: every path it names is in the repository ({how})")
 
 
+def check_readme_build():
+    """README.md against the build: the packages it says `make` installs are the Makefile's DEB_PACKAGES,
+    and the test count it says `make test` ends with is what ctest lists for this build (with CUDA or
+    without: README gives both). README once said 45 tests (there were 47) and left MPI's packages out."""
+    with open(os.path.join(SRC, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    with open(os.path.join(SRC, "Makefile"), encoding="utf-8") as f:
+        make = re.search(r"^DEB_PACKAGES\s*:?=((?:.*\\\n)*.*)$", f.read(), re.M)
+    said = re.search(r"installs only what is missing \(`([^`]*)`\)", readme)
+    if not make or not said:
+        not_ok("README.md names the packages the Makefile installs",
+               "no DEB_PACKAGES in the Makefile" if not make else "no 'installs only what is missing (`...`)' in README.md")
+    else:
+        want, got = set(make.group(1).replace("\\", " ").split()), set(said.group(1).split())
+        if want == got:
+            ok(f"README.md names the {len(want)} packages the Makefile's DEB_PACKAGES installs")
+        else:
+            not_ok("README.md names the packages the Makefile installs",
+                   f"missing from README: {sorted(want - got)}; not in the Makefile: {sorted(got - want)}")
+    count = re.search(r"0 tests failed out of (\d+)`, (\d+) in a build without CUDA", readme)
+    ctest = shutil.which("ctest")
+    build = os.path.dirname(CLI)
+    if not count:
+        not_ok("README.md says how many tests make test runs", "no '0 tests failed out of N`, M in a build without CUDA'")
+        return
+    if not ctest or not os.path.exists(os.path.join(build, "CTestTestfile.cmake")):
+        skip("README.md's test count", f"no ctest, or {build} is not a build folder")
+        return
+    proc = subprocess.run([ctest, "--test-dir", build, "-N"], capture_output=True, text=True, timeout=120)
+    listed = re.search(r"Total Tests: (\d+)", proc.stdout)
+    info = subprocess.run([CLI, "info", "--json"], capture_output=True, text=True, timeout=60).stdout
+    with_cuda = '"cuda":true' in info.replace(" ", "")
+    want = int(count.group(1) if with_cuda else count.group(2))
+    kind = "with CUDA" if with_cuda else "without CUDA"
+    if listed and int(listed.group(1)) == want:
+        ok(f"README.md's test count for a build {kind} ({want}) is what ctest lists")
+    else:
+        not_ok(f"README.md's test count for a build {kind}",
+               f"README says {want}, ctest -N lists {listed.group(1) if listed else 'nothing'} in {build}")
+
+
 def main():
     for p in (CLI, LIB):
         if not os.path.exists(p):
@@ -428,6 +469,7 @@ def main():
     print(f"# lamina {CLI}; CUDA device: {'yes' if has_cuda else 'no'}")
     check_cli_spec()
     check_paths()
+    check_readme_build()
     with tempfile.TemporaryDirectory(prefix="lamina-docs-") as work:
         tiny = os.path.join(work, "tiny-data")
         write_tiny(tiny)

@@ -2,11 +2,14 @@
  * NULL context and arrays (with the argument named in lam_last_error), n = 0 with NULL arrays (fine),
  * n over LAM_HIDDEN_MAX_N, bad dtype and device values, the string parsers, CUDA asked for where there
  * is none, the LAMINA_DEVICE override of AUTO, lam_mem_free of foreign pointers, impossible
- * allocation sizes, lam_status_str of every status, and that the last error is per thread.
+ * allocation sizes, lam_status_str of every status, that the last error is per thread, and that the
+ * location a message ends with is the source file's path from the repository's root.
  */
 #include "testutil.h"
 
 #include <pthread.h>
+
+#include "../src/status.h" /* lam_fail_at: the location of a message */
 
 static lam_ctx *g_ctx;
 
@@ -395,6 +398,30 @@ static void test_error_per_thread(void **state) {
   assert_string_equal(lam_last_error(), mine);
 }
 
+/* A message ends with " [src/DIR/FILE.c:LINE]": the path from the repository's root, whatever folders the
+ * checkout sits in. The checkout in a folder named src (/home/me/src/src/...) or a project folder inside
+ * one (/home/me/src/lamina/src/...) doubled the front ("[src/src/data/dataset.c:445]"). */
+static void test_error_location(void **state) {
+  (void)state;
+  static const char *const paths[][2] = {
+      {"/home/me/src/src/data/dataset.c", "[src/data/dataset.c:445]"},
+      {"/home/me/src/lamina/src/data/dataset.c", "[src/data/dataset.c:445]"},
+      {"/work/lamina/src/cuda/backend.cu", "[src/cuda/backend.cu:445]"},
+      {"src/nn/spec.c", "[src/nn/spec.c:445]"},
+      {"../src/cli/main.c", "[src/cli/main.c:445]"},
+  };
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    lam_fail_at(LAM_ERR_IO, paths[i][0], 445, "something failed");
+    const char *m = lam_last_error(), *at = strrchr(m, '[');
+    if (!at || strcmp(at, paths[i][1]) != 0)
+      fail_msg("a failure at %s:445 reads \"%s\", want it to end with \"%s\"", paths[i][0], m, paths[i][1]);
+  }
+  /* and a real one names the file it came from, relative to the repository's root */
+  EXPECT_FAIL(lam_ctx_create(NULL, LAM_DEVICE_CPU), LAM_ERR_INVALID_ARG, "ctx");
+  if (!strstr(lam_last_error(), " [src/context.c:"))
+    fail_msg("lam_ctx_create(NULL)'s message does not end with [src/context.c:LINE]: \"%s\"", lam_last_error());
+}
+
 int main(void) {
   unsetenv("LAMINA_DEVICE"); /* the tests set it themselves */
   lam_status st = lam_ctx_create(&g_ctx, LAM_DEVICE_CPU);
@@ -410,7 +437,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_absent),     cmocka_unit_test(test_cuda_info_bad_index),
       cmocka_unit_test(test_env_override),    cmocka_unit_test(test_mem_free_foreign),
       cmocka_unit_test(test_impossible_alloc), cmocka_unit_test(test_status_str),
-      cmocka_unit_test(test_error_per_thread),
+      cmocka_unit_test(test_error_per_thread), cmocka_unit_test(test_error_location),
   };
   int failed = TU_RUN_GROUP("errors", tests, NULL, NULL);
   lam_ctx_free(g_ctx);

@@ -86,3 +86,10 @@ bad:
                        "18446744073709551615)", opt, s);
   return -1;
 }
+
+const char *cli_sub_names(const cli_sub *t, char *buf, size_t size) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int i = 0; t[i].name && n < size; i++) n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? ", " : "", t[i].name);
+  return buf;
+}

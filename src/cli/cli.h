@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 
@@ -37,8 +38,10 @@ double cli_min(const double *v, int n);
 /* --json output (json.c): a number, or null where it is not finite; a string (NULL as ""); prints obj as
  * one line and releases it (NULL: out of memory); returns 0, or 1 after saying why. */
 json_t *cli_json_num(double v);
-json_t *cli_json_str(const char *s);
+json_t *cli_json_str(const char *s); /* bytes that are not UTF-8 come out as \udcXX (json.c says why) */
 int cli_json_print(json_t *obj);
+/* s as one CSV field (RFC 4180): as is, or quoted where it holds a comma, a quote, CR or LF (quotes doubled). */
+void cli_csv_field(FILE *f, const char *s);
 
 /* Ranks (ranks.c): under an MPI launcher of several processes, MPI started and this one's rank; under a
  * torchrun-style environment (or --gpus's), the rank and where rank 0 serves NCCL's id; else rank 0 of 1.
@@ -60,6 +63,18 @@ void cli_ranks_finish(cli_ranks *r, int rc);
 int cli_ranks_share_id(const cli_ranks *r, int ok, unsigned char *id);
 int cli_ranks_spawn(int n, int argc, char **argv);
 lam_status cli_ranks_sum(void *user, double *x, size_t n);
+
+/* A subcommand (lamina <command>, lamina data <kind>, lamina bench <benchmark>): its name, what it does in
+ * a line, and what runs it (argv[0] its name). Each list is one table, NULL-terminated, from which its
+ * help, its dispatch and its "unknown ..." message are all made, so that none lists fewer than there are. */
+typedef struct cli_sub {
+  const char *name, *summary;
+  int (*run)(int argc, char **argv);
+} cli_sub;
+extern const cli_sub cli_data_kinds[]; /* cmd_data.c: the data makers */
+extern const cli_sub cli_benchmarks[]; /* cmd_bench.c */
+/* The table's names, "a, b, c", in buf (returned). */
+const char *cli_sub_names(const cli_sub *t, char *buf, size_t size);
 
 int cmd_hidden(int argc, char **argv);
 int cmd_info(int argc, char **argv);

@@ -2,10 +2,13 @@
  * host memory (pageable or pinned), and the two pipelines end to end (normalize on the CPU and copy
  * float32, or copy uint8 and normalize on the GPU); a table, a CSV and a plot (through matplotlib). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -195,7 +198,7 @@ static const char *plot_script =
     "import matplotlib.pyplot as plt\n"
     "from matplotlib.ticker import FixedLocator, FixedFormatter, NullLocator\n"
     "path, stem = sys.argv[1], sys.argv[2]\n"
-    "with open(path) as f:\n"
+    "with open(path, newline='', encoding='utf-8', errors='replace') as f:\n"
     "    rows = list(csv.DictReader(f))\n"
     "r0 = rows[0]\n"
     "# the CPU backend copies host to host: say 'host copy' (CSVs without the column: the device name)\n"
@@ -244,6 +247,137 @@ static const char *plot_script =
     "    fig.savefig(tmp, format=ext, dpi=120)\n"
     "    os.replace(tmp, '%s.%s' % (stem, ext))\n"
     "print('wrote %s.png and %s.svg' % (stem, stem))\n";
+
+/* ---- --from-csv: the file is read here before Python is given it ----
+ * so that what would hang the plot or eat the machine's memory (a FIFO, /dev/zero, gigabytes without a
+ * line break) or end in a traceback (another CSV, a truncated one) is a message instead. A CSV this
+ * command wrote is a few KiB: a header naming the columns, a row per batch and method (at most
+ * MAX_COLS * MAX_ROWS). */
+#define CSV_MAX_BYTES ((size_t)4 << 20)
+#define CSV_MAX_FIELDS 64
+
+/* Splits line (one CSV record, no line break) into fields in place: "..." quoted with "" for a quote.
+ * Returns the count, or -1 for a quote left open or more than max fields. */
+static int csv_split(char *line, char **field, int max) {
+  int n = 0;
+  char *r = line, *w = line;
+  for (;;) {
+    if (n == max) return -1;
+    field[n++] = w;
+    if (*r == '"') {
+      for (r++;; r++) {
+        if (!*r) return -1;
+        if (*r == '"' && r[1] != '"') break;
+        if (*r == '"') r++;
+        *w++ = *r;
+      }
+      r++;
+      if (*r && *r != ',') return -1;
+    } else {
+      while (*r && *r != ',') *w++ = *r++;
+    }
+    int more = *r == ',';
+    *w++ = '\0';
+    if (!more) return n;
+    r++;
+  }
+}
+
+static int csv_column(char **head, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(head[i], name)) return i;
+  return -1;
+}
+
+/* 0 when path is a CSV the plot can draw; else says why and returns 1. */
+static int check_csv(const char *path) {
+  const char *fix = "give a CSV that 'lamina bench transfer --csv FILE' wrote";
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* O_NONBLOCK: opening a FIFO does not wait for a writer */
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    fprintf(stderr, "lamina bench transfer: --from-csv %s: %s\n", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return 1;
+  }
+  if (!S_ISREG(st.st_mode) || (size_t)st.st_size > CSV_MAX_BYTES) {
+    if (!S_ISREG(st.st_mode))
+      fprintf(stderr, "lamina bench transfer: --from-csv %s is not a regular file (%s): %s\n", path,
+              S_ISDIR(st.st_mode) ? "a folder" : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ? "a character device"
+              : "a device or socket", fix);
+    else
+      fprintf(stderr, "lamina bench transfer: --from-csv %s is %lld bytes, more than a CSV of this command (at most "
+              "%zu MiB): %s\n", path, (long long)st.st_size, CSV_MAX_BYTES >> 20, fix);
+    close(fd);
+    return 1;
+  }
+  size_t size = (size_t)st.st_size, got = 0;
+  char *text = malloc(size + 1);
+  while (text && got < size) {
+    ssize_t k = read(fd, text + got, size - got);
+    if (k <= 0) break; /* a file that shrank: checked below with what was read */
+    got += (size_t)k;
+  }
+  close(fd);
+  if (!text) {
+    fprintf(stderr, "lamina bench transfer: --from-csv %s: no host memory for %zu bytes\n", path, size);
+    return 1;
+  }
+  text[got] = '\0';
+  char why[512] = "";
+  if (memchr(text, '\0', got)) snprintf(why, sizeof why, "it holds a NUL byte (not text)");
+  static const char *const need[] = {"device", "label", "n", "c", "h", "w", "method", "method_label", "dtype", "memory",
+                                     "median_us"};
+  enum { NEED = sizeof need / sizeof need[0] };
+  int col[NEED], ncol = 0, rows = 0, line_no = 0;
+  char *head[CSV_MAX_FIELDS], *f[CSV_MAX_FIELDS];
+  for (char *line = text, *next; !why[0] && line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    line_no++;
+    size_t L = strlen(line);
+    if (L && line[L - 1] == '\r') line[--L] = '\0';
+    if (!L) continue;
+    if (!ncol) { /* the header */
+      ncol = csv_split(line, head, CSV_MAX_FIELDS);
+      for (int i = 0; i < (int)NEED && ncol > 0 && !why[0]; i++)
+        if ((col[i] = csv_column(head, ncol, need[i])) < 0)
+          snprintf(why, sizeof why, "its first line has no column '%s' (it wants device, label, n, c, h, w, method, "
+                   "method_label, dtype, memory and median_us)", need[i]);
+      if (ncol <= 0) snprintf(why, sizeof why, "its first line is not a CSV header");
+      continue;
+    }
+    int n = csv_split(line, f, CSV_MAX_FIELDS);
+    if (n < 0) {
+      snprintf(why, sizeof why, "line %d is not a CSV record (a quote left open, or over %d fields)", line_no, CSV_MAX_FIELDS);
+      break;
+    }
+    if (n != ncol) {
+      snprintf(why, sizeof why, "line %d has %d fields, the header %d", line_no, n, ncol);
+      break;
+    }
+    if (++rows > MAX_COLS * MAX_ROWS) {
+      snprintf(why, sizeof why, "it has more than %d rows", MAX_COLS * MAX_ROWS);
+      break;
+    }
+    for (int i = 2; i <= 5; i++) { /* n, c, h, w */
+      char *end;
+      errno = 0;
+      long v = strtol(f[col[i]], &end, 10);
+      if (errno || end == f[col[i]] || *end || v < 1)
+        snprintf(why, sizeof why, "line %d: %s is '%.40s', not a whole number >= 1", line_no, need[i], f[col[i]]);
+    }
+    char *end;
+    double us = strtod(f[col[NEED - 1]], &end);
+    if (!why[0] && (end == f[col[NEED - 1]] || *end || !isfinite(us) || us < 0))
+      snprintf(why, sizeof why, "line %d: median_us is '%.40s', not a time >= 0", line_no, f[col[NEED - 1]]);
+  }
+  if (!why[0] && !ncol) snprintf(why, sizeof why, "it is empty");
+  else if (!why[0] && !rows) snprintf(why, sizeof why, "it has a header but no rows");
+  free(text);
+  if (!why[0]) return 0;
+  fprintf(stderr, "lamina bench transfer: --from-csv %s: %s: %s\n", path, why, fix);
+  return 1;
+}
 
 /* Draws csv into plot.png and plot.svg (plot may end in .png or .svg: one name for both). */
 static int draw(const char *python, const char *csv, const char *plot) {
@@ -354,17 +488,30 @@ static int add_row(row *rows, int *nrows, lam_xfer_method m, lam_dtype d, int pi
   return 0;
 }
 
+static int bench_transfer(int argc, char **argv);
+
+const cli_sub cli_benchmarks[] = {
+    {"transfer", "times image batches from host to device (by dtype, batch size and host memory)", bench_transfer},
+    {NULL, NULL, NULL},
+};
+
 int cmd_bench(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "transfer") != 0) {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-      usage(stdout);
-      return 0;
-    }
-    if (argc < 2) return cli_usage_error("bench", "which benchmark? (benchmarks: transfer)");
-    return cli_usage_error("bench", "unknown benchmark '%s' (benchmarks: transfer)", argv[1]);
+  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    usage(stdout);
+    return 0;
   }
+  for (const cli_sub *b = cli_benchmarks; argc >= 2 && b->name; b++)
+    if (!strcmp(argv[1], b->name)) return b->run(argc - 1, argv + 1);
+  char names[128];
+  cli_sub_names(cli_benchmarks, names, sizeof names);
+  if (argc < 2) return cli_usage_error("bench", "which benchmark? (benchmarks: %s)", names);
+  return cli_usage_error("bench", "unknown benchmark '%s' (benchmarks: %s)", argv[1], names);
+}
+
+/* argv[0] is "transfer" */
+static int bench_transfer(int argc, char **argv) {
   opts o;
-  int pr = parse(argc - 1, argv + 1, &o);
+  int pr = parse(argc, argv, &o);
   if (pr) return pr < 0 ? 0 : pr;
 
   /* Fail before measuring: a plot or CSV that could not be written, or no Python to draw with. */
@@ -382,10 +529,7 @@ int cmd_bench(int argc, char **argv) {
   }
   if (o.from_csv) {
     if (!o.plot) return cli_usage_error("bench transfer", "--from-csv draws a plot: give --plot FILE too");
-    if (access(o.from_csv, R_OK) != 0) {
-      fprintf(stderr, "lamina bench transfer: --from-csv %s: %s\n", o.from_csv, strerror(errno));
-      return 1;
-    }
+    if (check_csv(o.from_csv)) return 1;
     return draw(python, o.from_csv, o.plot) == 0 ? 0 : 1;
   }
   lam_ctx *ctx = NULL;

@@ -319,13 +319,23 @@ static int cmd_images(int argc, char **argv) {
   return rc;
 }
 
+static int cmd_segment(int argc, char **argv) { return cmd_idx_set(KIND_SEGMENT, argc, argv); }
+static int cmd_clips(int argc, char **argv) { return cmd_idx_set(KIND_CLIPS, argc, argv); }
+
+const cli_sub cli_data_kinds[] = {
+    {"segment", "scenes for segmentation, a class per pixel (M2NIST-style)", cmd_segment},
+    {"clips", "clips of a moving and a still item, a class per clip (Moving-MNIST-style)", cmd_clips},
+    {"images", "an image folder of PNG or JPEG files in colour", cmd_images},
+    {NULL, NULL, NULL},
+};
+
 int cmd_data(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? EXIT_USAGE : 0;
   }
-  if (!strcmp(argv[1], "segment")) return cmd_idx_set(KIND_SEGMENT, argc - 1, argv + 1);
-  if (!strcmp(argv[1], "clips")) return cmd_idx_set(KIND_CLIPS, argc - 1, argv + 1);
-  if (!strcmp(argv[1], "images")) return cmd_images(argc - 1, argv + 1);
-  return cli_usage_error("data", "unknown kind '%s' (data sets: segment, clips, images)", argv[1]);
+  for (const cli_sub *k = cli_data_kinds; k->name; k++)
+    if (!strcmp(argv[1], k->name)) return k->run(argc - 1, argv + 1);
+  char names[128];
+  return cli_usage_error("data", "unknown kind '%s' (data sets: %s)", argv[1], cli_sub_names(cli_data_kinds, names, sizeof names));
 }

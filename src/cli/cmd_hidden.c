@@ -97,7 +97,7 @@ static int parse(int argc, char **argv, hidden_opts *o) {
         break;
       case O_JSON: o->json = 1; break;
       case O_THREADS:
-        if (cli_parse_int("hidden", "--threads", optarg, 1, 4096, &v)) return EXIT_USAGE;
+        if (cli_parse_int("hidden", "--threads", optarg, 1, LAM_MAX_THREADS, &v)) return EXIT_USAGE;
         o->threads = (int)v;
         break;
       case O_HELP: usage(stdout); return -1;

@@ -72,7 +72,7 @@ static int parse(int argc, char **argv, predict_opts *o) {
         o->batch = (int)v;
         break;
       case 't':
-        if (cli_parse_int("predict", "--threads", optarg, 1, 4096, &v)) return EXIT_USAGE;
+        if (cli_parse_int("predict", "--threads", optarg, 1, LAM_MAX_THREADS, &v)) return EXIT_USAGE;
         o->threads = (int)v;
         break;
       case 'D':
@@ -287,7 +287,7 @@ int cmd_predict(int argc, char **argv) {
     goto out;
   }
   if (o.grid && (OH != H || OW != W)) {
-    rc = cli_usage_error("predict", "--grid: the model's %dx%d output is not its %dx%d input", OW, OH, W, H);
+    rc = cli_usage_error("predict", "--grid: the model's %dx%d output is not its %dx%d input", OH, OW, H, W);
     goto out;
   }
   if (o.grid && lam_output_check(o.grid, "grid picture (--grid)", LAM_FILE_PNG) != LAM_OK) {
@@ -397,7 +397,8 @@ int cmd_predict(int argc, char **argv) {
         json_object_set_new(row, "probabilities", ps);
         json_array_append_new(arr, row);
       } else {
-        printf("%s,%d", name, best);
+        cli_csv_field(stdout, name);
+        printf(",%d", best);
         for (int k = 0; k < K; k++) printf(",%.6f", pr[k] / sum);
         printf("\n");
       }
@@ -411,7 +412,7 @@ int cmd_predict(int argc, char **argv) {
         goto out;
       }
     }
-    if (!o.json) printf("lamina predict: %zu masks of %dx%d (%d classes) written to %s\n", n, OW, OH, K, o.out);
+    if (!o.json) printf("lamina predict: %zu masks of %dx%d (%d classes) written to %s\n", n, OH, OW, K, o.out); /* HxW, as sizes are everywhere */
   }
   if (o.grid) {
     const int rows = (int)(n < (size_t)o.count ? n : (size_t)o.count);

@@ -29,6 +29,7 @@ typedef struct train_opts {
   int stream; /* pinned buffers to stream batches through; 0: the data set resident on the device */
   lam_precision precision;
   int graph; /* 1: capture the step in a CUDA graph where the backend can (default) */
+  int graph_set; /* --graph given */
   int classes;          /* --classes K: 0 from the data */
   const char *normalize; /* NULL or "default": 0.5/0.5 per channel; "auto": the training set's; "M,../S,.." */
   double smoothing;
@@ -313,6 +314,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         break;
       }
       case O_GRAPH:
+        o->graph_set = 1;
         if (!strcmp(optarg, "on")) o->graph = 1;
         else if (!strcmp(optarg, "off")) o->graph = 0;
         else return cli_usage_error(cmd, "--graph: '%s' is not on or off", optarg);
@@ -340,7 +342,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->gpus = (int)v;
         break;
       case O_THREADS:
-        if (cli_parse_int(cmd, "--threads", optarg, 1, 4096, &v)) return EXIT_USAGE;
+        if (cli_parse_int(cmd, "--threads", optarg, 1, LAM_MAX_THREADS, &v)) return EXIT_USAGE;
         o->threads = (int)v;
         break;
       case O_PROFILE: o->profile = 1; break;
@@ -458,6 +460,23 @@ static int stopped(const train_opts *o, lam_model *m, lam_trainer *t) {
             o->save);
   }
   return 128 + sig;
+}
+
+/* Options taken but without effect here are said to be (on stderr, once): --graph on where the backend has
+ * no graphs, --sync-bn and --bucket-mb in one process (no other rank to share statistics or sums with). */
+static void note_ignored(const train_opts *o, const cli_ranks *rk, const lam_trainer *t) {
+  int graph = 0;
+  lam_trainer_graph(t, &graph);
+  if (rk->rank != 0) return;
+  if (o->graph_set && o->graph && !graph)
+    fprintf(stderr, "lamina train: note: --graph on has no effect here: this backend has no CUDA graphs (the step runs "
+                    "op by op)\n");
+  if (o->sync_bn && rk->world == 1)
+    fprintf(stderr, "lamina train: note: --sync-bn has no effect in one process: its BatchNorm statistics are already "
+                    "the whole batch's (it is for ranks: --gpus N, mpirun)\n");
+  if (o->bucket_mb > 0 && rk->world == 1)
+    fprintf(stderr, "lamina train: note: --bucket-mb has no effect in one process: there are no gradients to sum "
+                    "over ranks (it is for GPU ranks: --gpus N)\n");
 }
 
 /* --classes: raises the classes of both parts (each label must be below it). */
@@ -897,6 +916,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     goto out;
   }
   lam_trainer_set_graph(t, o.graph);
+  note_ignored(&o, rk, t);
   catch_signals();
   lam_trainer_set_stop(t, (const volatile int *)&g_signal);
   if (o.stream && lam_trainer_set_stream(t, o.stream) != LAM_OK) {

@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <nvtx3/nvToolsExtMemCudaRt.h>
 
@@ -42,13 +44,43 @@ extern "C" lam_status cuda_after_launch(cuda_state *st, cudaStream_t s, const ch
   return LAM_OK;
 }
 
+/* Whether an NVIDIA driver is installed: its kernel module (/proc/driver/nvidia) or its library
+ * (libcuda.so.1, all WSL has). Without one the runtime answers cudaErrorInsufficientDriver ("CUDA driver
+ * version is insufficient for CUDA runtime version") or cudaErrorNoDevice, which sent users to update a
+ * driver that is not there. */
+static int nvidia_driver_present(void) {
+  if (access("/proc/driver/nvidia/version", F_OK) == 0) return 1;
+  void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h) dlclose(h);
+  return h != NULL;
+}
+
+/* The driver's version line ("NVRM version: ..."), or "" where it cannot be read. */
+static void nvidia_driver_version(char *out, size_t size) {
+  out[0] = '\0';
+  FILE *f = fopen("/proc/driver/nvidia/version", "r");
+  if (!f) return;
+  if (fgets(out, (int)size, f)) out[strcspn(out, "\n")] = '\0';
+  fclose(f);
+}
+
 extern "C" int cuda_device_count(const char **why) {
-  static thread_local char reason[256];
+  static thread_local char reason[384];
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    snprintf(reason, sizeof reason, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    if ((e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) && !nvidia_driver_present()) {
+      snprintf(reason, sizeof reason, "no NVIDIA driver or GPU found");
+    } else if (e == cudaErrorInsufficientDriver) {
+      char drv[160];
+      nvidia_driver_version(drv, sizeof drv);
+      snprintf(reason, sizeof reason, "cudaGetDeviceCount: %s (the driver: %s; this lamina's CUDA runtime: %d.%d)",
+               cudaGetErrorString(e), drv[0] ? drv : "its version unknown", CUDART_VERSION / 1000,
+               CUDART_VERSION % 1000 / 10);
+    } else {
+      snprintf(reason, sizeof reason, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    }
     if (why) *why = reason;
     return 0;
   }

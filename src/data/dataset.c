@@ -62,8 +62,9 @@ static lam_status labels_max(const data_array *lb, const char *path, int *max) {
     if (v == LABEL_IGNORE) {
       if (per_pixel) continue;
       return LAM_FAIL(LAM_ERR_IO, "label file '%s': the label at index %zu is 255; with one label per image 255 is "
-                      "a class, not 'ignore' (that is for per-pixel labels), and lamina does not take it for one "
-                      "unless told: pass classes = 256 (--classes 256) if it is a class, else fix the labels",
+                      "a class, not 'ignore' (that is for per-pixel labels), and lamina takes it for one only when "
+                      "told (lam_dataset_load_idx with classes = 256), which training does not take: it takes at "
+                      "most 255 classes, 255 meaning 'ignore' to the loss. Relabel the set to 0..254",
                       path, i);
     }
     if (v > m) m = v;
