@@ -470,6 +470,7 @@ lam_status lam_augment_parse(const char *s, int *pad, int *flip);
 
 /* The loss's label smoothing s in [0, 1) (PyTorch's label_smoothing); 0 by default. */
 lam_status lam_model_set_label_smoothing(lam_model *m, float s);
+float lam_model_label_smoothing(const lam_model *m); /* the model's s (0 for NULL) */
 /* For tests against a reference: dropout node `node` (1-based) uses mask (its output's size × the batch,
  * 1 = keep; the caller keeps it alive) instead of drawing one; NULL draws again. */
 lam_status lam_model_set_dropout_mask(lam_model *m, int node, const uint8_t *mask);
@@ -521,6 +522,11 @@ typedef struct lam_opt {
  * AdamW weight decay 0.01). */
 lam_opt lam_opt_default(lam_opt_kind kind);
 lam_status lam_opt_parse(const char *s, lam_opt_kind *out); /* "sgd", "adam", "adamw" */
+/* The bound every optimizer is checked against (lam_trainer_create, lam_model_step; the CLI's --lr, --momentum and
+ * --weight-decay and Python's fit() call it first): lr, momentum and weight_decay finite and in [0, LAM_OPT_MAX];
+ * beta1, beta2 in [0, 1); eps finite and > 0. Otherwise LAM_ERR_INVALID_ARG naming the value. */
+#define LAM_OPT_MAX 1000.0
+lam_status lam_opt_check(const lam_opt *o);
 /* One optimizer step over the flat parameter buffer from the current gradients (one fused kernel);
  * the optimizer state (momentum, Adam moments, step count) lives in the model. */
 lam_status lam_model_step(lam_model *m, const lam_opt *opt);
@@ -612,6 +618,10 @@ lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c);
 void lam_rank_share(size_t n, int rank, int world, size_t *lo, size_t *len);
 /* The optimizer and batch the trainer was made with (or restored from a checkpoint). */
 lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch);
+/* Changes the settings of the trainer's optimizer (lr, momentum, weight decay, betas, eps) from the next epoch on:
+ * fine-tuning a resumed run at another rate. The kind must stay (its state is the kind's); checked as
+ * lam_opt_check. A learning-rate schedule scales the new lr as it did the old. */
+lam_status lam_trainer_set_opt(lam_trainer *t, const lam_opt *opt);
 
 /* Learning-rate schedules: the rate of every step, from the optimizer's lr (the base) and the step's
  * place in the run, taken by the optimizer on the device from the trainer's per-step table (so a

@@ -1418,6 +1418,70 @@ static void test_null_args(void **state) {
   lam_model_free(m2);
 }
 
+/* ---- NaN parameters stop training and are never saved (issue 30, finding 9) ---------------------------- */
+
+/* A NaN weight behind a relu (the fused conv -> relu -> maxpool of SPEC) reaches the loss: the epoch stops with
+ * the divergence error (a relu that gave 0 for NaN hid it, and the run trained on and saved it). A save of that
+ * model is refused and writes nothing; so is one whose last layer's bias is NaN. */
+static void test_nan_weight_stops(void **state) {
+  (void)state;
+  lam_model *m;
+  lam_trainer *t;
+  make(LAM_OPT_SGD, &m, &t);
+  float *p = params_of(m);
+  p[1] = NAN; /* the first conv's weight */
+  TU_OK(lam_model_params_set(m, p, lam_model_param_count(m)));
+  lam_epoch_stats st;
+  TU_EXPECT_STATUS(lam_trainer_epoch(t, NULL, NULL, 0, &st), LAM_ERR_DIVERGED);
+  assert_non_null(strstr(lam_last_error(), "training diverged in epoch 1"));
+  const char *path = path_of("nan.ckpt");
+  TU_EXPECT_STATUS(lam_checkpoint_save(path, m, t), LAM_ERR_DIVERGED);
+  assert_non_null(strstr(lam_last_error(), "refused"));
+  assert_non_null(strstr(lam_last_error(), "of layer 1, conv) is NaN"));
+  assert_int_equal(access(path, F_OK), -1);
+  /* a finite model, then one NaN bias in the last layer: refused by name */
+  free(p);
+  lam_trainer_free(t);
+  lam_model_free(m);
+  make(LAM_OPT_SGD, &m, &t);
+  p = params_of(m);
+  const size_t n = lam_model_param_count(m);
+  p[n - 1] = INFINITY;
+  TU_OK(lam_model_params_set(m, p, n));
+  TU_EXPECT_STATUS(lam_checkpoint_save(path, m, NULL), LAM_ERR_DIVERGED);
+  assert_non_null(strstr(lam_last_error(), "(the bias of layer 5, dense) is infinite"));
+  assert_int_equal(access(path, F_OK), -1);
+  assert_int_equal(tmp_files_left(), 0);
+  free(p);
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
+/* A NaN the loss cannot show (every label ignored: the loss of no labels is 0) is still found at the epoch's
+ * end, where the loss is checked: the parameters are read once an epoch. */
+static void test_nan_weight_finite_loss(void **state) {
+  (void)state;
+  enum { N = 8, S = 4 };
+  static uint8_t img[N * S * S], lab[N * S * S];
+  for (int i = 0; i < N * S * S; i++) img[i] = (uint8_t)(i * 37), lab[i] = 255; /* ignored */
+  lam_dataset d = {.n = N, .h = S, .w = S, .classes = 3, .images = img, .labels = lab, .c = 1, .label_h = S, .label_w = S};
+  lam_model *m;
+  lam_trainer *t;
+  TU_OK(lam_model_create(g_ctx, "conv 3 1", 1, S, S, MODEL_SEED, &m));
+  lam_opt o = opt_for(LAM_OPT_SGD);
+  TU_OK(lam_trainer_create(m, &o, 4, TRAIN_SEED, &d, &t));
+  float *p = params_of(m);
+  p[0] = NAN;
+  TU_OK(lam_model_params_set(m, p, lam_model_param_count(m)));
+  lam_epoch_stats st;
+  TU_EXPECT_STATUS(lam_trainer_epoch(t, NULL, NULL, 0, &st), LAM_ERR_DIVERGED);
+  assert_non_null(strstr(lam_last_error(), "parameter 0 (the weight of layer 1, conv) is NaN though the loss stayed "
+                                           "finite"));
+  free(p);
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_adam),          cmocka_unit_test(test_resume_sgd_momentum),
@@ -1435,6 +1499,7 @@ int main(void) {
       cmocka_unit_test(test_empty_missing_directory), cmocka_unit_test(test_mismatched),
       cmocka_unit_test(test_save_replaces_atomically), cmocka_unit_test(test_null_args),
       cmocka_unit_test(test_release_batch),        cmocka_unit_test(test_host_buffers_lazy),
+      cmocka_unit_test(test_nan_weight_stops),     cmocka_unit_test(test_nan_weight_finite_loss),
   };
   return TU_RUN_GROUP("checkpoint", tests, setup, teardown) ? 1 : 0;
 }

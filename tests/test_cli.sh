@@ -939,6 +939,76 @@ usage_error "data segment --size 64" "--size" "HxW" -- data segment --out "$TMP/
 usage_error "data segment --n 0" "--n" -- data segment --out "$TMP/x" --n 0
 usage_error "data of an unknown kind" "segment" -- data scenes --out "$TMP/x"
 
+# ---- issue 30: training semantics ----
+# Findings 8, 9, 10 and 16 of issue 30, on the small MNIST-layout folder ($TMP/mini) and a tiny image folder.
+I30=$TMP/i30
+mkdir -p "$I30"
+# 9: a NaN weight behind a relu (written into a checkpoint's bytes, its CRC made right) reaches the loss:
+# resuming stops with the divergence message and writes no checkpoint (relu gave 0 for NaN: the run trained on
+# and saved the NaN weight).
+i30_nan_ckpt() { # i30_nan_ckpt IN OUT: OUT = IN with parameter 0 NaN (the v4 layout, docs in checkpoint.c)
+  "$JSON_PY" - "$1" "$2" <<'PY'
+import struct, sys, zlib
+b = bytearray(open(sys.argv[1], "rb").read())
+L = struct.unpack_from("<I", b, 12)[0]
+o = 16 + L + 12
+nlayers = struct.unpack_from("<I", b, o + 8)[0]
+o += 12 + 16 * nlayers
+b[o:o + 4] = struct.pack("<f", float("nan"))
+b[-4:] = struct.pack("<I", zlib.crc32(bytes(b[:-4])) & 0xffffffff)
+open(sys.argv[2], "wb").write(bytes(b))
+PY
+}
+if [ -x "$JSON_PY" ]; then
+  run train --data "$TMP/mini" --model "flatten, dense 8, relu, dense 4" --epochs 1 --batch 8 --device cpu \
+    --save "$I30/relu.ckpt" --no-progress
+  if [ "$rc" -eq 0 ] && i30_nan_ckpt "$I30/relu.ckpt" "$I30/nan.ckpt"; then
+    run train --data "$TMP/mini" --resume "$I30/nan.ckpt" --epochs 2 --device cpu --save "$I30/after-nan.ckpt" --no-progress
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "training diverged in epoch 2" && [ ! -e "$I30/after-nan.ckpt" ]; then
+      ok "a NaN weight behind a relu: the divergence stop fires, no checkpoint written"
+    else not_ok "a NaN weight behind a relu" "want exit 1, 'training diverged in epoch 2' and no $I30/after-nan.ckpt"; fi
+  else not_ok "a NaN weight behind a relu" "could not make the checkpoint"; fi
+else
+  ok "# skip a NaN weight behind a relu: no $JSON_PY to edit the checkpoint"
+fi
+for bad in inf nan -1 1e9; do
+  usage_error "--lr $bad" "--lr" "not a number from 0 to 1000" -- train --data "$TMP/mini" --lr "$bad" --epochs 1
+done
+# 10: --resume applies --lr, --momentum, --weight-decay and --label-smoothing and says what each replaces;
+# --normalize that differs from the checkpoint's is refused (it changes what the inputs mean).
+run train --data "$TMP/mini" --model "flatten, dense 4" --opt sgd --lr 0.05 --epochs 1 --batch 8 --device cpu \
+  --save "$I30/r.ckpt" --no-progress
+run train --data "$TMP/mini" --resume "$I30/r.ckpt" --epochs 2 --lr 0.01 --device cpu --no-progress --save "$I30/r2.ckpt"
+if [ "$rc" -eq 0 ] && has "$TMP/out" "--lr 0.01 replaces the checkpoint's 0.05"; then
+  ok "--resume --lr: applied and said"
+else not_ok "--resume --lr 0.01" "want exit 0 and '--lr 0.01 replaces the checkpoint's 0.05' on stdout"; fi
+# the rate reaches the trainer: resumed at --lr 0, the model evaluates exactly as the checkpoint's (its rate
+# 0.05, which an ignored --lr kept, moves the parameters)
+run train --data "$TMP/mini" --resume "$I30/r.ckpt" --epochs 2 --lr 0 --device cpu --no-progress --save "$I30/r0.ckpt"
+run eval --data "$TMP/mini" --load "$I30/r.ckpt" --device cpu --json
+loss_before=$(json_field loss)
+run eval --data "$TMP/mini" --load "$I30/r0.ckpt" --device cpu --json
+loss_after=$(json_field loss)
+if [ -n "$loss_before" ] && [ "$loss_before" = "$loss_after" ]; then
+  ok "--resume --lr 0: the parameters stay (eval loss $loss_before before and after)"
+else not_ok "--resume --lr 0" "want the eval loss unchanged: '$loss_before' before, '$loss_after' after"; fi
+run train --data "$TMP/mini" --resume "$I30/r.ckpt" --epochs 2 --momentum 0.9 --weight-decay 0.001 \
+  --label-smoothing 0.1 --device cpu --no-progress
+if [ "$rc" -eq 0 ] && has "$TMP/out" "--momentum 0.9 replaces the checkpoint's 0" &&
+  has "$TMP/out" "--weight-decay 0.001 replaces the checkpoint's 0" &&
+  has "$TMP/out" "--label-smoothing 0.1 replaces the checkpoint's 0"; then
+  ok "--resume --momentum --weight-decay --label-smoothing: applied and said"
+else not_ok "--resume --momentum --weight-decay --label-smoothing" "want exit 0 and each 'replaces the checkpoint's' line"; fi
+run train --data "$TMP/mini" --resume "$I30/r.ckpt" --epochs 2 --lr 0.01 --device cpu --json
+if [ "$rc" -eq 0 ] && has "$TMP/err" "--lr 0.01 replaces" && json_check "--resume --lr with --json: stdout stays JSON" "d['epochs']"; then :
+else not_ok "--resume --lr with --json" "want the note on stderr and JSON on stdout"; fi
+usage_error "--resume --normalize auto (differs)" "--normalize auto" "differs from the normalization" "0.5/0.5" \
+  -- train --data "$TMP/mini" --resume "$I30/r.ckpt" --epochs 2 --normalize auto --device cpu
+usage_error "--resume --normalize 0.1/0.2 (differs)" "--normalize" "differs" -- train --data "$TMP/mini" \
+  --resume "$I30/r.ckpt" --epochs 2 --normalize 0.1/0.2 --device cpu
+expect_ok "--resume --normalize default (the checkpoint's own)" train --data "$TMP/mini" --resume "$I30/r.ckpt" \
+  --epochs 2 --normalize default --device cpu --no-progress
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

@@ -20,7 +20,7 @@ typedef struct train_opts {
   int epochs, batch, json, progress, threads;
   lam_opt_kind opt_kind;
   double lr, momentum, weight_decay;
-  int lr_set, wd_set;
+  int lr_set, wd_set, momentum_set, smoothing_set; /* given (--resume applies each, saying so) */
   lam_device device;
   uint64_t seed;
   size_t max_memory;
@@ -234,7 +234,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         double d = strtod(optarg, &end);
         if (end == optarg || *end || !(d >= 0 && d < 1))
           return cli_usage_error(cmd, "--label-smoothing: '%s' is not a number in [0, 1)", optarg);
-        o->smoothing = d;
+        o->smoothing = d, o->smoothing_set = 1;
         break;
       }
       case O_AUGMENT:
@@ -282,10 +282,13 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       case O_WD: {
         double d = strtod(optarg, &end);
         const char *name = c == O_LR ? "--lr" : c == O_MOMENTUM ? "--momentum" : "--weight-decay";
-        if (end == optarg || *end || !(d >= 0) || d > 1e3)
-          return cli_usage_error(cmd, "%s: '%s' is not a number from 0 to 1000", name, optarg);
+        if (end == optarg || *end) return cli_usage_error(cmd, "%s: '%s' is not a number", name, optarg);
+        lam_opt bound = lam_opt_default(LAM_OPT_SGD); /* the library's bound, which Python's fit() shares */
+        *(c == O_LR ? &bound.lr : c == O_MOMENTUM ? &bound.momentum : &bound.weight_decay) = (float)d;
+        if (!(d <= LAM_OPT_MAX) || lam_opt_check(&bound) != LAM_OK)
+          return cli_usage_error(cmd, "%s: '%s' is not a number from 0 to %g", name, optarg, LAM_OPT_MAX);
         if (c == O_LR) o->lr = d, o->lr_set = 1;
-        else if (c == O_MOMENTUM) o->momentum = d;
+        else if (c == O_MOMENTUM) o->momentum = d, o->momentum_set = 1;
         else o->weight_decay = d, o->wd_set = 1;
         break;
       }
@@ -465,18 +468,89 @@ static int set_classes(const train_opts *o, lam_dataset *train, lam_dataset *tes
   return lam_dataset_set_classes(train, o->classes) != LAM_OK || lam_dataset_set_classes(test, o->classes) != LAM_OK;
 }
 
-/* --normalize: "default", "auto" (the training set's statistics) or "M1,M2,../S1,S2,.." */
-static int set_normalization(const train_opts *o, const lam_dataset *train, lam_model *m) {
-  int C = train->c > 0 ? train->c : 1;
-  float mean[LAM_NORMALIZE_MAX_CHANNELS], std[LAM_NORMALIZE_MAX_CHANNELS];
-  if (!o->normalize || !strcmp(o->normalize, "default")) return 0;
+/* --normalize's values for C channels: "default" (0.5 and 0.5), "auto" (the training set's statistics) or
+ * "M1,M2,../S1,S2,.."; a usage error or 1 (said) when they cannot be had. */
+static int normalization_of(const train_opts *o, const lam_dataset *train, int C, float *mean, float *std) {
+  if (!o->normalize || !strcmp(o->normalize, "default")) {
+    for (int c = 0; c < C; c++) mean[c] = 0.5f, std[c] = 0.5f;
+    return 0;
+  }
   if (!strcmp(o->normalize, "auto")) {
     if (lam_dataset_channel_stats(train, mean, std) != LAM_OK) return fail("train", "--normalize auto");
-  } else {
-    if (lam_normalization_parse(o->normalize, C, mean, std) != LAM_OK)
-      return cli_usage_error("train", "--normalize: %s; or 'auto' or 'default'", lam_last_error());
+  } else if (lam_normalization_parse(o->normalize, C, mean, std) != LAM_OK) {
+    return cli_usage_error("train", "--normalize: %s; or 'auto' or 'default'", lam_last_error());
   }
+  return 0;
+}
+
+static int set_normalization(const train_opts *o, const lam_dataset *train, lam_model *m) {
+  int C = train->c > 0 ? train->c : 1, rc;
+  float mean[LAM_NORMALIZE_MAX_CHANNELS], std[LAM_NORMALIZE_MAX_CHANNELS];
+  if (!o->normalize || !strcmp(o->normalize, "default")) return 0;
+  if ((rc = normalization_of(o, train, C, mean, std)) != 0) return rc;
   if (lam_model_set_normalization(m, C, mean, std) != LAM_OK) return cli_usage_error("train", "--normalize: %s", lam_last_error());
+  return 0;
+}
+
+/* "0.5,0.5,0.5/0.25,0.25,0.25" (buf of at least 32 * C bytes). */
+static void normalization_str(int C, const float *mean, const float *std, char *buf, size_t size) {
+  size_t k = 0;
+  for (int i = 0; i < 2 * C && k < size; i++)
+    k += (size_t)snprintf(buf + k, size - k, "%s%g", i == 0 ? "" : i == C ? "/" : ",", (double)(i < C ? mean[i] : std[i - C]));
+}
+
+/* --resume with settings that change how the run goes on. The optimizer's rate, momentum and weight decay and the
+ * loss's label smoothing are applied, each said in notes (printed with the run's header: stdout, stderr under
+ * --json) with the checkpoint's value it replaces: fine-tuning at a new rate is what a user means. --normalize is
+ * refused where it differs from the checkpoint's: the model learned on inputs normalized so, and another
+ * normalization changes what they mean. */
+static int apply_resume(const train_opts *o, const lam_dataset *train, lam_model *m, lam_trainer *t, char *notes,
+                        size_t size) {
+  size_t k = 0;
+#define SAY(...) (k += k < size ? (size_t)snprintf(notes + k, size - k, __VA_ARGS__) : 0)
+  if (o->normalize) {
+    const int C = train->c > 0 ? train->c : 1;
+    float mean[LAM_NORMALIZE_MAX_CHANNELS], std[LAM_NORMALIZE_MAX_CHANNELS], hm[LAM_NORMALIZE_MAX_CHANNELS],
+        hs[LAM_NORMALIZE_MAX_CHANNELS];
+    int rc = normalization_of(o, train, C, mean, std);
+    if (rc) return rc;
+    if (lam_model_normalization(m, hm, hs) != LAM_OK) return fail("train", "--resume");
+    if (memcmp(mean, hm, (size_t)C * sizeof *hm) || memcmp(std, hs, (size_t)C * sizeof *hs)) {
+      char want[32 * LAM_NORMALIZE_MAX_CHANNELS], have[32 * LAM_NORMALIZE_MAX_CHANNELS];
+      normalization_str(C, mean, std, want, sizeof want);
+      normalization_str(C, hm, hs, have, sizeof have);
+      return cli_usage_error("train", "--normalize %s (%s) differs from the normalization the checkpoint's model "
+                             "learned with, %s (%s): another one changes what its inputs mean; leave --normalize out "
+                             "to resume, or start a new run", o->normalize, want, have, o->resume);
+    }
+  }
+  lam_opt opt;
+  int batch = 0;
+  lam_trainer_config(t, &opt, &batch);
+  const lam_opt was = opt;
+  if (o->lr_set) opt.lr = (float)o->lr;
+  if (o->momentum_set) opt.momentum = (float)o->momentum;
+  if (o->wd_set) opt.weight_decay = (float)o->weight_decay;
+  if (lam_trainer_set_opt(t, &opt) != LAM_OK) return cli_usage_error("train", "--resume: %s", lam_last_error());
+  const struct { int given; const char *name; float now, before; } said[] = {
+      {o->lr_set, "--lr", opt.lr, was.lr},
+      {o->momentum_set && opt.kind == LAM_OPT_SGD, "--momentum", opt.momentum, was.momentum},
+      {o->wd_set, "--weight-decay", opt.weight_decay, was.weight_decay},
+  };
+  for (size_t i = 0; i < sizeof said / sizeof said[0]; i++)
+    if (said[i].given && said[i].now != said[i].before)
+      SAY("  %s %g replaces the checkpoint's %g\n", said[i].name, (double)said[i].now, (double)said[i].before);
+  if (o->momentum_set && opt.kind != LAM_OPT_SGD)
+    SAY("  note: --momentum is SGD's; the checkpoint's optimizer is %s, which does not use it\n",
+        opt.kind == LAM_OPT_ADAM ? "adam" : "adamw");
+  if (o->smoothing_set) {
+    const float before = lam_model_label_smoothing(m);
+    if (lam_model_set_label_smoothing(m, (float)o->smoothing) != LAM_OK)
+      return cli_usage_error("train", "--label-smoothing: %s", lam_last_error());
+    if ((float)o->smoothing != before)
+      SAY("  --label-smoothing %g replaces the checkpoint's %g\n", o->smoothing, (double)before);
+  }
+#undef SAY
   return 0;
 }
 
@@ -759,7 +833,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   lam_model *m = NULL;
   lam_trainer *t = NULL;
   epoch_row *rows = calloc((size_t)o.epochs, sizeof *rows);
-  char *spec = NULL;
+  char *spec = NULL, resume_notes[1024] = "";
   int nrows = 0, ret = 1, batch = o.batch;
   if (!rows) {
     fprintf(stderr, "lamina train: out of host memory\n");
@@ -843,9 +917,9 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       goto out;
     }
     if ((ret = check_resume(&o, ctx, train, m, t, spec)) != 0) goto out;
+    if ((ret = apply_resume(&o, train, m, t, resume_notes, sizeof resume_notes)) != 0) goto out;
     ret = 1;
-    lam_opt saved;
-    lam_trainer_config(t, &saved, &batch);
+    lam_trainer_config(t, &opt, &batch); /* the checkpoint's, with what --resume applied (its header prints it) */
   } else {
     lam_status s = lam_model_create_clip(ctx, spec, train->t > 0 ? train->t : 1, train->c > 0 ? train->c : 1, train->h,
                                          train->w, o.seed, &m);
@@ -940,7 +1014,10 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
              lam_trainer_epochs_done(t) + 1);
     else if (o.resume)
       printf("  resumed from %s after epoch %d\n", o.resume, lam_trainer_epochs_done(t));
+    fputs(resume_notes, stdout);
     fflush(stdout);
+  } else {
+    fputs(resume_notes, stderr); /* stdout is the JSON document */
   }
   /* the best validation loss so far: on resume, that of the model --save-best holds, if there is one */
   double best_loss = INFINITY, best_test = NAN;

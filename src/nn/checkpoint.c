@@ -190,6 +190,10 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
     put_u64(&b, m->node[i].nb);
   }
   s = lam_mem_download(ctx, host, m->params, np * sizeof(float)); /* waits for queued steps */
+  char where[160];
+  if (s == LAM_OK && nn_nonfinite(m, 0, host, np, where, sizeof where)) /* never kept silently: it cannot train on */
+    s = LAM_FAIL(LAM_ERR_DIVERGED, "saving checkpoint '%s': refused, %s: the model diverged and would predict NaN; "
+                 "keep the last good checkpoint and train again with a lower learning rate", path, where);
   if (s == LAM_OK) put_f32s(&b, host, np);
   if (s == LAM_OK) {
     put_u32(&b, (uint32_t)m->norm.c);
@@ -198,6 +202,9 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
     put_u64(&b, m->nstate);
     if (m->nstate) s = lam_mem_download(ctx, host, m->state, m->nstate * sizeof(float));
   }
+  if (s == LAM_OK && nn_nonfinite(m, 1, host, m->nstate, where, sizeof where))
+    s = LAM_FAIL(LAM_ERR_DIVERGED, "saving checkpoint '%s': refused, %s: the model diverged and would predict NaN; "
+                 "keep the last good checkpoint and train again with a lower learning rate", path, where);
   if (s == LAM_OK) {
     put_f32s(&b, host, m->nstate);
     put_f32(&b, m->smoothing);

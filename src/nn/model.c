@@ -263,6 +263,27 @@ lam_status lam_model_params_set(lam_model *m, const float *host, size_t count) {
   return lam_mem_upload(m->ctx, m->params, host, count * sizeof(float));
 }
 
+/* The first value of v (the flat parameters, state = 0, or BatchNorm's running statistics, state = 1; n of them)
+ * that is NaN or infinite, said as "parameter 12 (the weight of layer 2, dense) is NaN" into where; 0 when
+ * every value is finite. One pass, where the values are on the host anyway (an epoch's end, a save). */
+int nn_nonfinite(const lam_model *m, int state, const float *v, size_t n, char *where, size_t size) {
+  size_t i = 0;
+  while (i < n && isfinite(v[i])) i++;
+  if (i == n) return 0;
+  const char *part = state ? "a running statistic" : "a parameter", *layer_name = "?";
+  int layer = 0;
+  for (int k = 0; k < m->nnodes && !layer; k++) {
+    const nn_node *nd = &m->node[k];
+    if (state ? i >= nd->s_off && i < nd->s_off + nd->ns : i >= nd->w_off && i < nd->w_off + nd->nw)
+      layer = k + 1, layer_name = nd->op->name, part = state ? "a running statistic" : "the weight";
+    else if (!state && i >= nd->b_off && i < nd->b_off + nd->nb)
+      layer = k + 1, layer_name = nd->op->name, part = "the bias";
+  }
+  snprintf(where, size, "%s %zu (%s of layer %d, %s) is %s", state ? "running statistic" : "parameter", i, part, layer,
+           layer_name, isnan(v[i]) ? "NaN" : "infinite");
+  return 1;
+}
+
 lam_status lam_model_grads_get(lam_model *m, float *host, size_t count) {
   LAM_TRY(check_count("lam_model_grads_get", m, host, count, m ? m->nparams : 0));
   return lam_mem_download(m->ctx, host, m->grads, count * sizeof(float));
@@ -370,6 +391,8 @@ lam_status lam_model_loss_backward(lam_model *m, int B, const float *x, const ui
   *loss = st[2] > 0 ? st[0] / st[2] : 0.0f;
   return LAM_OK;
 }
+
+float lam_model_label_smoothing(const lam_model *m) { return m ? m->smoothing : 0.0f; }
 
 lam_status lam_model_set_label_smoothing(lam_model *m, float s) {
   LAM_CHECK_ARG(m, "lam_model_set_label_smoothing: model is NULL");

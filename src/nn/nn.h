@@ -246,6 +246,9 @@ lam_status nn_plan(lam_model *m, int batch, void *base, size_t *bytes);
 lam_status nn_scratch_floats(const lam_model *m, int B, size_t *floats);
 /* Makes sure the batch buffers hold `batch` samples. */
 lam_status nn_model_reserve(lam_model *m, int batch);
+/* The first non-finite value of the host copy v of the parameters (state = 0) or running statistics (1), as
+ * "parameter I (the weight of layer L, OP) is NaN" into where; 0 when all n are finite (model.c). */
+int nn_nonfinite(const lam_model *m, int state, const float *v, size_t n, char *where, size_t size);
 /* Forward of the whole graph on m->x (batch samples); the logits end in the output tensor's data. train:
  * batch statistics and dropout (and running statistics updated); else evaluation. */
 lam_status nn_forward(lam_model *m, int batch, int train);

@@ -242,6 +242,17 @@ lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch) {
   return LAM_OK;
 }
 
+lam_status lam_trainer_set_opt(lam_trainer *t, const lam_opt *opt) {
+  LAM_CHECK_ARG(t && opt, "lam_trainer_set_opt: %s is NULL", t ? "opt" : "trainer");
+  LAM_TRY(lam_opt_check(opt));
+  LAM_CHECK_ARG(opt->kind == t->opt.kind, "lam_trainer_set_opt: the optimizer kind %d differs from the trainer's %d: "
+                "its state (momentum, moments) is of that kind; make a new trainer to change it", (int)opt->kind,
+                (int)t->opt.kind);
+  t->opt = *opt;
+  drop_graph(t); /* a captured step holds momentum and weight decay by value */
+  return LAM_OK;
+}
+
 /* ---- data-parallel over ranks (lam_trainer_set_collective) ---- */
 
 void lam_rank_share(size_t n, int rank, int world, size_t *lo, size_t *len) {
@@ -544,6 +555,23 @@ lam_status lam_trainer_graph(const lam_trainer *t, int *on) {
   return LAM_OK;
 }
 
+/* The parameters at the epoch's end, read once (a download of the flat buffer, nothing per step): a NaN or
+ * infinity that the loss did not show (made by the epoch's last step, or where no output reads it) stops the
+ * run as a NaN loss does, before a checkpoint could keep it. */
+static lam_status check_params(const lam_trainer *t) {
+  lam_model *m = t->m;
+  float *host = malloc((m->nparams ? m->nparams : 1) * sizeof *host);
+  if (!host) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "checking the parameters: no host memory for %zu values", m->nparams);
+  lam_status s = lam_mem_download(m->ctx, host, m->params, m->nparams * sizeof *host);
+  char where[160];
+  if (s == LAM_OK && nn_nonfinite(m, 0, host, m->nparams, where, sizeof where))
+    s = LAM_FAIL(LAM_ERR_DIVERGED, "training diverged in epoch %d: %s though the loss stayed finite, so this model "
+                 "cannot train on; start again (or from the last checkpoint) with a lower learning rate or momentum",
+                 t->epochs_done, where);
+  free(host);
+  return s;
+}
+
 lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out) {
   LAM_CHECK_ARG(t && out, "lam_trainer_epoch: %s is NULL", t ? "out" : "trainer");
   lam_model *m = t->m;
@@ -616,6 +644,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
                     "longer finite and this model cannot train on; start again (or from the last checkpoint) with a "
                     "lower learning rate or momentum", t->epochs_done, at, isnan(out->train_loss) ? "NaN" : "infinite");
   }
+  LAM_TRY(check_params(t));
   if (ranked(t)) LAM_TRY(check_replicas(t));
   return LAM_OK;
 }
