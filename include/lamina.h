@@ -141,6 +141,10 @@ lam_status lam_mem_free(lam_ctx *ctx, void *ptr);
  * A CPU context starts capped at the host memory available when it is made (/proc/meminfo's
  * MemAvailable), so a model too big for the machine is that error, not the kernel's OOM killer. */
 lam_status lam_mem_set_limit(lam_ctx *ctx, size_t bytes);
+/* Counts bytes the caller holds in this context's memory outside the allocator (the CLI's decoded data set, on a
+ * CPU context) against the cap: blocks then fit in the cap less them, and the cap's message names them. Replaces
+ * the count before (0: none); LAM_ERR_OUT_OF_MEMORY where they and what the allocator holds pass the cap. */
+lam_status lam_mem_hold(lam_ctx *ctx, size_t bytes);
 /* Gives every cached (free) block back to the system; returns the bytes released in *released. */
 lam_status lam_mem_release_cached(lam_ctx *ctx, size_t *released);
 /* Copies between host memory and backend memory (a plain memcpy on the CPU). Synchronous. */

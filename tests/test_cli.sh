@@ -1009,6 +1009,28 @@ usage_error "--resume --normalize 0.1/0.2 (differs)" "--normalize" "differs" -- 
 expect_ok "--resume --normalize default (the checkpoint's own)" train --data "$TMP/mini" --resume "$I30/r.ckpt" \
   --epochs 2 --normalize default --device cpu --no-progress
 
+# 8: --max-memory counts the data set lamina holds in host memory: a set over the cap is refused before training,
+# saying how big it is and what the cap is (a 4 GB set trained under a 1 GB cap); one under it trains; a set
+# that fits the cap but not beside its copy streams, and says why in a whole sentence (it was cut mid-word).
+run train --data "$TMP/mini" --model "flatten, dense 4" --epochs 1 --batch 8 --device cpu --max-memory 1000 --no-progress
+if [ "$rc" -eq 1 ] && has "$TMP/err" "takes 1020 bytes of host memory" &&
+  has "$TMP/err" "more than the memory cap of 1000 bytes (--max-memory): raise the cap, or train on a smaller set" &&
+  ! has "$TMP/out" "epoch 1/1"; then
+  ok "--max-memory under the data set: refused before training, with both sizes"
+else not_ok "--max-memory 1000 on a 1020-byte set" "want exit 1, the set's and the cap's sizes, no epoch"; fi
+expect_ok "--max-memory over the data set: trains" train --data "$TMP/mini" --model "flatten, dense 4" --epochs 1 \
+  --batch 8 --device cpu --max-memory 1M --no-progress
+mkdir -p "$I30/big"
+head -c 256000 /dev/urandom | mk_idx "$I30/big/train-images-idx3-ubyte" 3 4000 8 8
+head -c 4000 /dev/zero | mk_idx "$I30/big/train-labels-idx1-ubyte" 1 4000
+head -c 640 /dev/urandom | mk_idx "$I30/big/t10k-images-idx3-ubyte" 3 10 8 8
+head -c 10 /dev/zero | mk_idx "$I30/big/t10k-labels-idx1-ubyte" 1 10
+run train --data "$I30/big" --classes 2 --model "flatten, dense 2" --epochs 1 --batch 8 --device cpu --max-memory 400K \
+  --no-progress
+if [ "$rc" -eq 0 ] && has "$TMP/out" "does not fit under the memory cap (0.4 MB, --max-memory) beside the model and the host's copy of the set):"; then
+  ok "--max-memory: a set that fits the cap but not its copy streams, and says why in full"
+else not_ok "--max-memory 400K on a 260 KB set" "want exit 0 and the whole reason it streams"; fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

@@ -103,7 +103,8 @@ static void train_usage(FILE *f) {
           "  --resume FILE          continue from a checkpoint exactly where it stopped\n"
           "  --max-memory BYTES     cap the memory lamina may take (e.g. 2G; K/M/G are powers of 1000); going\n"
           "                         over it is an error with the numbers (default: on CUDA the device's memory,\n"
-          "                         on the CPU the memory the machine has available at the start)\n"
+          "                         on the CPU the memory the machine has available at the start); the data set\n"
+          "                         held in host memory counts: a set over the cap is refused\n"
           "  --profile              time every op of 100 steps of the first epoch (from step 10; the GPU's own\n"
           "                         clock on CUDA) and print a table per op, like torch.profiler's\n"
           "  --trace FILE           also write those steps as a Chrome trace (JSON; open in Perfetto)\n"
@@ -466,6 +467,42 @@ static int set_classes(const train_opts *o, lam_dataset *train, lam_dataset *tes
     return lam_dataset_set_classes(train, k) != LAM_OK || lam_dataset_set_classes(test, k) != LAM_OK;
   }
   return lam_dataset_set_classes(train, o->classes) != LAM_OK || lam_dataset_set_classes(test, o->classes) != LAM_OK;
+}
+
+/* "1020 bytes", "47.1 MB", "4.00 GB" (powers of 1000, as --max-memory reads them). */
+static void bytes_str(size_t n, char *buf, size_t size) {
+  if (n < 100000) snprintf(buf, size, "%zu bytes", n);
+  else if (n < (size_t)10000000000ull) snprintf(buf, size, "%.1f MB", (double)n / 1e6);
+  else snprintf(buf, size, "%.2f GB", (double)n / 1e9);
+}
+
+/* The host memory a set holds: its pixels and its labels. */
+static size_t set_bytes(const lam_dataset *d) {
+  if (!d) return 0;
+  size_t labels = d->label_h > 1 || d->label_w > 1 ? (size_t)d->label_h * d->label_w : 1;
+  return d->n * (lam_dataset_sample_bytes(d) + labels);
+}
+
+/* --max-memory caps the memory lamina takes, and the data set it holds in host memory (the decoded images and their
+ * labels) is part of it: a set over the cap is refused before any training, saying both sizes (it was left out,
+ * and a 4 GB set trained under a 1 GB cap). On the CPU, where the set and the allocator share the machine's memory,
+ * the allocator holds what the set leaves (lam_mem_hold). */
+static int cap_data(const train_opts *o, lam_ctx *ctx, const lam_dataset *train, const lam_dataset *test,
+                    const lam_dataset *val) {
+  if (!o->max_memory) return 0;
+  const size_t bytes = set_bytes(train) + set_bytes(test) + set_bytes(val);
+  char have[32], cap[32];
+  bytes_str(bytes, have, sizeof have);
+  bytes_str(o->max_memory, cap, sizeof cap);
+  if (bytes >= o->max_memory) {
+    fprintf(stderr, "lamina train: the data set '%s' takes %s of host memory (%zu training and %zu test images of %dx%dx%d "
+            "with their labels), more than the memory cap of %s (--max-memory): raise the cap, or train on a smaller "
+            "set%s\n", o->data, have, train->n + (val ? val->n : 0), test->n, train->c > 0 ? train->c : 1, train->h,
+            train->w, cap, lam_dataset_is_image_folder(o->data) ? " or smaller images (--size)" : "");
+    return 1;
+  }
+  if (lam_ctx_device(ctx) == LAM_DEVICE_CPU && lam_mem_hold(ctx, bytes) != LAM_OK) return fail("train", "--max-memory");
+  return 0;
 }
 
 /* --normalize's values for C channels: "default" (0.5 and 0.5), "auto" (the training set's statistics) or
@@ -907,6 +944,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     ret = fail("train", NULL);
     goto out;
   }
+  if (cap_data(&o, ctx, train, test, val)) goto out;
   lam_opt opt = lam_opt_default(o.opt_kind);
   if (o.lr_set) opt.lr = (float)o.lr;
   opt.momentum = (float)o.momentum;

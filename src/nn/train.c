@@ -144,9 +144,17 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   if (s == LAM_OK) {
     s = make_resident(t);
     if (s == LAM_ERR_OUT_OF_MEMORY) { /* the set does not fit: stream it */
+      /* A reason of its own, short enough for stream_why (and lam_stream_stats.why, 200 bytes): the allocator's
+       * message, cut to fit, ended mid-sentence. */
+      const lam_cache *c = &m->ctx->cache;
       char why[sizeof t->stream_why];
-      snprintf(why, sizeof why, "the data set (%.1f MB) does not fit: %.140s", (double)t->n * (t->sample + t->label_size) / 1e6,
-               lam_last_error());
+      const double mb = (double)t->n * (t->sample + t->label_size) / 1e6;
+      if (c->limit && !c->limit_auto)
+        snprintf(why, sizeof why, "the data set (%.1f MB) does not fit under the memory cap (%.1f MB, --max-memory) "
+                 "beside the model%s", mb, (double)c->limit / 1e6, c->held ? " and the host's copy of the set" : "");
+      else
+        snprintf(why, sizeof why, "the data set (%.1f MB) does not fit in the %s memory left beside the model", mb,
+                 m->ctx->device == LAM_DEVICE_CPU ? "host" : "device");
       s = make_streaming(t, 3, why);
     }
   }
