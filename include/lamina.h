@@ -257,7 +257,11 @@ typedef struct lam_dataset {
   int c;           /* channels; 0 reads as 1 */
   int label_h, label_w; /* 0,0 or 1,1: one label per image; else h, w: one label per pixel */
   int t;                /* frames per sample (clips); 0 reads as 1 */
+  char **class_names;   /* NULL, or the classes' names, NULL-terminated (an image folder's class folders, class 0
+                         * first); lam_dataset_free frees them with the set */
 } lam_dataset;
+/* Class k's name (an image folder's folder name), or NULL where the set has none for k. */
+const char *lam_dataset_class_name(const lam_dataset *d, int k);
 /* Bytes of one sample's pixels: t * c * h * w. */
 size_t lam_dataset_sample_bytes(const lam_dataset *d);
 
@@ -475,6 +479,21 @@ lam_status lam_augment_parse(const char *s, int *pad, int *flip);
 /* The loss's label smoothing s in [0, 1) (PyTorch's label_smoothing); 0 by default. */
 lam_status lam_model_set_label_smoothing(lam_model *m, float s);
 float lam_model_label_smoothing(const lam_model *m); /* the model's s (0 for NULL) */
+/* What the model was fitted with, kept in its checkpoint (lam_checkpoint_save) so eval and predict need not be told
+ * again: the size an image folder's images were fitted to (--size; 0, 0: none given) and the classes' names
+ * (NULL-terminated, e.g. a lam_dataset's class_names; NULL: none; copied). At most LAM_FIT_MAX_CLASSES names of 1 to
+ * LAM_FIT_MAX_NAME bytes; a side at most LAM_FIT_MAX_SIDE. safetensors files (export, import) do not carry them. */
+#define LAM_FIT_MAX_SIDE 65535
+#define LAM_FIT_MAX_CLASSES 256
+#define LAM_FIT_MAX_NAME 255
+lam_status lam_model_set_fit(lam_model *m, int h, int w, const char *const *class_names);
+lam_status lam_model_fit(const lam_model *m, int *h, int *w);
+/* Class k's name, or NULL where the model has none for k. */
+const char *lam_model_class_name(const lam_model *m, int k);
+/* The fit's size kept in the checkpoint at path (0, 0: none, or a file from before version 6), read without making
+ * the model: for a caller that loads an image folder at the model's size before it loads the model. The file is
+ * checked as lam_checkpoint_load checks it. */
+lam_status lam_checkpoint_fit(const char *path, int *h, int *w);
 /* For tests against a reference: dropout node `node` (1-based) uses mask (its output's size × the batch,
  * 1 = keep; the caller keeps it alive) instead of drawing one; NULL draws again. */
 lam_status lam_model_set_dropout_mask(lam_model *m, int node, const uint8_t *mask);

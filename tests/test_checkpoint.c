@@ -1087,14 +1087,14 @@ static void test_future_version(void **state) {
   size_t len;
   uint8_t *f = read_all(good, &len);
   assert_int_equal(f[8], 4); /* a model of images is written as version 4, which older builds read */
-  set_le32(f + 8, 6);
+  set_le32(f + 8, 7);
   fix_crc(f, len);
   write_all(bad, f, len);
-  EXPECT_LOAD_FAIL("version 6", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 6", "reads 5");
+  EXPECT_LOAD_FAIL("version 7", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 7", "reads 6");
   print_message("future version: %s\n", lam_last_error());
   /* Every version ends with its CRC, checked before the version: a header alone is a truncated file. */
   write_all(bad, f, 12);
-  EXPECT_LOAD_FAIL("version 6, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
+  EXPECT_LOAD_FAIL("version 7, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
   set_le32(f + 8, 0);
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 0, CRC not fixed", bad, 0, LAM_ERR_IO, "CRC-32 mismatch");
@@ -1418,6 +1418,78 @@ static void test_null_args(void **state) {
   lam_model_free(m2);
 }
 
+/* ---- the fit a model remembers (issue 30, finding 16) ------------------------------------------------------- */
+
+/* A model with its fit (lam_model_set_fit: an image folder's --size and class names) is written as version 6 with
+ * the v6 part as documented (after the v5 frames, before the CRC), loads with the same fit (with a trainer too),
+ * and lam_checkpoint_fit reads the size without making the model; one without is still version 4 (older builds
+ * read it) and reads as no fit. A name count or a name length out of range, and a NUL in a name, are corrupt. */
+static void test_fit_roundtrip(void **state) {
+  (void)state;
+  const char *path = path_of("fit.ckpt"), *plain = path_of("nofit.ckpt"), *bad = path_of("fit-bad.ckpt");
+  lam_model *m;
+  lam_trainer *t;
+  make(LAM_OPT_ADAM, &m, &t);
+  static const char *names[] = {"cat", "dog", "a zebra, striped", NULL};
+  TU_OK(lam_model_set_fit(m, IMG, IMG, names));
+  TU_OK(lam_checkpoint_save(path, m, t));
+  size_t len;
+  uint8_t *f = read_all(path, &len);
+  assert_int_equal(le32(f + 8), 6);
+  const size_t tail = 4 + 4 + 4 + 4 + (4 + 3) + (4 + 3) + (4 + 16); /* frames, h, w, K, names */
+  uint8_t *v6 = f + len - 4 - tail;
+  assert_int_equal(le32(v6), 1);
+  assert_int_equal(le32(v6 + 4), IMG);
+  assert_int_equal(le32(v6 + 8), IMG);
+  assert_int_equal(le32(v6 + 12), 3);
+  assert_int_equal(le32(v6 + 16), 3);
+  assert_memory_equal(v6 + 20, "cat", 3);
+  assert_int_equal(le32(v6 + 30), 16);
+  assert_memory_equal(v6 + 34, "a zebra, striped", 16);
+  lam_model *back = NULL;
+  lam_trainer *tb = NULL;
+  TU_OK(lam_checkpoint_load(g_ctx, path, &back, &g_set, &tb));
+  int h = -1, w = -1;
+  TU_OK(lam_model_fit(back, &h, &w));
+  assert_int_equal(h, IMG), assert_int_equal(w, IMG);
+  for (int k = 0; k < 3; k++) assert_string_equal(lam_model_class_name(back, k), names[k]);
+  assert_null(lam_model_class_name(back, 3));
+  h = w = -1;
+  TU_OK(lam_checkpoint_fit(path, &h, &w));
+  assert_int_equal(h, IMG), assert_int_equal(w, IMG);
+  lam_trainer_free(tb), lam_model_free(back);
+  /* out of range and NUL: corrupt (the CRC made right, so the values themselves are checked) */
+  set_le32(v6 + 12, 300);
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("300 class names", bad, 0, LAM_ERR_IO, "corrupted", "300 class names");
+  set_le32(v6 + 12, 3), set_le32(v6 + 16, 0);
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("a class name of 0 bytes", bad, 0, LAM_ERR_IO, "corrupted", "class name 0 is 0 bytes");
+  set_le32(v6 + 16, 3), v6[21] = 0;
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("a NUL in a class name", bad, 0, LAM_ERR_IO, "corrupted", "NUL");
+  free(f);
+  /* no fit: version 4, and no size */
+  lam_model *m2;
+  lam_trainer *t2;
+  make(LAM_OPT_ADAM, &m2, &t2);
+  TU_OK(lam_checkpoint_save(plain, m2, NULL));
+  f = read_all(plain, &len);
+  assert_int_equal(le32(f + 8), 4);
+  free(f);
+  h = w = -1;
+  TU_OK(lam_checkpoint_fit(plain, &h, &w));
+  assert_int_equal(h, 0), assert_int_equal(w, 0);
+  TU_EXPECT_STATUS(lam_model_set_fit(m2, 8, 0, NULL), LAM_ERR_INVALID_ARG);
+  static const char *empty[] = {"", NULL};
+  TU_EXPECT_STATUS(lam_model_set_fit(m2, 0, 0, empty), LAM_ERR_INVALID_ARG);
+  lam_trainer_free(t2), lam_model_free(m2);
+  lam_trainer_free(t), lam_model_free(m);
+}
+
 /* ---- NaN parameters stop training and are never saved (issue 30, finding 9) ---------------------------- */
 
 /* A NaN weight behind a relu (the fused conv -> relu -> maxpool of SPEC) reaches the loss: the epoch stops with
@@ -1500,6 +1572,7 @@ int main(void) {
       cmocka_unit_test(test_save_replaces_atomically), cmocka_unit_test(test_null_args),
       cmocka_unit_test(test_release_batch),        cmocka_unit_test(test_host_buffers_lazy),
       cmocka_unit_test(test_nan_weight_stops),     cmocka_unit_test(test_nan_weight_finite_loss),
+      cmocka_unit_test(test_fit_roundtrip),
   };
   return TU_RUN_GROUP("checkpoint", tests, setup, teardown) ? 1 : 0;
 }

@@ -1031,6 +1031,49 @@ if [ "$rc" -eq 0 ] && has "$TMP/out" "does not fit under the memory cap (0.4 MB,
   ok "--max-memory: a set that fits the cap but not its copy streams, and says why in full"
 else not_ok "--max-memory 400K on a 260 KB set" "want exit 0 and the whole reason it streams"; fi
 
+# 16: the model remembers the fit it was trained with: an image folder's --size and its class names (the
+# folders) are kept in the checkpoint; eval, predict --data and a resumed train read the folder at that size
+# without --size (they failed, and did not suggest it); a different --size is refused; predict names each
+# class (class_name in the CSV, quoted where it holds a comma, and in the JSON), keeping the index.
+if "$LAMINA" info | grep -q "image files: PNG and JPEG"; then
+  run data images --out "$I30/fit" --format png --n 60 --test 20 --seed 4
+  mv "$I30/fit/train/0" "$I30/fit/train/a,cat" && mv "$I30/fit/test/0" "$I30/fit/test/a,cat"
+  FIT_MODEL="conv 4 3, relu, gap, dense 10"
+  run train --data "$I30/fit" --size 16x16 --model "$FIT_MODEL" --epochs 1 --batch 16 --device cpu \
+    --save "$I30/fit16.ckpt" --no-progress --cache ""
+  if [ "$rc" -eq 0 ]; then ok "train --size 16x16 on an image folder with named classes"
+  else not_ok "train --size 16x16 on an image folder" "want exit 0"; fi
+  run eval --data "$I30/fit" --load "$I30/fit16.ckpt" --device cpu --cache ""
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "20 test images"; then ok "eval without --size reads the folder at the checkpoint's 16x16"
+  else not_ok "eval after train --size 16x16, no --size" "want exit 0"; fi
+  usage_error "eval --size 20x20 against a 16x16 model" "--size 20x20" "size the model was trained at, 16x16" \
+    -- eval --data "$I30/fit" --load "$I30/fit16.ckpt" --device cpu --size 20x20 --cache ""
+  run train --data "$I30/fit" --resume "$I30/fit16.ckpt" --epochs 2 --device cpu --no-progress --cache ""
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "epoch 2/2"; then ok "train --resume without --size reads the folder at 16x16"
+  else not_ok "train --resume after --size 16x16, no --size" "want exit 0 and epoch 2/2"; fi
+  run predict --load "$I30/fit16.ckpt" --data "$I30/fit" --device cpu
+  if [ "$rc" -eq 0 ] && head -n 1 "$TMP/out" | grep -q "^name,class,class_name,p0,"; then
+    ok "predict --data: the folder at the model's size, class_name in the CSV header"
+  else not_ok "predict --data on a 16x16 model" "want exit 0 and 'name,class,class_name,p0,...'"; fi
+  # every row's class_name is the folder of its class index (classes are the sorted folder names)
+  if awk -F'"' 'NR > 1 { n = split($0, f, ","); c = f[2]; want = (c == 9) ? "\"a,cat\"" : c + 1;
+      got = (c == 9) ? "\"" $2 "\"" : f[3]; if (got != want) bad = 1 } END { exit bad || NR != 21 }' "$TMP/out"; then
+    ok "predict CSV: class_name is the class's folder (quoted where it holds a comma)"
+  else not_ok "predict CSV class_name" "want each row's class_name to be its class's folder"; fi
+  run predict --load "$I30/fit16.ckpt" --input "$I30/fit/test" --device cpu --json
+  json_check "predict --json: class and class_name, the folder of that class" \
+    "all(r['class_name'] == (['1','2','3','4','5','6','7','8','9','a,cat'][r['class']]) for r in d) and len(d) == 20"
+  # a model trained at the images' own size keeps no size: a different --size is its size mismatch, which
+  # now says the --size to give
+  run train --data "$I30/fit" --model "$FIT_MODEL" --epochs 1 --batch 16 --device cpu --save "$I30/fit28.ckpt" \
+    --no-progress --cache ""
+  run eval --data "$I30/fit" --load "$I30/fit28.ckpt" --device cpu --size 16x16 --cache ""
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "with --size 28x28"; then ok "eval at a size the model was not trained at: the message gives --size"
+  else not_ok "eval --size 16x16 on a 28x28 model" "want exit 1 and 'with --size 28x28'"; fi
+else
+  ok "# skip the fit a model remembers: this build reads no image files"
+fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

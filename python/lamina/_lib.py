@@ -148,7 +148,7 @@ class HiddenTiming(Structure):
 class Dataset(Structure):
     _fields_ = [("n", c_size_t), ("h", c_int), ("w", c_int), ("classes", c_int), ("images", c_void_p),
                 ("labels", c_void_p), ("c", c_int), ("label_h", c_int), ("label_w", c_int),
-                ("t", c_int)]
+                ("t", c_int), ("class_names", c_void_p)]
 
 
 class NodeInfo(Structure):

@@ -59,7 +59,8 @@ static void train_usage(FILE *f) {
           "                         fashion-mnist); or an image folder: DIR/train/CLASS/*.png|jpg|jpeg and\n"
           "                         DIR/test/CLASS/..., the classes the training folders in sorted order\n"
           "  --size HxW             fit an image folder's images to HxW (scaled to cover it, the middle kept);\n"
-          "                         default: every image must be the size of the first\n"
+          "                         default: every image must be the size of the first. The checkpoint keeps it\n"
+          "                         and the class folders' names: eval, predict and --resume read at that size\n"
           "  --cache DIR            where an image folder's decoded images are kept for the next run (default\n"
           "                         DATA/.lamina-cache where it can be made; '' for none)\n"
           "  --skip-bad             leave out image files that cannot be decoded (and count them) instead of\n"
@@ -150,7 +151,8 @@ static void eval_usage(FILE *f) {
           "(rows: true class, columns: predicted); for labels per pixel also each class's IoU and the mean IoU.\n"
           "  --load FILE   a checkpoint from lamina train --save (required)\n"
           "  --data        as for train (default fashion-mnist)\n"
-          "  --size, --cache, --skip-bad, --decode  an image folder's, as for train\n"
+          "  --size, --cache, --skip-bad, --decode  an image folder's, as for train (--size: by default the\n"
+          "                size the model was trained at, kept in its checkpoint; another one is refused)\n"
           "  --batch B     images per step (default 1000)\n"
           "  --device      auto|cpu|cuda (default auto)\n"
           "  --threads N   OpenMP threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else the\n"
@@ -467,6 +469,24 @@ static int set_classes(const train_opts *o, lam_dataset *train, lam_dataset *tes
     return lam_dataset_set_classes(train, k) != LAM_OK || lam_dataset_set_classes(test, k) != LAM_OK;
   }
   return lam_dataset_set_classes(train, o->classes) != LAM_OK || lam_dataset_set_classes(test, o->classes) != LAM_OK;
+}
+
+/* The model remembers the size its image folder was fitted to (its checkpoint's fit): eval and a resumed train
+ * read the folder at that size unless --size is given, and one given that differs is a usage error (the model
+ * takes that size only). Nothing to do for other data or a checkpoint without a size. */
+static int fit_from_checkpoint(const char *cmd, train_opts *o, const char *ckpt) {
+  int h = 0, w = 0;
+  if (!lam_dataset_is_image_folder(o->data)) return 0;
+  if (lam_checkpoint_fit(ckpt, &h, &w) != LAM_OK) return fail(cmd, NULL);
+  if (!h) return 0;
+  if (!o->images.h) {
+    o->images.h = h, o->images.w = w;
+    return 0;
+  }
+  if (o->images.h != h || o->images.w != w)
+    return cli_usage_error(cmd, "--size %dx%d differs from the size the model was trained at, %dx%d (%s): leave --size "
+                           "out to read the images at it", o->images.h, o->images.w, h, w, ckpt);
+  return 0;
 }
 
 /* "1020 bytes", "47.1 MB", "4.00 GB" (powers of 1000, as --max-memory reads them). */
@@ -877,6 +897,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     goto out;
   }
   size_t skipped = 0;
+  if (o.resume && (ret = fit_from_checkpoint("train", &o, o.resume)) != 0) goto out;
+  ret = 1;
   if (lam_dataset_load_opts(o.data, 1, &o.images, &train) != LAM_OK) {
     ret = fail("train", "loading the data");
     goto out;
@@ -956,6 +978,13 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
     if ((ret = check_resume(&o, ctx, train, m, t, spec)) != 0) goto out;
     if ((ret = apply_resume(&o, train, m, t, resume_notes, sizeof resume_notes)) != 0) goto out;
+    int fh = 0, fw = 0;
+    lam_model_fit(m, &fh, &fw);
+    if (!fh && !lam_model_class_name(m, 0) && lam_dataset_is_image_folder(o.data) && /* from before version 6 */
+        lam_model_set_fit(m, o.images.h, o.images.w, (const char *const *)train->class_names) != LAM_OK) {
+      ret = fail("train", NULL);
+      goto out;
+    }
     ret = 1;
     lam_trainer_config(t, &opt, &batch); /* the checkpoint's, with what --resume applied (its header prints it) */
   } else {
@@ -969,6 +998,9 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     if (s == LAM_OK && (ret = set_normalization(&o, train, m)) != 0) goto out;
     ret = 1;
     if (s == LAM_OK) s = lam_model_set_label_smoothing(m, (float)o.smoothing);
+    /* the fit it remembers in its checkpoints: an image folder's --size and class names */
+    if (s == LAM_OK && lam_dataset_is_image_folder(o.data))
+      s = lam_model_set_fit(m, o.images.h, o.images.w, (const char *const *)train->class_names);
     if (s != LAM_OK || lam_trainer_create(m, &opt, o.batch, o.seed, train, &t) != LAM_OK) {
       ret = fail("train", NULL);
       goto out;
@@ -1201,6 +1233,8 @@ int cmd_eval(int argc, char **argv) {
   lam_model *m = NULL;
   uint64_t *conf = NULL;
   int ret = 1;
+  if ((ret = fit_from_checkpoint("eval", &o, o.load)) != 0) goto out;
+  ret = 1;
   if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
     ret = fail("eval", "loading the data");
     goto out;

@@ -411,7 +411,13 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   char **classes;
   size_t nclasses;
   LAM_TRY(scan(dir, train, &l, &classes, &nclasses));
+  /* the class folders' names go with the set (and from it into a checkpoint: predict prints them) */
+  char **names = lam_names_copy((const char *const *)classes, nclasses);
   names_free(classes, nclasses);
+  if (!names) {
+    entries_free(&l);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory for its class names", dir);
+  }
   char cache[PATH_MAX] = "";
   if (!o->cache) snprintf(cache, sizeof cache, "%s/.lamina-cache", dir);
   else snprintf(cache, sizeof cache, "%s", o->cache);
@@ -423,6 +429,7 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
     if (!exists(img) || !exists(lab)) continue;
     s = lam_dataset_load_idx(img, lab, (int)nclasses, out);
     if (s == LAM_OK) {
+      (*out)->class_names = names;
       o->cache_hit = 1;
       entries_free(&l);
       return LAM_OK;
@@ -465,6 +472,8 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   }
   free(keep);
   entries_free(&l);
+  if (s == LAM_OK) d->class_names = names, names = NULL;
+  free(names);
   if (s != LAM_OK) {
     free(px);
     lam_dataset_free(d);

@@ -114,6 +114,7 @@ void lam_model_free(lam_model *m) {
   lam_mem_free(m->ctx, m->stats);
   lam_mem_free(m->ctx, m->count);
   lam_mem_free(m->ctx, m->rng_ctr);
+  free(m->class_names);
   free(m);
 }
 
@@ -393,6 +394,36 @@ lam_status lam_model_loss_backward(lam_model *m, int B, const float *x, const ui
 }
 
 float lam_model_label_smoothing(const lam_model *m) { return m ? m->smoothing : 0.0f; }
+
+lam_status lam_model_set_fit(lam_model *m, int h, int w, const char *const *class_names) {
+  LAM_CHECK_ARG(m, "lam_model_set_fit: model is NULL");
+  LAM_CHECK_ARG((h == 0) == (w == 0) && h >= 0 && w >= 0 && h <= LAM_FIT_MAX_SIDE && w <= LAM_FIT_MAX_SIDE,
+                "lam_model_set_fit: size %dx%d (both 0, or 1 to %d)", h, w, LAM_FIT_MAX_SIDE);
+  const size_t n = lam_names_count(class_names);
+  LAM_CHECK_ARG(n <= LAM_FIT_MAX_CLASSES, "lam_model_set_fit: %zu class names, more than %d", n, LAM_FIT_MAX_CLASSES);
+  for (size_t k = 0; k < n; k++) {
+    const size_t len = strlen(class_names[k]);
+    LAM_CHECK_ARG(len >= 1 && len <= LAM_FIT_MAX_NAME, "lam_model_set_fit: class %zu's name is %zu bytes (1 to %d)", k,
+                  len, LAM_FIT_MAX_NAME);
+  }
+  char **names = lam_names_copy(class_names, n);
+  if (n && !names) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_set_fit: no host memory for %zu names", n);
+  free(m->class_names);
+  m->class_names = names;
+  m->fit_h = h, m->fit_w = w;
+  return LAM_OK;
+}
+
+lam_status lam_model_fit(const lam_model *m, int *h, int *w) {
+  LAM_CHECK_ARG(m && h && w, "lam_model_fit: NULL argument");
+  *h = m->fit_h, *w = m->fit_w;
+  return LAM_OK;
+}
+
+const char *lam_model_class_name(const lam_model *m, int k) {
+  if (!m || k < 0 || (size_t)k >= lam_names_count((const char *const *)m->class_names)) return NULL;
+  return m->class_names[k];
+}
 
 lam_status lam_model_set_label_smoothing(lam_model *m, float s) {
   LAM_CHECK_ARG(m, "lam_model_set_label_smoothing: model is NULL");

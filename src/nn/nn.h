@@ -122,6 +122,8 @@ struct lam_model {
   int layout;              /* LAMINA_LAYOUT: 0 auto (nn_choose_fmt), 1 nchw, 2 nhwc */
   int training;            /* lam_model_forward's mode (lam_model_set_train) */
   float smoothing;         /* the loss's label smoothing */
+  int fit_h, fit_w;        /* the size its image folder was fitted to (--size; 0, 0: none), kept in checkpoints */
+  char **class_names;      /* its classes' names (lam_names_copy's block; NULL: none), kept in checkpoints */
   int aug_pad, aug_flip;   /* training's augmentation in the batch gather (lam_model_set_augment) */
   /* Batch buffers */
   int cap;                 /* batch capacity of the buffers below */

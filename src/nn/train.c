@@ -24,9 +24,11 @@ static size_t labels_per_image(const lam_dataset *d) {
 static lam_status check_data(const lam_model *m, const lam_dataset *d, const char *fn) {
   LAM_CHECK_ARG(d && d->images && d->labels, "%s: the data set is NULL or empty", fn);
   LAM_CHECK_ARG(d->n > 0 && d->n <= (size_t)INT32_MAX, "%s: the data set has %zu images", fn, d->n);
-  LAM_CHECK_ARG(m->in_c == channels(d) && m->in_h == d->h && m->in_w == d->w,
-                "%s: the model takes %dx%dx%d inputs but the images are %dx%dx%d", fn, m->in_c, m->in_h, m->in_w,
-                channels(d), d->h, d->w);
+  LAM_CHECK_ARG(m->in_c != channels(d) || (m->in_h == d->h && m->in_w == d->w),
+                "%s: the model takes %dx%dx%d inputs but the images are %dx%dx%d: fit an image folder's images to the "
+                "model with --size %dx%d", fn, m->in_c, m->in_h, m->in_w, channels(d), d->h, d->w, m->in_h, m->in_w);
+  LAM_CHECK_ARG(m->in_c == channels(d), "%s: the model takes %dx%dx%d inputs but the images are %dx%dx%d", fn, m->in_c,
+                m->in_h, m->in_w, channels(d), d->h, d->w);
   LAM_CHECK_ARG(m->in_t == frames(d), "%s: the model takes %d frame(s) a sample but the data set's samples have %d "
                 "(clips need a model made for their length: lam_model_create_clip, or lamina train on the clips)", fn,
                 m->in_t, frames(d));
