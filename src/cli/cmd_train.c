@@ -511,14 +511,14 @@ static int cap_data(const train_opts *o, lam_ctx *ctx, const lam_dataset *train,
                     const lam_dataset *val) {
   if (!o->max_memory) return 0;
   const size_t bytes = set_bytes(train) + set_bytes(test) + set_bytes(val);
-  char have[32], cap[32];
+  char have[32], cap[48] = "";
   bytes_str(bytes, have, sizeof have);
-  bytes_str(o->max_memory, cap, sizeof cap);
+  if (o->max_memory >= 100000) bytes_str(o->max_memory, cap + 1, sizeof cap - 1), cap[0] = ' '; /* " 5.0 MB" */
   if (bytes >= o->max_memory) {
     fprintf(stderr, "lamina train: the data set '%s' takes %s of host memory (%zu training and %zu test images of %dx%dx%d "
-            "with their labels), more than the memory cap of %s (--max-memory): raise the cap, or train on a smaller "
-            "set%s\n", o->data, have, train->n + (val ? val->n : 0), test->n, train->c > 0 ? train->c : 1, train->h,
-            train->w, cap, lam_dataset_is_image_folder(o->data) ? " or smaller images (--size)" : "");
+            "with their labels), more than the memory cap of %zu bytes (--max-memory%s): raise the cap, or train on a "
+            "smaller set%s\n", o->data, have, train->n + (val ? val->n : 0), test->n, train->c > 0 ? train->c : 1,
+            train->h, train->w, o->max_memory, cap, lam_dataset_is_image_folder(o->data) ? " or smaller images (--size)" : "");
     return 1;
   }
   if (lam_ctx_device(ctx) == LAM_DEVICE_CPU && lam_mem_hold(ctx, bytes) != LAM_OK) return fail("train", "--max-memory");
