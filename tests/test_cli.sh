@@ -1009,6 +1009,8 @@ usage_error "--resume --normalize 0.1/0.2 (differs)" "--normalize" "differs" -- 
   --resume "$I30/r.ckpt" --epochs 2 --normalize 0.1/0.2 --device cpu
 expect_ok "--resume --normalize default (the checkpoint's own)" train --data "$TMP/mini" --resume "$I30/r.ckpt" \
   --epochs 2 --normalize default --device cpu --no-progress
+usage_error "--resume --seed (was ignored)" "--seed" "checkpoint's generator" -- train --data "$TMP/mini" \
+  --resume "$I30/r.ckpt" --epochs 2 --seed 5 --device cpu
 
 # 8: --max-memory counts the data set lamina holds in host memory: a set over the cap is refused before training,
 # saying how big it is and what the cap is (a 4 GB set trained under a 1 GB cap); one under it trains; a set

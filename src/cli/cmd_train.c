@@ -33,7 +33,7 @@ typedef struct train_opts {
   const char *normalize; /* NULL or "default": 0.5/0.5 per channel; "auto": the training set's; "M,../S,.." */
   double smoothing;
   int aug_pad, aug_flip; /* --augment crop:P,flip */
-  int model_set, opt_set, batch_set; /* given on the command line (--resume refuses a different one) */
+  int model_set, opt_set, batch_set, seed_set; /* given on the command line (--resume refuses a different one) */
   const char *lr_schedule; /* --lr-schedule (NULL: constant) */
   double warmup;           /* --warmup E (epochs) */
   int warmup_set;
@@ -301,6 +301,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         break;
       case O_SEED:
         if (cli_parse_u64(cmd, "--seed", optarg, &o->seed)) return EXIT_USAGE;
+        o->seed_set = 1;
         break;
       case O_SAVE: o->save = optarg; break;
       case O_RESUME: o->resume = optarg; break;
@@ -620,6 +621,10 @@ static int check_resume(const train_opts *o, lam_ctx *ctx, const lam_dataset *tr
   if (o->batch_set && o->batch != batch)
     return cli_usage_error("train", "--batch %d differs from the checkpoint's batch %d (%s): leave --batch out to resume, "
                                     "or start a new run", o->batch, batch, o->resume);
+  if (o->seed_set) /* it was ignored: the checkpoint's generator goes on, so a resumed run is the whole run */
+    return cli_usage_error("train", "--seed: a resumed run goes on with the checkpoint's generator (%s: its shuffles, "
+                           "dropout and augmentation continue as the whole run would): leave --seed out to resume, or "
+                           "start a new run", o->resume);
   if (o->opt_set && o->opt_kind != saved.kind) {
     const char *names[] = {"sgd", "adam", "adamw"};
     return cli_usage_error("train", "--opt %s differs from the checkpoint's optimizer %s (%s): leave --opt out to resume",
