@@ -414,7 +414,7 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   /* the class folders' names go with the set (and from it into a checkpoint: predict prints them) */
   char **names = lam_names_copy((const char *const *)classes, nclasses);
   names_free(classes, nclasses);
-  if (!names) {
+  if (!names && nclasses) {
     entries_free(&l);
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory for its class names", dir);
   }
