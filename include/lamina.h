@@ -147,6 +147,10 @@ lam_status lam_mem_free(lam_ctx *ctx, void *ptr);
  * A CPU context starts capped at the host memory available when it is made (/proc/meminfo's
  * MemAvailable), so a model too big for the machine is that error, not the kernel's OOM killer. */
 lam_status lam_mem_set_limit(lam_ctx *ctx, size_t bytes);
+/* Counts bytes the caller holds in this context's memory outside the allocator (the CLI's decoded data set, on a
+ * CPU context) against the cap: blocks then fit in the cap less them, and the cap's message names them. Replaces
+ * the count before (0: none); LAM_ERR_OUT_OF_MEMORY where they and what the allocator holds pass the cap. */
+lam_status lam_mem_hold(lam_ctx *ctx, size_t bytes);
 /* Gives every cached (free) block back to the system; returns the bytes released in *released. */
 lam_status lam_mem_release_cached(lam_ctx *ctx, size_t *released);
 /* Copies between host memory and backend memory (a plain memcpy on the CPU). Synchronous. */
@@ -259,7 +263,11 @@ typedef struct lam_dataset {
   int c;           /* channels; 0 reads as 1 */
   int label_h, label_w; /* 0,0 or 1,1: one label per image; else h, w: one label per pixel */
   int t;                /* frames per sample (clips); 0 reads as 1 */
+  char **class_names;   /* NULL, or the classes' names, NULL-terminated (an image folder's class folders, class 0
+                         * first); lam_dataset_free frees them with the set */
 } lam_dataset;
+/* Class k's name (an image folder's folder name), or NULL where the set has none for k. */
+const char *lam_dataset_class_name(const lam_dataset *d, int k);
 /* Bytes of one sample's pixels: t * c * h * w. */
 size_t lam_dataset_sample_bytes(const lam_dataset *d);
 
@@ -489,6 +497,22 @@ lam_status lam_augment_parse(const char *s, int *pad, int *flip);
 
 /* The loss's label smoothing s in [0, 1) (PyTorch's label_smoothing); 0 by default. */
 lam_status lam_model_set_label_smoothing(lam_model *m, float s);
+float lam_model_label_smoothing(const lam_model *m); /* the model's s (0 for NULL) */
+/* What the model was fitted with, kept in its checkpoint (lam_checkpoint_save) so eval and predict need not be told
+ * again: the size an image folder's images were fitted to (--size; 0, 0: none given) and the classes' names
+ * (NULL-terminated, e.g. a lam_dataset's class_names; NULL: none; copied). At most LAM_FIT_MAX_CLASSES names of 1 to
+ * LAM_FIT_MAX_NAME bytes; a side at most LAM_FIT_MAX_SIDE. safetensors files (export, import) do not carry them. */
+#define LAM_FIT_MAX_SIDE 65535
+#define LAM_FIT_MAX_CLASSES 256
+#define LAM_FIT_MAX_NAME 255
+lam_status lam_model_set_fit(lam_model *m, int h, int w, const char *const *class_names);
+lam_status lam_model_fit(const lam_model *m, int *h, int *w);
+/* Class k's name, or NULL where the model has none for k. */
+const char *lam_model_class_name(const lam_model *m, int k);
+/* The fit's size kept in the checkpoint at path (0, 0: none, or a file from before version 6), read without making
+ * the model: for a caller that loads an image folder at the model's size before it loads the model. The file is
+ * checked as lam_checkpoint_load checks it. */
+lam_status lam_checkpoint_fit(const char *path, int *h, int *w);
 /* For tests against a reference: dropout node `node` (1-based) uses mask (its output's size × the batch,
  * 1 = keep; the caller keeps it alive) instead of drawing one; NULL draws again. */
 lam_status lam_model_set_dropout_mask(lam_model *m, int node, const uint8_t *mask);
@@ -540,6 +564,11 @@ typedef struct lam_opt {
  * AdamW weight decay 0.01). */
 lam_opt lam_opt_default(lam_opt_kind kind);
 lam_status lam_opt_parse(const char *s, lam_opt_kind *out); /* "sgd", "adam", "adamw" */
+/* The bound every optimizer is checked against (lam_trainer_create, lam_model_step; the CLI's --lr, --momentum and
+ * --weight-decay and Python's fit() call it first): lr, momentum and weight_decay finite and in [0, LAM_OPT_MAX];
+ * beta1, beta2 in [0, 1); eps finite and > 0. Otherwise LAM_ERR_INVALID_ARG naming the value. */
+#define LAM_OPT_MAX 1000.0
+lam_status lam_opt_check(const lam_opt *o);
 /* One optimizer step over the flat parameter buffer from the current gradients (one fused kernel);
  * the optimizer state (momentum, Adam moments, step count) lives in the model. */
 lam_status lam_model_step(lam_model *m, const lam_opt *opt);
@@ -631,6 +660,10 @@ lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c);
 void lam_rank_share(size_t n, int rank, int world, size_t *lo, size_t *len);
 /* The optimizer and batch the trainer was made with (or restored from a checkpoint). */
 lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch);
+/* Changes the settings of the trainer's optimizer (lr, momentum, weight decay, betas, eps) from the next epoch on:
+ * fine-tuning a resumed run at another rate. The kind must stay (its state is the kind's); checked as
+ * lam_opt_check. A learning-rate schedule scales the new lr as it did the old. */
+lam_status lam_trainer_set_opt(lam_trainer *t, const lam_opt *opt);
 
 /* Learning-rate schedules: the rate of every step, from the optimizer's lr (the base) and the step's
  * place in the run, taken by the optimizer on the device from the trainer's per-step table (so a

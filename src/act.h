@@ -10,12 +10,19 @@
 
 #include "prims.h"
 
+/* relu as PyTorch's: NaN passes (torch.relu(nan) is nan), so a NaN weight reaches the loss and the divergence
+ * stop sees it; `z > 0 ? z : 0` and fmaxf(z, 0) both gave 0 for it. -0 still gives +0. One compare and a
+ * select, as before: it vectorizes alike. */
+LAM_HD float lam_relu(float z) { return z <= 0.0f ? 0.0f : z; }
+/* Whether relu passed its input, from its output y: as PyTorch's threshold_backward (y <= 0 gives 0, else the
+ * gradient), a NaN output passes the gradient instead of hiding it behind a 0. */
+LAM_HD int lam_relu_passed(float y) { return !(y <= 0.0f); }
 
 /* act(z); GELU in its exact erf form. */
 LAM_HD float lam_act(int act, float alpha, float z) {
   switch (act) {
-    case LAM_ACT_RELU: return z > 0.0f ? z : 0.0f;
-    case LAM_ACT_LEAKY: return z > 0.0f ? z : alpha * z;
+    case LAM_ACT_RELU: return lam_relu(z);
+    case LAM_ACT_LEAKY: return z > 0.0f ? z : alpha * z; /* NaN: alpha * NaN, NaN */
     case LAM_ACT_TANH: return tanhf(z);
     case LAM_ACT_GELU: return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
     default: return 1.0f / (1.0f + expf(-z)); /* sigmoid */
@@ -26,7 +33,7 @@ LAM_HD float lam_act(int act, float alpha, float z) {
  * (Phi(z) + z phi(z)). The one not needed is not read. */
 LAM_HD float lam_act_grad(int act, float alpha, float z, float y, float g) {
   switch (act) {
-    case LAM_ACT_RELU: return y > 0.0f ? g : 0.0f;
+    case LAM_ACT_RELU: return lam_relu_passed(y) ? g : 0.0f;
     case LAM_ACT_LEAKY: return y > 0.0f ? g : alpha * g;
     case LAM_ACT_TANH: return g * (1.0f - y * y);
     case LAM_ACT_GELU:

@@ -56,14 +56,18 @@ lam_status lam_cache_alloc(lam_cache *c, void **ptr, size_t bytes) {
       return LAM_OK;
     }
   }
-  if (c->limit && c->reserved + size > c->limit && c->reserved > c->in_use) lam_cache_release(c);
-  if (c->limit && c->reserved + size > c->limit)
+  const size_t held = c->held;
+  if (c->limit && held + c->reserved + size > c->limit && c->reserved > c->in_use) lam_cache_release(c);
+  if (c->limit && held + c->reserved + size > c->limit) {
+    char also[96] = "";
+    if (held) snprintf(also, sizeof also, " and %zu held by the data set", held);
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY,
-                    "the memory cap of %zu bytes%s would be exceeded: asked for %zu bytes of %s with %zu in use "
+                    "the memory cap of %zu bytes%s would be exceeded: asked for %zu bytes of %s with %zu in use%s "
                     "(peak %zu); use less (a smaller --batch or model), or %s",
                     c->limit, c->limit_auto ? " (the memory this machine had available when lamina started)" : "", size,
-                    c->what, c->in_use, c->peak,
+                    c->what, c->in_use, also, c->peak,
                     c->limit_auto ? "set a cap yourself (--max-memory) if the machine can take more" : "raise the cap (--max-memory)");
+  }
   void *p = NULL;
   lam_status s = c->raw_alloc(c->owner, &p, size);
   if (s == LAM_ERR_OUT_OF_MEMORY && c->reserved > c->in_use) {

@@ -28,6 +28,8 @@ typedef struct lam_cache {
   size_t in_use, reserved, peak;
   size_t limit; /* most bytes the cache may hold from the system; 0: no cap */
   int limit_auto; /* the limit is the CPU's default: the memory the machine had available at the start */
+  size_t held;    /* bytes held outside the cache that count against limit (lam_mem_hold: the CLI's host data set
+                   * on the CPU); blocks fit in limit - held */
   uint64_t allocs, hits;
   void *owner;
   lam_raw_alloc_fn raw_alloc;

@@ -244,6 +244,16 @@ lam_status lam_mem_set_limit(lam_ctx *ctx, size_t bytes) {
   return LAM_OK;
 }
 
+lam_status lam_mem_hold(lam_ctx *ctx, size_t bytes) {
+  LAM_CHECK_ARG(ctx, "lam_mem_hold: ctx is NULL");
+  const lam_cache *c = &ctx->cache;
+  if (c->limit && bytes && c->reserved + bytes > c->limit)
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_mem_hold: %zu bytes held besides the %zu the allocator holds pass the "
+                    "memory cap of %zu", bytes, c->reserved, c->limit);
+  ctx->cache.held = bytes;
+  return LAM_OK;
+}
+
 lam_status lam_mem_release_cached(lam_ctx *ctx, size_t *released) {
   LAM_CHECK_ARG(ctx, "lam_mem_release_cached: ctx is NULL");
   LAM_TRY(ctx->be->sync(ctx)); /* a cached block may still be read by queued work */

@@ -21,6 +21,12 @@ static inline void lam_adam_coef(float lr, float b1, float b2, long step, float 
   out[0] = (float)(lr / (1.0 - pow(b1, (double)step)));
   out[1] = (float)sqrt(1.0 - pow(b2, (double)step));
 }
+/* Class names (an image folder's class folders, kept by its set and by a model's checkpoint): n strings in one
+ * block, the n pointers, a NULL, then the bytes, so one free() frees it all. NULL for n = 0 or no memory
+ * (dataset.c). lam_names_count: the strings before the NULL (0 for NULL). */
+char **lam_names_copy(const char *const *names, size_t n);
+size_t lam_names_count(const char *const *names);
+
 /* The direct first-layer path (conv_pool_direct_*): at most this many taps (C*K*K) per output, and
  * pooled outputs per block of its backward's partial sums. */
 #define LAM_DIRECT_TAPS 32

@@ -26,6 +26,15 @@ static const char *source_relative(const char *file) {
   return last ? last : file;
 }
 
+/* A message too long for the buffer ends at its last word that fits, with "...", leaving room for the location:
+ * not mid-word, and never without saying where it came from. Returns the new length. */
+static int cut_at_word(char *msg, size_t room) {
+  size_t end = room - 4; /* "..." and its NUL */
+  while (end > room / 2 && msg[end] != ' ') end--;
+  memcpy(msg + end, "...", 4);
+  return (int)end + 3;
+}
+
 lam_status lam_fail_at(lam_status s, const char *file, int line, const char *fmt, ...) {
   const char *short_file = source_relative(file);
   va_list ap;
@@ -33,8 +42,8 @@ lam_status lam_fail_at(lam_status s, const char *file, int line, const char *fmt
   int len = vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
   va_end(ap);
   if (len < 0) len = 0;
-  if ((size_t)len < sizeof g_last_error)
-    snprintf(g_last_error + len, sizeof g_last_error - (size_t)len, " [%s:%d]", short_file, line);
+  if ((size_t)len >= sizeof g_last_error - 64) len = cut_at_word(g_last_error, sizeof g_last_error - 64);
+  snprintf(g_last_error + len, sizeof g_last_error - (size_t)len, " [%s:%d]", short_file, line);
   return s;
 }
 

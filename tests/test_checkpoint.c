@@ -1087,14 +1087,14 @@ static void test_future_version(void **state) {
   size_t len;
   uint8_t *f = read_all(good, &len);
   assert_int_equal(f[8], 4); /* a model of images is written as version 4, which older builds read */
-  set_le32(f + 8, 6);
+  set_le32(f + 8, 7);
   fix_crc(f, len);
   write_all(bad, f, len);
-  EXPECT_LOAD_FAIL("version 6", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 6", "reads 5");
+  EXPECT_LOAD_FAIL("version 7", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 7", "reads 6");
   print_message("future version: %s\n", lam_last_error());
   /* Every version ends with its CRC, checked before the version: a header alone is a truncated file. */
   write_all(bad, f, 12);
-  EXPECT_LOAD_FAIL("version 6, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
+  EXPECT_LOAD_FAIL("version 7, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
   set_le32(f + 8, 0);
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 0, CRC not fixed", bad, 0, LAM_ERR_IO, "CRC-32 mismatch");
@@ -1418,6 +1418,142 @@ static void test_null_args(void **state) {
   lam_model_free(m2);
 }
 
+/* ---- the fit a model remembers (issue 30, finding 16) ------------------------------------------------------- */
+
+/* A model with its fit (lam_model_set_fit: an image folder's --size and class names) is written as version 6 with
+ * the v6 part as documented (after the v5 frames, before the CRC), loads with the same fit (with a trainer too),
+ * and lam_checkpoint_fit reads the size without making the model; one without is still version 4 (older builds
+ * read it) and reads as no fit. A name count or a name length out of range, and a NUL in a name, are corrupt. */
+static void test_fit_roundtrip(void **state) {
+  (void)state;
+  const char *path = path_of("fit.ckpt"), *plain = path_of("nofit.ckpt"), *bad = path_of("fit-bad.ckpt");
+  lam_model *m;
+  lam_trainer *t;
+  make(LAM_OPT_ADAM, &m, &t);
+  static const char *names[] = {"cat", "dog", "a zebra, striped", NULL};
+  TU_OK(lam_model_set_fit(m, IMG, IMG, names));
+  TU_OK(lam_checkpoint_save(path, m, t));
+  size_t len;
+  uint8_t *f = read_all(path, &len);
+  assert_int_equal(le32(f + 8), 6);
+  const size_t tail = 4 + 4 + 4 + 4 + (4 + 3) + (4 + 3) + (4 + 16); /* frames, h, w, K, names */
+  uint8_t *v6 = f + len - 4 - tail;
+  assert_int_equal(le32(v6), 1);
+  assert_int_equal(le32(v6 + 4), IMG);
+  assert_int_equal(le32(v6 + 8), IMG);
+  assert_int_equal(le32(v6 + 12), 3);
+  assert_int_equal(le32(v6 + 16), 3);
+  assert_memory_equal(v6 + 20, "cat", 3);
+  assert_int_equal(le32(v6 + 30), 16);
+  assert_memory_equal(v6 + 34, "a zebra, striped", 16);
+  lam_model *back = NULL;
+  lam_trainer *tb = NULL;
+  TU_OK(lam_checkpoint_load(g_ctx, path, &back, &g_set, &tb));
+  int h = -1, w = -1;
+  TU_OK(lam_model_fit(back, &h, &w));
+  assert_int_equal(h, IMG), assert_int_equal(w, IMG);
+  for (int k = 0; k < 3; k++) assert_string_equal(lam_model_class_name(back, k), names[k]);
+  assert_null(lam_model_class_name(back, 3));
+  h = w = -1;
+  TU_OK(lam_checkpoint_fit(path, &h, &w));
+  assert_int_equal(h, IMG), assert_int_equal(w, IMG);
+  lam_trainer_free(tb), lam_model_free(back);
+  /* out of range and NUL: corrupt (the CRC made right, so the values themselves are checked) */
+  set_le32(v6 + 12, 300);
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("300 class names", bad, 0, LAM_ERR_IO, "corrupted", "300 class names");
+  set_le32(v6 + 12, 3), set_le32(v6 + 16, 0);
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("a class name of 0 bytes", bad, 0, LAM_ERR_IO, "corrupted", "class name 0 is 0 bytes");
+  set_le32(v6 + 16, 3), v6[21] = 0;
+  fix_crc(f, len);
+  write_all(bad, f, len);
+  EXPECT_LOAD_FAIL("a NUL in a class name", bad, 0, LAM_ERR_IO, "corrupted", "NUL");
+  free(f);
+  /* no fit: version 4, and no size */
+  lam_model *m2;
+  lam_trainer *t2;
+  make(LAM_OPT_ADAM, &m2, &t2);
+  TU_OK(lam_checkpoint_save(plain, m2, NULL));
+  f = read_all(plain, &len);
+  assert_int_equal(le32(f + 8), 4);
+  free(f);
+  h = w = -1;
+  TU_OK(lam_checkpoint_fit(plain, &h, &w));
+  assert_int_equal(h, 0), assert_int_equal(w, 0);
+  TU_EXPECT_STATUS(lam_model_set_fit(m2, 8, 0, NULL), LAM_ERR_INVALID_ARG);
+  static const char *empty[] = {"", NULL};
+  TU_EXPECT_STATUS(lam_model_set_fit(m2, 0, 0, empty), LAM_ERR_INVALID_ARG);
+  lam_trainer_free(t2), lam_model_free(m2);
+  lam_trainer_free(t), lam_model_free(m);
+}
+
+/* ---- NaN parameters stop training and are never saved (issue 30, finding 9) ---------------------------- */
+
+/* A NaN weight behind a relu (the fused conv -> relu -> maxpool of SPEC) reaches the loss: the epoch stops with
+ * the divergence error (a relu that gave 0 for NaN hid it, and the run trained on and saved it). A save of that
+ * model is refused and writes nothing; so is one whose last layer's bias is NaN. */
+static void test_nan_weight_stops(void **state) {
+  (void)state;
+  lam_model *m;
+  lam_trainer *t;
+  make(LAM_OPT_SGD, &m, &t);
+  float *p = params_of(m);
+  p[1] = NAN; /* the first conv's weight */
+  TU_OK(lam_model_params_set(m, p, lam_model_param_count(m)));
+  lam_epoch_stats st;
+  TU_EXPECT_STATUS(lam_trainer_epoch(t, NULL, NULL, 0, &st), LAM_ERR_DIVERGED);
+  assert_non_null(strstr(lam_last_error(), "training diverged in epoch 1"));
+  const char *path = path_of("nan.ckpt");
+  TU_EXPECT_STATUS(lam_checkpoint_save(path, m, t), LAM_ERR_DIVERGED);
+  assert_non_null(strstr(lam_last_error(), "refused"));
+  assert_non_null(strstr(lam_last_error(), "of layer 1, conv) is NaN"));
+  assert_int_equal(access(path, F_OK), -1);
+  /* a finite model, then one NaN bias in the last layer: refused by name */
+  free(p);
+  lam_trainer_free(t);
+  lam_model_free(m);
+  make(LAM_OPT_SGD, &m, &t);
+  p = params_of(m);
+  const size_t n = lam_model_param_count(m);
+  p[n - 1] = INFINITY;
+  TU_OK(lam_model_params_set(m, p, n));
+  TU_EXPECT_STATUS(lam_checkpoint_save(path, m, NULL), LAM_ERR_DIVERGED);
+  assert_non_null(strstr(lam_last_error(), "(the bias of layer 5, dense) is infinite"));
+  assert_int_equal(access(path, F_OK), -1);
+  assert_int_equal(tmp_files_left(), 0);
+  free(p);
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
+/* A NaN the loss cannot show (every label ignored: the loss of no labels is 0) is still found at the epoch's
+ * end, where the loss is checked: the parameters are read once an epoch. */
+static void test_nan_weight_finite_loss(void **state) {
+  (void)state;
+  enum { N = 8, S = 4 };
+  static uint8_t img[N * S * S], lab[N * S * S];
+  for (int i = 0; i < N * S * S; i++) img[i] = (uint8_t)(i * 37), lab[i] = 255; /* ignored */
+  lam_dataset d = {.n = N, .h = S, .w = S, .classes = 3, .images = img, .labels = lab, .c = 1, .label_h = S, .label_w = S};
+  lam_model *m;
+  lam_trainer *t;
+  TU_OK(lam_model_create(g_ctx, "conv 3 1", 1, S, S, MODEL_SEED, &m));
+  lam_opt o = opt_for(LAM_OPT_SGD);
+  TU_OK(lam_trainer_create(m, &o, 4, TRAIN_SEED, &d, &t));
+  float *p = params_of(m);
+  p[0] = NAN;
+  TU_OK(lam_model_params_set(m, p, lam_model_param_count(m)));
+  lam_epoch_stats st;
+  TU_EXPECT_STATUS(lam_trainer_epoch(t, NULL, NULL, 0, &st), LAM_ERR_DIVERGED);
+  assert_non_null(strstr(lam_last_error(), "parameter 0 (the weight of layer 1, conv) is NaN though the loss stayed "
+                                           "finite"));
+  free(p);
+  lam_trainer_free(t);
+  lam_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_adam),          cmocka_unit_test(test_resume_sgd_momentum),
@@ -1435,6 +1571,8 @@ int main(void) {
       cmocka_unit_test(test_empty_missing_directory), cmocka_unit_test(test_mismatched),
       cmocka_unit_test(test_save_replaces_atomically), cmocka_unit_test(test_null_args),
       cmocka_unit_test(test_release_batch),        cmocka_unit_test(test_host_buffers_lazy),
+      cmocka_unit_test(test_nan_weight_stops),     cmocka_unit_test(test_nan_weight_finite_loss),
+      cmocka_unit_test(test_fit_roundtrip),
   };
   return TU_RUN_GROUP("checkpoint", tests, setup, teardown) ? 1 : 0;
 }

@@ -854,10 +854,11 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
     run predict --load "$TMP/cls.lamina" --input "$TMP/img-png/test" --device cpu
     files=$(find "$TMP/img-png/test" -name "*.png" | wc -l)
     rows=$(tail -n +2 "$TMP/out" | wc -l)
-    if [ "$rc" -eq 0 ] && head -n 1 "$TMP/out" | grep -q "^name,class,p0,p1,p2,p3,p4,p5,p6,p7,p8,p9$" && [ "$rows" -eq "$files" ] &&
-      tail -n +2 "$TMP/out" | awk -F, '{s = 0; for (i = 3; i <= NF; i++) s += $i; if (s < 0.999 || s > 1.001 || $2 < 0 || $2 > 9) exit 1}'; then
+    # (class_name: the model was trained on an image folder, whose class folders it keeps; issue 30, finding 16)
+    if [ "$rc" -eq 0 ] && head -n 1 "$TMP/out" | grep -q "^name,class,class_name,p0,p1,p2,p3,p4,p5,p6,p7,p8,p9$" && [ "$rows" -eq "$files" ] &&
+      tail -n +2 "$TMP/out" | awk -F, '{s = 0; for (i = 4; i <= NF; i++) s += $i; if (s < 0.999 || s > 1.001 || $2 < 0 || $2 > 9 || $3 != $2) exit 1}'; then
       ok "predict --input DIR: a CSV row per file ($rows), probabilities summing to 1"
-    else not_ok "predict --input DIR" "want a header and $files rows of name,class,p0..p9 summing to 1"; fi
+    else not_ok "predict --input DIR" "want a header and $files rows of name,class,class_name,p0..p9 summing to 1"; fi
     one=$(find "$TMP/img-png/test/3" -name "*.png" | sort | head -n 1)
     run predict --load "$TMP/cls.lamina" --input "$one" --device cpu --json
     json_check "predict --json: an object per file, its class and 10 probabilities summing to 1" \
@@ -1173,9 +1174,11 @@ if [ -s "$TMP/cls.lamina" ] && [ -x "$JSON_PY" ]; then
 import csv, os, sys
 rows = list(csv.reader(open(sys.argv[1], newline="", encoding="utf-8", errors="surrogateescape")))
 want = sorted(os.fsdecode(os.path.join(os.fsencode(sys.argv[2]), f)) for f in os.listdir(os.fsencode(sys.argv[2])))
-sys.exit(0 if rows[0][:2] == ["name", "class"] and all(len(r) == 12 for r in rows) and sorted(r[0] for r in rows[1:]) == want else 1)
+n = len(rows[0])  # name, class, class_name (the class folders), p0..p9
+sys.exit(0 if rows[0][:3] == ["name", "class", "class_name"] and n == 13 and all(len(r) == n for r in rows)
+         and sorted(r[0] for r in rows[1:]) == want else 1)
 ' "$TMP/out" "$TMP/names"; then ok "predict CSV: names with a comma, quote, CR, LF or non-UTF-8 bytes keep their columns"
-  else not_ok "predict CSV with odd names" "want 12 columns a row and the names as the files have them"; fi
+  else not_ok "predict CSV with odd names" "want 13 columns a row and the names as the files have them"; fi
   run predict --load "$TMP/cls.lamina" --input "$TMP/names" --device cpu --json
   json_check "predict --json: every name as os.fsdecode gives it (\\udcXX for a byte that is not UTF-8), none null" \
     "sorted(__import__('os').fsencode(r['name']) for r in d) == sorted(b'$TMP/names/' + f for f in __import__('os').listdir(b'$TMP/names'))"
@@ -1288,6 +1291,143 @@ for which in "data foo:data sets" "bench foo:benchmarks"; do
 done
 if [ -z "$missing" ]; then ok "lamina --help lists every data maker and benchmark"
 else not_ok "lamina --help's list" "missing:$missing"; fi
+
+# ---- issue 30: training semantics ----
+# Findings 8, 9, 10 and 16 of issue 30, on the small MNIST-layout folder ($TMP/mini) and a tiny image folder.
+R30=$TMP/r30d
+mkdir -p "$R30"
+# 9: a NaN weight behind a relu (written into a checkpoint's bytes, its CRC made right) reaches the loss:
+# resuming stops with the divergence message and writes no checkpoint (relu gave 0 for NaN: the run trained on
+# and saved the NaN weight).
+r30_nan_ckpt() { # r30_nan_ckpt IN OUT: OUT = IN with parameter 0 NaN (the v4 layout, docs in checkpoint.c)
+  "$JSON_PY" - "$1" "$2" <<'PY'
+import struct, sys, zlib
+b = bytearray(open(sys.argv[1], "rb").read())
+L = struct.unpack_from("<I", b, 12)[0]
+o = 16 + L + 12
+nlayers = struct.unpack_from("<I", b, o + 8)[0]
+o += 12 + 16 * nlayers
+b[o:o + 4] = struct.pack("<f", float("nan"))
+b[-4:] = struct.pack("<I", zlib.crc32(bytes(b[:-4])) & 0xffffffff)
+open(sys.argv[2], "wb").write(bytes(b))
+PY
+}
+if [ -x "$JSON_PY" ]; then
+  run train --data "$TMP/mini" --model "flatten, dense 8, relu, dense 4" --epochs 1 --batch 8 --device cpu \
+    --save "$R30/relu.ckpt" --no-progress
+  if [ "$rc" -eq 0 ] && r30_nan_ckpt "$R30/relu.ckpt" "$R30/nan.ckpt"; then
+    run train --data "$TMP/mini" --resume "$R30/nan.ckpt" --epochs 2 --device cpu --save "$R30/after-nan.ckpt" --no-progress
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "training diverged in epoch 2" && [ ! -e "$R30/after-nan.ckpt" ]; then
+      ok "a NaN weight behind a relu: the divergence stop fires, no checkpoint written"
+    else not_ok "a NaN weight behind a relu" "want exit 1, 'training diverged in epoch 2' and no $R30/after-nan.ckpt"; fi
+  else not_ok "a NaN weight behind a relu" "could not make the checkpoint"; fi
+else
+  skip "a NaN weight behind a relu: no $JSON_PY to edit the checkpoint"
+fi
+for bad in inf nan -1 1e9; do
+  usage_error "--lr $bad" "--lr" "not a number from 0 to 1000" -- train --data "$TMP/mini" --lr "$bad" --epochs 1
+done
+# 10: --resume applies --lr, --momentum, --weight-decay and --label-smoothing and says what each replaces;
+# --normalize that differs from the checkpoint's is refused (it changes what the inputs mean).
+run train --data "$TMP/mini" --model "flatten, dense 4" --opt sgd --lr 0.05 --epochs 1 --batch 8 --device cpu \
+  --save "$R30/r.ckpt" --no-progress
+run train --data "$TMP/mini" --resume "$R30/r.ckpt" --epochs 2 --lr 0.01 --device cpu --no-progress --save "$R30/r2.ckpt"
+if [ "$rc" -eq 0 ] && has "$TMP/out" "--lr 0.01 replaces the checkpoint's 0.05"; then
+  ok "--resume --lr: applied and said"
+else not_ok "--resume --lr 0.01" "want exit 0 and '--lr 0.01 replaces the checkpoint's 0.05' on stdout"; fi
+# the rate reaches the trainer: resumed at --lr 0, the model evaluates exactly as the checkpoint's (its rate
+# 0.05, which an ignored --lr kept, moves the parameters)
+run train --data "$TMP/mini" --resume "$R30/r.ckpt" --epochs 2 --lr 0 --device cpu --no-progress --save "$R30/r0.ckpt"
+run eval --data "$TMP/mini" --load "$R30/r.ckpt" --device cpu --json
+loss_before=$(json_field loss)
+run eval --data "$TMP/mini" --load "$R30/r0.ckpt" --device cpu --json
+loss_after=$(json_field loss)
+if [ -n "$loss_before" ] && [ "$loss_before" = "$loss_after" ]; then
+  ok "--resume --lr 0: the parameters stay (eval loss $loss_before before and after)"
+else not_ok "--resume --lr 0" "want the eval loss unchanged: '$loss_before' before, '$loss_after' after"; fi
+run train --data "$TMP/mini" --resume "$R30/r.ckpt" --epochs 2 --momentum 0.9 --weight-decay 0.001 \
+  --label-smoothing 0.1 --device cpu --no-progress
+if [ "$rc" -eq 0 ] && has "$TMP/out" "--momentum 0.9 replaces the checkpoint's 0" &&
+  has "$TMP/out" "--weight-decay 0.001 replaces the checkpoint's 0" &&
+  has "$TMP/out" "--label-smoothing 0.1 replaces the checkpoint's 0"; then
+  ok "--resume --momentum --weight-decay --label-smoothing: applied and said"
+else not_ok "--resume --momentum --weight-decay --label-smoothing" "want exit 0 and each 'replaces the checkpoint's' line"; fi
+run train --data "$TMP/mini" --resume "$R30/r.ckpt" --epochs 2 --lr 0.01 --device cpu --json
+if [ "$rc" -eq 0 ] && has "$TMP/err" "--lr 0.01 replaces" && json_check "--resume --lr with --json: stdout stays JSON" "d['epochs']"; then :
+else not_ok "--resume --lr with --json" "want the note on stderr and JSON on stdout"; fi
+usage_error "--resume --normalize auto (differs)" "--normalize auto" "differs from the normalization" "0.5/0.5" \
+  -- train --data "$TMP/mini" --resume "$R30/r.ckpt" --epochs 2 --normalize auto --device cpu
+usage_error "--resume --normalize 0.1/0.2 (differs)" "--normalize" "differs" -- train --data "$TMP/mini" \
+  --resume "$R30/r.ckpt" --epochs 2 --normalize 0.1/0.2 --device cpu
+expect_ok "--resume --normalize default (the checkpoint's own)" train --data "$TMP/mini" --resume "$R30/r.ckpt" \
+  --epochs 2 --normalize default --device cpu --no-progress
+usage_error "--resume --seed (was ignored)" "--seed" "checkpoint's generator" -- train --data "$TMP/mini" \
+  --resume "$R30/r.ckpt" --epochs 2 --seed 5 --device cpu
+
+# 8: --max-memory counts the data set lamina holds in host memory: a set over the cap is refused before training,
+# saying how big it is and what the cap is (a 4 GB set trained under a 1 GB cap); one under it trains; a set
+# that fits the cap but not beside its copy streams, and says why in a whole sentence (it was cut mid-word).
+run train --data "$TMP/mini" --model "flatten, dense 4" --epochs 1 --batch 8 --device cpu --max-memory 1000 --no-progress
+if [ "$rc" -eq 1 ] && has "$TMP/err" "takes 1020 bytes of host memory" &&
+  has "$TMP/err" "more than the memory cap of 1000 bytes (--max-memory): raise the cap, or train on a smaller set" &&
+  ! has "$TMP/out" "epoch 1/1"; then
+  ok "--max-memory under the data set: refused before training, with both sizes"
+else not_ok "--max-memory 1000 on a 1020-byte set" "want exit 1, the set's and the cap's sizes, no epoch"; fi
+expect_ok "--max-memory over the data set: trains" train --data "$TMP/mini" --model "flatten, dense 4" --epochs 1 \
+  --batch 8 --device cpu --max-memory 1M --no-progress
+mkdir -p "$R30/big"
+head -c 256000 /dev/urandom | mk_idx "$R30/big/train-images-idx3-ubyte" 3 4000 8 8
+head -c 4000 /dev/zero | mk_idx "$R30/big/train-labels-idx1-ubyte" 1 4000
+head -c 640 /dev/urandom | mk_idx "$R30/big/t10k-images-idx3-ubyte" 3 10 8 8
+head -c 10 /dev/zero | mk_idx "$R30/big/t10k-labels-idx1-ubyte" 1 10
+run train --data "$R30/big" --classes 2 --model "flatten, dense 2" --epochs 1 --batch 8 --device cpu --max-memory 400K \
+  --no-progress
+if [ "$rc" -eq 0 ] && has "$TMP/out" "does not fit under the memory cap (0.4 MB, --max-memory) beside the model and the host's copy of the set):"; then
+  ok "--max-memory: a set that fits the cap but not its copy streams, and says why in full"
+else not_ok "--max-memory 400K on a 260 KB set" "want exit 0 and the whole reason it streams"; fi
+
+# 16: the model remembers the fit it was trained with: an image folder's --size and its class names (the
+# folders) are kept in the checkpoint; eval, predict --data and a resumed train read the folder at that size
+# without --size (they failed, and did not suggest it); a different --size is refused; predict names each
+# class (class_name in the CSV, quoted where it holds a comma, and in the JSON), keeping the index.
+if "$LAMINA" info | grep -q "image files: PNG and JPEG"; then
+  run data images --out "$R30/fit" --format png --n 60 --test 20 --seed 4
+  mv "$R30/fit/train/0" "$R30/fit/train/a,cat" && mv "$R30/fit/test/0" "$R30/fit/test/a,cat"
+  FIT_MODEL="conv 4 3, relu, gap, dense 10"
+  run train --data "$R30/fit" --size 16x16 --model "$FIT_MODEL" --epochs 1 --batch 16 --device cpu \
+    --save "$R30/fit16.ckpt" --no-progress --cache ""
+  if [ "$rc" -eq 0 ]; then ok "train --size 16x16 on an image folder with named classes"
+  else not_ok "train --size 16x16 on an image folder" "want exit 0"; fi
+  run eval --data "$R30/fit" --load "$R30/fit16.ckpt" --device cpu --cache ""
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "20 test images"; then ok "eval without --size reads the folder at the checkpoint's 16x16"
+  else not_ok "eval after train --size 16x16, no --size" "want exit 0"; fi
+  usage_error "eval --size 20x20 against a 16x16 model" "--size 20x20" "size the model was trained at, 16x16" \
+    -- eval --data "$R30/fit" --load "$R30/fit16.ckpt" --device cpu --size 20x20 --cache ""
+  run train --data "$R30/fit" --resume "$R30/fit16.ckpt" --epochs 2 --device cpu --no-progress --cache ""
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "epoch 2/2"; then ok "train --resume without --size reads the folder at 16x16"
+  else not_ok "train --resume after --size 16x16, no --size" "want exit 0 and epoch 2/2"; fi
+  run predict --load "$R30/fit16.ckpt" --data "$R30/fit" --device cpu
+  if [ "$rc" -eq 0 ] && head -n 1 "$TMP/out" | grep -q "^name,class,class_name,p0,"; then
+    ok "predict --data: the folder at the model's size, class_name in the CSV header"
+  else not_ok "predict --data on a 16x16 model" "want exit 0 and 'name,class,class_name,p0,...'"; fi
+  # every row's class_name is the folder of its class index (classes are the sorted folder names)
+  if awk -F'"' 'NR > 1 { n = split($0, f, ","); c = f[2]; want = (c == 9) ? "\"a,cat\"" : c + 1;
+      got = (c == 9) ? "\"" $2 "\"" : f[3]; if (got != want) bad = 1 } END { exit bad || NR != 21 }' "$TMP/out"; then
+    ok "predict CSV: class_name is the class's folder (quoted where it holds a comma)"
+  else not_ok "predict CSV class_name" "want each row's class_name to be its class's folder"; fi
+  run predict --load "$R30/fit16.ckpt" --input "$R30/fit/test" --device cpu --json
+  json_check "predict --json: class and class_name, the folder of that class" \
+    "all(r['class_name'] == (['1','2','3','4','5','6','7','8','9','a,cat'][r['class']]) for r in d) and len(d) == 20"
+  # a model trained at the images' own size keeps no size: a different --size is its size mismatch, which
+  # now says the --size to give
+  run train --data "$R30/fit" --model "$FIT_MODEL" --epochs 1 --batch 16 --device cpu --save "$R30/fit28.ckpt" \
+    --no-progress --cache ""
+  run eval --data "$R30/fit" --load "$R30/fit28.ckpt" --device cpu --size 16x16 --cache ""
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "with --size 28x28"; then ok "eval at a size the model was not trained at: the message gives --size"
+  else not_ok "eval --size 16x16 on a 28x28 model" "want exit 1 and 'with --size 28x28'"; fi
+else
+  skip "the fit a model remembers: this build reads no image files"
+fi
 
 # ---- CUDA where there may be none ---------------------------------------------------------------
 

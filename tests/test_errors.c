@@ -422,6 +422,25 @@ static void test_error_location(void **state) {
     fail_msg("lam_ctx_create(NULL)'s message does not end with [src/context.c:LINE]: \"%s\"", lam_last_error());
 }
 
+/* A message longer than the last-error buffer (a long path in it) ends at a word with "..." and keeps its
+ * location; it was cut mid-word with no location (issue 30, finding 8). */
+static void test_long_message(void **state) {
+  (void)state;
+  char path[3000] = "/no-such-folder/";
+  while (strlen(path) + 12 < sizeof path) strcat(path, "a long name ");
+  lam_dataset *d = NULL;
+  assert_int_not_equal(lam_dataset_load(path, 1, &d), LAM_OK);
+  const char *msg = lam_last_error();
+  const size_t n = strlen(msg);
+  if (!strstr(msg, "... [src/") || msg[n - 1] != ']')
+    fail_msg("a long message lost its end or its location: ...%s", msg + (n > 80 ? n - 80 : 0));
+  const char *dots = strstr(msg, "... [src/"), *w = dots;
+  while (w > msg && w[-1] != ' ') w--; /* the last word kept: whole ("a", "long" or "name") */
+  const size_t wl = (size_t)(dots - w);
+  if (!((wl == 1 && !strncmp(w, "a", 1)) || (wl == 4 && (!strncmp(w, "long", 4) || !strncmp(w, "name", 4)))))
+    fail_msg("a long message was not cut at a word: ...%.40s", dots - 20);
+}
+
 int main(void) {
   unsetenv("LAMINA_DEVICE"); /* the tests set it themselves */
   lam_status st = lam_ctx_create(&g_ctx, LAM_DEVICE_CPU);
@@ -438,6 +457,7 @@ int main(void) {
       cmocka_unit_test(test_env_override),    cmocka_unit_test(test_mem_free_foreign),
       cmocka_unit_test(test_impossible_alloc), cmocka_unit_test(test_status_str),
       cmocka_unit_test(test_error_per_thread), cmocka_unit_test(test_error_location),
+      cmocka_unit_test(test_long_message),
   };
   int failed = TU_RUN_GROUP("errors", tests, NULL, NULL);
   lam_ctx_free(g_ctx);

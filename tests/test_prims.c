@@ -2718,6 +2718,162 @@ static void test_conv_pool_null(void **state) {
   free(G), free(zeros), free(dy), free(db0), free(y1), free(y2), free(a1), free(a2);
 }
 
+/* ---- NaN through every relu (issue 30, finding 9): relu(NaN) is NaN as PyTorch's, in act_fwd (the format
+ * under test and bfloat16 NHWC), bn_act_fwd, conv_pool_fwd and conv_pool_direct_fwd; and the backward passes
+ * the gradient where the output is NaN (PyTorch's threshold_backward: y <= 0 gives 0, else dy) instead of
+ * hiding it behind a 0. A relu that maps NaN to 0 lets a NaN weight train on unseen and be saved. ---- */
+
+/* Fails unless v is NaN. */
+static void want_nan(const char *what, size_t i, float v) {
+  if (!isnan(v)) fail_msg("%s: element %zu is %g where the input was NaN: relu must let NaN through", what, i, v);
+}
+
+static void relu_nan_act(int bf16) {
+  const size_t n = 41;
+  char what[96];
+  for (int act = LAM_ACT_RELU; act <= LAM_ACT_LEAKY; act += LAM_ACT_LEAKY - LAM_ACT_RELU) {
+    const float alpha = act == LAM_ACT_LEAKY ? 0.1f : 0.0f;
+    float *x = frand16(n, -2, 2), *y = fnan(n), *dy = frand16(n, -1, 1), *dx = fnan(n);
+    for (size_t i = 0; i < n; i += 4) x[i] = NAN;
+    if (bf16) IN_BF16(run_act(g_ctx, 0, act, alpha, n, x, NULL, NULL, y, 0));
+    else run_act(g_ctx, 0, act, alpha, n, x, NULL, NULL, y, 0);
+    snprintf(what, sizeof what, "act_fwd %s%s", act_name(act), bf16 ? " bf16" : "");
+    for (size_t i = 0; i < n; i += 4) want_nan(what, i, y[i]);
+    if (bf16) IN_BF16(run_act(g_ctx, 1, act, alpha, n, x, y, dy, dx, 0));
+    else run_act(g_ctx, 1, act, alpha, n, x, y, dy, dx, 0);
+    snprintf(what, sizeof what, "act_bwd %s%s", act_name(act), bf16 ? " bf16" : "");
+    for (size_t i = 0; i < n; i += 4) { /* torch: relu passes dy, leaky (NaN > 0 false) alpha dy */
+      const float want = act == LAM_ACT_RELU ? dy[i] : alpha * dy[i];
+      if (!(fabsf(dx[i] - want) <= 1e-6f + (bf16 ? 1.0f / 128 : 1e-6f) * fabsf(want)))
+        fail_msg("%s: dx[%zu] = %g where y is NaN, want dy's %g (the gradient hidden)", what, i, dx[i], want);
+    }
+    free(x), free(y), free(dy), free(dx);
+  }
+}
+
+static void relu_nan_bn_act(int bf16) {
+  const int B = 2, C = 3, P = 5;
+  const size_t n = (size_t)B * C * P;
+  char what[96];
+  snprintf(what, sizeof what, "bn_act_fwd relu (evaluation)%s", bf16 ? " bf16" : "");
+  float *x = frand16(n, -2, 2), *gamma = frand(C, 0.5, 1.5), *beta = frand(C, -0.5, 0.5);
+  for (size_t i = 1; i < n; i += 3) x[i] = NAN;
+  bn_bufs o = {fnan(n), NULL, NULL, frand(C, -0.2, 0.2), frand(C, 0.5, 2)};
+  if (bf16) IN_BF16(run_bn_act_fwd(g_ctx, B, C, P, LAM_ACT_RELU, 0.0f, x, gamma, beta, &o, 0.1f, 1e-5f, 0));
+  else run_bn_act_fwd(g_ctx, B, C, P, LAM_ACT_RELU, 0.0f, x, gamma, beta, &o, 0.1f, 1e-5f, 0);
+  for (size_t i = 1; i < n; i += 3) want_nan(what, i, o.y[i]);
+  /* backward: y NaN in all of channel 0, so dbeta[0] += sum(dz) is the sum of dy there (0 if hidden) */
+  float *y = frand16(n, 0.1, 2), *dy = frand16(n, -1, 1), *dx = fnan(n), *mean = frand(C, -0.1, 0.1),
+        *invstd = frand(C, 0.5, 2), *dg = frand(C, -1, 1), *db = fnan(C), *xf = frand16(n, -2, 2);
+  for (int c = 0; c < C; c++) db[c] = 0.0f;
+  double want = 0;
+  for (int b = 0; b < B; b++)
+    for (int p = 0; p < P; p++) y[((size_t)b * C) * P + p] = NAN, want += dy[((size_t)b * C) * P + p];
+  if (bf16) IN_BF16(run_bn_act_bwd(g_ctx, B, C, P, LAM_ACT_RELU, 0.0f, xf, y, dy, gamma, beta, mean, invstd, dx, dg, db));
+  else run_bn_act_bwd(g_ctx, B, C, P, LAM_ACT_RELU, 0.0f, xf, y, dy, gamma, beta, mean, invstd, dx, dg, db);
+  snprintf(what, sizeof what, "bn_act_bwd relu%s", bf16 ? " bf16" : "");
+  if (!(fabs(db[0] - want) <= 1e-2 * (1 + fabs(want))))
+    fail_msg("%s: dbeta of a channel whose y is NaN is %g, want the sum of its dy %g (the gradient hidden)", what,
+             db[0], want);
+  free(x), free(gamma), free(beta), free(o.y), free(o.rm), free(o.rv), free(y), free(dy), free(dx), free(mean);
+  free(invstd), free(dg), free(db), free(xf);
+}
+
+/* conv_pool_fwd from G with NaN in some windows: those outputs NaN; conv_pool_bwd routes dy to their argmax
+ * (float and bfloat16 dG). */
+static void relu_nan_conv_pool(void) {
+  const lam_pool_geom g = {2, 6, 8, 2, 2, 3, 4};
+  const int B = 2;
+  const size_t nG = (size_t)g.C * B * g.H * g.W, ny = (size_t)B * g.C * g.OH * g.OW, P = (size_t)g.H * g.W;
+  float *G = frand(nG, -1, 1), *bias = frand(g.C, -0.5, 0.5), *y = fnan(ny), *dy = frand(ny, 0.5, 1);
+  for (size_t i = 0; i < nG; i += 7) G[i] = NAN;
+  int32_t *arg = xmalloc(ny * 4);
+  float *dG_ = dput(g_ctx, G, nG * 4), *db_ = dput(g_ctx, bias, g.C * 4), *dy_ = dput(g_ctx, y, ny * 4);
+  int32_t *da = dput(g_ctx, arg, ny * 4);
+  TU_OK(BE(g_ctx)->conv_pool_fwd(g_ctx, &g, B, dG_, db_, dy_, da));
+  dget(g_ctx, y, dy_, ny * 4, "conv_pool_fwd"), dget(g_ctx, arg, da, ny * 4, "conv_pool_fwd");
+  size_t nans = 0;
+  for (int b = 0; b < B; b++)
+    for (int c = 0; c < g.C; c++)
+      for (int oh = 0; oh < g.OH; oh++)
+        for (int ow = 0; ow < g.OW; ow++) {
+          int has = 0;
+          for (int a = 0; a < 2; a++)
+            for (int e = 0; e < 2; e++) has |= isnan(G[(size_t)c * B * P + (size_t)b * P + (2 * oh + a) * g.W + 2 * ow + e]);
+          size_t o = (((size_t)b * g.C + c) * g.OH + oh) * g.OW + ow;
+          if (has) want_nan("conv_pool_fwd", o, y[o]), nans++;
+        }
+  if (!nans) fail_msg("conv_pool_fwd: no window held a NaN: the test would prove little");
+  float *ddy = dput(g_ctx, dy, ny * 4);
+  for (int bf16 = 0; bf16 < 2; bf16++) {
+    const size_t es = bf16 ? 2 : 4;
+    void *gout = dput(g_ctx, G, nG * es), *h = xmalloc(nG * es);
+    TU_OK(BE(g_ctx)->conv_pool_bwd(g_ctx, &g, B, ddy, dy_, da, gout, bf16, NULL));
+    dget(g_ctx, h, gout, nG * es, "conv_pool_bwd");
+    for (size_t o = 0; o < ny; o++) {
+      if (!isnan(y[o])) continue;
+      size_t b = o / ((size_t)g.C * g.OH * g.OW), c = o / ((size_t)g.OH * g.OW) % g.C;
+      size_t at = c * B * P + b * P + (size_t)arg[o];
+      float got = bf16 ? lam_bf16_to_f32(((uint16_t *)h)[at]) : ((float *)h)[at];
+      if (!(fabsf(got - dy[o]) <= (bf16 ? 1.0f / 128 : 0.0f) * fabsf(dy[o])))
+        fail_msg("conv_pool_bwd bf16=%d: dG at the argmax of NaN output %zu is %g, want dy's %g", bf16, o, got, dy[o]);
+    }
+    dfree(g_ctx, gout), free(h);
+  }
+  dfree(g_ctx, dG_), dfree(g_ctx, db_), dfree(g_ctx, dy_), dfree(g_ctx, da), dfree(g_ctx, ddy);
+  free(G), free(bias), free(y), free(dy), free(arg);
+}
+
+/* conv_pool_direct_fwd with a NaN weight in output channel 0: all its outputs NaN; conv_pool_direct_bwd adds
+ * their dy to db[0]. Two geometries: the MNIST-sized first layer (C 1, K 3, no padding, CUDA's own kernel) and
+ * a padded 2-channel one. */
+static void relu_nan_direct(void) {
+  static const int geo[][4] = {{1, 10, 3, 0}, {2, 8, 3, 1}}; /* C, H (= W), K, pad */
+  for (int s = 0; s < 2; s++) {
+    const int C = geo[s][0], H = geo[s][1], K = geo[s][2], pad = geo[s][3], OC = 9, B = 2;
+    const int OH = H + 2 * pad - K + 1, taps = C * K * K;
+    const lam_conv_geom cg = {C, H, H, K, 1, pad, OH, OH};
+    const lam_pool_geom pg = {OC, OH, OH, 2, 2, OH / 2, OH / 2};
+    const size_t nx = (size_t)B * C * H * H, nw = (size_t)OC * taps, OP = (size_t)pg.OH * pg.OW, ny = (size_t)B * OC * OP;
+    float *x = frand(nx, -1, 1), *w = frand(nw, -0.5, 0.5), *bias = frand(OC, -0.1, 0.1), *y = fnan(ny);
+    float *dy = frand(ny, 0.5, 1), *dW = fnan(nw), *db = fnan(OC);
+    w[taps / 2] = NAN;
+    for (size_t i = 0; i < nw; i++) dW[i] = 0.0f;
+    for (int c = 0; c < OC; c++) db[c] = 0.0f;
+    int32_t *arg = xmalloc(ny * 4);
+    const size_t nwork = lam_direct_work_floats(OC, taps, (size_t)B * OP);
+    float *work = fnan(nwork);
+    float *d_x = dput(g_ctx, x, nx * 4), *d_w = dput(g_ctx, w, nw * 4), *d_b = dput(g_ctx, bias, OC * 4),
+          *d_y = dput(g_ctx, y, ny * 4), *d_dy = dput(g_ctx, dy, ny * 4), *d_dW = dput(g_ctx, dW, nw * 4),
+          *d_db = dput(g_ctx, db, OC * 4), *d_work = dput(g_ctx, work, nwork * 4);
+    int32_t *d_a = dput(g_ctx, arg, ny * 4);
+    TU_OK(BE(g_ctx)->conv_pool_direct_fwd(g_ctx, &cg, &pg, B, d_x, d_w, d_b, d_y, d_a));
+    dget(g_ctx, y, d_y, ny * 4, "conv_pool_direct_fwd");
+    char what[96];
+    snprintf(what, sizeof what, "conv_pool_direct_fwd C=%d K=%d pad=%d", C, K, pad);
+    double want = 0;
+    for (int b = 0; b < B; b++)
+      for (size_t k = 0; k < OP; k++) want_nan(what, (size_t)b * OC * OP + k, y[(size_t)b * OC * OP + k]), want += dy[(size_t)b * OC * OP + k];
+    TU_OK(BE(g_ctx)->conv_pool_direct_bwd(g_ctx, &cg, &pg, B, d_x, d_dy, d_y, d_a, d_dW, d_db, d_work));
+    dget(g_ctx, db, d_db, OC * 4, "conv_pool_direct_bwd");
+    if (!(fabs(db[0] - want) <= 1e-5 * (1 + fabs(want))))
+      fail_msg("conv_pool_direct_bwd C=%d K=%d: db of the channel whose outputs are NaN is %g, want the sum of their dy "
+               "%g (the gradient hidden)", C, K, db[0], want);
+    dfree(g_ctx, d_x), dfree(g_ctx, d_w), dfree(g_ctx, d_b), dfree(g_ctx, d_y), dfree(g_ctx, d_dy), dfree(g_ctx, d_dW);
+    dfree(g_ctx, d_db), dfree(g_ctx, d_work), dfree(g_ctx, d_a);
+    free(x), free(w), free(bias), free(y), free(dy), free(dW), free(db), free(arg), free(work);
+  }
+}
+
+static void test_relu_nan(void **state) {
+  (void)state;
+  seed_case("relu_nan", 0);
+  relu_nan_act(0), relu_nan_act(1);
+  relu_nan_bn_act(0), relu_nan_bn_act(1);
+  relu_nan_conv_pool();
+  relu_nan_direct();
+}
+
 int main(int argc, char **argv) {
   g_fmt = LAM_FMT_NCHW;
   for (int i = 1; i < argc; i++)
@@ -2750,6 +2906,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),
       cmocka_unit_test(test_gather),       cmocka_unit_test(test_gather_aug),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
       cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null), cmocka_unit_test(test_fmt_bf16),
+      cmocka_unit_test(test_relu_nan),
   };
   const char *name = g_cuda ? (g_fmt.nhwc ? "prims_nhwc_cuda" : "prims_cuda") : (g_fmt.nhwc ? "prims_nhwc" : "prims");
   int failed = TU_RUN_GROUP(name, tests, NULL, NULL);

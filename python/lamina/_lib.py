@@ -148,7 +148,7 @@ class HiddenTiming(Structure):
 class Dataset(Structure):
     _fields_ = [("n", c_size_t), ("h", c_int), ("w", c_int), ("classes", c_int), ("images", c_void_p),
                 ("labels", c_void_p), ("c", c_int), ("label_h", c_int), ("label_w", c_int),
-                ("t", c_int)]
+                ("t", c_int), ("class_names", c_void_p)]
 
 
 class NodeInfo(Structure):
@@ -246,6 +246,7 @@ _SIGNATURES = {
     "lam_model_release_batch": (_status, [_P]),
     "lam_model_memory_get": (_status, [_P, _P, POINTER(ModelMemory)]),
     "lam_opt_default": (Opt, [c_int]),
+    "lam_opt_check": (_status, [POINTER(Opt)]),
     "lam_trainer_create": (_status, [_P, POINTER(Opt), c_int, c_uint64, POINTER(Dataset), POINTER(c_void_p)]),
     "lam_trainer_free": (None, [_P]),
     "lam_trainer_epoch": (_status, [_P, ProgressFn, c_void_p, c_int, POINTER(EpochStats)]),

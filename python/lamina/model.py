@@ -392,11 +392,13 @@ class Model(Closing):
         for name, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)):
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not value >= 0:
-                raise ValueError(f"{name} must be a number >= 0, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise ValueError(f"{name} must be a number, not {value!r}")
             if name == "momentum" and kind != "sgd":
                 raise ValueError(f"momentum applies to sgd; {kind} has beta1/beta2 instead")
             setattr(opt, name, float(value))
+        if lib.lam_opt_check(byref(opt)) != _lib.LAM_OK:  # the library's bound (the CLI's --lr's too): inf, NaN, < 0
+            raise ValueError(f"fit(): {_lib.last_error()}")
         if seed is None:
             # Knuth's multiplicative constant: distinct seeds per call, none equal to the first.
             seed = (self.seed + self._fits * 2654435761) % 2**64

@@ -34,7 +34,9 @@ static void usage(FILE *f) {
           "  --threads N      OpenMP threads of the CPU work\n"
           "  --json           one JSON array instead of CSV\n"
           "Output for a class per image: CSV on stdout, a header then one row an image: name,class,p0,p1,...\n"
-          "(name: the file, or the image's index in --data's test part; p: the softmax probabilities).\n"
+          "(name: the file, or the image's index in --data's test part; p: the softmax probabilities); a model\n"
+          "trained on an image folder adds class_name after class (the class's folder; JSON: \"class_name\").\n"
+          "--data reads an image folder at the size the model was trained at (train --size, kept in it).\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
 }
 
@@ -221,6 +223,12 @@ static int claim_masks(const predict_opts *o, const files *mp) {
   return 0;
 }
 
+/* Class k's name, "" where the model names fewer classes than it has (--classes raised them). */
+static const char *class_name(const lam_model *m, int k) {
+  const char *s = lam_model_class_name(m, k);
+  return s ? s : "";
+}
+
 /* Each class its colour: 0 (the background of a segmentation) black, 255 (ignored) grey, the others a
  * fixed palette of well-separated hues. */
 static void class_colour(int k, uint8_t rgb[3]) {
@@ -304,7 +312,10 @@ int cmd_predict(int argc, char **argv) {
     goto out;
   }
   if (o.data) {
-    if (lam_dataset_load(o.data, 0, &set) != LAM_OK) {
+    /* an image folder at the size the model was fitted to (its checkpoint's --size), as training read it */
+    lam_image_opts fit = {0};
+    lam_model_fit(m, &fit.h, &fit.w);
+    if (lam_dataset_load_opts(o.data, 0, fit.h ? &fit : NULL, &set) != LAM_OK) {
       rc = fail("--data");
       goto out;
     }
@@ -356,8 +367,9 @@ int cmd_predict(int argc, char **argv) {
     goto out;
   }
   json_t *arr = o.json && !per_pixel ? json_array() : NULL;
+  const int named = lam_model_class_name(m, 0) != NULL; /* an image folder's class names, from the checkpoint */
   if (!per_pixel && !o.json) {
-    printf("name,class");
+    printf(named ? "name,class,class_name" : "name,class");
     for (int k = 0; k < K; k++) printf(",p%d", k);
     printf("\n");
   }
@@ -394,11 +406,13 @@ int cmd_predict(int argc, char **argv) {
         for (int k = 0; k < K; k++) json_array_append_new(ps, cli_json_num(pr[k] / sum));
         json_object_set_new(row, "name", cli_json_str(name));
         json_object_set_new(row, "class", json_integer(best));
+        if (named) json_object_set_new(row, "class_name", cli_json_str(class_name(m, best)));
         json_object_set_new(row, "probabilities", ps);
         json_array_append_new(arr, row);
       } else {
         cli_csv_field(stdout, name);
         printf(",%d", best);
+        if (named) putchar(','), cli_csv_field(stdout, class_name(m, best));
         for (int k = 0; k < K; k++) printf(",%.6f", pr[k] / sum);
         printf("\n");
       }

@@ -20,7 +20,7 @@ typedef struct train_opts {
   int epochs, batch, json, progress, threads;
   lam_opt_kind opt_kind;
   double lr, momentum, weight_decay;
-  int lr_set, wd_set;
+  int lr_set, wd_set, momentum_set, smoothing_set; /* given (--resume applies each, saying so) */
   lam_device device;
   uint64_t seed;
   size_t max_memory;
@@ -34,7 +34,7 @@ typedef struct train_opts {
   const char *normalize; /* NULL or "default": 0.5/0.5 per channel; "auto": the training set's; "M,../S,.." */
   double smoothing;
   int aug_pad, aug_flip; /* --augment crop:P,flip */
-  int model_set, opt_set, batch_set; /* given on the command line (--resume refuses a different one) */
+  int model_set, opt_set, batch_set, seed_set; /* given on the command line (--resume refuses a different one) */
   const char *lr_schedule; /* --lr-schedule (NULL: constant) */
   double warmup;           /* --warmup E (epochs) */
   int warmup_set;
@@ -64,7 +64,8 @@ static void train_usage(FILE *f) {
           "                         set's channels (most images': a tie is colour)\n"
           "  --size HxW             fit an image folder's images to HxW (scaled to cover it, the middle kept);\n"
           "                         larger than 4096 a side too (a JPEG decoded smaller by DCT scaling); default:\n"
-          "                         every image must be the size of the first, at most 4096 a side\n"
+          "                         every image must be the size of the first, at most 4096 a side. The checkpoint\n"
+          "                         keeps it and the class folders' names: eval, predict and --resume read at that size\n"
           "  --cache DIR            where an image folder's decoded images are kept for the next run (default\n"
           "                         DATA/.lamina-cache where it can be made; '' for none)\n"
           "  --skip-bad             leave out image files that cannot be decoded (and count them) instead of\n"
@@ -108,7 +109,8 @@ static void train_usage(FILE *f) {
           "  --resume FILE          continue from a checkpoint exactly where it stopped\n"
           "  --max-memory BYTES     cap the memory lamina may take (e.g. 2G; K/M/G are powers of 1000); going\n"
           "                         over it is an error with the numbers (default: on CUDA the device's memory,\n"
-          "                         on the CPU the memory the machine has available at the start)\n"
+          "                         on the CPU the memory the machine has available at the start); the data set\n"
+          "                         held in host memory counts: a set over the cap is refused\n"
           "  --profile              time every op of 100 steps of the first epoch (from step 10; the GPU's own\n"
           "                         clock on CUDA) and print a table per op, like torch.profiler's\n"
           "  --trace FILE           also write those steps as a Chrome trace (JSON; open in Perfetto)\n"
@@ -154,7 +156,8 @@ static void eval_usage(FILE *f) {
           "(rows: true class, columns: predicted); for labels per pixel also each class's IoU and the mean IoU.\n"
           "  --load FILE   a checkpoint from lamina train --save (required)\n"
           "  --data        as for train (default fashion-mnist)\n"
-          "  --size, --cache, --skip-bad, --decode  an image folder's, as for train\n"
+          "  --size, --cache, --skip-bad, --decode  an image folder's, as for train (--size: by default the\n"
+          "                size the model was trained at, kept in its checkpoint; another one is refused)\n"
           "  --batch B     images per step (default 1000)\n"
           "  --device      auto|cpu|cuda (default auto)\n"
           "  --threads N   OpenMP threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else the\n"
@@ -239,7 +242,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         double d = strtod(optarg, &end);
         if (end == optarg || *end || !(d >= 0 && d < 1))
           return cli_usage_error(cmd, "--label-smoothing: '%s' is not a number in [0, 1)", optarg);
-        o->smoothing = d;
+        o->smoothing = d, o->smoothing_set = 1;
         break;
       }
       case O_AUGMENT:
@@ -287,10 +290,13 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       case O_WD: {
         double d = strtod(optarg, &end);
         const char *name = c == O_LR ? "--lr" : c == O_MOMENTUM ? "--momentum" : "--weight-decay";
-        if (end == optarg || *end || !(d >= 0) || d > 1e3)
-          return cli_usage_error(cmd, "%s: '%s' is not a number from 0 to 1000", name, optarg);
+        if (end == optarg || *end) return cli_usage_error(cmd, "%s: '%s' is not a number", name, optarg);
+        lam_opt bound = lam_opt_default(LAM_OPT_SGD); /* the library's bound, which Python's fit() shares */
+        *(c == O_LR ? &bound.lr : c == O_MOMENTUM ? &bound.momentum : &bound.weight_decay) = (float)d;
+        if (!(d <= LAM_OPT_MAX) || lam_opt_check(&bound) != LAM_OK)
+          return cli_usage_error(cmd, "%s: '%s' is not a number from 0 to %g", name, optarg, LAM_OPT_MAX);
         if (c == O_LR) o->lr = d, o->lr_set = 1;
-        else if (c == O_MOMENTUM) o->momentum = d;
+        else if (c == O_MOMENTUM) o->momentum = d, o->momentum_set = 1;
         else o->weight_decay = d, o->wd_set = 1;
         break;
       }
@@ -300,6 +306,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         break;
       case O_SEED:
         if (cli_parse_u64(cmd, "--seed", optarg, &o->seed)) return EXIT_USAGE;
+        o->seed_set = 1;
         break;
       case O_SAVE: o->save = optarg; break;
       case O_RESUME: o->resume = optarg; break;
@@ -488,18 +495,143 @@ static int set_classes(const train_opts *o, lam_dataset *train, lam_dataset *tes
   return lam_dataset_set_classes(train, o->classes) != LAM_OK || lam_dataset_set_classes(test, o->classes) != LAM_OK;
 }
 
-/* --normalize: "default", "auto" (the training set's statistics) or "M1,M2,../S1,S2,.." */
-static int set_normalization(const train_opts *o, const lam_dataset *train, lam_model *m) {
-  int C = train->c > 0 ? train->c : 1;
-  float mean[LAM_NORMALIZE_MAX_CHANNELS], std[LAM_NORMALIZE_MAX_CHANNELS];
-  if (!o->normalize || !strcmp(o->normalize, "default")) return 0;
+/* The model remembers the size its image folder was fitted to (its checkpoint's fit): eval and a resumed train
+ * read the folder at that size unless --size is given, and one given that differs is a usage error (the model
+ * takes that size only). Nothing to do for other data or a checkpoint without a size. */
+static int fit_from_checkpoint(const char *cmd, train_opts *o, const char *ckpt) {
+  int h = 0, w = 0;
+  if (!lam_dataset_is_image_folder(o->data)) return 0;
+  if (lam_checkpoint_fit(ckpt, &h, &w) != LAM_OK) return fail(cmd, NULL);
+  if (!h) return 0;
+  if (!o->images.h) {
+    o->images.h = h, o->images.w = w;
+    return 0;
+  }
+  if (o->images.h != h || o->images.w != w)
+    return cli_usage_error(cmd, "--size %dx%d differs from the size the model was trained at, %dx%d (%s): leave --size "
+                           "out to read the images at it", o->images.h, o->images.w, h, w, ckpt);
+  return 0;
+}
+
+/* "1020 bytes", "47.1 MB", "4.00 GB" (powers of 1000, as --max-memory reads them). */
+static void bytes_str(size_t n, char *buf, size_t size) {
+  if (n < 100000) snprintf(buf, size, "%zu bytes", n);
+  else if (n < (size_t)10000000000ull) snprintf(buf, size, "%.1f MB", (double)n / 1e6);
+  else snprintf(buf, size, "%.2f GB", (double)n / 1e9);
+}
+
+/* The host memory a set holds: its pixels and its labels. */
+static size_t set_bytes(const lam_dataset *d) {
+  if (!d) return 0;
+  size_t labels = d->label_h > 1 || d->label_w > 1 ? (size_t)d->label_h * d->label_w : 1;
+  return d->n * (lam_dataset_sample_bytes(d) + labels);
+}
+
+/* --max-memory caps the memory lamina takes, and the data set it holds in host memory (the decoded images and their
+ * labels) is part of it: a set over the cap is refused before any training, saying both sizes (it was left out,
+ * and a 4 GB set trained under a 1 GB cap). On the CPU, where the set and the allocator share the machine's memory,
+ * the allocator holds what the set leaves (lam_mem_hold). */
+static int cap_data(const train_opts *o, lam_ctx *ctx, const lam_dataset *train, const lam_dataset *test,
+                    const lam_dataset *val) {
+  if (!o->max_memory) return 0;
+  const size_t bytes = set_bytes(train) + set_bytes(test) + set_bytes(val);
+  char have[32], cap[48] = "";
+  bytes_str(bytes, have, sizeof have);
+  if (o->max_memory >= 100000) bytes_str(o->max_memory, cap + 1, sizeof cap - 1), cap[0] = ' '; /* " 5.0 MB" */
+  if (bytes >= o->max_memory) {
+    fprintf(stderr, "lamina train: the data set '%s' takes %s of host memory (%zu training and %zu test images of %dx%dx%d "
+            "with their labels), more than the memory cap of %zu bytes (--max-memory%s): raise the cap, or train on a "
+            "smaller set%s\n", o->data, have, train->n + (val ? val->n : 0), test->n, train->c > 0 ? train->c : 1,
+            train->h, train->w, o->max_memory, cap, lam_dataset_is_image_folder(o->data) ? " or smaller images (--size)" : "");
+    return 1;
+  }
+  if (lam_ctx_device(ctx) == LAM_DEVICE_CPU && lam_mem_hold(ctx, bytes) != LAM_OK) return fail("train", "--max-memory");
+  return 0;
+}
+
+/* --normalize's values for C channels: "default" (0.5 and 0.5), "auto" (the training set's statistics) or
+ * "M1,M2,../S1,S2,.."; a usage error or 1 (said) when they cannot be had. */
+static int normalization_of(const train_opts *o, const lam_dataset *train, int C, float *mean, float *std) {
+  if (!o->normalize || !strcmp(o->normalize, "default")) {
+    for (int c = 0; c < C; c++) mean[c] = 0.5f, std[c] = 0.5f;
+    return 0;
+  }
   if (!strcmp(o->normalize, "auto")) {
     if (lam_dataset_channel_stats(train, mean, std) != LAM_OK) return fail("train", "--normalize auto");
-  } else {
-    if (lam_normalization_parse(o->normalize, C, mean, std) != LAM_OK)
-      return cli_usage_error("train", "--normalize: %s; or 'auto' or 'default'", lam_last_error());
+  } else if (lam_normalization_parse(o->normalize, C, mean, std) != LAM_OK) {
+    return cli_usage_error("train", "--normalize: %s; or 'auto' or 'default'", lam_last_error());
   }
+  return 0;
+}
+
+static int set_normalization(const train_opts *o, const lam_dataset *train, lam_model *m) {
+  int C = train->c > 0 ? train->c : 1, rc;
+  float mean[LAM_NORMALIZE_MAX_CHANNELS], std[LAM_NORMALIZE_MAX_CHANNELS];
+  if (!o->normalize || !strcmp(o->normalize, "default")) return 0;
+  if ((rc = normalization_of(o, train, C, mean, std)) != 0) return rc;
   if (lam_model_set_normalization(m, C, mean, std) != LAM_OK) return cli_usage_error("train", "--normalize: %s", lam_last_error());
+  return 0;
+}
+
+/* "0.5,0.5,0.5/0.25,0.25,0.25" (buf of at least 32 * C bytes). */
+static void normalization_str(int C, const float *mean, const float *std, char *buf, size_t size) {
+  size_t k = 0;
+  for (int i = 0; i < 2 * C && k < size; i++)
+    k += (size_t)snprintf(buf + k, size - k, "%s%g", i == 0 ? "" : i == C ? "/" : ",", (double)(i < C ? mean[i] : std[i - C]));
+}
+
+/* --resume with settings that change how the run goes on. The optimizer's rate, momentum and weight decay and the
+ * loss's label smoothing are applied, each said in notes (printed with the run's header: stdout, stderr under
+ * --json) with the checkpoint's value it replaces: fine-tuning at a new rate is what a user means. --normalize is
+ * refused where it differs from the checkpoint's: the model learned on inputs normalized so, and another
+ * normalization changes what they mean. */
+static int apply_resume(const train_opts *o, const lam_dataset *train, lam_model *m, lam_trainer *t, char *notes,
+                        size_t size) {
+  size_t k = 0;
+#define SAY(...) (k += k < size ? (size_t)snprintf(notes + k, size - k, __VA_ARGS__) : 0)
+  if (o->normalize) {
+    const int C = train->c > 0 ? train->c : 1;
+    float mean[LAM_NORMALIZE_MAX_CHANNELS], std[LAM_NORMALIZE_MAX_CHANNELS], hm[LAM_NORMALIZE_MAX_CHANNELS],
+        hs[LAM_NORMALIZE_MAX_CHANNELS];
+    int rc = normalization_of(o, train, C, mean, std);
+    if (rc) return rc;
+    if (lam_model_normalization(m, hm, hs) != LAM_OK) return fail("train", "--resume");
+    if (memcmp(mean, hm, (size_t)C * sizeof *hm) || memcmp(std, hs, (size_t)C * sizeof *hs)) {
+      char want[32 * LAM_NORMALIZE_MAX_CHANNELS], have[32 * LAM_NORMALIZE_MAX_CHANNELS];
+      normalization_str(C, mean, std, want, sizeof want);
+      normalization_str(C, hm, hs, have, sizeof have);
+      return cli_usage_error("train", "--normalize %s (%s) differs from the normalization the checkpoint's model "
+                             "learned with, %s (%s): another one changes what its inputs mean; leave --normalize out "
+                             "to resume, or start a new run", o->normalize, want, have, o->resume);
+    }
+  }
+  lam_opt opt;
+  int batch = 0;
+  lam_trainer_config(t, &opt, &batch);
+  const lam_opt was = opt;
+  if (o->lr_set) opt.lr = (float)o->lr;
+  if (o->momentum_set) opt.momentum = (float)o->momentum;
+  if (o->wd_set) opt.weight_decay = (float)o->weight_decay;
+  if (lam_trainer_set_opt(t, &opt) != LAM_OK) return cli_usage_error("train", "--resume: %s", lam_last_error());
+  const struct { int given; const char *name; float now, before; } said[] = {
+      {o->lr_set, "--lr", opt.lr, was.lr},
+      {o->momentum_set && opt.kind == LAM_OPT_SGD, "--momentum", opt.momentum, was.momentum},
+      {o->wd_set, "--weight-decay", opt.weight_decay, was.weight_decay},
+  };
+  for (size_t i = 0; i < sizeof said / sizeof said[0]; i++)
+    if (said[i].given && said[i].now != said[i].before)
+      SAY("  %s %g replaces the checkpoint's %g\n", said[i].name, (double)said[i].now, (double)said[i].before);
+  if (o->momentum_set && opt.kind != LAM_OPT_SGD)
+    SAY("  note: --momentum is SGD's; the checkpoint's optimizer is %s, which does not use it\n",
+        opt.kind == LAM_OPT_ADAM ? "adam" : "adamw");
+  if (o->smoothing_set) {
+    const float before = lam_model_label_smoothing(m);
+    if (lam_model_set_label_smoothing(m, (float)o->smoothing) != LAM_OK)
+      return cli_usage_error("train", "--label-smoothing: %s", lam_last_error());
+    if ((float)o->smoothing != before)
+      SAY("  --label-smoothing %g replaces the checkpoint's %g\n", o->smoothing, (double)before);
+  }
+#undef SAY
   return 0;
 }
 
@@ -512,6 +644,10 @@ static int check_resume(const train_opts *o, lam_ctx *ctx, const lam_dataset *tr
   if (o->batch_set && o->batch != batch)
     return cli_usage_error("train", "--batch %d differs from the checkpoint's batch %d (%s): leave --batch out to resume, "
                                     "or start a new run", o->batch, batch, o->resume);
+  if (o->seed_set) /* it was ignored: the checkpoint's generator goes on, so a resumed run is the whole run */
+    return cli_usage_error("train", "--seed: a resumed run goes on with the checkpoint's generator (%s: its shuffles, "
+                           "dropout and augmentation continue as the whole run would): leave --seed out to resume, or "
+                           "start a new run", o->resume);
   if (o->opt_set && o->opt_kind != saved.kind) {
     const char *names[] = {"sgd", "adam", "adamw"};
     return cli_usage_error("train", "--opt %s differs from the checkpoint's optimizer %s (%s): leave --opt out to resume",
@@ -782,7 +918,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   lam_model *m = NULL;
   lam_trainer *t = NULL;
   epoch_row *rows = calloc((size_t)o.epochs, sizeof *rows);
-  char *spec = NULL;
+  char *spec = NULL, resume_notes[1024] = "";
   int nrows = 0, ret = 1, batch = o.batch;
   if (!rows) {
     fprintf(stderr, "lamina train: out of host memory\n");
@@ -799,6 +935,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
                           layout == LAM_FOLDER_FLAT ? "its class folders are all one part" : "train/ without test/ or val/");
     goto out;
   }
+  if (o.resume && (ret = fit_from_checkpoint("train", &o, o.resume)) != 0) goto out;
+  ret = 1;
   if (lam_dataset_load_opts(o.data, 1, &o.images, &train) != LAM_OK) {
     ret = fail("train", "loading the data");
     goto out;
@@ -869,6 +1007,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     ret = fail("train", NULL);
     goto out;
   }
+  if (cap_data(&o, ctx, train, test, val)) goto out;
   lam_opt opt = lam_opt_default(o.opt_kind);
   if (o.lr_set) opt.lr = (float)o.lr;
   opt.momentum = (float)o.momentum;
@@ -879,9 +1018,16 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       goto out;
     }
     if ((ret = check_resume(&o, ctx, train, m, t, spec)) != 0) goto out;
+    if ((ret = apply_resume(&o, train, m, t, resume_notes, sizeof resume_notes)) != 0) goto out;
+    int fh = 0, fw = 0;
+    lam_model_fit(m, &fh, &fw);
+    if (!fh && !lam_model_class_name(m, 0) && lam_dataset_is_image_folder(o.data) && /* from before version 6 */
+        lam_model_set_fit(m, o.images.h, o.images.w, (const char *const *)train->class_names) != LAM_OK) {
+      ret = fail("train", NULL);
+      goto out;
+    }
     ret = 1;
-    lam_opt saved;
-    lam_trainer_config(t, &saved, &batch);
+    lam_trainer_config(t, &opt, &batch); /* the checkpoint's, with what --resume applied (its header prints it) */
   } else {
     lam_status s = lam_model_create_clip(ctx, spec, train->t > 0 ? train->t : 1, train->c > 0 ? train->c : 1, train->h,
                                          train->w, o.seed, &m);
@@ -893,6 +1039,9 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     if (s == LAM_OK && (ret = set_normalization(&o, train, m)) != 0) goto out;
     ret = 1;
     if (s == LAM_OK) s = lam_model_set_label_smoothing(m, (float)o.smoothing);
+    /* the fit it remembers in its checkpoints: an image folder's --size and class names */
+    if (s == LAM_OK && lam_dataset_is_image_folder(o.data))
+      s = lam_model_set_fit(m, o.images.h, o.images.w, (const char *const *)train->class_names);
     if (s != LAM_OK || lam_trainer_create(m, &opt, o.batch, o.seed, train, &t) != LAM_OK) {
       ret = fail("train", NULL);
       goto out;
@@ -977,7 +1126,10 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
              lam_trainer_epochs_done(t) + 1);
     else if (o.resume)
       printf("  resumed from %s after epoch %d\n", o.resume, lam_trainer_epochs_done(t));
+    fputs(resume_notes, stdout);
     fflush(stdout);
+  } else {
+    fputs(resume_notes, stderr); /* stdout is the JSON document */
   }
   /* the best validation loss so far: on resume, that of the model --save-best holds, if there is one */
   double best_loss = INFINITY, best_test = NAN;
@@ -1123,6 +1275,8 @@ int cmd_eval(int argc, char **argv) {
   lam_model *m = NULL;
   uint64_t *conf = NULL;
   int ret = 1;
+  if ((ret = fit_from_checkpoint("eval", &o, o.load)) != 0) goto out;
+  ret = 1;
   if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
     ret = fail("eval", "loading the data");
     goto out;

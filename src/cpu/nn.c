@@ -212,7 +212,7 @@ static inline void window2_plane(const float *plane, int W, const int32_t *off, 
     const int at = off[k];
     float m;
     int i = window2_max(plane[at] + b, plane[at + 1] + b, plane[at + W] + b, plane[at + W + 1] + b, W, &m);
-    y[k] = conv ? (m > 0 ? m : 0.0f) : m;
+    y[k] = conv ? lam_relu(m) : m;
     arg[k] = at + i;
   }
 }
@@ -239,7 +239,7 @@ static inline void window2_pool(const float *plane, int W, int OH, int OW, const
     for (int ow = 0; ow < OW; ow++) {
       float m;
       int i = window2_max(r0[2 * ow] + b, r0[2 * ow + 1] + b, r1[2 * ow] + b, r1[2 * ow + 1] + b, W, &m);
-      yr[ow] = conv ? (m > 0 ? m : 0.0f) : m;
+      yr[ow] = conv ? lam_relu(m) : m;
       ar[ow] = base + 2 * ow + i;
     }
   }
@@ -292,7 +292,7 @@ static lam_status plain_act_fwd(lam_ctx *ctx, int act, float alpha, size_t n, co
   switch (act) {
     case LAM_ACT_RELU:
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-      for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      for (size_t i = 0; i < n; i++) y[i] = lam_relu(x[i]);
       break;
     case LAM_ACT_LEAKY:
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
@@ -319,7 +319,7 @@ static lam_status plain_act_bwd(lam_ctx *ctx, int act, float alpha, size_t n, co
   switch (act) {
     case LAM_ACT_RELU:
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-      for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+      for (size_t i = 0; i < n; i++) dx[i] = lam_relu_passed(y[i]) ? dy[i] : 0.0f;
       break;
     case LAM_ACT_LEAKY:
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
@@ -557,7 +557,7 @@ lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
                 if (v > m || v != v) m = v, best = idx; /* as maxpool_fwd: first maximum, NaN wins */
               }
           }
-          yo[oh * g->OW + ow] = m > 0 ? m : 0.0f; /* relu after the max = the max of the relus */
+          yo[oh * g->OW + ow] = lam_relu(m); /* relu after the max = the max of the relus (NaN wins both) */
           ao[oh * g->OW + ow] = best;
         }
     }
@@ -577,7 +577,7 @@ lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
         uint16_t *d = (uint16_t *)dGv + at;
         memset(d, 0, P * sizeof *d);
         for (size_t k = 0; k < OP; k++)
-          if (y[o + k] > 0) d[arg[o + k]] = lam_f32_to_bf16(dy[o + k]);
+          if (lam_relu_passed(y[o + k])) d[arg[o + k]] = lam_f32_to_bf16(dy[o + k]);
         if (db)
           for (size_t p = 0; p < P; p++) sum += lam_bf16_to_f32(d[p]);
         continue;
@@ -586,7 +586,7 @@ lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
       memset(d, 0, P * sizeof *d);
       for (size_t k = 0; k < OP; k++) { /* windows do not overlap (stride = K): each max is its own */
         /* dy where the relu passed, else +0: by a bit mask, not a branch (random signs mispredict) */
-        uint32_t u, mask = 0u - (uint32_t)(y[o + k] > 0);
+        uint32_t u, mask = 0u - (uint32_t)lam_relu_passed(y[o + k]);
         memcpy(&u, dy + o + k, 4);
         u &= mask;
         memcpy(d + arg[o + k], &u, 4);
@@ -633,7 +633,7 @@ lam_status cpu_conv_pool_direct_fwd(lam_ctx *ctx, const lam_conv_geom *cg, const
               float v = direct_conv_at(cg, xb, w, bias[oc], h0 + a, w0 + e);
               if (v > m || v != v) m = v, best = (h0 + a) * pg->W + w0 + e; /* first maximum, NaN wins */
             }
-          y[o + (size_t)ph * pg->OW + pw] = m > 0 ? m : 0.0f;
+          y[o + (size_t)ph * pg->OW + pw] = lam_relu(m);
           arg[o + (size_t)ph * pg->OW + pw] = best;
         }
     }
@@ -654,7 +654,7 @@ lam_status cpu_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, const
       const float *xb = x + (size_t)b * cg->C * cg->H * cg->W;
       size_t o = ((size_t)b * pg->C + oc) * OP;
       for (size_t k = 0; k < OP; k++) {
-        if (!(y[o + k] > 0)) continue;
+        if (!lam_relu_passed(y[o + k])) continue;
         float g = dy[o + k];
         int h = arg[o + k] / pg->W, wc = arg[o + k] % pg->W;
         gb += g;

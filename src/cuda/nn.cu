@@ -939,7 +939,7 @@ __global__ void conv_pool_fwd_kernel(lam_pool_geom g, int B, const float *__rest
         if (x > m || x != x) m = x, best = idx;
       }
     size_t o = ((size_t)b * g.C + c) * OP + k;
-    y[o] = m > 0 ? m : 0.0f;
+    y[o] = lam_relu(m);
     arg[o] = best;
   }
 }
@@ -973,7 +973,7 @@ __global__ void conv_pool_bwd_kernel(lam_pool_geom g, int B, const float *__rest
     size_t o = ((size_t)b * g.C + c) * OP + k;
     int a = __ldg(arg + o);
     float yv = __ldg(y + o), gv = __ldg(dy + o);
-    int hit = yv > 0 ? a : -1;
+    int hit = lam_relu_passed(yv) ? a : -1;
     T *plane = dG + ((size_t)c * B + b) * HW;
     int h0 = ph * K, w0 = pw * K, h1 = ph == g.OH - 1 ? g.H : h0 + K, w1 = pw == g.OW - 1 ? g.W : w0 + K;
     if (PK && h1 == h0 + K && w1 == w0 + K) {
@@ -1054,7 +1054,7 @@ __global__ void conv_pool_direct_fwd_kernel(lam_conv_geom cg, lam_pool_geom pg, 
         float v = direct_conv_at<CT, KT>(cg, xb, w, bc, h0 + a, w0 + e);
         if (v > m || v != v) m = v, best = (h0 + a) * pg.W + w0 + e;
       }
-    y[i] = m > 0 ? m : 0.0f;
+    y[i] = lam_relu(m);
     arg[i] = best;
   }
 }
@@ -1102,7 +1102,7 @@ __global__ void conv_pool_direct_fwd_c1k3_kernel(lam_conv_geom cg, lam_pool_geom
           if ((a == 0 && e == 0) || acc > m || acc != acc) m = acc, best = idx; /* first maximum, NaN wins */
         }
       size_t o = ((size_t)b * pg.C + oc0 + j) * OP + k;
-      y[o] = m > 0 ? m : 0.0f;
+      y[o] = lam_relu(m);
       arg[o] = best;
     }
   }
@@ -1161,7 +1161,7 @@ __global__ void conv_pool_direct_bwd_kernel(lam_conv_geom cg, lam_pool_geom pg, 
     }
 #pragma unroll
     for (int u = 0; u < DIRECT_U; u++) {
-      if (!(yv[u] > 0)) continue; /* also the slots past q1 */
+      if (!lam_relu_passed(yv[u])) continue; /* also the slots past q1 (yv 0) */
       int h = a[u] / pg.W, wc = a[u] % pg.W;
       const float *xb = x + bq[u] * cg.C * cg.H * cg.W;
       acc[LAM_DIRECT_TAPS] += g[u];

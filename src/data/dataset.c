@@ -196,7 +196,35 @@ void lam_dataset_free(lam_dataset *d) {
   if (!d) return;
   free(d->images);
   free(d->labels);
+  free(d->class_names);
   free(d);
+}
+
+char **lam_names_copy(const char *const *names, size_t n) {
+  if (!names || !n) return NULL;
+  size_t bytes = (n + 1) * sizeof(char *);
+  for (size_t i = 0; i < n; i++) bytes += strlen(names[i]) + 1;
+  char **v = malloc(bytes);
+  if (!v) return NULL;
+  char *p = (char *)(v + n + 1);
+  for (size_t i = 0; i < n; i++) {
+    size_t len = strlen(names[i]) + 1;
+    memcpy(p, names[i], len);
+    v[i] = p, p += len;
+  }
+  v[n] = NULL;
+  return v;
+}
+
+size_t lam_names_count(const char *const *names) {
+  size_t n = 0;
+  while (names && names[n]) n++;
+  return n;
+}
+
+const char *lam_dataset_class_name(const lam_dataset *d, int k) {
+  if (!d || k < 0 || (size_t)k >= lam_names_count((const char *const *)d->class_names)) return NULL;
+  return d->class_names[k];
 }
 
 /* ---- classes and statistics ------------------------------------------------------------------ */
@@ -227,9 +255,11 @@ static lam_status subset(const lam_dataset *d, const uint8_t *pick, uint8_t want
   const size_t sample = lam_dataset_sample_bytes(d);
   const size_t lsize = (size_t)(d->label_h > 0 ? d->label_h : 1) * (d->label_w > 0 ? d->label_w : 1);
   lam_dataset *s = calloc(1, sizeof *s);
-  if (s) *s = *d, s->n = n, s->images = malloc(n * sample), s->labels = malloc(n * lsize);
-  if (!s || !s->images || !s->labels) {
-    if (s) free(s->images), free(s->labels);
+  const size_t nnames = lam_names_count((const char *const *)d->class_names);
+  if (s) *s = *d, s->n = n, s->images = malloc(n * sample), s->labels = malloc(n * lsize),
+         s->class_names = lam_names_copy((const char *const *)d->class_names, nnames); /* each part its own */
+  if (!s || !s->images || !s->labels || (nnames && !s->class_names)) {
+    if (s) free(s->images), free(s->labels), free(s->class_names);
     free(s);
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_split: no host memory for %zu images of %zu bytes", n, sample);
   }

@@ -541,10 +541,17 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   char **classes;
   size_t nclasses;
   LAM_TRY(scan(dir, train, &l, &classes, &nclasses));
+  /* the class folders' names go with the set (and from it into a checkpoint: predict prints them) */
+  char **names = lam_names_copy((const char *const *)classes, nclasses);
   names_free(classes, nclasses);
+  if (!names && nclasses) {
+    entries_free(&l);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory for its class names", dir);
+  }
   lam_status s = record_folders(&l); /* no output of the run may be written where the images are */
   if (s != LAM_OK) {
     entries_free(&l);
+    free(names); /* lam_names_copy: one block */
     return s;
   }
   char cache[PATH_MAX] = "";
@@ -557,6 +564,7 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
     if (!exists(img) || !exists(lab)) continue;
     s = lam_dataset_load_idx(img, lab, (int)nclasses, out);
     if (s == LAM_OK) {
+      (*out)->class_names = names;
       o->cache_hit = 1;
       entries_free(&l);
       return LAM_OK;
@@ -607,6 +615,8 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   }
   free(keep);
   entries_free(&l);
+  if (s == LAM_OK) d->class_names = names, names = NULL;
+  free(names);
   if (s != LAM_OK) {
     free(px);
     lam_dataset_free(d);

@@ -2,15 +2,16 @@
  * that an interrupted training run resumes exactly where it stopped: on the CPU the resumed run's
  * losses and parameters equal an uninterrupted run's bit for bit.
  *
- * File format, version 5 (older files load: version 4 lacks the part marked v5, version 3 also the part
- * marked v4, version 2 also the part marked v3, version 1 also the part marked v2; a trainer from them has a
- * constant rate). A model of images is still written as version 4, which older builds read; only a model
- * of clips needs version 5. Every number is little-endian; floats are IEEE-754 binary32 bit
+ * File format, version 6 (older files load: version 5 lacks the part marked v6, version 4 also the part marked
+ * v5, version 3 also the part marked v4, version 2 also the part marked v3, version 1 also the part marked v2; a
+ * trainer from them has a constant rate). A model is written at the lowest version that holds it, which older
+ * builds read: 4, 5 for a model of clips, 6 for one that remembers its fit (lam_model_set_fit: the --size and
+ * the class names of an image folder). Every number is little-endian; floats are IEEE-754 binary32 bit
  * patterns.
  *
  *   offset  type            field
  *   0       char[8]         magic "LAMCKPT\0"
- *   8       u32             version (4, or 5 for a model of clips)
+ *   8       u32             version (4; 5 for a model of clips; 6 for a model with its fit)
  *   12      u32             L: length of the model spec in bytes (no terminating NUL; < 4096, v1 < 1024)
  *           char[L]         the model spec, presets expanded (lam_model_spec): the graph, with its labels
  *           i32 × 3         in_c, in_h, in_w
@@ -42,6 +43,9 @@
  *           f64             its warm-up in epochs
  *           i32, f64        step: epochs between steps, the factor
  *   v5:     u32             frames per sample (a model of clips, lam_model_create_clip)
+ *   v6:     u32, u32        the fit's size h, w (--size; 0, 0: none given)
+ *           u32             K: class names (0 to 256)
+ *           (u32, char[])   × K   each name's length (1 to 255) and bytes (no NUL)
  *   always:
  *           u32             CRC-32 (zlib's crc32) of every byte before it
  *
@@ -74,7 +78,7 @@
 
 #define CKPT_MAGIC "LAMCKPT" /* with its NUL: 8 bytes */
 #define CKPT_MAGIC_LEN 8
-#define CKPT_VERSION 5u
+#define CKPT_VERSION 6u
 #define CKPT_MAX_LAYERS 4096u /* far above any spec that fits in 1024 characters */
 
 /* ---- little-endian packing --------------------------------------------------------------------- */
@@ -163,8 +167,13 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
   if (t) size += 4 + 6 * 4 + 8 + (size_t)nstate * np * 4 + 4 + 8 + 4 + 4 * 8;
   if (t) size += 4 + 4 * 8 + 3 * 4; /* v3 */
   if (t) size += 4 + 4 + 8 + 4 + 8;  /* v4 */
-  const uint32_t version = m->in_t > 1 ? 5u : 4u;
+  const size_t nnames = lam_names_count((const char *const *)m->class_names);
+  const uint32_t version = m->fit_h || nnames ? 6u : m->in_t > 1 ? 5u : 4u;
   if (version >= 5) size += 4;
+  if (version >= 6) {
+    size += 4 + 4 + 4;
+    for (size_t k = 0; k < nnames; k++) size += 4 + strlen(m->class_names[k]);
+  }
   size += 4; /* CRC */
 
   size_t nhost = np > m->nstate ? np : m->nstate;
@@ -190,6 +199,10 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
     put_u64(&b, m->node[i].nb);
   }
   s = lam_mem_download(ctx, host, m->params, np * sizeof(float)); /* waits for queued steps */
+  char where[160];
+  if (s == LAM_OK && nn_nonfinite(m, 0, host, np, where, sizeof where)) /* never kept silently: it cannot train on */
+    s = LAM_FAIL(LAM_ERR_DIVERGED, "saving checkpoint '%s': refused, %s: the model diverged and would predict NaN; "
+                 "keep the last good checkpoint and train again with a lower learning rate", path, where);
   if (s == LAM_OK) put_f32s(&b, host, np);
   if (s == LAM_OK) {
     put_u32(&b, (uint32_t)m->norm.c);
@@ -198,6 +211,9 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
     put_u64(&b, m->nstate);
     if (m->nstate) s = lam_mem_download(ctx, host, m->state, m->nstate * sizeof(float));
   }
+  if (s == LAM_OK && nn_nonfinite(m, 1, host, m->nstate, where, sizeof where))
+    s = LAM_FAIL(LAM_ERR_DIVERGED, "saving checkpoint '%s': refused, %s: the model diverged and would predict NaN; "
+                 "keep the last good checkpoint and train again with a lower learning rate", path, where);
   if (s == LAM_OK) {
     put_f32s(&b, host, m->nstate);
     put_f32(&b, m->smoothing);
@@ -239,6 +255,16 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
     return s;
   }
   if (version >= 5) put_u32(&b, (uint32_t)m->in_t);
+  if (version >= 6) {
+    put_u32(&b, (uint32_t)m->fit_h);
+    put_u32(&b, (uint32_t)m->fit_w);
+    put_u32(&b, (uint32_t)nnames);
+    for (size_t k = 0; k < nnames; k++) {
+      const size_t len = strlen(m->class_names[k]);
+      put_u32(&b, (uint32_t)len);
+      put_bytes(&b, m->class_names[k], len);
+    }
+  }
   if (b.len + 4 == b.cap) put_u32(&b, crc32_of(b.p, b.len));
   if (b.len != b.cap) { /* the size computed above and the fields written disagree: a bug here */
     free(b.p);
@@ -324,6 +350,9 @@ typedef struct ckpt {
   lam_rng epoch_rng;
   float part[3];
   lam_lr_schedule lr_sched; /* v4 (constant before) */
+  int32_t fit_h, fit_w;     /* v6 (0, 0 before) */
+  uint32_t nnames;          /* v6: class names, at names (u32 length, bytes each) */
+  const uint8_t *names;
 } ckpt;
 
 /* A cursor over the file: take() hands out the next n bytes, or NULL when the file ends first. */
@@ -459,18 +488,57 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
     if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
     c->in_t = (int32_t)get_u32(q);
   }
+  if (version >= 6) {
+    if (!(q = take(&r, 12))) return TRUNCATED(path, &r);
+    c->fit_h = (int32_t)get_u32(q), c->fit_w = (int32_t)get_u32(q + 4), c->nnames = get_u32(q + 8);
+    if (c->nnames > LAM_FIT_MAX_CLASSES)
+      return CORRUPTED(path, "it says the model has %u class names (at most %d)", c->nnames, LAM_FIT_MAX_CLASSES);
+    c->names = r.p + r.off;
+    for (uint32_t k = 0; k < c->nnames; k++) {
+      if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
+      const uint32_t len = get_u32(q);
+      if (len < 1 || len > LAM_FIT_MAX_NAME)
+        return CORRUPTED(path, "class name %u is %u bytes long (1 to %d expected)", k, len, LAM_FIT_MAX_NAME);
+      if (!take(&r, len)) return TRUNCATED(path, &r);
+    }
+  }
   if (!take(&r, 4)) return TRUNCATED(path, &r);
   if (r.off != len)
     return CORRUPTED(path, "it has %zu bytes where its header describes %zu (%zu bytes of trailing data)", len,
                      r.off, len - r.off);
 
   /* The CRC holds: the values are what was written; check the ones that must make sense. */
+  if ((c->fit_h == 0) != (c->fit_w == 0) || c->fit_h < 0 || c->fit_w < 0 || c->fit_h > LAM_FIT_MAX_SIDE ||
+      c->fit_w > LAM_FIT_MAX_SIDE)
+    return CORRUPTED(path, "its fit's size %dx%d is out of range (0x0, or 1 to %d a side)", c->fit_h, c->fit_w,
+                     LAM_FIT_MAX_SIDE);
+  for (uint32_t k = 0, at = 0; k < c->nnames; k++) { /* a name holds no NUL: it is a C string once read */
+    const uint32_t len = get_u32(c->names + at);
+    if (memchr(c->names + at + 4, 0, len)) return CORRUPTED(path, "class name %u holds a NUL byte", k);
+    at += 4 + len;
+  }
   if (train) {
     if (c->batch < 1 || c->opt_step < 0 || c->epochs_done < 0 || c->step_done < 0 || c->step_done > c->opt_step)
       return CORRUPTED(path, "training state out of range (batch %d, %lld optimizer steps, %d epochs done, %d steps "
                        "into the next)", c->batch, (long long)c->opt_step, c->epochs_done, c->step_done);
   }
   return LAM_OK;
+}
+
+/* The v6 fit into m: the size and the class names (copied out of the file's bytes). */
+static lam_status set_fit(const char *path, lam_model *m, const ckpt *c) {
+  char *names[LAM_FIT_MAX_CLASSES + 1] = {NULL};
+  lam_status s = LAM_OK;
+  for (uint32_t k = 0, at = 0; k < c->nnames && s == LAM_OK; k++) {
+    const uint32_t len = get_u32(c->names + at);
+    if (!(names[k] = malloc(len + 1u)))
+      s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "loading checkpoint '%s': no host memory for its class names", path);
+    else memcpy(names[k], c->names + at + 4, len), names[k][len] = '\0';
+    at += 4 + len;
+  }
+  if (s == LAM_OK) s = lam_model_set_fit(m, c->fit_h, c->fit_w, (const char *const *)names);
+  for (uint32_t k = 0; k < c->nnames; k++) free(names[k]);
+  return s;
 }
 
 /* Builds the model the file describes and checks it has the file's shapes. */
@@ -502,6 +570,7 @@ static lam_status make_model(lam_ctx *ctx, const char *path, const ckpt *c, lam_
                  c->norm.c, m->nstate, m->in_c);
   if (s == LAM_OK && c->version >= 2) s = lam_model_set_normalization(m, c->norm.c, c->norm.mean, c->norm.std);
   if (s == LAM_OK && c->version >= 2) s = lam_model_set_label_smoothing(m, c->smoothing);
+  if (s == LAM_OK && c->version >= 6) s = set_fit(path, m, c);
   float *host = NULL;
   size_t nhost = m->nparams > m->nstate ? m->nparams : m->nstate;
   if (s == LAM_OK) {
@@ -603,4 +672,17 @@ lam_status lam_checkpoint_load(lam_ctx *ctx, const char *path, lam_model **model
   *model = m;
   if (trainer) *trainer = t;
   return LAM_OK;
+}
+
+lam_status lam_checkpoint_fit(const char *path, int *h, int *w) {
+  LAM_CHECK_ARG(path && h && w, "lam_checkpoint_fit: NULL argument");
+  *h = *w = 0;
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  LAM_TRY(read_file(path, &bytes, &len));
+  ckpt c;
+  lam_status s = parse(path, bytes, len, &c);
+  free(bytes);
+  if (s == LAM_OK) *h = c.fit_h, *w = c.fit_w;
+  return s;
 }

@@ -114,6 +114,7 @@ void lam_model_free(lam_model *m) {
   lam_mem_free(m->ctx, m->stats);
   lam_mem_free(m->ctx, m->count);
   lam_mem_free(m->ctx, m->rng_ctr);
+  free(m->class_names);
   free(m);
 }
 
@@ -263,6 +264,27 @@ lam_status lam_model_params_set(lam_model *m, const float *host, size_t count) {
   return lam_mem_upload(m->ctx, m->params, host, count * sizeof(float));
 }
 
+/* The first value of v (the flat parameters, state = 0, or BatchNorm's running statistics, state = 1; n of them)
+ * that is NaN or infinite, said as "parameter 12 (the weight of layer 2, dense) is NaN" into where; 0 when
+ * every value is finite. One pass, where the values are on the host anyway (an epoch's end, a save). */
+int nn_nonfinite(const lam_model *m, int state, const float *v, size_t n, char *where, size_t size) {
+  size_t i = 0;
+  while (i < n && isfinite(v[i])) i++;
+  if (i == n) return 0;
+  const char *part = state ? "a running statistic" : "a parameter", *layer_name = "?";
+  int layer = 0;
+  for (int k = 0; k < m->nnodes && !layer; k++) {
+    const nn_node *nd = &m->node[k];
+    if (state ? i >= nd->s_off && i < nd->s_off + nd->ns : i >= nd->w_off && i < nd->w_off + nd->nw)
+      layer = k + 1, layer_name = nd->op->name, part = state ? "a running statistic" : "the weight";
+    else if (!state && i >= nd->b_off && i < nd->b_off + nd->nb)
+      layer = k + 1, layer_name = nd->op->name, part = "the bias";
+  }
+  snprintf(where, size, "%s %zu (%s of layer %d, %s) is %s", state ? "running statistic" : "parameter", i, part, layer,
+           layer_name, isnan(v[i]) ? "NaN" : "infinite");
+  return 1;
+}
+
 lam_status lam_model_grads_get(lam_model *m, float *host, size_t count) {
   LAM_TRY(check_count("lam_model_grads_get", m, host, count, m ? m->nparams : 0));
   return lam_mem_download(m->ctx, host, m->grads, count * sizeof(float));
@@ -369,6 +391,38 @@ lam_status lam_model_loss_backward(lam_model *m, int B, const float *x, const ui
   LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st));
   *loss = st[2] > 0 ? st[0] / st[2] : 0.0f;
   return LAM_OK;
+}
+
+float lam_model_label_smoothing(const lam_model *m) { return m ? m->smoothing : 0.0f; }
+
+lam_status lam_model_set_fit(lam_model *m, int h, int w, const char *const *class_names) {
+  LAM_CHECK_ARG(m, "lam_model_set_fit: model is NULL");
+  LAM_CHECK_ARG((h == 0) == (w == 0) && h >= 0 && w >= 0 && h <= LAM_FIT_MAX_SIDE && w <= LAM_FIT_MAX_SIDE,
+                "lam_model_set_fit: size %dx%d (both 0, or 1 to %d)", h, w, LAM_FIT_MAX_SIDE);
+  const size_t n = lam_names_count(class_names);
+  LAM_CHECK_ARG(n <= LAM_FIT_MAX_CLASSES, "lam_model_set_fit: %zu class names, more than %d", n, LAM_FIT_MAX_CLASSES);
+  for (size_t k = 0; k < n; k++) {
+    const size_t len = strlen(class_names[k]);
+    LAM_CHECK_ARG(len >= 1 && len <= LAM_FIT_MAX_NAME, "lam_model_set_fit: class %zu's name is %zu bytes (1 to %d)", k,
+                  len, LAM_FIT_MAX_NAME);
+  }
+  char **names = lam_names_copy(class_names, n);
+  if (n && !names) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_set_fit: no host memory for %zu names", n);
+  free(m->class_names);
+  m->class_names = names;
+  m->fit_h = h, m->fit_w = w;
+  return LAM_OK;
+}
+
+lam_status lam_model_fit(const lam_model *m, int *h, int *w) {
+  LAM_CHECK_ARG(m && h && w, "lam_model_fit: NULL argument");
+  *h = m->fit_h, *w = m->fit_w;
+  return LAM_OK;
+}
+
+const char *lam_model_class_name(const lam_model *m, int k) {
+  if (!m || k < 0 || (size_t)k >= lam_names_count((const char *const *)m->class_names)) return NULL;
+  return m->class_names[k];
 }
 
 lam_status lam_model_set_label_smoothing(lam_model *m, float s) {

@@ -122,6 +122,8 @@ struct lam_model {
   int layout;              /* LAMINA_LAYOUT: 0 auto (nn_choose_fmt), 1 nchw, 2 nhwc */
   int training;            /* lam_model_forward's mode (lam_model_set_train) */
   float smoothing;         /* the loss's label smoothing */
+  int fit_h, fit_w;        /* the size its image folder was fitted to (--size; 0, 0: none), kept in checkpoints */
+  char **class_names;      /* its classes' names (lam_names_copy's block; NULL: none), kept in checkpoints */
   int aug_pad, aug_flip;   /* training's augmentation in the batch gather (lam_model_set_augment) */
   /* Batch buffers */
   int cap;                 /* batch capacity of the buffers below */
@@ -246,6 +248,9 @@ lam_status nn_plan(lam_model *m, int batch, void *base, size_t *bytes);
 lam_status nn_scratch_floats(const lam_model *m, int B, size_t *floats);
 /* Makes sure the batch buffers hold `batch` samples. */
 lam_status nn_model_reserve(lam_model *m, int batch);
+/* The first non-finite value of the host copy v of the parameters (state = 0) or running statistics (1), as
+ * "parameter I (the weight of layer L, OP) is NaN" into where; 0 when all n are finite (model.c). */
+int nn_nonfinite(const lam_model *m, int state, const float *v, size_t n, char *where, size_t size);
 /* Forward of the whole graph on m->x (batch samples); the logits end in the output tensor's data. train:
  * batch statistics and dropout (and running statistics updated); else evaluation. */
 lam_status nn_forward(lam_model *m, int batch, int train);

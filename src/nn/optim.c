@@ -1,5 +1,6 @@
 /* optim.c — SGD (momentum, weight decay) and Adam/AdamW as one fused pass over the flat parameter
  * buffer; the optimizer state is one or two more flat buffers of the same length. */
+#include <math.h>
 #include <string.h>
 
 #include "nn.h"
@@ -41,13 +42,28 @@ static lam_status opt_state(lam_model *m, lam_opt_kind kind, int need_v) {
   return LAM_OK;
 }
 
+/* The one bound on an optimizer's settings, for every caller (the CLI's --lr, Python's fit(lr=), a checkpoint's
+ * trainer): an infinite or NaN rate would make every weight NaN at the first step. */
+lam_status lam_opt_check(const lam_opt *o) {
+  LAM_CHECK_ARG(o, "lam_opt_check: opt is NULL");
+  LAM_CHECK_ARG(o->kind == LAM_OPT_SGD || o->kind == LAM_OPT_ADAM || o->kind == LAM_OPT_ADAMW,
+                "the optimizer kind %d is not sgd, adam or adamw", (int)o->kind);
+  const float v[3] = {o->lr, o->momentum, o->weight_decay};
+  static const char *what[3] = {"the learning rate (lr)", "the momentum", "the weight decay"};
+  for (int i = 0; i < 3; i++)
+    LAM_CHECK_ARG(v[i] >= 0 && v[i] <= LAM_OPT_MAX, "%s %g is not a number from 0 to %g (finite): give e.g. %s", what[i],
+                  (double)v[i], (double)LAM_OPT_MAX, i == 0 ? "1e-3" : i == 1 ? "0.9" : "1e-4");
+  LAM_CHECK_ARG(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1,
+                "Adam's betas %g and %g must each be in [0, 1) (PyTorch's defaults: 0.9 and 0.999)", (double)o->beta1,
+                (double)o->beta2);
+  LAM_CHECK_ARG(o->eps > 0 && isfinite(o->eps), "Adam's eps %g must be a finite number > 0 (PyTorch's default: 1e-8)",
+                (double)o->eps);
+  return LAM_OK;
+}
+
 static lam_status check_opt(const char *fn, const lam_model *m, const lam_opt *o) {
   LAM_CHECK_ARG(m && o, "%s: %s is NULL", fn, m ? "opt" : "model");
-  LAM_CHECK_ARG(o->kind == LAM_OPT_SGD || o->kind == LAM_OPT_ADAM || o->kind == LAM_OPT_ADAMW,
-                "%s: optimizer kind %d is not sgd, adam or adamw", fn, (int)o->kind);
-  LAM_CHECK_ARG(o->lr >= 0 && o->weight_decay >= 0 && o->momentum >= 0, "%s: lr, momentum and weight decay must be >= 0",
-                fn);
-  return LAM_OK;
+  return lam_opt_check(o);
 }
 
 /* One optimizer step of o over the flat buffers: the scalars of step m->opt_step + 1 by value (and

@@ -24,9 +24,11 @@ static size_t labels_per_image(const lam_dataset *d) {
 static lam_status check_data(const lam_model *m, const lam_dataset *d, const char *fn) {
   LAM_CHECK_ARG(d && d->images && d->labels, "%s: the data set is NULL or empty", fn);
   LAM_CHECK_ARG(d->n > 0 && d->n <= (size_t)INT32_MAX, "%s: the data set has %zu images", fn, d->n);
-  LAM_CHECK_ARG(m->in_c == channels(d) && m->in_h == d->h && m->in_w == d->w,
-                "%s: the model takes %dx%dx%d inputs but the images are %dx%dx%d", fn, m->in_c, m->in_h, m->in_w,
-                channels(d), d->h, d->w);
+  LAM_CHECK_ARG(m->in_c != channels(d) || (m->in_h == d->h && m->in_w == d->w),
+                "%s: the model takes %dx%dx%d inputs but the images are %dx%dx%d: fit an image folder's images to the "
+                "model with --size %dx%d", fn, m->in_c, m->in_h, m->in_w, channels(d), d->h, d->w, m->in_h, m->in_w);
+  LAM_CHECK_ARG(m->in_c == channels(d), "%s: the model takes %dx%dx%d inputs but the images are %dx%dx%d", fn, m->in_c,
+                m->in_h, m->in_w, channels(d), d->h, d->w);
   LAM_CHECK_ARG(m->in_t == frames(d), "%s: the model takes %d frame(s) a sample but the data set's samples have %d "
                 "(clips need a model made for their length: lam_model_create_clip, or lamina train on the clips)", fn,
                 m->in_t, frames(d));
@@ -144,9 +146,17 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   if (s == LAM_OK) {
     s = make_resident(t);
     if (s == LAM_ERR_OUT_OF_MEMORY) { /* the set does not fit: stream it */
+      /* A reason of its own, short enough for stream_why (and lam_stream_stats.why, 200 bytes): the allocator's
+       * message, cut to fit, ended mid-sentence. */
+      const lam_cache *c = &m->ctx->cache;
       char why[sizeof t->stream_why];
-      snprintf(why, sizeof why, "the data set (%.1f MB) does not fit: %.140s", (double)t->n * (t->sample + t->label_size) / 1e6,
-               lam_last_error());
+      const double mb = (double)t->n * (t->sample + t->label_size) / 1e6;
+      if (c->limit && !c->limit_auto)
+        snprintf(why, sizeof why, "the data set (%.1f MB) does not fit under the memory cap (%.1f MB, --max-memory) "
+                 "beside the model%s", mb, (double)c->limit / 1e6, c->held ? " and the host's copy of the set" : "");
+      else
+        snprintf(why, sizeof why, "the data set (%.1f MB) does not fit in the %s memory left beside the model", mb,
+                 m->ctx->device == LAM_DEVICE_CPU ? "host" : "device");
       s = make_streaming(t, 3, why);
     }
   }
@@ -239,6 +249,17 @@ lam_status lam_trainer_config(const lam_trainer *t, lam_opt *opt, int *batch) {
   LAM_CHECK_ARG(t && opt && batch, "lam_trainer_config: NULL argument");
   *opt = t->opt;
   *batch = t->batch;
+  return LAM_OK;
+}
+
+lam_status lam_trainer_set_opt(lam_trainer *t, const lam_opt *opt) {
+  LAM_CHECK_ARG(t && opt, "lam_trainer_set_opt: %s is NULL", t ? "opt" : "trainer");
+  LAM_TRY(lam_opt_check(opt));
+  LAM_CHECK_ARG(opt->kind == t->opt.kind, "lam_trainer_set_opt: the optimizer kind %d differs from the trainer's %d: "
+                "its state (momentum, moments) is of that kind; make a new trainer to change it", (int)opt->kind,
+                (int)t->opt.kind);
+  t->opt = *opt;
+  drop_graph(t); /* a captured step holds momentum and weight decay by value */
   return LAM_OK;
 }
 
@@ -544,6 +565,23 @@ lam_status lam_trainer_graph(const lam_trainer *t, int *on) {
   return LAM_OK;
 }
 
+/* The parameters at the epoch's end, read once (a download of the flat buffer, nothing per step): a NaN or
+ * infinity that the loss did not show (made by the epoch's last step, or where no output reads it) stops the
+ * run as a NaN loss does, before a checkpoint could keep it. */
+static lam_status check_params(const lam_trainer *t) {
+  lam_model *m = t->m;
+  float *host = malloc((m->nparams ? m->nparams : 1) * sizeof *host);
+  if (!host) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "checking the parameters: no host memory for %zu values", m->nparams);
+  lam_status s = lam_mem_download(m->ctx, host, m->params, m->nparams * sizeof *host);
+  char where[160];
+  if (s == LAM_OK && nn_nonfinite(m, 0, host, m->nparams, where, sizeof where))
+    s = LAM_FAIL(LAM_ERR_DIVERGED, "training diverged in epoch %d: %s though the loss stayed finite, so this model "
+                 "cannot train on; start again (or from the last checkpoint) with a lower learning rate or momentum",
+                 t->epochs_done, where);
+  free(host);
+  return s;
+}
+
 lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int every, lam_epoch_stats *out) {
   LAM_CHECK_ARG(t && out, "lam_trainer_epoch: %s is NULL", t ? "out" : "trainer");
   lam_model *m = t->m;
@@ -616,6 +654,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
                     "longer finite and this model cannot train on; start again (or from the last checkpoint) with a "
                     "lower learning rate or momentum", t->epochs_done, at, isnan(out->train_loss) ? "NaN" : "infinite");
   }
+  LAM_TRY(check_params(t));
   if (ranked(t)) LAM_TRY(check_replicas(t));
   return LAM_OK;
 }

@@ -78,10 +78,14 @@ class Colour(unittest.TestCase):
         b.close()
 
     def test_divergence_raises(self):
-        # a learning rate of inf makes the loss NaN: fit says so (status "diverged") instead of returning it
+        # a NaN weight (behind the relu: relu lets NaN through, as PyTorch's) makes the loss NaN: fit says so
+        # (status "diverged") instead of returning it. (lr=inf did it before; fit() now refuses it up front.)
         m = self.model()
+        p = m.get_params()
+        p[0] = np.nan
+        m.set_params(p)
         with self.assertRaises(lamina.LaminaError) as cm:
-            m.fit(self.x, self.y, epochs=2, batch_size=32, optimizer="sgd", lr=float("inf"), verbose=0)
+            m.fit(self.x, self.y, epochs=2, batch_size=32, optimizer="sgd", lr=0.1, verbose=0)
         self.assertEqual(cm.exception.status_name, "diverged")
         self.assertIn("epoch 1", cm.exception.message)
         m.close()

@@ -272,8 +272,16 @@ class Models(unittest.TestCase):
             m.fit(x, y, optimizer="rmsprop", verbose=0)
         with self.assertRaisesRegex(ValueError, "momentum applies to sgd"):
             m.fit(x, y, optimizer="adam", momentum=0.9, verbose=0)
-        with self.assertRaisesRegex(ValueError, "lr must be a number >= 0"):
+        with self.assertRaisesRegex(ValueError, r"learning rate \(lr\) -1 is not a number from 0 to 1000"):
             m.fit(x, y, lr=-1, verbose=0)
+        # the library's bound (lam_opt_check), as the CLI's --lr: an infinite or NaN rate made every weight NaN
+        for bad in (float("inf"), float("nan"), 1e9, 1e39):
+            with self.assertRaisesRegex(ValueError, "learning rate .* is not a number from 0 to 1000"):
+                m.fit(x, y, lr=bad, verbose=0)
+        with self.assertRaisesRegex(ValueError, "momentum inf is not a number from 0 to 1000"):
+            m.fit(x, y, optimizer="sgd", momentum=float("inf"), verbose=0)
+        with self.assertRaisesRegex(ValueError, "weight decay nan is not a number from 0 to 1000"):
+            m.fit(x, y, weight_decay=float("nan"), verbose=0)
         with self.assertRaisesRegex(ValueError, "batch_size = 0"):
             m.fit(x, y, batch_size=0, verbose=0)
         with self.assertRaisesRegex(ValueError, "epochs = 0"):
