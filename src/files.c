@@ -243,7 +243,7 @@ static lam_status record_input(const char *path, const struct stat *st, int fold
   return s;
 }
 
-static const char *kind_of_mode(mode_t m) {
+const char *lam_file_mode_name(unsigned m) {
   if (S_ISDIR(m)) return "a directory";
   if (S_ISCHR(m)) return "a character device";
   if (S_ISBLK(m)) return "a block device";
@@ -268,7 +268,7 @@ lam_status lam_input_open(const char *path, const char *what, lam_file_kind kind
   if (!S_ISREG(st.st_mode)) {
     close(fd);
     return LAM_FAIL(LAM_ERR_IO, "%s '%s' is %s, not a regular file: lamina reads only regular files (a pipe or device may never end); "
-                    "save the data to a file and give its path", what, path, kind_of_mode(st.st_mode));
+                    "save the data to a file and give its path", what, path, lam_file_mode_name(st.st_mode));
   }
   int fl = fcntl(fd, F_GETFL);
   if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);

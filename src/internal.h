@@ -126,6 +126,8 @@ extern const lam_backend lam_cpu_backend;
  * Opens path for reading: only a regular file (a FIFO or device is refused before the open could wait);
  * recorded as an input of the run when record is set. what names it in messages ("checkpoint"). */
 lam_status lam_input_open(const char *path, const char *what, lam_file_kind kind, int record, int *fd);
+/* What a file that is not a regular one is, for a message: "a directory", "a FIFO (named pipe)", ... (st_mode) */
+const char *lam_file_mode_name(unsigned mode);
 lam_status lam_input_fopen(const char *path, const char *what, lam_file_kind kind, int record, FILE **f);
 /* Claims path as an output of this kind: refused where it is an input, another output (again = 0: another
  * claim with another what; again = 1, the writer's own: one of another kind), in an input folder, or an

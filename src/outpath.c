@@ -19,15 +19,6 @@
 
 #include "internal.h"
 
-static const char *kind_of(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
-}
-
 lam_status lam_output_path_resolve(const char *path, const char *what, char *out, size_t size) {
   LAM_CHECK_ARG(path && what && out && size, "lam_output_path_resolve: NULL argument");
   if (!*path) return LAM_FAIL(LAM_ERR_INVALID_ARG, "the %s path is empty: give a file name", what);
@@ -49,7 +40,7 @@ lam_status lam_output_path_resolve(const char *path, const char *what, char *out
   if (stat(out, &st) == 0) {
     if (!S_ISREG(st.st_mode))
       return LAM_FAIL(LAM_ERR_INVALID_ARG, "the %s path '%s' is %s: lamina writes only regular files; give another "
-                      "file name", what, path, kind_of(st.st_mode));
+                      "file name", what, path, lam_file_mode_name(st.st_mode));
     /* read-only: no write permission for this user, or none for anybody (which root's access() ignores) */
     if (access(out, W_OK) != 0 || !(st.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)))
       return LAM_FAIL(LAM_ERR_IO, "the %s file '%s' exists and is read-only: lamina does not replace a file it could "
