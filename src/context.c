@@ -135,6 +135,9 @@ lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
       if (d != LAM_DEVICE_AUTO) snprintf(ctx->reason, sizeof ctx->reason, "LAMINA_DEVICE=%s", env);
     }
   }
+  ctx->want = d;
+  ctx->threads = lam_cpu_default_threads(ctx->threads_why, sizeof ctx->threads_why);
+  lam_cpu_use_threads(ctx->threads);
   if (d == LAM_DEVICE_AUTO) {
     const char *why = NULL;
     if (cuda_device_count(&why) > 0) {
@@ -151,7 +154,6 @@ lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
     return s;
   }
   ctx->device = d;
-  if (!ctx->threads) ctx->threads = lam_omp_max_threads(); /* CUDA: its host-side copies */
   lam_cache_init(&ctx->cache, ctx, cache_raw_alloc, cache_raw_free,
                  d == LAM_DEVICE_CUDA ? "device memory" : "host memory");
   const char *poison = getenv("LAMINA_POISON");
@@ -178,11 +180,17 @@ lam_status lam_ctx_set_threads(lam_ctx *ctx, int threads) {
   LAM_CHECK_ARG(ctx, "lam_ctx_set_threads: ctx is NULL");
   LAM_CHECK_ARG(threads >= 1 && threads <= LAM_MAX_THREADS, "lam_ctx_set_threads: %d threads is out of range (1 to %d)",
                 threads, LAM_MAX_THREADS);
-  ctx->threads = threads;
-  lam_cpu_use_threads(threads);
-  if (ctx->device == LAM_DEVICE_CPU)
-    snprintf(ctx->name, sizeof ctx->name, "cpu (%d OpenMP thread%s, as asked)", threads, threads == 1 ? "" : "s");
+  ctx->threads = lam_cpu_bound_threads(threads, "as asked", ctx->threads_why, sizeof ctx->threads_why);
+  lam_cpu_use_threads(ctx->threads);
+  if (ctx->device == LAM_DEVICE_CPU) lam_cpu_name(ctx);
   return LAM_OK;
+}
+
+int lam_default_threads(char *why, size_t size) {
+  char buf[224];
+  int n = lam_cpu_default_threads(buf, sizeof buf);
+  if (why && size) snprintf(why, size, "%s", buf);
+  return n;
 }
 int lam_ctx_threads(const lam_ctx *ctx) { return ctx ? ctx->threads : 0; }
 const char *lam_ctx_device_name(const lam_ctx *ctx) { return ctx ? ctx->name : ""; }

@@ -40,6 +40,8 @@ int cmd_info(int argc, char **argv) {
   lam_mem_stats ms = {0};
   if (s == LAM_OK) lam_mem_stats_get(ctx, &ms);
 
+  char threads_why[224];
+  int threads = lam_default_threads(threads_why, sizeof threads_why);
   int print_rc = 0;
   if (json) {
     json_t *j = json_object(), *devs = json_array(), *mem = json_object();
@@ -50,6 +52,8 @@ int cmd_info(int argc, char **argv) {
     bad |= json_object_set_new(j, "cuda_archs", cli_json_str(bi.cuda_archs));
     bad |= json_object_set_new(j, "openmp", json_boolean(bi.with_openmp));
     bad |= json_object_set_new(j, "omp_threads", json_integer(bi.omp_max_threads));
+    bad |= json_object_set_new(j, "threads", json_integer(threads));
+    bad |= json_object_set_new(j, "threads_why", cli_json_str(threads_why));
     bad |= json_object_set_new(j, "png", json_boolean(lam_image_formats() & 1));
     bad |= json_object_set_new(j, "jpeg", json_boolean(lam_image_formats() & 2));
     bad |= json_object_set_new(j, "nvjpeg", json_boolean(lam_image_gpu_decode()));
@@ -92,7 +96,7 @@ int cmd_info(int argc, char **argv) {
       printf("  CUDA backend: built (runtime %d.%d, architectures %s)\n", bi.cuda_runtime / 1000,
              bi.cuda_runtime % 1000 / 10, bi.cuda_archs);
     else printf("  CUDA backend: not built\n");
-    printf("  OpenMP: %s, %d threads\n", bi.with_openmp ? "yes" : "no", bi.omp_max_threads);
+    printf("  host threads: %d (%s); OpenMP: %s\n", threads, threads_why, bi.with_openmp ? "yes" : "no");
     const int img = lam_image_formats();
     printf("  image files: %s\n", img == 3 ? "PNG and JPEG" : img == 1 ? "PNG (no libjpeg)" : img == 2 ? "JPEG (no libpng)"
                                                                                               : "none (no libpng, no libjpeg)");

@@ -31,7 +31,7 @@ static void usage(FILE *f) {
           "  --count N        images in the grid (default 8)\n"
           "  --batch B        images per forward (default 256)\n"
           "  --device D       auto (default), cpu or cuda\n"
-          "  --threads N      OpenMP threads of the CPU work\n"
+          "  --threads N      threads of the CPU work\n"
           "  --json           one JSON array instead of CSV\n"
           "Output for a class per image: CSV on stdout, a header then one row an image: name,class,p0,p1,...\n"
           "(name: the file, or the image's index in --data's test part; p: the softmax probabilities); a model\n"

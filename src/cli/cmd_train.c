@@ -103,8 +103,8 @@ static void train_usage(FILE *f) {
           "  --weight-decay W       (default 0; adamw 0.01)\n"
           "  --device auto|cpu|cuda backend (default auto)\n"
           "  --seed S               initialization and shuffling seed (default 1)\n"
-          "  --threads N            OpenMP threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else\n"
-          "                         the cores other processes do not keep busy)\n"
+          "  --threads N            threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else\n"
+          "                         the cores this process may use)\n"
           "  --save FILE            write a checkpoint after every epoch (atomically)\n"
           "  --resume FILE          continue from a checkpoint exactly where it stopped\n"
           "  --max-memory BYTES     cap the memory lamina may take (e.g. 2G; K/M/G are powers of 1000); going\n"
@@ -160,8 +160,8 @@ static void eval_usage(FILE *f) {
           "                size the model was trained at, kept in its checkpoint; another one is refused)\n"
           "  --batch B     images per step (default 1000)\n"
           "  --device      auto|cpu|cuda (default auto)\n"
-          "  --threads N   OpenMP threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else the\n"
-          "                cores other processes do not keep busy)\n"
+          "  --threads N   threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else the\n"
+          "                cores this process may use)\n"
           "  --json        one JSON object instead of text\n"
           "  --help        this text\n");
 }

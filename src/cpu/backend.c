@@ -99,6 +99,7 @@ const lam_backend lam_cpu_backend = {
     .sync = cpu_sync,
     .destroy = cpu_destroy,
     .hidden = cpu_hidden,
+    .host_memory = NULL,
     .staging_floor = NULL,
     .normalize = cpu_normalize,
     .weigh = cpu_weigh,
@@ -115,14 +116,15 @@ const lam_backend lam_cpu_backend = {
     .set_precision = cpu_set_precision,
 };
 
+void lam_cpu_name(lam_ctx *ctx) {
+  snprintf(ctx->name, sizeof ctx->name, "cpu (%d thread%s: %s)", ctx->threads, ctx->threads == 1 ? "" : "s",
+           ctx->threads_why);
+}
+
 lam_status cpu_ctx_init(lam_ctx *ctx) {
   ctx->state = calloc(1, sizeof(cpu_state));
   if (!ctx->state) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for the CPU backend state");
   ctx->be = &lam_cpu_backend;
-  char why[96];
-  int nt = lam_cpu_default_threads(why, sizeof why);
-  ctx->threads = nt;
-  lam_cpu_use_threads(nt);
-  snprintf(ctx->name, sizeof ctx->name, "cpu (%d OpenMP thread%s%s%s)", nt, nt == 1 ? "" : "s", why[0] ? ": " : "", why);
+  lam_cpu_name(ctx);
   return LAM_OK;
 }

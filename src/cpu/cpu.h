@@ -9,6 +9,8 @@
 
 void cpu_hidden_f32(size_t n, const float *g, const float *w, float *out);
 void cpu_hidden_u8(size_t n, const uint8_t *g, const float *w, float *out);
+/* lam_hidden_memory_floor's pass: the hidden layer's bytes read and written on the pool, no math. */
+void cpu_memory_floor(size_t n, const void *grey, lam_dtype gt, const float *w, float *out);
 lam_status cpu_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
                       lam_hidden_timing *timing);
 lam_status cpu_normalize(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out);
@@ -16,6 +18,20 @@ lam_status cpu_weigh(lam_ctx *ctx, size_t n, const float *a, const float *w, flo
 lam_status cpu_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 
 
+
+/* A loop of n items on the pool (pool.c): fn(arg, begin, end) over chunks of about an eighth of a thread's
+ * share, so that a thread whose core another process holds does less of it and no call waits for a thread
+ * that has not been scheduled (an OpenMP region's join does). One thread where the loop's work (values
+ * touched) is at most min_work. Each item must write only its own outputs: the results then do not depend
+ * on how the items fall into chunks or threads. */
+static inline void cpu_par(size_t n, size_t work, size_t min_work, lam_pool_fn fn, void *arg) {
+  if (n < 2 || work <= min_work) {
+    if (n) fn(arg, 0, n);
+    return;
+  }
+  size_t chunk = n / (8 * (size_t)lam_pool_threads());
+  lam_pool_for(n, chunk ? chunk : 1, fn, arg);
+}
 
 /* The nn primitives (prims.h), cpu_ prefix: cpu/nn.c, cpu/nn_ops.c, cpu/gemm.c. */
 #define LAM_CPU_PRIM(name, params) lam_status cpu_##name params;

@@ -1,12 +1,14 @@
-/* threads.c — how many OpenMP threads the CPU backend uses. An OpenMP region waits for its slowest
- * thread, so a thread that shares its core with another busy process makes every region wait for that
- * process's time slice: on a 2-core machine with one core held by `yes`, 2 threads ran the hidden layer
- * 6x slower than 1 (3.07 against 0.51 ms at 1M). So the default leaves out the cores other processes
- * keep busy: /proc/stat is sampled twice, 20 ms apart, over the cores this process may run on, and a core
- * more than three quarters busy in that window is taken (a process that holds a core shows ~100%; one
- * that merely ends or starts in the window, less). LAMINA_THREADS (or OMP_NUM_THREADS, which OpenMP reads
- * itself) overrides it, as does lam_ctx_set_threads (the CLI's --threads); each is bounded by LAM_MAX_THREADS. */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_ISSET */
+/* threads.c — how many threads the CPU work uses: the cores this process may use, which are those its
+ * CPU affinity allows (sched_getaffinity) cut to its cgroup's CPU quota (cgroup v2's cpu.max, v1's
+ * cpu.cfs_quota_us over cpu.cfs_period_us, the smallest on the way up from its own cgroup; a quota of 2.5
+ * cores gives 2 threads, as Go's automaxprocs rounds, since a third thread would only be throttled).
+ * Not the host's load: /proc/stat counts every process on the machine, in a container other tenants'
+ * too, and sampling it once gave 1 thread of 16 on the GPU machine (2026-12-03). A core that another
+ * process keeps busy is instead handled where the work is divided: the pool (pool.c) hands out small
+ * chunks from a shared counter, so a thread that shares its core does less of the work. LAMINA_THREADS,
+ * OMP_NUM_THREADS (which OpenMP reads itself) and lam_ctx_set_threads (the CLI's --threads) choose the
+ * count instead; one past the cores this process may use is cut to them, with a note. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -14,7 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -22,57 +24,124 @@
 
 #include "../internal.h"
 
-#define MAX_CPUS 256 /* cpuN lines read; the samples live on the stack (contexts may be made on several threads) */
+/* ---- the cgroup's CPU quota ---- */
 
-/* Busy and total jiffies of each cpuN line of /proc/stat; returns how many were read, or 0. */
-static int read_stat(unsigned long long *busy, unsigned long long *total, int max) {
-  FILE *f = fopen("/proc/stat", "r");
-  if (!f) return 0;
-  char line[512];
-  int n = 0;
-  while (fgets(line, sizeof line, f)) {
-    int cpu;
-    unsigned long long v[8] = {0};
-    if (strncmp(line, "cpu", 3) != 0 || line[3] < '0' || line[3] > '9') continue;
-    if (sscanf(line, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-               &v[6], &v[7]) < 5 || cpu < 0 || cpu >= max)
-      continue;
-    unsigned long long t = 0;
-    for (int i = 0; i < 8; i++) t += v[i];
-    total[cpu] = t;
-    busy[cpu] = t - v[3] - v[4]; /* all but idle and iowait */
-    if (cpu + 1 > n) n = cpu + 1;
+/* The controller list of a v1 line of /proc/self/cgroup ("4:cpu,cpuacct:/path") has `cpu` as one of
+ * its comma-separated names. */
+static int has_token(const char *list, size_t len, const char *tok) {
+  size_t tl = strlen(tok);
+  for (const char *p = list, *end = list + len; p < end;) {
+    const char *c = memchr(p, ',', (size_t)(end - p));
+    size_t l = c ? (size_t)(c - p) : (size_t)(end - p);
+    if (l == tl && !memcmp(p, tok, tl)) return 1;
+    p += l + 1;
   }
-  fclose(f);
-  return n;
+  return 0;
 }
 
-int lam_cpu_busy_cores(int *allowed) {
+/* Quota over period in one cgroup folder, or 0 where it sets none (or cannot be read). */
+static double quota_in(const char *dir, int v2) {
+  char path[PATH_MAX * 2 + 64];
+  double q = 0, per = 0;
+  if (v2) {
+    snprintf(path, sizeof path, "%s/cpu.max", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char a[32] = "";
+    if (fscanf(f, "%31s %lf", a, &per) == 2 && strcmp(a, "max") != 0) q = strtod(a, NULL);
+    fclose(f);
+  } else {
+    snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    if (fscanf(f, "%lf", &q) != 1) q = 0;
+    fclose(f);
+    snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
+    if (!(f = fopen(path, "r"))) return 0;
+    if (fscanf(f, "%lf", &per) != 1) per = 0;
+    fclose(f);
+  }
+  return q > 0 && per > 0 ? q / per : 0;
+}
+
+double lam_cgroup_cpu_quota(const char *proc_cgroup, const char *mountinfo, const char *root, char *src, size_t size) {
+  if (src && size) src[0] = '\0';
+  char v2path[PATH_MAX] = "", v1path[PATH_MAX] = "", line[PATH_MAX * 2];
+  int have_v2 = 0, have_v1 = 0;
+  FILE *f = fopen(proc_cgroup, "r");
+  if (!f) return 0;
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = '\0';
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    if (!strncmp(line, "0::", 3)) snprintf(v2path, sizeof v2path, "%s", c2 + 1), have_v2 = 1;
+    else if (has_token(c1 + 1, (size_t)(c2 - c1 - 1), "cpu")) snprintf(v1path, sizeof v1path, "%s", c2 + 1), have_v1 = 1;
+  }
+  fclose(f);
+  if (!(f = fopen(mountinfo, "r"))) return 0;
+  double best = 0;
+  while (fgets(line, sizeof line, f)) {
+    /* id parent major:minor root mount-point options [optional fields] - fstype source super-options */
+    char mroot[PATH_MAX], mpoint[PATH_MAX], fstype[64], super[512] = "";
+    const char *dash = strstr(line, " - ");
+    if (!dash || sscanf(line, "%*s %*s %*s %4095s %4095s", mroot, mpoint) != 2 ||
+        sscanf(dash + 3, "%63s %*s %511s", fstype, super) < 1)
+      continue;
+    int v2 = !strcmp(fstype, "cgroup2");
+    if (!(v2 && have_v2) && !(!strcmp(fstype, "cgroup") && have_v1 && has_token(super, strlen(super), "cpu"))) continue;
+    /* The process's cgroup as a folder under this mount: its path less the mount's root. */
+    const char *cg = v2 ? v2path : v1path;
+    size_t rl = strcmp(mroot, "/") ? strlen(mroot) : 0;
+    if (rl && (strncmp(cg, mroot, rl) || (cg[rl] && cg[rl] != '/'))) continue; /* not below this mount */
+    char dir[PATH_MAX * 2 + 8];
+    int len = snprintf(dir, sizeof dir, "%s%s%s", root ? root : "", mpoint, cg + rl);
+    if (len <= 0 || (size_t)len >= sizeof dir) continue;
+    size_t top = strlen(root ? root : "") + strlen(mpoint);
+    while (len > 1 && dir[len - 1] == '/') dir[--len] = '\0';
+    /* From the process's own cgroup up to the mount's: the smallest quota is the one that binds. */
+    for (;;) {
+      double q = quota_in(dir, v2);
+      if (q > 0 && (best == 0 || q < best)) {
+        best = q;
+        if (src && size) snprintf(src, size, "%s", v2 ? "cgroup cpu.max" : "cgroup cpu.cfs_quota_us");
+      }
+      char *slash = strrchr(dir, '/');
+      if (!slash || (size_t)(slash - dir) < top) break;
+      *slash = '\0';
+    }
+  }
+  fclose(f);
+  return best;
+}
+
+int lam_cpu_allowed_cores(char *why, size_t size) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return *allowed = 0, 0;
-  *allowed = CPU_COUNT(&set);
-  unsigned long long b0[MAX_CPUS], t0[MAX_CPUS], b1[MAX_CPUS], t1[MAX_CPUS];
-  int n0 = read_stat(b0, t0, MAX_CPUS);
-  if (!n0) return 0;
-  struct timespec pause = {0, 20 * 1000 * 1000};
-  nanosleep(&pause, NULL);
-  int n1 = read_stat(b1, t1, MAX_CPUS), taken = 0;
-  for (int c = 0; c < n0 && c < n1; c++) {
-    if (!CPU_ISSET(c, &set) || t1[c] <= t0[c]) continue;
-    if (4 * (b1[c] - b0[c]) > 3 * (t1[c] - t0[c])) taken++;
+  int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cores < 1) { /* more than CPU_SETSIZE CPUs, or no answer: what the system has online */
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cores = online > 0 ? (int)(online < LAM_MAX_THREADS ? online : LAM_MAX_THREADS) : 1;
   }
-  return taken;
+  char src[64];
+  double quota = lam_cgroup_cpu_quota("/proc/self/cgroup", "/proc/self/mountinfo", NULL, src, sizeof src);
+  int q = quota > 0 ? (int)quota : 0;
+  if (quota > 0 && q < 1) q = 1;
+  if (q > 0 && q < cores) {
+    if (why) snprintf(why, size, "a CPU quota of %.4g cores (%s) of the %d this process may run on", quota, src, cores);
+    return q;
+  }
+  if (why) snprintf(why, size, "the %d core%s this process may run on", cores, cores == 1 ? "" : "s");
+  return cores > LAM_MAX_THREADS ? LAM_MAX_THREADS : cores;
 }
 
 /* ---- OMP_NUM_THREADS, bounded ----
  * libgomp reads OMP_NUM_THREADS itself when it is loaded, before lamina can look, and starting a team it
  * keeps a record per thread on the stack of the thread that starts it: OMP_NUM_THREADS=100000 overflowed
  * the 8 MiB main stack at the CLI's first parallel region (a segfault inside GOMP_parallel; 50000 got
- * as far as libgomp's own "Thread creation failed" exit). So a count above LAM_MAX_THREADS (the bound of
- * --threads and lam_ctx_set_threads) is bounded to it with omp_set_num_threads — on the thread that loads
- * the library (a constructor: the CLI's first region runs before any context is made) and again on each
- * thread that makes a context, as OpenMP keeps the count per thread. */
+ * as far as libgomp's own "Thread creation failed" exit). So a count above the cores this process may
+ * use is cut to them with omp_set_num_threads — on the thread that loads the library (a constructor: the
+ * CLI's first region runs before any context is made) and again on each thread that makes a context, as
+ * OpenMP keeps the count per thread. */
 
 /* OMP_NUM_THREADS's first count (a list "8,4" sets nested levels too) as libgomp parses it: 0 where it is
  * unset, -1 where libgomp refuses it (not a list of whole numbers >= 1; it says so and ignores it). */
@@ -95,22 +164,19 @@ static long omp_env_count(void) {
   }
 }
 
-static char g_threads_note[224]; /* written once, at load (one thread), read after */
-
-/* The count lamina runs with where OMP_NUM_THREADS sets it (0: unset or refused), bounded. */
-static int omp_env_threads(void) {
-  long v = omp_env_count();
-  return v <= 0 ? 0 : v > LAM_MAX_THREADS ? LAM_MAX_THREADS : (int)v;
-}
+static char g_threads_note[320]; /* written once, at load (one thread), read after */
 
 __attribute__((constructor)) static void bound_omp_env_at_load(void) {
   long v = omp_env_count();
   const char *raw = getenv("OMP_NUM_THREADS");
-  if (v > LAM_MAX_THREADS) {
-    snprintf(g_threads_note, sizeof g_threads_note,
-             "OMP_NUM_THREADS=%.40s asks for more threads than lamina starts (at most %d, as --threads): "
-             "using %d", raw, LAM_MAX_THREADS, LAM_MAX_THREADS);
-    lam_cpu_use_threads(LAM_MAX_THREADS);
+  if (v > 0) {
+    char why[160];
+    int cores = lam_cpu_allowed_cores(why, sizeof why);
+    if (v > cores) {
+      snprintf(g_threads_note, sizeof g_threads_note,
+               "OMP_NUM_THREADS=%.40s asks for more threads than %s: using %d", raw, why, cores);
+      lam_cpu_use_threads(cores);
+    }
   } else if (v < 0) {
     snprintf(g_threads_note, sizeof g_threads_note,
              "OMP_NUM_THREADS='%.40s' is not a thread count (a whole number from 1 to %d): OpenMP ignores it, "
@@ -136,41 +202,44 @@ lam_status lam_cpu_threads_env_check(void) {
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_THREADS='%.40s' is not a thread count: set it to a whole number from 1 to "
                     "%d, or unset it", getenv("LAMINA_THREADS"), LAM_MAX_THREADS);
   /* the constructor bounded the loading thread's count; this thread may be another */
-  if (omp_env_count() > LAM_MAX_THREADS && lam_omp_max_threads() > LAM_MAX_THREADS) lam_cpu_use_threads(LAM_MAX_THREADS);
+  if (omp_env_count() > 0) {
+    int cores = lam_cpu_allowed_cores(NULL, 0);
+    if (lam_omp_max_threads() > cores) lam_cpu_use_threads(cores);
+  }
   return LAM_OK;
+}
+
+int lam_cpu_bound_threads(int asked, const char *by, char *why, size_t size) {
+  char cores_why[160];
+  int cores = lam_cpu_allowed_cores(cores_why, sizeof cores_why);
+  if (asked > cores) {
+    if (!strcmp(by, "as asked")) snprintf(why, size, "%d asked, more than %s", asked, cores_why);
+    else snprintf(why, size, "%s is more than %s", by, cores_why);
+    return cores;
+  }
+  snprintf(why, size, "%s", by);
+  return asked;
 }
 
 int lam_cpu_default_threads(char *why, size_t size) {
   why[0] = '\0';
   long v = lamina_env_threads();
+  char by[64];
   if (v > 0) {
-    snprintf(why, size, "LAMINA_THREADS=%ld", v);
-    return (int)v;
+    snprintf(by, sizeof by, "LAMINA_THREADS=%ld", v);
+    return lam_cpu_bound_threads((int)v, by, why, size);
   }
-  int omp = omp_env_threads(); /* a refused OMP_NUM_THREADS counts as unset: OpenMP ignored it too */
+  long omp = omp_env_count(); /* a refused OMP_NUM_THREADS counts as unset: OpenMP ignored it too */
   if (omp > 0) {
-    long asked = omp_env_count();
-    if (asked > LAM_MAX_THREADS) snprintf(why, size, "OMP_NUM_THREADS=%ld bounded to %d", asked, LAM_MAX_THREADS);
-    else snprintf(why, size, "OMP_NUM_THREADS");
-    return omp;
+    snprintf(by, sizeof by, "OMP_NUM_THREADS=%ld", omp);
+    return lam_cpu_bound_threads(omp > INT_MAX ? INT_MAX : (int)omp, by, why, size);
   }
-  int most = lam_omp_max_threads();
-  most = most > LAM_MAX_THREADS ? LAM_MAX_THREADS : most;
-  int allowed = 0, taken = lam_cpu_busy_cores(&allowed);
-  if (taken > 0 && allowed > 0) {
-    int free_cores = allowed - taken < 1 ? 1 : allowed - taken;
-    if (free_cores < most) {
-      snprintf(why, size, "%d of %d cores busy with other work", taken, allowed);
-      return free_cores;
-    }
-  }
-  return most;
+  return lam_cpu_allowed_cores(why, size);
 }
 
 void lam_cpu_use_threads(int n) {
 #ifdef _OPENMP
   omp_set_num_threads(n);
-#else
-  (void)n;
 #endif
+  lam_pool_set_threads(n);
 }
