@@ -8,13 +8,92 @@
 #include "cpu.h"
 #include "../half.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #ifdef LAMINA_WITH_OPENBLAS
 #include <cblas.h>
 
-static void sgemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
-                     float beta, float *C, int ldc) {
+static void sgemm_one(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
               ldb, beta, C, ldc);
+}
+
+/* ---- the product in blocks on the pool ----
+ * OpenBLAS threads a product with an OpenMP region, whose join waits for every thread of the team: with
+ * one of the 2 cores held by another process, the reference CNN's epoch took 6.8x its one-thread time.
+ * So a product big enough to share is cut into blocks of C (columns, else rows) or, where C is small and
+ * the sum long (a weight gradient), into slices of the sum added up afterwards in slice order; the pool
+ * (pool.c) hands the blocks to threads as they come free, each a single-threaded OpenBLAS call. Block
+ * sizes are fixed, so the results do not depend on the thread count. */
+#define GEMM_SHARE_MIN ((size_t)1 << 18) /* multiply-adds below which one call does it all */
+#define GEMM_NB 256                        /* columns of C a block */
+#define GEMM_MB 64                         /* rows of C a block */
+#define GEMM_KB 2048                       /* terms of the sum a slice */
+
+typedef struct gemm_job {
+  int ta, tb, M, N, K, split, block; /* split: 0 rows, 1 columns, 2 slices of the sum */
+  float alpha, beta;
+  const float *A, *B;
+  int lda, ldb, ldc;
+  float *C, *partial;
+} gemm_job;
+
+static void gemm_blocks(void *arg, size_t lo, size_t hi) {
+  const gemm_job *j = arg;
+  for (size_t i = lo; i < hi; i++) {
+    const int s = (int)i * j->block, dim = j->split == 0 ? j->M : j->split == 1 ? j->N : j->K;
+    const int e = s + j->block < dim ? s + j->block : dim;
+    if (j->split == 0)
+      sgemm_one(j->ta, j->tb, e - s, j->N, j->K, j->alpha, j->ta ? j->A + s : j->A + (size_t)s * j->lda, j->lda, j->B,
+                j->ldb, j->beta, j->C + (size_t)s * j->ldc, j->ldc);
+    else if (j->split == 1)
+      sgemm_one(j->ta, j->tb, j->M, e - s, j->K, j->alpha, j->A, j->lda, j->tb ? j->B + (size_t)s * j->ldb : j->B + s,
+                j->ldb, j->beta, j->C + s, j->ldc);
+    else
+      sgemm_one(j->ta, j->tb, j->M, j->N, e - s, j->alpha, j->ta ? j->A + (size_t)s * j->lda : j->A + s, j->lda,
+                j->tb ? j->B + s : j->B + (size_t)s * j->ldb, j->ldb, 0.0f, j->partial + i * (size_t)j->M * j->N, j->N);
+  }
+}
+
+static void sgemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                     float beta, float *C, int ldc) {
+  gemm_job j = {ta, tb, M, N, K, -1, 0, alpha, beta, A, B, lda, ldb, ldc, C, NULL};
+  size_t blocks = 0;
+  if ((size_t)M * N * K >= GEMM_SHARE_MIN && lam_pool_threads() > 1) {
+    if (N >= 2 * GEMM_NB) j.split = 1, j.block = GEMM_NB, blocks = ((size_t)N + GEMM_NB - 1) / GEMM_NB;
+    else if (M >= 2 * GEMM_MB) j.split = 0, j.block = GEMM_MB, blocks = ((size_t)M + GEMM_MB - 1) / GEMM_MB;
+    else if (K >= 2 * GEMM_KB) {
+      blocks = ((size_t)K + GEMM_KB - 1) / GEMM_KB;
+      j.partial = malloc(blocks * (size_t)M * N * sizeof(float));
+      if (j.partial) j.split = 2, j.block = GEMM_KB;
+    }
+  }
+  /* OpenBLAS on one thread, always: its OpenMP build takes its thread count from the calling thread's
+   * OpenMP count at every call, and a change frees or allocates its per-thread buffers (a count that went
+   * 2, 1, 2 made a 72 us product take 350 us). The pool's workers run with 1 already. */
+#ifdef _OPENMP
+  const int omp = omp_get_max_threads();
+  omp_set_num_threads(1);
+#endif
+  if (j.split < 0) sgemm_one(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else lam_pool_for(blocks, 1, gemm_blocks, &j);
+#ifdef _OPENMP
+  omp_set_num_threads(omp);
+#endif
+  if (j.split < 0) return;
+  if (j.split == 2) { /* C = beta C + the slices in order (beta 0: C's old values, NaN or not, are not read) */
+    for (int r = 0; r < M; r++)
+      for (int c = 0; c < N; c++) {
+        float sum = 0.0f;
+        for (size_t i = 0; i < blocks; i++) sum += j.partial[(i * M + r) * (size_t)N + c];
+        float *out = C + (size_t)r * ldc + c;
+        *out = beta == 0.0f ? sum : beta * *out + sum;
+      }
+    free(j.partial);
+  }
 }
 
 #else

@@ -1,7 +1,10 @@
 /* nn.c — the CPU twins of the nn primitives (prims.h): im2col/col2im, layout changes with bias,
  * max-pool, activations, softmax cross-entropy, the batch gather and the optimizers. The CUDA twins
- * are in cuda/nn.cu under the same names. Loops are plain so the compiler vectorizes them; OpenMP
- * splits the outer loop with a static schedule, which keeps results bitwise the same run to run. */
+ * are in cuda/nn.cu under the same names. Loops are plain so the compiler vectorizes them. The
+ * convolution's loops (im2col, col2im, the fused relu + pool), the batch gather and the optimizers run on
+ * the pool (cpu_par): a call does not wait for a thread whose core another process holds. The others
+ * split the outer loop with OpenMP's static schedule. Either way each item writes its own outputs, so
+ * results are bitwise the same run to run. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,75 +61,99 @@ static void im2col_bf16(const lam_conv_geom *g, int B, const float *x, uint16_t 
     }
 }
 
+typedef struct conv_cols {
+  const lam_conv_geom *g;
+  int B;
+  const float *x;
+  float *col;
+  const void *colv;
+  int bf16, accumulate;
+  float *dx;
+} conv_cols;
+
+/* Items (c, b): the K*K rows of channel c's columns for image b. */
+static void im2col_items(void *arg, size_t lo, size_t hi) {
+  const conv_cols *a = arg;
+  const lam_conv_geom *g = a->g;
+  const int B = a->B, P = g->OH * g->OW, KK = g->K * g->K;
+  const size_t ncols = (size_t)B * P;
+  for (size_t it = lo; it < hi; it++) {
+    const int c = (int)(it / (size_t)B), b = (int)(it % (size_t)B);
+    const float *xs = a->x + ((size_t)b * g->C + c) * g->H * g->W;
+    for (int kk = 0; kk < KK; kk++) {
+      int ki = kk / g->K, kj = kk % g->K, lo_c, hi_c;
+      valid_cols(g, kj, &lo_c, &hi_c);
+      float *dst = a->col + ((size_t)c * KK + kk) * ncols + (size_t)b * P;
+      for (int oh = 0; oh < g->OH; oh++) {
+        int ih = oh * g->stride - g->pad + ki;
+        float *d = dst + oh * g->OW;
+        if (ih < 0 || ih >= g->H) {
+          for (int ow = 0; ow < g->OW; ow++) d[ow] = 0.0f;
+          continue;
+        }
+        const float *srow = xs + (size_t)ih * g->W - g->pad + kj;
+        for (int ow = 0; ow < lo_c; ow++) d[ow] = 0.0f;
+        if (g->stride == 1)
+          for (int ow = lo_c; ow < hi_c; ow++) d[ow] = srow[ow];
+        else
+          for (int ow = lo_c; ow < hi_c; ow++) d[ow] = srow[ow * g->stride];
+        for (int ow = hi_c; ow < g->OW; ow++) d[ow] = 0.0f;
+      }
+    }
+  }
+}
+
 lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *colv, int bf16) {
   (void)ctx;
   if (bf16) {
     im2col_bf16(g, B, x, colv);
     return LAM_OK;
   }
-  float *col = colv;
-  const int P = g->OH * g->OW, KK = g->K * g->K;
+  conv_cols a = {.g = g, .B = B, .x = x, .col = colv};
+  const size_t ncols = (size_t)B * g->OH * g->OW;
+  cpu_par((size_t)g->C * B, (size_t)g->C * g->K * g->K * ncols, PAR_MIN, im2col_items, &a);
+  return LAM_OK;
+}
+
+/* Items (b, c): image b's plane of channel c, written by this item alone. */
+static void col2im_items(void *arg, size_t lo, size_t hi) {
+  const conv_cols *a = arg;
+  const lam_conv_geom *g = a->g;
+  const int B = a->B, P = g->OH * g->OW, KK = g->K * g->K;
   const size_t ncols = (size_t)B * P;
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)g->C * KK * ncols > PAR_MIN)
-  for (int c = 0; c < g->C; c++)
-    for (int b = 0; b < B; b++) {
-      const float *xs = x + ((size_t)b * g->C + c) * g->H * g->W;
-      for (int kk = 0; kk < KK; kk++) {
-        int ki = kk / g->K, kj = kk % g->K, lo, hi;
-        valid_cols(g, kj, &lo, &hi);
-        float *dst = col + ((size_t)c * KK + kk) * ncols + (size_t)b * P;
-        for (int oh = 0; oh < g->OH; oh++) {
-          int ih = oh * g->stride - g->pad + ki;
-          float *d = dst + oh * g->OW;
-          if (ih < 0 || ih >= g->H) {
-            for (int ow = 0; ow < g->OW; ow++) d[ow] = 0.0f;
-            continue;
-          }
-          const float *srow = xs + (size_t)ih * g->W - g->pad + kj;
-          for (int ow = 0; ow < lo; ow++) d[ow] = 0.0f;
-          if (g->stride == 1)
-            for (int ow = lo; ow < hi; ow++) d[ow] = srow[ow];
-          else
-            for (int ow = lo; ow < hi; ow++) d[ow] = srow[ow * g->stride];
-          for (int ow = hi; ow < g->OW; ow++) d[ow] = 0.0f;
+  for (size_t it = lo; it < hi; it++) {
+    const int b = (int)(it / (size_t)g->C), c = (int)(it % (size_t)g->C);
+    float *xs = a->dx + ((size_t)b * g->C + c) * g->H * g->W;
+    if (!a->accumulate) memset(xs, 0, (size_t)g->H * g->W * sizeof *xs); /* col2im writes dx: zeroed here, plane by plane */
+    for (int kk = 0; kk < KK; kk++) {
+      int ki = kk / g->K, kj = kk % g->K, lo_c, hi_c;
+      valid_cols(g, kj, &lo_c, &hi_c);
+      size_t row = ((size_t)c * KK + kk) * ncols + (size_t)b * P;
+      const float *src = a->bf16 ? NULL : (const float *)a->colv + row;
+      const uint16_t *src16 = a->bf16 ? (const uint16_t *)a->colv + row : NULL;
+      for (int oh = 0; oh < g->OH; oh++) {
+        int ih = oh * g->stride - g->pad + ki;
+        if (ih < 0 || ih >= g->H) continue;
+        float *drow = xs + (size_t)ih * g->W - g->pad + kj;
+        if (a->bf16) {
+          for (int ow = lo_c; ow < hi_c; ow++) drow[ow * g->stride] += lam_bf16_to_f32(src16[oh * g->OW + ow]);
+          continue;
         }
+        const float *sr = src + oh * g->OW;
+        if (g->stride == 1)
+          for (int ow = lo_c; ow < hi_c; ow++) drow[ow] += sr[ow];
+        else
+          for (int ow = lo_c; ow < hi_c; ow++) drow[ow * g->stride] += sr[ow];
       }
     }
-  return LAM_OK;
+  }
 }
 
 lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *colv, int bf16, int accumulate, float *dx) {
   (void)ctx;
-  const int P = g->OH * g->OW, KK = g->K * g->K;
-  const size_t ncols = (size_t)B * P;
-  /* Each (b, c) image plane is written by one thread only. */
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)g->C * KK * ncols > PAR_MIN)
-  for (int b = 0; b < B; b++)
-    for (int c = 0; c < g->C; c++) {
-      float *xs = dx + ((size_t)b * g->C + c) * g->H * g->W;
-      if (!accumulate) memset(xs, 0, (size_t)g->H * g->W * sizeof *xs); /* col2im writes dx: zeroed here, plane by plane */
-      for (int kk = 0; kk < KK; kk++) {
-        int ki = kk / g->K, kj = kk % g->K, lo, hi;
-        valid_cols(g, kj, &lo, &hi);
-        size_t row = ((size_t)c * KK + kk) * ncols + (size_t)b * P;
-        const float *src = bf16 ? NULL : (const float *)colv + row;
-        const uint16_t *src16 = bf16 ? (const uint16_t *)colv + row : NULL;
-        for (int oh = 0; oh < g->OH; oh++) {
-          int ih = oh * g->stride - g->pad + ki;
-          if (ih < 0 || ih >= g->H) continue;
-          float *drow = xs + (size_t)ih * g->W - g->pad + kj;
-          if (bf16) {
-            for (int ow = lo; ow < hi; ow++) drow[ow * g->stride] += lam_bf16_to_f32(src16[oh * g->OW + ow]);
-            continue;
-          }
-          const float *s = src + oh * g->OW;
-          if (g->stride == 1)
-            for (int ow = lo; ow < hi; ow++) drow[ow] += s[ow];
-          else
-            for (int ow = lo; ow < hi; ow++) drow[ow * g->stride] += s[ow];
-        }
-      }
-    }
+  conv_cols a = {.g = g, .B = B, .colv = colv, .bf16 = bf16, .accumulate = accumulate, .dx = dx};
+  const size_t ncols = (size_t)B * g->OH * g->OW;
+  cpu_par((size_t)B * g->C, (size_t)g->C * g->K * g->K * ncols, PAR_MIN, col2im_items, &a);
   return LAM_OK;
 }
 
@@ -402,23 +429,31 @@ static lam_status plain_xent(lam_ctx *ctx, int B, int C, int P, const float *log
   return LAM_OK;
 }
 
-static lam_status plain_gather(lam_ctx *ctx, int B, int T, int C, size_t P, const uint8_t *images, size_t label_size,
-                      const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm,
-                      const lam_aug *aug, float *x, uint8_t *y) {
-  (void)ctx;
-  if (cursor) idx += *cursor;
+typedef struct gather_args {
+  int T, C;
+  size_t P, label_size, sample;
+  const uint8_t *images, *labels;
+  const int32_t *idx;
+  const lam_aug *aug;
+  int on;
+  int32_t ctr;
   float a[LAM_NORM_MAX_CHANNELS], k[LAM_NORM_MAX_CHANNELS]; /* (u / 255 - mean) / std = u * a + k */
-  for (int c = 0; c < C; c++) a[c] = 1.0f / (255.0f * norm->std[c]), k[c] = -norm->mean[c] / norm->std[c];
-  const size_t sample = (size_t)T * C * P;
-  const int on = lam_aug_on(aug);
-  const int32_t ctr = on && aug->ctr ? *aug->ctr : 0;
-#pragma omp parallel for schedule(static) if ((size_t)B * sample > PAR_MIN)
-  for (int b = 0; b < B; b++) {
-    const uint8_t *src = images + (size_t)idx[b] * sample;
-    float *dst = x + (size_t)b * sample; /* frame t of sample b is row b*T + t: the same bytes in order */
-    uint8_t *lab = y + (size_t)b * label_size;
-    const uint8_t *lsrc = labels + (size_t)idx[b] * label_size;
-    if (!on) {
+  float *x;
+  uint8_t *y;
+} gather_args;
+
+/* Items b: sample b of the batch. */
+static void gather_items(void *argp, size_t lo, size_t hi) {
+  const gather_args *A = argp;
+  const int T = A->T, C = A->C;
+  const size_t P = A->P, sample = A->sample, label_size = A->label_size;
+  const float *a = A->a, *k = A->k;
+  for (size_t b = lo; b < hi; b++) {
+    const uint8_t *src = A->images + (size_t)A->idx[b] * sample;
+    float *dst = A->x + b * sample; /* frame t of sample b is row b*T + t: the same bytes in order */
+    uint8_t *lab = A->y + b * label_size;
+    const uint8_t *lsrc = A->labels + (size_t)A->idx[b] * label_size;
+    if (!A->on) {
       for (size_t tc = 0; tc < (size_t)T * C; tc++) {
         const int c = (int)(tc % (size_t)C);
         for (size_t p = 0; p < P; p++) dst[tc * P + p] = (float)src[tc * P + p] * a[c] + k[c];
@@ -426,22 +461,61 @@ static lam_status plain_gather(lam_ctx *ctx, int B, int T, int C, size_t P, cons
       memcpy(lab, lsrc, label_size);
       continue;
     }
-    const lam_aug_draw d = lam_aug_sample(aug, ctr, b);
+    const lam_aug_draw d = lam_aug_sample(A->aug, A->ctr, (int)b);
     for (size_t tc = 0; tc < (size_t)T * C; tc++) {
       const int c = (int)(tc % (size_t)C);
       for (size_t p = 0; p < P; p++) {
-        const long s = lam_aug_src(aug, d, (long)p);
+        const long s = lam_aug_src(A->aug, d, (long)p);
         dst[tc * P + p] = (float)(s < 0 ? 0 : src[tc * P + (size_t)s]) * a[c] + k[c];
       }
     }
     if (label_size != P) memcpy(lab, lsrc, label_size); /* a class per sample */
     else
       for (size_t p = 0; p < P; p++) {
-        const long s = lam_aug_src(aug, d, (long)p);
+        const long s = lam_aug_src(A->aug, d, (long)p);
         lab[p] = s < 0 ? (uint8_t)LAM_LABEL_IGNORE : lsrc[s];
       }
   }
+}
+
+static lam_status plain_gather(lam_ctx *ctx, int B, int T, int C, size_t P, const uint8_t *images, size_t label_size,
+                      const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm,
+                      const lam_aug *aug, float *x, uint8_t *y) {
+  (void)ctx;
+  if (cursor) idx += *cursor;
+  gather_args A = {.T = T, .C = C, .P = P, .label_size = label_size, .sample = (size_t)T * C * P, .images = images,
+                   .labels = labels, .idx = idx, .aug = aug, .on = lam_aug_on(aug), .x = x, .y = y};
+  for (int c = 0; c < C; c++) A.a[c] = 1.0f / (255.0f * norm->std[c]), A.k[c] = -norm->mean[c] / norm->std[c];
+  A.ctr = A.on && aug->ctr ? *aug->ctr : 0;
+  cpu_par((size_t)B, (size_t)B * A.sample, PAR_MIN, gather_items, &A);
   return LAM_OK;
+}
+
+typedef struct optim_args {
+  float *p, *m, *v;
+  const float *g;
+  float lr, b1, b2, eps, wd, step_size, bc2_sqrt, momentum;
+  int decoupled, first;
+} optim_args;
+
+static void adam_items(void *arg, size_t lo, size_t hi) {
+  const optim_args *a = arg;
+  float *p = a->p, *m = a->m, *v = a->v;
+  const float *g = a->g;
+  const float b1 = a->b1, b2 = a->b2, lr = a->lr, wd = a->wd, eps = a->eps, step_size = a->step_size,
+              bc2_sqrt = a->bc2_sqrt;
+  const int decoupled = a->decoupled;
+#pragma omp simd
+  for (size_t i = lo; i < hi; i++) {
+    float gi = g[i], pi = p[i];
+    if (decoupled) pi *= 1.0f - lr * wd;
+    else gi += wd * pi;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  }
 }
 
 lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
@@ -452,27 +526,20 @@ lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, 
   float coef[2];
   if (sched) coef[0] = sched[3 * *k], coef[1] = sched[3 * *k + 1], lr = sched[3 * *k + 2];
   else lam_adam_coef(lr, b1, b2, step, coef);
-  const float step_size = coef[0], bc2_sqrt = coef[1];
-#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
-    float gi = g[i], pi = p[i];
-    if (decoupled) pi *= 1.0f - lr * wd;
-    else gi += wd * pi;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-  }
+  optim_args a = {.p = p, .m = m, .v = v, .g = g, .lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd,
+                  .step_size = coef[0], .bc2_sqrt = coef[1], .decoupled = decoupled};
+  cpu_par(n, n, PAR_MIN, adam_items, &a);
   return LAM_OK;
 }
 
-lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
-                   int first, const float *sched, const int32_t *k) {
-  (void)ctx;
-  if (sched) first = sched[3 * *k] != 0.0f, lr = sched[3 * *k + 2];
-#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
+static void sgd_items(void *arg, size_t lo, size_t hi) {
+  const optim_args *a = arg;
+  float *p = a->p, *buf = a->m;
+  const float *g = a->g;
+  const float lr = a->lr, wd = a->wd, momentum = a->momentum;
+  const int first = a->first;
+#pragma omp simd
+  for (size_t i = lo; i < hi; i++) {
     float gi = g[i] + wd * p[i];
     if (momentum != 0.0f) {
       float bi = first ? gi : momentum * buf[i] + gi; /* torch: the first step takes the gradient as is */
@@ -481,6 +548,14 @@ lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf,
     }
     p[i] -= lr * gi;
   }
+}
+
+lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
+                   int first, const float *sched, const int32_t *k) {
+  (void)ctx;
+  if (sched) first = sched[3 * *k] != 0.0f, lr = sched[3 * *k + 2];
+  optim_args a = {.p = p, .m = buf, .g = g, .lr = lr, .wd = wd, .momentum = momentum, .first = first};
+  cpu_par(n, n, PAR_MIN, sgd_items, &a);
   return LAM_OK;
 }
 
@@ -524,65 +599,87 @@ lam_status cpu_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int
   return LAM_OK;
 }
 
+typedef struct conv_pool_args {
+  const lam_pool_geom *g;
+  int B;
+  const float *G, *bias, *dy, *y;
+  float *yo, *db;
+  int32_t *arg;
+  const int32_t *argc, *off;
+  void *dGv;
+  int bf16;
+} conv_pool_args;
+
+/* Items (b, c): one output plane of the pool. */
+static void conv_pool_fwd_items(void *argp, size_t lo, size_t hi) {
+  const conv_pool_args *A = argp;
+  const lam_pool_geom *g = A->g;
+  const size_t P = (size_t)g->H * g->W, BP = (size_t)A->B * P;
+  for (size_t it = lo; it < hi; it++) {
+    const int b = (int)(it / (size_t)g->C), c = (int)(it % (size_t)g->C);
+    const float *plane = A->G + (size_t)c * BP + (size_t)b * P;
+    const float bc = A->bias ? A->bias[c] : 0.0f; /* + 0 leaves every value (and the max and relu) as it is */
+    float *yo = A->yo + ((size_t)b * g->C + c) * g->OH * g->OW;
+    int32_t *ao = A->arg + ((size_t)b * g->C + c) * g->OH * g->OW;
+    if (g->K == 2 && g->stride == 2) { /* the common window, as maxpool_fwd's, with the bias and the relu */
+      window2_pool(plane, g->W, g->OH, g->OW, A->off, bc, 1, yo, ao);
+      continue;
+    }
+    for (int oh = 0; oh < g->OH; oh++)
+      for (int ow = 0; ow < g->OW; ow++) {
+        int best = oh * g->stride * g->W + ow * g->stride;
+        float m = plane[best] + bc;
+        if (g->K == 2) { /* the common window, unrolled; the same order and test as the loop below */
+          int r0 = best, r1 = best + g->W;
+          best += window2_max(m, plane[r0 + 1] + bc, plane[r1] + bc, plane[r1 + 1] + bc, g->W, &m);
+        } else {
+          for (int a = 0; a < g->K; a++)
+            for (int e = 0; e < g->K; e++) {
+              int idx = (oh * g->stride + a) * g->W + ow * g->stride + e;
+              float v = plane[idx] + bc;
+              if (v > m || v != v) m = v, best = idx; /* as maxpool_fwd: first maximum, NaN wins */
+            }
+        }
+        yo[oh * g->OW + ow] = lam_relu(m); /* relu after the max = the max of the relus (NaN wins both) */
+        ao[oh * g->OW + ow] = best;
+      }
+  }
+}
+
 lam_status cpu_conv_pool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,
                              int32_t *arg) {
   (void)ctx;
-  const size_t P = (size_t)g->H * g->W, BP = (size_t)B * P;
+  const size_t P = (size_t)g->H * g->W;
   int32_t off[WINDOW2_MAX_OFF];
   const int use_off = g->K == 2 && g->stride == 2 && g->OH * g->OW <= WINDOW2_MAX_OFF;
   if (use_off) window2_offsets(g->W, g->OH, g->OW, off);
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * g->C * P > PAR_MIN)
-  for (int b = 0; b < B; b++)
-    for (int c = 0; c < g->C; c++) {
-      const float *plane = G + (size_t)c * BP + (size_t)b * P;
-      const float bc = bias ? bias[c] : 0.0f; /* + 0 leaves every value (and the max and relu) as it is */
-      float *yo = y + ((size_t)b * g->C + c) * g->OH * g->OW;
-      int32_t *ao = arg + ((size_t)b * g->C + c) * g->OH * g->OW;
-      if (g->K == 2 && g->stride == 2) { /* the common window, as maxpool_fwd's, with the bias and the relu */
-        window2_pool(plane, g->W, g->OH, g->OW, use_off ? off : NULL, bc, 1, yo, ao);
-        continue;
-      }
-      for (int oh = 0; oh < g->OH; oh++)
-        for (int ow = 0; ow < g->OW; ow++) {
-          int best = oh * g->stride * g->W + ow * g->stride;
-          float m = plane[best] + bc;
-          if (g->K == 2) { /* the common window, unrolled; the same order and test as the loop below */
-            int r0 = best, r1 = best + g->W;
-            best += window2_max(m, plane[r0 + 1] + bc, plane[r1] + bc, plane[r1 + 1] + bc, g->W, &m);
-          } else {
-            for (int a = 0; a < g->K; a++)
-              for (int e = 0; e < g->K; e++) {
-                int idx = (oh * g->stride + a) * g->W + ow * g->stride + e;
-                float v = plane[idx] + bc;
-                if (v > m || v != v) m = v, best = idx; /* as maxpool_fwd: first maximum, NaN wins */
-              }
-          }
-          yo[oh * g->OW + ow] = lam_relu(m); /* relu after the max = the max of the relus (NaN wins both) */
-          ao[oh * g->OW + ow] = best;
-        }
-    }
+  conv_pool_args a = {.g = g, .B = B, .G = G, .bias = bias, .yo = y, .arg = arg, .off = use_off ? off : NULL};
+  cpu_par((size_t)B * g->C, (size_t)B * g->C * P, PAR_MIN, conv_pool_fwd_items, &a);
   return LAM_OK;
 }
 
-lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
-                             const int32_t *arg, void *dGv, int bf16, float *db) {
-  (void)ctx;
+/* Items c: channel c's planes of every image, and its bias gradient (summed in image order). */
+static void conv_pool_bwd_items(void *argp, size_t lo, size_t hi) {
+  const conv_pool_args *A = argp;
+  const lam_pool_geom *g = A->g;
+  const int B = A->B;
   const size_t P = (size_t)g->H * g->W, BP = (size_t)B * P, OP = (size_t)g->OH * g->OW;
-#pragma omp parallel for schedule(static) if ((size_t)B * g->C * P > PAR_MIN)
-  for (int c = 0; c < g->C; c++) {
+  const float *dy = A->dy, *y = A->y;
+  const int32_t *arg = A->argc;
+  for (size_t c = lo; c < hi; c++) {
     float sum = 0.0f;
     for (int b = 0; b < B; b++) {
-      size_t o = ((size_t)b * g->C + c) * OP, at = (size_t)c * BP + (size_t)b * P;
-      if (bf16) { /* zeros, and each routed gradient rounded; the bias sums what is stored */
-        uint16_t *d = (uint16_t *)dGv + at;
+      size_t o = ((size_t)b * g->C + c) * OP, at = c * BP + (size_t)b * P;
+      if (A->bf16) { /* zeros, and each routed gradient rounded; the bias sums what is stored */
+        uint16_t *d = (uint16_t *)A->dGv + at;
         memset(d, 0, P * sizeof *d);
         for (size_t k = 0; k < OP; k++)
           if (lam_relu_passed(y[o + k])) d[arg[o + k]] = lam_f32_to_bf16(dy[o + k]);
-        if (db)
+        if (A->db)
           for (size_t p = 0; p < P; p++) sum += lam_bf16_to_f32(d[p]);
         continue;
       }
-      float *d = (float *)dGv + at;
+      float *d = (float *)A->dGv + at;
       memset(d, 0, P * sizeof *d);
       for (size_t k = 0; k < OP; k++) { /* windows do not overlap (stride = K): each max is its own */
         /* dy where the relu passed, else +0: by a bit mask, not a branch (random signs mispredict) */
@@ -591,11 +688,18 @@ lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const 
         u &= mask;
         memcpy(d + arg[o + k], &u, 4);
       }
-      if (db)
+      if (A->db)
         for (size_t p = 0; p < P; p++) sum += d[p]; /* cpu_bcp_to_cbp's order: the same bias gradient */
     }
-    if (db) db[c] += sum;
+    if (A->db) A->db[c] += sum;
   }
+}
+
+lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
+                             const int32_t *arg, void *dGv, int bf16, float *db) {
+  (void)ctx;
+  conv_pool_args a = {.g = g, .B = B, .dy = dy, .y = y, .argc = arg, .dGv = dGv, .bf16 = bf16, .db = db};
+  cpu_par((size_t)g->C, (size_t)B * g->C * g->H * g->W, PAR_MIN, conv_pool_bwd_items, &a);
   return LAM_OK;
 }
 
