@@ -76,7 +76,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lamina", required=True)
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    ap.add_argument("--torch-steps", type=int, default=300)
+    ap.add_argument("--torch-steps", type=int, default=300, help="PyTorch's steps; 0: leave PyTorch out")
     ap.add_argument("--json")
     a = ap.parse_args()
     r = {"cpus": os.cpu_count()}
@@ -85,7 +85,8 @@ def main():
     r["idle_numpy_ms"] = numpy_ms()
     r["idle_cnn_s"], r["idle_cnn_ips"], r["idle_cnn_device"] = cnn_epoch(a.lamina, a.data)
     r["idle_cnn_1t_s"], _, _ = cnn_epoch(a.lamina, a.data, ("--threads", "1"))
-    r["idle_torch_ips"] = torch_cnn_ips(a.data, a.torch_steps)
+    if a.torch_steps > 0:
+        r["idle_torch_ips"] = torch_cnn_ips(a.data, a.torch_steps)
     # one core held
     yes = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)
     try:
@@ -102,9 +103,11 @@ def main():
     print(f"\nunder load: hidden 10M lamina {r['load_hidden_ms']:.2f} ms vs NumPy {r['load_numpy_ms']:.2f} ms: "
           f"{r['load_numpy_ms'] / r['load_hidden_ms']:.2f}x (want >= 2); all threads {r['load_hidden_2t_ms']:.2f} ms")
     print(f"under load: CNN epoch {r['load_cnn_s']:.2f} s vs one thread idle {r['idle_cnn_1t_s']:.2f} s: "
-          f"{r['load_cnn_s'] / r['idle_cnn_1t_s']:.2f}x (want <= 1.2)")
-    print(f"idle: CNN lamina {r['idle_cnn_ips']:.0f} img/s vs PyTorch {r['idle_torch_ips']:.0f} img/s: "
-          f"{r['idle_cnn_ips'] / r['idle_torch_ips']:.2f}x (want >= 1.2)")
+          f"{r['load_cnn_s'] / r['idle_cnn_1t_s']:.2f}x (want <= 1.1); vs all threads idle {r['idle_cnn_s']:.2f} s: "
+          f"{r['load_cnn_s'] / r['idle_cnn_s']:.2f}x")
+    if "idle_torch_ips" in r:
+        print(f"idle: CNN lamina {r['idle_cnn_ips']:.0f} img/s vs PyTorch {r['idle_torch_ips']:.0f} img/s: "
+              f"{r['idle_cnn_ips'] / r['idle_torch_ips']:.2f}x (want >= 1.2)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(r, f, indent=1)

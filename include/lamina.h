@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define LAMINA_VERSION "0.1.0"
+#define LAMINA_VERSION "0.2.0"
 
 typedef enum lam_status {
   LAM_OK = 0,
@@ -64,17 +64,21 @@ const char *lam_ctx_device_name(const lam_ctx *ctx);
 const char *lam_ctx_choice_reason(const lam_ctx *ctx);
 /* Waits until all work queued on the context is done. */
 lam_status lam_ctx_sync(lam_ctx *ctx);
-/* OpenMP threads of the host-side work (the CPU backend's ops; on CUDA the staging copies). By default:
- * LAMINA_THREADS if set, else OMP_NUM_THREADS if set, else the cores this process may use less those
- * that other processes keep busy when the context is made (a thread sharing a core with another busy
- * process makes every parallel region wait for it). Applies to the thread that calls it (and made the
- * context); lam_ctx_device_name says the count and why. */
+/* Threads of the host-side work (the CPU backend's ops; on CUDA the host copies, and the hidden layer
+ * when lam_hidden runs it on the host). By default: LAMINA_THREADS if set, else OMP_NUM_THREADS if set,
+ * else the cores this process may use: its CPU affinity cut to its cgroup's CPU quota (cpu.max or
+ * cpu.cfs_quota_us). A count past those cores is cut to them. A core that another process keeps busy is
+ * not left out: the work is handed out in small chunks, so the thread that shares it does less of it.
+ * Applies to the thread that calls it (and made the context); lam_ctx_device_name says the count and
+ * why. */
 lam_status lam_ctx_set_threads(lam_ctx *ctx, int threads);
 int lam_ctx_threads(const lam_ctx *ctx);
+/* The default count as above, without a context; why (size bytes) says where it came from. */
+int lam_default_threads(char *why, size_t size);
 /* The most threads lamina runs: lam_ctx_set_threads's and LAMINA_THREADS's bound (a bad LAMINA_THREADS
- * makes lam_ctx_create fail), and OMP_NUM_THREADS above it is bounded to it (libgomp, which reads that
+ * makes lam_ctx_create fail), and OMP_NUM_THREADS past the cores is cut to them (libgomp, which reads that
  * variable itself, overflowed its stack starting a team of 100000). lam_threads_note says what lamina
- * did with OMP_NUM_THREADS when it was bounded or refused (NULL when it was used as given, or unset). */
+ * did with OMP_NUM_THREADS when it was cut or refused (NULL when it was used as given, or unset). */
 #define LAM_MAX_THREADS 4096
 const char *lam_threads_note(void);
 
@@ -171,6 +175,7 @@ typedef struct lam_hidden_timing {
   double copy_out; /* device->host copies (CUDA events) */
   double total;    /* wall clock of the whole call, until the result is ready */
   int chunks;      /* pieces the host path was cut into (1 for device-resident and CPU) */
+  int device;      /* where the call ran: LAM_DEVICE_CPU or LAM_DEVICE_CUDA (an AUTO context chooses) */
 } lam_hidden_timing;
 
 /* The fused hidden layer over n values. grey is float32 (0..255) or uint8 per grey_dtype; w and out
@@ -182,6 +187,31 @@ typedef struct lam_hidden_timing {
  * the inputs unless it is the same pointer as w. */
 lam_status lam_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype grey_dtype, const float *w,
                       float *out, lam_hidden_timing *timing);
+
+/* On a context made with LAM_DEVICE_AUTO that runs on CUDA, lam_hidden chooses per call: arrays in device
+ * memory always run on the GPU; when grey, w and out are all host memory the call runs where it is
+ * expected to be faster — on the host threads (the fused pass reads and writes each byte once) or through
+ * the GPU's staging pipeline (which moves every byte over PCIe and through pinned buffers) — by a cost
+ * model measured on this machine at the first such call (lam_hidden_calibrate, ~0.1 s) and corrected by
+ * the calls it times. Contexts made for LAM_DEVICE_CPU or _CUDA never choose. lam_hidden_timing.device
+ * and lam_hidden_choice say where a call ran and why. */
+typedef struct lam_hidden_costs {
+  double cpu_ms, cpu_ms_per_gb;   /* the host threads: fixed cost, and per GB of inputs and output */
+  double cuda_ms, cuda_ms_per_gb; /* the GPU from host arrays (staging, PCIe both ways, the kernel) */
+  int calibrated;                 /* 0 until measured (or set) */
+} lam_hidden_costs;
+lam_status lam_hidden_calibrate(lam_ctx *ctx);
+lam_status lam_hidden_costs_get(const lam_ctx *ctx, lam_hidden_costs *costs);
+/* Fixes the model's costs (no calibration, no correction after): to test the choice, or to pin it. */
+lam_status lam_hidden_costs_set(lam_ctx *ctx, const lam_hidden_costs *costs);
+/* Where the context's last lam_hidden ran and why, e.g. "cpu (auto: host arrays; host ~14.2 ms, GPU ~29.0
+ * ms)". "" before the first call. */
+const char *lam_hidden_choice(const lam_ctx *ctx);
+/* The floor under lam_hidden on the host: a pass on the host threads that reads grey and w and writes out
+ * (out = w + grey, no tanh), timed into *ms: what the host's memory allows this op. On any context; out is
+ * overwritten with meaningless values. */
+lam_status lam_hidden_memory_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype grey_dtype, const float *w,
+                                   float *out, double *ms);
 
 /* The course's three separate steps, each a pass of its own over backend memory (device memory on
  * CUDA): normalize out = grey / 255, weigh out = a * w, activate out = tanh(x). Asynchronous on CUDA. */

@@ -35,6 +35,15 @@ static inline size_t lam_direct_work_floats(int OC, int taps, size_t pooled_per_
   return (size_t)OC * ((pooled_per_channel + LAM_DIRECT_CHUNK - 1) / LAM_DIRECT_CHUNK) * (size_t)(taps + 1);
 }
 
+/* lam_hidden's per-call choice on AUTO contexts (hidden_choice.c): a call on host arrays is expected to
+ * take fixed + bytes * per_gb / 1e9 ms on each side, bytes being its inputs' and output's. */
+typedef struct lam_hidden_model {
+  lam_hidden_costs c;
+  int fixed; /* set by lam_hidden_costs_set: not calibrated nor updated */
+} lam_hidden_model;
+lam_status lam_hidden_auto(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
+                           lam_hidden_timing *timing);
+
 typedef struct lam_backend {
   const char *name; /* "cpu" or "cuda" */
   int direct_first_conv; /* 1: conv_pool_direct_* beat im2col + GEMM here (the GPU); the CPU's GEMMs win */
@@ -53,6 +62,8 @@ typedef struct lam_backend {
   /* Ops: arguments are validated by the caller (ops.c). */
   lam_status (*hidden)(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w,
                        float *out, lam_hidden_timing *timing);
+  /* 1 where p is host memory (pageable or pinned), 0 where it is the device's. NULL: all memory is host. */
+  int (*host_memory)(lam_ctx *ctx, const void *p);
   /* NULL where the backend has no host staging (the CPU). */
   lam_status (*staging_floor)(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
                               double *ms);
@@ -116,7 +127,11 @@ struct lam_ctx {
   int poison;              /* LAMINA_POISON=1: every block lam_mem_alloc hands out starts as NaNs (a read of what
                             * nothing wrote shows in the results; compute-sanitizer's initcheck misses writes made
                             * by cuDNN's and cuBLAS's Hopper kernels) */
-  int threads;             /* OpenMP threads of the host-side work (cpu/threads.c; lam_ctx_set_threads) */
+  int threads;             /* threads of the host-side work (cpu/threads.c; lam_ctx_set_threads) */
+  char threads_why[224];   /* where that count came from, for the device name and `lamina info` */
+  lam_device want;         /* the device asked for: AUTO lets lam_hidden choose per call (hidden_choice.c) */
+  lam_hidden_model hidden; /* that choice's costs */
+  char hidden_choice[240]; /* lam_hidden_choice: where the last lam_hidden ran and why */
   void *state;      /* the backend's own state */
 };
 
@@ -148,6 +163,7 @@ lam_status lam_output_write(const char *path, const char *what, lam_file_kind ki
 lam_file_kind lam_file_kind_of(const uint8_t *p, size_t n);
 
 lam_status cpu_ctx_init(lam_ctx *ctx);
+void lam_cpu_name(lam_ctx *ctx); /* "cpu (N threads: why)" from ctx->threads and threads_why */
 lam_status cuda_ctx_init(lam_ctx *ctx);
 int cuda_device_count(const char **why);
 lam_status cuda_device_info_get(int device, lam_cuda_device_info *info);
@@ -159,13 +175,26 @@ lam_status cuda_nccl_unique_id(unsigned char *id, size_t bytes); /* cuda/comm.cu
 double lam_now_ms(void); /* a monotonic clock, milliseconds */
 int lam_omp_max_threads(void); /* OpenMP threads a parallel region gets (1 without OpenMP) */
 /* cpu/threads.c: the default thread count (LAMINA_THREADS, OMP_NUM_THREADS, else the cores this process
- * may use less those other processes keep busy; why says which, "" for plain), the busy cores of the
- * allowed ones (a 20 ms sample of /proc/stat), and the count the calling thread's regions use from now. */
+ * may use; why says which), those cores (affinity cut to the cgroup's CPU quota; why says which bound),
+ * a count asked for by `by` cut to them (why says so when it was), and the count the calling thread's
+ * OpenMP regions and the pool use from now. */
 int lam_cpu_default_threads(char *why, size_t size);
-/* A bad LAMINA_THREADS is an error; OMP_NUM_THREADS over LAM_MAX_THREADS is bounded on the calling thread. */
+int lam_cpu_allowed_cores(char *why, size_t size);
+int lam_cpu_bound_threads(int asked, const char *by, char *why, size_t size);
+/* The CPU quota (cores, e.g. 2.5) of the cgroups a process is in, read from its /proc/self/cgroup and
+ * /proc/self/mountinfo, with root (NULL: none) put before the mount points: the smallest on the way up
+ * from its cgroup to the mount's; 0 where none is set. src names the file that set it. */
+double lam_cgroup_cpu_quota(const char *proc_cgroup, const char *mountinfo, const char *root, char *src, size_t size);
+/* A bad LAMINA_THREADS is an error; OMP_NUM_THREADS past the cores is cut to them on the calling thread. */
 lam_status lam_cpu_threads_env_check(void);
-int lam_cpu_busy_cores(int *allowed);
 void lam_cpu_use_threads(int n);
+/* cpu/pool.c: fn(arg, begin, end) over [0, n) in chunks of `chunk` items, taken from a shared counter by
+ * the calling thread and the pool's workers (lam_pool_set_threads of them in all); returns when every
+ * chunk is done. A thread that is not scheduled takes no chunk and so holds nothing up. */
+typedef void (*lam_pool_fn)(void *arg, size_t begin, size_t end);
+void lam_pool_for(size_t n, size_t chunk, lam_pool_fn fn, void *arg);
+void lam_pool_set_threads(int n);
+int lam_pool_threads(void);
 /* Copies several (dst, src, bytes) pieces using all OpenMP threads; the pieces are split evenly. */
 typedef struct lam_copy_job {
   void *dst;

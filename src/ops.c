@@ -1,5 +1,6 @@
 /* ops.c — the public entry points of the ops: argument checks that every backend shares, then the
  * backend's own implementation. */
+#include "cpu/cpu.h"
 #include "internal.h"
 
 static lam_status check_common(const char *fn, lam_ctx *ctx, size_t n) {
@@ -19,7 +20,7 @@ lam_status lam_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, co
                       lam_hidden_timing *timing) {
   LAM_TRY(check_common("lam_hidden", ctx, n));
   LAM_TRY(check_dtype("lam_hidden", gt));
-  if (timing) *timing = (lam_hidden_timing){.chunks = 1};
+  if (timing) *timing = (lam_hidden_timing){.chunks = 1, .device = ctx->device};
   if (n == 0) return LAM_OK;
   LAM_CHECK_ARG(grey && w && out, "lam_hidden: %s is NULL (n = %zu)", !grey ? "grey" : !w ? "w" : "out", n);
   /* Overlap that is not exact aliasing with w would read values already overwritten. */
@@ -27,7 +28,29 @@ lam_status lam_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, co
   size_t gb = n * lam_dtype_size(gt), fb = n * sizeof(float);
   LAM_CHECK_ARG(!(o < g + gb && g < o + fb), "lam_hidden: out overlaps grey; use a separate output buffer");
   LAM_CHECK_ARG(o == wc || !(o < wc + fb && wc < o + fb), "lam_hidden: out partly overlaps w; use out == w or a separate buffer");
-  return ctx->be->hidden(ctx, n, grey, gt, w, out, timing);
+  if (ctx->want == LAM_DEVICE_AUTO && ctx->device == LAM_DEVICE_CUDA && ctx->be->host_memory)
+    return lam_hidden_auto(ctx, n, grey, gt, w, out, timing);
+  snprintf(ctx->hidden_choice, sizeof ctx->hidden_choice, "%s", lam_device_str(ctx->device));
+  LAM_TRY(ctx->be->hidden(ctx, n, grey, gt, w, out, timing));
+  if (timing) timing->device = ctx->device;
+  return LAM_OK;
+}
+
+lam_status lam_hidden_memory_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w,
+                                   float *out, double *ms) {
+  LAM_TRY(check_common("lam_hidden_memory_floor", ctx, n));
+  LAM_TRY(check_dtype("lam_hidden_memory_floor", gt));
+  LAM_CHECK_ARG(ms, "lam_hidden_memory_floor: ms is NULL");
+  *ms = 0;
+  if (n == 0) return LAM_OK;
+  LAM_CHECK_ARG(grey && w && out, "lam_hidden_memory_floor: %s is NULL (n = %zu)", !grey ? "grey" : !w ? "w" : "out", n);
+  if (ctx->be->host_memory)
+    LAM_CHECK_ARG(ctx->be->host_memory(ctx, grey) && ctx->be->host_memory(ctx, w) && ctx->be->host_memory(ctx, out),
+                  "lam_hidden_memory_floor: the arrays must be host memory (the floor is the host's)");
+  double t0 = lam_now_ms();
+  cpu_memory_floor(n, grey, gt, w, out);
+  *ms = lam_now_ms() - t0;
+  return LAM_OK;
 }
 
 lam_status lam_hidden_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w,

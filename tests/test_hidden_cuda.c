@@ -257,6 +257,53 @@ static void test_pinned_staging(void **state) {
   assert_true(s.pinned_host > 0);
 }
 
+/* An AUTO context chooses per call: host arrays where the costs say (each side forced in turn by
+ * lam_hidden_costs_set), device arrays always on the GPU; results right either way. Then a fresh AUTO
+ * context's calibration, whose figures are printed. */
+static void test_auto_choice(void **state) {
+  (void)state;
+  lam_ctx *ctx = NULL;
+  TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_AUTO));
+  assert_int_equal(lam_ctx_device(ctx), LAM_DEVICE_CUDA);
+  lam_hidden_costs host_cheap = {.cpu_ms = 0, .cpu_ms_per_gb = 1, .cuda_ms = 1000, .cuda_ms_per_gb = 1000};
+  lam_hidden_costs gpu_cheap = {.cpu_ms = 1000, .cpu_ms_per_gb = 1000, .cuda_ms = 0, .cuda_ms_per_gb = 1};
+  for (int d = 0; d < 2; d++) {
+    tu_case host = {1000003, (lam_dtype)d, TU_W_NORMAL, TU_PAGEABLE, TU_PAGEABLE, TU_PAGEABLE, 0, 0, 0};
+    tu_case pinned = {1000003, (lam_dtype)d, TU_W_NORMAL, TU_PINNED, TU_PINNED, TU_PINNED, 0, 0, 0};
+    tu_case dev = {1000003, (lam_dtype)d, TU_W_NORMAL, TU_BACKEND, TU_BACKEND, TU_BACKEND, 0, 0, 0};
+    tu_case mixed = {1000003, (lam_dtype)d, TU_W_NORMAL, TU_PAGEABLE, TU_BACKEND, TU_PAGEABLE, 0, 0, 0};
+    TU_OK(lam_hidden_costs_set(ctx, &host_cheap));
+    assert_int_equal(tu_run_hidden(ctx, &host).device, LAM_DEVICE_CPU);
+    assert_int_equal(strncmp(lam_hidden_choice(ctx), "cpu (auto: host arrays", 22), 0);
+    assert_int_equal(tu_run_hidden(ctx, &pinned).device, LAM_DEVICE_CPU);
+    assert_int_equal(tu_run_hidden(ctx, &dev).device, LAM_DEVICE_CUDA); /* device arrays never move */
+    assert_int_equal(tu_run_hidden(ctx, &mixed).device, LAM_DEVICE_CUDA);
+    TU_OK(lam_hidden_costs_set(ctx, &gpu_cheap));
+    assert_int_equal(tu_run_hidden(ctx, &host).device, LAM_DEVICE_CUDA);
+    assert_int_equal(strncmp(lam_hidden_choice(ctx), "cuda (auto: host arrays", 23), 0);
+  }
+  lam_ctx_free(ctx);
+  /* a CUDA context asked for explicitly never chooses */
+  lam_hidden_costs got;
+  TU_OK(lam_hidden_costs_set(g_ctx, &host_cheap));
+  tu_case host = {1000003, LAM_DTYPE_F32, TU_W_NORMAL, TU_PAGEABLE, TU_PAGEABLE, TU_PAGEABLE, 0, 0, 0};
+  assert_int_equal(tu_run_hidden(g_ctx, &host).device, LAM_DEVICE_CUDA);
+  /* calibration */
+  TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_AUTO));
+  TU_OK(lam_hidden_costs_get(ctx, &got));
+  assert_int_equal(got.calibrated, 0);
+  TU_OK(lam_hidden_calibrate(ctx));
+  TU_OK(lam_hidden_costs_get(ctx, &got));
+  print_message("calibrated: host %.3f ms + %.3f ms/GB (%d threads), GPU %.3f ms + %.3f ms/GB\n", got.cpu_ms,
+                got.cpu_ms_per_gb, lam_ctx_threads(ctx), got.cuda_ms, got.cuda_ms_per_gb);
+  assert_int_equal(got.calibrated, 1);
+  assert_true(got.cpu_ms_per_gb > 0 && got.cuda_ms_per_gb > 0 && got.cpu_ms >= 0 && got.cuda_ms >= 0);
+  lam_hidden_timing t = tu_run_hidden(ctx, &host);
+  print_message("n=1000003 on auto: %s, %.3f ms (%s)\n", t.device == LAM_DEVICE_CPU ? "cpu" : "cuda", t.total,
+                lam_hidden_choice(ctx));
+  lam_ctx_free(ctx);
+}
+
 int main(void) {
   const char *why = NULL;
   int count = lam_cuda_device_count(&why);
@@ -278,6 +325,7 @@ int main(void) {
       cmocka_unit_test(test_ops_chain),     cmocka_unit_test(test_tanh_values),
       cmocka_unit_test(test_ordering),      cmocka_unit_test(test_timing),
       cmocka_unit_test(test_alloc_figures), cmocka_unit_test(test_pinned_staging),
+      cmocka_unit_test(test_auto_choice),
   };
   int failed = TU_RUN_GROUP("hidden_cuda", tests, NULL, NULL);
   lam_ctx_free(g_ctx);

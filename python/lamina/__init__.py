@@ -38,9 +38,17 @@ from ._lib import LIBRARY_PATH as library_path
 from ._lib import LaminaError
 from ._context import (build_info, cuda_device_count, cuda_unavailable_reason, device_info, memory_stats,
                        release_cached, set_memory_limit, synchronize)
-from .hidden import DeviceArray, create_hidden_layer, device_empty, from_dlpack, to_device
+from .hidden import DeviceArray, create_hidden_layer, device_empty, from_dlpack, last_call, to_device
 from .model import Model, load
 
+import os as _os
+
+if _os.environ.get("LAMINA_PREWARM", "").strip() == "1":  # the AUTO context starts now, on a background thread
+    from ._context import start_auto as _start_auto
+
+    _start_auto()
+
 __all__ = ["__version__", "LaminaError", "Model", "DeviceArray", "build_info", "create_hidden_layer", "cuda_device_count",
-           "cuda_unavailable_reason", "device_empty", "device_info", "from_dlpack", "library_path", "load", "memory_stats",
+           "cuda_unavailable_reason", "device_empty", "device_info", "from_dlpack", "last_call", "library_path", "load",
+           "memory_stats",
            "release_cached", "set_memory_limit", "synchronize", "to_device"]

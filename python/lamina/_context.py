@@ -5,11 +5,19 @@ call to call, so a fresh context per call would cost more than the work. The cac
 freed: device arrays and models hold them, and freeing at interpreter exit would race their own
 finalizers; the process's exit gives everything back.
 
+The AUTO context is made on a background thread at the first create_hidden_layer(device="auto") (or at
+import with LAMINA_PREWARM=1): a CUDA context takes ~0.2 s to make, more than the whole call takes on
+the host threads, so the calls made before it is ready run on the CPU context, and the AUTO context,
+once made, chooses per call (lam_hidden on a LAM_DEVICE_AUTO context; its cost model is calibrated on
+that background thread too). Nothing is made at import by default, and a process that never asks for
+"auto" or "cuda" never makes a CUDA context.
+
 A C context may be used by one thread at a time, and ctypes drops the GIL during calls, so every call
 on a context holds its lock. A model sees its context through a ModelContext, whose lock also sets the
 model's precision.
 """
 import operator
+import os
 import threading
 from ctypes import byref, c_char_p, c_size_t, c_void_p
 
@@ -124,6 +132,9 @@ def get_context(device="auto"):
     when a device is present (the C library decides, honouring LAMINA_DEVICE) and shares the context
     of the device it picked, so that "auto" and "cuda" never make two CUDA contexts."""
     d = normalize_device(device)
+    t = _auto_start["thread"]
+    if t is not None and d != "cpu" and t is not threading.current_thread():
+        t.join()  # the AUTO context being made in the background is the one this asks for
     with _contexts_lock:
         ctx = _contexts.get(d)
         if ctx is not None:
@@ -139,6 +150,82 @@ def get_context(device="auto"):
             _contexts[ctx.device] = ctx
         _contexts[d] = ctx
         return ctx
+
+
+# The AUTO context's background start: the thread while it runs, and what it failed with.
+_auto_start = {"thread": None, "error": None}
+
+
+def _make_auto():
+    """On the background thread: makes the AUTO context, on CUDA calibrates lam_hidden's choice (so no
+    call pays for it), and registers it as get_context does."""
+    try:
+        ctx = Context("auto")
+        if ctx.device == "cuda":
+            with ctx.lock:
+                check(lib.lam_hidden_calibrate(ctx.ptr))
+        with _contexts_lock:
+            existing = _contexts.get(ctx.device)
+            if existing is not None:  # "cuda" was asked for meanwhile: keep that one
+                lib.lam_ctx_free(ctx.ptr)
+                ctx = existing
+            else:
+                _contexts[ctx.device] = ctx
+            _contexts["auto"] = ctx
+    except Exception as e:  # the calls go on on the CPU, saying why
+        _auto_start["error"] = e
+
+
+def _wants_background_auto():
+    """Whether the AUTO context could be a CUDA one that chooses per call (and so is worth making in the
+    background): a CUDA build, and LAMINA_DEVICE unset or auto (cpu or cuda there fix the device, and the
+    calls wait for it as for device="cuda"). Asks no driver (that is what takes the time)."""
+    env = os.environ.get("LAMINA_DEVICE", "").strip()
+    if env not in ("", "auto"):
+        return False
+    info = _lib.BuildInfo()
+    lib.lam_build_info_get(byref(info))
+    return bool(info.with_cuda)
+
+
+def start_auto():
+    """Starts making the AUTO context on a background thread, unless it exists or is being made."""
+    with _contexts_lock:
+        if "auto" in _contexts or _auto_start["thread"] is not None or _auto_start["error"] is not None:
+            return
+        t = threading.Thread(target=_make_auto, name="lamina-context", daemon=True)
+        _auto_start["thread"] = t
+        t.start()
+
+
+def auto_context_now():
+    """(context, note) for an AUTO call on host arrays that must not wait: the AUTO context when it is
+    ready; else the CPU context, with the AUTO one started in the background, and a note saying why the
+    call ran on the host."""
+    ctx = _contexts.get("auto")
+    if ctx is not None:
+        return ctx, None
+    if not _wants_background_auto():
+        return get_context("auto"), None
+    start_auto()
+    ctx = _contexts.get("auto")
+    if ctx is not None:
+        return ctx, None
+    err = _auto_start["error"]
+    note = (f"cpu (auto: the GPU's context failed to start ({err}); the host threads ran it)" if err is not None else
+            "cpu (auto: the CUDA context, where there is a GPU, is still starting on a background thread; the host "
+            "threads ran it)")
+    return get_context("cpu"), note
+
+
+def _after_fork_in_child():
+    # A thread making the context did not come along; the child makes its own if it asks (and, where
+    # the parent had made a CUDA context, CUDA refuses it there: the calls then stay on the CPU).
+    _auto_start["thread"] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def device_info(device="auto"):

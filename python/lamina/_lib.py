@@ -15,7 +15,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_char, c_char_p, c_do
 
 # The C header's LAMINA_VERSION that these declarations were written against: a library of another
 # version may lay its structs out differently.
-C_API_VERSION = "0.1.0"
+C_API_VERSION = "0.2.0"
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 # <repo>/python/lamina -> <repo>: the build trees of a source checkout.
@@ -142,7 +142,12 @@ class MemStats(Structure):
 
 class HiddenTiming(Structure):
     _fields_ = [("staging", c_double), ("copy_in", c_double), ("kernel", c_double), ("copy_out", c_double),
-                ("total", c_double), ("chunks", c_int)]
+                ("total", c_double), ("chunks", c_int), ("device", c_int)]
+
+
+class HiddenCosts(Structure):
+    _fields_ = [("cpu_ms", c_double), ("cpu_ms_per_gb", c_double), ("cuda_ms", c_double), ("cuda_ms_per_gb", c_double),
+                ("calibrated", c_int)]
 
 
 class Dataset(Structure):
@@ -219,6 +224,12 @@ _SIGNATURES = {
     "lam_mem_upload": (_status, [_P, _P, _P, c_size_t]),
     "lam_mem_download": (_status, [_P, _P, _P, c_size_t]),
     "lam_hidden": (_status, [_P, c_size_t, _P, c_int, _P, _P, POINTER(HiddenTiming)]),
+    "lam_hidden_choice": (c_char_p, [_P]),
+    "lam_hidden_calibrate": (_status, [_P]),
+    "lam_hidden_costs_get": (_status, [_P, POINTER(HiddenCosts)]),
+    "lam_hidden_costs_set": (_status, [_P, POINTER(HiddenCosts)]),
+    "lam_default_threads": (c_int, [c_char_p, c_size_t]),
+    "lam_ctx_threads": (c_int, [_P]),
     "lam_normalize_images": (_status, [_P, c_size_t, c_int, c_int, c_int, c_int, _P, POINTER(c_float),
                                        POINTER(c_float), c_int, _P]),
     "lam_model_create": (_status, [_P, c_char_p, c_int, c_int, c_int, c_uint64, POINTER(c_void_p)]),

@@ -9,12 +9,13 @@ __cuda_array_interface__) go in as they are too, viewed by from_dlpack(); a Devi
 same ways (__dlpack__, __cuda_array_interface__), without a copy either way.
 """
 import re
+import threading
 
 import numpy as np
 from ctypes import byref, c_void_p
 
 from . import _arrays, _interop, _lib
-from ._context import Closing, get_context, normalize_device
+from ._context import Closing, auto_context_now, get_context, normalize_device
 from ._lib import check, lib
 
 _DTYPE_CODE = {np.dtype(np.float32): _lib.DTYPE_F32, np.dtype(np.uint8): _lib.DTYPE_U8}
@@ -279,10 +280,14 @@ def device_empty(shape, dtype=np.float32, device="auto"):
 
 
 def _pick_context(device, arrays):
-    """The context of the DeviceArrays among `arrays`, which must all share one, else `device`'s."""
+    """(context, note): the context of the DeviceArrays among `arrays`, which must all share one, else
+    `device`'s; for "auto" on host arrays, the CPU one while the AUTO context starts in the background
+    (note says so; None otherwise)."""
     ctxs = {id(a._ctx): a._ctx for a in arrays if isinstance(a, DeviceArray)}
     if not ctxs:
-        return get_context(device)
+        if normalize_device(device) == "auto":
+            return auto_context_now()
+        return get_context(device), None
     if len(ctxs) > 1:
         raise ValueError("the DeviceArrays live on different devices ("
                          + ", ".join(sorted(c.device for c in ctxs.values())) + "); put them on one")
@@ -290,7 +295,18 @@ def _pick_context(device, arrays):
     want = normalize_device(device)
     if want != "auto" and want != ctx.device:
         raise ValueError(f"device={device!r} but the DeviceArrays are on {ctx.device!r}")
-    return ctx
+    return ctx, None
+
+
+_last = threading.local()
+
+
+def last_call():
+    """Where this thread's last create_hidden_layer ran: {"device": "cpu"|"cuda", "choice": why (on
+    device="auto", the expected milliseconds of each side), "ms": its wall time in C}, or None before
+    the first call. With device="auto" (the default) a call on host arrays runs where it is expected to
+    be faster; the first calls of a process run on the host threads while the GPU's context starts."""
+    return getattr(_last, "call", None)
 
 
 def create_hidden_layer(greyscales, weights, device="auto", out=None, return_timing=False):
@@ -300,14 +316,19 @@ def create_hidden_layer(greyscales, weights, device="auto", out=None, return_tim
     NumPy array (any shape; C-contiguous arrays are passed without a copy, others are copied; other real
     dtypes are converted with a copy), a DeviceArray, or a CUDA array of another library (CuPy, Numba,
     PyTorch: __dlpack__ or __cuda_array_interface__, float32/uint8, C-contiguous), read where it is.
-    device: "auto" (CUDA if present), "cpu" or "cuda"; with device arrays, their device. out: a float32
+    device: "auto" (the default), "cpu" or "cuda"; with device arrays, their device. On "auto", device
+    arrays run on the GPU and host arrays where this machine runs them faster — on the host threads or
+    through the GPU, by a cost model measured once per process — and the calls made while the GPU's
+    context is still starting (on a background thread, from the first call) run on the host threads;
+    lamina.last_call() says where a call ran and why. out: a float32
     C-contiguous NumPy array, DeviceArray or CUDA array of another library, of the same size, to write
     into; by default a new NumPy array, or a new DeviceArray when both inputs are device arrays (then
     the call is queued on the device and returns at once; .numpy() waits). A call that involves another
     library's arrays waits for its kernel before returning, so that library may read or reuse them.
 
     Returns out, or (out, timing) with return_timing=True: where the call's milliseconds went
-    (staging, copy_in, kernel, copy_out, total, chunks; see lam_hidden_timing in lamina.h).
+    (staging, copy_in, kernel, copy_out, total, chunks; see lam_hidden_timing in lamina.h) and device,
+    where it ran ("cpu" or "cuda").
     """
     views = []  # DeviceArrays over other libraries' memory, let go of before returning
 
@@ -334,7 +355,7 @@ def create_hidden_layer(greyscales, weights, device="auto", out=None, return_tim
 def _hidden(greyscales, weights, device, out, return_timing, wait):
     """create_hidden_layer on NumPy arrays and DeviceArrays: (out, timing dict or None). wait: let the
     queued kernel finish before returning."""
-    ctx = _pick_context(device, (greyscales, weights, out))
+    ctx, note = _pick_context(device, (greyscales, weights, out))
     if isinstance(greyscales, DeviceArray):
         greyscales._check_open()
         g = greyscales
@@ -372,13 +393,17 @@ def _hidden(greyscales, weights, device, out, return_timing, wait):
     def addr(a):
         return a._ptr if isinstance(a, DeviceArray) else a.ctypes.data
 
-    timing = _lib.HiddenTiming() if return_timing else None
+    timing = _lib.HiddenTiming()
     # g, w and out are local references: the NumPy memory stays alive until C returns.
     with ctx.lock:
-        check(lib.lam_hidden(ctx.ptr, n, addr(g), _DTYPE_CODE[g.dtype], addr(w), addr(out),
-                             byref(timing) if timing is not None else None))
+        check(lib.lam_hidden(ctx.ptr, n, addr(g), _DTYPE_CODE[g.dtype], addr(w), addr(out), byref(timing)))
+        choice = note or lib.lam_hidden_choice(ctx.ptr).decode(errors="replace")
     if wait:
         ctx.sync()
+    where = _lib.DEVICE_NAMES.get(timing.device, "?")
+    _last.call = {"device": where, "choice": choice, "ms": timing.total}
     if return_timing:
-        return out, {name: getattr(timing, name) for name, _ in _lib.HiddenTiming._fields_}
+        t = {name: getattr(timing, name) for name, _ in _lib.HiddenTiming._fields_}
+        t["device"] = where
+        return out, t
     return out, None

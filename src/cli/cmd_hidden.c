@@ -40,8 +40,8 @@ static void usage(FILE *f) {
           "  --unfused              the course's three separate ops (normalize, weigh, activate) instead of\n"
           "                         the fused kernel; implies --resident\n"
           "  --seed S               input seed (default 42)\n"
-          "  --threads N            OpenMP threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else\n"
-          "                         the cores other processes do not keep busy)\n"
+          "  --threads N            threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else\n"
+          "                         the cores this process may use)\n"
           "  --repeat R             timed calls (default 10)\n"
           "  --warmup W             untimed calls first (default 1)\n"
           "  --json                 print one JSON object instead of text\n"
@@ -233,7 +233,7 @@ int cmd_hidden(int argc, char **argv) {
   double *tt = calloc((size_t)R * 5, sizeof *tt);
   double *t_total = tt, *t_stage = tt + R, *t_in = tt + 2 * R, *t_kern = tt + 3 * R, *t_out = tt + 4 * R;
   lam_hidden_timing t = {0};
-  double err = NAN, floor_ms = -1, b2b_ms = -1;
+  double err = NAN, floor_ms = -1, b2b_ms = -1, mem_floor_ms = -1;
   int chunks = 1;
   if (!tt) {
     fprintf(stderr, "lamina hidden: out of host memory\n");
@@ -266,12 +266,21 @@ int cmd_hidden(int argc, char **argv) {
   }
   if (lam_ctx_device(ctx) == LAM_DEVICE_CUDA && o.n && !o.unfused && o.resident == RES_ALL)
     TRY(back_to_back(ctx, &o, &b, &b2b_ms));
+  /* What the host's memory allows: the same bytes read and written by the host threads, no math. */
+  if (o.n && !o.unfused && o.resident == RES_NONE) {
+    const void *g = b.hg32 ? (void *)b.hg32 : (void *)b.hg8;
+    double f[5];
+    int nf = 0;
+    for (; nf < 5; nf++) TRY(lam_hidden_memory_floor(ctx, o.n, g, o.dtype, b.hw, b.hout, &f[nf]));
+    mem_floor_ms = cli_median(f, nf);
+  }
 
   double med_total = cli_median(t_total, R), min_total = cli_min(t_total, R);
   double m_stage = cli_median(t_stage, R), m_in = cli_median(t_in, R), m_kern = cli_median(t_kern, R),
          m_out = cli_median(t_out, R);
   int ok = err <= MAX_ABS_ERR; /* false for NaN */
-  const char *dev = lam_device_str(lam_ctx_device(ctx));
+  /* where the calls ran: an AUTO context chooses per call (the last call's choice) */
+  const char *dev = o.unfused ? lam_device_str(lam_ctx_device(ctx)) : lam_device_str((lam_device)t.device);
   int gdev = o.resident == RES_ALL, wdev = o.resident != RES_NONE, print_rc = 0;
   if (o.json) {
     /* max_abs_err is null where a result was NaN (ok is then false) */
@@ -279,6 +288,8 @@ int cmd_hidden(int argc, char **argv) {
     int bad = !j || !ms;
     bad |= json_object_set_new(j, "device", cli_json_str(dev));
     bad |= json_object_set_new(j, "device_name", cli_json_str(lam_ctx_device_name(ctx)));
+    bad |= json_object_set_new(j, "threads", json_integer(lam_ctx_threads(ctx)));
+    bad |= json_object_set_new(j, "choice", cli_json_str(o.unfused ? "" : lam_hidden_choice(ctx)));
     bad |= json_object_set_new(j, "n", json_integer((json_int_t)o.n));
     bad |= json_object_set_new(j, "dtype", cli_json_str(lam_dtype_str(o.dtype)));
     bad |= json_object_set_new(j, "resident", cli_json_str(resident_str[o.resident]));
@@ -297,6 +308,7 @@ int cmd_hidden(int argc, char **argv) {
     bad |= json_object_set_new(ms, "total_min", cli_json_num(min_total));
     if (floor_ms >= 0) bad |= json_object_set_new(ms, "staging_floor", cli_json_num(floor_ms));
     if (b2b_ms >= 0) bad |= json_object_set_new(ms, "back_to_back", cli_json_num(b2b_ms));
+    if (mem_floor_ms >= 0) bad |= json_object_set_new(ms, "memory_floor", cli_json_num(mem_floor_ms));
     bad |= json_object_set_new(j, "ms", ms); /* j takes ms (and releases it with j) */
     if (bad) {
       json_decref(j);
@@ -306,6 +318,7 @@ int cmd_hidden(int argc, char **argv) {
   } else {
     printf("lamina hidden: n = %zu, greys %s, on %s\n", o.n, lam_dtype_str(o.dtype), lam_ctx_device_name(ctx));
     if (*lam_ctx_choice_reason(ctx)) printf("  device choice: %s\n", lam_ctx_choice_reason(ctx));
+    if (!o.unfused) printf("  the calls ran on: %s\n", lam_hidden_choice(ctx));
     printf("  arrays: grey in %s, w in %s, out in %s; %s; %d chunk%s\n", where_str(gdev, o.pinned),
            where_str(wdev, o.pinned), where_str(gdev, o.pinned), o.unfused ? "three separate ops" : "fused", chunks,
            chunks == 1 ? "" : "s");
@@ -317,6 +330,9 @@ int cmd_hidden(int argc, char **argv) {
     if (floor_ms >= 0)
       printf("  host staging floor (the same copies, no GPU work): %.4f ms; the call is %.2fx that\n", floor_ms,
              floor_ms > 0 ? med_total / floor_ms : 0.0);
+    if (mem_floor_ms >= 0)
+      printf("  host memory floor (the same bytes read and written by the %d host threads, no math): %.4f ms\n",
+             lam_ctx_threads(ctx), mem_floor_ms);
     if (b2b_ms >= 0) printf("  back-to-back calls, one wait at the end: %.4f ms (%.1f us) per call\n", b2b_ms, b2b_ms * 1e3);
     double bytes = (double)o.n * (lam_dtype_size(o.dtype) + 8);
     if (med_total > 0) printf("  throughput: %.1f GB/s of inputs and output\n", bytes / med_total / 1e6);

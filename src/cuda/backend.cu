@@ -332,7 +332,7 @@ static void cuda_destroy(lam_ctx *ctx) {
 #define LAM_CUDA_ENTRY(name, params) cuda_##name,
 static const lam_backend cuda_backend = {
     "cuda", 1, 1, cuda_raw_alloc, cuda_raw_free, cuda_upload, cuda_upload, cuda_host_alloc, cuda_host_free, cuda_sync,
-    cuda_destroy, cuda_hidden, cuda_staging_floor, cuda_normalize, cuda_weigh, cuda_tanh,
+    cuda_destroy, cuda_hidden, cuda_host_memory, cuda_staging_floor, cuda_normalize, cuda_weigh, cuda_tanh,
     LAM_NN_PRIMS(LAM_CUDA_ENTRY)
     cuda_copy_async, cuda_event_reserve, cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms,
     cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free, cuda_set_precision, cuda_mark_reserve,

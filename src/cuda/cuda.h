@@ -102,6 +102,7 @@ static inline cuda_state *cuda_st(lam_ctx *ctx) { return (cuda_state *)ctx->stat
 /* The CUDA twins of the CPU ops (cpu/cpu.h), cuda_ prefix. */
 lam_status cuda_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
                        lam_hidden_timing *timing);
+int cuda_host_memory(lam_ctx *ctx, const void *p);
 lam_status cuda_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
                               double *ms);
 lam_status cuda_normalize(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out);

@@ -140,6 +140,18 @@ static lam_status where_is(cuda_state *st, const void *p, const char *name, mem_
   }
 }
 
+/* Host memory, pinned or not (lam_hidden's choice on AUTO contexts); 0 for device and managed memory,
+ * and where CUDA cannot say (the GPU's path then reports what is wrong). */
+int cuda_host_memory(lam_ctx *ctx, const void *p) {
+  (void)ctx;
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
+}
+
 /* ---- pinned staging ---- */
 
 void cuda_staging_free(lam_ctx *ctx) {

@@ -10,10 +10,10 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# One OpenMP thread count for this process and the `lamina` commands it runs: test_model compares
-# Python's training with the CLI's bit for bit, and each context otherwise picks its count from the cores
-# other processes keep busy at that moment (ctest -j runs other tests beside it), and a different count
-# sums in another order. Set before lamina makes its first context.
+# One thread count for this process and the `lamina` commands it runs: test_model compares Python's
+# training with the CLI's bit for bit, and a different count sums in another order (the default is the
+# cores this process may use, which a command started under another affinity would see differently).
+# Set before lamina makes its first context.
 os.environ.setdefault("LAMINA_THREADS", str(os.cpu_count() or 1))
 CPU_MODULES = ["test_abi", "test_hidden", "test_model", "test_api", "test_images", "test_examples", "test_interop",
                "test_bench_plot", "test_cuda", "test_clips"]

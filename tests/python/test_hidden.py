@@ -1,5 +1,8 @@
 """lamina.create_hidden_layer on the CPU backend against NumPy's float64 tanh(g / 255 * w), and the
 errors for bad inputs. Fresh random inputs every run; the seed is in every failure message."""
+import os
+import subprocess
+import sys
 import threading
 import unittest
 
@@ -115,7 +118,7 @@ class HiddenLayerValues(unittest.TestCase):
         g, w = course_inputs(self.rng, 10_000)
         out, t = lamina.create_hidden_layer(g, w, device=DEV, return_timing=True)
         self.check(out, g, w, "return_timing")
-        self.assertEqual(set(t), {"staging", "copy_in", "kernel", "copy_out", "total", "chunks"})
+        self.assertEqual(set(t), {"staging", "copy_in", "kernel", "copy_out", "total", "chunks", "device"})
         self.assertGreater(t["total"], 0)
 
     def test_threads(self):
@@ -142,6 +145,115 @@ class HiddenLayerValues(unittest.TestCase):
             self.assertEqual(info["device"], "cpu")
         g, w = course_inputs(self.rng, 1000)
         self.check(lamina.create_hidden_layer(g, w), g, w, "auto")
+
+
+# A fresh process (the first call of a process is what these check): prints one line of results, or fails.
+FIRST_CALL = r"""
+import json, sys, threading, numpy as np
+import lamina
+from lamina import _context
+started_at_import = any(t.name == "lamina-context" for t in threading.enumerate()) or "auto" in _context._contexts
+rng = np.random.default_rng(int(sys.argv[1]))
+g = np.floor(rng.uniform(0, 255, 2_000_003)).astype(np.float32)
+w = rng.normal(0.5, 0.1, g.size).astype(np.float32)
+ref = np.tanh(g.astype(np.float64) / 255 * w)
+out = lamina.create_hidden_layer(g, w)
+first = lamina.last_call()
+err = float(np.abs(out - ref).max())
+lamina.device_info()  # waits for the AUTO context
+out = lamina.create_hidden_layer(g, w)
+later = lamina.last_call()
+err = max(err, float(np.abs(out - ref).max()))
+print(json.dumps({"started_at_import": started_at_import, "first": first, "later": later, "err": err,
+                  "with_cuda": lamina.build_info()["with_cuda"], "gpus": lamina.cuda_device_count()}))
+"""
+
+
+def fresh_process(code, *args, env=None):
+    e = dict(os.environ, **(env or {}))
+    p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300,
+                       env=e)
+    return p
+
+
+class FirstCallAndFork(unittest.TestCase):
+    """device="auto" (the default): a process's first call runs on the host threads while the AUTO context
+    starts on a background thread, nothing is made at import unless LAMINA_PREWARM=1, and a fork after
+    import (or after calls) still works in the child and the parent."""
+
+    def setUp(self):
+        self.rng = fresh_rng(self)
+
+    def run_first_call(self, env=None):
+        import json
+        p = fresh_process(FIRST_CALL, self.seed, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertLessEqual(r["err"], TOL, f"max abs error {r['err']:.3g} (seed {self.seed})")
+        return r
+
+    def test_first_call_on_the_host(self):
+        r = self.run_first_call()
+        self.assertFalse(r["started_at_import"], "the AUTO context was started at import without LAMINA_PREWARM")
+        self.assertEqual(r["first"]["device"], "cpu", r)
+        if r["with_cuda"] and r["gpus"] > 0:  # the CUDA context takes ~0.2 s to make: the call did not wait
+            self.assertIn("still starting", r["first"]["choice"], r)
+        if r["gpus"] > 0:
+            self.assertIn("auto: host arrays", r["later"]["choice"], r)  # the AUTO context chose
+        self.assertIn(r["later"]["device"], ("cpu", "cuda"))
+
+    def test_prewarm(self):
+        r = self.run_first_call({"LAMINA_PREWARM": "1"})
+        self.assertTrue(r["started_at_import"], r)
+
+    def test_fork(self):
+        code = r"""
+import os, signal, sys, numpy as np
+import lamina
+def check(tag):
+    rng = np.random.default_rng(int(sys.argv[1]) + len(tag))
+    g = np.floor(rng.uniform(0, 255, 1_500_001)).astype(np.float32)
+    w = rng.normal(0.5, 0.1, g.size).astype(np.float32)
+    err = float(np.abs(lamina.create_hidden_layer(g, w, device="cpu") - np.tanh(g.astype(np.float64) / 255 * w)).max())
+    if err > 1e-6:
+        raise SystemExit(f"{tag}: max abs error {err}")
+def fork_and_check(tag):
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)  # a hang in the child ends it with SIGALRM, seen below
+        try:
+            check(tag + " child")
+        except BaseException as e:
+            print(e, file=sys.stderr)
+            os._exit(1)
+        os._exit(0)
+    check(tag + " parent")
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        raise SystemExit(f"{tag}: the child ended with status {status:#x}")
+fork_and_check("after import")
+fork_and_check("after calls")  # the pool's workers ran in the parent; the child starts its own
+print("ok")
+"""
+        p = fresh_process(code, self.seed, env={"LAMINA_THREADS": "4"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.strip(), "ok")
+
+    def test_last_call(self):
+        g, w = course_inputs(self.rng, 70_000)
+        lamina.create_hidden_layer(g, w, device="cpu")
+        c = lamina.last_call()
+        self.assertEqual(c["device"], "cpu")
+        self.assertGreater(c["ms"], 0)
+        seen = {}
+
+        def other():
+            seen["c"] = lamina.last_call()
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        self.assertIsNone(seen["c"])  # per thread
 
 
 class DeviceArrays(unittest.TestCase):
