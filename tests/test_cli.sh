@@ -1480,8 +1480,14 @@ if [ "$have_gpu" -eq 1 ]; then
     run hidden --device cuda --n 3000017 --repeat 2 $extra --json
     expect_json "hidden --device cuda $extra" ok=true device='"cuda"' n=3000017
   done
-  LAMINA_DEVICE=auto run hidden --n 1000 --repeat 1 --json
-  expect_json "auto picks CUDA when a GPU is present" ok=true device='"cuda"'
+  # auto: the context is CUDA's; device arrays run there, host arrays where the calibrated costs say
+  LAMINA_DEVICE=auto run hidden --n 1000 --repeat 1 --resident --json
+  expect_json "auto: device arrays run on the GPU" ok=true device='"cuda"'
+  LAMINA_DEVICE=auto run hidden --n 3000017 --repeat 2 --json
+  if [ "$rc" -eq 0 ] && has "$TMP/out" '"device_name":"cuda:' && has "$TMP/out" "(auto: host arrays; expected" &&
+     has "$TMP/out" '"ok":true'; then
+    ok "auto: a CUDA context that chooses per call for host arrays, and says why"
+  else not_ok "auto with host arrays" "want a cuda device_name, a choice 'auto: host arrays; expected ...' and ok"; fi
 fi
 
 echo "$passed passed, $failed failed, $skipped skipped"

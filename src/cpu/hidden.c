@@ -1,8 +1,8 @@
 /* hidden.c — the hidden layer on the CPU: out = tanh(grey / 255 * w) in one fused pass, SIMD within a
  * thread, and the course's three separate steps. The loops run on the pool (pool.c): chunks taken from a
  * shared counter, so a thread whose core another process holds does less of the work instead of making
- * the others wait for it, and each chunk's output pages are first touched (faulted in) by the thread that
- * writes them, on all threads at once. The CUDA twins are in cuda/hidden.cu under the same names. */
+ * the others wait for it, and each chunk's output pages are faulted in by the thread that writes them
+ * (lam_prefault), on all threads at once. The CUDA twins are in cuda/hidden.cu under the same names. */
 #include "../internal.h"
 #include "cpu.h"
 #include "tanh.h"
@@ -36,6 +36,7 @@ static void hidden_chunk(void *arg, size_t lo, size_t hi) {
   const elementwise *e = arg;
   const float *w = e->b;
   float *out = e->out;
+  lam_prefault(out + lo, (hi - lo) * sizeof *out); /* chunks are at least 64 KB of out */
   if (e->u8) {
     const uint8_t *restrict g = e->a;
 #pragma omp simd
