@@ -202,8 +202,8 @@ typedef struct lam_copy_job {
   size_t bytes;
 } lam_copy_job;
 void lam_parallel_copy(const lam_copy_job *jobs, int njobs);
-/* Maps in the pages wholly inside [p, p + bytes) for writing, in one call (hostcopy.c): a fresh output's
- * first writes would otherwise fault a page at a time. */
+/* With LAMINA_PREFAULT=1, maps in the pages wholly inside [p, p + bytes) for writing, in one call
+ * (hostcopy.c: where that pays and where it does not). */
 void lam_prefault(void *p, size_t bytes);
 /* The first touch of fresh memory (one write per page) on all threads: mapping and zeroing the pages
  * is the cost, and it divides over the cores. */

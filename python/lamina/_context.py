@@ -289,9 +289,11 @@ def set_memory_limit(max_memory, device="auto"):
 
 
 def release_cached(device="auto"):
-    """Gives the allocator's cached (free) blocks back to the system; returns the bytes released."""
+    """Gives the allocator's cached (free) blocks back to the system, and the host buffer kept for new
+    outputs of create_hidden_layer; returns the bytes released."""
+    from . import _outputs
     ctx = get_context(device)
     released = c_size_t()
     with ctx.lock:
         check(lib.lam_mem_release_cached(ctx.ptr, byref(released)))
-    return int(released.value)
+    return int(released.value) + _outputs.release()

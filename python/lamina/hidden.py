@@ -14,7 +14,7 @@ import threading
 import numpy as np
 from ctypes import byref, c_void_p
 
-from . import _arrays, _interop, _lib
+from . import _arrays, _interop, _lib, _outputs
 from ._context import Closing, auto_context_now, get_context, normalize_device
 from ._lib import check, lib
 
@@ -380,7 +380,7 @@ def _hidden(greyscales, weights, device, out, return_timing, wait):
         if isinstance(g, DeviceArray) and isinstance(w, DeviceArray):
             out = DeviceArray(g.shape, np.float32, _ctx=ctx)
         else:
-            out = np.empty(g.shape, np.float32)
+            out = _outputs.empty(g.shape, n)
     elif isinstance(out, DeviceArray):
         out._check_open()
         if out.dtype != np.float32:

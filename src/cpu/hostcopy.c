@@ -3,6 +3,7 @@
  * pinned buffers is bound by it). */
 #define _GNU_SOURCE
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -38,7 +39,6 @@ typedef struct copy_list {
 } copy_list;
 
 #define PAGE ((size_t)4096)
-#define PREFAULT_MIN ((size_t)64 << 10) /* a smaller piece's one or few faults cost less than the call */
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
@@ -47,9 +47,21 @@ typedef struct copy_list {
 /* A fresh output (a new NumPy array) is unmapped until written, and faulting it in a 4 KB page at a time
  * cost more than the hidden layer's own pass: at n = 50M on the 2-core machine a call with a new output
  * took 62 ms against 24 ms into a written one. One MADV_POPULATE_WRITE a chunk maps the chunk's pages in
- * one go: 45 ms (2026-12-03; MADV_HUGEPAGE gave 51). On pages already there it costs nothing measurable,
- * and where the kernel lacks it (before 5.14) the writes fault as before. */
+ * one go: 45 ms there (MADV_HUGEPAGE gave 51). But on the H200 machine, whose NumPy arrays get huge
+ * pages, it saved 0.9 ms on fresh outputs and cost 2 ms on written ones (walking pages already there),
+ * 7 ms on the GPU path's copies (2026-12-03). So it is asked for (LAMINA_PREFAULT=1), not the default;
+ * where the kernel lacks it (before 5.14) the writes fault as before. */
+static int prefault_on(void) {
+  static int on = -1; /* LAMINA_PREFAULT=1 */
+  if (on < 0) {
+    const char *e = getenv("LAMINA_PREFAULT");
+    on = e && !strcmp(e, "1");
+  }
+  return on;
+}
+
 void lam_prefault(void *p, size_t bytes) {
+  if (!prefault_on()) return;
   uintptr_t a = ((uintptr_t)p + PAGE - 1) & ~(uintptr_t)(PAGE - 1), e = ((uintptr_t)p + bytes) & ~(uintptr_t)(PAGE - 1);
   if (e > a) madvise((void *)a, e - a, MADV_POPULATE_WRITE);
 }
@@ -61,10 +73,7 @@ static void copy_range(void *arg, size_t lo, size_t hi) {
   for (int j = 0; j < l->njobs && base < hi; j++) {
     size_t b0 = base, b1 = base + l->jobs[j].bytes;
     size_t s = lo > b0 ? lo : b0, e = hi < b1 ? hi : b1;
-    if (s < e) {
-      if (e - s >= PREFAULT_MIN) lam_prefault((char *)l->jobs[j].dst + (s - b0), e - s);
-      memcpy((char *)l->jobs[j].dst + (s - b0), (const char *)l->jobs[j].src + (s - b0), e - s);
-    }
+    if (s < e) memcpy((char *)l->jobs[j].dst + (s - b0), (const char *)l->jobs[j].src + (s - b0), e - s);
     base = b1;
   }
 }

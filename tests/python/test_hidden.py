@@ -239,6 +239,30 @@ print("ok")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout.strip(), "ok")
 
+    def test_recycled_outputs(self):
+        # A big output is made over a buffer that serves the next output once the caller lets go of the
+        # array and of every view of it; until then it is never written again.
+        n = 2_000_003
+        g, w = course_inputs(self.rng, n)
+        g2, w2 = course_inputs(self.rng, n)
+        a = lamina.create_hidden_layer(g, w, device="cpu")
+        view = a[::3]
+        keep = view.copy()
+        del a
+        b = lamina.create_hidden_layer(g2, w2, device="cpu")  # must not reuse a's buffer: view holds it
+        np.testing.assert_array_equal(view, keep)
+        self.assertTrue(b.flags.writeable and b.flags.c_contiguous)
+        err = float(np.max(np.abs(b.astype(np.float64) - reference(g2, w2))))
+        self.assertLessEqual(err, TOL, f"seed {self.seed}")
+        addr = b.ctypes.data
+        del b
+        c = lamina.create_hidden_layer(g, w, device="cpu")  # b's buffer, recycled
+        self.assertEqual(c.ctypes.data, addr)
+        err = float(np.max(np.abs(c.astype(np.float64) - reference(g, w))))
+        self.assertLessEqual(err, TOL, f"recycled buffer, seed {self.seed}")
+        del c, view
+        self.assertGreaterEqual(lamina.release_cached("cpu"), 4 * n)
+
     def test_last_call(self):
         g, w = course_inputs(self.rng, 70_000)
         lamina.create_hidden_layer(g, w, device="cpu")
