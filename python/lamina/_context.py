@@ -5,8 +5,8 @@ call to call, so a fresh context per call would cost more than the work. The cac
 freed: device arrays and models hold them, and freeing at interpreter exit would race their own
 finalizers; the process's exit gives everything back.
 
-The AUTO context is made on a background thread at the first create_hidden_layer(device="auto") (or at
-import with LAMINA_PREWARM=1): a CUDA context takes ~0.2 s to make, more than the whole call takes on
+The AUTO context is made on a background thread from the end of the first create_hidden_layer(device="auto")
+(or from import with LAMINA_PREWARM=1): a CUDA context takes ~0.2 s to make, more than the whole call takes on
 the host threads, so the calls made before it is ready run on the CPU context, and the AUTO context,
 once made, chooses per call (lam_hidden on a LAM_DEVICE_AUTO context; its cost model is calibrated on
 that background thread too). Nothing is made at import by default, and a process that never asks for
@@ -200,21 +200,23 @@ def start_auto():
 
 def auto_context_now():
     """(context, note) for an AUTO call on host arrays that must not wait: the AUTO context when it is
-    ready; else the CPU context, with the AUTO one started in the background, and a note saying why the
-    call ran on the host."""
+    ready; else the CPU context, and a note saying why the call ran on the host (the caller then starts
+    the AUTO context with start_auto, after its call: making a CUDA context maps memory, which would
+    hold up the page faults of the call's own new output)."""
     ctx = _contexts.get("auto")
     if ctx is not None:
         return ctx, None
     if not _wants_background_auto():
         return get_context("auto"), None
-    start_auto()
-    ctx = _contexts.get("auto")
-    if ctx is not None:
-        return ctx, None
     err = _auto_start["error"]
-    note = (f"cpu (auto: the GPU's context failed to start ({err}); the host threads ran it)" if err is not None else
-            "cpu (auto: the CUDA context, where there is a GPU, is still starting on a background thread; the host "
-            "threads ran it)")
+    if err is not None:
+        note = f"cpu (auto: the GPU's context failed to start ({err}); the host threads ran it)"
+    elif _auto_start["thread"] is None:
+        note = ("cpu (auto: the CUDA context, where there is a GPU, starts on a background thread after this "
+                "call; the host threads ran it)")
+    else:
+        note = ("cpu (auto: the CUDA context, where there is a GPU, is still starting on a background thread; "
+                "the host threads ran it)")
     return get_context("cpu"), note
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from ctypes import byref, c_void_p
 
 from . import _arrays, _interop, _lib, _outputs
-from ._context import Closing, auto_context_now, get_context, normalize_device
+from ._context import Closing, auto_context_now, get_context, normalize_device, start_auto
 from ._lib import check, lib
 
 _DTYPE_CODE = {np.dtype(np.float32): _lib.DTYPE_F32, np.dtype(np.uint8): _lib.DTYPE_U8}
@@ -398,6 +398,8 @@ def _hidden(greyscales, weights, device, out, return_timing, wait):
     with ctx.lock:
         check(lib.lam_hidden(ctx.ptr, n, addr(g), _DTYPE_CODE[g.dtype], addr(w), addr(out), byref(timing)))
         choice = note or lib.lam_hidden_choice(ctx.ptr).decode(errors="replace")
+    if note is not None:
+        start_auto()  # after the call: see auto_context_now
     if wait:
         ctx.sync()
     where = _lib.DEVICE_NAMES.get(timing.device, "?")
