@@ -69,8 +69,9 @@ lam_status lam_ctx_sync(lam_ctx *ctx);
  * else the cores this process may use: its CPU affinity cut to its cgroup's CPU quota (cpu.max or
  * cpu.cfs_quota_us). A count past those cores is cut to them. A core that another process keeps busy is
  * not left out: the work is handed out in small chunks, so the thread that shares it does less of it.
- * Applies to the thread that calls it (and made the context); lam_ctx_device_name says the count and
- * why. */
+ * OpenMP's count applies to the thread that calls it (and made the context), the pool's (the hidden
+ * layer, host copies, the CPU convolutions) to the process: the last count set. lam_ctx_device_name says
+ * the count and why. */
 lam_status lam_ctx_set_threads(lam_ctx *ctx, int threads);
 int lam_ctx_threads(const lam_ctx *ctx);
 /* The default count as above, without a context; why (size bytes) says where it came from. */
