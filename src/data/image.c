@@ -269,7 +269,7 @@ static lam_status read_png_mask(const char *path, const uint8_t *buf, size_t len
   if (!(type == PNG_COLOR_TYPE_PALETTE || (type == PNG_COLOR_TYPE_GRAY && depth == 8))) {
     const char *kind = type == PNG_COLOR_TYPE_GRAY ? "grey" : type == PNG_COLOR_TYPE_GRAY_ALPHA ? "grey with alpha"
                        : type == PNG_COLOR_TYPE_RGB ? "RGB" : type == PNG_COLOR_TYPE_RGB_ALPHA ? "RGBA" : "unknown";
-    s = LAM_FAIL(LAM_ERR_IO, "mask file '%s' is a %d-bit %s PNG; a mask must be a palette PNG (the index is the class) "
+    s = LAM_FAIL(LAM_ERR_IO, "mask file '%s' is a PNG of %d-bit %s; a mask must be a palette PNG (the index is the class) "
                  "or an 8-bit grey PNG (the value is the class): convert colour masks to class indices first", path,
                  depth, kind);
     png_longjmp(png, 1);
