@@ -389,7 +389,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     return cli_usage_error(cmd, "--reduce-zero-label and --label-map are for mask folders (DATA/train/images + "
                            "DATA/train/masks, DATA/img_dir + DATA/ann_dir, or Pascal VOC's), and '%s' is not one", o->data);
   if ((o->images.h || o->images.cache || o->images.skip_bad || o->decode_set) && !lam_dataset_is_image_folder(o->data))
-    return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/... or DATA/CLASS/...), "
+    return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/... or DATA/CLASS/..., "
+                           "or a mask folder), "
                            "and '%s' is not one", o->data);
   if (o->gpus && o->device == LAM_DEVICE_CPU)
     return cli_usage_error(cmd, "--gpus %d trains on GPUs, and --device cpu asks for the CPU: CPU ranks start under "
@@ -773,6 +774,14 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   bad |= json_object_set_new(root, "graph", json_boolean(graph));
   bad |= json_object_set_new(root, "lr_schedule", cli_json_str(sched));
   bad |= json_object_set_new(root, "warmup_epochs", json_real(ls.warmup_epochs));
+  bad |= json_object_set_new(root, "classes", json_integer(lam_model_outputs(m)));
+  if (lam_model_class_name(m, 0)) { /* an image or mask folder's class names, as the checkpoint keeps them */
+    json_t *names = json_array();
+    bad |= !names;
+    for (int k = 0; lam_model_class_name(m, k) && !bad; k++)
+      bad |= json_array_append_new(names, cli_json_str(lam_model_class_name(m, k)));
+    bad |= json_object_set_new(root, "class_names", names);
+  }
   if (o->val_split) bad |= json_object_set_new(root, "val_split", json_real(o->val_split));
   if (lam_dataset_is_image_folder(o->data)) { /* the training part's decoding */
     json_t *f = json_object();
