@@ -32,12 +32,11 @@ static void usage(FILE *f) {
           "  --batch B        images per forward (default 256)\n"
           "  --device D       auto (default), cpu or cuda\n"
           "  --threads N      threads of the CPU work\n"
-          "  --json           one JSON array instead of CSV\n"
+          "  --json           one JSON array instead of CSV\n"          "  --reduce-zero-label, --label-map FILE  with --data of a mask folder: its values as train reads them\n"
           "Output for a class per image: CSV on stdout, a header then one row an image: name,class,p0,p1,...\n"
           "(name: the file, or the image's index in --data's test part; p: the softmax probabilities); a model\n"
           "trained on an image folder adds class_name after class (the class's folder; JSON: \"class_name\").\n"
-          "--data reads an image folder at the size the model was trained at (train --size, kept in it); a mask\n"
-          "folder's --reduce-zero-label and --label-map FILE are train's (give what training had).\n"
+          "--data reads an image folder at the size the model was trained at (train --size, kept in it).\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
 }
 

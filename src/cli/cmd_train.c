@@ -1132,6 +1132,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     if (lam_dataset_is_image_folder(o.data)) {
       char cache[4096];
       snprintf(cache, sizeof cache, o.images.cache ? "%s" : "%s/.lamina-cache", o.images.cache ? o.images.cache : o.data);
+      const int masks = lam_dataset_mask_folder_layout(o.data) != LAM_MASKS_NONE;
       if (train_cached && o.images.cache_hit) printf("  image folder: read from its cache in %s\n", cache);
       else {
         char how[160] = "";
@@ -1144,7 +1145,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
           else snprintf(how, sizeof how, " (%.2f s, %.0f files/s)", tp->decode_s, rate);
         }
         if (train_written && o.images.cache_written) printf("  image folder: decoded, kept in %s for the next run%s\n", cache, how);
-        else printf("  image folder: decoded, not cached%s\n", how);
+        else printf("  %s folder: decoded, not cached%s\n", masks ? "mask" : "image", how);
       }
     }
     if (val) printf("  validation: %zu of the training images (--val-split %g), not trained on\n", val->n, o.val_split);
