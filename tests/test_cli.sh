@@ -1535,6 +1535,11 @@ EOF
     run train --data "$MF/voc" --model "conv 8 3 pad 1, relu, conv 21 1" --epochs 1 --batch 16 --device cpu --json
     json_check "train on a Pascal VOC folder: palette indices as classes, VOC's 21 names" \
       "d['classes'] == 21 and len(d['class_names']) == 21 and d['class_names'][0] == 'background' and d['class_names'][20] == 'tvmonitor'"
+    echo 2007_missing >>"$MF/voc/ImageSets/Segmentation/val.txt"
+    run train --data "$MF/voc" --model "conv 8 3 pad 1, relu, conv 21 1" --epochs 1 --device cpu
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "voc/JPEGImages/2007_missing.jpg" && has "$TMP/err" "voc/SegmentationClass/2007_missing.png"; then
+      ok "a VOC split list naming a missing file: exit 1 naming the image and its mask"
+    else not_ok "a VOC split list naming a missing file" "want exit 1 naming both files"; fi
     # a colour (RGB) mask: an error naming it, saying what a mask must be
     cp -r "$MF/gen" "$MF/rgb"
     "$JSON_PY" -c 'import sys; from PIL import Image; Image.new("RGB", (32, 32), (1, 2, 3)).save(sys.argv[1])' "$MF/rgb/test/masks/000003.png"
@@ -1559,6 +1564,15 @@ EOF
   if [ "$rc" -eq 1 ] && has "$TMP/err" "lone/train/images/000007.png" && has "$TMP/err" "lone/train/masks/000007.png"; then
     ok "an image without its mask: exit 1 naming the image and the missing mask"
   else not_ok "an image without its mask" "want exit 1 naming both files"; fi
+  cp -r "$MF/gen" "$MF/orphan" # a mask without its image: both named
+  mv "$MF/orphan/test/images/000004.png" "$MF/orphan/test/images/000004-renamed.png"
+  mv "$MF/orphan/test/masks/000004.png" "$MF/orphan/test/masks/000004-renamed.png"
+  rm "$MF/orphan/test/images/000008.png"
+  run train --data "$MF/orphan" --model "$SEG11" --epochs 1 --device cpu
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "the mask '$MF/orphan/test/masks/000008.png' has no image" &&
+    has "$TMP/err" "orphan/test/images/000008.*"; then
+    ok "a mask without its image: exit 1 naming the mask and the image it lacks (pairs by name, not by order)"
+  else not_ok "a mask without its image" "want exit 1 naming orphan/test/masks/000008.png and its missing image"; fi
   run train --data "$MF/lone" --model "$SEG11" --epochs 1 --device cpu --no-progress --skip-bad
   if [ "$rc" -eq 0 ] && has "$TMP/out" "39 training, 10 test" && has "$TMP/out" "1 image file"; then
     ok "--skip-bad leaves an image without its mask out, and counts it"
