@@ -63,7 +63,8 @@ static int part_paths(const char *dir, int layout, int train, char *img, char *m
     return is_file(list);
   }
   const char *parts[2] = {"train", "train"};
-  if (!train) parts[0] = layout == LAM_MASKS_GENERIC ? "test" : "val", parts[1] = layout == LAM_MASKS_GENERIC ? "val" : "test";
+  const int generic = layout == LAM_MASKS_GENERIC;
+  if (!train) parts[0] = generic ? "test" : "val", parts[1] = generic ? "val" : "test";
   for (int k = 0; k < 2; k++) {
     if (layout == LAM_MASKS_GENERIC)
       snprintf(img, cap, "%s/%s/images", dir, parts[k]), snprintf(msk, cap, "%s/%s/masks", dir, parts[k]);
@@ -146,7 +147,8 @@ static lam_status list_files(const char *dir, int png_only, named **out, size_t 
       }
       v = t;
     }
-    if (!(v[n].name = strdup(e->d_name))) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask folder: no host memory to list '%s'", dir);
+    if (!(v[n].name = strdup(e->d_name)))
+      s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask folder: no host memory to list '%s'", dir);
     else v[n].stem = (size_t)(strrchr(v[n].name, '.') - v[n].name), n++;
   }
   closedir(d);
