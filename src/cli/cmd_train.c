@@ -985,7 +985,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   }
   if (!no_test) skipped += o.images.skipped; /* else o.images is the training part's, counted */
   if (skipped && !o.json)
-    printf("  %zu image file%s could not be decoded, left out (--skip-bad)\n", skipped, skipped == 1 ? "" : "s");
+    printf("  %zu image file%s could not be %s, left out (--skip-bad)\n", skipped, skipped == 1 ? "" : "s",
+           lam_dataset_mask_folder_layout(o.data) ? "paired with a mask or decoded" : "decoded");
   { /* the test part must fit the model the training part makes: said now, not after an epoch */
     int tc = train->c > 0 ? train->c : 1, ec = test->c > 0 ? test->c : 1;
     int tl = train->label_h > 1 || train->label_w > 1, el = test->label_h > 1 || test->label_w > 1;
