@@ -320,6 +320,10 @@ typedef struct lam_image_opts {
   double decode_s;    /* out: seconds spent reading and decoding the files (0 on a cache hit) */
   size_t converted;   /* out: images converted to the set's channels (grey ones in a colour set, or the other way;
                        * 0 on a cache hit) */
+  /* mask folders (lam_dataset_load_masks) only: */
+  int reduce_zero_label;    /* mmsegmentation's: mask value 0 becomes 255 (ignored), every other v - 1 (255 stays) */
+  const uint8_t *label_map; /* NULL, or 256 entries: mask value (after reduce_zero_label) -> class, 255 ignored
+                             * (lam_label_map_read makes one) */
 } lam_image_opts;
 enum { LAM_DECODE_AUTO = 0, LAM_DECODE_CPU = 1, LAM_DECODE_GPU = 2 };
 /* 1 when this build decodes JPEG on the GPU (nvJPEG found when it was built). */
@@ -400,6 +404,35 @@ int lam_dataset_is_image_folder(const char *dir);
  * LAM_FOLDER_NONE where dir is none of these. */
 enum { LAM_FOLDER_NONE = 0, LAM_FOLDER_SPLIT = 1, LAM_FOLDER_TRAIN_ONLY = 2, LAM_FOLDER_FLAT = 3 };
 int lam_dataset_image_folder_layout(const char *dir);
+/* ---- mask folders (src/data/maskfolder.c): segmentation images and their masks ---- */
+/* A mask folder's layout, checked by lam_dataset_image_folder_layout before the class-folder layouts (a generic
+ * folder's train/images is not a class): LAM_MASKS_GENERIC, DIR/{train,test|val}/{images,masks}/NAME.ext;
+ * LAM_MASKS_MMSEG, DIR/img_dir/{train,val}/NAME.ext + DIR/ann_dir/{train,val}/NAME.png; LAM_MASKS_VOC, Pascal VOC
+ * 2012's DIR/JPEGImages/NAME.jpg + DIR/SegmentationClass/NAME.png, the parts DIR/ImageSets/Segmentation/{train,val}.txt
+ * (a stem a line). LAM_MASKS_NONE where dir is none of these. */
+enum { LAM_MASKS_NONE = 0, LAM_MASKS_GENERIC = 1, LAM_MASKS_MMSEG = 2, LAM_MASKS_VOC = 3 };
+int lam_dataset_mask_folder_layout(const char *dir);
+/* Reads the training (train = 1) or test part of a mask folder into a set of a class per pixel (label_h, label_w =
+ * h, w). Images (.png, .jpg, .jpeg) and masks (.png) are paired by file stem; an image without its mask, a mask
+ * without its image, or a pair of two sizes is an error naming both files (with opts->skip_bad: left out and
+ * counted in opts->skipped). A mask is a palette PNG (the palette index is the class; the palette is not
+ * expanded) or an 8-bit grey PNG (the value); another kind (RGB, 16-bit) is an error saying what it is. 255 is
+ * ignored by the loss and the metrics. opts->reduce_zero_label, then opts->label_map, change the values. Images
+ * and masks are fitted to opts' size as image folders fit, masks by nearest neighbour. classes: the number of
+ * DIR/classes.txt's lines (a name a line) where it is there, else VOC's 21 names for the VOC layout (20 with
+ * reduce_zero_label, none with a label map), else the largest value (255 aside) + 1; a value at or over the
+ * names' count is an error naming the mask. The names are the set's class_names. Not cached (cache is not used).
+ * opts may be NULL. */
+lam_status lam_dataset_load_masks(const char *dir, int train, lam_image_opts *opts, lam_dataset **out);
+/* Reads a label map file into map (256 entries): a line "RAW NEW" maps mask value RAW to class NEW (both 0..255,
+ * 255 = ignore); '#' starts a comment. A value the file does not list becomes 255, ignored: as mmsegmentation's
+ * label_map from its classes and Cityscapes' trainId tables (whose unlisted ids are 255). A value mapped twice, or
+ * a line that is not two values 0..255, is an error naming the line. */
+lam_status lam_label_map_read(const char *path, uint8_t map[256]);
+/* Writes n scenes (h, w) of one channel and their masks as a mask folder's part: dir/images/INDEX.png (kind 1) or
+ * .jpg (kind 2, quality 90) and dir/masks/INDEX.png (8-bit grey, the value the class). dir must exist. */
+lam_status lam_data_mask_folder_part(const uint8_t *images, const uint8_t *labels, size_t n, int h, int w, int kind,
+                                     const char *dir);
 /* The image file formats this build reads: 1 PNG, 2 JPEG (bits). */
 int lam_image_formats(void);
 /* 1 when a file of this name is an image file to image folders and lamina predict: .png, .jpg or .jpeg,

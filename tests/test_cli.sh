@@ -1453,6 +1453,134 @@ else
   skip "the fit a model remembers: this build reads no image files"
 fi
 
+# ---- mask folders: segmentation images and masks paired by name (generic, mmsegmentation, VOC) ---------
+
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${LAMINA_DATA_DIR:-}" ]; then
+  MF=$TMP/maskf
+  mkdir -p "$MF"
+  SEG11="conv 8 3 pad 1, relu, conv 11 1"
+  run data segment --format folder --n 40 --test 10 --size 32x32 --out "$MF/gen" --seed 2
+  if [ "$rc" -eq 0 ] && [ "$(ls "$MF/gen/train/images" | wc -l)" -eq 40 ] && [ "$(ls "$MF/gen/train/masks" | wc -l)" -eq 40 ] &&
+    [ "$(ls "$MF/gen/test/images" | wc -l)" -eq 10 ] && [ -s "$MF/gen/test/masks/000009.png" ]; then
+    ok "data segment --format folder: train/ and test/ of images/ and masks/, a PNG each"
+  else not_ok "data segment --format folder" "want 40 + 10 images and masks"; fi
+  # the generic layout: a mask folder, not a class folder of two classes named 'images' and 'masks'
+  run train --data "$MF/gen" --model "$SEG11" --epochs 1 --batch 16 --device cpu --json
+  json_check "train on a generic mask folder: 11 classes a pixel, not the class folders 'images' and 'masks'" \
+    "d['classes'] == 11 and 'class_names' not in d and d['epochs'][0]['train_loss'] > 0"
+  # class names from DIR/classes.txt go with the model
+  cp -r "$MF/gen" "$MF/named"
+  printf '%s\n' bg tshirt trouser pullover dress coat sandal shirt sneaker bag boot >"$MF/named/classes.txt"
+  run train --data "$MF/named" --model "$SEG11" --epochs 1 --batch 16 --device cpu --json --save "$MF/named.ckpt"
+  json_check "train on a mask folder with classes.txt: its 11 names" \
+    "d['classes'] == 11 and d['class_names'][0] == 'bg' and d['class_names'][10] == 'boot'"
+  run eval --data "$MF/named" --load "$MF/named.ckpt" --device cpu
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "IoU per class: 0 bg:" && has "$TMP/out" " 10 boot:"; then
+    ok "eval on a mask folder: each class's IoU by its name"
+  else not_ok "eval IoU by name" "want exit 0 and 'IoU per class: 0 bg:' ... '10 boot:'"; fi
+  run predict --load "$MF/named.ckpt" --data "$MF/named" --out "$MF/pred" --device cpu
+  if [ "$rc" -eq 0 ] && [ "$(ls "$MF/pred" | wc -l)" -eq 10 ]; then ok "predict --data of a mask folder: a mask per test image"
+  else not_ok "predict --data of a mask folder" "want exit 0 and 10 masks"; fi
+  # mmsegmentation's layout: img_dir/{train,val}, ann_dir/{train,val}
+  mkdir -p "$MF/mm/img_dir" "$MF/mm/ann_dir"
+  cp -r "$MF/gen/train/images" "$MF/mm/img_dir/train" && cp -r "$MF/gen/test/images" "$MF/mm/img_dir/val"
+  cp -r "$MF/gen/train/masks" "$MF/mm/ann_dir/train" && cp -r "$MF/gen/test/masks" "$MF/mm/ann_dir/val"
+  run train --data "$MF/mm" --model "$SEG11" --epochs 1 --batch 16 --device cpu --json
+  json_check "train on an mmsegmentation folder (img_dir, ann_dir): 11 classes" "d['classes'] == 11"
+  # --reduce-zero-label: 0 ignored, the others one less: 10 classes; --label-map: 1 -> 0, 2 -> 1, the rest ignored
+  run train --data "$MF/mm" --model "conv 8 3 pad 1, relu, conv 10 1" --epochs 1 --batch 16 --device cpu --json \
+    --reduce-zero-label
+  json_check "train --reduce-zero-label: 0 ignored, 11 values make 10 classes" "d['classes'] == 10"
+  printf '# raw new\n1 0\n2 1\n' >"$MF/map.txt"
+  run train --data "$MF/mm" --model "conv 8 3 pad 1, relu, conv 2 1" --epochs 1 --batch 16 --device cpu --json \
+    --label-map "$MF/map.txt"
+  json_check "train --label-map: two values mapped, the others ignored: 2 classes" "d['classes'] == 2"
+  printf '1 0\n1 2\n' >"$MF/map2.txt"
+  run train --data "$MF/mm" --epochs 1 --device cpu --label-map "$MF/map2.txt"
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "line 2" && has "$TMP/err" "mapped twice"; then ok "--label-map with a value mapped twice: exit 1, the line"
+  else not_ok "--label-map mapped twice" "want exit 1, 'line 2' and 'mapped twice'"; fi
+  usage_error "--reduce-zero-label on an IDX set" "--reduce-zero-label" "mask folders" -- train --data fashion-mnist \
+    --reduce-zero-label --epochs 1
+  # a mask of nothing but 255 (ignore) trains, and 255 is no class
+  cp -r "$MF/gen" "$MF/ign"
+  if [ -x "$JSON_PY" ] && "$JSON_PY" -c 'import PIL' 2>/dev/null; then
+    "$JSON_PY" -c 'import sys; from PIL import Image; Image.new("L", (32, 32), 255).save(sys.argv[1])' "$MF/ign/train/masks/000000.png"
+    run train --data "$MF/ign" --model "$SEG11" --epochs 1 --batch 16 --device cpu --json
+    json_check "an all-255 mask is ignored: the run trains, 11 classes (255 is no class)" \
+      "d['classes'] == 11 and d['epochs'][0]['train_loss'] > 0 and d['epochs'][0]['train_loss'] < 100"
+    # Pascal VOC: JPEGImages, SegmentationClass of palette PNGs (the index is the class, the colours are not),
+    # ImageSets/Segmentation/{train,val}.txt; a 255 boundary row; VOC's 21 names
+    mkdir -p "$MF/voc/JPEGImages" "$MF/voc/SegmentationClass" "$MF/voc/ImageSets/Segmentation"
+    "$JSON_PY" - "$MF/gen" "$MF/voc" <<'EOF'
+import os, sys
+from PIL import Image
+src, dst = sys.argv[1], sys.argv[2]
+pal = []
+for k in range(256): pal += [(k * 37 + 90) % 256, (k * 91 + 7) % 256, (k * 53 + 200) % 256]
+for part, split in (("train", "train"), ("test", "val")):
+    stems = []
+    for f in sorted(os.listdir(f"{src}/{part}/images")):
+        stem = f"2007_{part}{f[:-4]}"
+        stems.append(stem)
+        Image.open(f"{src}/{part}/images/{f}").convert("RGB").save(f"{dst}/JPEGImages/{stem}.jpg", quality=95)
+        m = Image.open(f"{src}/{part}/masks/{f}")
+        px = m.load()
+        for x in range(m.size[0]): px[x, 0] = 255
+        p = m.convert("P")
+        p.putdata(list(m.getdata()))
+        p.putpalette(pal)
+        p.save(f"{dst}/SegmentationClass/{stem}.png")
+    open(f"{dst}/ImageSets/Segmentation/{split}.txt", "w").write("\n".join(stems) + "\n")
+EOF
+    run train --data "$MF/voc" --model "conv 8 3 pad 1, relu, conv 21 1" --epochs 1 --batch 16 --device cpu --json
+    json_check "train on a Pascal VOC folder: palette indices as classes, VOC's 21 names" \
+      "d['classes'] == 21 and len(d['class_names']) == 21 and d['class_names'][0] == 'background' and d['class_names'][20] == 'tvmonitor'"
+    echo 2007_missing >>"$MF/voc/ImageSets/Segmentation/val.txt"
+    run train --data "$MF/voc" --model "conv 8 3 pad 1, relu, conv 21 1" --epochs 1 --device cpu
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "voc/JPEGImages/2007_missing.jpg" && has "$TMP/err" "voc/SegmentationClass/2007_missing.png"; then
+      ok "a VOC split list naming a missing file: exit 1 naming the image and its mask"
+    else not_ok "a VOC split list naming a missing file" "want exit 1 naming both files"; fi
+    # a colour (RGB) mask: an error naming it, saying what a mask must be
+    cp -r "$MF/gen" "$MF/rgb"
+    "$JSON_PY" -c 'import sys; from PIL import Image; Image.new("RGB", (32, 32), (1, 2, 3)).save(sys.argv[1])' "$MF/rgb/test/masks/000003.png"
+    run train --data "$MF/rgb" --model "$SEG11" --epochs 1 --device cpu
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "rgb/test/masks/000003.png" && has "$TMP/err" "RGB" && has "$TMP/err" "palette PNG"; then
+      ok "an RGB mask: exit 1 naming it, what it is and what a mask must be"
+    else not_ok "an RGB mask" "want exit 1 naming the mask, 'RGB' and 'palette PNG'"; fi
+    # a mask of another size than its image: both named
+    cp -r "$MF/gen" "$MF/size"
+    "$JSON_PY" -c 'import sys; from PIL import Image; Image.new("L", (30, 32), 1).save(sys.argv[1])' "$MF/size/train/masks/000005.png"
+    run train --data "$MF/size" --model "$SEG11" --epochs 1 --device cpu
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "size/train/images/000005.png" && has "$TMP/err" "size/train/masks/000005.png"; then
+      ok "a mask of another size than its image: exit 1 naming both"
+    else not_ok "a mask of another size" "want exit 1 naming the image and the mask"; fi
+  else
+    skip "mask folders with 255, palette (VOC), RGB and wrong-size masks: no Python PIL"
+  fi
+  # an image without its mask: both named; --skip-bad leaves it out
+  cp -r "$MF/gen" "$MF/lone"
+  rm "$MF/lone/train/masks/000007.png"
+  run train --data "$MF/lone" --model "$SEG11" --epochs 1 --device cpu
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "lone/train/images/000007.png" && has "$TMP/err" "lone/train/masks/000007.png"; then
+    ok "an image without its mask: exit 1 naming the image and the missing mask"
+  else not_ok "an image without its mask" "want exit 1 naming both files"; fi
+  cp -r "$MF/gen" "$MF/orphan" # a mask without its image: both named
+  mv "$MF/orphan/test/images/000004.png" "$MF/orphan/test/images/000004-renamed.png"
+  mv "$MF/orphan/test/masks/000004.png" "$MF/orphan/test/masks/000004-renamed.png"
+  rm "$MF/orphan/test/images/000008.png"
+  run train --data "$MF/orphan" --model "$SEG11" --epochs 1 --device cpu
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "the mask '$MF/orphan/test/masks/000008.png' has no image" &&
+    has "$TMP/err" "orphan/test/images/000008.*"; then
+    ok "a mask without its image: exit 1 naming the mask and the image it lacks (pairs by name, not by order)"
+  else not_ok "a mask without its image" "want exit 1 naming orphan/test/masks/000008.png and its missing image"; fi
+  run train --data "$MF/lone" --model "$SEG11" --epochs 1 --device cpu --no-progress --skip-bad
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "39 training, 10 test" && has "$TMP/out" "1 image file"; then
+    ok "--skip-bad leaves an image without its mask out, and counts it"
+  else not_ok "--skip-bad on an image without its mask" "want exit 0, '39 training, 10 test' and the count"; fi
+else
+  skip "mask folders: no Fashion-MNIST to make scenes from"
+fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

@@ -1775,6 +1775,66 @@ static void test_image_folder(void **state) {
   lam_dataset_free(d);
 }
 
+/* A mask folder (generic layout): recognised before class folders; masks fitted by nearest neighbour (every label
+ * one the mask has, at twice the size each mask pixel a 2x2 block), images as image folders fit them;
+ * reduce_zero_label and a label map change the classes. */
+static void test_mask_folder(void **state) {
+  (void)state;
+  if (!have_images()) skip();
+  char root[256], p[400];
+  snprintf(root, sizeof root, "%s/masks", g_dir);
+  assert_int_equal(mkdir(root, 0777), 0);
+  const char *dirs[] = {"train", "train/images", "train/masks", "val", "val/images", "val/masks"};
+  for (int i = 0; i < 6; i++) snprintf(p, sizeof p, "%s/%s", root, dirs[i]), assert_int_equal(mkdir(p, 0777), 0);
+  enum { H = 4, W = 6 };
+  static const uint8_t vals[4] = {0, 3, 7, 255};
+  uint8_t img[H * W], msk[H * W];
+  for (int q = 0; q < H * W; q++) img[q] = (uint8_t)(q * 10), msk[q] = vals[(q / W + q % W) % 4];
+  const char *files[] = {"train/images/a.png", "train/masks/a.png", "val/images/b.png", "val/masks/b.png"};
+  for (int i = 0; i < 4; i++) snprintf(p, sizeof p, "%s/%s", root, files[i]), write_image(p, IMAGE_PNG, i % 2 ? msk : img, H, W, 1);
+  assert_int_equal(lam_dataset_mask_folder_layout(root), LAM_MASKS_GENERIC);
+  assert_int_equal(lam_dataset_image_folder_layout(root), LAM_FOLDER_SPLIT);
+  lam_image_opts o = {0};
+  lam_dataset *d = NULL;
+  TU_OK(lam_dataset_load_images(root, 1, &o, &d)); /* the image-folder entry takes it to the mask reader */
+  assert_true(d->n == 1 && d->h == H && d->w == W && d->c == 1 && d->label_h == H && d->label_w == W && d->classes == 8);
+  assert_memory_equal(d->labels, msk, sizeof msk);
+  assert_memory_equal(d->images, img, sizeof img);
+  lam_dataset_free(d), d = NULL;
+  lam_image_opts twice = {.h = 2 * H, .w = 2 * W};
+  TU_OK(lam_dataset_load_masks(root, 0, &twice, &d));
+  for (int y = 0; y < 2 * H; y++)
+    for (int x = 0; x < 2 * W; x++) assert_int_equal(d->labels[y * 2 * W + x], msk[(y / 2) * W + x / 2]);
+  lam_dataset_free(d), d = NULL;
+  lam_image_opts odd = {.h = 3, .w = 5}; /* shrunk: every label still one of the mask's, never a blend */
+  TU_OK(lam_dataset_load_masks(root, 1, &odd, &d));
+  int seen[4] = {0};
+  for (int q = 0; q < 15; q++) {
+    int k = 0;
+    while (k < 4 && vals[k] != d->labels[q]) k++;
+    assert_true(k < 4);
+    seen[k] = 1;
+  }
+  assert_true(seen[0] + seen[1] + seen[2] + seen[3] >= 3);
+  lam_dataset_free(d), d = NULL;
+  lam_image_opts rz = {.reduce_zero_label = 1}; /* 0 -> 255, 3 -> 2, 7 -> 6, 255 stays */
+  TU_OK(lam_dataset_load_masks(root, 1, &rz, &d));
+  assert_int_equal(d->classes, 7);
+  for (int q = 0; q < H * W; q++) assert_int_equal(d->labels[q], msk[q] == 0 || msk[q] == 255 ? 255 : msk[q] - 1);
+  lam_dataset_free(d), d = NULL;
+  snprintf(p, sizeof p, "%s/map.txt", root);
+  const char *text = "# raw new\n7 1\n3 0\n";
+  write_bytes(p, 0, text, strlen(text));
+  uint8_t map[256];
+  TU_OK(lam_label_map_read(p, map));
+  assert_true(map[7] == 1 && map[3] == 0 && map[0] == 255 && map[255] == 255);
+  lam_image_opts lm = {.label_map = map};
+  TU_OK(lam_dataset_load_masks(root, 1, &lm, &d));
+  assert_int_equal(d->classes, 2);
+  for (int q = 0; q < H * W; q++) assert_int_equal(d->labels[q], msk[q] == 7 ? 1 : msk[q] == 3 ? 0 : 255);
+  lam_dataset_free(d);
+}
+
 /* What an image folder refuses, each naming the file and saying what to do; --skip-bad; --size. */
 static void test_image_folder_errors(void **state) {
   (void)state;
@@ -2201,7 +2261,7 @@ int main(void) {
       cmocka_unit_test(test_data_clips),
       cmocka_unit_test(test_image_roundtrip),  cmocka_unit_test(test_image_bad), cmocka_unit_test(test_png_like_pil),
       cmocka_unit_test(test_image_bombs),
-      cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),
+      cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),        cmocka_unit_test(test_mask_folder),
       cmocka_unit_test(test_image_folder_errors), cmocka_unit_test(test_image_folder_decoders),
       cmocka_unit_test(test_image_folder_mixed), cmocka_unit_test(test_image_folder_layouts),
       cmocka_unit_test(test_image_folder_large),

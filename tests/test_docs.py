@@ -68,6 +68,9 @@ COVERED_ELSEWHERE = [
                                            "substitutes has a class per image)"),
     (r"^build/lamina eval --load unet\.lamina --data scenes$", "test_cli (eval per pixel: IoU per class, mean IoU)"),
     (r"^build/lamina predict --load unet\.lamina --data scenes ", "test_cli (predict a class per pixel: masks and a grid)"),
+    (r"^build/lamina train --data (VOC2012|ADEChallengeData2016) ", "test_cli (mask folders: the generic, mmsegmentation "
+                                                                  "and VOC layouts, --reduce-zero-label, --label-map)"),
+    (r"^build/lamina eval --load voc\.lamina --data VOC2012$", "test_cli (eval on a mask folder: each class's IoU by name)"),
     (r"^build/lamina train --data clips ", "test_cli (train on clips: the small data set this suite substitutes holds "
                                           "images, not clips)"),
     (r"^build/lamina predict --load clips\.lamina --data clips$", "test_cli (predict on clips: a CSV row per clip)"),

@@ -18,7 +18,8 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: lamina data segment --out DIR [--from DATA] [--n N] [--test N] [--size HxW] [--format idx|npy]\n"
+          "usage: lamina data segment --out DIR [--from DATA] [--n N] [--test N] [--size HxW]\n"
+          "                           [--format idx|npy|folder|folder-jpeg]\n"
           "                           [--seed S]\n"
           "       lamina data clips --out DIR [--frames T] [--from DATA] [--n N] [--test N] [--size HxW]\n"
           "                         [--format idx|npy] [--seed S]\n"
@@ -30,6 +31,8 @@ static void usage(FILE *f) {
           "            Training scenes are made of DATA's training images, test scenes of its test images.\n"
           "            Writes DIR/train-images-idx3-ubyte, train-labels-idx3-ubyte (a class per pixel),\n"
           "            t10k-images-idx3-ubyte and t10k-labels-idx3-ubyte: 'lamina train --data DIR' reads them.\n"
+          "            --format folder writes a mask folder instead: DIR/{train,test}/images/INDEX.png (folder-jpeg:\n"
+          "            .jpg) and DIR/{train,test}/masks/INDEX.png (8-bit grey, the value the class).\n"
           "  clips     Moving-MNIST-style clips for video classification: T frames (default 16) of 64x64, two\n"
           "            items of different classes, one still, one moving 1 to 3 pixels a frame on each axis and\n"
           "            bouncing off the edges; the label is the moving item's class, which one frame does not\n"
@@ -45,12 +48,13 @@ static void usage(FILE *f) {
           "  --test N      test scenes (default 2000)\n"
           "  --size HxW    the field's size (segment: default 64x84; clips: 64x64)\n"
           "  --frames T    frames a clip (clips; default 16)\n"
-          "  --format F    images: png or jpeg (jpeg at quality 90); segment, clips: idx (default) or npy\n"
+          "  --format F    images: png or jpeg (jpeg at quality 90); segment, clips: idx (default) or npy;\n"
+          "                segment also folder or folder-jpeg\n"
           "  --seed S      the generator's seed (default 1)\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
 }
 
-enum { FORMAT_PNG = 1, FORMAT_JPEG = 2, FORMAT_IDX, FORMAT_NPY }; /* PNG, JPEG: lam_data_images_part's kinds */
+enum { FORMAT_PNG = 1, FORMAT_JPEG = 2, FORMAT_IDX, FORMAT_NPY, FORMAT_FOLDER, FORMAT_FOLDER_JPEG }; /* PNG, JPEG: lam_data_images_part's kinds */
 typedef struct data_opts {
   const char *out, *from;
   size_t n, test;
@@ -99,6 +103,8 @@ static int parse(int argc, char **argv, data_opts *o) {
         else if (!strcmp(optarg, "jpeg") || !strcmp(optarg, "jpg")) o->format = FORMAT_JPEG;
         else if (!strcmp(optarg, "idx")) o->format = FORMAT_IDX;
         else if (!strcmp(optarg, "npy")) o->format = FORMAT_NPY;
+        else if (!strcmp(optarg, "folder")) o->format = FORMAT_FOLDER;
+        else if (!strcmp(optarg, "folder-jpeg")) o->format = FORMAT_FOLDER_JPEG;
         else return cli_usage_error("data", "--format: '%s' is not png or jpeg (images), idx or npy (segment, clips)",
                                     optarg);
         break;
@@ -202,6 +208,16 @@ static int idx_part(int kind, const data_opts *o, const lam_dataset *src, int tr
                         : lam_data_clips(src, n, o->frames, o->h, o->w, seed, im.p + im.head, lb.p + lb.head);
     if (st != LAM_OK) rc = fail(kind == KIND_SEGMENT ? "making the scenes" : "making the clips");
   }
+  if (!rc && o->format >= FORMAT_FOLDER) { /* a mask folder's part: img_path is the part's folder */
+    if (mkdir(img_path, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "lamina data: cannot make '%s': %s\n", img_path, strerror(errno));
+      rc = 1;
+    } else if (lam_data_mask_folder_part(im.p + im.head, lb.p + lb.head, n, o->h, o->w,
+                                         o->format == FORMAT_FOLDER ? FORMAT_PNG : FORMAT_JPEG, img_path) != LAM_OK)
+      rc = fail("writing the mask folder");
+    free(im.p), free(lb.p);
+    return rc;
+  }
   if (!rc) rc = idx_save(&im, img_path);
   if (!rc) rc = idx_save(&lb, lab_path);
   free(im.p), free(lb.p);
@@ -215,15 +231,19 @@ static int cmd_idx_set(int kind, int argc, char **argv) {
   if (rc) return rc < 0 ? 0 : rc;
   if (kind == KIND_CLIPS && !o.size_set) o.h = o.w = 64;
   if (kind == KIND_SEGMENT && o.frames_set) return cli_usage_error("data", "segment: --frames is clips'");
-  if (o.format && o.format != FORMAT_IDX && o.format != FORMAT_NPY)
-    return cli_usage_error("data", "--format: %s writes idx (default) or npy", kind == KIND_SEGMENT ? "segment" : "clips");
+  const int folder = kind == KIND_SEGMENT && o.format >= FORMAT_FOLDER;
+  if (o.format && o.format != FORMAT_IDX && o.format != FORMAT_NPY && !folder)
+    return cli_usage_error("data", "--format: %s writes idx (default) or npy%s", kind == KIND_SEGMENT ? "segment" : "clips",
+                           kind == KIND_SEGMENT ? ", folder or folder-jpeg" : "");
   static const char *const seg_names[4] = {"train-images-idx3-ubyte", "train-labels-idx3-ubyte",
                                            "t10k-images-idx3-ubyte", "t10k-labels-idx3-ubyte"};
   static const char *const clip_names[4] = {"train-images-idx5-ubyte", "train-labels-idx1-ubyte",
                                             "t10k-images-idx5-ubyte", "t10k-labels-idx1-ubyte"};
   static const char *const npy_names[4] = {"train-images.npy", "train-labels.npy", "t10k-images.npy",
                                            "t10k-labels.npy"};
-  const char *const *names = o.format == FORMAT_NPY ? npy_names : kind == KIND_SEGMENT ? seg_names : clip_names;
+  static const char *const folder_names[4] = {"train", "train", "test", "test"};
+  const char *const *names = folder ? folder_names : o.format == FORMAT_NPY ? npy_names
+                             : kind == KIND_SEGMENT ? seg_names : clip_names;
   char path[4][4096];
   for (int i = 0; i < 4; i++)
     if ((size_t)snprintf(path[i], sizeof path[i], "%s/%s", o.out, names[i]) >= sizeof path[i])
@@ -236,7 +256,7 @@ static int cmd_idx_set(int kind, int argc, char **argv) {
     return fail("--from (its test part)");
   }
   rc = make_folder(o.out);
-  for (int i = 0; i < 4 && !rc; i++) /* before any work: the files may be written there */
+  for (int i = 0; i < 4 && !rc && !folder; i++) /* before any work: the files may be written there */
     if (lam_output_check(path[i], "data file", o.format == FORMAT_NPY ? LAM_FILE_NPY : LAM_FILE_IDX) != LAM_OK) rc = fail("--out");
   if (!rc) rc = idx_part(kind, &o, src[0], 1, path[0], path[1]);
   if (!rc) rc = idx_part(kind, &o, src[1], 0, path[2], path[3]);

@@ -32,7 +32,7 @@ static void usage(FILE *f) {
           "  --batch B        images per forward (default 256)\n"
           "  --device D       auto (default), cpu or cuda\n"
           "  --threads N      threads of the CPU work\n"
-          "  --json           one JSON array instead of CSV\n"
+          "  --json           one JSON array instead of CSV\n"          "  --reduce-zero-label, --label-map FILE  with --data of a mask folder: its values as train reads them\n"
           "Output for a class per image: CSV on stdout, a header then one row an image: name,class,p0,p1,...\n"
           "(name: the file, or the image's index in --data's test part; p: the softmax probabilities); a model\n"
           "trained on an image folder adds class_name after class (the class's folder; JSON: \"class_name\").\n"
@@ -41,6 +41,9 @@ static void usage(FILE *f) {
 }
 
 typedef struct predict_opts {
+  int reduce_zero_label;
+  const uint8_t *label_map; /* --label-map's table, or NULL */
+  uint8_t map[256];
   const char *load, *input, *data, *out, *grid;
   int count, batch, json, threads;
   lam_device device;
@@ -51,7 +54,8 @@ static int parse(int argc, char **argv, predict_opts *o) {
       {"load", required_argument, 0, 'l'},  {"input", required_argument, 0, 'i'}, {"data", required_argument, 0, 'd'},
       {"out", required_argument, 0, 'o'},   {"grid", required_argument, 0, 'g'},  {"count", required_argument, 0, 'n'},
       {"batch", required_argument, 0, 'b'}, {"device", required_argument, 0, 'D'}, {"threads", required_argument, 0, 't'},
-      {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+      {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},        {"reduce-zero-label", no_argument, 0, 'z'},
+      {"label-map", required_argument, 0, 'm'}, {0, 0, 0, 0}};
   *o = (predict_opts){.count = 8, .batch = 256, .device = LAM_DEVICE_AUTO};
   int c, li = 0;
   long v;
@@ -82,6 +86,14 @@ static int parse(int argc, char **argv, predict_opts *o) {
           return cli_usage_error("predict", "--device: '%s' is not a device (use auto, cpu or cuda)", optarg);
         break;
       case 'j': o->json = 1; break;
+      case 'z': o->reduce_zero_label = 1; break;
+      case 'm':
+        if (lam_label_map_read(optarg, o->map) != LAM_OK) {
+          fprintf(stderr, "lamina predict: --label-map: %s\n", lam_last_error());
+          return 1;
+        }
+        o->label_map = o->map;
+        break;
       case 'h': usage(stdout); return -1;
       case ':': return cli_usage_error("predict", "option '%s' needs a value", opt);
       default: return cli_usage_error("predict", "unknown option '%s'", opt);
@@ -91,6 +103,8 @@ static int parse(int argc, char **argv, predict_opts *o) {
   if (!o->load) return cli_usage_error("predict", "--load MODEL is required (a checkpoint from lamina train --save)");
   if (!o->input == !o->data) return cli_usage_error("predict", "give one of --input FILE|DIR and --data DATA");
   if (o->grid && !o->data) return cli_usage_error("predict", "--grid needs --data (the test images' true classes)");
+  if ((o->reduce_zero_label || o->label_map) && !(o->data && lam_dataset_mask_folder_layout(o->data)))
+    return cli_usage_error("predict", "--reduce-zero-label and --label-map are for --data of a mask folder");
   return 0;
 }
 
@@ -313,9 +327,9 @@ int cmd_predict(int argc, char **argv) {
   }
   if (o.data) {
     /* an image folder at the size the model was fitted to (its checkpoint's --size), as training read it */
-    lam_image_opts fit = {0};
+    lam_image_opts fit = {.reduce_zero_label = o.reduce_zero_label, .label_map = o.label_map};
     lam_model_fit(m, &fit.h, &fit.w);
-    if (lam_dataset_load_opts(o.data, 0, fit.h ? &fit : NULL, &set) != LAM_OK) {
+    if (lam_dataset_load_opts(o.data, 0, &fit, &set) != LAM_OK) {
       rc = fail("--data");
       goto out;
     }

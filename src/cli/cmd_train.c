@@ -44,6 +44,7 @@ typedef struct train_opts {
   lam_image_opts images; /* an image folder's --size, --cache, --skip-bad, --decode */
   int decode_set;        /* --decode given */
   lam_image_opts train_part; /* out: images as the training part's load left it (cache hit, decode seconds) */
+  uint8_t label_map[256];    /* --label-map FILE's table (images.label_map points here) */
 } train_opts;
 
 
@@ -61,7 +62,16 @@ static void train_usage(FILE *f) {
           "                         DIR/test/CLASS/... (or DIR/val/CLASS/...), the classes the training folders\n"
           "                         in sorted order; or flat, DIR/CLASS/... (train needs --val-split: its part is\n"
           "                         the test part too; eval reads all of it). Grey and colour images are made the\n"
-          "                         set's channels (most images': a tie is colour)\n"
+          "                         set's channels (most images': a tie is colour); or a mask folder (segmentation,\n"
+          "                         a class per pixel; before class folders): DIR/{train,test|val}/{images,masks}/,\n"
+          "                         mmsegmentation's DIR/{img_dir,ann_dir}/{train,val}/, or Pascal VOC's\n"
+          "                         JPEGImages/ + SegmentationClass/ + ImageSets/Segmentation/{train,val}.txt: images\n"
+          "                         and masks paired by name; a mask a palette PNG (the index is the class) or 8-bit\n"
+          "                         grey PNG (the value), 255 ignored; classes DIR/classes.txt's names (a line each;\n"
+          "                         VOC's 21 built in), else the largest value + 1; not cached\n"
+          "  --reduce-zero-label    a mask folder's value 0 is ignored (255), the others one less (mmsegmentation's)\n"
+          "  --label-map FILE       a mask folder's values mapped by FILE's lines 'RAW NEW' (0 to 255; after\n"
+          "                         --reduce-zero-label); values it does not list become 255, ignored\n"
           "  --size HxW             fit an image folder's images to HxW (scaled to cover it, the middle kept);\n"
           "                         larger than 4096 a side too (a JPEG decoded smaller by DCT scaling); default:\n"
           "                         every image must be the size of the first, at most 4096 a side. The checkpoint\n"
@@ -151,13 +161,15 @@ static void train_usage(FILE *f) {
 static void eval_usage(FILE *f) {
   fprintf(f,
           "usage: lamina eval --load FILE [--data fashion-mnist|DIR] [--batch B] [--device D] [--threads N]\n"
-          "                   [--size HxW] [--cache DIR] [--skip-bad] [--decode D] [--json]\n"
+          "                   [--size HxW] [--cache DIR] [--skip-bad] [--decode D] [--reduce-zero-label]\n"
+          "                   [--label-map FILE] [--json]\n"
           "Evaluates a saved model on the test part of the data set: accuracy, loss and the confusion matrix\n"
           "(rows: true class, columns: predicted); for labels per pixel also each class's IoU and the mean IoU.\n"
           "  --load FILE   a checkpoint from lamina train --save (required)\n"
           "  --data        as for train (default fashion-mnist)\n"
           "  --size, --cache, --skip-bad, --decode  an image folder's, as for train (--size: by default the\n"
           "                size the model was trained at, kept in its checkpoint; another one is refused)\n"
+          "  --reduce-zero-label, --label-map FILE  a mask folder's, as for train (give what training had)\n"
           "  --batch B     images per step (default 1000)\n"
           "  --device      auto|cpu|cuda (default auto)\n"
           "  --threads N   threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else the\n"
@@ -169,7 +181,7 @@ static void eval_usage(FILE *f) {
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
        O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
-       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS, O_SYNCBN, O_BUCKET };
+       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS, O_SYNCBN, O_BUCKET, O_REDUCE0, O_LABELMAP };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -198,6 +210,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"skip-bad", no_argument, 0, O_SKIPBAD},       {"decode", required_argument, 0, O_DECODE},
       {"gpus", required_argument, 0, O_GPUS},         {"sync-bn", no_argument, 0, O_SYNCBN},
       {"bucket-mb", required_argument, 0, O_BUCKET},
+      {"reduce-zero-label", no_argument, 0, O_REDUCE0}, {"label-map", required_argument, 0, O_LABELMAP},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -224,6 +237,14 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         break;
       }
       case O_CACHE: o->images.cache = optarg; break;
+      case O_REDUCE0: o->images.reduce_zero_label = 1; break;
+      case O_LABELMAP:
+        if (lam_label_map_read(optarg, o->label_map) != LAM_OK) {
+          fprintf(stderr, "lamina %s: --label-map: %s\n", cmd, lam_last_error());
+          return 1;
+        }
+        o->images.label_map = o->label_map;
+        break;
       case O_SKIPBAD: o->images.skip_bad = 1; break;
       case O_DECODE:
         if (!strcmp(optarg, "auto")) o->images.decoder = LAM_DECODE_AUTO;
@@ -364,8 +385,12 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     }
   }
   if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+  if ((o->images.reduce_zero_label || o->images.label_map) && !lam_dataset_mask_folder_layout(o->data))
+    return cli_usage_error(cmd, "--reduce-zero-label and --label-map are for mask folders (DATA/train/images + "
+                           "DATA/train/masks, DATA/img_dir + DATA/ann_dir, or Pascal VOC's), and '%s' is not one", o->data);
   if ((o->images.h || o->images.cache || o->images.skip_bad || o->decode_set) && !lam_dataset_is_image_folder(o->data))
-    return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/... or DATA/CLASS/...), "
+    return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/... or DATA/CLASS/..., "
+                           "or a mask folder), "
                            "and '%s' is not one", o->data);
   if (o->gpus && o->device == LAM_DEVICE_CPU)
     return cli_usage_error(cmd, "--gpus %d trains on GPUs, and --device cpu asks for the CPU: CPU ranks start under "
@@ -749,6 +774,14 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   bad |= json_object_set_new(root, "graph", json_boolean(graph));
   bad |= json_object_set_new(root, "lr_schedule", cli_json_str(sched));
   bad |= json_object_set_new(root, "warmup_epochs", json_real(ls.warmup_epochs));
+  bad |= json_object_set_new(root, "classes", json_integer(lam_model_outputs(m)));
+  if (lam_model_class_name(m, 0)) { /* an image or mask folder's class names, as the checkpoint keeps them */
+    json_t *names = json_array();
+    bad |= !names;
+    for (int k = 0; lam_model_class_name(m, k) && !bad; k++)
+      bad |= json_array_append_new(names, cli_json_str(lam_model_class_name(m, k)));
+    bad |= json_object_set_new(root, "class_names", names);
+  }
   if (o->val_split) bad |= json_object_set_new(root, "val_split", json_real(o->val_split));
   if (lam_dataset_is_image_folder(o->data)) { /* the training part's decoding */
     json_t *f = json_object();
@@ -952,7 +985,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   }
   if (!no_test) skipped += o.images.skipped; /* else o.images is the training part's, counted */
   if (skipped && !o.json)
-    printf("  %zu image file%s could not be decoded, left out (--skip-bad)\n", skipped, skipped == 1 ? "" : "s");
+    printf("  %zu image file%s could not be %s, left out (--skip-bad)\n", skipped, skipped == 1 ? "" : "s",
+           lam_dataset_mask_folder_layout(o.data) ? "paired with a mask or decoded" : "decoded");
   { /* the test part must fit the model the training part makes: said now, not after an epoch */
     int tc = train->c > 0 ? train->c : 1, ec = test->c > 0 ? test->c : 1;
     int tl = train->label_h > 1 || train->label_w > 1, el = test->label_h > 1 || test->label_w > 1;
@@ -1099,6 +1133,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     if (lam_dataset_is_image_folder(o.data)) {
       char cache[4096];
       snprintf(cache, sizeof cache, o.images.cache ? "%s" : "%s/.lamina-cache", o.images.cache ? o.images.cache : o.data);
+      const int masks = lam_dataset_mask_folder_layout(o.data) != LAM_MASKS_NONE;
       if (train_cached && o.images.cache_hit) printf("  image folder: read from its cache in %s\n", cache);
       else {
         char how[160] = "";
@@ -1111,7 +1146,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
           else snprintf(how, sizeof how, " (%.2f s, %.0f files/s)", tp->decode_s, rate);
         }
         if (train_written && o.images.cache_written) printf("  image folder: decoded, kept in %s for the next run%s\n", cache, how);
-        else printf("  image folder: decoded, not cached%s\n", how);
+        else printf("  %s folder: decoded, not cached%s\n", masks ? "mask" : "image", how);
       }
     }
     if (val) printf("  validation: %zu of the training images (--val-split %g), not trained on\n", val->n, o.val_split);
@@ -1323,6 +1358,14 @@ int cmd_eval(int argc, char **argv) {
       bad |= json_object_set_new(root, "mean_iou", cli_json_num(miou));
       for (int k = 0; k < C; k++) bad |= json_array_append_new(ious, iou[k] >= 0 ? json_real(iou[k]) : json_null());
       bad |= json_object_set_new(root, "iou", ious);
+      if (lam_model_class_name(m, 0)) { /* the names the IoU's classes have, where the model keeps them */
+        json_t *names = json_array();
+        bad |= !names;
+        for (int k = 0; k < C && !bad; k++)
+          bad |= json_array_append_new(names, lam_model_class_name(m, k) ? cli_json_str(lam_model_class_name(m, k))
+                                                                         : json_null());
+        bad |= json_object_set_new(root, "class_names", names);
+      }
     }
     for (int r = 0; r < C && !bad; r++) {
       json_t *row = json_array();
@@ -1341,7 +1384,11 @@ int cmd_eval(int argc, char **argv) {
     printf("  %zu test images: %saccuracy %.2f%%, loss %.4f\n", test->n, per_pixel ? "pixel " : "", 100 * acc, loss);
     if (per_pixel && iou) {
       printf("  IoU per class:");
-      for (int k = 0; k < C; k++) printf(iou[k] >= 0 ? " %d:%.3f" : " %d:-", k, iou[k]);
+      for (int k = 0; k < C; k++) { /* by name where the model keeps its classes' names (a mask folder's) */
+        const char *name = lam_model_class_name(m, k);
+        if (name) printf(iou[k] >= 0 ? " %d %s:%.3f" : " %d %s:-", k, name, iou[k]);
+        else printf(iou[k] >= 0 ? " %d:%.3f" : " %d:-", k, iou[k]);
+      }
       printf("\n  mean IoU %.4f (over %d classes present)\n", miou, nvalid);
     }
     printf("  confusion (rows: true class, columns: predicted)\n        ");

@@ -88,6 +88,9 @@ lam_status data_check_dim(const data_src *s, const char *format, const char *nam
  * label per image). */
 void data_where(uint64_t h, uint64_t w, size_t i, char *buf, size_t cap);
 
+/* 1 when the mask folder dir (maskfolder.c) has a test part: test/ or val/, VOC's val.txt. */
+int mask_folder_has_test(const char *dir);
+
 /* ---- image files (image.c) ---- */
 enum { IMAGE_PNG = 1, IMAGE_JPEG = 2 };
 /* The decoders' bounds, checked from the header before they allocate (decompression bombs: a few KB that ask
@@ -116,6 +119,10 @@ lam_status image_read(const char *path, data_image *out);
 /* The same for an image to be fitted to th x tw (image_fit): larger images too (up to the bounds above), a
  * JPEG over DATA_MAX_SIDE a side decoded smaller by DCT scaling, yet covering th x tw. th = tw = 0: image_read. */
 lam_status image_read_fit(const char *path, int th, int tw, data_image *out);
+/* A segmentation mask's PNG bytes (path for messages) as classes, 1 channel: a palette PNG's indices (not its
+ * colours), an 8-bit grey PNG's values; any other kind is an error saying what it is. fit: the mask is to be fitted
+ * (larger than DATA_MAX_SIDE allowed). */
+lam_status image_decode_mask(const char *path, const uint8_t *buf, size_t len, int fit, data_image *out);
 /* image_read(_fit) in its two steps: the whole file into *buf (malloc'd), then its bytes decoded (path for
  * messages). */
 lam_status image_file_bytes(const char *path, uint8_t **buf, size_t *len);
@@ -148,6 +155,9 @@ lam_status gpu_jpeg_decode(gpu_jpeg *g, int n, const uint8_t *const *buf, const 
 /* out (H, W, im->c) = im scaled to cover H x W (its shorter side fitting) and the middle kept: the mean of
  * the covered pixels where it shrinks, bilinear where it grows; a copy at the same size. */
 void image_fit(const data_image *im, int H, int W, uint8_t *out);
+/* out (H, W) = the mask im (1 channel) fitted to H x W as image_fit fits images (fit_geometry), each pixel the
+ * class of the nearest source pixel: classes are never blended. */
+void image_fit_nearest(const data_image *im, int H, int W, uint8_t *out);
 /* Encodes px (h, w, c: 1 or 3) as kind (IMAGE_PNG, or IMAGE_JPEG at quality 90) into *buf (malloc'd). */
 lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_t **buf, size_t *len);
 

@@ -54,4 +54,12 @@ LAM_HD uint8_t fit_sample(const uint8_t *px, int h, int w, int c, double scale, 
   return (uint8_t)((sum + cnt / 2) / cnt);
 }
 
+/* The source index (0..n-1) of the pixel nearest the centre of output sample s (at s + 0.5 in the scaled image):
+ * the centre that fit_sample's bilinear weights are taken at, so a mask fitted by nearest neighbour lines up with
+ * its image. */
+LAM_HD int fit_nearest(double s, double scale, int n) {
+  int i = (int)floor((s + 0.5) / scale);
+  return i < 0 ? 0 : i > n - 1 ? n - 1 : i;
+}
+
 #endif

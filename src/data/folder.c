@@ -128,6 +128,9 @@ static int has_set_files(const char *dir) {
 }
 
 int lam_dataset_image_folder_layout(const char *dir) {
+  /* mask folders first: a generic one's train/images would read as a class named "images" */
+  if (lam_dataset_mask_folder_layout(dir) != LAM_MASKS_NONE)
+    return mask_folder_has_test(dir) ? LAM_FOLDER_SPLIT : LAM_FOLDER_TRAIN_ONLY;
   char t[PATH_MAX];
   if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t) return LAM_FOLDER_NONE;
   if (is_dir(t)) {
@@ -529,6 +532,7 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   LAM_CHECK_ARG(out, "lam_dataset_load_images: out is NULL");
   *out = NULL;
   LAM_CHECK_ARG(dir && *dir, "lam_dataset_load_images: dir is %s", dir ? "empty" : "NULL");
+  if (lam_dataset_mask_folder_layout(dir) != LAM_MASKS_NONE) return lam_dataset_load_masks(dir, train, opts, out);
   lam_image_opts def = {0};
   lam_image_opts *o = opts ? opts : &def;
   LAM_CHECK_ARG((o->h == 0) == (o->w == 0) && o->h >= 0 && o->w >= 0 && o->h <= (int)DATA_MAX_SIDE &&

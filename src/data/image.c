@@ -233,6 +233,71 @@ static lam_status read_png(const char *path, const uint8_t *buf, size_t len, int
   free(rows);
   return LAM_OK;
 }
+
+/* A segmentation mask: its samples as they are stored, a class each. A palette PNG gives the palette index (the
+ * palette is not expanded: VOC's colours are only a picture of the classes, the index is the class) and its tRNS is
+ * ignored; a grey PNG of 8 bits its value. Any other kind (colour, grey with alpha, 16-bit, grey of fewer bits) is
+ * an error saying what the file is and what a mask must be: converting it would invent classes. Bounded as
+ * read_png is. */
+static lam_status read_png_mask(const char *path, const uint8_t *buf, size_t len, int fit, data_image *out) {
+  png_src src = {.p = buf, .len = len};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_fatal, png_quiet);
+  png_infop info = png ? png_create_info_struct(png) : NULL;
+  if (!info) {
+    png_destroy_read_struct(&png, NULL, NULL);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask file '%s': no host memory for libpng", path);
+  }
+  png_bytep *volatile rows = NULL;
+  volatile lam_status s = LAM_OK;
+  out->px = NULL;
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, NULL);
+    free(rows);
+    free(out->px);
+    out->px = NULL;
+    if (s != LAM_OK) return s;
+    return LAM_FAIL(LAM_ERR_IO, "mask file '%s': the PNG is damaged or truncated: %s", path, src.msg);
+  }
+  png_set_read_fn(png, &src, png_take);
+  png_set_user_limits(png, IMAGE_PNG_MAX_SIDE, IMAGE_PNG_MAX_SIDE);
+  png_set_chunk_malloc_max(png, IMAGE_PNG_CHUNK_MAX);
+  png_set_chunk_cache_max(png, 1000);
+  png_read_info(png, info);
+  png_uint_32 w, h;
+  int depth, type, interlace;
+  png_get_IHDR(png, info, &w, &h, &depth, &type, &interlace, NULL, NULL);
+  if (!(type == PNG_COLOR_TYPE_PALETTE || (type == PNG_COLOR_TYPE_GRAY && depth == 8))) {
+    const char *kind = type == PNG_COLOR_TYPE_GRAY ? "grey" : type == PNG_COLOR_TYPE_GRAY_ALPHA ? "grey with alpha"
+                       : type == PNG_COLOR_TYPE_RGB ? "RGB" : type == PNG_COLOR_TYPE_RGB_ALPHA ? "RGBA" : "unknown";
+    s = LAM_FAIL(LAM_ERR_IO, "mask file '%s' is a PNG of %d-bit %s; a mask must be a palette PNG (the index is the class) "
+                 "or an 8-bit grey PNG (the value is the class): convert colour masks to class indices first", path,
+                 depth, kind);
+    png_longjmp(png, 1);
+  }
+  const uint64_t raw = (uint64_t)h * (((uint64_t)w * depth + 7) / 8 + 1);
+  if ((s = image_check_size(path, h, w, fit, IMAGE_MAX_PIXELS)) == LAM_OK && raw / 1032 > len)
+    s = LAM_FAIL(LAM_ERR_IO, "mask file '%s': the PNG's header says %ux%u pixels, more than its %zu bytes can hold; "
+                 "the file is truncated or its header corrupt", path, (unsigned)w, (unsigned)h, len);
+  if (s != LAM_OK) png_longjmp(png, 1);
+  if (depth < 8) png_set_packing(png); /* a palette of 1, 2 or 4 bits: an index a byte, not scaled */
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const size_t stride = png_get_rowbytes(png, info);
+  if (png_get_channels(png, info) != 1 || stride != (size_t)w)
+    png_error(png, "an unexpected layout after decoding (lamina's reading of this mask type is wrong)");
+  if ((s = image_alloc(path, (int)h, (int)w, 1, out)) != LAM_OK) png_longjmp(png, 1);
+  rows = malloc(h * sizeof *rows);
+  if (!rows) {
+    s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask file '%s': no host memory for %u rows", path, (unsigned)h);
+    png_longjmp(png, 1);
+  }
+  for (png_uint_32 y = 0; y < h; y++) rows[y] = out->px + (size_t)y * stride;
+  png_read_image(png, rows);
+  png_read_end(png, NULL);
+  png_destroy_read_struct(&png, &info, NULL);
+  free(rows);
+  return LAM_OK;
+}
 #endif
 
 #ifdef LAMINA_WITH_JPEG
@@ -365,6 +430,22 @@ lam_status image_decode_fit(const char *path, const uint8_t *buf, size_t len, in
                   len == 0 ? "the file is empty" : "neither PNG nor JPEG (its first bytes are neither format's)");
 }
 
+lam_status image_decode_mask(const char *path, const uint8_t *buf, size_t len, int fit, data_image *out) {
+  memset(out, 0, sizeof *out);
+  if (is_png(buf, len)) {
+#ifdef LAMINA_WITH_PNG
+    return read_png_mask(path, buf, len, fit, out);
+#else
+    (void)fit;
+    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "mask file '%s' is a PNG, and this lamina was built without libpng: install "
+                    "libpng-dev (make deps does) and build again", path);
+#endif
+  }
+  return LAM_FAIL(LAM_ERR_IO, "mask file '%s': %s; a mask must be a PNG (palette or 8-bit grey: a JPEG's compression "
+                  "would blur the classes)", path, len == 0 ? "the file is empty" : is_jpeg(buf, len) ? "a JPEG" :
+                  "not a PNG (its first bytes are not the PNG signature)");
+}
+
 lam_status image_read(const char *path, data_image *out) { return image_read_fit(path, 0, 0, out); }
 
 lam_status image_read_fit(const char *path, int th, int tw, data_image *out) {
@@ -402,6 +483,19 @@ void image_fit(const data_image *im, int H, int W, uint8_t *out) {
     for (int x = 0; x < W; x++)
       for (int q = 0; q < im->c; q++)
         out[((size_t)y * W + x) * im->c + q] = fit_sample(im->px, im->h, im->w, im->c, scale, y + oy, x + ox, q);
+}
+
+void image_fit_nearest(const data_image *im, int H, int W, uint8_t *out) {
+  if (im->h == H && im->w == W) {
+    memcpy(out, im->px, (size_t)H * W);
+    return;
+  }
+  double scale, oy, ox;
+  fit_geometry(im->h, im->w, H, W, &scale, &oy, &ox);
+  for (int y = 0; y < H; y++) {
+    const int sy = fit_nearest(y + oy, scale, im->h);
+    for (int x = 0; x < W; x++) out[(size_t)y * W + x] = im->px[(size_t)sy * im->w + fit_nearest(x + ox, scale, im->w)];
+  }
 }
 
 lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_t **buf, size_t *len) {
