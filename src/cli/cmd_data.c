@@ -23,7 +23,9 @@ static void usage(FILE *f) {
           "       lamina data clips --out DIR [--frames T] [--from DATA] [--n N] [--test N] [--size HxW]\n"
           "                         [--format idx|npy] [--seed S]\n"
           "       lamina data images --out DIR --format png|jpeg [--from DATA] [--n N] [--test N] [--seed S]\n"
-          "Makes a data set anyone can rebuild (the same bytes for the same seed) from an MNIST-layout set.\n"
+          "       lamina data coco --annotations FILE --images DIR --out DIR [--part train|test]\n"
+          "Makes a data set anyone can rebuild (the same bytes for the same seed) from an MNIST-layout set, or\n"
+          "(coco) a segmentation folder from a COCO instances file.\n"
           "  segment   M2NIST-style scenes for segmentation: one to three items of DATA placed at random\n"
           "            without their boxes overlapping, on black; a label per pixel, the item's class + 1\n"
           "            where the item is visible (a nonzero pixel), else 0 (11 classes from Fashion-MNIST).\n"
@@ -319,6 +321,41 @@ static int cmd_images(int argc, char **argv) {
   return rc;
 }
 
+/* coco: its own options (the makers' --n, --seed... mean nothing to it); the work is lam_data_coco's. */
+static int cmd_coco(int argc, char **argv) {
+  static const struct option longopts[] = {{"annotations", required_argument, 0, 'a'}, {"images", required_argument, 0, 'i'},
+                                           {"out", required_argument, 0, 'o'},         {"part", required_argument, 0, 'p'},
+                                           {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+  const char *ann = NULL, *images = NULL, *out = NULL, *part = "train";
+  int c, li = 0;
+  opterr = 0;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
+    const char *opt = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+    switch (c) {
+      case 'a': ann = optarg; break;
+      case 'i': images = optarg; break;
+      case 'o': out = optarg; break;
+      case 'p':
+        if (strcmp(optarg, "train") && strcmp(optarg, "test"))
+          return cli_usage_error("data", "--part: '%s' is not train or test", optarg);
+        part = optarg;
+        break;
+      case 'h': usage(stdout); return 0;
+      case ':': return cli_usage_error("data", "option '%s' needs a value", opt);
+      default: return cli_usage_error("data", "coco: unknown option '%s'", opt);
+    }
+  }
+  if (optind < argc) return cli_usage_error("data", "unexpected argument '%s'", argv[optind]);
+  if (!ann || !images || !out)
+    return cli_usage_error("data", "coco: --%s is required", !ann ? "annotations FILE" : !images ? "images DIR" : "out DIR");
+  size_t n = 0, k = 0;
+  if (lam_data_coco(ann, images, out, part, &n, &k) != LAM_OK) return fail("coco");
+  printf("lamina data coco: %zu images and their masks (%zu classes and the background) from %s, in %s/%s\n", n, k, ann,
+         out, part);
+  return 0;
+}
+
 static int cmd_segment(int argc, char **argv) { return cmd_idx_set(KIND_SEGMENT, argc, argv); }
 static int cmd_clips(int argc, char **argv) { return cmd_idx_set(KIND_CLIPS, argc, argv); }
 
@@ -326,6 +363,7 @@ const cli_sub cli_data_kinds[] = {
     {"segment", "scenes for segmentation, a class per pixel (M2NIST-style)", cmd_segment},
     {"clips", "clips of a moving and a still item, a class per clip (Moving-MNIST-style)", cmd_clips},
     {"images", "an image folder of PNG or JPEG files in colour", cmd_images},
+    {"coco", "a segmentation folder (images, masks) from a COCO instances file", cmd_coco},
     {NULL, NULL, NULL},
 };
 
