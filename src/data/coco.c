@@ -214,6 +214,7 @@ static lam_status parse_categories(json_t *cats, coco_set *s, id_index **cat_ids
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "COCO file: no memory for %zu categories", n);
   }
   *cat_ids = t;
+  s->n_classes = n; /* coco_free frees the names made so far (the others NULL) */
   char where[64];
   for (size_t i = 0; i < n; i++) {
     json_t *c = json_array_get(cats, i);
@@ -235,7 +236,6 @@ static lam_status parse_categories(json_t *cats, coco_set *s, id_index **cat_ids
     if (!(s->class_names[i] = strdup(nm))) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "COCO file: no memory");
     t[i].index = i + 1; /* from here on: the class the id maps to */
   }
-  s->n_classes = n;
   return LAM_OK;
 }
 
