@@ -1503,6 +1503,21 @@ PY
   if [ "$rc" -eq 0 ] && [ -f "$C/out/test/masks/a.png" ] && cmp -s "$C/out/train/masks/a.png" "$C/out/test/masks/a.png"; then
     ok "data coco --part test beside train (the same classes.txt)"
   else not_ok "data coco --part test" "want exit 0 and OUT/test/masks/a.png"; fi
+  # --size 10x12: a (5x6) doubled, its mask alike; b (3x4) scaled by 10/3 to cover, 13.3 wide, the middle 12
+  run data coco --annotations "$C/ann.json" --images "$C/img" --out "$C/fit" --size 10x12
+  if [ "$rc" -eq 0 ] && /usr/bin/python3 - "$C/fit/train" <<'PY'
+import sys
+from PIL import Image
+d = sys.argv[1]
+a, ma, mb = Image.open(d + "/images/a.jpg"), Image.open(d + "/masks/a.png"), Image.open(d + "/masks/b.png")
+assert a.format == "JPEG" and a.size == (12, 10) and ma.size == (12, 10) and mb.size == (12, 10)
+want_a = [[3 if 2 <= x // 2 < 4 and 1 <= y // 2 < 3 else 1 if 1 <= x // 2 < 5 and 1 <= y // 2 < 4 else 0
+           for x in range(12)] for y in range(10)]
+assert [[ma.getpixel((x, y)) for x in range(12)] for y in range(10)] == want_a
+assert set(mb.getdata()) == {0, 255}
+PY
+  then ok "data coco --size: images fitted as JPEG, masks alike (nearest)"
+  else not_ok "data coco --size 10x12" "want exit 0, 12x10 a.jpg and masks, a's mask doubled"; fi
   sed 's/"id": 3, "image_id": 11/"id": 3, "image_id": 12/' "$C/ann.json" > "$C/bad.json"
   run data coco --annotations "$C/bad.json" --images "$C/img" --out "$C/out2"
   if [ "$rc" -eq 1 ] && has "$TMP/err" "annotation 3: image_id 12" && [ ! -e "$C/out2/train" ]; then

@@ -2,7 +2,7 @@
  * whose every pixel is known by hand: polygons (a rectangle, a triangle, a concave U) as pycocotools'
  * rleFrPoly rasterizes them, RLE as numbers and as pycocotools' compressed string (crowd: 255, with holes),
  * the smaller instance on top where two overlap, category ids mapped 1..K in id order; and every malformed
- * file refused with a message that names the annotation (or what else is wrong).
+ * file refused with a message that names the annotation (or what else is wrong); a mask fitted to --size.
  *
  * How the polygon masks were derived (pycocotools is not installed here): rleFrPoly scales the points by 5,
  * walks each edge one step of that grid along its longer axis, and records a crossing wherever the walk's u
@@ -225,10 +225,28 @@ static void test_malformed(void **state) {
   expect_refused(buf, "two categories have the id 4");
 }
 
+/* A mask fitted as image_fit fits (cover, the middle kept), nearest: 2x2 to 4x4 doubles each pixel; 4x6 to 2x2
+ * scales by 1/2 (to cover the 2 rows), 3 columns wide, the middle 2 kept (offset 0.5): output pixel (y, x)'s
+ * centre is source (2y + 1, 2x + 2), the pixel at row 2y + 1, column 2x + 2. */
+static void test_fit_mask(void **state) {
+  (void)state;
+  static const uint8_t m2[4] = {1, 2, 3, 4};
+  uint8_t out[16];
+  coco_fit_mask(m2, 2, 2, 4, 4, out);
+  for (int y = 0; y < 4; y++)
+    for (int x = 0; x < 4; x++) assert_int_equal(out[y * 4 + x], m2[(y / 2) * 2 + x / 2]);
+  uint8_t m46[24];
+  for (int i = 0; i < 24; i++) m46[i] = (uint8_t)(10 * (i / 6) + i % 6); /* row * 10 + column */
+  coco_fit_mask(m46, 4, 6, 2, 2, out);
+  static const uint8_t want[4] = {12, 14, 32, 34};
+  expect_mask(out, want, 2, 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rectangle), cmocka_unit_test(test_triangle), cmocka_unit_test(test_concave),
       cmocka_unit_test(test_rle),       cmocka_unit_test(test_overlap_and_classes), cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_fit_mask),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

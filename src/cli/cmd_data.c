@@ -23,7 +23,7 @@ static void usage(FILE *f) {
           "       lamina data clips --out DIR [--frames T] [--from DATA] [--n N] [--test N] [--size HxW]\n"
           "                         [--format idx|npy] [--seed S]\n"
           "       lamina data images --out DIR --format png|jpeg [--from DATA] [--n N] [--test N] [--seed S]\n"
-          "       lamina data coco --annotations FILE --images DIR --out DIR [--part train|test]\n"
+          "       lamina data coco --annotations FILE --images DIR --out DIR [--part train|test] [--size HxW]\n"
           "Makes a data set anyone can rebuild (the same bytes for the same seed) from an MNIST-layout set, or\n"
           "(coco) a segmentation folder from a COCO instances file.\n"
           "  segment   M2NIST-style scenes for segmentation: one to three items of DATA placed at random\n"
@@ -45,7 +45,7 @@ static void usage(FILE *f) {
           "  --from DATA   the source set: fashion-mnist (default) or a folder, as 'lamina train --data'\n"
           "  --n N         training scenes (default 20000)\n"
           "  --test N      test scenes (default 2000)\n"
-          "  --size HxW    the field's size (segment: default 64x84; clips: 64x64)\n"
+          "  --size HxW    the field's size (segment: default 64x84; clips: 64x64; coco: none, copies)\n"
           "  --frames T    frames a clip (clips; default 16)\n"
           "  --format F    images: png or jpeg (jpeg at quality 90); segment, clips: idx (default) or npy\n"
           "  --seed S      the generator's seed (default 1)\n"
@@ -325,8 +325,10 @@ static int cmd_images(int argc, char **argv) {
 static int cmd_coco(int argc, char **argv) {
   static const struct option longopts[] = {{"annotations", required_argument, 0, 'a'}, {"images", required_argument, 0, 'i'},
                                            {"out", required_argument, 0, 'o'},         {"part", required_argument, 0, 'p'},
-                                           {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+                                           {"size", required_argument, 0, 's'},        {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
   const char *ann = NULL, *images = NULL, *out = NULL, *part = "train";
+  int fit_h = 0, fit_w = 0;
   int c, li = 0;
   opterr = 0;
   optind = 1;
@@ -341,6 +343,12 @@ static int cmd_coco(int argc, char **argv) {
           return cli_usage_error("data", "--part: '%s' is not train or test", optarg);
         part = optarg;
         break;
+      case 's': {
+        char end;
+        if (sscanf(optarg, "%dx%d%c", &fit_h, &fit_w, &end) != 2 || fit_h < 1 || fit_w < 1 || fit_h > 4096 || fit_w > 4096)
+          return cli_usage_error("data", "--size: '%s' is not HxW (1 to 4096 each), e.g. 256x256", optarg);
+        break;
+      }
       case 'h': usage(stdout); return 0;
       case ':': return cli_usage_error("data", "option '%s' needs a value", opt);
       default: return cli_usage_error("data", "coco: unknown option '%s'", opt);
@@ -350,7 +358,7 @@ static int cmd_coco(int argc, char **argv) {
   if (!ann || !images || !out)
     return cli_usage_error("data", "coco: --%s is required", !ann ? "annotations FILE" : !images ? "images DIR" : "out DIR");
   size_t n = 0, k = 0;
-  if (lam_data_coco(ann, images, out, part, &n, &k) != LAM_OK) return fail("coco");
+  if (lam_data_coco(ann, images, out, part, fit_h, fit_w, &n, &k) != LAM_OK) return fail("coco");
   printf("lamina data coco: %zu images and their masks (%zu classes and the background) from %s, in %s/%s\n", n, k, ann,
          out, part);
   return 0;

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "data.h"
+#include "fit.h"
 #include "../status.h"
 
 #define COCO_MAX_SIDE 65535u
@@ -548,4 +549,18 @@ lam_status coco_mask(const coco_set *s, size_t i, uint8_t *mask) {
   }
   free(bits), free(order);
   return st;
+}
+
+void coco_fit_mask(const uint8_t *m, int h, int w, int H, int W, uint8_t *out) {
+  double scale, oy, ox;
+  fit_geometry(h, w, H, W, &scale, &oy, &ox);
+  for (int y = 0; y < H; y++) {
+    int sy = (int)floor((y + oy + 0.5) / scale); /* the source pixel under the output pixel's centre */
+    sy = sy < 0 ? 0 : sy > h - 1 ? h - 1 : sy;
+    for (int x = 0; x < W; x++) {
+      int sx = (int)floor((x + ox + 0.5) / scale);
+      sx = sx < 0 ? 0 : sx > w - 1 ? w - 1 : sx;
+      out[(size_t)y * W + x] = m[(size_t)sy * w + sx];
+    }
+  }
 }

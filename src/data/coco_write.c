@@ -107,27 +107,49 @@ static lam_status check_image_size(const char *path, const uint8_t *b, size_t n,
   return LAM_OK;
 }
 
-static lam_status write_image(const coco_set *s, size_t i, const char *images_dir, const char *tmp, uint8_t *mask) {
+/* Image i and its mask into tmp: the image copied as it is, or with fit_h, fit_w fitted to that size as image
+ * folders' --size fits (scaled to cover, the middle kept) and written as JPEG, its mask alike (nearest). */
+static lam_status write_image(const coco_set *s, size_t i, const char *images_dir, const char *tmp, int fit_h,
+                              int fit_w, uint8_t *mask, uint8_t *fitted) {
   const coco_image *im = coco_get_image(s, i);
+  const int stem = (int)stem_len(im->file_name);
   char src[4096], dst[8192 + 64];
   if ((size_t)snprintf(src, sizeof src, "%s/%s", images_dir, im->file_name) >= sizeof src)
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "the path of image '%s' is too long", im->file_name);
-  uint8_t *b = NULL, *png = NULL;
-  size_t n = 0, pn = 0;
+  uint8_t *b = NULL, *enc = NULL;
+  size_t n = 0, en = 0;
+  data_image pic = {0, 0, 0, NULL};
   LAM_TRY(image_file_bytes(src, &b, &n));
   lam_status st = check_image_size(src, b, n, im);
-  if (st == LAM_OK) {
+  if (st == LAM_OK && !fit_h) {
     snprintf(dst, sizeof dst, "%s/images/%s", tmp, im->file_name);
     st = lam_output_write_atomic(dst, "image (a copy)", b, n);
+  } else if (st == LAM_OK) {
+    st = image_decode_fit(src, b, n, fit_h, fit_w, &pic);
+    uint8_t *px = st == LAM_OK ? malloc((size_t)fit_h * fit_w * pic.c) : NULL;
+    if (st == LAM_OK && !px) st = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no memory for image '%s' fitted", src);
+    if (st == LAM_OK) {
+      image_fit(&pic, fit_h, fit_w, px);
+      st = image_encode(IMAGE_JPEG, px, fit_h, fit_w, pic.c, &enc, &en);
+    }
+    free(px), free(pic.px);
+    if (st == LAM_OK) {
+      snprintf(dst, sizeof dst, "%s/images/%.*s.jpg", tmp, stem, im->file_name);
+      st = lam_output_write_atomic(dst, "image (fitted)", enc, en);
+    }
+    free(enc), enc = NULL;
   }
   free(b);
   if (st == LAM_OK) st = coco_mask(s, i, mask);
-  if (st == LAM_OK) st = image_encode(IMAGE_PNG, mask, im->h, im->w, 1, &png, &pn);
+  if (st == LAM_OK && fit_h) coco_fit_mask(mask, im->h, im->w, fit_h, fit_w, fitted);
+  if (st == LAM_OK)
+    st = fit_h ? image_encode(IMAGE_PNG, fitted, fit_h, fit_w, 1, &enc, &en)
+               : image_encode(IMAGE_PNG, mask, im->h, im->w, 1, &enc, &en);
   if (st == LAM_OK) {
-    snprintf(dst, sizeof dst, "%s/masks/%.*s.png", tmp, (int)stem_len(im->file_name), im->file_name);
-    st = lam_output_write_atomic(dst, "mask", png, pn);
+    snprintf(dst, sizeof dst, "%s/masks/%.*s.png", tmp, stem, im->file_name);
+    st = lam_output_write_atomic(dst, "mask", enc, en);
   }
-  free(png);
+  free(enc);
   return st;
 }
 
@@ -163,8 +185,12 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 }
 
 lam_status lam_data_coco(const char *annotations, const char *images_dir, const char *out_dir, const char *part,
-                         size_t *n_images, size_t *n_classes) {
+                         int fit_h, int fit_w, size_t *n_images, size_t *n_classes) {
   LAM_CHECK_ARG(annotations && images_dir && out_dir && part, "lam_data_coco: an argument is NULL");
+  LAM_CHECK_ARG((!fit_h && !fit_w) || (fit_h >= 1 && fit_w >= 1 && fit_h <= 4096 && fit_w <= 4096),
+                "lam_data_coco: a fit of %dx%d (1 to 4096 a side, or 0x0 to copy the images)", fit_h, fit_w);
+  if (fit_h && !(image_formats() & IMAGE_JPEG))
+    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "this lamina was built without libjpeg: it cannot write fitted images");
   LAM_CHECK_ARG(!strcmp(part, "train") || !strcmp(part, "test"), "lam_data_coco: part '%s' is not train or test", part);
   if (!(image_formats() & IMAGE_PNG))
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "this lamina was built without libpng: it cannot write the masks");
@@ -206,9 +232,12 @@ lam_status lam_data_coco(const char *annotations, const char *images_dir, const 
     if ((size_t)coco_get_image(s, i)->h * coco_get_image(s, i)->w > max_px)
       max_px = (size_t)coco_get_image(s, i)->h * coco_get_image(s, i)->w;
   uint8_t *mask = st == LAM_OK ? malloc(max_px) : NULL;
-  if (st == LAM_OK && !mask) st = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no memory for a mask of %zu pixels", max_px);
-  for (size_t i = 0; i < coco_n_images(s) && st == LAM_OK; i++) st = write_image(s, i, images_dir, tmp, mask);
-  free(mask);
+  uint8_t *fitted = st == LAM_OK && fit_h ? malloc((size_t)fit_h * fit_w) : NULL;
+  if (st == LAM_OK && (!mask || (fit_h && !fitted)))
+    st = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no memory for a mask of %zu pixels", max_px);
+  for (size_t i = 0; i < coco_n_images(s) && st == LAM_OK; i++)
+    st = write_image(s, i, images_dir, tmp, fit_h, fit_w, mask, fitted);
+  free(mask), free(fitted);
   if (st == LAM_OK) st = write_classes(s, classes);
   if (st == LAM_OK && empty_or_missing(dest) == 1 && rmdir(dest) != 0 && errno != ENOENT)
     st = LAM_FAIL(LAM_ERR_IO, "cannot replace the empty folder '%s': %s", dest, strerror(errno));

@@ -173,6 +173,9 @@ const char *coco_class_name(const coco_set *s, size_t k); /* class k + 1's name,
  * first (by their mask's pixels; equal areas by annotation id), so the smaller is on top; polygons as
  * pycocotools' rleFrPoly rasterizes them. */
 lam_status coco_mask(const coco_set *s, size_t i, uint8_t *mask);
+/* m (h, w) fitted to out (H, W) with image_fit's geometry (scaled to cover, the middle kept), each output pixel
+ * the class of the source pixel under its centre (nearest: a label is never blended). */
+void coco_fit_mask(const uint8_t *m, int h, int w, int H, int W, uint8_t *out);
 
 #ifdef __cplusplus
 }
