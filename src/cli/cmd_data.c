@@ -41,6 +41,13 @@ static void usage(FILE *f) {
           "  images    the set as an image folder in colour (each image its own background and foreground\n"
           "            colour): DIR/train/CLASS/INDEX.png|jpg and DIR/test/CLASS/..., CLASS the class number.\n"
           "            DIR must not exist yet (or be empty): the set appears whole or not at all.\n"
+          "  coco      a COCO instances file (--annotations) and its images (--images DIR) as a segmentation\n"
+          "            folder: DIR/PART/images/NAME (copied as they are), DIR/PART/masks/STEM.png (8-bit grey:\n"
+          "            0 background, the categories 1..K in increasing id order, 255 crowd regions, the smaller\n"
+          "            instance on top; polygons as pycocotools rasterizes them) and DIR/classes.txt (background,\n"
+          "            then the categories' names). DIR/PART must not exist yet (or be empty). With --size\n"
+          "            each image is fitted to HxW (scaled to cover, the middle kept) as DIR/PART/images/STEM.jpg,\n"
+          "            its mask alike (the class under each pixel's centre).\n"
           "  --out DIR     the folder to write (made if missing; its parent must exist)\n"
           "  --from DATA   the source set: fashion-mnist (default) or a folder, as 'lamina train --data'\n"
           "  --n N         training scenes (default 20000)\n"
@@ -49,6 +56,9 @@ static void usage(FILE *f) {
           "  --frames T    frames a clip (clips; default 16)\n"
           "  --format F    images: png or jpeg (jpeg at quality 90); segment, clips: idx (default) or npy\n"
           "  --seed S      the generator's seed (default 1)\n"
+          "  --annotations FILE  coco: the COCO instances file (JSON)\n"
+          "  --images DIR        coco: the folder of the images it names\n"
+          "  --part P            coco: train (default) or test, the part of DIR to write\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
 }
 
