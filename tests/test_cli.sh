@@ -1520,9 +1520,13 @@ PY
   else not_ok "data coco --size 10x12" "want exit 0, 12x10 a.jpg and masks, a's mask doubled"; fi
   sed 's/"id": 3, "image_id": 11/"id": 3, "image_id": 12/' "$C/ann.json" > "$C/bad.json"
   run data coco --annotations "$C/bad.json" --images "$C/img" --out "$C/out2"
-  if [ "$rc" -eq 1 ] && has "$TMP/err" "annotation 3: image_id 12" && [ ! -e "$C/out2/train" ]; then
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "annotation 3: image_id 12" && [ ! -e "$C/out2" ]; then
     ok "data coco: an unknown image id is an error naming the annotation, nothing written"
-  else not_ok "data coco with an unknown image id" "want exit 1, 'annotation 3: image_id 12', no OUT/train"; fi
+  else not_ok "data coco with an unknown image id" "want exit 1, 'annotation 3: image_id 12', no OUT"; fi
+  run data coco --annotations "$C/ann.json" --images "$C" --out "$C/out3"
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "a.jpg" && [ ! -e "$C/out3" ]; then
+    ok "data coco: a missing image is an error naming it, and nothing is left behind"
+  else not_ok "data coco with the images missing" "want exit 1 naming a.jpg, no OUT"; fi
   usage_error "data coco without --images" "--images DIR is required" -- data coco --annotations "$C/ann.json" --out "$C/o3"
   usage_error "data coco --part" "--part: 'val'" -- data coco --annotations "$C/ann.json" --images "$C/img" --out "$C/o3" --part val
 else

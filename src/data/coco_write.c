@@ -216,9 +216,12 @@ lam_status lam_data_coco(const char *annotations, const char *images_dir, const 
     return LAM_FAIL(st, "'%s': %s", annotations, why);
   }
   st = check_stems(s);
-  if (st == LAM_OK && mkdir(out_dir, 0777) != 0 && errno != EEXIST)
-    st = LAM_FAIL(LAM_ERR_IO, "cannot make the folder '%s': %s (its parent must exist)", out_dir, strerror(errno));
-  int made_tmp = 0;
+  int made_out = 0, made_tmp = 0; /* a folder made here and left empty by a failure goes again */
+  if (st == LAM_OK) {
+    made_out = mkdir(out_dir, 0777) == 0;
+    if (!made_out && errno != EEXIST)
+      st = LAM_FAIL(LAM_ERR_IO, "cannot make the folder '%s': %s (its parent must exist)", out_dir, strerror(errno));
+  }
   if (st == LAM_OK) {
     made_tmp = mkdir(tmp, 0777) == 0;
     if (!made_tmp) st = LAM_FAIL(LAM_ERR_IO, "cannot make the folder '%s': %s", tmp, strerror(errno));
@@ -244,6 +247,7 @@ lam_status lam_data_coco(const char *annotations, const char *images_dir, const 
   if (st == LAM_OK && rename(tmp, dest) != 0)
     st = LAM_FAIL(LAM_ERR_IO, "cannot move '%s' to '%s': %s", tmp, dest, strerror(errno));
   if (st != LAM_OK && made_tmp) nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  if (st != LAM_OK && made_out) rmdir(out_dir); /* only if empty: classes.txt is written last */
   if (st == LAM_OK && n_images) *n_images = coco_n_images(s);
   if (st == LAM_OK && n_classes) *n_classes = coco_n_classes(s);
   coco_free(s);
