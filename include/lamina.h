@@ -467,6 +467,18 @@ lam_status lam_data_clips(const lam_dataset *src, size_t n, int frames, int h, i
  * (seed, i) by its grey value. dir must exist; the folders of the classes these n images have are made (an empty
  * class folder is an error to lam_dataset_load_images). */
 lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed, int kind, const char *dir);
+/* Writes a COCO instances file (annotations, JSON) and the images it names (in images_dir) as a segmentation
+ * folder: out_dir/<part>/images/<file_name> (each image copied byte for byte), out_dir/<part>/masks/<stem>.png
+ * (8-bit grey, the image's size: 0 background, categories 1..K in increasing id order, 255 crowd regions, the
+ * smaller instance on top, polygons rasterized as pycocotools does) and out_dir/classes.txt ("background", then
+ * the categories' names; kept when another part wrote the same). part is "train" or "test"; out_dir/<part>
+ * must not exist or be empty: it appears whole or not at all. n_images, n_classes (may be NULL): what it wrote.
+ * With fit_h, fit_w (1 to 4096; 0, 0: copies) each image is fitted to that size as image folders' --size
+ * fits (scaled to cover, the middle kept) and written as <stem>.jpg, its mask alike (nearest: the class under
+ * each pixel's centre). A bad file is LAM_ERR_IO naming what is wrong and where (an annotation by its id),
+ * before anything is written. */
+lam_status lam_data_coco(const char *annotations, const char *images_dir, const char *out_dir, const char *part,
+                         int fit_h, int fit_w, size_t *n_images, size_t *n_classes);
 /* Writes data (unsigned bytes, row-major) as an IDX file of `rank` dimensions (1 to 5; magic 0x000008rr,
  * big-endian uint32 sizes), atomically, where lam_output_path_check allows. */
 lam_status lam_idx_write(const char *path, int rank, const uint64_t *dims, const uint8_t *data);

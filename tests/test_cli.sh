@@ -1581,6 +1581,86 @@ else
   skip "mask folders: no Fashion-MNIST to make scenes from"
 fi
 
+# ---- lamina data coco: a COCO instances file to a segmentation folder ---------------------------------
+# Two images (a JPEG and a PNG made by Pillow), three categories listed out of id order, a smaller polygon over
+# a larger one, a crowd RLE: classes.txt, the copies byte for byte, each mask's pixels, the refusals.
+if "$LAMINA" info | grep -q "image files: PNG and JPEG" && [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import PIL" 2>/dev/null; then
+  C=$TMP/coco
+  mkdir -p "$C/img"
+  /usr/bin/python3 - "$C" <<'PY'
+import sys
+from PIL import Image
+d = sys.argv[1]
+Image.new("RGB", (6, 5), (200, 10, 10)).save(d + "/img/a.jpg", quality=90)
+Image.new("L", (4, 3), 99).save(d + "/img/b.png")
+open(d + "/ann.json", "w").write("""{"images": [{"id": 10, "file_name": "a.jpg", "height": 5, "width": 6},
+                                             {"id": 11, "file_name": "b.png", "height": 3, "width": 4}],
+ "categories": [{"id": 5, "name": "five"}, {"id": 2, "name": "two"}, {"id": 90, "name": "ninety"}],
+ "annotations": [{"id": 1, "image_id": 10, "category_id": 90, "segmentation": [[2, 1, 4, 1, 4, 3, 2, 3]]},
+                 {"id": 2, "image_id": 10, "category_id": 2, "segmentation": [[1, 1, 5, 1, 5, 4, 1, 4]]},
+                 {"id": 3, "image_id": 11, "category_id": 5, "iscrowd": 1,
+                  "segmentation": {"size": [3, 4], "counts": "441O"}}]}""")
+PY
+  run data coco --annotations "$C/ann.json" --images "$C/img" --out "$C/out"
+  if [ "$rc" -eq 0 ] && has "$TMP/out" "2 images" && [ -f "$C/out/train/images/a.jpg" ] && [ -f "$C/out/train/masks/b.png" ] &&
+     cmp -s "$C/img/a.jpg" "$C/out/train/images/a.jpg" && cmp -s "$C/img/b.png" "$C/out/train/images/b.png" &&
+     [ "$(cat "$C/out/classes.txt")" = "$(printf 'background\ntwo\nfive\nninety')" ]; then
+    ok "data coco: images copied byte for byte, masks written, classes.txt in category-id order"
+  else not_ok "data coco" "want exit 0, OUT/train/images/a.jpg (a copy), OUT/train/masks/b.png, classes.txt"; fi
+  # a: class two (1) over rows 1..3, columns 1..4, class ninety (3) on top over rows 1..2, columns 2..3;
+  # b: the crowd (255) at column-major pixels 4..7 and 9..11
+  if /usr/bin/python3 - "$C/out/train/masks" <<'PY'
+import sys
+from PIL import Image
+d = sys.argv[1]
+a, b = Image.open(d + "/a.png"), Image.open(d + "/b.png")
+assert a.mode == "L" and a.size == (6, 5) and b.mode == "L" and b.size == (4, 3), (a.mode, a.size, b.size)
+want_a = [[3 if 2 <= x < 4 and 1 <= y < 3 else 1 if 1 <= x < 5 and 1 <= y < 4 else 0 for x in range(6)] for y in range(5)]
+want_b = [[0, 0, 255, 255], [0, 255, 255, 255], [0, 255, 0, 255]]
+got_a = [[a.getpixel((x, y)) for x in range(6)] for y in range(5)]
+got_b = [[b.getpixel((x, y)) for x in range(4)] for y in range(3)]
+assert got_a == want_a, got_a
+assert got_b == want_b, got_b
+PY
+  then ok "data coco: the masks' pixels (the smaller instance on top, classes by id, crowd 255)"
+  else not_ok "data coco masks" "want the hand-made masks"; fi
+  run data coco --annotations "$C/ann.json" --images "$C/img" --out "$C/out"
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "is not empty"; then ok "data coco refuses a part folder that is not empty"
+  else not_ok "data coco into a non-empty part" "want exit 1 and 'is not empty'"; fi
+  run data coco --annotations "$C/ann.json" --images "$C/img" --out "$C/out" --part test
+  if [ "$rc" -eq 0 ] && [ -f "$C/out/test/masks/a.png" ] && cmp -s "$C/out/train/masks/a.png" "$C/out/test/masks/a.png"; then
+    ok "data coco --part test beside train (the same classes.txt)"
+  else not_ok "data coco --part test" "want exit 0 and OUT/test/masks/a.png"; fi
+  # --size 10x12: a (5x6) doubled, its mask alike; b (3x4) scaled by 10/3 to cover, 13.3 wide, the middle 12
+  run data coco --annotations "$C/ann.json" --images "$C/img" --out "$C/fit" --size 10x12
+  if [ "$rc" -eq 0 ] && /usr/bin/python3 - "$C/fit/train" <<'PY'
+import sys
+from PIL import Image
+d = sys.argv[1]
+a, ma, mb = Image.open(d + "/images/a.jpg"), Image.open(d + "/masks/a.png"), Image.open(d + "/masks/b.png")
+assert a.format == "JPEG" and a.size == (12, 10) and ma.size == (12, 10) and mb.size == (12, 10)
+want_a = [[3 if 2 <= x // 2 < 4 and 1 <= y // 2 < 3 else 1 if 1 <= x // 2 < 5 and 1 <= y // 2 < 4 else 0
+           for x in range(12)] for y in range(10)]
+assert [[ma.getpixel((x, y)) for x in range(12)] for y in range(10)] == want_a
+assert set(mb.getdata()) == {0, 255}
+PY
+  then ok "data coco --size: images fitted as JPEG, masks alike (nearest)"
+  else not_ok "data coco --size 10x12" "want exit 0, 12x10 a.jpg and masks, a's mask doubled"; fi
+  sed 's/"id": 3, "image_id": 11/"id": 3, "image_id": 12/' "$C/ann.json" > "$C/bad.json"
+  run data coco --annotations "$C/bad.json" --images "$C/img" --out "$C/out2"
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "annotation 3: image_id 12" && [ ! -e "$C/out2" ]; then
+    ok "data coco: an unknown image id is an error naming the annotation, nothing written"
+  else not_ok "data coco with an unknown image id" "want exit 1, 'annotation 3: image_id 12', no OUT"; fi
+  run data coco --annotations "$C/ann.json" --images "$C" --out "$C/out3"
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "a.jpg" && [ ! -e "$C/out3" ]; then
+    ok "data coco: a missing image is an error naming it, and nothing is left behind"
+  else not_ok "data coco with the images missing" "want exit 1 naming a.jpg, no OUT"; fi
+  usage_error "data coco without --images" "--images DIR is required" -- data coco --annotations "$C/ann.json" --out "$C/o3"
+  usage_error "data coco --part" "--part: 'val'" -- data coco --annotations "$C/ann.json" --images "$C/img" --out "$C/o3" --part val
+else
+  skip "data coco: no PNG/JPEG in this build, or no /usr/bin/python3 with Pillow"
+fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

@@ -74,6 +74,7 @@ COVERED_ELSEWHERE = [
     (r"^build/lamina train --data clips ", "test_cli (train on clips: the small data set this suite substitutes holds "
                                           "images, not clips)"),
     (r"^build/lamina predict --load clips\.lamina --data clips$", "test_cli (predict on clips: a CSV row per clip)"),
+    (r"^build/lamina data coco ", "test_cli (data coco: a tiny COCO set made there; COCO's own files are not here)"),
     (r"^mpirun -np 2 build/lamina train ", "test_ranks (tests/test_ranks.sh: 2 CPU ranks against one process)"),
     (r"^build/lamina train .*--gpus 2$", "test_ranks_gpu (tests/test_ranks_gpu.sh: --gpus 2 against one GPU; "
                                         "skipped without a GPU)"),

@@ -24,7 +24,9 @@ static void usage(FILE *f) {
           "       lamina data clips --out DIR [--frames T] [--from DATA] [--n N] [--test N] [--size HxW]\n"
           "                         [--format idx|npy] [--seed S]\n"
           "       lamina data images --out DIR --format png|jpeg [--from DATA] [--n N] [--test N] [--seed S]\n"
-          "Makes a data set anyone can rebuild (the same bytes for the same seed) from an MNIST-layout set.\n"
+          "       lamina data coco --annotations FILE --images DIR --out DIR [--part train|test] [--size HxW]\n"
+          "Makes a data set anyone can rebuild (the same bytes for the same seed) from an MNIST-layout set, or\n"
+          "(coco) a segmentation folder from a COCO instances file.\n"
           "  segment   M2NIST-style scenes for segmentation: one to three items of DATA placed at random\n"
           "            without their boxes overlapping, on black; a label per pixel, the item's class + 1\n"
           "            where the item is visible (a nonzero pixel), else 0 (11 classes from Fashion-MNIST).\n"
@@ -42,15 +44,25 @@ static void usage(FILE *f) {
           "  images    the set as an image folder in colour (each image its own background and foreground\n"
           "            colour): DIR/train/CLASS/INDEX.png|jpg and DIR/test/CLASS/..., CLASS the class number.\n"
           "            DIR must not exist yet (or be empty): the set appears whole or not at all.\n"
+          "  coco      a COCO instances file (--annotations) and its images (--images DIR) as a segmentation\n"
+          "            folder: DIR/PART/images/NAME (copied as they are), DIR/PART/masks/STEM.png (8-bit grey:\n"
+          "            0 background, the categories 1..K in increasing id order, 255 crowd regions, the smaller\n"
+          "            instance on top; polygons as pycocotools rasterizes them) and DIR/classes.txt (background,\n"
+          "            then the categories' names). DIR/PART must not exist yet (or be empty). With --size\n"
+          "            each image is fitted to HxW (scaled to cover, the middle kept) as DIR/PART/images/STEM.jpg,\n"
+          "            its mask alike (the class under each pixel's centre).\n"
           "  --out DIR     the folder to write (made if missing; its parent must exist)\n"
           "  --from DATA   the source set: fashion-mnist (default) or a folder, as 'lamina train --data'\n"
           "  --n N         training scenes (default 20000)\n"
           "  --test N      test scenes (default 2000)\n"
-          "  --size HxW    the field's size (segment: default 64x84; clips: 64x64)\n"
+          "  --size HxW    the field's size (segment: default 64x84; clips: 64x64; coco: none, copies)\n"
           "  --frames T    frames a clip (clips; default 16)\n"
           "  --format F    images: png or jpeg (jpeg at quality 90); segment, clips: idx (default) or npy;\n"
           "                segment also folder or folder-jpeg\n"
           "  --seed S      the generator's seed (default 1)\n"
+          "  --annotations FILE  coco: the COCO instances file (JSON)\n"
+          "  --images DIR        coco: the folder of the images it names\n"
+          "  --part P            coco: train (default) or test, the part of DIR to write\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
 }
 
@@ -339,6 +351,49 @@ static int cmd_images(int argc, char **argv) {
   return rc;
 }
 
+/* coco: its own options (the makers' --n, --seed... mean nothing to it); the work is lam_data_coco's. */
+static int cmd_coco(int argc, char **argv) {
+  static const struct option longopts[] = {{"annotations", required_argument, 0, 'a'}, {"images", required_argument, 0, 'i'},
+                                           {"out", required_argument, 0, 'o'},         {"part", required_argument, 0, 'p'},
+                                           {"size", required_argument, 0, 's'},        {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
+  const char *ann = NULL, *images = NULL, *out = NULL, *part = "train";
+  int fit_h = 0, fit_w = 0;
+  int c, li = 0;
+  opterr = 0;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
+    const char *opt = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+    switch (c) {
+      case 'a': ann = optarg; break;
+      case 'i': images = optarg; break;
+      case 'o': out = optarg; break;
+      case 'p':
+        if (strcmp(optarg, "train") && strcmp(optarg, "test"))
+          return cli_usage_error("data", "--part: '%s' is not train or test", optarg);
+        part = optarg;
+        break;
+      case 's': {
+        char end;
+        if (sscanf(optarg, "%dx%d%c", &fit_h, &fit_w, &end) != 2 || fit_h < 1 || fit_w < 1 || fit_h > 4096 || fit_w > 4096)
+          return cli_usage_error("data", "--size: '%s' is not HxW (1 to 4096 each), e.g. 256x256", optarg);
+        break;
+      }
+      case 'h': usage(stdout); return 0;
+      case ':': return cli_usage_error("data", "option '%s' needs a value", opt);
+      default: return cli_usage_error("data", "coco: unknown option '%s'", opt);
+    }
+  }
+  if (optind < argc) return cli_usage_error("data", "unexpected argument '%s'", argv[optind]);
+  if (!ann || !images || !out)
+    return cli_usage_error("data", "coco: --%s is required", !ann ? "annotations FILE" : !images ? "images DIR" : "out DIR");
+  size_t n = 0, k = 0;
+  if (lam_data_coco(ann, images, out, part, fit_h, fit_w, &n, &k) != LAM_OK) return fail("coco");
+  printf("lamina data coco: %zu images and their masks (%zu classes and the background) from %s, in %s/%s\n", n, k, ann,
+         out, part);
+  return 0;
+}
+
 static int cmd_segment(int argc, char **argv) { return cmd_idx_set(KIND_SEGMENT, argc, argv); }
 static int cmd_clips(int argc, char **argv) { return cmd_idx_set(KIND_CLIPS, argc, argv); }
 
@@ -346,6 +401,7 @@ const cli_sub cli_data_kinds[] = {
     {"segment", "scenes for segmentation, a class per pixel (M2NIST-style)", cmd_segment},
     {"clips", "clips of a moving and a still item, a class per clip (Moving-MNIST-style)", cmd_clips},
     {"images", "an image folder of PNG or JPEG files in colour", cmd_images},
+    {"coco", "a segmentation folder (images, masks) from a COCO instances file", cmd_coco},
     {NULL, NULL, NULL},
 };
 

@@ -161,6 +161,32 @@ void image_fit_nearest(const data_image *im, int H, int W, uint8_t *out);
 /* Encodes px (h, w, c: 1 or 3) as kind (IMAGE_PNG, or IMAGE_JPEG at quality 90) into *buf (malloc'd). */
 lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_t **buf, size_t *len);
 
+/* ---- COCO instances files (coco.c) ---- */
+/* One image of the file: its id, file name (a plain name, no folders) and size. */
+typedef struct coco_image {
+  long long id;
+  char *file_name;
+  int h, w;
+} coco_image;
+typedef struct coco_set coco_set;
+/* Reads a COCO instances file's JSON (len bytes) and checks all of it: keys, types, ids, sizes (1 to 65535 a
+ * side, at most 2^28 pixels), polygons (3 points or more) and RLE (counts summing to the image's pixels). An
+ * error names what is wrong and where (an annotation by its id). Categories become classes 1..K in increasing
+ * id order (K at most 254). */
+lam_status coco_parse(const char *json, size_t len, coco_set **out);
+void coco_free(coco_set *s);
+size_t coco_n_images(const coco_set *s);
+const coco_image *coco_get_image(const coco_set *s, size_t i);
+size_t coco_n_classes(const coco_set *s);
+const char *coco_class_name(const coco_set *s, size_t k); /* class k + 1's name, k < coco_n_classes */
+/* Image i's mask (h, w) row-major: 0 background, 1..K the class, 255 a crowd region; instances drawn largest
+ * first (by their mask's pixels; equal areas by annotation id), so the smaller is on top; polygons as
+ * pycocotools' rleFrPoly rasterizes them. */
+lam_status coco_mask(const coco_set *s, size_t i, uint8_t *mask);
+/* m (h, w) fitted to out (H, W) with image_fit's geometry (scaled to cover, the middle kept), each output pixel
+ * the class of the source pixel under its centre (nearest: a label is never blended). */
+void coco_fit_mask(const uint8_t *m, int h, int w, int H, int W, uint8_t *out);
+
 #ifdef __cplusplus
 }
 #endif
