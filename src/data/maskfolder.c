@@ -8,7 +8,8 @@
  * (LAM_LABEL_IGNORE: the loss and the metrics skip it). Images and masks are decoded on all host threads, fitted to
  * --size as image folders fit (fit.h), masks by nearest neighbour so no class is blended into another. Unlike image
  * folders (folder.c) the decoded part is not cached: masks would need a third file and their options (label map,
- * reduce-zero-label) in the key; a set of masks is seldom large enough for the decode to matter. */
+ * reduce-zero-label) in the key. The whole part is decoded into memory: a set too big for that needs the streamed
+ * decode, which is not built yet. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
