@@ -1661,6 +1661,21 @@ else
   skip "data coco: no PNG/JPEG in this build, or no /usr/bin/python3 with Pillow"
 fi
 
+# ---- segmentation metrics every epoch: train's test mIoU is eval's mean IoU of the same model ----------
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${LAMINA_DATA_DIR:-}" ]; then
+  S=$TMP/miou
+  run data segment --out "$S" --n 200 --test 40 --size 32x32
+  run train --data "$S" --model "conv 8 3 pad 1, relu, conv 11 1" --epochs 1 --batch 32 --save "$S.ckpt" --json
+  tm=$(tr -d '\n' <"$TMP/out" | sed -nE 's/.*"epochs":\[\{[^]]*"test_miou":([0-9.eE+-]+).*/\1/p')
+  run eval --load "$S.ckpt" --data "$S" --json
+  em=$(json_field mean_iou)
+  if [ -n "$tm" ] && [ -n "$em" ] && awk -v a="$tm" -v b="$em" 'BEGIN { d = a - b; exit !(d < 1e-9 && d > -1e-9 && a > 0) }'; then
+    ok "train --json: an epoch's test_miou ($tm) is eval's mean_iou of the saved model"
+  else not_ok "train test_miou" "want the epoch's test_miou equal to eval's mean_iou (> 0); got '$tm' and '$em'"; fi
+else
+  skip "segmentation metrics: no Fashion-MNIST to make scenes from"
+fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

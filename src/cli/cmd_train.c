@@ -721,6 +721,7 @@ static int set_schedule(const train_opts *o, lam_trainer *t) {
 typedef struct epoch_row {
   lam_epoch_stats es;
   double val_loss, val_acc, test_acc, lr; /* NAN: not measured */
+  double val_miou, test_miou;            /* mean IoU, sets of a label per pixel (NAN otherwise) */
   lam_stream_stats sst;
 } epoch_row;
 
@@ -803,6 +804,8 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
       bad |= json_object_set_new(e, "val_acc", cli_json_num(r->val_acc));
     }
     bad |= json_object_set_new(e, "test_acc", cli_json_num(r->test_acc));
+    if (isfinite(r->val_miou)) bad |= json_object_set_new(e, "val_miou", cli_json_num(r->val_miou));
+    if (isfinite(r->test_miou)) bad |= json_object_set_new(e, "test_miou", cli_json_num(r->test_miou));
     bad |= json_object_set_new(e, "lr", cli_json_num(r->lr));
     bad |= json_object_set_new(e, "seconds", cli_json_num(r->es.seconds));
     bad |= json_object_set_new(e, "images_per_s", cli_json_num(r->es.images_per_s));
@@ -813,6 +816,7 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   }
   bad |= json_object_set_new(root, "epochs", epochs);
   bad |= json_object_set_new(root, "test_acc", cli_json_num(test_acc));
+  if (n && isfinite(rows[n - 1].test_miou)) bad |= json_object_set_new(root, "test_miou", cli_json_num(rows[n - 1].test_miou));
   if (o->val_split) {
     bad |= json_object_set_new(root, "best_epoch", best_epoch ? json_integer(best_epoch) : json_null());
     bad |= json_object_set_new(root, "best_val_loss", cli_json_num(best_loss));
@@ -835,12 +839,45 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   return cli_json_print(root);
 }
 
+/* The IoU of each class from a C x C confusion matrix (rows true, columns predicted) into iou (NULL: not
+ * wanted; -1 for a class absent from both), and their mean over the classes present: TP / (TP + FP + FN). */
+static double iou_from_confusion(const uint64_t *conf, int C, double *iou, int *present) {
+  double sum = 0;
+  int n = 0;
+  for (int k = 0; k < C; k++) {
+    uint64_t tp = conf[(size_t)k * C + k], fp = 0, fn = 0;
+    for (int j = 0; j < C; j++)
+      if (j != k) fp += conf[(size_t)j * C + k], fn += conf[(size_t)k * C + j];
+    double v = tp + fp + fn ? (double)tp / (double)(tp + fp + fn) : -1.0;
+    if (iou) iou[k] = v;
+    if (v >= 0) sum += v, n++;
+  }
+  if (present) *present = n;
+  return n ? sum / n : 0.0;
+}
+
+static int per_pixel_set(const lam_dataset *d) { return d->label_h > 1 || d->label_w > 1; }
+
 /* lam_evaluate over the ranks: each evaluates its share of the set (lam_rank_share, as a batch is split)
  * and the sums are summed, so every rank gets the same figures for the whole set. Sets with a label per
- * pixel are evaluated whole on every rank (their accuracy counts pixels, not images). */
+ * pixel are evaluated whole on every rank (their accuracy counts pixels, not images), and give their mean
+ * IoU in *miou (NAN for a set of a label per image, or miou NULL). */
 static lam_status rank_evaluate(const cli_ranks *rk, lam_trainer *t, lam_model *m, const lam_dataset *d, int batch,
-                                double *acc, double *loss) {
+                                double *acc, double *loss, double *miou) {
   double a = 0, l = 0;
+  if (miou) *miou = NAN;
+  if (per_pixel_set(d) && miou) {
+    /* the confusion matrix is d->classes wide: as wide as the model's outputs, so every prediction has a column */
+    lam_dataset wide = *d;
+    int outs = lam_model_outputs(m);
+    if (outs > wide.classes) wide.classes = outs;
+    uint64_t *conf = calloc((size_t)wide.classes * wide.classes, sizeof *conf);
+    if (!conf) return LAM_ERR_OUT_OF_MEMORY;
+    lam_status s = lam_evaluate(m, &wide, batch, acc, loss ? loss : &l, conf);
+    if (s == LAM_OK) *miou = iou_from_confusion(conf, wide.classes, NULL, NULL);
+    free(conf);
+    return s;
+  }
   if (rk->world == 1 || d->label_h > 0) return lam_evaluate(m, d, batch, acc, loss ? loss : &l, NULL);
   size_t lo, len;
   lam_rank_share(d->n, rk->rank, rk->world, &lo, &len);
@@ -1184,7 +1221,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
     progress_state ps = {lam_trainer_epochs_done(t) + 1, o.epochs, cli_now_ms()};
     epoch_row *r = &rows[nrows];
-    *r = (epoch_row){.val_loss = NAN, .val_acc = NAN, .test_acc = NAN};
+    *r = (epoch_row){.val_loss = NAN, .val_acc = NAN, .test_acc = NAN, .val_miou = NAN, .test_miou = NAN};
     int steps = (int)((train->n + (size_t)batch - 1) / (size_t)batch);
     lam_status es_s = lam_trainer_epoch(t, show ? progress : NULL, &ps, steps / 50 > 0 ? steps / 50 : 1, &r->es);
     if (es_s == LAM_ERR_INTERRUPTED) {
@@ -1198,8 +1235,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
     r->lr = lam_trainer_lr(t);
     /* The training batch: a larger one would grow the model's batch buffers for the rest of the run. */
-    lam_status ev = val ? rank_evaluate(rk, t, m, val, batch, &r->val_acc, &r->val_loss)
-                        : rank_evaluate(rk, t, m, test, batch, &r->test_acc, NULL);
+    lam_status ev = val ? rank_evaluate(rk, t, m, val, batch, &r->val_acc, &r->val_loss, &r->val_miou)
+                        : rank_evaluate(rk, t, m, test, batch, &r->test_acc, NULL, &r->test_miou);
     if (ev != LAM_OK) {
       ret = fail("train", "evaluating");
       goto out;
@@ -1212,6 +1249,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  ", es->epoch, o.epochs, es->train_loss, 100 * es->train_acc);
       if (val) printf("val loss %.4f%s  val acc %.2f%%  ", r->val_loss, improved ? "*" : " ", 100 * r->val_acc);
       else printf("test acc %.2f%%  ", 100 * r->test_acc);
+      if (isfinite(val ? r->val_miou : r->test_miou))
+        printf("%s mIoU %.2f%%  ", val ? "val" : "test", 100 * (val ? r->val_miou : r->test_miou));
       if (show_lr) printf("lr %.3g  ", r->lr);
       printf("%.2f s  %.0f img/s\n", es->seconds, es->images_per_s);
       fflush(stdout);
@@ -1246,7 +1285,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   }
   double test_acc = nrows ? rows[nrows - 1].test_acc : NAN;
   if (val && nrows) { /* the test part, once, for the model the run ends with (and the best one) */
-    if (rank_evaluate(rk, t, m, test, batch, &test_acc, NULL) != LAM_OK) {
+    if (rank_evaluate(rk, t, m, test, batch, &test_acc, NULL, &rows[nrows - 1].test_miou) != LAM_OK) {
       ret = fail("train", "evaluating");
       goto out;
     }
@@ -1257,7 +1296,10 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       goto out;
     }
     if (!o.json) {
-      printf("test acc %.2f%% (the model after epoch %d)\n", 100 * test_acc, rows[nrows - 1].es.epoch);
+      if (isfinite(rows[nrows - 1].test_miou))
+        printf("test acc %.2f%%, mIoU %.2f%% (the model after epoch %d)\n", 100 * test_acc,
+               100 * rows[nrows - 1].test_miou, rows[nrows - 1].es.epoch);
+      else printf("test acc %.2f%% (the model after epoch %d)\n", 100 * test_acc, rows[nrows - 1].es.epoch);
       if (o.save_best && best_epoch)
         printf("best epoch %d (validation loss %.4f): test acc %.2f%%, saved %s\n", best_epoch, best_loss,
                100 * best_test, o.save_best);
@@ -1335,17 +1377,10 @@ int cmd_eval(int argc, char **argv) {
     ret = fail("eval", NULL);
     goto out;
   }
-  int per_pixel = test->label_h > 1 || test->label_w > 1;
+  int per_pixel = per_pixel_set(test);
   double *iou = calloc((size_t)C, sizeof *iou), miou = 0;
   int nvalid = 0;
-  for (int k = 0; iou && k < C; k++) { /* IoU = TP / (TP + FP + FN); classes absent from both are left out */
-    uint64_t tp = conf[(size_t)k * C + k], fp = 0, fn = 0;
-    for (int j = 0; j < C; j++)
-      if (j != k) fp += conf[(size_t)j * C + k], fn += conf[(size_t)k * C + j];
-    iou[k] = tp + fp + fn ? (double)tp / (double)(tp + fp + fn) : -1.0;
-    if (iou[k] >= 0) miou += iou[k], nvalid++;
-  }
-  miou = nvalid ? miou / nvalid : 0.0;
+  if (iou) miou = iou_from_confusion(conf, C, iou, &nvalid); /* classes absent from both are left out */
   if (o.json) {
     json_t *root = json_object(), *rowsj = json_array(), *ious = per_pixel && iou ? json_array() : NULL;
     int bad = !root || !rowsj || (per_pixel && iou && !ious);
