@@ -382,7 +382,8 @@ json_check "train --save-best: the best epoch is the one of the lowest validatio
   "d['best_epoch'] == min(d['epochs'], key=lambda e: e['val_loss'])['epoch'] and d['best_val_loss'] == min(e['val_loss'] for e in d['epochs']) and 0 <= d['best_test_acc'] <= 1 and d['early_stopped'] is False"
 json_check "train --lr-schedule cosine --warmup 1: the rate rises over epoch 1 (4 steps), then falls to 0 by epoch 4" \
   "d['lr_schedule'] == 'cosine' and abs(d['epochs'][0]['lr'] - 0.05) < 1e-8 and abs(d['epochs'][1]['lr'] - 0.05 * (1 + __import__('math').cos(__import__('math').pi * 3 / 12)) / 2) < 1e-8 and d['epochs'][3]['lr'] < 1e-3"
-if [ -s "$TMP/best.ckpt" ] && [ "$(head -n 1 "$TMP/log.csv")" = "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s" ] &&
+if [ -s "$TMP/best.ckpt" ] && [ "$(head -n 1 "$TMP/log.csv")" = "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou" ] &&
+  [ "$(tail -n 1 "$TMP/log.csv" | cut -d, -f10-)" = "," ] &&
   [ "$(wc -l <"$TMP/log.csv")" -eq 5 ] && [ "$(cut -d, -f1 "$TMP/log.csv" | tail -n 1)" = 4 ]; then
   ok "--log writes a header and one row per epoch; --save-best writes the model"
 else not_ok "--log / --save-best files" "want $TMP/best.ckpt and a 5-line CSV ($(tr '\n' '|' <"$TMP/log.csv" 2>/dev/null))"; fi
@@ -410,6 +411,10 @@ usage_error "--resume with another --lr-schedule is refused" "differs" "--lr-sch
 usage_error "--early-stop without a validation part" "--val-split" -- train --data "$TMP/mini" --device cpu --early-stop 2
 usage_error "--save-best without a validation part" "--val-split" -- train --data "$TMP/mini" --device cpu --save-best "$TMP/b.ckpt"
 usage_error "--val-split 1 is not a fraction" "--val-split" "between 0 and 1" -- train --data "$TMP/mini" --device cpu --val-split 1
+usage_error "--monitor of an unknown figure" "--monitor" "loss or miou" -- train --data "$TMP/mini" --device cpu --monitor acc
+usage_error "--monitor miou without a validation part" "--val-split" -- train --data "$TMP/mini" --device cpu --monitor miou
+usage_error "--monitor miou on a set of a label per image" "--monitor miou" "label per image" -- train --data "$TMP/mini" \
+  --model "$MINI_MODEL" --device cpu --val-split 0.25 --monitor miou
 usage_error "--warmup as long as the run" "--warmup" -- train --data "$TMP/mini" --device cpu --epochs 3 --warmup 3
 usage_error "--lr-schedule step without its factor" "step:E:G" -- train --data "$TMP/mini" --device cpu --lr-schedule step:3
 usage_error "--lr-schedule of an unknown name" "cosine" "onecycle" -- train --data "$TMP/mini" --device cpu --lr-schedule linear
@@ -600,6 +605,18 @@ mkseg train 48
 mkseg t10k 16
 run train --data "$TMP/seg" --model "conv 4 3 pad 1, relu, conv 2 1" --epochs 6 --batch 8 --lr 0.05 --device cpu --save "$TMP/seg.ckpt" --json
 if [ "$rc" -eq 0 ] && has "$TMP/out" '"epoch":6'; then ok "train with a class per pixel (IDX rank-3 labels, 255 ignored)"; else not_ok "per-pixel train" "want exit 0 (rc $rc)"; fi
+# --monitor miou: the best epoch is that of the highest validation mean IoU; the log has it per epoch
+run train --data "$TMP/seg" --model "conv 4 3 pad 1, relu, conv 2 1" --epochs 4 --batch 8 --lr 0.05 --device cpu \
+  --val-split 0.25 --monitor miou --save-best "$TMP/seg-best.ckpt" --log "$TMP/seg-log.csv" --json
+json_check "train --monitor miou: best_epoch and best_val_miou are the highest validation mean IoU's" \
+  "d['monitor'] == 'miou' and d['best_epoch'] == max(d['epochs'], key=lambda e: e['val_miou'])['epoch'] and d['best_val_miou'] == max(e['val_miou'] for e in d['epochs']) and d['best_val_loss'] == d['epochs'][d['best_epoch'] - 1]['val_loss'] and 'test_miou' in d"
+LOG="$TMP/seg-log.csv" json_check "--log on a set of a label per pixel: val_miou every epoch, test_miou at the end" \
+  "(lambda rows: rows[0][-2:] == ['val_miou', 'test_miou'] and [float(r[9]) for r in rows[1:]] == [round(e['val_miou'], 6) for e in d['epochs']] and [r[10] != '' for r in rows[1:]] == [False, False, False, True])([l.split(',') for l in open(__import__('os').environ['LOG']).read().split()])"
+# With a rate of 0 the mean IoU never rises after epoch 1: --monitor miou --early-stop 2 stops after epoch 3.
+run train --data "$TMP/seg" --model "conv 4 3 pad 1, relu, conv 2 1" --epochs 9 --batch 8 --opt sgd --lr 0 --device cpu \
+  --val-split 0.25 --monitor miou --early-stop 2 --json
+json_check "train --monitor miou --early-stop 2 stops two epochs after the last rise" \
+  "len(d['epochs']) == 3 and d['early_stopped'] is True and d['best_epoch'] == 1 and d['best_val_miou'] == d['epochs'][0]['val_miou']"
 run eval --load "$TMP/seg.ckpt" --data "$TMP/seg" --device cpu --json
 miou=$(sed -n 's/.*"mean_iou":\([0-9.]*\).*/\1/p' "$TMP/out")
 if [ "$rc" -eq 0 ] && has "$TMP/out" '"iou":[' && awk -v a="$miou" 'BEGIN { exit !(a >= 0.9) }'; then ok "eval per pixel: IoU per class, mean IoU $miou"; else not_ok "eval per pixel" "want exit 0 and mean_iou >= 0.9 (rc $rc, '$miou')"; fi

@@ -41,6 +41,7 @@ typedef struct train_opts {
   double val_split;        /* --val-split F (0: no validation part) */
   const char *save_best, *log;
   int early_stop; /* --early-stop N (0: off) */
+  int monitor_miou; /* --monitor miou: --save-best and --early-stop follow the validation mean IoU */
   lam_image_opts images; /* an image folder's --size, --cache, --skip-bad, --decode */
   int decode_set;        /* --decode given */
   lam_image_opts train_part; /* out: images as the training part's load left it (cache hit, decode seconds) */
@@ -106,9 +107,14 @@ static void train_usage(FILE *f) {
           "  --val-split F          hold out the fraction F of the training images (0 < F < 1; the same images every\n"
           "                         run) as a validation part: each epoch reports its loss and accuracy instead of the\n"
           "                         test part's, which is measured once, at the end\n"
-          "  --save-best FILE       write the model of the epoch with the lowest validation loss (needs --val-split)\n"
-          "  --early-stop N         stop when the validation loss has not improved for N epochs (needs --val-split)\n"
-          "  --log FILE.csv         a CSV row per epoch: loss, accuracy, validation, rate, seconds, images/s\n"
+          "  --save-best FILE       write the model of the epoch with the best validation figure (--monitor; needs\n"
+          "                         --val-split)\n"
+          "  --early-stop N         stop when the validation figure (--monitor) has not improved for N epochs (needs\n"
+          "                         --val-split)\n"
+          "  --monitor loss|miou    the figure --save-best and --early-stop follow: the validation loss, lower is\n"
+          "                         better (default), or the validation mean IoU, higher is better (a set with a\n"
+          "                         label per pixel)\n"
+          "  --log FILE.csv         a CSV row per epoch: loss, accuracy, validation, rate, seconds, images/s, mean IoU\n"
           "  --momentum M           SGD momentum (default 0)\n"
           "  --weight-decay W       (default 0; adamw 0.01)\n"
           "  --device auto|cpu|cuda backend (default auto)\n"
@@ -181,7 +187,7 @@ static void eval_usage(FILE *f) {
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
        O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
-       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS, O_SYNCBN, O_BUCKET, O_REDUCE0, O_LABELMAP };
+       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS, O_SYNCBN, O_BUCKET, O_REDUCE0, O_LABELMAP, O_MONITOR };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -211,6 +217,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"gpus", required_argument, 0, O_GPUS},         {"sync-bn", no_argument, 0, O_SYNCBN},
       {"bucket-mb", required_argument, 0, O_BUCKET},
       {"reduce-zero-label", no_argument, 0, O_REDUCE0}, {"label-map", required_argument, 0, O_LABELMAP},
+      {"monitor", required_argument, 0, O_MONITOR},
       {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -224,7 +231,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
                     c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS || c == O_PROFILE ||
                     c == O_TRACE || c == O_MAXMEM || c == O_STREAM || c == O_BUFFERS || c == O_GRAPH ||
                     c == O_NORMALIZE || c == O_SMOOTHING || c == O_AUGMENT || c == O_SCHEDULE || c == O_WARMUP || c == O_VALSPLIT ||
-                    c == O_SAVEBEST || c == O_EARLYSTOP || c == O_LOG))
+                    c == O_SAVEBEST || c == O_EARLYSTOP || c == O_LOG || c == O_MONITOR))
       return cli_usage_error(cmd, "--%s is a 'lamina train' option, not one of eval's", longopts[li].name);
     if (!is_eval && c == O_LOAD) return cli_usage_error(cmd, "--load is for 'lamina eval'; to continue training use --resume");
     switch (c) {
@@ -289,6 +296,11 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       }
       case O_SAVEBEST: o->save_best = optarg; break;
       case O_LOG: o->log = optarg; break;
+      case O_MONITOR:
+        if (!strcmp(optarg, "loss")) o->monitor_miou = 0;
+        else if (!strcmp(optarg, "miou")) o->monitor_miou = 1;
+        else return cli_usage_error(cmd, "--monitor: '%s' is not loss or miou", optarg);
+        break;
       case O_EARLYSTOP:
         if (cli_parse_int(cmd, "--early-stop", optarg, 1, 100000, &v)) return EXIT_USAGE;
         o->early_stop = (int)v;
@@ -399,6 +411,8 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   if ((o->save_best || o->early_stop) && !o->val_split)
     return cli_usage_error(cmd, "%s chooses by the validation loss: give --val-split F (e.g. 0.1) too",
                            o->save_best ? "--save-best" : "--early-stop");
+  if (o->monitor_miou && !o->val_split)
+    return cli_usage_error(cmd, "--monitor miou follows the validation mean IoU: give --val-split F (e.g. 0.1) too");
   if (o->warmup >= o->epochs && !o->resume)
     return cli_usage_error(cmd, "--warmup %g does not fit in --epochs %d: the warm-up must end before the run does",
                            o->warmup, o->epochs);
@@ -732,10 +746,10 @@ static void csv_num(char **p, size_t *left, double v, const char *fmt) {
   if (*left > 1) *(*p)++ = ',', (*left)--;
 }
 static int write_log(const char *path, const epoch_row *rows, int n) {
-  size_t cap = 128 + (size_t)n * 192, left = cap;
+  size_t cap = 160 + (size_t)n * 224, left = cap;
   char *buf = malloc(cap), *p = buf;
   if (!buf) return fail("train", "--log: out of host memory");
-  int k = snprintf(p, left, "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s\n");
+  int k = snprintf(p, left, "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou\n");
   p += k, left -= (size_t)k;
   for (int i = 0; i < n; i++) {
     const epoch_row *r = &rows[i];
@@ -748,6 +762,8 @@ static int write_log(const char *path, const epoch_row *rows, int n) {
     csv_num(&p, &left, r->lr, "%.6g");
     csv_num(&p, &left, r->es.seconds, "%.4f");
     csv_num(&p, &left, r->es.images_per_s, "%.1f");
+    csv_num(&p, &left, r->val_miou, "%.6f");
+    csv_num(&p, &left, r->test_miou, "%.6f");
     p[-1] = '\n'; /* the last comma */
   }
   lam_status s = lam_output_write_atomic(path, "log (--log)", buf, (size_t)(p - buf));
@@ -756,7 +772,8 @@ static int write_log(const char *path, const epoch_row *rows, int n) {
 }
 
 static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_trainer *t, int batch, const epoch_row *rows,
-                      int n, double test_acc, int best_epoch, double best_loss, double best_test, int stopped_early) {
+                      int n, double test_acc, int best_epoch, double best_loss, double best_miou, double best_test,
+                      int stopped_early) {
   int graph = 0;
   lam_trainer_graph(t, &graph);
   lam_lr_schedule ls;
@@ -820,6 +837,8 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   if (o->val_split) {
     bad |= json_object_set_new(root, "best_epoch", best_epoch ? json_integer(best_epoch) : json_null());
     bad |= json_object_set_new(root, "best_val_loss", cli_json_num(best_loss));
+    if (o->monitor_miou) bad |= json_object_set_new(root, "best_val_miou", cli_json_num(best_miou));
+    bad |= json_object_set_new(root, "monitor", cli_json_str(o->monitor_miou ? "miou" : "loss"));
     if (o->save_best) bad |= json_object_set_new(root, "best_test_acc", cli_json_num(best_test));
     bad |= json_object_set_new(root, "early_stopped", json_boolean(stopped_early));
   }
@@ -858,6 +877,20 @@ static double iou_from_confusion(const uint64_t *conf, int C, double *iou, int *
 
 static int per_pixel_set(const lam_dataset *d) { return d->label_h > 1 || d->label_w > 1; }
 
+/* lam_evaluate on a set of a label per pixel, with its mean IoU in *miou. */
+static lam_status evaluate_miou(lam_model *m, const lam_dataset *d, int batch, double *acc, double *loss, double *miou) {
+  /* the confusion matrix is d->classes wide: as wide as the model's outputs, so every prediction has a column */
+  lam_dataset wide = *d;
+  int outs = lam_model_outputs(m);
+  if (outs > wide.classes) wide.classes = outs;
+  uint64_t *conf = calloc((size_t)wide.classes * wide.classes, sizeof *conf);
+  if (!conf) return LAM_ERR_OUT_OF_MEMORY;
+  lam_status s = lam_evaluate(m, &wide, batch, acc, loss, conf);
+  if (s == LAM_OK) *miou = iou_from_confusion(conf, wide.classes, NULL, NULL);
+  free(conf);
+  return s;
+}
+
 /* lam_evaluate over the ranks: each evaluates its share of the set (lam_rank_share, as a batch is split)
  * and the sums are summed, so every rank gets the same figures for the whole set. Sets with a label per
  * pixel are evaluated whole on every rank (their accuracy counts pixels, not images), and give their mean
@@ -866,18 +899,7 @@ static lam_status rank_evaluate(const cli_ranks *rk, lam_trainer *t, lam_model *
                                 double *acc, double *loss, double *miou) {
   double a = 0, l = 0;
   if (miou) *miou = NAN;
-  if (per_pixel_set(d) && miou) {
-    /* the confusion matrix is d->classes wide: as wide as the model's outputs, so every prediction has a column */
-    lam_dataset wide = *d;
-    int outs = lam_model_outputs(m);
-    if (outs > wide.classes) wide.classes = outs;
-    uint64_t *conf = calloc((size_t)wide.classes * wide.classes, sizeof *conf);
-    if (!conf) return LAM_ERR_OUT_OF_MEMORY;
-    lam_status s = lam_evaluate(m, &wide, batch, acc, loss ? loss : &l, conf);
-    if (s == LAM_OK) *miou = iou_from_confusion(conf, wide.classes, NULL, NULL);
-    free(conf);
-    return s;
-  }
+  if (per_pixel_set(d) && miou) return evaluate_miou(m, d, batch, acc, loss ? loss : &l, miou);
   if (rk->world == 1 || d->label_h > 0) return lam_evaluate(m, d, batch, acc, loss ? loss : &l, NULL);
   size_t lo, len;
   lam_rank_share(d->n, rk->rank, rk->world, &lo, &len);
@@ -898,14 +920,17 @@ static lam_status rank_evaluate(const cli_ranks *rk, lam_trainer *t, lam_model *
   return LAM_OK;
 }
 
-/* Accuracy and loss on d of the model saved at path (--save-best's); with spec, a model of another
+/* Accuracy and loss (and mean IoU, where miou and d has a label per pixel) on d of the model saved at path
+ * (--save-best's); with spec, a model of another
  * spec is LAM_ERR_INVALID_ARG, with no message (not this run's model: the resume path starts afresh). */
 static lam_status eval_saved(lam_ctx *ctx, const char *path, const char *spec, const lam_dataset *d, int batch,
-                             double *acc, double *loss) {
+                             double *acc, double *loss, double *miou) {
   lam_model *b = NULL;
   lam_status s = lam_checkpoint_load(ctx, path, &b, NULL, NULL);
   if (s == LAM_OK && spec && strcmp(lam_model_spec(b), spec)) s = LAM_ERR_INVALID_ARG; /* the caller says nothing */
-  if (s == LAM_OK) s = lam_evaluate(b, d, batch, acc, loss, NULL);
+  double l = 0;
+  if (s == LAM_OK && miou && per_pixel_set(d)) s = evaluate_miou(b, d, batch, acc, loss ? loss : &l, miou);
+  else if (s == LAM_OK) s = lam_evaluate(b, d, batch, acc, loss, NULL);
   lam_model_free(b);
   return s;
 }
@@ -1040,6 +1065,11 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
               el ? "a label per pixel" : "a label per image", o.data);
       goto out;
     }
+  }
+  if (o.monitor_miou && !per_pixel_set(train)) {
+    ret = cli_usage_error("train", "--monitor miou follows the validation mean IoU, which only a set of a label per "
+                          "pixel has, and '%s' has a label per image: use --monitor loss", o.data);
+    goto out;
   }
   if (set_classes(&o, train, test)) {
     ret = o.classes ? cli_usage_error("train", "--classes: %s", lam_last_error()) : fail("train", "the classes");
@@ -1203,15 +1233,19 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   } else {
     fputs(resume_notes, stderr); /* stdout is the JSON document */
   }
-  /* the best validation loss so far: on resume, that of the model --save-best holds, if there is one */
-  double best_loss = INFINITY, best_test = NAN;
+  /* the best epoch's validation loss and mean IoU so far (--monitor says which decides): on resume, those of
+   * the model --save-best holds, if there is one */
+  double best_loss = INFINITY, best_miou = -INFINITY, best_test = NAN;
   int best_epoch = 0, since_best = 0, stopped_early = 0;
+  const char *monitored = o.monitor_miou ? "validation mean IoU" : "validation loss";
   if (o.resume && o.save_best && access(o.save_best, F_OK) == 0) {
     double a = 0;
-    if (eval_saved(ctx, o.save_best, lam_model_spec(m), val, batch, &a, &best_loss) == LAM_OK) {
-      if (!o.json) printf("  best so far: %s, validation loss %.4f\n", o.save_best, best_loss);
+    if (eval_saved(ctx, o.save_best, lam_model_spec(m), val, batch, &a, &best_loss, o.monitor_miou ? &best_miou : NULL) ==
+        LAM_OK) {
+      if (!o.json && o.monitor_miou) printf("  best so far: %s, validation mean IoU %.4f\n", o.save_best, best_miou);
+      else if (!o.json) printf("  best so far: %s, validation loss %.4f\n", o.save_best, best_loss);
     } else {
-      best_loss = INFINITY; /* not this run's model: the next epoch replaces it */
+      best_loss = INFINITY, best_miou = -INFINITY; /* not this run's model: the next epoch replaces it */
     }
   }
   while (lam_trainer_epochs_done(t) < o.epochs) {
@@ -1243,7 +1277,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
     lam_trainer_stream_stats(t, &r->sst);
     nrows++;
-    int improved = val && r->val_loss < best_loss;
+    int improved = val && (o.monitor_miou ? r->val_miou > best_miou : r->val_loss < best_loss);
     if (!o.json) {
       const lam_epoch_stats *es = &r->es;
       printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  ", es->epoch, o.epochs, es->train_loss, 100 * es->train_acc);
@@ -1266,7 +1300,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       goto out;
     }
     if (improved) {
-      best_loss = r->val_loss, best_epoch = r->es.epoch, since_best = 0;
+      best_loss = r->val_loss, best_miou = r->val_miou, best_epoch = r->es.epoch, since_best = 0;
       if (o.save_best && lam_checkpoint_save(o.save_best, m, NULL) != LAM_OK) {
         ret = fail("train", "saving the best model");
         goto out;
@@ -1278,8 +1312,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     if (o.early_stop && since_best >= o.early_stop) {
       stopped_early = 1;
       if (!o.json)
-        printf("early stop: the validation loss has not improved for %d epochs (best %.4f, epoch %d)\n", since_best,
-               best_loss, best_epoch);
+        printf("early stop: the %s has not improved for %d epochs (best %.4f, epoch %d)\n", monitored, since_best,
+               o.monitor_miou ? best_miou : best_loss, best_epoch);
       break;
     }
   }
@@ -1291,7 +1325,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
     rows[nrows - 1].test_acc = test_acc;
     if (o.log && write_log(o.log, rows, nrows)) goto out;
-    if (o.save_best && best_epoch && eval_saved(ctx, o.save_best, NULL, test, batch, &best_test, NULL) != LAM_OK) {
+    if (o.save_best && best_epoch && eval_saved(ctx, o.save_best, NULL, test, batch, &best_test, NULL, NULL) != LAM_OK) {
       ret = fail("train", "evaluating the best model");
       goto out;
     }
@@ -1301,8 +1335,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
                100 * rows[nrows - 1].test_miou, rows[nrows - 1].es.epoch);
       else printf("test acc %.2f%% (the model after epoch %d)\n", 100 * test_acc, rows[nrows - 1].es.epoch);
       if (o.save_best && best_epoch)
-        printf("best epoch %d (validation loss %.4f): test acc %.2f%%, saved %s\n", best_epoch, best_loss,
-               100 * best_test, o.save_best);
+        printf("best epoch %d (%s %.4f): test acc %.2f%%, saved %s\n", best_epoch, monitored,
+               o.monitor_miou ? best_miou : best_loss, 100 * best_test, o.save_best);
     }
   }
   if (o.profile && print_profile(t, o.json ? stderr : stdout) != LAM_OK) {
@@ -1317,7 +1351,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     if (!o.json) printf("trace written to %s (open it in Perfetto: ui.perfetto.dev)\n", o.trace);
   }
   if (o.json) {
-    if (print_json(&o, ctx, m, t, batch, rows, nrows, test_acc, best_epoch, best_loss, best_test, stopped_early)) goto out;
+    if (print_json(&o, ctx, m, t, batch, rows, nrows, test_acc, best_epoch, best_loss, best_miou, best_test, stopped_early)) goto out;
   } else if (o.save) {
     printf("saved %s\n", o.save);
   }
