@@ -156,6 +156,14 @@ class Dataset(Structure):
                 ("t", c_int), ("class_names", c_void_p)]
 
 
+class ImageOpts(Structure):
+    """lam_image_opts: how lam_dataset_load_opts reads an image or mask folder (the out fields after it)."""
+    _fields_ = [("h", c_int), ("w", c_int), ("cache", c_char_p), ("skip_bad", c_int), ("skipped", c_size_t),
+                ("cache_hit", c_int), ("cache_written", c_int), ("decoder", c_int), ("decoded_gpu", c_size_t),
+                ("decode_s", c_double), ("converted", c_size_t), ("reduce_zero_label", c_int),
+                ("label_map", c_void_p)]
+
+
 class NodeInfo(Structure):
     _fields_ = [("name", c_char * 32), ("op", c_char * 16), ("reads", c_char * 32), ("c", c_int), ("h", c_int),
                 ("w", c_int), ("params", c_size_t), ("flops", c_double), ("fused", c_int)]
@@ -193,6 +201,7 @@ DTYPE_F32, DTYPE_U8 = 0, 1
 FILE_CHECKPOINT = 1  # lam_file_kind (lamina.h): LAM_FILE_CHECKPOINT
 FILE_LOG = 4  # LAM_FILE_LOG
 LAYOUT_NCHW = 0
+FOLDER_TRAIN_ONLY, FOLDER_FLAT = 2, 3  # lam_dataset_image_folder_layout's: no test part of its own
 LABEL_IGNORE = 255  # a per-pixel label that counts for nothing (LAM_LABEL_IGNORE, src/prims.h)
 OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
 PRECISIONS = {"fp32": 0, "tf32": 1, "bf16": 2}  # lam_precision
@@ -268,6 +277,12 @@ _SIGNATURES = {
     "lam_dataset_split": (_status, [POINTER(Dataset), c_double, c_uint64, POINTER(POINTER(Dataset)),
                                     POINTER(POINTER(Dataset))]),
     "lam_dataset_free": (None, [POINTER(Dataset)]),
+    "lam_dataset_load_opts": (_status, [c_char_p, c_int, POINTER(ImageOpts), POINTER(POINTER(Dataset))]),
+    "lam_dataset_image_folder_layout": (c_int, [c_char_p]),
+    "lam_dataset_class_name": (c_char_p, [POINTER(Dataset), c_int]),
+    "lam_model_set_fit": (_status, [_P, c_int, c_int, POINTER(c_char_p)]),
+    "lam_dataset_mask_folder_layout": (c_int, [c_char_p]),
+    "lam_label_map_read": (_status, [c_char_p, _P]),
     "lam_output_path_check": (_status, [c_char_p, c_char_p]),
     "lam_output_check": (_status, [c_char_p, c_char_p, c_int]),
     "lam_run_begin": (None, []),

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 from ctypes import byref, c_double, c_float, c_int, c_void_p, create_string_buffer
 
-from . import _arrays, _lib
+from . import _arrays, _folder, _lib
 from ._context import Closing, ModelContext, get_context
 from ._lib import LaminaError, check, lib
 
@@ -341,9 +341,10 @@ class Model(Closing):
         raise ValueError(f"normalize must be None (keep the model's), 'default', 'auto' or a pair (mean, std), "
                          f"not {normalize!r}")
 
-    def fit(self, x, y, epochs=1, batch_size=64, optimizer="adam", lr=None, momentum=None, weight_decay=None,
+    def fit(self, x, y=None, epochs=1, batch_size=64, optimizer="adam", lr=None, momentum=None, weight_decay=None,
             seed=None, verbose=1, validation_data=None, normalize=None, label_smoothing=None, layout=None,
-            val_split=None, lr_schedule=None, warmup=0, save_best=None, early_stop=None, log=None, augment=None):
+            val_split=None, lr_schedule=None, warmup=0, save_best=None, early_stop=None, log=None, augment=None,
+            monitor="loss", size=None, reduce_zero_label=False, label_map=None, skip_bad=False):
         """Trains on uint8 images x with integer labels y for `epochs` epochs, shuffling each epoch,
         softmax cross-entropy. The images go to the device once, as uint8, and are normalized there
         per channel as (p/255 - mean)/std (see normalization).
@@ -352,6 +353,13 @@ class Model(Closing):
         against input_shape, refused where both fit), or (n, h, w) for one channel.
         y: (n,) a class per image, or for a model whose output is (classes, H, W), (n, H, W) masks: a
         class per pixel, 255 = ignore (counted in neither loss nor accuracy).
+        Or x a folder, y left out: what `lamina train --data DIR` reads (an image-class folder, a mask
+        folder: generic, mmsegmentation's or Pascal VOC's, or IDX/.npy files), decoded into memory by the
+        same C loader; its training part is trained on and its test (or val) part, where it has one,
+        evaluated every epoch (at the end only, with validation data), as the CLI does. size=(h, w) fits
+        the images to h x w (--size), reduce_zero_label and label_map (a 'RAW NEW' file as --label-map, or
+        a dict {raw: class}) change a mask folder's values, skip_bad leaves undecodable files out. The
+        size and the class names go into the model's checkpoints, as the CLI's.
 
         optimizer: "sgd", "adam" or "adamw", with PyTorch's defaults for lr (0.01 for sgd, 1e-3 for
         adam/adamw), momentum (0) and weight_decay (0; adamw 0.01) unless given. The optimizer's state
@@ -373,16 +381,33 @@ class Model(Closing):
         lr_schedule: the rate over this call's epochs, stepped every batch on the device: "constant"
         (default), "cosine", "step:E:G" or "onecycle" (as `lamina train --lr-schedule`); warmup: a
         linear warm-up over that many epochs (fractions allowed; onecycle's rise).
-        save_best: a path: the model of the epoch with the lowest validation loss is written there.
-        early_stop: stop when the validation loss has not improved for that many epochs.
-        save_best and early_stop need validation data (validation_data or val_split).
+        save_best: a path: the model of the epoch with the best validation figure is written there.
+        early_stop: stop when the validation figure has not improved for that many epochs.
+        monitor: the figure save_best and early_stop follow: "loss", the validation loss, lower is
+        better (default), or "miou", the validation mean IoU, higher is better (masks only).
+        save_best, early_stop and monitor="miou" need validation data (validation_data or val_split).
         log: a CSV path, rewritten atomically after every epoch (the columns of `lamina train --log`).
 
         Returns the history: a list with one dict per epoch: epoch, loss, accuracy (training, over
         the epoch; over the pixels not ignored for masks), lr (of the epoch's last step), seconds,
-        images_per_s, and val_loss, val_accuracy (and val_mean_iou for masks) with validation data.
+        images_per_s, and val_loss, val_accuracy (and val_mean_iou for masks) with validation data;
+        test_loss, test_accuracy (and test_mean_iou) where a folder's test part was evaluated.
         """
+        if monitor not in ("loss", "miou"):
+            raise ValueError(f"monitor must be 'loss' or 'miou', not {monitor!r}")
+        test = None
+        if isinstance(x, (str, os.PathLike)):
+            if y is not None:
+                raise TypeError("fit(DIR): the labels come from the folder; give no y")
+            x, y, test = self._folder_parts(x, size, reduce_zero_label, label_map, skip_bad)
+            layout = "nchw"
+        elif size is not None or reduce_zero_label or label_map is not None or skip_bad:
+            raise ValueError("size, reduce_zero_label, label_map and skip_bad are for fit(DIR), a data folder")
+        elif y is None:
+            raise TypeError("fit(x, y): give the labels y, or a data folder as x")
         x8, y8 = self._train_data(x, y, "fit", layout)
+        if test is not None:
+            test = self._train_data(*test, "the folder's test part", "nchw")
         epochs = _positive_int(epochs, "epochs")
         batch_size = _positive_int(batch_size, "batch_size", 65536)
         if not isinstance(optimizer, str) or optimizer.lower() not in _lib.OPTIMIZERS:
@@ -420,6 +445,12 @@ class Model(Closing):
         if (save_best is not None or early_stop is not None) and val is None:
             raise ValueError(f"{'save_best' if save_best is not None else 'early_stop'} chooses by the validation "
                              f"loss: give validation_data=(x_val, y_val) or val_split=F too")
+        if monitor == "miou" and val is None:
+            raise ValueError("monitor='miou' follows the validation mean IoU: give validation_data=(x_val, y_val) "
+                             "or val_split=F too")
+        if monitor == "miou" and val[1].ndim != 3:
+            raise ValueError("monitor='miou' follows the validation mean IoU, which only masks (a class per pixel) "
+                             "have, and these labels are a class per image: use monitor='loss'")
         # Checked before any training that a bad path would throw away, as one run's outputs: neither may
         # replace the other, nor an existing file of another kind (files.c).
         lib.lam_run_begin()
@@ -476,7 +507,8 @@ class Model(Closing):
         cb = _lib.ProgressFn(progress) if live else _lib.ProgressFn()
         every = max(1, steps // 40) if live else 0
         history = []
-        best_loss, since_best = float("inf"), 0
+        miou = monitor == "miou"
+        best, since_best = -float("inf") if miou else float("inf"), 0
         for _ in range(epochs):
             st = _lib.EpochStats()
             with self._ctx.lock:
@@ -494,6 +526,8 @@ class Model(Closing):
                 rec["val_loss"], rec["val_accuracy"] = ev["loss"], ev["accuracy"]
                 if "mean_iou" in ev:
                     rec["val_mean_iou"] = ev["mean_iou"]
+            elif test is not None:
+                self._test_record(rec, test, batch_size)
             history.append(rec)
             if verbose:
                 line = (f"epoch {rec['epoch']}: loss {rec['loss']:.4f}  accuracy {rec['accuracy']:.4f}  "
@@ -502,21 +536,58 @@ class Model(Closing):
                     line += f"  val_loss {rec['val_loss']:.4f}  val_accuracy {rec['val_accuracy']:.4f}"
                 if "val_mean_iou" in rec:
                     line += f"  val_mean_iou {rec['val_mean_iou']:.4f}"
+                if "test_accuracy" in rec:
+                    line += f"  test_loss {rec['test_loss']:.4f}  test_accuracy {rec['test_accuracy']:.4f}"
+                if "test_mean_iou" in rec:
+                    line += f"  test_mean_iou {rec['test_mean_iou']:.4f}"
                 print(line, flush=True)
             if log is not None:
                 self._write_log(log, history)
-            if val is not None and rec["val_loss"] < best_loss:
-                best_loss, since_best = rec["val_loss"], 0
+            if val is None:
+                continue
+            score = rec["val_mean_iou"] if miou else rec["val_loss"]
+            if score > best if miou else score < best:
+                best, since_best = score, 0
                 if save_best is not None:
                     with self._ctx.lock:
                         check(lib.lam_checkpoint_save(os.fsencode(save_best), self._handle(), None))
-            elif val is not None:
+            else:
                 since_best += 1
                 if early_stop is not None and since_best >= early_stop:
                     if verbose:
-                        print(f"early stop: val_loss has not improved for {since_best} epochs (best {best_loss:.4f})")
+                        print(f"early stop: val_{'mean_iou' if miou else 'loss'} has not improved for {since_best} "
+                              f"epochs (best {best:.4f})")
                     break
+        if val is not None and test is not None and history:
+            # as `lamina train --val-split`: the test part once, for the model the run ends with
+            self._test_record(history[-1], test, batch_size)
+            if log is not None:
+                self._write_log(log, history)
         return history
+
+    def _test_record(self, rec, test, batch_size):
+        """The test part's figures in an epoch's record (at the training batch: a larger one would grow the
+        batch buffers the trainer keeps)."""
+        ev = self._evaluate(*test, batch_size=batch_size)
+        rec["test_loss"], rec["test_accuracy"] = ev["loss"], ev["accuracy"]
+        if "mean_iou" in ev:
+            rec["test_mean_iou"] = ev["mean_iou"]
+
+    def _folder_parts(self, path, size, reduce_zero_label, label_map, skip_bad):
+        """fit(DIR): (x, y, (x_test, y_test) or None) from the folder, its classes checked against the
+        model's outputs and its size and class names kept in the model (as `lamina train` keeps them)."""
+        opts, table = _folder.image_opts(size, reduce_zero_label, label_map, skip_bad)
+        x, y, classes, names = _folder.load(path, True, opts)
+        test = _folder.load(path, False, opts)[:2] if _folder.has_test_part(path) else None
+        del table  # read by the loads above
+        if classes > self.outputs:
+            raise ValueError(f"{os.fspath(path)!r} has {classes} classes and the model outputs {self.outputs}: build "
+                             f"the model with {classes} outputs")
+        cnames = None
+        if names:
+            cnames = (_lib.c_char_p * (len(names) + 1))(*[n.encode() for n in names], None)
+        check(lib.lam_model_set_fit(self._handle(), opts.h, opts.w, cnames))
+        return x, y, test
 
     def _split(self, x8, y8, fraction):
         """(x_train, y_train, (x_val, y_val)): the images `lamina train --val-split` holds out."""
@@ -553,8 +624,9 @@ class Model(Closing):
 
     @staticmethod
     def _write_log(path, history):
-        cols = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "test_acc", "lr", "seconds", "images_per_s")
-        rows = ["epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s"]
+        cols = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "test_accuracy", "lr", "seconds",
+                "images_per_s", "val_mean_iou", "test_mean_iou")
+        rows = ["epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou"]
         for r in history:
             rows.append(",".join("" if r.get(c) is None else f"{r[c]:.6g}" for c in cols))
         data = ("\n".join(rows) + "\n").encode()
@@ -562,12 +634,25 @@ class Model(Closing):
 
     # ---- evaluation and inference --------------------------------------------------------------
 
-    def evaluate(self, x, y, batch_size=1000, confusion=False, layout=None):
+    def evaluate(self, x, y=None, batch_size=1000, confusion=False, layout=None, size=None, reduce_zero_label=False,
+                 label_map=None, skip_bad=False):
         """Accuracy and mean loss on uint8 images x with labels y (as fit() takes them): {"accuracy",
         "loss"}; for masks, over the pixels not ignored, plus "iou" (per class, NaN for a class neither in
         y nor predicted) and "mean_iou" (over the other classes), from the confusion matrix. With
         confusion=True also the classes×classes matrix (rows: true class, columns: predicted; pixels for
-        masks)."""
+        masks). Or x a data folder, y left out: its test part (as `lamina eval --data DIR`; all of a
+        folder without one), read with fit(DIR)'s size, reduce_zero_label, label_map and skip_bad."""
+        if isinstance(x, (str, os.PathLike)):
+            if y is not None:
+                raise TypeError("evaluate(DIR): the labels come from the folder; give no y")
+            opts, table = _folder.image_opts(size, reduce_zero_label, label_map, skip_bad)
+            x, y, classes, _ = _folder.load(x, False, opts)
+            del table  # read by the load
+            layout = "nchw"
+        elif size is not None or reduce_zero_label or label_map is not None or skip_bad:
+            raise ValueError("size, reduce_zero_label, label_map and skip_bad are for evaluate(DIR), a data folder")
+        elif y is None:
+            raise TypeError("evaluate(x, y): give the labels y, or a data folder as x")
         x8, y8 = self._train_data(x, y, "evaluate", layout)
         try:
             return self._evaluate(x8, y8, _positive_int(batch_size, "batch_size", 65536), confusion)

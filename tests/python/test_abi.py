@@ -63,7 +63,8 @@ def _py_kind(t):
 
 _STRUCTS = {"lam_build_info": _lib.BuildInfo, "lam_cuda_device_info": _lib.CudaDeviceInfo,
             "lam_mem_stats": _lib.MemStats, "lam_hidden_timing": _lib.HiddenTiming, "lam_dataset": _lib.Dataset,
-            "lam_node_info": _lib.NodeInfo, "lam_model_memory": _lib.ModelMemory, "lam_opt": _lib.Opt, "lam_epoch_stats": _lib.EpochStats}
+            "lam_node_info": _lib.NodeInfo, "lam_model_memory": _lib.ModelMemory, "lam_opt": _lib.Opt, "lam_epoch_stats": _lib.EpochStats,
+            "lam_image_opts": _lib.ImageOpts}
 _STRUCT_FOR_PY = {cls.__name__: c for c, cls in _STRUCTS.items()}
 
 
@@ -143,6 +144,9 @@ class HeaderMatchesCtypes(unittest.TestCase):
         self.assertEqual((kind["LAM_FILE_CHECKPOINT"], kind["LAM_FILE_LOG"]), (_lib.FILE_CHECKPOINT, _lib.FILE_LOG))
         opt = self.enum("lam_opt_kind")
         self.assertEqual({k: opt["LAM_OPT_" + k.upper()] for k in _lib.OPTIMIZERS}, _lib.OPTIMIZERS)
+        folder = {k: int(v) for k, v in re.findall(r"\b(LAM_FOLDER_\w+)\s*=\s*(\d+)", self.text)}
+        self.assertEqual((folder["LAM_FOLDER_TRAIN_ONLY"], folder["LAM_FOLDER_FLAT"]),
+                         (_lib.FOLDER_TRAIN_ONLY, _lib.FOLDER_FLAT))
 
     def test_version(self):
         m = re.search(r'#define\s+LAMINA_VERSION\s+"([^"]+)"', self.text)

@@ -30,6 +30,82 @@ def run_cli(*args):
 
 
 @unittest.skipIf(DATA is None, NO_DATA)
+class Folders(unittest.TestCase):
+    """fit(DIR) and evaluate(DIR) read a folder through the CLI's loader and train as `lamina train --data DIR`."""
+    SEG = "conv 8 3 pad 1, relu, conv 11 1"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.seg = os.path.join(cls.tmp.name, "seg")
+        subprocess.run([cli_path(), "data", "segment", "--format", "folder", "--n", "40", "--test", "10", "--size",
+                        "32x32", "--out", cls.seg], check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_mask_folder_trains_as_the_cli(self):
+        out = run_cli("train", "--data", self.seg, "--model", self.SEG, "--epochs", "2", "--batch", "8", "--seed", "5",
+                      "--device", "cpu", "--no-progress", "--json")
+        m = lamina.Model(self.SEG, input_shape=(1, 32, 32), device=DEV, seed=5)
+        log = os.path.join(self.tmp.name, "seg-log.csv")
+        h = m.fit(self.seg, epochs=2, batch_size=8, verbose=0, log=log)
+        for mine, cli in zip(h, out["epochs"]):
+            self.assertAlmostEqual(mine["loss"], cli["train_loss"], places=5)
+            self.assertAlmostEqual(mine["test_accuracy"], cli["test_acc"], places=5)
+            self.assertAlmostEqual(mine["test_mean_iou"], cli["test_miou"], places=5)
+        self.assertGreater(h[-1]["test_mean_iou"], 0)
+        ev = m.evaluate(self.seg, batch_size=8)
+        self.assertAlmostEqual(ev["mean_iou"], h[-1]["test_mean_iou"], places=9)
+        with open(log) as f:
+            rows = [r.split(",") for r in f.read().splitlines()]
+        self.assertEqual(rows[0][-2:], ["val_miou", "test_miou"])
+        self.assertEqual([r[9] for r in rows[1:]], ["", ""])
+        self.assertEqual([float(r[10]) for r in rows[1:]], [float(f"{r['test_mean_iou']:.6g}") for r in h])
+        with self.assertRaisesRegex(TypeError, "no y"):
+            m.fit(self.seg, np.zeros(40, np.uint8))
+        with self.assertRaisesRegex(ValueError, "mask folders"):
+            m.fit(os.path.join(self.tmp.name, "nothing"), reduce_zero_label=True)
+        small = lamina.Model("conv 2 1", input_shape=(1, 32, 32), device=DEV)
+        with self.assertRaisesRegex(ValueError, "classes and the model outputs 2"):
+            small.fit(self.seg, verbose=0)
+
+    def test_monitor_miou_keeps_the_cli_best_model(self):
+        cli_best = os.path.join(self.tmp.name, "cli-best.lamina")
+        out = run_cli("train", "--data", self.seg, "--model", self.SEG, "--epochs", "3", "--batch", "8", "--seed", "5",
+                      "--lr", "0.01", "--device", "cpu", "--val-split", "0.25", "--monitor", "miou", "--save-best",
+                      cli_best, "--no-progress", "--json")
+        m = lamina.Model(self.SEG, input_shape=(1, 32, 32), device=DEV, seed=5)
+        best = os.path.join(self.tmp.name, "py-best.lamina")
+        h = m.fit(self.seg, epochs=3, batch_size=8, lr=0.01, verbose=0, val_split=0.25, monitor="miou", save_best=best)
+        for mine, cli in zip(h, out["epochs"]):
+            self.assertAlmostEqual(mine["val_mean_iou"], cli["val_miou"], places=5)
+        self.assertEqual(max(h, key=lambda r: r["val_mean_iou"])["epoch"], out["best_epoch"])
+        self.assertAlmostEqual(h[-1]["test_mean_iou"], out["test_miou"], places=5)
+        self.assertTrue(np.allclose(lamina.load(best, device=DEV).get_params(),
+                                    lamina.load(cli_best, device=DEV).get_params(), atol=1e-5),
+                        "monitor='miou' and --monitor miou kept different models")
+        with self.assertRaisesRegex(ValueError, "validation"):
+            m.fit(self.seg, monitor="miou", verbose=0)
+        with self.assertRaisesRegex(ValueError, "'loss' or 'miou'"):
+            m.fit(self.seg, monitor="acc", verbose=0)
+
+    def test_image_class_folder(self):
+        imgs = os.path.join(self.tmp.name, "imgs")
+        subprocess.run([cli_path(), "data", "images", "--format", "png", "--n", "40", "--test", "10", "--out", imgs],
+                       check=True, capture_output=True)
+        out = run_cli("train", "--data", imgs, "--model", "mlp", "--epochs", "1", "--batch", "8", "--seed", "4",
+                      "--device", "cpu", "--no-progress", "--json")
+        m = lamina.Model("mlp", input_shape=(3, 28, 28), device=DEV, seed=4)
+        h = m.fit(imgs, epochs=1, batch_size=8, verbose=0)
+        self.assertAlmostEqual(h[0]["loss"], out["epochs"][0]["train_loss"], places=5)
+        self.assertAlmostEqual(h[0]["test_accuracy"], out["test_acc"], places=5)
+        self.assertNotIn("test_mean_iou", h[0])
+        self.assertAlmostEqual(m.evaluate(imgs)["accuracy"], out["test_acc"], places=5)
+
+
+@unittest.skipIf(DATA is None, NO_DATA)
 class Training(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -156,8 +232,10 @@ class Training(unittest.TestCase):
                         "save_best and --save-best kept different models")
         with open(log) as f:
             rows = f.read().splitlines()
-        self.assertEqual(rows[0], "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s")
+        self.assertEqual(rows[0], "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,"
+                                  "val_miou,test_miou")
         self.assertEqual([r.split(",")[0] for r in rows[1:]], ["1", "2", "3"])
+        self.assertEqual([r.split(",")[9:] for r in rows[1:]], [["", ""]] * 3, "a label per image: no mean IoU")
         # early_stop: with lr 0 nothing improves after epoch 1, so 2 epochs of patience stop after epoch 3
         h = py.fit(self.x[:n], self.y[:n], epochs=8, optimizer="sgd", lr=0.0, verbose=0, val_split=0.25, early_stop=2)
         self.assertEqual(len(h), 3)
