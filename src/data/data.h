@@ -190,4 +190,9 @@ void coco_fit_mask(const uint8_t *m, int h, int w, int H, int W, uint8_t *out);
 #ifdef __cplusplus
 }
 #endif
+/* Writes n bytes to path as they are (make.c): a file of a data set being made in a folder of its own, made
+ * again by running the maker again, so written without fsync; the caller renames the whole folder into place
+ * or checked it was new. */
+lam_status lam_data_write_plain(const char *path, const uint8_t *p, size_t n);
+
 #endif

@@ -171,6 +171,42 @@ static void png_take(png_structp png, png_bytep dst, size_t n) {
   s->at += n;
 }
 
+/* The start both PNG readers share: the source, libpng's bounds (sides, and its allocations for chunks: a
+ * text or ICC chunk inflating to gigabytes), and the header. Inside the caller's setjmp. */
+static void png_begin(png_structp png, png_infop info, png_src *src) {
+  png_set_read_fn(png, src, png_take);
+  png_set_user_limits(png, IMAGE_PNG_MAX_SIDE, IMAGE_PNG_MAX_SIDE);
+  png_set_chunk_malloc_max(png, IMAGE_PNG_CHUNK_MAX);
+  png_set_chunk_cache_max(png, 1000);
+  png_read_info(png, info);
+}
+
+/* What the header claims, against what the file can hold: zlib inflates at most ~1032:1, so an image larger than
+ * that of the file's bytes is a header lying (a decompression bomb's first step). what: "image" or "mask". */
+static lam_status png_check_header(const char *what, const char *path, png_uint_32 h, png_uint_32 w, int channels,
+                                   int depth, size_t len, int fit) {
+  const uint64_t raw = (uint64_t)h * (((uint64_t)w * channels * depth + 7) / 8 + 1);
+  lam_status s = image_check_size(path, h, w, fit, IMAGE_MAX_PIXELS);
+  if (s == LAM_OK && raw / 1032 > len)
+    s = LAM_FAIL(LAM_ERR_IO, "%s file '%s': the PNG's header says %ux%u pixels, more than its %zu bytes can hold; "
+                 "the file is truncated or its header corrupt", what, path, (unsigned)w, (unsigned)h, len);
+  return s;
+}
+
+/* The end both share: out's pixels (h x w x c, rows of stride bytes) read. *rows is the caller's, freed by its
+ * setjmp branch when libpng fails midway; a failure of lamina's own is returned (the caller longjmps). */
+static lam_status png_read_pixels(png_structp png, const char *what, const char *path, png_uint_32 h,
+                                  png_uint_32 w, int c, size_t stride, data_image *out, png_bytep *volatile *rows) {
+  lam_status s = image_alloc(path, (int)h, (int)w, c, out);
+  if (s != LAM_OK) return s;
+  *rows = malloc(h * sizeof **rows);
+  if (!*rows) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "%s file '%s': no host memory for %u rows", what, path, (unsigned)h);
+  for (png_uint_32 y = 0; y < h; y++) (*rows)[y] = out->px + (size_t)y * stride;
+  png_read_image(png, *rows);
+  png_read_end(png, NULL);
+  return LAM_OK;
+}
+
 /* Decoded as Pillow (and so torchvision) reads a PNG: 16-bit samples by their high byte, with no gamma (the
  * file's gAMA is ignored, as Pillow does); an alpha channel dropped, keeping the colour under it (Pillow's
  * convert("RGB"/"L"); compositing onto black made transparent pixels black); a palette (its tRNS too) as its
@@ -195,21 +231,12 @@ static lam_status read_png(const char *path, const uint8_t *buf, size_t len, int
     if (s != LAM_OK) return s; /* refused by lamina's own check, said already */
     return LAM_FAIL(LAM_ERR_IO, "image file '%s': the PNG is damaged or truncated: %s", path, src.msg);
   }
-  png_set_read_fn(png, &src, png_take);
-  png_set_user_limits(png, IMAGE_PNG_MAX_SIDE, IMAGE_PNG_MAX_SIDE);
-  png_set_chunk_malloc_max(png, IMAGE_PNG_CHUNK_MAX); /* a text or ICC chunk inflating to gigabytes */
-  png_set_chunk_cache_max(png, 1000);
-  png_read_info(png, info);
+  png_begin(png, info, &src);
   png_uint_32 w, h;
   int depth, type, interlace;
   png_get_IHDR(png, info, &w, &h, &depth, &type, &interlace, NULL, NULL);
-  /* What the header claims, against what the file can hold: zlib inflates at most ~1032:1, so an image larger
-   * than that of the file's bytes is a header lying (a decompression bomb's first step) */
-  const uint64_t raw = (uint64_t)h * (((uint64_t)w * png_get_channels(png, info) * depth + 7) / 8 + 1);
-  if ((s = image_check_size(path, h, w, fit, IMAGE_MAX_PIXELS)) == LAM_OK && raw / 1032 > len)
-    s = LAM_FAIL(LAM_ERR_IO, "image file '%s': the PNG's header says %ux%u pixels, more than its %zu bytes can hold; "
-                 "the file is truncated or its header corrupt", path, (unsigned)w, (unsigned)h, len);
-  if (s != LAM_OK) png_longjmp(png, 1);
+  if ((s = png_check_header("image", path, h, w, png_get_channels(png, info), depth, len, fit)) != LAM_OK)
+    png_longjmp(png, 1);
   png_set_strip_16(png); /* the high byte: Pillow's reading (png_set_scale_16 would round) */
   png_set_strip_alpha(png);
   if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
@@ -220,15 +247,7 @@ static lam_status read_png(const char *path, const uint8_t *buf, size_t len, int
   const size_t stride = png_get_rowbytes(png, info);
   if ((c != 1 && c != 3) || stride != (size_t)w * c)
     png_error(png, "an unexpected layout after decoding (lamina's reading of this colour type is wrong)");
-  if ((s = image_alloc(path, (int)h, (int)w, c, out)) != LAM_OK) png_longjmp(png, 1);
-  rows = malloc(h * sizeof *rows);
-  if (!rows) {
-    s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image file '%s': no host memory for %u rows", path, (unsigned)h);
-    png_longjmp(png, 1);
-  }
-  for (png_uint_32 y = 0; y < h; y++) rows[y] = out->px + (size_t)y * stride;
-  png_read_image(png, rows);
-  png_read_end(png, NULL);
+  if ((s = png_read_pixels(png, "image", path, h, w, c, stride, out, &rows)) != LAM_OK) png_longjmp(png, 1);
   png_destroy_read_struct(&png, &info, NULL);
   free(rows);
   return LAM_OK;
@@ -258,11 +277,7 @@ static lam_status read_png_mask(const char *path, const uint8_t *buf, size_t len
     if (s != LAM_OK) return s;
     return LAM_FAIL(LAM_ERR_IO, "mask file '%s': the PNG is damaged or truncated: %s", path, src.msg);
   }
-  png_set_read_fn(png, &src, png_take);
-  png_set_user_limits(png, IMAGE_PNG_MAX_SIDE, IMAGE_PNG_MAX_SIDE);
-  png_set_chunk_malloc_max(png, IMAGE_PNG_CHUNK_MAX);
-  png_set_chunk_cache_max(png, 1000);
-  png_read_info(png, info);
+  png_begin(png, info, &src);
   png_uint_32 w, h;
   int depth, type, interlace;
   png_get_IHDR(png, info, &w, &h, &depth, &type, &interlace, NULL, NULL);
@@ -274,26 +289,14 @@ static lam_status read_png_mask(const char *path, const uint8_t *buf, size_t len
                  depth, kind);
     png_longjmp(png, 1);
   }
-  const uint64_t raw = (uint64_t)h * (((uint64_t)w * depth + 7) / 8 + 1);
-  if ((s = image_check_size(path, h, w, fit, IMAGE_MAX_PIXELS)) == LAM_OK && raw / 1032 > len)
-    s = LAM_FAIL(LAM_ERR_IO, "mask file '%s': the PNG's header says %ux%u pixels, more than its %zu bytes can hold; "
-                 "the file is truncated or its header corrupt", path, (unsigned)w, (unsigned)h, len);
-  if (s != LAM_OK) png_longjmp(png, 1);
+  if ((s = png_check_header("mask", path, h, w, 1, depth, len, fit)) != LAM_OK) png_longjmp(png, 1);
   if (depth < 8) png_set_packing(png); /* a palette of 1, 2 or 4 bits: an index a byte, not scaled */
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
   const size_t stride = png_get_rowbytes(png, info);
   if (png_get_channels(png, info) != 1 || stride != (size_t)w)
     png_error(png, "an unexpected layout after decoding (lamina's reading of this mask type is wrong)");
-  if ((s = image_alloc(path, (int)h, (int)w, 1, out)) != LAM_OK) png_longjmp(png, 1);
-  rows = malloc(h * sizeof *rows);
-  if (!rows) {
-    s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask file '%s': no host memory for %u rows", path, (unsigned)h);
-    png_longjmp(png, 1);
-  }
-  for (png_uint_32 y = 0; y < h; y++) rows[y] = out->px + (size_t)y * stride;
-  png_read_image(png, rows);
-  png_read_end(png, NULL);
+  if ((s = png_read_pixels(png, "mask", path, h, w, 1, stride, out, &rows)) != LAM_OK) png_longjmp(png, 1);
   png_destroy_read_struct(&png, &info, NULL);
   free(rows);
   return LAM_OK;

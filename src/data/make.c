@@ -92,7 +92,7 @@ lam_status lam_idx_write(const char *path, int rank, const uint64_t *dims, const
 
 /* Writes n bytes to path as they are (a data set's file: made again by running the maker again, so written
  * without fsync; the folder of the whole set is renamed into place by the caller). */
-static lam_status write_plain(const char *path, const uint8_t *p, size_t n) {
+lam_status lam_data_write_plain(const char *path, const uint8_t *p, size_t n) {
   FILE *f = fopen(path, "wb");
   if (!f) return LAM_FAIL(LAM_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
   size_t put = fwrite(p, 1, n, f);
@@ -138,7 +138,7 @@ lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed,
     if (s == LAM_OK) s = image_encode(kind, rgb, src->h, src->w, 3, &buf, &len);
     char p[4096];
     snprintf(p, sizeof p, "%s/%0*d/%06zu.%s", dir, digits, src->labels[i], i, kind == 1 ? "png" : "jpg");
-    if (s == LAM_OK) s = write_plain(p, buf, len);
+    if (s == LAM_OK) s = lam_data_write_plain(p, buf, len);
     free(rgb), free(buf);
     if (s != LAM_OK) {
 #pragma omp critical(images_part)

@@ -549,17 +549,6 @@ lam_status lam_dataset_load_masks(const char *dir, int train, lam_image_opts *op
 
 /* ---- writing one (`lamina data segment --format folder`) ---- */
 
-/* A new file of a set being written into a folder of its own (cmd_data.c checks the folder first), as make.c's
- * image folders are written. */
-static lam_status write_plain(const char *path, const uint8_t *p, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return LAM_FAIL(LAM_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-  size_t put = fwrite(p, 1, n, f);
-  int bad = ferror(f) | (fclose(f) != 0);
-  if (bad || put != n) return LAM_FAIL(LAM_ERR_IO, "cannot write '%s': wrote %zu of %zu bytes", path, put, n);
-  return LAM_OK;
-}
-
 lam_status lam_data_mask_folder_part(const uint8_t *images, const uint8_t *labels, size_t n, int h, int w, int kind,
                                      const char *dir) {
   LAM_CHECK_ARG(images && labels && dir, "lam_data_mask_folder_part: a NULL argument");
@@ -584,7 +573,7 @@ lam_status lam_data_mask_folder_part(const uint8_t *images, const uint8_t *label
       char f[PATH_MAX];
       s = image_encode(k ? IMAGE_PNG : kind, (k ? labels : images) + i * P, h, w, 1, &buf, &len);
       snprintf(f, sizeof f, "%s/%s/%06zu.%s", dir, k ? "masks" : "images", i, k || kind == IMAGE_PNG ? "png" : "jpg");
-      if (s == LAM_OK) s = write_plain(f, buf, len);
+      if (s == LAM_OK) s = lam_data_write_plain(f, buf, len); /* a folder of its own: cmd_data.c checks it first */
       free(buf);
     }
     if (s != LAM_OK) {
