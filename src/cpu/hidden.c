@@ -2,7 +2,8 @@
  * thread, and the course's three separate steps. The loops run on the pool (pool.c): chunks taken from a
  * shared counter, so a thread whose core another process holds does less of the work instead of making
  * the others wait for it, and each chunk's output pages are faulted in by the thread that writes them,
- * on all threads at once (with LAMINA_PREFAULT=1 in one call a chunk: lam_prefault). The CUDA twins are in cuda/hidden.cu under the same names. */
+ * on all threads at once (with LAMINA_PREFAULT=1 in one call a chunk: lam_prefault). The CUDA twins are in
+ * cuda/hidden.cu under the same names. */
 #include "../internal.h"
 #include "cpu.h"
 #include "tanh.h"
