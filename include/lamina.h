@@ -156,6 +156,9 @@ lam_status lam_mem_set_limit(lam_ctx *ctx, size_t bytes);
  * CPU context) against the cap: blocks then fit in the cap less them, and the cap's message names them. Replaces
  * the count before (0: none); LAM_ERR_OUT_OF_MEMORY where they and what the allocator holds pass the cap. */
 lam_status lam_mem_hold(lam_ctx *ctx, size_t bytes);
+/* The process's resident host memory now and at its peak, in bytes (/proc/self/statm, getrusage); 0 where unknown.
+ * Either pointer may be NULL. */
+void lam_host_memory(size_t *resident, size_t *peak);
 /* Gives every cached (free) block back to the system; returns the bytes released in *released. */
 lam_status lam_mem_release_cached(lam_ctx *ctx, size_t *released);
 /* Copies between host memory and backend memory (a plain memcpy on the CPU). Synchronous. */
@@ -296,7 +299,17 @@ typedef struct lam_dataset {
   int t;                /* frames per sample (clips); 0 reads as 1 */
   char **class_names;   /* NULL, or the classes' names, NULL-terminated (an image folder's class folders, class 0
                          * first); lam_dataset_free frees them with the set */
+  struct lam_source *source; /* NULL: the samples are images and labels above. Else a streamed set (an image or mask
+                              * folder read with lam_image_opts.stream): images and labels are NULL and each sample
+                              * is decoded from its files when it is asked for (lam_dataset_rows), by the trainer a
+                              * few batches ahead of the device, so the set never lies whole in memory */
 } lam_dataset;
+/* Samples idx[0..n) of d into rows: images (n, sample bytes) and labels (n, labels a sample); for a streamed set
+ * decoded from their files on all host threads (a file that fails is an error naming it, or with skip_bad the next
+ * sample of the set in its place, counted by lam_dataset_replaced). Either pointer may be NULL. */
+lam_status lam_dataset_rows(const lam_dataset *d, const int32_t *idx, size_t n, uint8_t *images, uint8_t *labels);
+/* Samples of a streamed set that failed to decode and were replaced (skip_bad), so far; 0 for others. */
+size_t lam_dataset_replaced(const lam_dataset *d);
 /* Class k's name (an image folder's folder name), or NULL where the set has none for k. */
 const char *lam_dataset_class_name(const lam_dataset *d, int k);
 /* Bytes of one sample's pixels: t * c * h * w. */
@@ -324,8 +337,16 @@ typedef struct lam_image_opts {
   int reduce_zero_label;    /* mmsegmentation's: mask value 0 becomes 255 (ignored), every other v - 1 (255 stays) */
   const uint8_t *label_map; /* NULL, or 256 entries: mask value (after reduce_zero_label) -> class, 255 ignored
                              * (lam_label_map_read makes one) */
+  /* streaming (image and mask folders): */
+  int stream;         /* LAM_STREAM_AUTO (0): streamed where the decoded part would take more than memory_cap, else
+                       * decoded whole (or read from the cache); LAM_STREAM_ON: always streamed; LAM_STREAM_OFF: never */
+  size_t memory_cap;  /* bytes the decoded part may take in host memory; 0: three quarters of the memory the machine
+                       * has available (MemAvailable, and the cgroup's limit where lower) */
+  int streamed;       /* out: 1 when the set is streamed (lam_dataset.source) */
+  size_t part_bytes;  /* out: the decoded part's bytes (pixels and labels), streamed or not */
 } lam_image_opts;
 enum { LAM_DECODE_AUTO = 0, LAM_DECODE_CPU = 1, LAM_DECODE_GPU = 2 };
+enum { LAM_STREAM_AUTO = 0, LAM_STREAM_ON = 1, LAM_STREAM_OFF = 2 };
 /* 1 when this build decodes JPEG on the GPU (nvJPEG found when it was built). */
 int lam_image_gpu_decode(void);
 /* Reads an image file and a label file into a new set. Each file is IDX or NumPy .npy (told apart by

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -260,6 +262,21 @@ lam_status lam_mem_hold(lam_ctx *ctx, size_t bytes) {
                     "memory cap of %zu", bytes, c->reserved, c->limit);
   ctx->cache.held = bytes;
   return LAM_OK;
+}
+
+void lam_host_memory(size_t *resident, size_t *peak) {
+  if (resident) {
+    unsigned long long pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%llu %llu", &pages, &rss) != 2) rss = 0;
+    if (f) fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    *resident = (size_t)rss * (size_t)(page > 0 ? page : 4096);
+  }
+  if (peak) {
+    struct rusage ru;
+    *peak = getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0; /* Linux: kilobytes */
+  }
 }
 
 lam_status lam_mem_release_cached(lam_ctx *ctx, size_t *released) {

@@ -188,6 +188,24 @@ double lam_cgroup_cpu_quota(const char *proc_cgroup, const char *mountinfo, cons
 /* A bad LAMINA_THREADS is an error; OMP_NUM_THREADS past the cores is cut to them on the calling thread. */
 lam_status lam_cpu_threads_env_check(void);
 void lam_cpu_use_threads(int n);
+/* ---- streamed sets (data/sample.c) ---- */
+/* What a streamed set's samples come from: fill(state, i, px, labels) writes sample i of the source, its pixels
+ * (t, c, h, w) and its labels; reentrant (called from every pool thread at once; decoder state on its stack). */
+typedef struct lam_source lam_source;
+typedef lam_status (*lam_fill_fn)(void *state, size_t i, uint8_t *px, uint8_t *labels);
+/* A source of n samples (drop(state) frees it when the last view goes; on failure too). skip_bad: a sample whose
+ * fill fails with LAM_ERR_IO is replaced by the next of its part and counted (lam_source_replaced). */
+lam_status lam_source_make(size_t n, lam_fill_fn fill, void (*drop)(void *), void *state, int skip_bad,
+                           lam_source **out);
+/* A view of the n samples i of s where pick[i] == want (lam_dataset_split's parts), sharing s's source. */
+lam_status lam_source_subset(const lam_source *s, const uint8_t *pick, uint8_t want, size_t n, lam_source **out);
+void lam_source_free(lam_source *s);
+size_t lam_source_replaced(const lam_source *s);
+/* Host memory the machine has available now (MemAvailable, or the cgroup's limit less its use where lower); 0
+ * unknown. lam_stream_cap: the bytes a decoded part may take before it streams (lam_image_opts.memory_cap). */
+size_t lam_mem_available(void);
+size_t lam_stream_cap(const lam_image_opts *o);
+
 /* cpu/pool.c: fn(arg, begin, end) over [0, n) in chunks of `chunk` items, taken from a shared counter by
  * the calling thread and the pool's workers (lam_pool_set_threads of them in all); returns when every
  * chunk is done. A thread that is not scheduled takes no chunk and so holds nothing up. */

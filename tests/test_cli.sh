@@ -1693,6 +1693,59 @@ else
   skip "segmentation metrics: no Fashion-MNIST to make scenes from"
 fi
 
+# ---- streamed folders: decoded from the files as training goes, in bounded memory ------------------------
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${LAMINA_DATA_DIR:-}" ]; then
+  SF=$TMP/streamed
+  mkdir -p "$SF"
+  SEG11="conv 8 3 pad 1, relu, conv 11 1"
+  run data segment --format folder-jpeg --n 120 --test 30 --size 40x48 --out "$SF/seg" --seed 5
+  # streamed and resident: the same losses and test figures for the same seed (mask folder; --val-split makes a part
+  # of the streamed set; --normalize auto reads it all; --augment moves image and mask alike either way)
+  for how in resident stream; do
+    flag=(); [ "$how" = stream ] && flag=(--stream)
+    run train --data "$SF/seg" --model "$SEG11" --epochs 2 --batch 16 --seed 3 --cache '' --val-split 0.2 \
+      --normalize auto --augment crop:2,flip --device cpu --json "${flag[@]}"
+    cp "$TMP/out" "$SF/$how.json"
+  done
+  rc=0
+  cp "$SF/stream.json" "$TMP/out"
+  json_check "train --stream on a mask folder: streamed from its files, the resident run's losses, mIoU and accuracy" \
+    "(lambda r, E: d['image_folder']['streamed'] and not r['image_folder']['streamed'] and d['epochs'][0]['stream_buffers'] == 3 and E(d) == E(r) and d['epochs'][1]['train_loss'] > 0)(json.load(open('$SF/resident.json')), lambda x: [(e['train_loss'], e['val_loss'], e['val_miou'], e['test_acc'], e.get('test_miou')) for e in x['epochs']])"
+  run data images --out "$SF/cls" --format jpeg --n 90 --test 20 --seed 4
+  for how in resident stream; do
+    flag=(); [ "$how" = stream ] && flag=(--stream)
+    run train --data "$SF/cls" --model "conv 8 3, relu, gap, dense 10" --epochs 2 --batch 16 --seed 3 --cache '' \
+      --device cpu --json "${flag[@]}"
+    cp "$TMP/out" "$SF/c$how.json"
+  done
+  json_check "train --stream on an image folder: the resident run's losses and test accuracy" \
+    "(lambda r, E: d['image_folder']['streamed'] and E(d) == E(r))(json.load(open('$SF/cresident.json')), lambda x: [(e['train_loss'], e['test_acc']) for e in x['epochs']])"
+  # eval of a streamed test part: the resident eval's figures
+  run train --data "$SF/seg" --model "$SEG11" --epochs 1 --batch 16 --cache '' --device cpu --save "$SF/m.ckpt"
+  run eval --data "$SF/seg" --load "$SF/m.ckpt" --device cpu --json
+  cp "$TMP/out" "$SF/eval-resident.json"
+  run eval --data "$SF/seg" --load "$SF/m.ckpt" --device cpu --json --stream
+  json_check "eval --stream: the test part decoded batch by batch, the resident eval's accuracy, loss and IoU" \
+    "(lambda r: all(d[k] == r[k] for k in ('accuracy', 'loss', 'mean_iou')))(json.load(open('$SF/eval-resident.json')))"
+  # a damaged file found mid-epoch: an error naming it, or with --skip-bad the next sample in its place, counted
+  cp -r "$SF/seg" "$SF/bad"
+  printf 'not a jpeg' >"$SF/bad/train/images/000007.jpg"
+  run train --data "$SF/bad" --model "$SEG11" --epochs 1 --batch 16 --cache '' --device cpu --stream
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "000007.jpg"; then ok "train --stream: a damaged image is an error naming it"
+  else not_ok "train --stream, damaged image" "want exit 1 and the file named; got $rc: $(head -c 300 "$TMP/err")"; fi
+  run train --data "$SF/bad" --model "$SEG11" --epochs 2 --batch 16 --cache '' --device cpu --stream --skip-bad --json
+  json_check "train --stream --skip-bad: the damaged image replaced by the next sample, once an epoch, counted" \
+    "d['image_folder']['replaced'] == 2 and d['epochs'][1]['train_loss'] > 0"
+  # memory: a part decoded whole would take over 4x --max-memory; the process's peak resident memory stays under it
+  run data segment --format folder-jpeg --n 1320 --test 40 --size 192x192 --out "$SF/big" --seed 6
+  run train --data "$SF/big" --model "conv 4 3 pad 1, relu, conv 11 1" --epochs 1 --batch 1 --max-memory 24M \
+    --cache '' --device cpu --json
+  json_check "train under --max-memory 24M on a folder of 97 MB decoded: streamed, peak resident memory under the cap" \
+    "(lambda f: f['streamed'] and f['part_bytes'] >= 4 * 24e6 and 0 < d['host_peak_bytes'] < 24e6 and d['epochs'][0]['train_loss'] > 0)(d['image_folder'])"
+else
+  skip "streamed folders: no Fashion-MNIST to make scenes from"
+fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

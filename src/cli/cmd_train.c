@@ -45,6 +45,7 @@ typedef struct train_opts {
   lam_image_opts images; /* an image folder's --size, --cache, --skip-bad, --decode */
   int decode_set;        /* --decode given */
   lam_image_opts train_part; /* out: images as the training part's load left it (cache hit, decode seconds) */
+  size_t replaced;           /* out: samples of a streamed set that failed to decode and were replaced (--skip-bad) */
   uint8_t label_map[256];    /* --label-map FILE's table (images.label_map points here) */
 } train_opts;
 
@@ -126,13 +127,17 @@ static void train_usage(FILE *f) {
           "  --max-memory BYTES     cap the memory lamina may take (e.g. 2G; K/M/G are powers of 1000); going\n"
           "                         over it is an error with the numbers (default: on CUDA the device's memory,\n"
           "                         on the CPU the memory the machine has available at the start); the data set\n"
-          "                         held in host memory counts: a set over the cap is refused\n"
+          "                         held in host memory counts: a set over the cap is refused (an image or\n"
+          "                         mask folder streams from its files instead)\n"
           "  --profile              time every op of 100 steps of the first epoch (from step 10; the GPU's own\n"
           "                         clock on CUDA) and print a table per op, like torch.profiler's\n"
           "  --trace FILE           also write those steps as a Chrome trace (JSON; open in Perfetto)\n"
           "  --stream               stream batches instead of keeping the data set on the device: a loader thread\n"
           "                         fills pinned buffers, a copy stream overlaps compute (automatic when the set\n"
-          "                         does not fit); prints how long the device waited for data\n"
+          "                         does not fit); prints how long the device waited for data. An image or mask\n"
+          "                         folder then streams from its files: each batch decoded on the host threads a\n"
+          "                         few steps ahead, in bounded memory (automatic where the decoded part would\n"
+          "                         take more than half of --max-memory, or 3/4 of the memory available)\n"
           "  --buffers N            pinned buffers for --stream, 2 or 3 (default 3)\n"
           "  --precision fp32|tf32|bf16  matrix products in fp32 (default), in tf32 on tensor cores (CUDA), or\n"
           "                         with bf16 operands and fp32 sums, weights kept in fp32 (tensor cores on CUDA,\n"
@@ -168,7 +173,7 @@ static void eval_usage(FILE *f) {
   fprintf(f,
           "usage: lamina eval --load FILE [--data fashion-mnist|DIR] [--batch B] [--device D] [--threads N]\n"
           "                   [--size HxW] [--cache DIR] [--skip-bad] [--decode D] [--reduce-zero-label]\n"
-          "                   [--label-map FILE] [--json]\n"
+          "                   [--label-map FILE] [--stream] [--max-memory BYTES] [--json]\n"
           "Evaluates a saved model on the test part of the data set: accuracy, loss and the confusion matrix\n"
           "(rows: true class, columns: predicted); for labels per pixel also each class's IoU and the mean IoU.\n"
           "  --load FILE   a checkpoint from lamina train --save (required)\n"
@@ -176,6 +181,10 @@ static void eval_usage(FILE *f) {
           "  --size, --cache, --skip-bad, --decode  an image folder's, as for train (--size: by default the\n"
           "                size the model was trained at, kept in its checkpoint; another one is refused)\n"
           "  --reduce-zero-label, --label-map FILE  a mask folder's, as for train (give what training had)\n"
+          "  --stream      decode an image or mask folder's test part batch by batch, a few ahead, in bounded\n"
+          "                memory (automatic where it would take more than half of --max-memory, or 3/4 of\n"
+          "                the memory available)\n"
+          "  --max-memory BYTES  cap the memory lamina may take, as for train\n"
           "  --batch B     images per step (default 1000)\n"
           "  --device      auto|cpu|cuda (default auto)\n"
           "  --threads N   threads of the CPU work (default: LAMINA_THREADS, OMP_NUM_THREADS, else the\n"
@@ -229,7 +238,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     /* eval takes only some of the options */
     if (is_eval && (c == O_MODEL || c == O_EPOCHS || c == O_OPT || c == O_LR || c == O_MOMENTUM || c == O_WD ||
                     c == O_SEED || c == O_SAVE || c == O_RESUME || c == O_NOPROGRESS || c == O_PROFILE ||
-                    c == O_TRACE || c == O_MAXMEM || c == O_STREAM || c == O_BUFFERS || c == O_GRAPH ||
+                    c == O_TRACE || c == O_BUFFERS || c == O_GRAPH ||
                     c == O_NORMALIZE || c == O_SMOOTHING || c == O_AUGMENT || c == O_SCHEDULE || c == O_WARMUP || c == O_VALSPLIT ||
                     c == O_SAVEBEST || c == O_EARLYSTOP || c == O_LOG || c == O_MONITOR))
       return cli_usage_error(cmd, "--%s is a 'lamina train' option, not one of eval's", longopts[li].name);
@@ -561,9 +570,18 @@ static void bytes_str(size_t n, char *buf, size_t size) {
 
 /* The host memory a set holds: its pixels and its labels. */
 static size_t set_bytes(const lam_dataset *d) {
-  if (!d) return 0;
+  if (!d || d->source) return 0; /* a streamed set holds a few batches, in the trainer's buffers */
   size_t labels = d->label_h > 1 || d->label_w > 1 ? (size_t)d->label_h * d->label_w : 1;
   return d->n * (lam_dataset_sample_bytes(d) + labels);
+}
+
+/* How an image or mask folder is read: --stream streams it from its files; else a part streams where its decoded
+ * bytes would take more than half of --max-memory (the other half is the model's), or without a cap more than three
+ * quarters of the memory the machine has available (lam_image_opts.memory_cap 0); the test part streams where the
+ * training part does. */
+static void stream_opts(train_opts *o) {
+  o->images.stream = o->stream ? LAM_STREAM_ON : LAM_STREAM_AUTO;
+  o->images.memory_cap = o->max_memory / 2;
 }
 
 /* --max-memory caps the memory lamina takes, and the data set it holds in host memory (the decoded images and their
@@ -584,7 +602,11 @@ static int cap_data(const train_opts *o, lam_ctx *ctx, const lam_dataset *train,
             train->h, train->w, o->max_memory, cap, lam_dataset_is_image_folder(o->data) ? " or smaller images (--size)" : "");
     return 1;
   }
-  if (lam_ctx_device(ctx) == LAM_DEVICE_CPU && lam_mem_hold(ctx, bytes) != LAM_OK) return fail("train", "--max-memory");
+  /* On the CPU the cap is the process's: what it holds now (its code and libraries, the sets read) counts too */
+  size_t resident = 0;
+  lam_host_memory(&resident, NULL);
+  if (lam_ctx_device(ctx) == LAM_DEVICE_CPU && lam_mem_hold(ctx, resident > bytes ? resident : bytes) != LAM_OK)
+    return fail("train", "--max-memory");
   return 0;
 }
 
@@ -807,6 +829,9 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
     bad |= json_object_set_new(f, "cache_hit", json_boolean(o->train_part.cache_hit));
     bad |= json_object_set_new(f, "decode_s", json_real(o->train_part.decode_s));
     bad |= json_object_set_new(f, "decoded_gpu", json_integer((json_int_t)o->train_part.decoded_gpu));
+    bad |= json_object_set_new(f, "streamed", json_boolean(o->train_part.streamed));
+    bad |= json_object_set_new(f, "part_bytes", json_integer((json_int_t)o->train_part.part_bytes));
+    bad |= json_object_set_new(f, "replaced", json_integer((json_int_t)o->replaced));
     bad |= json_object_set_new(root, "image_folder", f);
   }
   for (int i = 0; i < n && !bad; i++) {
@@ -834,6 +859,9 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   bad |= json_object_set_new(root, "epochs", epochs);
   bad |= json_object_set_new(root, "test_acc", cli_json_num(test_acc));
   if (n && isfinite(rows[n - 1].test_miou)) bad |= json_object_set_new(root, "test_miou", cli_json_num(rows[n - 1].test_miou));
+  size_t peak = 0;
+  lam_host_memory(NULL, &peak);
+  bad |= json_object_set_new(root, "host_peak_bytes", json_integer((json_int_t)peak));
   if (o->val_split) {
     bad |= json_object_set_new(root, "best_epoch", best_epoch ? json_integer(best_epoch) : json_null());
     bad |= json_object_set_new(root, "best_val_loss", cli_json_num(best_loss));
@@ -900,7 +928,8 @@ static lam_status rank_evaluate(const cli_ranks *rk, lam_trainer *t, lam_model *
   double a = 0, l = 0;
   if (miou) *miou = NAN;
   if (per_pixel_set(d) && miou) return evaluate_miou(m, d, batch, acc, loss ? loss : &l, miou);
-  if (rk->world == 1 || d->label_h > 0) return lam_evaluate(m, d, batch, acc, loss ? loss : &l, NULL);
+  if (rk->world == 1 || d->label_h > 0 || d->source) /* a streamed set: whole on every rank, as it has no images */
+    return lam_evaluate(m, d, batch, acc, loss ? loss : &l, NULL);
   size_t lo, len;
   lam_rank_share(d->n, rk->rank, rk->world, &lo, &len);
   double v[3] = {0, 0, (double)len};
@@ -1032,6 +1061,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   }
   if (o.resume && (ret = fit_from_checkpoint("train", &o, o.resume)) != 0) goto out;
   ret = 1;
+  stream_opts(&o);
   if (lam_dataset_load_opts(o.data, 1, &o.images, &train) != LAM_OK) {
     ret = fail("train", "loading the data");
     goto out;
@@ -1039,6 +1069,10 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   skipped = o.images.skipped;
   const int train_cached = o.images.cache_hit, train_written = o.images.cache_written;
   o.train_part = o.images;
+  if (o.images.streamed) /* the test part too: evaluated resident it would be held twice (read, and uploaded) */
+    o.images.stream = LAM_STREAM_ON;
+  else if (o.images.memory_cap) /* the test part gets what the training part left of the cap */
+    o.images.memory_cap = o.images.memory_cap > o.images.part_bytes ? o.images.memory_cap - o.images.part_bytes : 1;
   if (no_test) {
     test = train; /* the same set until the split below: its checks pass, its classes are the training part's */
   } else if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
@@ -1201,7 +1235,11 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       char cache[4096];
       snprintf(cache, sizeof cache, o.images.cache ? "%s" : "%s/.lamina-cache", o.images.cache ? o.images.cache : o.data);
       const int masks = lam_dataset_mask_folder_layout(o.data) != LAM_MASKS_NONE;
-      if (train_cached && o.images.cache_hit) printf("  image folder: read from its cache in %s\n", cache);
+      if (o.train_part.streamed)
+        printf("  %s folder: streamed, each file decoded on the host threads as its batch is needed (decoded whole it "
+               "would take %.1f MB%s)\n", masks ? "mask" : "image", (double)o.train_part.part_bytes / 1e6,
+               o.stream ? "; --stream" : o.max_memory ? ", more than half of --max-memory" : ", more than memory has");
+      else if (train_cached && o.images.cache_hit) printf("  image folder: read from its cache in %s\n", cache);
       else {
         char how[160] = "";
         const lam_image_opts *tp = &o.train_part;
@@ -1317,6 +1355,10 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       break;
     }
   }
+  o.replaced = lam_dataset_replaced(train) + (test != train ? lam_dataset_replaced(test) : 0);
+  if (o.replaced && !o.json)
+    printf("  %zu time%s a sample could not be decoded and the next of its part took its place (--skip-bad)\n",
+           o.replaced, o.replaced == 1 ? "" : "s");
   double test_acc = nrows ? rows[nrows - 1].test_acc : NAN;
   if (val && nrows) { /* the test part, once, for the model the run ends with (and the best one) */
     if (rank_evaluate(rk, t, m, test, batch, &test_acc, NULL, &rows[nrows - 1].test_miou) != LAM_OK) {
@@ -1388,6 +1430,7 @@ int cmd_eval(int argc, char **argv) {
   int ret = 1;
   if ((ret = fit_from_checkpoint("eval", &o, o.load)) != 0) goto out;
   ret = 1;
+  stream_opts(&o);
   if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
     ret = fail("eval", "loading the data");
     goto out;

@@ -88,6 +88,9 @@ lam_status data_check_dim(const data_src *s, const char *format, const char *nam
  * label per image). */
 void data_where(uint64_t h, uint64_t w, size_t i, char *buf, size_t cap);
 
+/* Checks o's size and stream (folder.c) and zeroes its out fields, for both folder readers. */
+lam_status lam_image_opts_check(lam_image_opts *o);
+
 /* 1 when the mask folder dir (maskfolder.c) has a test part: test/ or val/, VOC's val.txt. */
 int mask_folder_has_test(const char *dir);
 
@@ -158,6 +161,8 @@ void image_fit(const data_image *im, int H, int W, uint8_t *out);
 /* out (H, W) = the mask im (1 channel) fitted to H x W as image_fit fits images (fit_geometry), each pixel the
  * class of the nearest source pixel: classes are never blended. */
 void image_fit_nearest(const data_image *im, int H, int W, uint8_t *out);
+/* hwc (h x w pixels of c interleaved channels) as the set's planar (c, h, w) in chw. */
+void image_planar(const uint8_t *hwc, int h, int w, int c, uint8_t *chw);
 /* Encodes px (h, w, c: 1 or 3) as kind (IMAGE_PNG, or IMAGE_JPEG at quality 90) into *buf (malloc'd). */
 lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_t **buf, size_t *len);
 

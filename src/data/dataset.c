@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "data.h"
+#include "../internal.h"
 #include "../nn/rng.h"
 #include "../status.h"
 
@@ -197,6 +198,7 @@ void lam_dataset_free(lam_dataset *d) {
   free(d->images);
   free(d->labels);
   free(d->class_names);
+  lam_source_free(d->source);
   free(d);
 }
 
@@ -236,6 +238,12 @@ lam_status lam_dataset_set_classes(lam_dataset *d, int k) {
   const int most = per_pixel ? 255 : 256;
   LAM_CHECK_ARG(k >= 1 && k <= most, "lam_dataset_set_classes: k is %d; it must be 1..%d%s", k, most,
                 per_pixel ? " (per-pixel labels: 255 means 'ignore')" : " (labels are bytes)");
+  if (d->source) { /* a streamed set's labels are in its files: its classes were counted when it was read */
+    LAM_CHECK_ARG(k >= d->classes, "lam_dataset_set_classes: the set's labels go up to %d, so it has at least %d "
+                  "classes; k = %d is too few", d->classes - 1, d->classes, k);
+    d->classes = k;
+    return LAM_OK;
+  }
   const size_t count = d->n * lh * lw;
   LAM_CHECK_ARG(d->labels || count == 0, "lam_dataset_set_classes: the set has %zu images but no labels", d->n);
   for (size_t i = 0; i < count; i++) {
@@ -256,6 +264,19 @@ static lam_status subset(const lam_dataset *d, const uint8_t *pick, uint8_t want
   const size_t lsize = (size_t)(d->label_h > 0 ? d->label_h : 1) * (d->label_w > 0 ? d->label_w : 1);
   lam_dataset *s = calloc(1, sizeof *s);
   const size_t nnames = lam_names_count((const char *const *)d->class_names);
+  if (s && d->source) { /* a streamed set: a view of its source */
+    *s = *d, s->n = n, s->class_names = lam_names_copy((const char *const *)d->class_names, nnames);
+    s->source = NULL;
+    lam_status st = LAM_OK;
+    if (nnames && !s->class_names) st = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_split: no host memory");
+    else st = lam_source_subset(d->source, pick, want, n, &s->source);
+    if (st != LAM_OK) {
+      free(s->class_names), free(s);
+      return st;
+    }
+    *out = s;
+    return LAM_OK;
+  }
   if (s) *s = *d, s->n = n, s->images = malloc(n * sample), s->labels = malloc(n * lsize),
          s->class_names = lam_names_copy((const char *const *)d->class_names, nnames); /* each part its own */
   if (!s || !s->images || !s->labels || (nnames && !s->class_names)) {
@@ -279,7 +300,7 @@ lam_status lam_dataset_split(const lam_dataset *d, double fraction, uint64_t see
   *train = *val = NULL;
   LAM_CHECK_ARG(fraction > 0 && fraction < 1, "lam_dataset_split: the validation fraction %g is not between 0 and 1",
                 fraction);
-  LAM_CHECK_ARG(d->n >= 2 && d->images && d->labels,
+  LAM_CHECK_ARG(d->n >= 2 && ((d->images && d->labels) || d->source),
                 "lam_dataset_split: a set of %zu images cannot be split into training and validation parts", d->n);
   size_t nv = (size_t)llround(fraction * (double)d->n);
   if (nv < 1) nv = 1;
@@ -311,18 +332,9 @@ lam_status lam_dataset_split(const lam_dataset *d, double fraction, uint64_t see
   return s;
 }
 
-lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *std) {
-  LAM_CHECK_ARG(d, "lam_dataset_channel_stats: d is NULL");
-  LAM_CHECK_ARG(mean && std, "lam_dataset_channel_stats: mean or std is NULL");
-  const int c = d->c > 0 ? d->c : 1;
-  LAM_CHECK_ARG(d->n > 0 && d->h > 0 && d->w > 0 && d->images,
-                "lam_dataset_channel_stats: the set is empty (n=%zu, h=%d, w=%d, images %s)", d->n, d->h, d->w,
-                d->images ? "set" : "NULL");
-  const size_t hw = (size_t)d->h * (size_t)d->w, frames = d->t > 0 ? (size_t)d->t : 1;
-  /* Pixels are bytes: a histogram per channel is exact, and mean and variance come from it in two
-   * passes without the cancellation of sum-of-squares. */
-  uint64_t *hist = calloc((size_t)c * 256, sizeof *hist);
-  if (!hist) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_channel_stats: no host memory for %d histograms", c);
+/* Adds the pixels of `count` frames of c channels of hw pixels (images, frame-major) to hist (c x 256), on all host
+ * threads; 0, or -1 where a thread's histogram could not be had. */
+static int histogram(const uint8_t *images, size_t count, int c, size_t hw, uint64_t *hist) {
   int oom = 0;
 #pragma omp parallel
   {
@@ -332,10 +344,10 @@ lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *s
       oom = 1;
     }
 #pragma omp for schedule(static)
-    for (long long i = 0; i < (long long)(d->n * frames); i++) { /* every frame of every clip */
+    for (long long i = 0; i < (long long)count; i++) {
       if (!local) continue;
       for (int ch = 0; ch < c; ch++) {
-        const uint8_t *p = d->images + ((size_t)i * (size_t)c + (size_t)ch) * hw;
+        const uint8_t *p = images + ((size_t)i * (size_t)c + (size_t)ch) * hw;
         uint64_t *hc = local + (size_t)ch * 256;
         for (size_t k = 0; k < hw; k++) hc[p[k]]++;
       }
@@ -346,9 +358,43 @@ lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *s
       free(local);
     }
   }
-  if (oom) {
+  return oom ? -1 : 0;
+}
+
+#define STATS_ROWS 256 /* a streamed set's samples decoded at a time for its statistics */
+#define STATS_OOM "lam_dataset_channel_stats: no host memory for per-thread histograms"
+
+lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *std) {
+  LAM_CHECK_ARG(d, "lam_dataset_channel_stats: d is NULL");
+  LAM_CHECK_ARG(mean && std, "lam_dataset_channel_stats: mean or std is NULL");
+  const int c = d->c > 0 ? d->c : 1;
+  LAM_CHECK_ARG(d->n > 0 && d->h > 0 && d->w > 0 && (d->images || d->source),
+                "lam_dataset_channel_stats: the set is empty (n=%zu, h=%d, w=%d, images %s)", d->n, d->h, d->w,
+                d->images ? "set" : "NULL");
+  const size_t hw = (size_t)d->h * (size_t)d->w, frames = d->t > 0 ? (size_t)d->t : 1;
+  /* Pixels are bytes: a histogram per channel is exact, and mean and variance come from it in two
+   * passes without the cancellation of sum-of-squares. */
+  uint64_t *hist = calloc((size_t)c * 256, sizeof *hist);
+  if (!hist) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_channel_stats: no host memory for %d histograms", c);
+  lam_status s = LAM_OK;
+  if (d->images) {
+    if (histogram(d->images, d->n * frames, c, hw, hist)) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "%s", STATS_OOM);
+  } else { /* a streamed set: decoded a few hundred samples at a time, in bounded memory */
+    const size_t sample = lam_dataset_sample_bytes(d);
+    uint8_t *buf = malloc(STATS_ROWS * sample);
+    int32_t idx[STATS_ROWS];
+    if (!buf) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_channel_stats: no host memory for %d samples", STATS_ROWS);
+    for (size_t at = 0; at < d->n && s == LAM_OK; at += STATS_ROWS) {
+      const size_t m = d->n - at < STATS_ROWS ? d->n - at : STATS_ROWS;
+      for (size_t r = 0; r < m; r++) idx[r] = (int32_t)(at + r);
+      s = lam_dataset_rows(d, idx, m, buf, NULL);
+      if (s == LAM_OK && histogram(buf, m * frames, c, hw, hist)) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "%s", STATS_OOM);
+    }
+    free(buf);
+  }
+  if (s != LAM_OK) {
     free(hist);
-    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_channel_stats: no host memory for per-thread histograms");
+    return s;
   }
   const double count = (double)d->n * (double)frames * (double)hw;
   for (int ch = 0; ch < c; ch++) {

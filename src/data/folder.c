@@ -3,7 +3,9 @@
  * folder names in sorted order. Every file is decoded (image.c) on all host threads into one uint8 array, made
  * the set's channels (most images'), fitted to a fixed size where asked, and kept as an IDX pair in a cache
  * folder under a key of every file's name, size and modification time (and the options), so a later run with
- * the files unchanged reads two IDX files instead of decoding again. */
+ * the files unchanged reads two IDX files instead of decoding again. A part whose decoded bytes would not fit in memory
+ * (lam_image_opts.memory_cap), or one asked to, streams instead: each file is decoded when its sample is asked for
+ * (sample.c), by the same code as the whole part's. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -311,19 +313,46 @@ static lam_status gpu_open(gpu_jpeg **g) {
  * another size without opts' size is an error naming it and saying what to do. JPEG files go to nvJPEG in
  * batches where o asks: their bytes read on all host threads, decoded and fitted (fit.h, as the host fits) on
  * the GPU, straight into place. */
-static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *o, int want_c, uint8_t **px, int *H,
-                             int *W, int *C, uint8_t **keep, size_t *kept, size_t *converted) {
+/* The part's geometry: the first file that decodes (*f0) gives its channels, and its size where o has none. */
+static lam_status probe_first(const char *dir, const entries *l, const lam_image_opts *o, size_t *f0, int *C, int *H,
+                              int *W) {
   data_image first;
-  size_t f0 = 0;
   lam_status s = LAM_ERR_IO;
-  for (; f0 < l->n; f0++) { /* the first image that decodes sets the geometry */
-    s = image_read_fit(l->e[f0].path, o->h, o->w, &first);
+  for (*f0 = 0; *f0 < l->n; (*f0)++) {
+    s = image_read_fit(l->e[*f0].path, o->h, o->w, &first);
     if (s == LAM_OK || !o->skip_bad || s != LAM_ERR_IO) break;
   }
-  if (s != LAM_OK) return f0 == l->n ? LAM_FAIL(LAM_ERR_IO, "image folder '%s': no file could be decoded", dir) : s;
-  *C = want_c ? want_c : first.c, *H = o->h ? o->h : first.h, *W = o->w ? o->w : first.w;
-  size_t n_conv = 0;
+  if (s != LAM_OK) return *f0 == l->n ? LAM_FAIL(LAM_ERR_IO, "image folder '%s': no file could be decoded", dir) : s;
+  *C = first.c, *H = o->h ? o->h : first.h, *W = o->w ? o->w : first.w;
   free(first.px);
+  return LAM_OK;
+}
+
+/* The host's decode of the file at path (its bytes where read already, else NULL) into out (H, W, C), fitted to
+ * h x w where they are not 0 (else it must be H x W, as the part's first file, `first`, is); *converted set where
+ * its channels were changed to C. The same arithmetic for a part decoded whole and for a streamed one. */
+static lam_status decode_file(const char *path, const uint8_t *bytes, size_t len, int h, int w, int C, int H, int W,
+                              const char *first, uint8_t *out, int *converted) {
+  data_image im = {0};
+  *converted = 0;
+  lam_status st = bytes ? image_decode_fit(path, bytes, len, h, w, &im) : image_read_fit(path, h, w, &im);
+  if (st == LAM_OK && im.c != C) /* a grey JPEG in a colour set: converted, as torchvision's loader does */
+    st = image_to_channels(&im, C), *converted = 1;
+  if (st == LAM_OK && !h && (im.h != H || im.w != W))
+    st = LAM_FAIL(LAM_ERR_IO, "image file '%s' is %dx%d, but the set's first image ('%s') is %dx%d: give --size HxW "
+                  "(size in the API) to fit every image to one size", path, im.w, im.h, first, W, H);
+  if (st == LAM_OK) image_fit(&im, H, W, out);
+  free(im.px);
+  return st;
+}
+
+static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *o, int want_c, uint8_t **px, int *H,
+                             int *W, int *C, uint8_t **keep, size_t *kept, size_t *converted) {
+  size_t f0 = 0;
+  lam_status s = probe_first(dir, l, o, &f0, C, H, W);
+  if (s != LAM_OK) return s;
+  if (want_c) *C = want_c;
+  size_t n_conv = 0;
   const size_t img = (size_t)*H * *W * *C;
   *px = malloc(l->n * img);
   *keep = calloc(l->n, 1);
@@ -390,28 +419,21 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
 #pragma omp parallel for schedule(dynamic, 16)
     for (size_t j = 0; j < m; j++) {
       const size_t i = a + j;
-      data_image im = {0};
-      lam_status st;
       if (g && ongpu[j]) { /* decoded and fitted into its place by nvJPEG's path */
         free(bytes[j]);
         (*keep)[i] = 1;
         continue;
       }
-      if (g && bytes[j]) st = image_decode_fit(l->e[i].path, bytes[j], lens[j], o->h, o->w, &im);
-      else st = image_read_fit(l->e[i].path, o->h, o->w, &im); /* the host's; or a read that failed, for its message */
+      int conv = 0; /* the host's; or a read that failed (bytes NULL: read again), for its message */
+      lam_status st = decode_file(l->e[i].path, g ? bytes[j] : NULL, g ? lens[j] : 0, o->h, o->w, *C, *H, *W,
+                                  l->e[f0].path, *px + i * img, &conv);
       if (g) free(bytes[j]);
-      if (st == LAM_ERR_IO && o->skip_bad) continue; /* a damaged or unreadable file: left out, counted */
-      if (st == LAM_OK && im.c != *C) { /* a grey JPEG in a colour set: converted, as torchvision's loader does */
-        st = image_to_channels(&im, *C);
+      if (conv && st == LAM_OK) {
 #pragma omp atomic
         n_conv++;
       }
-      if (st == LAM_OK && !o->h && (im.h != *H || im.w != *W))
-        st = LAM_FAIL(LAM_ERR_IO, "image file '%s' is %dx%d, but the set's first image ('%s') is %dx%d: give --size HxW "
-                      "(size in the API) to fit every image to one size", l->e[i].path, im.w, im.h, l->e[f0].path, *W,
-                      *H);
+      if (st == LAM_ERR_IO && o->skip_bad) continue; /* a damaged or unreadable file: left out, counted */
       if (st == LAM_OK) {
-        image_fit(&im, *H, *W, *px + i * img);
         (*keep)[i] = 1;
       } else {
 #pragma omp critical(folder_bad)
@@ -420,7 +442,6 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
           snprintf(bad_msg, sizeof bad_msg, "%s", lam_last_error());
         }
       }
-      free(im.px);
     }
   }
   free(bytes), free(lens), free(gin), free(glen), free(gat), free(gdst), free(gdone), free(ongpu);
@@ -528,19 +549,65 @@ static int exists(const char *p) {
   return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+lam_status lam_image_opts_check(lam_image_opts *o) {
+  LAM_CHECK_ARG((o->h == 0) == (o->w == 0) && o->h >= 0 && o->w >= 0 && o->h <= (int)DATA_MAX_SIDE &&
+                    o->w <= (int)DATA_MAX_SIDE,
+                "lam_image_opts: size %dx%d (both 0, or 1 to %u)", o->w, o->h, DATA_MAX_SIDE);
+  LAM_CHECK_ARG(o->stream >= LAM_STREAM_AUTO && o->stream <= LAM_STREAM_OFF,
+                "lam_image_opts: stream %d (LAM_STREAM_AUTO, LAM_STREAM_ON or LAM_STREAM_OFF)", o->stream);
+  o->skipped = 0, o->cache_hit = o->cache_written = 0, o->decoded_gpu = 0, o->decode_s = 0, o->converted = 0;
+  o->streamed = 0, o->part_bytes = 0;
+  return LAM_OK;
+}
+
+/* ---- streamed: each file decoded when its sample is asked for ---- */
+
+typedef struct folder_src {
+  entries l;
+  int h, w;    /* the fit (0, 0: none) */
+  int C, H, W; /* the part's geometry, from its first file that decodes */
+  size_t f0;   /* that file */
+} folder_src;
+
+static void folder_src_drop(void *state) {
+  folder_src *f = state;
+  entries_free(&f->l);
+  free(f);
+}
+
+/* lam_fill_fn: file i decoded as decode_all decodes it (the part's channels are its first file's). */
+static lam_status folder_fill(void *state, size_t i, uint8_t *px, uint8_t *lab) {
+  const folder_src *f = state;
+  uint8_t *hwc = f->C == 1 ? px : malloc((size_t)f->H * f->W * f->C);
+  if (!hwc) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder: no host memory to decode '%s'", f->l.e[i].path);
+  int conv;
+  lam_status s = decode_file(f->l.e[i].path, NULL, 0, f->h, f->w, f->C, f->H, f->W, f->l.e[f->f0].path, hwc, &conv);
+  if (s == LAM_OK && hwc != px) image_planar(hwc, f->H, f->W, f->C, px);
+  if (hwc != px) free(hwc);
+  lab[0] = (uint8_t)f->l.e[i].cls;
+  return s;
+}
+
+/* Whether the part streams: asked for, or (auto) its decoded bytes over the cap. The geometry is probed here. */
+static lam_status want_stream(const char *dir, const entries *l, lam_image_opts *o, folder_src *f, int *stream) {
+  *stream = 0;
+  if (o->stream == LAM_STREAM_OFF) return LAM_OK;
+  LAM_TRY(probe_first(dir, l, o, &f->f0, &f->C, &f->H, &f->W));
+  o->part_bytes = l->n * ((size_t)f->H * f->W * f->C + 1);
+  *stream = o->stream == LAM_STREAM_ON || o->part_bytes > lam_stream_cap(o);
+  return LAM_OK;
+}
+
 lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *opts, lam_dataset **out) {
   LAM_CHECK_ARG(out, "lam_dataset_load_images: out is NULL");
   *out = NULL;
   LAM_CHECK_ARG(dir && *dir, "lam_dataset_load_images: dir is %s", dir ? "empty" : "NULL");
   if (lam_dataset_mask_folder_layout(dir) != LAM_MASKS_NONE) return lam_dataset_load_masks(dir, train, opts, out);
-  lam_image_opts def = {0};
+  lam_image_opts def = {.stream = LAM_STREAM_OFF};
   lam_image_opts *o = opts ? opts : &def;
-  LAM_CHECK_ARG((o->h == 0) == (o->w == 0) && o->h >= 0 && o->w >= 0 && o->h <= (int)DATA_MAX_SIDE &&
-                    o->w <= (int)DATA_MAX_SIDE,
-                "lam_image_opts: size %dx%d (both 0, or 1 to %u)", o->w, o->h, DATA_MAX_SIDE);
+  LAM_TRY(lam_image_opts_check(o));
   LAM_CHECK_ARG(o->decoder >= LAM_DECODE_AUTO && o->decoder <= LAM_DECODE_GPU,
                 "lam_image_opts: decoder %d (LAM_DECODE_AUTO, LAM_DECODE_CPU or LAM_DECODE_GPU)", o->decoder);
-  o->skipped = 0, o->cache_hit = o->cache_written = 0, o->decoded_gpu = 0, o->decode_s = 0, o->converted = 0;
   entries l;
   char **classes;
   size_t nclasses;
@@ -556,6 +623,36 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   if (s != LAM_OK) {
     entries_free(&l);
     free(names); /* lam_names_copy: one block */
+    return s;
+  }
+  folder_src *f = calloc(1, sizeof *f);
+  int stream = 0;
+  s = f ? want_stream(dir, &l, o, f, &stream)
+        : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory", dir);
+  if (s == LAM_OK && stream) { /* the list goes to the source, which the set holds */
+    lam_dataset *d = calloc(1, sizeof *d);
+    f->l = l, f->h = o->h, f->w = o->w;
+    memset(&l, 0, sizeof l);
+    const size_t n = f->l.n;
+    const int C = f->C, H = f->H, W = f->W;
+    lam_source *src = NULL;
+    s = lam_source_make(n, folder_fill, folder_src_drop, f, o->skip_bad, &src); /* f is the source's now */
+    if (s == LAM_OK && !d) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory", dir);
+    if (s != LAM_OK) {
+      lam_source_free(src);
+      free(d), free(names);
+      return s;
+    }
+    *d = (lam_dataset){.n = n, .h = H, .w = W, .classes = (int)nclasses, .c = C, .label_h = 1, .label_w = 1,
+                       .class_names = names, .source = src};
+    o->streamed = 1;
+    *out = d;
+    return LAM_OK;
+  }
+  free(f);
+  if (s != LAM_OK) {
+    entries_free(&l);
+    free(names);
     return s;
   }
   char cache[PATH_MAX] = "";
@@ -602,6 +699,7 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
         if (keep[i]) labels[k++] = (uint8_t)l.e[i].cls;
       *d = (lam_dataset){.n = n, .h = H, .w = W, .classes = (int)nclasses, .images = NULL, .labels = labels, .c = C,
                          .label_h = 1, .label_w = 1};
+      o->part_bytes = n * ((size_t)H * W * C + 1);
     }
   }
   if (s == LAM_OK && cache[0] && n) s = cache_write(dir, cache, !o->cache, train, key, px, d, &o->cache_written);
@@ -610,10 +708,8 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
     uint8_t *t = malloc(P * C);
     if (!t) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory", dir);
     for (size_t i = 0; i < n && s == LAM_OK; i++) {
-      uint8_t *im = px + i * P * C;
-      for (size_t p = 0; p < P; p++)
-        for (int c = 0; c < C; c++) t[(size_t)c * P + p] = im[p * C + c];
-      memcpy(im, t, P * C);
+      image_planar(px + i * P * C, H, W, C, t);
+      memcpy(px + i * P * C, t, P * C);
     }
     free(t);
   }

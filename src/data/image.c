@@ -475,6 +475,16 @@ lam_status image_to_channels(data_image *im, int c) {
   return LAM_OK;
 }
 
+void image_planar(const uint8_t *hwc, int h, int w, int c, uint8_t *chw) {
+  const size_t P = (size_t)h * w;
+  if (c == 1) {
+    memcpy(chw, hwc, P);
+    return;
+  }
+  for (size_t p = 0; p < P; p++)
+    for (int k = 0; k < c; k++) chw[(size_t)k * P + p] = hwc[p * c + k];
+}
+
 void image_fit(const data_image *im, int H, int W, uint8_t *out) {
   if (im->h == H && im->w == W) {
     memcpy(out, im->px, (size_t)H * W * im->c);

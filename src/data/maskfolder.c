@@ -8,8 +8,8 @@
  * (LAM_LABEL_IGNORE: the loss and the metrics skip it). Images and masks are decoded on all host threads, fitted to
  * --size as image folders fit (fit.h), masks by nearest neighbour so no class is blended into another. Unlike image
  * folders (folder.c) the decoded part is not cached: masks would need a third file and their options (label map,
- * reduce-zero-label) in the key. The whole part is decoded into memory: a set too big for that needs the streamed
- * decode, which is not built yet. */
+ * reduce-zero-label) in the key. A part is decoded whole into memory, or, where it would not fit (or when asked),
+ * streamed: each pair decoded when its sample is asked for (sample.c), the same arithmetic either way. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -421,6 +421,114 @@ static lam_status decode_pairs(const pairs *l, const lam_image_opts *o, int C, i
   return LAM_OK;
 }
 
+/* ---- streamed: each pair decoded when its sample is asked for ---- */
+
+typedef struct mask_src {
+  pairs l;
+  lam_image_opts o; /* the fit (h, w); the labels go through t */
+  uint8_t t[256];
+  int C, H, W, classes;
+  const char *bound; /* what sets classes, for messages */
+} mask_src;
+
+static void mask_src_drop(void *state) {
+  mask_src *m = state;
+  pairs_free(&m->l);
+  free(m);
+}
+
+/* lam_fill_fn: pair i decoded as decode_pairs decodes it; a label at or over the classes is an error naming the mask
+ * (the masks were counted when the set was read: a file changed since). */
+static lam_status mask_fill(void *state, size_t i, uint8_t *px, uint8_t *lab) {
+  const mask_src *m = state;
+  uint8_t *hwc = m->C == 1 ? px : malloc((size_t)m->H * m->W * m->C);
+  if (!hwc) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask folder: no host memory to decode '%s'", m->l.p[i].img);
+  int conv, top = -1;
+  lam_status s = decode_pair(&m->l.p[i], &m->o, m->C, m->H, m->W, m->t, hwc, lab, &conv, &top);
+  if (s == LAM_OK && top >= m->classes)
+    s = LAM_FAIL(LAM_ERR_IO, "mask folder: the mask '%s' has the class %d, and the set has %d classes (%s): a mask's "
+                 "values must be below it (or 255, ignored)", m->l.p[i].msk, top, m->classes, m->bound);
+  if (s == LAM_OK && hwc != px) image_planar(hwc, m->H, m->W, m->C, px);
+  if (hwc != px) free(hwc);
+  return s;
+}
+
+/* The largest label (255 aside) of every mask, fitted and mapped as decode_pair does, on all host threads: a
+ * streamed set's classes without decoding its images. A mask that fails is an error naming it (the first in
+ * order), or with skip_bad passed over (its pair fails again when it is asked for, and is replaced). */
+static lam_status mask_top(const mask_src *m, int skip_bad, int *top) {
+  const size_t P = (size_t)m->H * m->W;
+  size_t bad_at = (size_t)-1;
+  lam_status bad_status = LAM_OK;
+  char bad_msg[1024] = "";
+  int most = -1;
+#pragma omp parallel reduction(max : most)
+  {
+    uint8_t *fit = malloc(P);
+#pragma omp for schedule(dynamic, 8)
+    for (size_t i = 0; i < m->l.n; i++) {
+      data_image mk = {0};
+      uint8_t *buf = NULL;
+      size_t len = 0;
+      lam_status st = fit ? image_file_bytes(m->l.p[i].msk, &buf, &len)
+                          : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask folder: no host memory for a mask of %zu pixels", P);
+      if (st == LAM_OK) st = image_decode_mask(m->l.p[i].msk, buf, len, m->o.h > 0, &mk);
+      free(buf);
+      if (st == LAM_OK) {
+        image_fit_nearest(&mk, m->H, m->W, fit);
+        for (size_t q = 0; q < P; q++) {
+          const int v = m->t[fit[q]];
+          if (v != MASK_IGNORE && v > most) most = v;
+        }
+      } else if (!(skip_bad && st == LAM_ERR_IO)) {
+#pragma omp critical(maskfolder_top)
+        if (i < bad_at) bad_at = i, bad_status = st, snprintf(bad_msg, sizeof bad_msg, "%s", lam_last_error());
+      }
+      free(mk.px);
+    }
+    free(fit);
+  }
+  if (bad_at != (size_t)-1) return LAM_FAIL(bad_status, "%s", bad_msg);
+  *top = most;
+  return LAM_OK;
+}
+
+/* The part as a streamed set over the pairs of l (moved into its source); classes from the names where there are
+ * some, else from every mask's largest label (mask_top). */
+static lam_status stream_masks(const char *dir, pairs *l, const lam_image_opts *o, const uint8_t t[256], char **names,
+                               int C, int H, int W, lam_dataset **out) {
+  mask_src *m = calloc(1, sizeof *m);
+  lam_dataset *d = calloc(1, sizeof *d);
+  if (!m || !d) {
+    free(m), free(d), free(names);
+    pairs_free(l);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask folder '%s': no host memory", dir);
+  }
+  m->l = *l, memset(l, 0, sizeof *l);
+  m->o = (lam_image_opts){.h = o->h, .w = o->w};
+  memcpy(m->t, t, sizeof m->t);
+  m->C = C, m->H = H, m->W = W;
+  const size_t nnames = lam_names_count((const char *const *)names);
+  char txt[PATH_MAX];
+  const int have_txt = (size_t)snprintf(txt, sizeof txt, "%s/classes.txt", dir) < sizeof txt && is_file(txt);
+  m->bound = !nnames ? "the largest value of its masks + 1" : have_txt ? "DIR/classes.txt" : "VOC's 21";
+  int top = -1;
+  lam_status s = nnames ? LAM_OK : mask_top(m, o->skip_bad, &top);
+  m->classes = nnames ? (int)nnames : top + 1 > 1 ? top + 1 : 1;
+  const size_t n = m->l.n;
+  lam_source *src = NULL;
+  if (s == LAM_OK) s = lam_source_make(n, mask_fill, mask_src_drop, m, o->skip_bad, &src); /* m is the source's now */
+  else mask_src_drop(m);
+  if (s != LAM_OK) {
+    free(d), free(names);
+    return s;
+  }
+  *d = (lam_dataset){.n = n, .h = H, .w = W, .classes = src ? m->classes : 0, .c = C, .label_h = H, .label_w = W,
+                     .class_names = names, .source = src};
+  *out = d;
+  return LAM_OK;
+}
+
 static const char *layout_name(int layout) {
   return layout == LAM_MASKS_GENERIC ? "DIR/train/{images,masks}/"
          : layout == LAM_MASKS_MMSEG ? "DIR/img_dir/train/ + DIR/ann_dir/train/"
@@ -431,12 +539,9 @@ lam_status lam_dataset_load_masks(const char *dir, int train, lam_image_opts *op
   LAM_CHECK_ARG(out, "lam_dataset_load_masks: out is NULL");
   *out = NULL;
   LAM_CHECK_ARG(dir && *dir, "lam_dataset_load_masks: dir is %s", dir ? "empty" : "NULL");
-  lam_image_opts def = {0};
+  lam_image_opts def = {.stream = LAM_STREAM_OFF};
   lam_image_opts *o = opts ? opts : &def;
-  LAM_CHECK_ARG((o->h == 0) == (o->w == 0) && o->h >= 0 && o->w >= 0 && o->h <= (int)DATA_MAX_SIDE &&
-                    o->w <= (int)DATA_MAX_SIDE,
-                "lam_image_opts: size %dx%d (both 0, or 1 to %u)", o->w, o->h, DATA_MAX_SIDE);
-  o->skipped = 0, o->cache_hit = o->cache_written = 0, o->decoded_gpu = 0, o->decode_s = 0, o->converted = 0;
+  LAM_TRY(lam_image_opts_check(o));
   const int layout = lam_dataset_mask_folder_layout(dir);
   if (layout == LAM_MASKS_NONE)
     return LAM_FAIL(LAM_ERR_IO, "'%s' is not a mask folder (DIR/train/images + DIR/train/masks, mmsegmentation's "
@@ -484,6 +589,16 @@ lam_status lam_dataset_load_masks(const char *dir, int train, lam_image_opts *op
   }
   if (s == LAM_OK && !C) s = LAM_FAIL(LAM_ERR_IO, "mask folder '%s': no image could be decoded", dir);
   const size_t P = (size_t)H * W;
+  if (s == LAM_OK && o->stream != LAM_STREAM_OFF) { /* the channels of a streamed part are its first image's */
+    o->part_bytes = l.n * P * (size_t)(C + 1);
+    if (o->stream == LAM_STREAM_ON || o->part_bytes > lam_stream_cap(o)) {
+      o->skipped = skipped;
+      s = stream_masks(dir, &l, o, t, names, C, H, W, out);
+      o->streamed = s == LAM_OK;
+      o->decode_s = (lam_now_ms() - t0) / 1000;
+      return s;
+    }
+  }
   uint8_t *px = NULL, *lab = NULL, *keep = NULL;
   int *top = NULL;
   size_t conv = 0, n = 0;
@@ -525,9 +640,7 @@ lam_status lam_dataset_load_masks(const char *dir, int train, lam_image_opts *op
     if (!tmp || !d) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask folder '%s': no host memory for the set", dir);
     for (size_t i = 0; s == LAM_OK && i < l.n; i++) {
       if (!keep[i]) continue;
-      const uint8_t *im = px + i * P * C;
-      for (size_t p = 0; p < P; p++)
-        for (int c = 0; c < C; c++) tmp[(size_t)c * P + p] = im[p * C + c];
+      image_planar(px + i * P * C, H, W, C, tmp);
       memcpy(px + n * P * C, tmp, P * C);
       if (n != i) memmove(lab + n * P, lab + i * P, P);
       n++;
@@ -543,6 +656,7 @@ lam_status lam_dataset_load_masks(const char *dir, int train, lam_image_opts *op
   }
   *d = (lam_dataset){.n = n, .h = H, .w = W, .classes = classes, .images = px, .labels = lab, .c = C, .label_h = H,
                      .label_w = W, .class_names = names};
+  o->part_bytes = n * P * (size_t)(C + 1);
   *out = d;
   return LAM_OK;
 }

@@ -27,7 +27,7 @@ struct lam_feed {
   uint8_t *d_buf[MAX_BUF];
   int32_t *d_iota;         /* 0 .. batch-1: the gather op reads a slot in order */
   /* this epoch */
-  const uint8_t *images, *labels;
+  const lam_dataset *set;
   const int32_t *idx;
   size_t n;
   int steps, next;          /* batches in the epoch; the next one feed_next hands out */
@@ -39,7 +39,7 @@ struct lam_feed {
   int in_copy[MAX_BUF];      /* a copy from h_buf[k] was queued: sync copied[k] before refilling */
   int stop;                  /* the loop failed or finished early: the loader quits */
   lam_status loader_status;
-  char loader_error[512];
+  char loader_error[1024];
   double loader_wait_ms;
 };
 
@@ -67,10 +67,15 @@ static void *loader(void *arg) {
     }
     size_t off = (size_t)i * f->batch, B = f->n - off < (size_t)f->batch ? f->n - off : (size_t)f->batch;
     uint8_t *px = f->h_buf[k], *lb = f->h_buf[k] + (size_t)f->batch * f->sample;
-    for (size_t b = 0; b < B; b++) {
-      size_t j = (size_t)f->idx[off + b];
-      memcpy(px + b * f->sample, f->images + j * f->sample, f->sample);
-      memcpy(lb + b * f->label_size, f->labels + j * f->label_size, f->label_size);
+    lam_status s = lam_dataset_rows(f->set, f->idx + off, B, px, lb);
+    if (s != LAM_OK) { /* a file that does not decode: the loop says so at this batch */
+      pthread_mutex_lock(&f->mu);
+      f->loader_status = s;
+      snprintf(f->loader_error, sizeof f->loader_error, "%s", lam_last_error());
+      f->stop = 1;
+      pthread_cond_broadcast(&f->cv);
+      pthread_mutex_unlock(&f->mu);
+      break;
     }
     pthread_mutex_lock(&f->mu);
     f->filled[k] = i;
@@ -139,10 +144,9 @@ size_t feed_device_bytes(const lam_feed *f) {
 
 int feed_buffers(const lam_feed *f) { return f->nbuf; }
 
-lam_status feed_start(lam_feed *f, const uint8_t *images, const uint8_t *labels, const int32_t *idx, size_t n) {
+lam_status feed_start(lam_feed *f, const lam_dataset *d, const int32_t *idx, size_t n) {
   LAM_CHECK_ARG(!f->running, "streaming: an epoch is already running");
-  f->images = images;
-  f->labels = labels;
+  f->set = d;
   f->idx = idx;
   f->n = n;
   f->steps = (int)((n + (size_t)f->batch - 1) / (size_t)f->batch);
@@ -186,8 +190,9 @@ lam_status feed_next(lam_feed *f, int T, int C, size_t P, const lam_norm *norm, 
   LAM_TRY(be->event_record(ctx, EV_WAIT(i), 0));
   LAM_TRY(be->queue_wait(ctx, 0, EV_COPIED(k)));
   LAM_TRY(be->event_record(ctx, EV_WAIT(i) + 1, 0));
-  LAM_TRY(be->gather(ctx, B, T, C, P, f->d_buf[k], f->label_size, f->d_buf[k] + (size_t)f->batch * f->sample, f->d_iota, NULL,
-                     norm, aug, fmt, x, y));
+  if (x) /* else only the copy (lam_data_bench: the data path alone) */
+    LAM_TRY(be->gather(ctx, B, T, C, P, f->d_buf[k], f->label_size, f->d_buf[k] + (size_t)f->batch * f->sample,
+                       f->d_iota, NULL, norm, aug, fmt, x, y));
   LAM_TRY(be->event_record(ctx, EV_CONSUMED(k), 0));
   f->next++;
   return LAM_OK;

@@ -1,4 +1,4 @@
-/* stream.h — streaming batches (stream.c): a loader thread gathers shuffled uint8 batches into pinned
+/* stream.h — streaming batches (stream.c): a loader thread gathers (or decodes) shuffled uint8 batches into pinned
  * buffers, a copy queue moves them to the device while the previous batch computes, events order the
  * two. The trainer (train.c) asks for one batch at a time. */
 #ifndef LAMINA_NN_STREAM_H
@@ -13,8 +13,9 @@ lam_status feed_create(lam_ctx *ctx, int nbuf, int batch, size_t sample, size_t 
 void feed_free(lam_feed *f);
 size_t feed_device_bytes(const lam_feed *f);
 int feed_buffers(const lam_feed *f);
-/* Starts the loader on an epoch: samples idx[0..n) of (images, labels) in host memory, in batches. */
-lam_status feed_start(lam_feed *f, const uint8_t *images, const uint8_t *labels, const int32_t *idx, size_t n);
+/* Starts the loader on an epoch: samples idx[0..n) of d, in batches (lam_dataset_rows: copied from memory, or
+ * decoded from the files of a streamed set on all host threads). */
+lam_status feed_start(lam_feed *f, const lam_dataset *d, const int32_t *idx, size_t n);
 /* Queues the next batch's copy and its normalize into x (B, C, P) and y (B, label_size), after the copy lands. */
 lam_status feed_next(lam_feed *f, int T, int C, size_t P, const lam_norm *norm, const lam_aug *aug, lam_fmt fmt, void *x,
                      uint8_t *y);

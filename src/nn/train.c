@@ -22,7 +22,7 @@ static size_t labels_per_image(const lam_dataset *d) {
 }
 
 static lam_status check_data(const lam_model *m, const lam_dataset *d, const char *fn) {
-  LAM_CHECK_ARG(d && d->images && d->labels, "%s: the data set is NULL or empty", fn);
+  LAM_CHECK_ARG(d && ((d->images && d->labels) || d->source), "%s: the data set is NULL or empty", fn);
   LAM_CHECK_ARG(d->n > 0 && d->n <= (size_t)INT32_MAX, "%s: the data set has %zu images", fn, d->n);
   LAM_CHECK_ARG(m->in_c != channels(d) || (m->in_h == d->h && m->in_w == d->w),
                 "%s: the model takes %dx%dx%d inputs but the images are %dx%dx%d: fit an image folder's images to the "
@@ -143,7 +143,9 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
   if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_state, 2 * sizeof(int32_t));
   if (s == LAM_OK) s = lam_mem_alloc(m->ctx, (void **)&t->d_sched, (size_t)t->steps * NN_SCHED_COLS * sizeof(float));
   if (s == LAM_OK) s = nn_model_reserve(m, batch);
-  if (s == LAM_OK) {
+  if (s == LAM_OK && train->source) {
+    s = make_streaming(t, 3, "a streamed set: decoded from its files as it trains");
+  } else if (s == LAM_OK) {
     s = make_resident(t);
     if (s == LAM_ERR_OUT_OF_MEMORY) { /* the set does not fit: stream it */
       /* A reason of its own, short enough for stream_why (and lam_stream_stats.why, 200 bytes): the allocator's
@@ -189,7 +191,10 @@ lam_status lam_trainer_set_stream(lam_trainer *t, int buffers) {
   if (buffers == now) return LAM_OK;
   drop_graph(t);
   if (buffers == 0) {
-    LAM_CHECK_ARG(t->host && t->host->images, "lam_trainer_set_stream: the trainer has no data set to upload");
+    LAM_CHECK_ARG(t->host && t->host->images, "lam_trainer_set_stream: the trainer's set %s",
+                  t->host && t->host->source ? "is streamed from its files (lam_image_opts.stream): it is never held "
+                                               "whole, so it cannot be resident"
+                                             : "is not there to upload");
     feed_free(t->feed); /* first, so the memory is there for the set */
     t->feed = NULL;
     lam_status s = make_resident(t);
@@ -492,7 +497,7 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
   const lam_backend *be = ctx->be;
   lam_aug aug;
   const lam_aug *a = nn_aug(m, t->seed, &aug);
-  if (a) LAM_TRY(be->step_advance(ctx, m->rng_ctr + 2, 0, NULL)); /* new crops and flips every step */
+  if (a && !t->feed) LAM_TRY(be->step_advance(ctx, m->rng_ctr + 2, 0, NULL)); /* new crops and flips every step */
   if (!t->feed && B > 0) {
     LAM_TRY(be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
                        t->d_state, &m->norm, a, m->fmt, m->x, m->y));
@@ -611,7 +616,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   }
   /* the steps done, in this rank's order (all but the last global batch share alike) */
   const size_t skip = (size_t)first * share_of(t, (size_t)t->batch);
-  if (t->feed) LAM_TRY(feed_start(t->feed, t->host->images, t->host->labels, t->h_idx + skip, t->n - skip));
+  if (t->feed) LAM_TRY(feed_start(t->feed, t->host, t->h_idx + skip, t->n - skip));
   else LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, n_local * sizeof(int32_t)));
   /* the optimizer's scalars for this epoch's steps (row k is the epoch's step k: the table starts where
    * the epoch did), and both device-side counters at the first step */
@@ -683,8 +688,11 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
     LAM_TRY(profile_window(t, step));
     if (t->feed) {
       lam_aug aug;
-      LAM_TRY(feed_next(t->feed, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, nn_aug(m, t->seed, &aug), m->fmt, m->x,
-                        m->y));
+      const lam_aug *a = nn_aug(m, t->seed, &aug);
+      /* the step's draw advanced before its batch is gathered, as step_body does for a resident set: the same crops
+       * and flips either way */
+      if (a) LAM_TRY(ctx->be->step_advance(ctx, m->rng_ctr + 2, 0, NULL));
+      LAM_TRY(feed_next(t->feed, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, a, m->fmt, m->x, m->y));
       NN_PROF(m, "gather_normalize", 0);
     }
     LAM_TRY(step_body(t, B, G)); /* resident: its own gather, at the device's cursor (the step's offset) */
@@ -722,11 +730,56 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
   return profile_window(t, steps); /* a window that runs to the epoch's end closes here */
 }
 
+/* lam_evaluate of a streamed set: its batches decoded a few ahead by a feed (stream.c), in order, and the predictions
+ * counted batch by batch, so memory holds a few batches, never the set. */
+static lam_status evaluate_streamed(lam_model *m, const lam_dataset *d, int batch, float st[4], uint64_t *confusion) {
+  lam_ctx *ctx = m->ctx;
+  const size_t L = labels_per_image(d);
+  lam_feed *f = NULL;
+  uint8_t *pred = NULL, *h_pred = malloc((size_t)batch * L), *h_lab = malloc((size_t)batch * L);
+  int32_t *idx = malloc(d->n * sizeof *idx);
+  lam_status s = h_pred && h_lab && idx ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_evaluate: no host memory");
+  for (size_t i = 0; s == LAM_OK && i < d->n; i++) idx[i] = (int32_t)i;
+  if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&pred, (size_t)batch * L);
+  if (s == LAM_OK) s = feed_create(ctx, 2, batch, lam_dataset_sample_bytes(d), L, &f);
+  if (s == LAM_OK) s = ctx->be->zero(ctx, m->stats, 4 * sizeof(float));
+  if (s == LAM_OK) s = feed_start(f, d, idx, d->n);
+  for (size_t off = 0; off < d->n && s == LAM_OK; off += (size_t)batch) {
+    int B = (int)(d->n - off < (size_t)batch ? d->n - off : (size_t)batch);
+    s = feed_next(f, m->in_t, m->in_c, (size_t)d->h * d->w, &m->norm, NULL, m->fmt, m->x, m->y);
+    if (s == LAM_OK) s = nn_forward(m, B, 0);
+    if (s == LAM_OK) s = nn_loss(m, B, 0, 0.0f, pred);
+    if (s == LAM_OK && confusion) s = lam_mem_download(ctx, h_pred, pred, (size_t)B * L);
+    if (s == LAM_OK && confusion) s = lam_mem_download(ctx, h_lab, m->y, (size_t)B * L);
+    for (size_t i = 0; s == LAM_OK && confusion && i < (size_t)B * L; i++)
+      if (h_lab[i] != LAM_LABEL_IGNORE) confusion[(size_t)h_lab[i] * d->classes + h_pred[i]]++;
+  }
+  if (f) {
+    double a, b;
+    lam_status fs = feed_finish(f, &a, &b);
+    if (s == LAM_OK) s = fs;
+  }
+  if (s == LAM_OK) s = lam_mem_download(ctx, st, m->stats, 4 * sizeof(float));
+  feed_free(f);
+  lam_mem_free(ctx, pred);
+  free(h_pred), free(h_lab), free(idx);
+  return s;
+}
+
 lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *accuracy, double *loss,
                         uint64_t *confusion) {
   LAM_CHECK_ARG(m && accuracy, "lam_evaluate: %s is NULL", m ? "accuracy" : "model");
   LAM_TRY(check_data(m, d, "lam_evaluate"));
   LAM_CHECK_ARG(batch >= 1 && batch <= 65536, "lam_evaluate: batch %d is out of range (1 to 65536)", batch);
+  if (d->source) {
+    LAM_TRY(nn_model_reserve(m, d->n < (size_t)batch ? (int)d->n : batch));
+    float st[4];
+    if (confusion) memset(confusion, 0, (size_t)d->classes * d->classes * sizeof *confusion);
+    LAM_TRY(evaluate_streamed(m, d, d->n < (size_t)batch ? (int)d->n : batch, st, confusion));
+    *accuracy = st[2] > 0 ? st[1] / (double)st[2] : 0.0;
+    if (loss) *loss = st[2] > 0 ? st[0] / (double)st[2] : 0.0;
+    return LAM_OK;
+  }
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   /* Buffers for the batches there are: 400 images at batch 1000 plan for 400. */
