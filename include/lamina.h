@@ -813,6 +813,17 @@ typedef struct lam_stream_stats {
   char why[200];         /* why it streams: "asked for" or "the data set does not fit: ..." */
 } lam_stream_stats;
 lam_status lam_trainer_stream_stats(const lam_trainer *t, lam_stream_stats *out);
+/* The data path alone, as a streaming trainer feeds itself (no model): one epoch of d in a new seeded order (seed
+ * and epoch), batches of `batch` samples gathered (a streamed set: decoded from its files on all host threads) into
+ * `buffers` (2 or 3) pinned buffers a few ahead and copied to the device, as uint8 (pixels and labels). */
+typedef struct lam_data_bench_epoch {
+  double seconds;        /* the epoch, up to its last batch on the device */
+  double images_per_s;
+  double loader_wait_ms; /* the time the loop waited for the loader (decode-bound where it is most of the epoch) */
+  double copy_wait_ms;   /* the time the device waited for the copies (CUDA events) */
+} lam_data_bench_epoch;
+lam_status lam_data_bench(lam_ctx *ctx, const lam_dataset *d, int batch, int buffers, uint64_t seed, int epoch,
+                          lam_data_bench_epoch *out);
 
 /* CUDA graphs: on backends that have them (CUDA) a trainer captures its step — zeroing the gradients,
  * forward, loss and backward — once and replays it for every full batch, so a step costs three

@@ -1736,6 +1736,13 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   run train --data "$SF/bad" --model "$SEG11" --epochs 2 --batch 16 --cache '' --device cpu --stream --skip-bad --json
   json_check "train --stream --skip-bad: the damaged image replaced by the next sample, once an epoch, counted" \
     "d['image_folder']['replaced'] == 2 and d['epochs'][1]['train_loss'] > 0"
+  # the data path alone: every sample each epoch, streamed (or --resident), at a rate
+  run bench data --data "$SF/seg" --size 32x32 --batch 16 --epochs 2 --device cpu --json
+  json_check "bench data: a mask folder streamed from its files, images/s for each epoch" \
+    "d['streamed'] and d['masks'] and d['samples'] == 120 and d['shape'] == [1, 32, 32] and len(d['epochs']) == 2 and d['images_per_s'] > 0 and all(e['images_per_s'] > 0 for e in d['epochs'])"
+  run bench data --data "$SF/bad" --batch 16 --epochs 1 --device cpu
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "000007.jpg"; then ok "bench data: a damaged image is an error naming it"
+  else not_ok "bench data, damaged image" "want exit 1 and the file named; got $rc: $(head -c 300 "$TMP/err")"; fi
   # memory: a part decoded whole would take over 4x --max-memory; the process's peak resident memory stays under it
   run data segment --format folder-jpeg --n 1320 --test 40 --size 192x192 --out "$SF/big" --seed 6
   run train --data "$SF/big" --model "conv 4 3 pad 1, relu, conv 11 1" --epochs 1 --batch 1 --max-memory 24M \

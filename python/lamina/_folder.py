@@ -16,6 +16,7 @@ def image_opts(size=None, reduce_zero_label=False, label_map=None, skip_bad=Fals
     size: None (every image the size of the first) or (h, w); label_map: None, a file of 'RAW NEW' lines
     (as --label-map) or a dict {raw value: class}, values not listed ignored (255)."""
     o = _lib.ImageOpts()  # the CLI's cache: DIR/.lamina-cache, so either reuses the other's decoded images
+    o.stream = _lib.STREAM_OFF  # load() copies the part into NumPy: decoded whole
     if size is not None:
         if (not isinstance(size, (tuple, list)) or len(size) != 2
                 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 < v <= 65535

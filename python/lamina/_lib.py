@@ -153,7 +153,7 @@ class HiddenCosts(Structure):
 class Dataset(Structure):
     _fields_ = [("n", c_size_t), ("h", c_int), ("w", c_int), ("classes", c_int), ("images", c_void_p),
                 ("labels", c_void_p), ("c", c_int), ("label_h", c_int), ("label_w", c_int),
-                ("t", c_int), ("class_names", c_void_p)]
+                ("t", c_int), ("class_names", c_void_p), ("source", c_void_p)]
 
 
 class ImageOpts(Structure):
@@ -161,7 +161,8 @@ class ImageOpts(Structure):
     _fields_ = [("h", c_int), ("w", c_int), ("cache", c_char_p), ("skip_bad", c_int), ("skipped", c_size_t),
                 ("cache_hit", c_int), ("cache_written", c_int), ("decoder", c_int), ("decoded_gpu", c_size_t),
                 ("decode_s", c_double), ("converted", c_size_t), ("reduce_zero_label", c_int),
-                ("label_map", c_void_p)]
+                ("label_map", c_void_p), ("stream", c_int), ("memory_cap", c_size_t), ("streamed", c_int),
+                ("part_bytes", c_size_t)]
 
 
 class NodeInfo(Structure):
@@ -202,6 +203,7 @@ FILE_CHECKPOINT = 1  # lam_file_kind (lamina.h): LAM_FILE_CHECKPOINT
 FILE_LOG = 4  # LAM_FILE_LOG
 LAYOUT_NCHW = 0
 FOLDER_TRAIN_ONLY, FOLDER_FLAT = 2, 3  # lam_dataset_image_folder_layout's: no test part of its own
+STREAM_AUTO, STREAM_ON, STREAM_OFF = 0, 1, 2  # lam_image_opts.stream (LAM_STREAM_*)
 LABEL_IGNORE = 255  # a per-pixel label that counts for nothing (LAM_LABEL_IGNORE, src/prims.h)
 OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
 PRECISIONS = {"fp32": 0, "tf32": 1, "bf16": 2}  # lam_precision

@@ -73,6 +73,7 @@ typedef struct cli_sub {
 } cli_sub;
 extern const cli_sub cli_data_kinds[]; /* cmd_data.c: the data makers */
 extern const cli_sub cli_benchmarks[]; /* cmd_bench.c */
+int bench_data(int argc, char **argv); /* cmd_bench_data.c */
 /* The table's names, "a, b, c", in buf (returned). */
 const char *cli_sub_names(const cli_sub *t, char *buf, size_t size);
 

@@ -492,6 +492,7 @@ static int bench_transfer(int argc, char **argv);
 
 const cli_sub cli_benchmarks[] = {
     {"transfer", "times image batches from host to device (by dtype, batch size and host memory)", bench_transfer},
+    {"data", "times the data path alone: an image or mask folder streamed from its files to the device", bench_data},
     {NULL, NULL, NULL},
 };
 

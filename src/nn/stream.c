@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h"
 #include "stream.h"
 
 #define MAX_BUF 3
@@ -217,4 +218,41 @@ lam_status feed_finish(lam_feed *f, double *data_wait_ms, double *loader_wait_ms
   *data_wait_ms = sum;
   *loader_wait_ms = f->loader_wait_ms;
   return s;
+}
+
+lam_status lam_data_bench(lam_ctx *ctx, const lam_dataset *d, int batch, int buffers, uint64_t seed, int epoch,
+                          lam_data_bench_epoch *out) {
+  LAM_CHECK_ARG(ctx && d && out, "lam_data_bench: %s is NULL", !ctx ? "ctx" : !d ? "the set" : "out");
+  LAM_CHECK_ARG(d->n > 0 && d->n <= (size_t)INT32_MAX && ((d->images && d->labels) || d->source),
+                "lam_data_bench: the set is empty");
+  LAM_CHECK_ARG(batch >= 1 && batch <= 65536, "lam_data_bench: batch %d is out of range (1 to 65536)", batch);
+  const size_t L = d->label_h > 0 && d->label_w > 0 ? (size_t)d->label_h * d->label_w : 1;
+  int32_t *idx = malloc(d->n * sizeof *idx);
+  if (!idx) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_data_bench: no host memory for %zu indices", d->n);
+  lam_rng r; /* a Fisher-Yates order as the trainer's */
+  lam_rng_seed(&r, seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(epoch + 1)));
+  for (size_t i = 0; i < d->n; i++) idx[i] = (int32_t)i;
+  for (size_t i = d->n - 1; i > 0; i--) {
+    size_t j = (size_t)lam_rng_below(&r, i + 1);
+    int32_t t = idx[i];
+    idx[i] = idx[j], idx[j] = t;
+  }
+  lam_feed *f = NULL;
+  lam_status s = feed_create(ctx, buffers, batch, lam_dataset_sample_bytes(d), L, &f);
+  const double t0 = lam_now_ms();
+  if (s == LAM_OK) s = feed_start(f, d, idx, d->n);
+  for (size_t off = 0; off < d->n && s == LAM_OK; off += (size_t)batch)
+    s = feed_next(f, 1, 1, 1, NULL, NULL, LAM_FMT_NCHW, NULL, NULL); /* the copy alone: no model to feed */
+  double copy_ms = 0, loader_ms = 0;
+  if (f) {
+    lam_status fs = feed_finish(f, &copy_ms, &loader_ms); /* synchronizes: the last copy has landed */
+    if (s == LAM_OK) s = fs;
+  }
+  const double secs = (lam_now_ms() - t0) / 1e3;
+  feed_free(f);
+  free(idx);
+  if (s != LAM_OK) return s;
+  *out = (lam_data_bench_epoch){.seconds = secs, .images_per_s = secs > 0 ? (double)d->n / secs : 0,
+                                .loader_wait_ms = loader_ms, .copy_wait_ms = copy_ms};
+  return LAM_OK;
 }
