@@ -59,8 +59,8 @@ lam_status lam_cache_alloc(lam_cache *c, void **ptr, size_t bytes) {
   const size_t held = c->held;
   if (c->limit && held + c->reserved + size > c->limit && c->reserved > c->in_use) lam_cache_release(c);
   if (c->limit && held + c->reserved + size > c->limit) {
-    char also[128] = "";
-    if (held) snprintf(also, sizeof also, " and %zu held outside it (the data set; on the CPU the process's resident memory)", held);
+    char also[96] = "";
+    if (held) snprintf(also, sizeof also, " and %zu held by the data set", held);
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY,
                     "the memory cap of %zu bytes%s would be exceeded: asked for %zu bytes of %s with %zu in use%s "
                     "(peak %zu); use less (a smaller --batch or model), or %s",

@@ -703,7 +703,7 @@ if [ "$rc" -eq 0 ] && has "$TMP/out" '"precision":"bf16"'; then
 else
   not_ok "train --precision bf16 on the CPU" "want exit 0 and \"precision\":\"bf16\" in the JSON (rc $rc)"
 fi
-usage_error "eval --stream belongs to train" --stream -- eval --load x --stream
+usage_error "eval --buffers belongs to train" --buffers -- eval --load x --buffers 2
 
 # ---- bench transfer ------------------------------------------------------------------------------
 
@@ -1744,11 +1744,11 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   if [ "$rc" -eq 1 ] && has "$TMP/err" "000007.jpg"; then ok "bench data: a damaged image is an error naming it"
   else not_ok "bench data, damaged image" "want exit 1 and the file named; got $rc: $(head -c 300 "$TMP/err")"; fi
   # memory: a part decoded whole would take over 4x --max-memory; the process's peak resident memory stays under it
-  run data segment --format folder-jpeg --n 1320 --test 40 --size 192x192 --out "$SF/big" --seed 6
-  run train --data "$SF/big" --model "conv 4 3 pad 1, relu, conv 11 1" --epochs 1 --batch 1 --max-memory 24M \
+  run data segment --format folder-jpeg --n 1250 --test 40 --size 256x256 --out "$SF/big" --seed 6
+  run train --data "$SF/big" --model "conv 4 3 pad 1, relu, conv 11 1" --epochs 1 --batch 1 --max-memory 40M \
     --cache '' --device cpu --json
-  json_check "train under --max-memory 24M on a folder of 97 MB decoded: streamed, peak resident memory under the cap" \
-    "(lambda f: f['streamed'] and f['part_bytes'] >= 4 * 24e6 and 0 < d['host_peak_bytes'] < 24e6 and d['epochs'][0]['train_loss'] > 0)(d['image_folder'])"
+  json_check "train under --max-memory 40M on a folder of 164 MB decoded: streamed, peak resident memory under the cap" \
+    "(lambda f: f['streamed'] and f['part_bytes'] >= 4 * 40e6 and 0 < d['host_peak_bytes'] < 40e6 and d['epochs'][0]['train_loss'] > 0)(d['image_folder'])"
 else
   skip "streamed folders: no Fashion-MNIST to make scenes from"
 fi

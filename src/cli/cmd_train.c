@@ -602,11 +602,7 @@ static int cap_data(const train_opts *o, lam_ctx *ctx, const lam_dataset *train,
             train->h, train->w, o->max_memory, cap, lam_dataset_is_image_folder(o->data) ? " or smaller images (--size)" : "");
     return 1;
   }
-  /* On the CPU the cap is the process's: what it holds now (its code and libraries, the sets read) counts too */
-  size_t resident = 0;
-  lam_host_memory(&resident, NULL);
-  if (lam_ctx_device(ctx) == LAM_DEVICE_CPU && lam_mem_hold(ctx, resident > bytes ? resident : bytes) != LAM_OK)
-    return fail("train", "--max-memory");
+  if (lam_ctx_device(ctx) == LAM_DEVICE_CPU && lam_mem_hold(ctx, bytes) != LAM_OK) return fail("train", "--max-memory");
   return 0;
 }
 
