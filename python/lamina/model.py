@@ -95,6 +95,11 @@ def _iou(conf):
     return iou, (float(np.mean(iou[union > 0])) if np.any(union > 0) else float("nan"))
 
 
+def _per_pixel(data):
+    """Whether data, (x8, y8) arrays or a StreamedSet, holds masks (a class per pixel)."""
+    return data.per_pixel if isinstance(data, _folder.StreamedSet) else data[1].ndim == 3
+
+
 def _positive_int(v, name, hi=None):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, not {type(v).__name__}")
@@ -139,7 +144,8 @@ class Model(Closing):
                  _ctx=None):
         self._ptr = None
         self._trainer = None
-        self._trainer_data = None  # (lam_dataset, x8, y8): a streaming trainer reads them until it is freed
+        self._trainer_data = None  # (lam_dataset, x8, y8) or (StreamedSet,): the trainer reads them until it is freed
+        self.last_fit_streamed = False  # whether the last fit(DIR) streamed the folder's training part
         if not isinstance(spec, str):
             raise TypeError(f"spec must be a string such as 'cnn' or 'flatten, dense 10', not {type(spec).__name__}")
         shape = tuple(input_shape)
@@ -327,6 +333,22 @@ class Model(Closing):
             y8 = _arrays.labels(y, n, k)
         return x8, y8
 
+    def _streamed_data(self, s, what):
+        """A streamed folder part checked as _train_data checks arrays: samples of the model's input shape,
+        labels a class per image or a mask of the model's output size (else the C set would be refused only
+        when the trainer or lam_evaluate first reads it)."""
+        d = s.ptr.contents
+        shape = ((d.t,) if d.t > 1 else ()) + (max(d.c, 1), d.h, d.w)
+        if shape != self.input_shape:
+            raise ValueError(f"{what}: the folder's samples are {shape} and the model takes {self.input_shape} "
+                             f"(size=(h, w) fits the images to a size)")
+        _, oh, ow = self.output_shape
+        if s.per_pixel != (oh * ow > 1) or (s.per_pixel and (d.label_h, d.label_w) != (oh, ow)):
+            have = f"{d.label_h}x{d.label_w} masks" if s.per_pixel else "a class per image"
+            want = f"{oh}x{ow} masks" if oh * ow > 1 else "a class per image"
+            raise ValueError(f"{what}: the folder's labels are {have} and the model's outputs are {want}")
+        return s
+
     def _normalize_arg(self, normalize):
         """fit(normalize=...): None (keep the model's), "default", "auto" or (mean, std)."""
         c = self._chw[0]
@@ -344,7 +366,8 @@ class Model(Closing):
     def fit(self, x, y=None, epochs=1, batch_size=64, optimizer="adam", lr=None, momentum=None, weight_decay=None,
             seed=None, verbose=1, validation_data=None, normalize=None, label_smoothing=None, layout=None,
             val_split=None, lr_schedule=None, warmup=0, save_best=None, early_stop=None, log=None, augment=None,
-            monitor="loss", size=None, reduce_zero_label=False, label_map=None, skip_bad=False):
+            monitor="loss", size=None, reduce_zero_label=False, label_map=None, skip_bad=False, stream=None,
+            max_memory=None):
         """Trains on uint8 images x with integer labels y for `epochs` epochs, shuffling each epoch,
         softmax cross-entropy. The images go to the device once, as uint8, and are normalized there
         per channel as (p/255 - mean)/std (see normalization).
@@ -360,6 +383,15 @@ class Model(Closing):
         the images to h x w (--size), reduce_zero_label and label_map (a 'RAW NEW' file as --label-map, or
         a dict {raw: class}) change a mask folder's values, skip_bad leaves undecodable files out. The
         size and the class names go into the model's checkpoints, as the CLI's.
+        stream: how an image or mask folder's parts are held, as `lamina train` holds them: False decodes
+        each part whole into memory; True streams it, keeping only the file list and decoding each batch
+        from its files on the host threads a few batches ahead of the device, so a folder larger than
+        memory trains; None (default) streams where the decoded training part would take more than
+        max_memory // 2 bytes (`--max-memory`), or without max_memory more than 3/4 of the memory
+        available. Where the training part streams, its test part streams too. A streamed fit gives the
+        same batches, figures and model as a resident one (val_split holds out the same images, normalize=
+        "auto" reads the same statistics); normalize="auto" decodes the folder once more to read them.
+        model.last_fit_streamed tells whether the last fit streamed its training part.
 
         optimizer: "sgd", "adam" or "adamw", with PyTorch's defaults for lr (0.01 for sgd, 1e-3 for
         adam/adamw), momentum (0) and weight_decay (0; adamw 0.01) unless given. The optimizer's state
@@ -399,14 +431,24 @@ class Model(Closing):
         if isinstance(x, (str, os.PathLike)):
             if y is not None:
                 raise TypeError("fit(DIR): the labels come from the folder; give no y")
-            x, y, test = self._folder_parts(x, size, reduce_zero_label, label_map, skip_bad)
+            x, y, test = self._folder_parts(x, size, reduce_zero_label, label_map, skip_bad, stream, max_memory)
             layout = "nchw"
-        elif size is not None or reduce_zero_label or label_map is not None or skip_bad:
-            raise ValueError("size, reduce_zero_label, label_map and skip_bad are for fit(DIR), a data folder")
+        elif (size is not None or reduce_zero_label or label_map is not None or skip_bad or stream is not None
+              or max_memory is not None):
+            raise ValueError("size, reduce_zero_label, label_map, skip_bad, stream and max_memory are for fit(DIR), a "
+                             "data folder")
         elif y is None:
             raise TypeError("fit(x, y): give the labels y, or a data folder as x")
-        x8, y8 = self._train_data(x, y, "fit", layout)
-        if test is not None:
+        # A streamed part (a StreamedSet) has no arrays: the trainer and lam_evaluate read the C set itself.
+        streamed = isinstance(x, _folder.StreamedSet)
+        if streamed:
+            x8 = y8 = None
+            self._streamed_data(x, "fit")
+        else:
+            x8, y8 = self._train_data(x, y, "fit", layout)
+        if isinstance(test, _folder.StreamedSet):
+            self._streamed_data(test, "the folder's test part")
+        elif test is not None:
             test = self._train_data(*test, "the folder's test part", "nchw")
         epochs = _positive_int(epochs, "epochs")
         batch_size = _positive_int(batch_size, "batch_size", 65536)
@@ -438,7 +480,12 @@ class Model(Closing):
         if val_split is not None:
             if isinstance(val_split, bool) or not isinstance(val_split, (float, np.floating)) or not 0 < val_split < 1:
                 raise ValueError(f"val_split must be a fraction between 0 and 1 (e.g. 0.1), not {val_split!r}")
-            x8, y8, val = self._split(x8, y8, float(val_split))
+            if streamed:  # views sharing the folder's source, which each keeps alive
+                train, val = x.split(float(val_split), _lib.VAL_SPLIT_SEED)
+                x.close()
+                x = train
+            else:
+                x8, y8, val = self._split(x8, y8, float(val_split))
         sched = self._schedule_arg(lr_schedule, warmup, epochs)
         if early_stop is not None:
             early_stop = _positive_int(early_stop, "early_stop")
@@ -448,7 +495,7 @@ class Model(Closing):
         if monitor == "miou" and val is None:
             raise ValueError("monitor='miou' follows the validation mean IoU: give validation_data=(x_val, y_val) "
                              "or val_split=F too")
-        if monitor == "miou" and val[1].ndim != 3:
+        if monitor == "miou" and not _per_pixel(val):
             raise ValueError("monitor='miou' follows the validation mean IoU, which only masks (a class per pixel) "
                              "have, and these labels are a class per image: use monitor='loss'")
         # Checked before any training that a bad path would throw away, as one run's outputs: neither may
@@ -469,11 +516,15 @@ class Model(Closing):
                 raise ValueError(f"label_smoothing must be a number in [0, 1), not {label_smoothing!r}")
 
         self._free_trainer()
-        ds = _dataset(x8, y8, self.outputs)
+        if streamed:
+            ds, ds_ref = None, x.ptr
+        else:
+            ds = _dataset(x8, y8, self.outputs)
+            ds_ref = byref(ds)
         if norm == "auto":
             c = self._chw[0]
             mean, std = np.empty(c, np.float32), np.empty(c, np.float32)
-            check(lib.lam_dataset_channel_stats(byref(ds), mean.ctypes.data, std.ctypes.data))
+            check(lib.lam_dataset_channel_stats(ds_ref, mean.ctypes.data, std.ctypes.data))
             # A channel that is one value everywhere has std 0: leave it unscaled rather than divide by 0.
             norm = (mean, np.where(std > 0, std, np.float32(1)).astype(np.float32))
         if norm is not None:
@@ -484,14 +535,15 @@ class Model(Closing):
             check(lib.lam_model_set_augment(self._handle(), *aug))
         t = c_void_p()
         with self._ctx.lock:
-            check(lib.lam_trainer_create(self._handle(), byref(opt), batch_size, seed, byref(ds), byref(t)))
+            check(lib.lam_trainer_create(self._handle(), byref(opt), batch_size, seed, ds_ref, byref(t)))
         self._trainer = t.value
-        self._trainer_data = (ds, x8, y8)
+        self._trainer_data = (x,) if streamed else (ds, x8, y8)
+        self.last_fit_streamed = streamed
         self._fits += 1
         check(lib.lam_trainer_set_lr_schedule(self._trainer, byref(sched)))
 
         live = bool(verbose) and sys.stdout.isatty()
-        steps = (x8.shape[0] + batch_size - 1) // batch_size
+        steps = ((x.n if streamed else x8.shape[0]) + batch_size - 1) // batch_size
         interrupted = []
 
         def progress(_user, step, nsteps, loss, ips):
@@ -522,7 +574,7 @@ class Model(Closing):
                    "lr": lib.lam_trainer_lr(self._trainer), "seconds": st.seconds, "images_per_s": st.images_per_s}
             if val is not None:
                 # at the training batch: a larger one would grow the batch buffers the trainer keeps
-                ev = self._evaluate(*val, batch_size=batch_size)
+                ev = self._evaluate(val, batch_size=batch_size)
                 rec["val_loss"], rec["val_accuracy"] = ev["loss"], ev["accuracy"]
                 if "mean_iou" in ev:
                     rec["val_mean_iou"] = ev["mean_iou"]
@@ -568,17 +620,21 @@ class Model(Closing):
     def _test_record(self, rec, test, batch_size):
         """The test part's figures in an epoch's record (at the training batch: a larger one would grow the
         batch buffers the trainer keeps)."""
-        ev = self._evaluate(*test, batch_size=batch_size)
+        ev = self._evaluate(test, batch_size=batch_size)
         rec["test_loss"], rec["test_accuracy"] = ev["loss"], ev["accuracy"]
         if "mean_iou" in ev:
             rec["test_mean_iou"] = ev["mean_iou"]
 
-    def _folder_parts(self, path, size, reduce_zero_label, label_map, skip_bad):
+    def _folder_parts(self, path, size, reduce_zero_label, label_map, skip_bad, stream, max_memory):
         """fit(DIR): (x, y, (x_test, y_test) or None) from the folder, its classes checked against the
-        model's outputs and its size and class names kept in the model (as `lamina train` keeps them)."""
-        opts, table = _folder.image_opts(size, reduce_zero_label, label_map, skip_bad)
-        x, y, classes, names = _folder.load(path, True, opts)
-        test = _folder.load(path, False, opts)[:2] if _folder.has_test_part(path) else None
+        model's outputs and its size and class names kept in the model (as `lamina train` keeps them). A
+        part that streamed comes as a StreamedSet in place of its pair (y None)."""
+        opts, table = _folder.image_opts(size, reduce_zero_label, label_map, skip_bad, stream, max_memory)
+        x, y, classes, names = _folder.read(path, True, opts)
+        test = None
+        if _folder.has_test_part(path):
+            tx, ty = _folder.read(path, False, _folder.test_opts(opts))[:2]
+            test = tx if ty is None else (tx, ty)
         del table  # read by the loads above
         if classes > self.outputs:
             raise ValueError(f"{os.fspath(path)!r} has {classes} classes and the model outputs {self.outputs}: build "
@@ -635,27 +691,38 @@ class Model(Closing):
     # ---- evaluation and inference --------------------------------------------------------------
 
     def evaluate(self, x, y=None, batch_size=1000, confusion=False, layout=None, size=None, reduce_zero_label=False,
-                 label_map=None, skip_bad=False):
+                 label_map=None, skip_bad=False, stream=None, max_memory=None):
         """Accuracy and mean loss on uint8 images x with labels y (as fit() takes them): {"accuracy",
         "loss"}; for masks, over the pixels not ignored, plus "iou" (per class, NaN for a class neither in
         y nor predicted) and "mean_iou" (over the other classes), from the confusion matrix. With
         confusion=True also the classes×classes matrix (rows: true class, columns: predicted; pixels for
         masks). Or x a data folder, y left out: its test part (as `lamina eval --data DIR`; all of a
-        folder without one), read with fit(DIR)'s size, reduce_zero_label, label_map and skip_bad."""
+        folder without one), read with fit(DIR)'s size, reduce_zero_label, label_map, skip_bad, stream and
+        max_memory (streamed, it is decoded batch by batch: the same figures in bounded memory)."""
+        batch_size = _positive_int(batch_size, "batch_size", 65536)
         if isinstance(x, (str, os.PathLike)):
             if y is not None:
                 raise TypeError("evaluate(DIR): the labels come from the folder; give no y")
-            opts, table = _folder.image_opts(size, reduce_zero_label, label_map, skip_bad)
-            x, y, classes, _ = _folder.load(x, False, opts)
+            opts, table = _folder.image_opts(size, reduce_zero_label, label_map, skip_bad, stream, max_memory)
+            x, y, classes, _ = _folder.read(x, False, opts)
             del table  # read by the load
             layout = "nchw"
-        elif size is not None or reduce_zero_label or label_map is not None or skip_bad:
-            raise ValueError("size, reduce_zero_label, label_map and skip_bad are for evaluate(DIR), a data folder")
+        elif (size is not None or reduce_zero_label or label_map is not None or skip_bad or stream is not None
+              or max_memory is not None):
+            raise ValueError("size, reduce_zero_label, label_map, skip_bad, stream and max_memory are for "
+                             "evaluate(DIR), a data folder")
         elif y is None:
             raise TypeError("evaluate(x, y): give the labels y, or a data folder as x")
-        x8, y8 = self._train_data(x, y, "evaluate", layout)
+        if isinstance(x, _folder.StreamedSet):
+            with x:  # freed as soon as it is evaluated
+                data = self._streamed_data(x, "evaluate")
+                try:
+                    return self._evaluate(data, batch_size, confusion)
+                finally:
+                    self._release_batch()
+        data = self._train_data(x, y, "evaluate", layout)
         try:
-            return self._evaluate(x8, y8, _positive_int(batch_size, "batch_size", 65536), confusion)
+            return self._evaluate(data, batch_size, confusion)
         finally:
             self._release_batch()
 
@@ -667,14 +734,20 @@ class Model(Closing):
             with self._ctx.lock:
                 check(lib.lam_model_release_batch(self._ptr))
 
-    def _evaluate(self, x8, y8, batch_size, confusion=False):
-        ds = _dataset(x8, y8, self.outputs)
+    def _evaluate(self, data, batch_size, confusion=False):
+        """lam_evaluate's figures for data: (x8, y8) arrays or a StreamedSet (decoded batch by batch), the
+        IoU of masks from the confusion matrix either way."""
+        if isinstance(data, _folder.StreamedSet):
+            ds_ref = data.ptr
+        else:
+            ds = _dataset(*data, self.outputs)  # kept alive by this frame while C reads it
+            ds_ref = byref(ds)
         acc, loss = c_double(), c_double()
         k = self.outputs
-        per_pixel = y8.ndim == 3
+        per_pixel = _per_pixel(data)
         conf = np.zeros((k, k), np.uint64) if confusion or per_pixel else None
         with self._ctx.lock:
-            check(lib.lam_evaluate(self._handle(), byref(ds), batch_size, byref(acc), byref(loss),
+            check(lib.lam_evaluate(self._handle(), ds_ref, batch_size, byref(acc), byref(loss),
                                    None if conf is None else conf.ctypes.data))
         res = {"accuracy": acc.value, "loss": loss.value}
         if per_pixel:
@@ -733,7 +806,9 @@ class Model(Closing):
         if t is not None:
             with self._ctx.lock:
                 lib.lam_trainer_free(t)
-        self._trainer_data = None  # only now: the trainer may read the host arrays until it is freed
+        data, self._trainer_data = self._trainer_data, None  # only now: the trainer reads them until it is freed
+        if data is not None and isinstance(data[0], _folder.StreamedSet):
+            data[0].close()
 
     def close(self):
         """Frees the model's memory now rather than at garbage collection."""

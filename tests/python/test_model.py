@@ -105,6 +105,137 @@ class Folders(unittest.TestCase):
         self.assertAlmostEqual(m.evaluate(imgs)["accuracy"], out["test_acc"], places=5)
 
 
+def _figures(history):
+    """A history without its timings: what a streamed and a resident fit must agree on exactly."""
+    return [{k: v for k, v in r.items() if k not in ("seconds", "images_per_s")} for r in history]
+
+
+@unittest.skipIf(DATA is None, NO_DATA)
+class StreamedFolders(unittest.TestCase):
+    """fit(DIR, stream=True) and evaluate(DIR, stream=True) keep a folder's parts as streamed C sets, decoded
+    batch by batch from the files: the same batches as a resident set, so the same figures to the last bit."""
+    SEG = "conv 8 3 pad 1, relu, conv 11 1"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.seg = os.path.join(cls.tmp.name, "seg")
+        cls.imgs = os.path.join(cls.tmp.name, "imgs")
+        subprocess.run([cli_path(), "data", "segment", "--format", "folder-jpeg", "--n", "60", "--test", "20", "--size",
+                        "40x48", "--out", cls.seg, "--seed", "5"], check=True, capture_output=True)
+        subprocess.run([cli_path(), "data", "images", "--format", "jpeg", "--n", "60", "--test", "20", "--out",
+                        cls.imgs], check=True, capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def seg_model(self):
+        return lamina.Model(self.SEG, input_shape=(1, 40, 48), device=DEV, seed=5)
+
+    def parts_read(self, fn):
+        """fn()'s result and the kinds of the folder parts it read: "streamed" or "arrays", in order."""
+        from lamina import _folder
+        kinds, read = [], _folder.read
+
+        def spy(*a, **k):
+            out = read(*a, **k)
+            kinds.append("streamed" if isinstance(out[0], _folder.StreamedSet) else "arrays")
+            return out
+
+        _folder.read = spy
+        try:
+            return fn(), kinds
+        finally:
+            _folder.read = read
+
+    def test_mask_folder_streamed_as_resident(self):
+        runs = {}
+        for stream in (False, True):
+            m = self.seg_model()
+            h, kinds = self.parts_read(lambda: m.fit(self.seg, epochs=2, batch_size=8, lr=0.01, verbose=0,
+                                                     stream=stream, val_split=0.2, normalize="auto"))
+            self.assertEqual(kinds, ["streamed"] * 2 if stream else ["arrays"] * 2)
+            self.assertEqual(m.last_fit_streamed, stream)
+            runs[stream] = (h, m.normalization, m.get_params(), m.evaluate(self.seg, batch_size=8, stream=stream))
+            m.close()
+        (h0, norm0, p0, ev0), (h1, norm1, p1, ev1) = runs[False], runs[True]
+        self.assertEqual(_figures(h1), _figures(h0))
+        self.assertIn("val_mean_iou", h1[-1])
+        self.assertIn("test_mean_iou", h1[-1])
+        self.assertGreater(h1[-1]["test_mean_iou"], 0)
+        self.assertTrue(np.array_equal(norm0[0], norm1[0]) and np.array_equal(norm0[1], norm1[1]))
+        self.assertTrue(np.array_equal(p0, p1), "a streamed fit trained other parameters")
+        np.testing.assert_equal(ev1, ev0)
+        self.assertEqual(ev1["mean_iou"], h1[-1]["test_mean_iou"])
+
+    def test_image_folder_streamed_as_resident(self):
+        hs, evs = [], []
+        for stream in (False, True):
+            m = lamina.Model("mlp", input_shape=(3, 28, 28), device=DEV, seed=4)
+            hs.append(m.fit(self.imgs, epochs=2, batch_size=8, verbose=0, stream=stream))
+            self.assertEqual(m.last_fit_streamed, stream)
+            evs.append(m.evaluate(self.imgs, stream=stream, confusion=True))
+            m.close()
+        self.assertEqual(_figures(hs[1]), _figures(hs[0]))
+        self.assertIn("test_accuracy", hs[1][-1])
+        np.testing.assert_equal(evs[1], evs[0])
+
+    def test_max_memory_streams(self):
+        m = self.seg_model()
+        # 60 images of 40x48 and their masks take 230 KB decoded: more than half of a 100 KB cap
+        h, kinds = self.parts_read(lambda: m.fit(self.seg, epochs=1, batch_size=8, verbose=0, max_memory=100000))
+        self.assertTrue(m.last_fit_streamed)
+        self.assertEqual(kinds, ["streamed", "streamed"])  # the test part follows the training part
+        ref = self.seg_model()
+        self.assertEqual(_figures(h), _figures(ref.fit(self.seg, epochs=1, batch_size=8, verbose=0, stream=False)))
+        # a cap the folder fits in, and the default (3/4 of available memory): decoded whole
+        _, kinds = self.parts_read(lambda: m.fit(self.seg, epochs=1, batch_size=8, verbose=0, max_memory=1 << 40))
+        self.assertFalse(m.last_fit_streamed)
+        self.assertEqual(kinds, ["arrays", "arrays"])
+        m.fit(self.seg, epochs=1, batch_size=8, verbose=0)
+        self.assertFalse(m.last_fit_streamed)
+        _, kinds = self.parts_read(lambda: m.evaluate(self.seg, batch_size=8, max_memory=20000))
+        self.assertEqual(kinds, ["streamed"])
+        np.testing.assert_equal(m.evaluate(self.seg, batch_size=8, max_memory=20000),
+                                m.evaluate(self.seg, batch_size=8, stream=False))
+        for bad in (0, -1, 1.5, True):
+            with self.assertRaisesRegex(ValueError, "max_memory"):
+                m.fit(self.seg, verbose=0, max_memory=bad)
+        with self.assertRaisesRegex(TypeError, "stream"):
+            m.fit(self.seg, verbose=0, stream="yes")
+        with self.assertRaisesRegex(ValueError, "stream and max_memory are for fit"):
+            m.fit(np.zeros((4, 1, 40, 48), np.uint8), np.zeros((4, 40, 48), np.uint8), verbose=0, stream=True)
+        with self.assertRaisesRegex(ValueError, "are for evaluate"):
+            m.evaluate(np.zeros((4, 1, 40, 48), np.uint8), np.zeros((4, 40, 48), np.uint8), max_memory=10)
+
+    def test_streamed_set_freed(self):
+        m = self.seg_model()
+        m.fit(self.seg, epochs=1, batch_size=8, verbose=0, stream=True)
+        first = m._trainer_data[0]
+        self.assertIsNotNone(first.ptr)
+        h = m.fit(self.seg, epochs=1, batch_size=8, verbose=0, stream=True)  # replaces the trainer and its set
+        self.assertIsNone(first.ptr)
+        second = m._trainer_data[0]
+        self.assertIsNot(second, first)
+        self.assertEqual(len(h), 1)
+        m.fit(self.seg, epochs=1, batch_size=8, verbose=0, stream=False)  # a resident fit frees it too
+        self.assertIsNone(second.ptr)
+        m.fit(self.seg, epochs=1, batch_size=8, verbose=0, stream=True, val_split=0.25)
+        third = m._trainer_data[0]
+        m.close()
+        self.assertIsNone(third.ptr)
+        # a model whose input does not match the folder is told so before any training
+        wrong = lamina.Model(self.SEG, input_shape=(3, 40, 48), device=DEV)
+        with self.assertRaisesRegex(ValueError, "samples are"):
+            wrong.fit(self.seg, verbose=0, stream=True)
+        with self.assertRaisesRegex(ValueError, "samples are"):
+            wrong.evaluate(self.seg, stream=True)
+        per_image = lamina.Model("flatten, dense 11", input_shape=(1, 40, 48), device=DEV)
+        with self.assertRaisesRegex(ValueError, "labels are"):
+            per_image.fit(self.seg, verbose=0, stream=True)
+
+
 @unittest.skipIf(DATA is None, NO_DATA)
 class Training(unittest.TestCase):
     @classmethod
