@@ -147,9 +147,11 @@ int bench_data(int argc, char **argv) {
                                                  ep[e].images_per_s, "loader_wait_ms", ep[e].loader_wait_ms,
                                                  "copy_wait_ms", ep[e].copy_wait_ms));
   bad |= json_object_set_new(root, "epochs", list);
+  if (bad) { /* cli_json_print takes the object (and frees it) */
+    fprintf(stderr, "lamina %s: no memory for the JSON\n", cmd);
+    json_decref(root);
+  }
   rc = bad ? 1 : cli_json_print(root);
-  if (bad) fprintf(stderr, "lamina %s: no memory for the JSON\n", cmd);
-  json_decref(root);
 out:
   lam_dataset_free(d);
   lam_ctx_free(ctx);
