@@ -492,12 +492,37 @@ void image_fit(const data_image *im, int H, int W, uint8_t *out) {
   }
   double scale, oy, ox;
   fit_geometry(im->h, im->w, H, W, &scale, &oy, &ox);
-  for (int y = 0; y < H; y++)
+  /* fit_sample's taps (or spans) per column, made once: each depends on its axis alone (a per-pixel fit_sample
+   * made them again for every pixel, most of a streamed batch's time) */
+  int *col = malloc((size_t)W * 2 * sizeof *col);
+  double *wt = malloc((size_t)W * sizeof *wt);
+  const int c = im->c;
+  if (!col || !wt) { /* no memory for the tables: the same values, pixel by pixel */
+    for (int y = 0; y < H; y++)
+      for (int x = 0; x < W; x++)
+        for (int q = 0; q < c; q++)
+          out[((size_t)y * W + x) * c + q] = fit_sample(im->px, im->h, im->w, c, scale, y + oy, x + ox, q);
+    free(col), free(wt);
+    return;
+  }
+  const int grow = scale >= 1.0;
+  for (int x = 0; x < W; x++) {
+    if (grow) fit_taps(x + ox, scale, im->w, &col[2 * x], &col[2 * x + 1], &wt[x]);
+    else fit_span(x + ox, scale, im->w, &col[2 * x], &col[2 * x + 1]);
+  }
+  for (int y = 0; y < H; y++) {
+    int y0, y1;
+    double ay = 0;
+    if (grow) fit_taps(y + oy, scale, im->h, &y0, &y1, &ay);
+    else fit_span(y + oy, scale, im->h, &y0, &y1);
+    uint8_t *row = out + (size_t)y * W * c;
     for (int x = 0; x < W; x++)
-      for (int q = 0; q < im->c; q++)
-        out[((size_t)y * W + x) * im->c + q] = fit_sample(im->px, im->h, im->w, im->c, scale, y + oy, x + ox, q);
+      for (int q = 0; q < c; q++)
+        row[(size_t)x * c + q] = grow ? fit_bilinear(im->px, im->w, c, y0, y1, ay, col[2 * x], col[2 * x + 1], wt[x], q)
+                                      : fit_mean(im->px, im->w, c, y0, y1, col[2 * x], col[2 * x + 1], q);
+  }
+  free(col), free(wt);
 }
-
 void image_fit_nearest(const data_image *im, int H, int W, uint8_t *out) {
   if (im->h == H && im->w == W) {
     memcpy(out, im->px, (size_t)H * W);
@@ -505,10 +530,13 @@ void image_fit_nearest(const data_image *im, int H, int W, uint8_t *out) {
   }
   double scale, oy, ox;
   fit_geometry(im->h, im->w, H, W, &scale, &oy, &ox);
+  int *col = malloc((size_t)W * sizeof *col); /* each column's source, made once */
+  for (int x = 0; col && x < W; x++) col[x] = fit_nearest(x + ox, scale, im->w);
   for (int y = 0; y < H; y++) {
-    const int sy = fit_nearest(y + oy, scale, im->h);
-    for (int x = 0; x < W; x++) out[(size_t)y * W + x] = im->px[(size_t)sy * im->w + fit_nearest(x + ox, scale, im->w)];
+    const uint8_t *src = im->px + (size_t)fit_nearest(y + oy, scale, im->h) * im->w;
+    for (int x = 0; x < W; x++) out[(size_t)y * W + x] = src[col ? col[x] : fit_nearest(x + ox, scale, im->w)];
   }
+  free(col);
 }
 
 lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_t **buf, size_t *len) {
