@@ -67,6 +67,8 @@ COVERED_ELSEWHERE = [
     (r"^build/lamina train --data scenes ", "test_cli (train on segment scenes, --augment: the small data set this suite "
                                            "substitutes has a class per image)"),
     (r"^build/lamina eval --load unet\.lamina --data scenes$", "test_cli (eval per pixel: IoU per class, mean IoU)"),
+    (r"^build/lamina bench data --data VOC2012 ", "test_cli (bench data: a mask folder streamed from its files; "
+                                                  "VOC itself is not here)"),
     (r"^build/lamina predict --load unet\.lamina --data scenes ", "test_cli (predict a class per pixel: masks and a grid)"),
     (r"^build/lamina train --data (VOC2012|ADEChallengeData2016) ", "test_cli (mask folders: the generic, mmsegmentation "
                                                                   "and VOC layouts, --reduce-zero-label, --label-map)"),
@@ -209,7 +211,7 @@ def substitute(words, work, tiny, has_cuda):
         out += ["--data", tiny]
     if cmd == "data" and "--from" not in out:  # the data makers' source: the small set, not Fashion-MNIST
         out += ["--from", tiny]
-    if cmd == "bench":
+    if cmd == "bench" and "transfer" in out:
         out += ["--reps", "3", "--warmup", "1", "--max-ms", "10"]
         if "--batch" not in out and "--shape" not in out and "--from-csv" not in out:
             out += ["--batch", "64,4096"]
