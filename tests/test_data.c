@@ -23,7 +23,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../src/data/data.h" /* image_read, image_encode, image_fit: the image files' own checks */
+#include "../src/data/data.h"
+#include "../src/data/fit.h" /* image_read, image_encode, image_fit: the image files' own checks */
 #ifdef LAMINA_TEST_JPEG
 #include <stdio.h>
 #include <jpeglib.h> /* progressive JPEGs, made here as decompression bombs */
@@ -1700,6 +1701,33 @@ static void test_image_fit(void **state) {
     for (int x = 0; x < 4; x++) assert_int_equal(out[y * 4 + x], wide[y * 8 + 2 + x]);
 }
 
+/* image_fit (taps and spans made once a row and a column) against fit_sample pixel by pixel, the definition the
+ * nvJPEG kernel fits with: random images of 1 and 3 channels, shrunk, grown, and both at once, every pixel. */
+static void test_image_fit_tables(void **state) {
+  (void)state;
+  static const int sizes[][4] = {{320, 320, 256, 256}, {375, 500, 224, 224}, {37, 53, 64, 48}, {100, 30, 40, 90},
+                                 {513, 257, 7, 5},     {9, 9, 31, 17},       {64, 84, 64, 84}};
+  uint64_t r = 0x5eedULL;
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+    for (int c = 1; c <= 3; c += 2) {
+      const int h = sizes[k][0], w = sizes[k][1], H = sizes[k][2], W = sizes[k][3];
+      uint8_t *px = malloc((size_t)h * w * c), *out = malloc((size_t)H * W * c);
+      assert_non_null(px), assert_non_null(out);
+      for (size_t i = 0; i < (size_t)h * w * c; i++) r = r * 6364136223846793005ULL + 1442695040888963407ULL, px[i] = (uint8_t)(r >> 56);
+      data_image im = {h, w, c, px};
+      image_fit(&im, H, W, out);
+      double scale, oy, ox;
+      fit_geometry(h, w, H, W, &scale, &oy, &ox);
+      for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+          for (int q = 0; q < c; q++)
+            if (out[((size_t)y * W + x) * c + q] != fit_sample(px, h, w, c, scale, y + oy, x + ox, q))
+              fail_msg("%dx%dx%d to %dx%d: pixel (%d, %d, %d) is %d, fit_sample says %d", h, w, c, H, W, y, x, q,
+                       out[((size_t)y * W + x) * c + q], fit_sample(px, h, w, c, scale, y + oy, x + ox, q));
+      free(px), free(out);
+    }
+}
+
 /* A small MNIST-like source: 30 grey 6x5 images of 3 classes. */
 static lam_dataset *tiny_source(void) {
   static uint8_t px[30 * 30], lab[30];
@@ -2261,7 +2289,7 @@ int main(void) {
       cmocka_unit_test(test_data_clips),
       cmocka_unit_test(test_image_roundtrip),  cmocka_unit_test(test_image_bad), cmocka_unit_test(test_png_like_pil),
       cmocka_unit_test(test_image_bombs),
-      cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_folder),        cmocka_unit_test(test_mask_folder),
+      cmocka_unit_test(test_image_fit),        cmocka_unit_test(test_image_fit_tables),        cmocka_unit_test(test_image_folder),        cmocka_unit_test(test_mask_folder),
       cmocka_unit_test(test_image_folder_errors), cmocka_unit_test(test_image_folder_decoders),
       cmocka_unit_test(test_image_folder_mixed), cmocka_unit_test(test_image_folder_layouts),
       cmocka_unit_test(test_image_folder_large),
