@@ -200,6 +200,10 @@ lam_status lam_source_make(size_t n, lam_fill_fn fill, void (*drop)(void *), voi
 /* A view of the n samples i of s where pick[i] == want (lam_dataset_split's parts), sharing s's source. */
 lam_status lam_source_subset(const lam_source *s, const uint8_t *pick, uint8_t want, size_t n, lam_source **out);
 void lam_source_free(lam_source *s);
+/* lam_dataset_rows into blocks of `per` rows: row r to images[r / per] at row r % per (a streaming feed's slots,
+ * several batches decoded in one pass of the pool); either array may be NULL. */
+lam_status lam_dataset_rows_blocks(const lam_dataset *d, const int32_t *idx, size_t n, size_t per,
+                                   uint8_t *const *images, uint8_t *const *labels);
 size_t lam_source_replaced(const lam_source *s);
 /* Host memory the machine has available now (MemAvailable, or the cgroup's limit less its use where lower); 0
  * unknown. lam_stream_cap: the bytes a decoded part may take before it streams (lam_image_opts.memory_cap). */

@@ -97,7 +97,8 @@ static lam_status fill_one(const lam_source *s, size_t k, uint8_t *px, uint8_t *
 typedef struct rows_job {
   const lam_source *s;
   const int32_t *idx;
-  uint8_t *px, *lab;
+  size_t per;                 /* rows a block: row r goes to block r / per, at place r % per */
+  uint8_t *const *px, *const *lab;
   size_t sample, lsize;
   pthread_mutex_t mu;
   size_t bad_row; /* the first row (in order) that failed: its message is the one said */
@@ -108,7 +109,8 @@ typedef struct rows_job {
 static void rows_chunk(void *arg, size_t begin, size_t end) {
   rows_job *j = arg;
   for (size_t r = begin; r < end; r++) {
-    lam_status st = fill_one(j->s, (size_t)j->idx[r], j->px + r * j->sample, j->lab + r * j->lsize);
+    const size_t b = r / j->per, at = r % j->per;
+    lam_status st = fill_one(j->s, (size_t)j->idx[r], j->px[b] + at * j->sample, j->lab[b] + at * j->lsize);
     if (st == LAM_OK) continue;
     pthread_mutex_lock(&j->mu);
     if (r < j->bad_row) { /* lam_last_error is this thread's */
@@ -119,8 +121,10 @@ static void rows_chunk(void *arg, size_t begin, size_t end) {
   }
 }
 
-lam_status lam_dataset_rows(const lam_dataset *d, const int32_t *idx, size_t n, uint8_t *images, uint8_t *labels) {
-  LAM_CHECK_ARG(d && (idx || !n), "lam_dataset_rows: %s is NULL", d ? "idx" : "the set");
+lam_status lam_dataset_rows_blocks(const lam_dataset *d, const int32_t *idx, size_t n, size_t per,
+                                   uint8_t *const *images, uint8_t *const *labels) {
+  LAM_CHECK_ARG(d && (idx || !n) && per >= 1, "lam_dataset_rows: %s", !d ? "the set is NULL" : per ? "idx is NULL"
+                                                                                                  : "0 rows a block");
   const size_t sample = lam_dataset_sample_bytes(d);
   const size_t lsize = d->label_h > 0 && d->label_w > 0 ? (size_t)d->label_h * d->label_w : 1;
   for (size_t r = 0; r < n; r++)
@@ -129,26 +133,35 @@ lam_status lam_dataset_rows(const lam_dataset *d, const int32_t *idx, size_t n, 
   if (!d->source) {
     LAM_CHECK_ARG(d->images && d->labels, "lam_dataset_rows: the set has no images");
     for (size_t r = 0; r < n; r++) {
-      if (images) memcpy(images + r * sample, d->images + (size_t)idx[r] * sample, sample);
-      if (labels) memcpy(labels + r * lsize, d->labels + (size_t)idx[r] * lsize, lsize);
+      const size_t b = r / per, at = r % per;
+      if (images) memcpy(images[b] + at * sample, d->images + (size_t)idx[r] * sample, sample);
+      if (labels) memcpy(labels[b] + at * lsize, d->labels + (size_t)idx[r] * lsize, lsize);
     }
     return LAM_OK;
   }
   /* a source writes both: what the caller does not want goes to scratch rows */
-  uint8_t *px = images ? images : malloc(n * sample + 1), *lab = labels ? labels : malloc(n * lsize + 1);
+  const size_t blocks = (n + per - 1) / per;
+  uint8_t *scratch_px = images ? NULL : malloc(per * sample + 1), *scratch_lab = labels ? NULL : malloc(per * lsize + 1);
+  uint8_t **px = malloc((blocks + 1) * sizeof *px), **lab = malloc((blocks + 1) * sizeof *lab);
   lam_status s = LAM_OK;
-  if (!px || !lab) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_rows: no host memory for %zu rows", n);
+  if (!px || !lab || (!images && !scratch_px) || (!labels && !scratch_lab))
+    s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_rows: no host memory for %zu rows", n);
+  for (size_t b = 0; s == LAM_OK && b < blocks; b++) /* scratch rows are shared: written, never read */
+    px[b] = images ? images[b] : scratch_px, lab[b] = labels ? labels[b] : scratch_lab;
   if (s == LAM_OK && n) {
-    rows_job j = {.s = d->source, .idx = idx, .px = px, .lab = lab, .sample = sample, .lsize = lsize,
+    rows_job j = {.s = d->source, .idx = idx, .per = per, .px = px, .lab = lab, .sample = sample, .lsize = lsize,
                   .bad_row = (size_t)-1};
     pthread_mutex_init(&j.mu, NULL);
     lam_pool_for(n, 1, rows_chunk, &j);
     pthread_mutex_destroy(&j.mu);
     if (j.bad_row != (size_t)-1) s = LAM_FAIL(j.bad, "%s", j.msg);
   }
-  if (!images) free(px);
-  if (!labels) free(lab);
+  free(px), free(lab), free(scratch_px), free(scratch_lab);
   return s;
+}
+
+lam_status lam_dataset_rows(const lam_dataset *d, const int32_t *idx, size_t n, uint8_t *images, uint8_t *labels) {
+  return lam_dataset_rows_blocks(d, idx, n, n ? n : 1, images ? &images : NULL, labels ? &labels : NULL);
 }
 
 size_t lam_dataset_replaced(const lam_dataset *d) { return d ? lam_source_replaced(d->source) : 0; }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../internal.h"
 #include "rng.h"
 #include "stream.h"
 
@@ -44,45 +45,48 @@ struct lam_feed {
   double loader_wait_ms;
 };
 
+/* The loader's failure, said to the loop (which reports it at the batch it waits for). */
+static void loader_fail(lam_feed *f, lam_status s) {
+  pthread_mutex_lock(&f->mu);
+  f->loader_status = s;
+  snprintf(f->loader_error, sizeof f->loader_error, "%s", lam_last_error());
+  f->stop = 1;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* Fills the batches in order. Every batch whose buffer is free by then is filled in the same pass of the pool (up
+ * to nbuf): a streamed set's rows are decoded a batch's worth per thread wake-up, and one slow file holds up the
+ * batches together, not each in turn. */
 static void *loader(void *arg) {
   lam_feed *f = arg;
   const lam_backend *be = f->ctx->be;
-  for (int i = 0; i < f->steps; i++) {
-    int k = i % f->nbuf;
+  for (int i = 0; i < f->steps;) {
     pthread_mutex_lock(&f->mu);
-    while (f->filled[k] != -1 && !f->stop) pthread_cond_wait(&f->cv, &f->mu);
-    int stop = f->stop, in_copy = f->in_copy[k];
+    while (f->filled[i % f->nbuf] != -1 && !f->stop) pthread_cond_wait(&f->cv, &f->mu);
+    int g = 1, stop = f->stop, in_copy[MAX_BUF];
+    while (g < f->nbuf && i + g < f->steps && f->filled[(i + g) % f->nbuf] == -1) g++;
+    for (int q = 0; q < g; q++) in_copy[q] = f->in_copy[(i + q) % f->nbuf];
     pthread_mutex_unlock(&f->mu);
     if (stop) break;
-    if (in_copy) { /* the copy out of this buffer must be done before it is overwritten */
-      lam_status s = be->event_sync(f->ctx, EV_COPIED(k));
-      if (s != LAM_OK) {
-        pthread_mutex_lock(&f->mu);
-        f->loader_status = s;
-        snprintf(f->loader_error, sizeof f->loader_error, "%s", lam_last_error());
-        f->stop = 1;
-        pthread_cond_broadcast(&f->cv);
-        pthread_mutex_unlock(&f->mu);
-        break;
-      }
+    lam_status s = LAM_OK;
+    uint8_t *px[MAX_BUF], *lb[MAX_BUF];
+    for (int q = 0; q < g && s == LAM_OK; q++) {
+      const int k = (i + q) % f->nbuf;
+      if (in_copy[q]) s = be->event_sync(f->ctx, EV_COPIED(k)); /* the copy out of it must be done first */
+      px[q] = f->h_buf[k], lb[q] = f->h_buf[k] + (size_t)f->batch * f->sample;
     }
-    size_t off = (size_t)i * f->batch, B = f->n - off < (size_t)f->batch ? f->n - off : (size_t)f->batch;
-    uint8_t *px = f->h_buf[k], *lb = f->h_buf[k] + (size_t)f->batch * f->sample;
-    lam_status s = lam_dataset_rows(f->set, f->idx + off, B, px, lb);
+    const size_t off = (size_t)i * f->batch, end = off + (size_t)g * f->batch < f->n ? off + (size_t)g * f->batch : f->n;
+    if (s == LAM_OK) s = lam_dataset_rows_blocks(f->set, f->idx + off, end - off, (size_t)f->batch, px, lb);
     if (s != LAM_OK) { /* a file that does not decode: the loop says so at this batch */
-      pthread_mutex_lock(&f->mu);
-      f->loader_status = s;
-      snprintf(f->loader_error, sizeof f->loader_error, "%s", lam_last_error());
-      f->stop = 1;
-      pthread_cond_broadcast(&f->cv);
-      pthread_mutex_unlock(&f->mu);
+      loader_fail(f, s);
       break;
     }
     pthread_mutex_lock(&f->mu);
-    f->filled[k] = i;
-    f->in_copy[k] = 0;
+    for (int q = 0; q < g; q++) f->filled[(i + q) % f->nbuf] = i + q, f->in_copy[(i + q) % f->nbuf] = 0;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
+    i += g;
   }
   return NULL;
 }
