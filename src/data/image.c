@@ -178,6 +178,11 @@ static void png_begin(png_structp png, png_infop info, png_src *src) {
   png_set_user_limits(png, IMAGE_PNG_MAX_SIDE, IMAGE_PNG_MAX_SIDE);
   png_set_chunk_malloc_max(png, IMAGE_PNG_CHUNK_MAX);
   png_set_chunk_cache_max(png, 1000);
+#ifdef PNG_IGNORE_ADLER32
+  /* zlib's Adler-32 of the pixel data (a twentieth of a mask's decode) is left out: each IDAT chunk's CRC-32, which
+   * libpng still checks, covers the same bytes, so a damaged file is still an error */
+  png_set_option(png, PNG_IGNORE_ADLER32, PNG_OPTION_ON);
+#endif
   png_read_info(png, info);
 }
 
@@ -510,12 +515,29 @@ void image_fit(const data_image *im, int H, int W, uint8_t *out) {
     if (grow) fit_taps(x + ox, scale, im->w, &col[2 * x], &col[2 * x + 1], &wt[x]);
     else fit_span(x + ox, scale, im->w, &col[2 * x], &col[2 * x + 1]);
   }
+  /* Shrunk by at most 2 a side (a footprint of 1 or 2 pixels each way: 320 to 256, 500 to 256): fit_mean's sum of
+   * at most four pixels and its rounded division by 1, 2 or 4, as a shift. */
+  int two = !grow;
+  for (int x = 0; two && x < W; x++) two = col[2 * x + 1] - col[2 * x] <= 2;
   for (int y = 0; y < H; y++) {
     int y0, y1;
     double ay = 0;
     if (grow) fit_taps(y + oy, scale, im->h, &y0, &y1, &ay);
     else fit_span(y + oy, scale, im->h, &y0, &y1);
     uint8_t *row = out + (size_t)y * W * c;
+    if (two && y1 - y0 <= 2) {
+      const uint8_t *r0 = im->px + (size_t)y0 * im->w * c, *r1 = y1 - y0 == 2 ? r0 + (size_t)im->w * c : NULL;
+      for (int x = 0; x < W; x++) {
+        const uint8_t *p0 = r0 + (size_t)col[2 * x] * c;
+        const int wide = col[2 * x + 1] - col[2 * x] == 2, shift = wide + (r1 != NULL);
+        for (int q = 0; q < c; q++) {
+          unsigned v = p0[q] + (wide ? p0[c + q] : 0u);
+          if (r1) v += r1[(size_t)col[2 * x] * c + q] + (wide ? r1[(size_t)col[2 * x] * c + c + q] : 0u);
+          row[(size_t)x * c + q] = (uint8_t)((v + ((1u << shift) >> 1)) >> shift);
+        }
+      }
+      continue;
+    }
     for (int x = 0; x < W; x++)
       for (int q = 0; q < c; q++)
         row[(size_t)x * c + q] = grow ? fit_bilinear(im->px, im->w, c, y0, y1, ay, col[2 * x], col[2 * x + 1], wt[x], q)
