@@ -36,6 +36,8 @@ Training (--parts train; E = --train-epochs, default 5; epoch time the median of
            worker start-up and the H2D copy's launch) as a share of the epoch; after the last epoch the test mean
            IoU over the val part (one confusion over the whole part, classes in the truth or the predictions, as
            lamina eval and bench/segment.py's miou_of).
+           Also each side's mean IoU averaged over the last --miou-last epochs (default 3), PyTorch's evaluated after
+           each of them outside its timing, lamina's its own test pass each epoch; --seed S seeds both sides.
   ratio:   PyTorch's best median epoch / lamina streamed's (the issue: > 1, and mean IoU within 1 point);
            lamina streamed / resident epoch (the issue: <= 1.05).
   /usr/bin/python3 bench/seg_folder.py --lamina build/lamina [--n 5000] [--test 500] [--size 320] [--fit 256]
@@ -66,6 +68,8 @@ ap.add_argument("--train-epochs", type=int, default=5)
 ap.add_argument("--lr", type=float, default=1e-3)
 ap.add_argument("--seed", type=int, default=1, help="the training seed of both sides (lamina --seed, torch.manual_seed)")
 ap.add_argument("--lamina-ways", default="streamed,resident", help="lamina's training runs: streamed, resident")
+ap.add_argument("--miou-last", type=int, default=3,
+                help="also the mean IoU averaged over the last K epochs, both sides (one epoch's moves by points)")
 ap.add_argument("--precision", default="bf16", choices=["bf16", "tf32", "fp32"])
 ap.add_argument("--workers", default="16", help="DataLoader worker counts of the data path, e.g. 8,16")
 ap.add_argument("--train-workers", type=int, default=16)
@@ -445,6 +449,8 @@ def lamina_seg(stream):
                    images_per_s=epoch_med([q["images_per_s"] for q in rows if q["images_per_s"] is not None]),
                    wait_share=epoch_med([q["wait_share"] for q in rows if q["wait_share"] is not None]),
                    miou=r.get("test_miou", rows[-1]["test_miou"]), acc=r.get("test_acc"),
+                   miou_last=[q["test_miou"] for q in rows[-max(a.miou_last, 1):]],
+                   miou_last_mean=float(np.mean([q["test_miou"] for q in rows[-max(a.miou_last, 1):]])),
                    peak_bytes=(r.get("memory") or {}).get("peak"), device=r.get("device_name"))
         return res
     except Exception as ex:
@@ -490,7 +496,7 @@ def torch_run(way):
             step_c()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    times, ips, waits = [], [], []
+    times, ips, waits, mious = [], [], [], []
     for ep in range(a.train_epochs):
         net.train()
         sync()
@@ -519,19 +525,30 @@ def torch_run(way):
         waits.append(wait / times[-1])
         del it
         say(f"    {way} epoch {ep + 1}: {times[-1]:.3f} s  {ips[-1]:.0f} images/s  loader wait {100 * waits[-1]:.1f}%")
+        if ep >= a.train_epochs - max(a.miou_last, 1):  # after the timed epoch, as lamina's test pass
+            conf = val_confusion(net, ac)
+            mious.append(miou_of(conf))
+            say(f"    {way} epoch {ep + 1}: test mean IoU {100 * mious[-1]:.2f}%")
+    return dict(status="ok", epoch_times=times, images_per_s_epochs=ips, wait_shares=waits,
+                epoch_s=epoch_med(times), images_per_s=epoch_med(ips), wait_share=epoch_med(waits),
+                miou=mious[-1], miou_last=mious, miou_last_mean=float(np.mean(mious)),
+                acc=float(np.diag(conf).sum() / conf.sum()), drop_last=way == "compile",
+                peak_bytes=torch.cuda.max_memory_allocated() if cuda else 0)
+
+
+def val_confusion(net, ac):
+    """The confusion matrix over the val part (ignored pixels counted nowhere, as lamina's); the net back in train
+    mode after."""
     net.eval()
     conf = torch.zeros(K * K, dtype=torch.int64, device=dev)
     with torch.no_grad(), ac:
         for xb, yb in loader(VOCSeg(voc, "val"), a.train_workers, shuffle=False):
             pred = net(norm(xb.to(dev, non_blocking=True)).contiguous(memory_format=torch.channels_last)).argmax(1)
             yb = yb.to(dev).long()
-            keep = yb != 255  # ignored pixels counted nowhere, as lamina
+            keep = yb != 255
             conf += torch.bincount(yb[keep] * K + pred[keep], minlength=K * K)
-    conf = conf.reshape(K, K).cpu().numpy()
-    return dict(status="ok", epoch_times=times, images_per_s_epochs=ips, wait_shares=waits,
-                epoch_s=epoch_med(times), images_per_s=epoch_med(ips), wait_share=epoch_med(waits),
-                miou=miou_of(conf), acc=float(np.diag(conf).sum() / conf.sum()), drop_last=way == "compile",
-                peak_bytes=torch.cuda.max_memory_allocated() if cuda else 0)
+    net.train()
+    return conf.reshape(K, K).cpu().numpy()
 
 
 if "train" in PARTS:
@@ -572,6 +589,11 @@ if "train" in PARTS:
                 T["miou_gap_points"] = 100 * (Ls["miou"] - T["torch"][best]["miou"])
                 say(f"mean IoU: lamina streamed {100 * Ls['miou']:.2f}%, PyTorch {best} "
                     f"{100 * T['torch'][best]['miou']:.2f}%: {T['miou_gap_points']:+.2f} points (the issue: within 1)")
+                Tb = T["torch"][best]
+                T["miou_last_gap_points"] = 100 * (Ls["miou_last_mean"] - Tb["miou_last_mean"])
+                say(f"mean IoU over the last {len(Ls['miou_last'])} epochs: lamina streamed "
+                    f"{100 * Ls['miou_last_mean']:.2f}%, PyTorch {best} {100 * Tb['miou_last_mean']:.2f}%: "
+                    f"{T['miou_last_gap_points']:+.2f} points")
 save()
 if not a.keep and not a.data:
     shutil.rmtree(root, ignore_errors=True)
