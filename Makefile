@@ -7,7 +7,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build, the tests and the benchmarks need.
-DEB_PACKAGES := build-essential cmake pkg-config libcmocka-dev zlib1g-dev libjansson-dev libpng-dev libjpeg62-turbo-dev libopenblas-openmp-dev python3-numpy python3-matplotlib python3-venv python3-setuptools python3-wheel dataset-fashion-mnist valgrind libopenmpi-dev openmpi-bin
+DEB_PACKAGES := build-essential cmake pkg-config libcmocka-dev zlib1g-dev libjansson-dev libpng-dev libjpeg62-turbo-dev libavformat-dev libavcodec-dev libswscale-dev libopenblas-openmp-dev python3-numpy python3-matplotlib python3-venv python3-setuptools python3-wheel dataset-fashion-mnist valgrind libopenmpi-dev openmpi-bin
 
 .PHONY: all deps build test demo bench fuzz sanitize clean
 

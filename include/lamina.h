@@ -488,6 +488,11 @@ lam_status lam_data_clips(const lam_dataset *src, size_t n, int frames, int h, i
  * (seed, i) by its grey value. dir must exist; the folders of the classes these n images have are made (an empty
  * class folder is an error to lam_dataset_load_images). */
 lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed, int kind, const char *dir);
+/* Writes n Moving-MNIST-style videos made from src (lam_data_clips' scenes, h x w, even sides) into dir as a video
+ * folder's part: dir/CLASS/INDEX.mp4 (CLASS the moving item's class number, zero-padded), each 1 to 4 s at 25
+ * frames a second (its length drawn from (seed, INDEX)), H.264 where libavcodec has an encoder for it, else MPEG-4
+ * Part 2. dir must exist. LAM_ERR_UNSUPPORTED where this build has no FFmpeg libraries. */
+lam_status lam_data_videos_part(const lam_dataset *src, size_t n, int h, int w, uint64_t seed, const char *dir);
 /* Writes a COCO instances file (annotations, JSON) and the images it names (in images_dir) as a segmentation
  * folder: out_dir/<part>/images/<file_name> (each image copied byte for byte), out_dir/<part>/masks/<stem>.png
  * (8-bit grey, the image's size: 0 background, categories 1..K in increasing id order, 255 crowd regions, the

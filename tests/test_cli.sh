@@ -1759,6 +1759,23 @@ else
   skip "streamed folders: no Fashion-MNIST to make scenes from"
 fi
 
+# ---- video files: lamina data clips --format mp4 (read back by tests/test_video.c's reader) -----------
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${LAMINA_DATA_DIR:-}" ]; then
+  V=$TMP/videos
+  run data clips --format mp4 --n 12 --test 4 --out "$V" --seed 3
+  if [ "$rc" -eq 0 ] && [ "$(find "$V/train" -name '*.mp4' | wc -l)" -eq 12 ] &&
+     [ "$(find "$V/test" -name '*.mp4' | wc -l)" -eq 4 ] && has "$TMP/out" "videos of 1 to 4 s"; then
+    ok "data clips --format mp4: a video folder, DIR/{train,test}/CLASS/INDEX.mp4"
+  elif has "$TMP/err" "without FFmpeg"; then
+    skip "data clips --format mp4: this lamina was built without FFmpeg's libraries"
+  else not_ok "data clips --format mp4" "want 12 + 4 videos in class folders; got $rc: $(head -c 300 "$TMP/err")"; fi
+  usage_error "clips --format mp4 --frames" --frames -- data clips --format mp4 --frames 8 --out "$TMP/v2"
+  usage_error "clips --format mp4 of odd sides" "even sides" -- data clips --format mp4 --size 63x64 --out "$TMP/v3"
+  usage_error "segment --format mp4" --format -- data segment --format mp4 --out "$TMP/v4"
+else
+  skip "video files: no Fashion-MNIST to make clips from"
+fi
+
 # ---- CUDA where there may be none ---------------------------------------------------------------
 
 run hidden --device cuda --n 10 --repeat 1

@@ -22,7 +22,7 @@ static void usage(FILE *f) {
           "                           [--format idx|npy|folder|folder-jpeg]\n"
           "                           [--seed S]\n"
           "       lamina data clips --out DIR [--frames T] [--from DATA] [--n N] [--test N] [--size HxW]\n"
-          "                         [--format idx|npy] [--seed S]\n"
+          "                         [--format idx|npy|mp4] [--seed S]\n"
           "       lamina data images --out DIR --format png|jpeg [--from DATA] [--n N] [--test N] [--seed S]\n"
           "       lamina data coco --annotations FILE --images DIR --out DIR [--part train|test] [--size HxW]\n"
           "Makes a data set anyone can rebuild (the same bytes for the same seed) from an MNIST-layout set, or\n"
@@ -41,6 +41,8 @@ static void usage(FILE *f) {
           "            tell. Writes train-images-idx5-ubyte (N, T, H, W, 1), train-labels-idx1-ubyte and their\n"
           "            t10k- twins. With --format npy either set is NumPy files instead (the same bytes):\n"
           "            train-images.npy, train-labels.npy, t10k-images.npy, t10k-labels.npy.\n"
+          "            With --format mp4, a video folder instead: DIR/{train,test}/CLASS/INDEX.mp4, each video 1 to\n"
+          "            4 s at 25 frames a second (H.264, else MPEG-4 Part 2; needs FFmpeg's libraries).\n"
           "  images    the set as an image folder in colour (each image its own background and foreground\n"
           "            colour): DIR/train/CLASS/INDEX.png|jpg and DIR/test/CLASS/..., CLASS the class number.\n"
           "            DIR must not exist yet (or be empty): the set appears whole or not at all.\n"
@@ -58,7 +60,7 @@ static void usage(FILE *f) {
           "  --size HxW    the field's size (segment: default 64x84; clips: 64x64; coco: none, copies)\n"
           "  --frames T    frames a clip (clips; default 16)\n"
           "  --format F    images: png or jpeg (jpeg at quality 90); segment, clips: idx (default) or npy;\n"
-          "                segment also folder or folder-jpeg\n"
+          "                segment also folder or folder-jpeg; clips also mp4\n"
           "  --seed S      the generator's seed (default 1)\n"
           "  --annotations FILE  coco: the COCO instances file (JSON)\n"
           "  --images DIR        coco: the folder of the images it names\n"
@@ -66,7 +68,7 @@ static void usage(FILE *f) {
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
 }
 
-enum { FORMAT_PNG = 1, FORMAT_JPEG = 2, FORMAT_IDX, FORMAT_NPY, FORMAT_FOLDER, FORMAT_FOLDER_JPEG }; /* PNG, JPEG: lam_data_images_part's kinds */
+enum { FORMAT_PNG = 1, FORMAT_JPEG = 2, FORMAT_IDX, FORMAT_NPY, FORMAT_FOLDER, FORMAT_FOLDER_JPEG, FORMAT_MP4 }; /* PNG, JPEG: lam_data_images_part's kinds */
 typedef struct data_opts {
   const char *out, *from;
   size_t n, test;
@@ -117,6 +119,7 @@ static int parse(int argc, char **argv, data_opts *o) {
         else if (!strcmp(optarg, "npy")) o->format = FORMAT_NPY;
         else if (!strcmp(optarg, "folder")) o->format = FORMAT_FOLDER;
         else if (!strcmp(optarg, "folder-jpeg")) o->format = FORMAT_FOLDER_JPEG;
+        else if (!strcmp(optarg, "mp4")) o->format = FORMAT_MP4;
         else return cli_usage_error("data", "--format: '%s' is not png or jpeg (images), idx or npy (segment, clips)",
                                     optarg);
         break;
@@ -206,14 +209,20 @@ enum { KIND_SEGMENT, KIND_CLIPS };
 static int idx_part(int kind, const data_opts *o, const lam_dataset *src, int train, const char *img_path,
                     const char *lab_path) {
   const size_t n = train ? o->n : o->test;
+  const uint64_t seed = train ? o->seed : o->seed ^ 0x7465737473636e65ULL; /* the test part: another stream */
+  if (o->format == FORMAT_MP4) { /* a video folder's part: img_path is the part's folder */
+    if (mkdir(img_path, 0777) != 0 && errno != EEXIST) {
+      fprintf(stderr, "lamina data: cannot make '%s': %s\n", img_path, strerror(errno));
+      return 1;
+    }
+    return lam_data_videos_part(src, n, o->h, o->w, seed, img_path) != LAM_OK ? fail("writing the videos") : 0;
+  }
   const uint64_t scene[3] = {n, (uint64_t)o->h, (uint64_t)o->w}, clip[5] = {n, (uint64_t)o->frames, (uint64_t)o->h,
                                                                              (uint64_t)o->w, 1};
   idx_buf im = {0}, lb = {0};
   const int npy = o->format == FORMAT_NPY;
   int rc = kind == KIND_SEGMENT ? idx_alloc(&im, npy, 3, scene) || idx_alloc(&lb, npy, 3, scene)
                                 : idx_alloc(&im, npy, 5, clip) || idx_alloc(&lb, npy, 1, clip);
-  /* the test part draws from another stream than the training one, whatever the seed */
-  const uint64_t seed = train ? o->seed : o->seed ^ 0x7465737473636e65ULL;
   if (!rc) {
     lam_status st = kind == KIND_SEGMENT
                         ? lam_data_segment(src, n, o->h, o->w, seed, im.p + im.head, lb.p + lb.head)
@@ -243,10 +252,16 @@ static int cmd_idx_set(int kind, int argc, char **argv) {
   if (rc) return rc < 0 ? 0 : rc;
   if (kind == KIND_CLIPS && !o.size_set) o.h = o.w = 64;
   if (kind == KIND_SEGMENT && o.frames_set) return cli_usage_error("data", "segment: --frames is clips'");
-  const int folder = kind == KIND_SEGMENT && o.format >= FORMAT_FOLDER;
+  const int folder = (kind == KIND_SEGMENT && (o.format == FORMAT_FOLDER || o.format == FORMAT_FOLDER_JPEG)) ||
+                     (kind == KIND_CLIPS && o.format == FORMAT_MP4);
   if (o.format && o.format != FORMAT_IDX && o.format != FORMAT_NPY && !folder)
     return cli_usage_error("data", "--format: %s writes idx (default) or npy%s", kind == KIND_SEGMENT ? "segment" : "clips",
-                           kind == KIND_SEGMENT ? ", folder or folder-jpeg" : "");
+                           kind == KIND_SEGMENT ? ", folder or folder-jpeg" : ", or mp4 (a folder of video files)");
+  if (o.format == FORMAT_MP4 && o.frames_set)
+    return cli_usage_error("data", "clips --format mp4: --frames is not for videos (each is 1 to 4 s long; train's --frames "
+                           "chooses the clips)");
+  if (o.format == FORMAT_MP4 && (o.h % 2 || o.w % 2))
+    return cli_usage_error("data", "clips --format mp4: --size %dx%d: video encoders take even sides", o.h, o.w);
   static const char *const seg_names[4] = {"train-images-idx3-ubyte", "train-labels-idx3-ubyte",
                                            "t10k-images-idx3-ubyte", "t10k-labels-idx3-ubyte"};
   static const char *const clip_names[4] = {"train-images-idx5-ubyte", "train-labels-idx1-ubyte",
@@ -276,6 +291,10 @@ static int cmd_idx_set(int kind, int argc, char **argv) {
     printf("lamina data segment: %zu training and %zu test scenes of %dx%d from %s, %d classes (0 the background, an "
            "item's class + 1 where it is visible), seed %llu, in %s\n",
            o.n, o.test, o.h, o.w, o.from, src[0]->classes + 1, (unsigned long long)o.seed, o.out);
+  else if (!rc && o.format == FORMAT_MP4)
+    printf("lamina data clips: %zu training and %zu test videos of 1 to 4 s at %d frames a second, %dx%d, from %s, %d "
+           "classes (the moving item's), seed %llu, in %s/{train,test}/CLASS/\n", o.n, o.test, 25, o.h, o.w, o.from,
+           src[0]->classes, (unsigned long long)o.seed, o.out);
   else if (!rc)
     printf("lamina data clips: %zu training and %zu test clips of %d frames of %dx%d from %s, %d classes (the moving "
            "item's), seed %llu, in %s\n",

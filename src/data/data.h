@@ -166,6 +166,20 @@ void image_planar(const uint8_t *hwc, int h, int w, int c, uint8_t *chw);
 /* Encodes px (h, w, c: 1 or 3) as kind (IMAGE_PNG, or IMAGE_JPEG at quality 90) into *buf (malloc'd). */
 lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_t **buf, size_t *len);
 
+/* ---- video files (video.c, through FFmpeg's libraries where the build has them) ---- */
+#define VIDEO_FPS 25 /* the frame rate lamina writes videos at */
+/* 1 when this build reads and writes video files. */
+int video_supported(void);
+/* The frames of the file's video stream (the container's count, else its duration at the frame rate, else its
+ * video packets counted) and their size; an error names the file and what is wrong. */
+lam_status video_probe(const char *path, int64_t *frames, int *h, int *w);
+/* Frames first, first + stride, ... (T of them) into out (T, H, W, C: 1 grey, 3 RGB), each fitted as image_fit
+ * fits; past the video's end its last frame again. Seeks to the key frame at or before `first`. */
+lam_status video_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out);
+/* frames (n, h, w, c), even sides, as a video file at path (its name's container: .mp4, .avi, .mkv), H.264 where
+ * libavcodec has an encoder for it, else MPEG-4 Part 2, fps frames a second. */
+lam_status video_write(const char *path, const uint8_t *frames, int n, int h, int w, int c, int fps);
+
 /* ---- COCO instances files (coco.c) ---- */
 /* One image of the file: its id, file name (a plain name, no folders) and size. */
 typedef struct coco_image {

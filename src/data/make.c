@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data.h"
 #include "../internal.h"
@@ -200,4 +201,50 @@ lam_status lam_data_clips(const lam_dataset *src, size_t n, int frames, int h, i
     labels[i] = src->labels[b];
   }
   return LAM_OK;
+}
+
+lam_status lam_data_videos_part(const lam_dataset *src, size_t n, int h, int w, uint64_t seed, const char *dir) {
+  LAM_CHECK_ARG(src && dir, "lam_data_videos_part: %s is NULL", src ? "dir" : "src");
+  LAM_CHECK_ARG(h % 2 == 0 && w % 2 == 0, "lam_data_videos_part: a %dx%d field (video encoders take even sides)", h, w);
+  LAM_CHECK_ARG(src->classes >= 2 && src->classes <= 256, "lam_data_videos_part: %d classes", src->classes);
+  LAM_CHECK_ARG(video_supported(), "lam_data_videos_part: this lamina was built without FFmpeg's libraries (install "
+                "libavformat-dev, libavcodec-dev and libswscale-dev and build it again)");
+  const int digits = src->classes > 100 ? 3 : src->classes > 10 ? 2 : 1;
+  for (int k = 0; k < src->classes; k++) { /* a folder per class, named by its number, sorted as numbers */
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%0*d", dir, digits, k);
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) return LAM_FAIL(LAM_ERR_IO, "cannot make '%s': %s", p, strerror(errno));
+  }
+  const size_t plane = (size_t)h * w;
+  lam_status st = LAM_OK;
+  int *used = calloc((size_t)src->classes, sizeof *used);
+  if (!used) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_data_videos_part: no host memory");
+#pragma omp parallel for schedule(dynamic, 4)
+  for (size_t i = 0; i < n; i++) {
+    /* this video's length and content from its own stream: the same file whatever the thread count */
+    lam_rng r;
+    lam_rng_seed(&r, seed ^ (0x9e3779b97f4a7c15ULL * (i + 1)));
+    const int len = VIDEO_FPS + (int)lam_rng_below(&r, 3 * VIDEO_FPS + 1); /* 1 to 4 seconds */
+    uint8_t *frames = malloc((size_t)len * plane), label = 0;
+    lam_status s = frames ? lam_data_clips(src, 1, len, h, w, lam_rng_next(&r), frames, &label)
+                          : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for a video of %d frames", len);
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%0*d/%06zu.mp4", dir, digits, label, i);
+    if (s == LAM_OK) s = video_write(p, frames, len, h, w, 1, VIDEO_FPS);
+    free(frames);
+    if (s == LAM_OK) {
+#pragma omp atomic
+      used[label]++;
+    } else {
+#pragma omp critical(videos_part)
+      if (st == LAM_OK) st = LAM_FAIL(s, "%s", lam_last_error());
+    }
+  }
+  for (int k = 0; k < src->classes && st == LAM_OK; k++) { /* a class no video drew: no empty folder left behind */
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%0*d", dir, digits, k);
+    if (!used[k]) rmdir(p);
+  }
+  free(used);
+  return st;
 }

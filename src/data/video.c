@@ -1,0 +1,303 @@
+/* video.c — video files through FFmpeg's libraries (libavformat, libavcodec, libswscale): a clip of T frames,
+ * every S-th from a first frame, decoded from a file and fitted to H x W as image folders fit images; and a set of
+ * frames written as a video file (H.264 where libavcodec has an encoder for it, else MPEG-4 Part 2), so tests and
+ * `lamina data clips --format mp4` have files to read.
+ *
+ * A clip is read by seeking to the key frame at or before its first frame and decoding forward, keeping only the
+ * frames it takes: a clip of 16 frames from a 10 s video decodes about a GOP and its 16*S frames, not the video.
+ * Frames are numbered by their presentation time against the stream's frame rate (variable-rate files: by the
+ * nearest frame of the nominal rate). A video shorter than the clip repeats its last frame. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "../internal.h"
+#include "../status.h"
+
+#ifdef LAMINA_WITH_FFMPEG
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/log.h>
+#include <libavutil/opt.h>
+#include <libswscale/swscale.h>
+
+int video_supported(void) { return 1; }
+
+/* FFmpeg's own log lines go nowhere: what goes wrong comes back as an error naming the file. */
+static void quiet_once(void) { av_log_set_level(AV_LOG_QUIET); }
+static void quiet(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, quiet_once);
+}
+
+static const char *av_why(int err, char *buf, size_t cap) {
+  av_strerror(err, buf, cap);
+  return buf;
+}
+
+/* An opened video: its container, its video stream's decoder, and the frame rate frames are numbered by. */
+typedef struct vid {
+  AVFormatContext *fmt;
+  AVCodecContext *dec;
+  int stream;
+  AVRational rate, tb;
+  int64_t start_pts;
+} vid;
+
+static void vid_close(vid *v) {
+  avcodec_free_context(&v->dec);
+  avformat_close_input(&v->fmt);
+}
+
+static lam_status vid_open(const char *path, vid *v) {
+  quiet();
+  memset(v, 0, sizeof *v);
+  char why[128];
+  int e = avformat_open_input(&v->fmt, path, NULL, NULL);
+  if (e < 0)
+    return LAM_FAIL(LAM_ERR_IO, "video file '%s' cannot be opened: %s (is it a video file?)", path,
+                    av_why(e, why, sizeof why));
+  lam_status s = LAM_OK;
+  if ((e = avformat_find_stream_info(v->fmt, NULL)) < 0)
+    s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its streams cannot be read: %s; the file is damaged", path,
+                 av_why(e, why, sizeof why));
+  const AVCodec *codec = NULL;
+  if (s == LAM_OK && (v->stream = av_find_best_stream(v->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0)) < 0)
+    s = LAM_FAIL(LAM_ERR_IO, "video file '%s' has no video stream%s", path,
+                 v->stream == AVERROR_DECODER_NOT_FOUND ? " this FFmpeg build can decode" : "");
+  if (s == LAM_OK) {
+    AVStream *st = v->fmt->streams[v->stream];
+    v->dec = avcodec_alloc_context3(codec);
+    if (v->dec) v->dec->thread_count = 1; /* clips are decoded many at once, one a thread */
+    if (!v->dec) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a decoder", path);
+    else if ((e = avcodec_parameters_to_context(v->dec, st->codecpar)) < 0 || (e = avcodec_open2(v->dec, codec, NULL)) < 0)
+      s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its %s decoder cannot be opened: %s", path, codec->name,
+                   av_why(e, why, sizeof why));
+    /* the rate frames are numbered by: the stream's base rate (every timestamp a whole frame of it, for a file of
+     * one rate); the average (a short file's frames over its duration, 25.6 for 40 frames at 25) otherwise */
+    v->rate = st->r_frame_rate.num > 0 && st->r_frame_rate.den > 0 ? st->r_frame_rate : st->avg_frame_rate;
+    if (v->rate.num <= 0 || v->rate.den <= 0) v->rate = (AVRational){25, 1};
+    v->tb = st->time_base;
+    v->start_pts = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
+  }
+  if (s == LAM_OK && (v->dec->width < 1 || v->dec->height < 1 || v->dec->width > 16384 || v->dec->height > 16384))
+    s = LAM_FAIL(LAM_ERR_IO, "video file '%s': frames of %dx%d (1 to 16384 a side)", path, v->dec->width,
+                 v->dec->height);
+  if (s != LAM_OK) vid_close(v);
+  return s;
+}
+
+/* The frame number of a presentation time. */
+static int64_t frame_of(const vid *v, int64_t pts) {
+  return av_rescale_q_rnd(pts - v->start_pts, v->tb, av_inv_q(v->rate), AV_ROUND_NEAR_INF);
+}
+
+lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
+  vid v;
+  LAM_TRY(vid_open(path, &v));
+  *h = v.dec->height, *w = v.dec->width;
+  AVStream *st = v.fmt->streams[v.stream];
+  int64_t n = st->nb_frames;
+  if (n <= 0 && st->duration > 0) n = av_rescale_q(st->duration, st->time_base, av_inv_q(v.rate));
+  if (n <= 0) { /* the container does not say (MKV, WebM): its video packets counted, nothing decoded */
+    AVPacket *pkt = av_packet_alloc();
+    n = 0;
+    while (pkt && av_read_frame(v.fmt, pkt) >= 0) {
+      n += pkt->stream_index == v.stream;
+      av_packet_unref(pkt);
+    }
+    av_packet_free(&pkt);
+  }
+  vid_close(&v);
+  if (n <= 0) return LAM_FAIL(LAM_ERR_IO, "video file '%s' holds no frames", path);
+  *frames = n;
+  return LAM_OK;
+}
+
+/* Frame f (decoded, any pixel format) into out (H, W, C) fitted as image_fit fits: converted to grey or RGB at its
+ * own size by swscale, then fitted. */
+static lam_status put_frame(const char *path, const AVFrame *f, struct SwsContext **sws, int C, int H, int W,
+                            uint8_t *out) {
+  const enum AVPixelFormat want = C == 1 ? AV_PIX_FMT_GRAY8 : AV_PIX_FMT_RGB24;
+  *sws = sws_getCachedContext(*sws, f->width, f->height, f->format, f->width, f->height, want, SWS_BILINEAR, NULL,
+                              NULL, NULL);
+  if (!*sws) return LAM_FAIL(LAM_ERR_IO, "video file '%s': frames of format %d cannot be converted", path, f->format);
+  data_image im = {f->height, f->width, C, malloc((size_t)f->width * f->height * C)};
+  if (!im.px) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a frame", path);
+  uint8_t *dst[4] = {im.px, NULL, NULL, NULL};
+  int stride[4] = {f->width * C, 0, 0, 0};
+  sws_scale(*sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
+  image_fit(&im, H, W, out);
+  free(im.px);
+  return LAM_OK;
+}
+
+lam_status video_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out) {
+  LAM_CHECK_ARG(first >= 0 && stride >= 1 && T >= 1 && (C == 1 || C == 3) && H >= 1 && W >= 1,
+                "video_clip: first %lld, stride %d, %d frames of %dx%dx%d", (long long)first, stride, T, C, H, W);
+  vid v;
+  LAM_TRY(vid_open(path, &v));
+  char why[128];
+  const size_t frame = (size_t)H * W * C;
+  const int64_t ts = v.start_pts + av_rescale_q(first, av_inv_q(v.rate), v.tb);
+  /* the key frame at or before the clip's first frame; a file that cannot seek is read from its start */
+  if (first > 0 && av_seek_frame(v.fmt, v.stream, ts, AVSEEK_FLAG_BACKWARD) < 0)
+    av_seek_frame(v.fmt, v.stream, v.start_pts, AVSEEK_FLAG_BACKWARD);
+  AVPacket *pkt = av_packet_alloc();
+  AVFrame *f = av_frame_alloc();
+  struct SwsContext *sws = NULL;
+  lam_status s = pkt && f ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
+  int got = 0, draining = 0;
+  int64_t last_idx = -1;
+  while (s == LAM_OK && got < T) {
+    int e = avcodec_receive_frame(v.dec, f);
+    if (e == AVERROR(EAGAIN)) {
+      if (draining) break;
+      e = av_read_frame(v.fmt, pkt);
+      if (e == AVERROR_EOF) {
+        avcodec_send_packet(v.dec, NULL), draining = 1;
+        continue;
+      }
+      if (e < 0) {
+        s = LAM_FAIL(LAM_ERR_IO, "video file '%s': reading it failed: %s; the file is damaged", path,
+                     av_why(e, why, sizeof why));
+        break;
+      }
+      if (pkt->stream_index == v.stream && (e = avcodec_send_packet(v.dec, pkt)) < 0 && e != AVERROR(EAGAIN))
+        s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a packet cannot be decoded: %s; the file is damaged", path,
+                     av_why(e, why, sizeof why));
+      av_packet_unref(pkt);
+      continue;
+    }
+    if (e == AVERROR_EOF) break;
+    if (e < 0) {
+      s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a frame cannot be decoded: %s; the file is damaged", path,
+                   av_why(e, why, sizeof why));
+      break;
+    }
+    /* the frame's own time (best_effort_timestamp guesses from the packets' decode times, and after a seek guesses
+     * one frame early) */
+    const int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
+    const int64_t idx = pts != AV_NOPTS_VALUE ? frame_of(&v, pts) : last_idx + 1;
+    last_idx = idx;
+    /* the frames the clip takes at or before this one: this frame stands for them (a frame a variable-rate file
+     * skipped is its predecessor's, as a player shows it) */
+    while (got < T && first + (int64_t)got * stride <= idx && s == LAM_OK) {
+      if (first + (int64_t)got * stride < idx && got > 0) { /* skipped: the previous frame again */
+        memcpy(out + (size_t)got * frame, out + (size_t)(got - 1) * frame, frame);
+      } else {
+        s = put_frame(path, f, &sws, C, H, W, out + (size_t)got * frame);
+      }
+      got++;
+    }
+    av_frame_unref(f);
+  }
+  if (s == LAM_OK && got == 0) s = LAM_FAIL(LAM_ERR_IO, "video file '%s': no frame could be decoded from frame %lld on",
+                                            path, (long long)first);
+  for (int k = got; s == LAM_OK && k < T; k++) /* a video shorter than the clip: its last frame again */
+    memcpy(out + (size_t)k * frame, out + (size_t)(got - 1) * frame, frame);
+  sws_freeContext(sws);
+  av_frame_free(&f);
+  av_packet_free(&pkt);
+  vid_close(&v);
+  return s;
+}
+
+lam_status video_write(const char *path, const uint8_t *frames, int n, int h, int w, int c, int fps) {
+  LAM_CHECK_ARG(frames && n >= 1 && h >= 2 && w >= 2 && h % 2 == 0 && w % 2 == 0 && (c == 1 || c == 3) && fps >= 1,
+                "video_write: %d frames of %dx%dx%d at %d fps (even sides)", n, h, w, c, fps);
+  quiet();
+  char why[128];
+  AVFormatContext *fmt = NULL;
+  int e = avformat_alloc_output_context2(&fmt, NULL, NULL, path);
+  if (e < 0 || !fmt)
+    return LAM_FAIL(LAM_ERR_IO, "video file '%s': no container for its name: %s (use .mp4, .avi or .mkv)", path,
+                    av_why(e, why, sizeof why));
+  const AVCodec *codec = avcodec_find_encoder_by_name("libx264");
+  if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_MPEG4);
+  lam_status s = codec ? LAM_OK : LAM_FAIL(LAM_ERR_UNSUPPORTED, "video_write: this FFmpeg has no H.264 or MPEG-4 encoder");
+  AVStream *st = s == LAM_OK ? avformat_new_stream(fmt, NULL) : NULL;
+  AVCodecContext *enc = s == LAM_OK ? avcodec_alloc_context3(codec) : NULL;
+  AVFrame *f = av_frame_alloc();
+  AVPacket *pkt = av_packet_alloc();
+  struct SwsContext *sws = NULL;
+  if (s == LAM_OK && (!st || !enc || !f || !pkt)) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory");
+  if (s == LAM_OK) {
+    enc->width = w, enc->height = h, enc->time_base = (AVRational){1, fps}, enc->framerate = (AVRational){fps, 1};
+    enc->pix_fmt = AV_PIX_FMT_YUV420P, enc->gop_size = 12, enc->max_b_frames = 2;
+    enc->thread_count = 1; /* the callers write many files at once, one a thread */
+    if (fmt->oformat->flags & AVFMT_GLOBALHEADER) enc->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+    if (!strcmp(codec->name, "libx264")) av_opt_set(enc->priv_data, "preset", "veryfast", 0);
+    else enc->bit_rate = (int64_t)w * h * fps * 2; /* MPEG-4: enough that small test frames come back close */
+    if ((e = avcodec_open2(enc, codec, NULL)) < 0 || (e = avcodec_parameters_from_context(st->codecpar, enc)) < 0)
+      s = LAM_FAIL(LAM_ERR_IO, "video_write: the %s encoder cannot be opened: %s", codec->name, av_why(e, why, sizeof why));
+    st->time_base = enc->time_base;
+  }
+  if (s == LAM_OK && !(fmt->oformat->flags & AVFMT_NOFILE) && (e = avio_open(&fmt->pb, path, AVIO_FLAG_WRITE)) < 0)
+    s = LAM_FAIL(LAM_ERR_IO, "cannot write video file '%s': %s", path, av_why(e, why, sizeof why));
+  if (s == LAM_OK && (e = avformat_write_header(fmt, NULL)) < 0)
+    s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its header cannot be written: %s", path, av_why(e, why, sizeof why));
+  if (s == LAM_OK) {
+    f->format = enc->pix_fmt, f->width = w, f->height = h;
+    if (av_frame_get_buffer(f, 0) < 0) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory for a frame");
+    sws = sws_getContext(w, h, c == 1 ? AV_PIX_FMT_GRAY8 : AV_PIX_FMT_RGB24, w, h, enc->pix_fmt, SWS_BILINEAR, NULL,
+                         NULL, NULL);
+    if (s == LAM_OK && !sws) s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "video_write: no converter to YUV 4:2:0");
+  }
+  for (int i = 0; s == LAM_OK && i <= n; i++) { /* i == n: the encoder flushed */
+    if (i < n) {
+      if (av_frame_make_writable(f) < 0) {
+        s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory for a frame");
+        break;
+      }
+      const uint8_t *src[4] = {frames + (size_t)i * h * w * c, NULL, NULL, NULL};
+      const int sstride[4] = {w * c, 0, 0, 0};
+      sws_scale(sws, src, sstride, 0, h, f->data, f->linesize);
+      f->pts = i;
+    }
+    e = avcodec_send_frame(enc, i < n ? f : NULL);
+    while (e >= 0) {
+      e = avcodec_receive_packet(enc, pkt);
+      if (e == AVERROR(EAGAIN) || e == AVERROR_EOF) break;
+      if (e < 0) break;
+      if (pkt->duration <= 0) pkt->duration = 1; /* a frame: MP4 keeps a last sample of no duration out of the file */
+      av_packet_rescale_ts(pkt, enc->time_base, st->time_base);
+      pkt->stream_index = st->index;
+      e = av_interleaved_write_frame(fmt, pkt);
+    }
+    if (e < 0 && e != AVERROR(EAGAIN) && e != AVERROR_EOF)
+      s = LAM_FAIL(LAM_ERR_IO, "video file '%s': encoding frame %d failed: %s", path, i, av_why(e, why, sizeof why));
+  }
+  if (s == LAM_OK && (e = av_write_trailer(fmt)) < 0)
+    s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its trailer cannot be written: %s", path, av_why(e, why, sizeof why));
+  if (fmt && fmt->pb && !(fmt->oformat->flags & AVFMT_NOFILE)) avio_closep(&fmt->pb);
+  sws_freeContext(sws);
+  av_packet_free(&pkt);
+  av_frame_free(&f);
+  avcodec_free_context(&enc);
+  avformat_free_context(fmt);
+  return s;
+}
+
+#else /* built without FFmpeg's libraries */
+
+int video_supported(void) { return 0; }
+
+#define NO_FFMPEG "this lamina was built without FFmpeg's libraries: install libavformat-dev, libavcodec-dev and " \
+                  "libswscale-dev and build it again"
+lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
+  (void)frames, (void)h, (void)w;
+  return LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': %s", path, NO_FFMPEG);
+}
+lam_status video_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out) {
+  (void)first, (void)stride, (void)T, (void)C, (void)H, (void)W, (void)out;
+  return LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': %s", path, NO_FFMPEG);
+}
+lam_status video_write(const char *path, const uint8_t *frames, int n, int h, int w, int c, int fps) {
+  (void)frames, (void)n, (void)h, (void)w, (void)c, (void)fps;
+  return LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': %s", path, NO_FFMPEG);
+}
+#endif
