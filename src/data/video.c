@@ -1,7 +1,7 @@
-/* video.c — video files through FFmpeg's libraries (libavformat, libavcodec, libswscale): a clip of T frames,
- * every S-th from a first frame, decoded from a file and fitted to H x W as image folders fit images; and a set of
- * frames written as a video file (H.264 where libavcodec has an encoder for it, else MPEG-4 Part 2), so tests and
- * `lamina data clips --format mp4` have files to read.
+/* video.c — video files through FFmpeg's libraries (libavformat, libavcodec, libswscale; opened on first use): a clip
+ * of T frames, every S-th from a first frame, decoded from a file and fitted to H x W as image folders fit images;
+ * and a set of frames written as a video file (H.264 where libavcodec has an encoder for it, else MPEG-4 Part 2),
+ * so tests and `lamina data clips --format mp4` have files to read.
  *
  * A clip is read by seeking to the key frame at or before its first frame and decoding forward, keeping only the
  * frames it takes: a clip of 16 frames from a 10 s video decodes about a GOP and its 16*S frames, not the video.
@@ -17,24 +17,111 @@
 #include "../status.h"
 
 #ifdef LAMINA_WITH_FFMPEG
+#include <dlfcn.h>
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/avutil.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/log.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 
-int video_supported(void) { return 1; }
+/* FFmpeg's libraries are opened when a video is first read or written, not when lamina loads: linked, libavformat and
+ * what it pulls in put some 27 MB in every process's resident memory (their relocations), video or not. The
+ * functions are looked up by name from the sonames of the headers built against. */
+#define FF_FUNCS(X) \
+  X(0, avformat_open_input) \
+  X(0, avformat_find_stream_info) \
+  X(0, av_find_best_stream) \
+  X(0, avformat_close_input) \
+  X(0, av_read_frame) \
+  X(0, av_seek_frame) \
+  X(0, avformat_alloc_output_context2) \
+  X(0, avformat_new_stream) \
+  X(0, avio_open) \
+  X(0, avformat_write_header) \
+  X(0, av_interleaved_write_frame) \
+  X(0, av_write_trailer) \
+  X(0, avio_closep) \
+  X(0, avformat_free_context) \
+  X(1, avcodec_alloc_context3) \
+  X(1, avcodec_parameters_to_context) \
+  X(1, avcodec_open2) \
+  X(1, avcodec_free_context) \
+  X(1, av_packet_alloc) \
+  X(1, av_packet_unref) \
+  X(1, av_packet_free) \
+  X(1, avcodec_receive_frame) \
+  X(1, avcodec_send_packet) \
+  X(1, avcodec_find_encoder_by_name) \
+  X(1, avcodec_find_encoder) \
+  X(1, avcodec_parameters_from_context) \
+  X(1, avcodec_send_frame) \
+  X(1, avcodec_receive_packet) \
+  X(1, av_packet_rescale_ts) \
+  X(2, av_strerror) \
+  X(2, av_rescale_q_rnd) \
+  X(2, av_rescale_q) \
+  X(2, av_frame_alloc) \
+  X(2, av_frame_unref) \
+  X(2, av_frame_free) \
+  X(2, av_opt_set) \
+  X(2, av_frame_get_buffer) \
+  X(2, av_frame_make_writable) \
+  X(2, av_log_set_level) \
+  X(3, sws_getCachedContext) \
+  X(3, sws_scale) \
+  X(3, sws_freeContext) \
+  X(3, sws_getContext)
+static struct {
+#define X(lib, f) __typeof__(f) *f;
+  FF_FUNCS(X)
+#undef X
+} ff;
+static int ff_ok;
+static char ff_error[600];
 
-/* FFmpeg's own log lines go nowhere: what goes wrong comes back as an error naming the file. */
-static void quiet_once(void) { av_log_set_level(AV_LOG_QUIET); }
-static void quiet(void) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, quiet_once);
+static void ff_load(void) {
+  static const char *const so[4] = {"libavformat.so." AV_STRINGIFY(LIBAVFORMAT_VERSION_MAJOR),
+                                    "libavcodec.so." AV_STRINGIFY(LIBAVCODEC_VERSION_MAJOR),
+                                    "libavutil.so." AV_STRINGIFY(LIBAVUTIL_VERSION_MAJOR),
+                                    "libswscale.so." AV_STRINGIFY(LIBSWSCALE_VERSION_MAJOR)};
+  void *h[4];
+  for (int k = 0; k < 4; k++)
+    if (!(h[k] = dlopen(so[k], RTLD_NOW | RTLD_LOCAL))) {
+      snprintf(ff_error, sizeof ff_error, "FFmpeg's %s cannot be loaded (%s): install the libraries this lamina was "
+               "built against (Debian: libavformat59, libavcodec59, libavutil57, libswscale6)", so[k], dlerror());
+      return;
+    }
+#define X(lib, f)                                                                                                    \
+  if (!(ff.f = (__typeof__(f) *)dlsym(h[lib], #f))) {                                                              \
+    snprintf(ff_error, sizeof ff_error, "FFmpeg's %s has no %s: it is not the version this lamina was built against", \
+             so[lib], #f);                                                                                           \
+    return;                                                                                                          \
+  }
+  FF_FUNCS(X)
+#undef X
+  ff.av_log_set_level(AV_LOG_QUIET); /* what goes wrong comes back as an error naming the file */
+  ff_ok = 1;
 }
 
+static int ff_loaded(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, ff_load);
+  return ff_ok;
+}
+
+/* LAM_OK once the libraries are there; else LAM_ERR_UNSUPPORTED saying what is missing, naming path. */
+static lam_status ff_ready(const char *path) {
+  return ff_loaded() ? LAM_OK : LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': %s", path, ff_error);
+}
+
+int video_supported(void) { return ff_loaded(); }
+
+
+
 static const char *av_why(int err, char *buf, size_t cap) {
-  av_strerror(err, buf, cap);
+  ff.av_strerror(err, buf, cap);
   return buf;
 }
 
@@ -48,32 +135,32 @@ typedef struct vid {
 } vid;
 
 static void vid_close(vid *v) {
-  avcodec_free_context(&v->dec);
-  avformat_close_input(&v->fmt);
+  ff.avcodec_free_context(&v->dec);
+  ff.avformat_close_input(&v->fmt);
 }
 
 static lam_status vid_open(const char *path, vid *v) {
-  quiet();
   memset(v, 0, sizeof *v);
+  LAM_TRY(ff_ready(path));
   char why[128];
-  int e = avformat_open_input(&v->fmt, path, NULL, NULL);
+  int e = ff.avformat_open_input(&v->fmt, path, NULL, NULL);
   if (e < 0)
     return LAM_FAIL(LAM_ERR_IO, "video file '%s' cannot be opened: %s (is it a video file?)", path,
                     av_why(e, why, sizeof why));
   lam_status s = LAM_OK;
-  if ((e = avformat_find_stream_info(v->fmt, NULL)) < 0)
+  if ((e = ff.avformat_find_stream_info(v->fmt, NULL)) < 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its streams cannot be read: %s; the file is damaged", path,
                  av_why(e, why, sizeof why));
   const AVCodec *codec = NULL;
-  if (s == LAM_OK && (v->stream = av_find_best_stream(v->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0)) < 0)
+  if (s == LAM_OK && (v->stream = ff.av_find_best_stream(v->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0)) < 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s' has no video stream%s", path,
                  v->stream == AVERROR_DECODER_NOT_FOUND ? " this FFmpeg build can decode" : "");
   if (s == LAM_OK) {
     AVStream *st = v->fmt->streams[v->stream];
-    v->dec = avcodec_alloc_context3(codec);
+    v->dec = ff.avcodec_alloc_context3(codec);
     if (v->dec) v->dec->thread_count = 1; /* clips are decoded many at once, one a thread */
     if (!v->dec) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a decoder", path);
-    else if ((e = avcodec_parameters_to_context(v->dec, st->codecpar)) < 0 || (e = avcodec_open2(v->dec, codec, NULL)) < 0)
+    else if ((e = ff.avcodec_parameters_to_context(v->dec, st->codecpar)) < 0 || (e = ff.avcodec_open2(v->dec, codec, NULL)) < 0)
       s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its %s decoder cannot be opened: %s", path, codec->name,
                    av_why(e, why, sizeof why));
     /* the rate frames are numbered by: the stream's base rate (every timestamp a whole frame of it, for a file of
@@ -92,7 +179,7 @@ static lam_status vid_open(const char *path, vid *v) {
 
 /* The frame number of a presentation time. */
 static int64_t frame_of(const vid *v, int64_t pts) {
-  return av_rescale_q_rnd(pts - v->start_pts, v->tb, av_inv_q(v->rate), AV_ROUND_NEAR_INF);
+  return ff.av_rescale_q_rnd(pts - v->start_pts, v->tb, av_inv_q(v->rate), AV_ROUND_NEAR_INF);
 }
 
 lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
@@ -101,15 +188,15 @@ lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
   *h = v.dec->height, *w = v.dec->width;
   AVStream *st = v.fmt->streams[v.stream];
   int64_t n = st->nb_frames;
-  if (n <= 0 && st->duration > 0) n = av_rescale_q(st->duration, st->time_base, av_inv_q(v.rate));
+  if (n <= 0 && st->duration > 0) n = ff.av_rescale_q(st->duration, st->time_base, av_inv_q(v.rate));
   if (n <= 0) { /* the container does not say (MKV, WebM): its video packets counted, nothing decoded */
-    AVPacket *pkt = av_packet_alloc();
+    AVPacket *pkt = ff.av_packet_alloc();
     n = 0;
-    while (pkt && av_read_frame(v.fmt, pkt) >= 0) {
+    while (pkt && ff.av_read_frame(v.fmt, pkt) >= 0) {
       n += pkt->stream_index == v.stream;
-      av_packet_unref(pkt);
+      ff.av_packet_unref(pkt);
     }
-    av_packet_free(&pkt);
+    ff.av_packet_free(&pkt);
   }
   vid_close(&v);
   if (n <= 0) return LAM_FAIL(LAM_ERR_IO, "video file '%s' holds no frames", path);
@@ -122,14 +209,14 @@ lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
 static lam_status put_frame(const char *path, const AVFrame *f, struct SwsContext **sws, int C, int H, int W,
                             uint8_t *out) {
   const enum AVPixelFormat want = C == 1 ? AV_PIX_FMT_GRAY8 : AV_PIX_FMT_RGB24;
-  *sws = sws_getCachedContext(*sws, f->width, f->height, f->format, f->width, f->height, want, SWS_BILINEAR, NULL,
+  *sws = ff.sws_getCachedContext(*sws, f->width, f->height, f->format, f->width, f->height, want, SWS_BILINEAR, NULL,
                               NULL, NULL);
   if (!*sws) return LAM_FAIL(LAM_ERR_IO, "video file '%s': frames of format %d cannot be converted", path, f->format);
   data_image im = {f->height, f->width, C, malloc((size_t)f->width * f->height * C)};
   if (!im.px) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a frame", path);
   uint8_t *dst[4] = {im.px, NULL, NULL, NULL};
   int stride[4] = {f->width * C, 0, 0, 0};
-  sws_scale(*sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
+  ff.sws_scale(*sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
   image_fit(&im, H, W, out);
   free(im.px);
   return LAM_OK;
@@ -142,23 +229,23 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
   LAM_TRY(vid_open(path, &v));
   char why[128];
   const size_t frame = (size_t)H * W * C;
-  const int64_t ts = v.start_pts + av_rescale_q(first, av_inv_q(v.rate), v.tb);
+  const int64_t ts = v.start_pts + ff.av_rescale_q(first, av_inv_q(v.rate), v.tb);
   /* the key frame at or before the clip's first frame; a file that cannot seek is read from its start */
-  if (first > 0 && av_seek_frame(v.fmt, v.stream, ts, AVSEEK_FLAG_BACKWARD) < 0)
-    av_seek_frame(v.fmt, v.stream, v.start_pts, AVSEEK_FLAG_BACKWARD);
-  AVPacket *pkt = av_packet_alloc();
-  AVFrame *f = av_frame_alloc();
+  if (first > 0 && ff.av_seek_frame(v.fmt, v.stream, ts, AVSEEK_FLAG_BACKWARD) < 0)
+    ff.av_seek_frame(v.fmt, v.stream, v.start_pts, AVSEEK_FLAG_BACKWARD);
+  AVPacket *pkt = ff.av_packet_alloc();
+  AVFrame *f = ff.av_frame_alloc();
   struct SwsContext *sws = NULL;
   lam_status s = pkt && f ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
   int got = 0, draining = 0;
   int64_t last_idx = -1;
   while (s == LAM_OK && got < T) {
-    int e = avcodec_receive_frame(v.dec, f);
+    int e = ff.avcodec_receive_frame(v.dec, f);
     if (e == AVERROR(EAGAIN)) {
       if (draining) break;
-      e = av_read_frame(v.fmt, pkt);
+      e = ff.av_read_frame(v.fmt, pkt);
       if (e == AVERROR_EOF) {
-        avcodec_send_packet(v.dec, NULL), draining = 1;
+        ff.avcodec_send_packet(v.dec, NULL), draining = 1;
         continue;
       }
       if (e < 0) {
@@ -166,10 +253,10 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
                      av_why(e, why, sizeof why));
         break;
       }
-      if (pkt->stream_index == v.stream && (e = avcodec_send_packet(v.dec, pkt)) < 0 && e != AVERROR(EAGAIN))
+      if (pkt->stream_index == v.stream && (e = ff.avcodec_send_packet(v.dec, pkt)) < 0 && e != AVERROR(EAGAIN))
         s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a packet cannot be decoded: %s; the file is damaged", path,
                      av_why(e, why, sizeof why));
-      av_packet_unref(pkt);
+      ff.av_packet_unref(pkt);
       continue;
     }
     if (e == AVERROR_EOF) break;
@@ -193,15 +280,15 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
       }
       got++;
     }
-    av_frame_unref(f);
+    ff.av_frame_unref(f);
   }
   if (s == LAM_OK && got == 0) s = LAM_FAIL(LAM_ERR_IO, "video file '%s': no frame could be decoded from frame %lld on",
                                             path, (long long)first);
   for (int k = got; s == LAM_OK && k < T; k++) /* a video shorter than the clip: its last frame again */
     memcpy(out + (size_t)k * frame, out + (size_t)(got - 1) * frame, frame);
-  sws_freeContext(sws);
-  av_frame_free(&f);
-  av_packet_free(&pkt);
+  ff.sws_freeContext(sws);
+  ff.av_frame_free(&f);
+  ff.av_packet_free(&pkt);
   vid_close(&v);
   return s;
 }
@@ -209,20 +296,20 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
 lam_status video_write(const char *path, const uint8_t *frames, int n, int h, int w, int c, int fps) {
   LAM_CHECK_ARG(frames && n >= 1 && h >= 2 && w >= 2 && h % 2 == 0 && w % 2 == 0 && (c == 1 || c == 3) && fps >= 1,
                 "video_write: %d frames of %dx%dx%d at %d fps (even sides)", n, h, w, c, fps);
-  quiet();
+  LAM_TRY(ff_ready(path));
   char why[128];
   AVFormatContext *fmt = NULL;
-  int e = avformat_alloc_output_context2(&fmt, NULL, NULL, path);
+  int e = ff.avformat_alloc_output_context2(&fmt, NULL, NULL, path);
   if (e < 0 || !fmt)
     return LAM_FAIL(LAM_ERR_IO, "video file '%s': no container for its name: %s (use .mp4, .avi or .mkv)", path,
                     av_why(e, why, sizeof why));
-  const AVCodec *codec = avcodec_find_encoder_by_name("libx264");
-  if (!codec) codec = avcodec_find_encoder(AV_CODEC_ID_MPEG4);
+  const AVCodec *codec = ff.avcodec_find_encoder_by_name("libx264");
+  if (!codec) codec = ff.avcodec_find_encoder(AV_CODEC_ID_MPEG4);
   lam_status s = codec ? LAM_OK : LAM_FAIL(LAM_ERR_UNSUPPORTED, "video_write: this FFmpeg has no H.264 or MPEG-4 encoder");
-  AVStream *st = s == LAM_OK ? avformat_new_stream(fmt, NULL) : NULL;
-  AVCodecContext *enc = s == LAM_OK ? avcodec_alloc_context3(codec) : NULL;
-  AVFrame *f = av_frame_alloc();
-  AVPacket *pkt = av_packet_alloc();
+  AVStream *st = s == LAM_OK ? ff.avformat_new_stream(fmt, NULL) : NULL;
+  AVCodecContext *enc = s == LAM_OK ? ff.avcodec_alloc_context3(codec) : NULL;
+  AVFrame *f = ff.av_frame_alloc();
+  AVPacket *pkt = ff.av_packet_alloc();
   struct SwsContext *sws = NULL;
   if (s == LAM_OK && (!st || !enc || !f || !pkt)) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory");
   if (s == LAM_OK) {
@@ -230,55 +317,55 @@ lam_status video_write(const char *path, const uint8_t *frames, int n, int h, in
     enc->pix_fmt = AV_PIX_FMT_YUV420P, enc->gop_size = 12, enc->max_b_frames = 2;
     enc->thread_count = 1; /* the callers write many files at once, one a thread */
     if (fmt->oformat->flags & AVFMT_GLOBALHEADER) enc->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-    if (!strcmp(codec->name, "libx264")) av_opt_set(enc->priv_data, "preset", "veryfast", 0);
+    if (!strcmp(codec->name, "libx264")) ff.av_opt_set(enc->priv_data, "preset", "veryfast", 0);
     else enc->bit_rate = (int64_t)w * h * fps * 2; /* MPEG-4: enough that small test frames come back close */
-    if ((e = avcodec_open2(enc, codec, NULL)) < 0 || (e = avcodec_parameters_from_context(st->codecpar, enc)) < 0)
+    if ((e = ff.avcodec_open2(enc, codec, NULL)) < 0 || (e = ff.avcodec_parameters_from_context(st->codecpar, enc)) < 0)
       s = LAM_FAIL(LAM_ERR_IO, "video_write: the %s encoder cannot be opened: %s", codec->name, av_why(e, why, sizeof why));
     st->time_base = enc->time_base;
   }
-  if (s == LAM_OK && !(fmt->oformat->flags & AVFMT_NOFILE) && (e = avio_open(&fmt->pb, path, AVIO_FLAG_WRITE)) < 0)
+  if (s == LAM_OK && !(fmt->oformat->flags & AVFMT_NOFILE) && (e = ff.avio_open(&fmt->pb, path, AVIO_FLAG_WRITE)) < 0)
     s = LAM_FAIL(LAM_ERR_IO, "cannot write video file '%s': %s", path, av_why(e, why, sizeof why));
-  if (s == LAM_OK && (e = avformat_write_header(fmt, NULL)) < 0)
+  if (s == LAM_OK && (e = ff.avformat_write_header(fmt, NULL)) < 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its header cannot be written: %s", path, av_why(e, why, sizeof why));
   if (s == LAM_OK) {
     f->format = enc->pix_fmt, f->width = w, f->height = h;
-    if (av_frame_get_buffer(f, 0) < 0) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory for a frame");
-    sws = sws_getContext(w, h, c == 1 ? AV_PIX_FMT_GRAY8 : AV_PIX_FMT_RGB24, w, h, enc->pix_fmt, SWS_BILINEAR, NULL,
+    if (ff.av_frame_get_buffer(f, 0) < 0) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory for a frame");
+    sws = ff.sws_getContext(w, h, c == 1 ? AV_PIX_FMT_GRAY8 : AV_PIX_FMT_RGB24, w, h, enc->pix_fmt, SWS_BILINEAR, NULL,
                          NULL, NULL);
     if (s == LAM_OK && !sws) s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "video_write: no converter to YUV 4:2:0");
   }
   for (int i = 0; s == LAM_OK && i <= n; i++) { /* i == n: the encoder flushed */
     if (i < n) {
-      if (av_frame_make_writable(f) < 0) {
+      if (ff.av_frame_make_writable(f) < 0) {
         s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory for a frame");
         break;
       }
       const uint8_t *src[4] = {frames + (size_t)i * h * w * c, NULL, NULL, NULL};
       const int sstride[4] = {w * c, 0, 0, 0};
-      sws_scale(sws, src, sstride, 0, h, f->data, f->linesize);
+      ff.sws_scale(sws, src, sstride, 0, h, f->data, f->linesize);
       f->pts = i;
     }
-    e = avcodec_send_frame(enc, i < n ? f : NULL);
+    e = ff.avcodec_send_frame(enc, i < n ? f : NULL);
     while (e >= 0) {
-      e = avcodec_receive_packet(enc, pkt);
+      e = ff.avcodec_receive_packet(enc, pkt);
       if (e == AVERROR(EAGAIN) || e == AVERROR_EOF) break;
       if (e < 0) break;
       if (pkt->duration <= 0) pkt->duration = 1; /* a frame: MP4 keeps a last sample of no duration out of the file */
-      av_packet_rescale_ts(pkt, enc->time_base, st->time_base);
+      ff.av_packet_rescale_ts(pkt, enc->time_base, st->time_base);
       pkt->stream_index = st->index;
-      e = av_interleaved_write_frame(fmt, pkt);
+      e = ff.av_interleaved_write_frame(fmt, pkt);
     }
     if (e < 0 && e != AVERROR(EAGAIN) && e != AVERROR_EOF)
       s = LAM_FAIL(LAM_ERR_IO, "video file '%s': encoding frame %d failed: %s", path, i, av_why(e, why, sizeof why));
   }
-  if (s == LAM_OK && (e = av_write_trailer(fmt)) < 0)
+  if (s == LAM_OK && (e = ff.av_write_trailer(fmt)) < 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its trailer cannot be written: %s", path, av_why(e, why, sizeof why));
-  if (fmt && fmt->pb && !(fmt->oformat->flags & AVFMT_NOFILE)) avio_closep(&fmt->pb);
-  sws_freeContext(sws);
-  av_packet_free(&pkt);
-  av_frame_free(&f);
-  avcodec_free_context(&enc);
-  avformat_free_context(fmt);
+  if (fmt && fmt->pb && !(fmt->oformat->flags & AVFMT_NOFILE)) ff.avio_closep(&fmt->pb);
+  ff.sws_freeContext(sws);
+  ff.av_packet_free(&pkt);
+  ff.av_frame_free(&f);
+  ff.avcodec_free_context(&enc);
+  ff.avformat_free_context(fmt);
   return s;
 }
 
