@@ -192,7 +192,7 @@ void lam_cpu_use_threads(int n);
 /* What a streamed set's samples come from: fill(state, i, px, labels) writes sample i of the source, its pixels
  * (t, c, h, w) and its labels; reentrant (called from every pool thread at once; decoder state on its stack). */
 typedef struct lam_source lam_source;
-typedef lam_status (*lam_fill_fn)(void *state, size_t i, uint8_t *px, uint8_t *labels);
+typedef lam_status (*lam_fill_fn)(void *state, size_t i, uint64_t draw, uint8_t *px, uint8_t *labels);
 /* A source of n samples (drop(state) frees it when the last view goes; on failure too). skip_bad: a sample whose
  * fill fails with LAM_ERR_IO is replaced by the next of its part and counted (lam_source_replaced). */
 lam_status lam_source_make(size_t n, lam_fill_fn fill, void (*drop)(void *), void *state, int skip_bad,
@@ -200,6 +200,9 @@ lam_status lam_source_make(size_t n, lam_fill_fn fill, void (*drop)(void *), voi
 /* A view of the n samples i of s where pick[i] == want (lam_dataset_split's parts), sharing s's source. */
 lam_status lam_source_subset(const lam_source *s, const uint8_t *pick, uint8_t want, size_t n, lam_source **out);
 void lam_source_free(lam_source *s);
+/* The draw fill gets from now on for this view: 0 (the default) a sample's fixed choice (a video's middle clip), else
+ * a key the sample's random choices come from (a training clip's start: the trainer sets one an epoch). */
+void lam_source_set_draw(lam_source *s, uint64_t draw);
 /* lam_dataset_rows into blocks of `per` rows: row r to images[r / per] at row r % per (a streaming feed's slots,
  * several batches decoded in one pass of the pool); either array may be NULL. */
 lam_status lam_dataset_rows_blocks(const lam_dataset *d, const int32_t *idx, size_t n, size_t per,

@@ -1762,16 +1762,40 @@ fi
 # ---- video files: lamina data clips --format mp4 (read back by tests/test_video.c's reader) -----------
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "${LAMINA_DATA_DIR:-}" ]; then
   V=$TMP/videos
-  run data clips --format mp4 --n 12 --test 4 --out "$V" --seed 3
-  if [ "$rc" -eq 0 ] && [ "$(find "$V/train" -name '*.mp4' | wc -l)" -eq 12 ] &&
-     [ "$(find "$V/test" -name '*.mp4' | wc -l)" -eq 4 ] && has "$TMP/out" "videos of 1 to 4 s"; then
+  run data clips --format mp4 --n 30 --test 8 --out "$V" --seed 3
+  if [ "$rc" -eq 0 ] && [ "$(find "$V/train" -name '*.mp4' | wc -l)" -eq 30 ] &&
+     [ "$(find "$V/test" -name '*.mp4' | wc -l)" -eq 8 ] && has "$TMP/out" "videos of 1 to 4 s"; then
     ok "data clips --format mp4: a video folder, DIR/{train,test}/CLASS/INDEX.mp4"
   elif has "$TMP/err" "without FFmpeg"; then
     skip "data clips --format mp4: this lamina was built without FFmpeg's libraries"
-  else not_ok "data clips --format mp4" "want 12 + 4 videos in class folders; got $rc: $(head -c 300 "$TMP/err")"; fi
+  else not_ok "data clips --format mp4" "want 30 + 8 videos in class folders; got $rc: $(head -c 300 "$TMP/err")"; fi
   usage_error "clips --format mp4 --frames" --frames -- data clips --format mp4 --frames 8 --out "$TMP/v2"
   usage_error "clips --format mp4 of odd sides" "even sides" -- data clips --format mp4 --size 63x64 --out "$TMP/v3"
   usage_error "segment --format mp4" --format -- data segment --format mp4 --out "$TMP/v4"
+  if [ -d "$V/train" ]; then # train and evaluate on the video folder: clips decoded from the files as it trains
+    VM="conv 8 3 pad 1, relu, maxpool 2, tpool max, flatten, dense 10"
+    run train --data "$V" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 2 --batch 4 --seed 5 \
+      --device cpu --json --save "$V.ckpt"
+    cp "$TMP/out" "$TMP/vrun1.json"
+    json_check "train on a video folder: clips of 6 frames streamed from the files, a loss each epoch" \
+      "d['image_folder']['streamed'] and d['epochs'][1]['train_loss'] > 0 and d['epochs'][0]['stream_buffers'] == 3"
+    run train --data "$V" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 2 --batch 4 --seed 5 \
+      --device cpu --json
+    json_check "train on a video folder twice, one seed: the same clips, the same losses" \
+      "(lambda r: [e['train_loss'] for e in d['epochs']] == [e['train_loss'] for e in r['epochs']])(json.load(open('$TMP/vrun1.json')))"
+    run eval --data "$V" --frames 6 --frame-stride 3 --load "$V.ckpt" --device cpu --json
+    json_check "eval on a video folder: the test videos' middle clips" "0 <= d['accuracy'] <= 1 and d['loss'] > 0"
+    cp -r "$V" "$V-bad"
+    f=$(find "$V-bad/train" -name '*.mp4' | sort | head -1)
+    printf 'not a video at all' >"$f"
+    run train --data "$V-bad" --frames 6 --model "$VM" --classes 10 --epochs 1 --batch 4 --device cpu
+    if [ "$rc" -eq 1 ] && has "$TMP/err" "$(basename "$f")"; then ok "train on a video folder: a damaged video is an error naming it"
+    else not_ok "video folder, damaged file" "want exit 1 and the file named; got $rc: $(head -c 300 "$TMP/err")"; fi
+    run train --data "$V-bad" --frames 6 --model "$VM" --classes 10 --epochs 1 --batch 4 --device cpu --skip-bad
+    if [ "$rc" -eq 0 ] && has "$TMP/out" "1 video file could not be decoded"; then
+      ok "train on a video folder --skip-bad: the damaged video left out and counted"
+    else not_ok "video folder --skip-bad" "want exit 0 and the file counted; got $rc: $(head -c 300 "$TMP/out")"; fi
+  fi
 else
   skip "video files: no Fashion-MNIST to make clips from"
 fi

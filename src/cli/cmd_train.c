@@ -81,7 +81,9 @@ static void train_usage(FILE *f) {
           "  --cache DIR            where an image folder's decoded images are kept for the next run (default\n"
           "                         DATA/.lamina-cache where it can be made; '' for none)\n"
           "  --skip-bad             leave out image files that cannot be decoded (and count them) instead of\n"
-          "                         stopping at the first\n"
+          "                         stopping at the first\n"          "  --frames T             a video folder's clips: T frames each (default 16) ...\n"
+          "  --frame-stride S       ... every S-th frame (default 2): in training from a start drawn each epoch,\n"
+          "                         in testing the video's middle clip; DIR/train/CLASS/NAME.mp4|avi|mkv|webm|mov\n"
           "  --decode auto|cpu|gpu  where an image folder's JPEG files are decoded: cpu through libjpeg on all host\n"
           "                         threads, gpu through nvJPEG (where the build has it); auto (default): cpu, the\n"
           "                         faster on every set measured\n"
@@ -196,7 +198,8 @@ static void eval_usage(FILE *f) {
 enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_DEVICE, O_SEED, O_SAVE, O_RESUME,
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
        O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
-       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS, O_SYNCBN, O_BUCKET, O_REDUCE0, O_LABELMAP, O_MONITOR };
+       O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS, O_SYNCBN, O_BUCKET, O_REDUCE0, O_LABELMAP, O_MONITOR,
+       O_FRAMES, O_FSTRIDE };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -223,6 +226,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"early-stop", required_argument, 0, O_EARLYSTOP}, {"log", required_argument, 0, O_LOG},
       {"size", required_argument, 0, O_SIZE},            {"cache", required_argument, 0, O_CACHE},
       {"skip-bad", no_argument, 0, O_SKIPBAD},       {"decode", required_argument, 0, O_DECODE},
+      {"frames", required_argument, 0, O_FRAMES},     {"frame-stride", required_argument, 0, O_FSTRIDE},
       {"gpus", required_argument, 0, O_GPUS},         {"sync-bn", no_argument, 0, O_SYNCBN},
       {"bucket-mb", required_argument, 0, O_BUCKET},
       {"reduce-zero-label", no_argument, 0, O_REDUCE0}, {"label-map", required_argument, 0, O_LABELMAP},
@@ -262,6 +266,14 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->images.label_map = o->label_map;
         break;
       case O_SKIPBAD: o->images.skip_bad = 1; break;
+      case O_FRAMES:
+        if (cli_parse_int(cmd, "--frames", optarg, 1, 255, &v)) return EXIT_USAGE;
+        o->images.frames = (int)v;
+        break;
+      case O_FSTRIDE:
+        if (cli_parse_int(cmd, "--frame-stride", optarg, 1, 1000, &v)) return EXIT_USAGE;
+        o->images.frame_stride = (int)v;
+        break;
       case O_DECODE:
         if (!strcmp(optarg, "auto")) o->images.decoder = LAM_DECODE_AUTO;
         else if (!strcmp(optarg, "cpu")) o->images.decoder = LAM_DECODE_CPU;
@@ -1077,8 +1089,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   }
   if (!no_test) skipped += o.images.skipped; /* else o.images is the training part's, counted */
   if (skipped && !o.json)
-    printf("  %zu image file%s could not be %s, left out (--skip-bad)\n", skipped, skipped == 1 ? "" : "s",
-           lam_dataset_mask_folder_layout(o.data) ? "paired with a mask or decoded" : "decoded");
+    printf("  %zu %s file%s could not be %s, left out (--skip-bad)\n", skipped, train->t > 1 ? "video" : "image",
+           skipped == 1 ? "" : "s", lam_dataset_mask_folder_layout(o.data) ? "paired with a mask or decoded" : "decoded");
   { /* the test part must fit the model the training part makes: said now, not after an epoch */
     int tc = train->c > 0 ? train->c : 1, ec = test->c > 0 ? test->c : 1;
     int tl = train->label_h > 1 || train->label_w > 1, el = test->label_h > 1 || test->label_w > 1;
@@ -1231,7 +1243,11 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       char cache[4096];
       snprintf(cache, sizeof cache, o.images.cache ? "%s" : "%s/.lamina-cache", o.images.cache ? o.images.cache : o.data);
       const int masks = lam_dataset_mask_folder_layout(o.data) != LAM_MASKS_NONE;
-      if (o.train_part.streamed)
+      if (o.train_part.streamed && train->t > 1)
+        printf("  video folder: streamed, each clip decoded on the host threads as its batch is needed (a clip of %d "
+               "frames, every %d-th, from each video an epoch)\n", train->t,
+               o.images.frame_stride ? o.images.frame_stride : 2);
+      else if (o.train_part.streamed)
         printf("  %s folder: streamed, each file decoded on the host threads as its batch is needed (decoded whole it "
                "would take %.1f MB%s)\n", masks ? "mask" : "image", (double)o.train_part.part_bytes / 1e6,
                o.stream ? "; --stream" : o.max_memory ? ", more than half of --max-memory" : ", more than memory has");

@@ -88,6 +88,14 @@ lam_status data_check_dim(const data_src *s, const char *format, const char *nam
  * label per image). */
 void data_where(uint64_t h, uint64_t w, size_t i, char *buf, size_t cap);
 
+/* The names in dir that are folders (folders = 1) or files want() takes (0), sorted, hidden ones left out; *names
+ * malloc'd, freed by folder_names_free (folder.c). */
+lam_status folder_list(const char *dir, int folders, int (*want)(const char *), char ***names, size_t *count);
+void folder_names_free(char **v, size_t n);
+/* A video folder's layout (videofolder.c): DIR/train/CLASS/ holding video files; read by lam_dataset_load_images. */
+int video_folder(const char *dir);
+lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_dataset **out);
+
 /* Checks o's size and stream (folder.c) and zeroes its out fields, for both folder readers. */
 lam_status lam_image_opts_check(lam_image_opts *o);
 
@@ -170,6 +178,8 @@ lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_
 #define VIDEO_FPS 25 /* the frame rate lamina writes videos at */
 /* 1 when this build reads and writes video files. */
 int video_supported(void);
+/* Why not, where video_supported() is 0: what to install. */
+const char *video_unsupported_why(void);
 /* The frames of the file's video stream (the container's count, else its duration at the frame rate, else its
  * video packets counted) and their size; an error names the file and what is wrong. */
 lam_status video_probe(const char *path, int64_t *frames, int *h, int *w);

@@ -43,6 +43,10 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *c
 
 /* The names in dir that are folders (folders = 1) or image files (0), sorted; *names malloc'd. */
 static lam_status list(const char *dir, int folders, char ***names, size_t *count) {
+  return folder_list(dir, folders, lam_image_file_name, names, count);
+}
+
+lam_status folder_list(const char *dir, int folders, int (*want)(const char *), char ***names, size_t *count) {
   *names = NULL, *count = 0;
   DIR *d = opendir(dir);
   if (!d) return LAM_FAIL(LAM_ERR_IO, "image folder: cannot list '%s': %s", dir, strerror(errno));
@@ -51,7 +55,7 @@ static lam_status list(const char *dir, int folders, char ***names, size_t *coun
   lam_status s = LAM_OK;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     if (e->d_name[0] == '.') continue; /* ., .., hidden files and the cache */
-    if (!folders && !lam_image_file_name(e->d_name)) continue;
+    if (!folders && !want(e->d_name)) continue;
     /* the entry's type from the listing where the file system gives it (a stat per file costs a cached run
      * a third of its start on 70 000 files); a link or an unknown type is looked up */
     int is_dir = e->d_type == DT_DIR, is_reg = e->d_type == DT_REG;
@@ -87,7 +91,8 @@ static lam_status list(const char *dir, int folders, char ***names, size_t *coun
   *names = v, *count = n;
   return LAM_OK;
 }
-static void names_free(char **v, size_t n) {
+static void names_free(char **v, size_t n) { folder_names_free(v, n); }
+void folder_names_free(char **v, size_t n) {
   for (size_t i = 0; i < n; i++) free(v[i]);
   free(v);
 }
@@ -576,7 +581,8 @@ static void folder_src_drop(void *state) {
 }
 
 /* lam_fill_fn: file i decoded as decode_all decodes it (the part's channels are its first file's). */
-static lam_status folder_fill(void *state, size_t i, uint8_t *px, uint8_t *lab) {
+static lam_status folder_fill(void *state, size_t i, uint64_t draw, uint8_t *px, uint8_t *lab) {
+  (void)draw; /* an image is the same every epoch */
   const folder_src *f = state;
   uint8_t *hwc = f->C == 1 ? px : malloc((size_t)f->H * f->W * f->C);
   if (!hwc) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder: no host memory to decode '%s'", f->l.e[i].path);
@@ -606,6 +612,7 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
   lam_image_opts def = {.stream = LAM_STREAM_OFF};
   lam_image_opts *o = opts ? opts : &def;
   LAM_TRY(lam_image_opts_check(o));
+  if (video_folder(dir)) return video_folder_load(dir, train, o, out);
   LAM_CHECK_ARG(o->decoder >= LAM_DECODE_AUTO && o->decoder <= LAM_DECODE_GPU,
                 "lam_image_opts: decoder %d (LAM_DECODE_AUTO, LAM_DECODE_CPU or LAM_DECODE_GPU)", o->decoder);
   entries l;

@@ -439,7 +439,8 @@ static void mask_src_drop(void *state) {
 
 /* lam_fill_fn: pair i decoded as decode_pairs decodes it; a label at or over the classes is an error naming the mask
  * (the masks were counted when the set was read: a file changed since). */
-static lam_status mask_fill(void *state, size_t i, uint8_t *px, uint8_t *lab) {
+static lam_status mask_fill(void *state, size_t i, uint64_t draw, uint8_t *px, uint8_t *lab) {
+  (void)draw; /* an image is the same every epoch */
   const mask_src *m = state;
   uint8_t *hwc = m->C == 1 ? px : malloc((size_t)m->H * m->W * m->C);
   if (!hwc) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask folder: no host memory to decode '%s'", m->l.p[i].img);

@@ -28,6 +28,7 @@ typedef struct shared {
 struct lam_source {
   shared *sh;
   size_t n;
+  uint64_t draw; /* what fill gets: 0, or the trainer's key of the epoch */
   size_t *map; /* the part's samples of the source; NULL: all of them, in order */
 };
 
@@ -75,6 +76,10 @@ lam_status lam_source_subset(const lam_source *s, const uint8_t *pick, uint8_t w
   return LAM_OK;
 }
 
+void lam_source_set_draw(lam_source *s, uint64_t draw) {
+  if (s) s->draw = draw;
+}
+
 size_t lam_source_replaced(const lam_source *s) { return s ? atomic_load(&s->sh->replaced) : 0; }
 
 /* Sample k of the part into px and lab. With skip_bad a sample whose files fail (LAM_ERR_IO) is replaced by the
@@ -83,7 +88,7 @@ static lam_status fill_one(const lam_source *s, size_t k, uint8_t *px, uint8_t *
   lam_status st = LAM_OK;
   for (size_t t = 0; t < s->n; t++) {
     const size_t at = (k + t) % s->n, j = s->map ? s->map[at] : at;
-    st = s->sh->fill(s->sh->state, j, px, lab);
+    st = s->sh->fill(s->sh->state, j, s->draw, px, lab);
     if (st == LAM_OK) {
       if (t) atomic_fetch_add(&s->sh->replaced, t);
       return LAM_OK;

@@ -117,6 +117,7 @@ static lam_status ff_ready(const char *path) {
 }
 
 int video_supported(void) { return ff_loaded(); }
+const char *video_unsupported_why(void) { return ff_loaded() ? "" : ff_error; }
 
 
 
@@ -375,6 +376,7 @@ int video_supported(void) { return 0; }
 
 #define NO_FFMPEG "this lamina was built without FFmpeg's libraries: install libavformat-dev, libavcodec-dev and " \
                   "libswscale-dev and build it again"
+const char *video_unsupported_why(void) { return NO_FFMPEG; }
 lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
   (void)frames, (void)h, (void)w;
   return LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': %s", path, NO_FFMPEG);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../hash.h"
 #include "nn.h"
 #include "rng.h"
 #include "train.h"
@@ -616,6 +617,9 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   }
   /* the steps done, in this rank's order (all but the last global batch share alike) */
   const size_t skip = (size_t)first * share_of(t, (size_t)t->batch);
+  /* a streamed set's random choices of the epoch (a video's clip): from the seed and the epoch, so a resumed
+   * epoch draws them again */
+  if (t->host->source) lam_source_set_draw(t->host->source, lam_draw_key(t->seed ^ 0x636c6970ULL, t->epochs_done) | 1);
   if (t->feed) LAM_TRY(feed_start(t->feed, t->host, t->h_idx + skip, t->n - skip));
   else LAM_TRY(lam_mem_upload(ctx, t->d_idx, t->h_idx, n_local * sizeof(int32_t)));
   /* the optimizer's scalars for this epoch's steps (row k is the epoch's step k: the table starts where

@@ -1,0 +1,217 @@
+/* videofolder.c — folders of video files as streamed sets of clips: DIR/train/CLASS/NAME.{mp4,avi,mkv,webm,mov} and
+ * DIR/test/CLASS/... or DIR/val/CLASS/... (the ImageFolder layout with videos), the classes the training part's
+ * folder names in sorted order. A sample is a clip of T frames (lam_image_opts.frames, default 16), every S-th
+ * (frame_stride, default 2): in training from a start drawn anew each epoch (lam_source_set_draw: the trainer's key
+ * of the epoch), else the video's middle clip. Nothing is decoded whole: every clip is decoded from its file when
+ * its sample is asked for (video.c), so a set of any size trains in bounded memory. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "data.h"
+#include "../hash.h"
+#include "../internal.h"
+#include "../status.h"
+
+#define VIDEO_MAX_CLASSES 256
+
+static int video_file_name(const char *name) {
+  static const char *const ext[] = {".mp4", ".avi", ".mkv", ".webm", ".mov", NULL};
+  const char *dot = strrchr(name, '.');
+  for (int k = 0; dot && ext[k]; k++)
+    if (!strcasecmp(dot, ext[k])) return 1;
+  return 0;
+}
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int video_folder(const char *dir) {
+  char t[PATH_MAX];
+  char **classes = NULL;
+  size_t nc = 0;
+  if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t || !is_dir(t) ||
+      folder_list(t, 1, video_file_name, &classes, &nc) != LAM_OK)
+    return 0;
+  int found = 0;
+  for (size_t k = 0; k < nc && !found; k++) { /* a class folder with a video file in it */
+    char c[PATH_MAX];
+    char **files = NULL;
+    size_t nf = 0;
+    if ((size_t)snprintf(c, sizeof c, "%s/%s", t, classes[k]) < sizeof c &&
+        folder_list(c, 0, video_file_name, &files, &nf) == LAM_OK)
+      found = nf > 0, folder_names_free(files, nf);
+  }
+  folder_names_free(classes, nc);
+  return found;
+}
+
+typedef struct clip_src {
+  size_t n;
+  char **path;
+  int *cls;
+  int64_t *frames;
+  int T, S, C, H, W;
+} clip_src;
+
+static void clip_src_drop(void *state) {
+  clip_src *c = state;
+  for (size_t i = 0; i < c->n; i++) free(c->path[i]);
+  free(c->path), free(c->cls), free(c->frames), free(c);
+}
+
+/* lam_fill_fn: video i's clip (T, C, H, W) and its class; the start drawn from draw, or the middle clip where 0. */
+static lam_status clip_fill(void *state, size_t i, uint64_t draw, uint8_t *px, uint8_t *lab) {
+  const clip_src *c = state;
+  const int64_t span = (int64_t)(c->T - 1) * c->S + 1, last = c->frames[i] > span ? c->frames[i] - span : 0;
+  int64_t start = last / 2;
+  if (draw) {
+    start = (int64_t)(lam_draw_uniform(draw, i) * (float)(last + 1));
+    if (start > last) start = last;
+  }
+  const size_t plane = (size_t)c->H * c->W * c->C;
+  uint8_t *hwc = malloc(plane * c->T);
+  if (!hwc) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory for a clip of '%s'", c->path[i]);
+  lam_status s = video_clip(c->path[i], start, c->S, c->T, c->C, c->H, c->W, hwc);
+  for (int t = 0; s == LAM_OK && t < c->T; t++) image_planar(hwc + t * plane, c->H, c->W, c->C, px + t * plane);
+  free(hwc);
+  lab[0] = (uint8_t)c->cls[i];
+  return s;
+}
+
+/* The part's videos, class by class (the training part's classes, sorted), each class's files sorted. */
+static lam_status scan(const char *dir, int train, clip_src *c, char ***names, size_t *nclasses) {
+  char tdir[PATH_MAX], pdir[PATH_MAX];
+  snprintf(tdir, sizeof tdir, "%s/train", dir);
+  if (train) snprintf(pdir, sizeof pdir, "%s", tdir);
+  else if ((size_t)snprintf(pdir, sizeof pdir, "%s/test", dir) < sizeof pdir && !is_dir(pdir))
+    snprintf(pdir, sizeof pdir, "%s/val", dir);
+  if (!is_dir(pdir))
+    return LAM_FAIL(LAM_ERR_IO, "video folder '%s' has a train/ folder but neither test/ nor val/ beside it: add one "
+                    "(test/CLASS/... as train/ is laid out)", dir);
+  LAM_TRY(folder_list(tdir, 1, video_file_name, names, nclasses));
+  if (*nclasses == 0 || *nclasses > VIDEO_MAX_CLASSES)
+    return LAM_FAIL(LAM_ERR_IO, "video folder '%s': '%s' holds %zu class folders; it needs 1 to %d", dir, tdir,
+                    *nclasses, VIDEO_MAX_CLASSES);
+  lam_status s = LAM_OK;
+  size_t cap = 0;
+  for (size_t k = 0; k < *nclasses && s == LAM_OK; k++) {
+    char cdir[PATH_MAX];
+    char **files = NULL;
+    size_t nf = 0;
+    if ((size_t)snprintf(cdir, sizeof cdir, "%s/%s", pdir, (*names)[k]) >= sizeof cdir || !is_dir(cdir)) continue;
+    s = folder_list(cdir, 0, video_file_name, &files, &nf);
+    for (size_t f = 0; f < nf && s == LAM_OK; f++) {
+      if (c->n == cap) {
+        cap = cap ? 2 * cap : 256;
+        char **p = realloc(c->path, cap * sizeof *p);
+        int *q = p ? realloc(c->cls, cap * sizeof *q) : NULL;
+        if (p) c->path = p;
+        if (q) c->cls = q;
+        if (!p || !q) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory for the list of files");
+      }
+      char full[PATH_MAX];
+      if (s == LAM_OK && (size_t)snprintf(full, sizeof full, "%s/%s", cdir, files[f]) < sizeof full) {
+        if (!(c->path[c->n] = strdup(full))) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
+        else c->cls[c->n++] = (int)k;
+      }
+    }
+    folder_names_free(files, nf);
+  }
+  if (s == LAM_OK && c->n == 0) s = LAM_FAIL(LAM_ERR_IO, "video folder '%s': no video files in the class folders of '%s'", dir, pdir);
+  return s;
+}
+
+lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_dataset **out) {
+  *out = NULL;
+  LAM_CHECK_ARG(o->frames >= 0 && o->frames <= (int)DATA_MAX_FRAMES && o->frame_stride >= 0 && o->frame_stride <= 1000,
+                "lam_image_opts: %d frames (1 to %u) every %d-th (1 to 1000)", o->frames, DATA_MAX_FRAMES,
+                o->frame_stride);
+  if (!video_supported())
+    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "'%s' is a folder of videos, and this lamina reads none: %s", dir,
+                    video_unsupported_why());
+  clip_src *c = calloc(1, sizeof *c);
+  char **names = NULL;
+  size_t nclasses = 0;
+  lam_status s = c ? scan(dir, train, c, &names, &nclasses) : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no memory");
+  if (s == LAM_OK) s = lam_input_folder(dir, "videos"); /* no output of the run may be written there */
+  if (s == LAM_OK && !(c->frames = calloc(c->n, sizeof *c->frames)))
+    s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
+  int *h = s == LAM_OK ? calloc(c->n, sizeof *h) : NULL, *w = s == LAM_OK ? calloc(c->n, sizeof *w) : NULL;
+  if (s == LAM_OK && (!h || !w)) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
+  /* every file's frame count and size, from its header, on all host threads: a bad file is said (or left out) now */
+  size_t bad_at = (size_t)-1;
+  lam_status bad_status = LAM_OK;
+  char bad_msg[1024] = "";
+  if (s == LAM_OK) {
+#pragma omp parallel for schedule(dynamic, 4)
+    for (size_t i = 0; i < c->n; i++) {
+      lam_status st = video_probe(c->path[i], &c->frames[i], &h[i], &w[i]);
+      if (st != LAM_OK) {
+        c->frames[i] = -1;
+        if (!(o->skip_bad && st == LAM_ERR_IO)) {
+#pragma omp critical(videofolder_bad)
+          if (i < bad_at) bad_at = i, bad_status = st, snprintf(bad_msg, sizeof bad_msg, "%s", lam_last_error());
+        }
+      }
+    }
+    if (bad_at != (size_t)-1) s = LAM_FAIL(bad_status, "%s", bad_msg);
+  }
+  size_t kept = 0;
+  for (size_t i = 0; s == LAM_OK && i < c->n; i++) { /* the bad ones left out (skip_bad), the rest in order */
+    if (c->frames[i] < 0) {
+      free(c->path[i]);
+      continue;
+    }
+    c->path[kept] = c->path[i], c->cls[kept] = c->cls[i], c->frames[kept] = c->frames[i], h[kept] = h[i], w[kept] = w[i];
+    kept++;
+  }
+  if (s == LAM_OK) {
+    o->skipped = c->n - kept;
+    c->n = kept;
+    if (!kept) s = LAM_FAIL(LAM_ERR_IO, "video folder '%s': no video file could be read", dir);
+  }
+  if (s == LAM_OK) {
+    c->T = o->frames ? o->frames : 16, c->S = o->frame_stride ? o->frame_stride : 2;
+    c->H = o->h ? o->h : h[0], c->W = o->w ? o->w : w[0];
+    for (size_t i = 0; s == LAM_OK && !o->h && i < c->n; i++)
+      if (h[i] != c->H || w[i] != c->W)
+        s = LAM_FAIL(LAM_ERR_IO, "video file '%s' is %dx%d, but the part's first ('%s') is %dx%d: give --size HxW to "
+                     "fit every frame to one size", c->path[i], w[i], h[i], c->path[0], c->W, c->H);
+  }
+  if (s == LAM_OK) { /* grey where the first video's middle frame is (every pixel R = G = B), else colour */
+    uint8_t *rgb = malloc((size_t)c->H * c->W * 3);
+    s = rgb ? video_clip(c->path[0], c->frames[0] / 2, 1, 1, 3, c->H, c->W, rgb)
+            : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
+    int grey = s == LAM_OK;
+    for (size_t p = 0; grey && p < (size_t)c->H * c->W; p++) grey = rgb[3 * p] == rgb[3 * p + 1] && rgb[3 * p] == rgb[3 * p + 2];
+    c->C = grey ? 1 : 3;
+    free(rgb);
+  }
+  free(h), free(w);
+  char **cn = s == LAM_OK ? lam_names_copy((const char *const *)names, nclasses) : NULL;
+  if (names) folder_names_free(names, nclasses);
+  lam_dataset *d = s == LAM_OK ? calloc(1, sizeof *d) : NULL;
+  if (s == LAM_OK && (!d || !cn)) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
+  lam_source *src = NULL;
+  if (s == LAM_OK) {
+    const clip_src g = *c;
+    s = lam_source_make(c->n, clip_fill, clip_src_drop, c, o->skip_bad, &src); /* c is the source's now */
+    c = NULL;
+    if (s == LAM_OK) {
+      *d = (lam_dataset){.n = g.n, .h = g.H, .w = g.W, .classes = (int)nclasses, .c = g.C, .t = g.T, .label_h = 1,
+                         .label_w = 1, .class_names = cn, .source = src};
+      o->streamed = 1, o->part_bytes = g.n * ((size_t)g.T * g.C * g.H * g.W + 1);
+      *out = d;
+      return LAM_OK;
+    }
+  }
+  if (c) clip_src_drop(c);
+  free(d), free(cn);
+  return s;
+}
