@@ -69,6 +69,8 @@ COVERED_ELSEWHERE = [
     (r"^build/lamina eval --load unet\.lamina --data scenes$", "test_cli (eval per pixel: IoU per class, mean IoU)"),
     (r"^build/lamina bench data --data VOC2012 ", "test_cli (bench data: a mask folder streamed from its files; "
                                                   "VOC itself is not here)"),
+    (r"^build/lamina train --data videos ", "test_cli (train on a video folder: the small data set this suite "
+                                           "substitutes holds images, not videos)"),
     (r"^build/lamina predict --load unet\.lamina --data scenes ", "test_cli (predict a class per pixel: masks and a grid)"),
     (r"^build/lamina train --data (VOC2012|ADEChallengeData2016) ", "test_cli (mask folders: the generic, mmsegmentation "
                                                                   "and VOC layouts, --reduce-zero-label, --label-map)"),
