@@ -496,6 +496,9 @@ lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed,
  * frames a second (its length drawn from (seed, INDEX)), H.264 where libavcodec has an encoder for it, else MPEG-4
  * Part 2. dir must exist. LAM_ERR_UNSUPPORTED where this build has no FFmpeg libraries. */
 lam_status lam_data_videos_part(const lam_dataset *src, size_t n, int h, int w, uint64_t seed, const char *dir);
+/* 1 when this lamina reads and writes video files (built with FFmpeg's headers, and its libraries load); else 0 and
+ * *why (where not NULL) says what to install. */
+int lam_video_supported(const char **why);
 /* Writes a COCO instances file (annotations, JSON) and the images it names (in images_dir) as a segmentation
  * folder: out_dir/<part>/images/<file_name> (each image copied byte for byte), out_dir/<part>/masks/<stem>.png
  * (8-bit grey, the image's size: 0 background, categories 1..K in increasing id order, 255 crowd regions, the

@@ -262,6 +262,11 @@ static int cmd_idx_set(int kind, int argc, char **argv) {
                            "chooses the clips)");
   if (o.format == FORMAT_MP4 && (o.h % 2 || o.w % 2))
     return cli_usage_error("data", "clips --format mp4: --size %dx%d: video encoders take even sides", o.h, o.w);
+  const char *why = NULL;
+  if (o.format == FORMAT_MP4 && !lam_video_supported(&why)) { /* before anything is made */
+    fprintf(stderr, "lamina data: clips --format mp4: %s\n", why);
+    return 1;
+  }
   static const char *const seg_names[4] = {"train-images-idx3-ubyte", "train-labels-idx3-ubyte",
                                            "t10k-images-idx3-ubyte", "t10k-labels-idx3-ubyte"};
   static const char *const clip_names[4] = {"train-images-idx5-ubyte", "train-labels-idx1-ubyte",

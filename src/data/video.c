@@ -390,3 +390,9 @@ lam_status video_write(const char *path, const uint8_t *frames, int n, int h, in
   return LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': %s", path, NO_FFMPEG);
 }
 #endif
+
+int lam_video_supported(const char **why) {
+  const int ok = video_supported();
+  if (why) *why = ok ? "" : video_unsupported_why();
+  return ok;
+}
