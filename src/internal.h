@@ -189,14 +189,17 @@ double lam_cgroup_cpu_quota(const char *proc_cgroup, const char *mountinfo, cons
 lam_status lam_cpu_threads_env_check(void);
 void lam_cpu_use_threads(int n);
 /* ---- streamed sets (data/sample.c) ---- */
-/* What a streamed set's samples come from: fill(state, i, px, labels) writes sample i of the source, its pixels
- * (t, c, h, w) and its labels; reentrant (called from every pool thread at once; decoder state on its stack). */
+/* What a streamed set's samples come from: fill(state, i, draw, px, labels) writes sample i of the source, its
+ * pixels frame by frame as decoders give them, (t, h, w, c) interleaved (lam_dataset_rows makes them the set's
+ * planar (t, c, h, w)), and its labels; draw is the view's (lam_source_set_draw); reentrant (called from every pool
+ * thread at once; decoder state on its stack). */
 typedef struct lam_source lam_source;
 typedef lam_status (*lam_fill_fn)(void *state, size_t i, uint64_t draw, uint8_t *px, uint8_t *labels);
-/* A source of n samples (drop(state) frees it when the last view goes; on failure too). skip_bad: a sample whose
- * fill fails with LAM_ERR_IO is replaced by the next of its part and counted (lam_source_replaced). */
-lam_status lam_source_make(size_t n, lam_fill_fn fill, void (*drop)(void *), void *state, int skip_bad,
-                           lam_source **out);
+/* A source of n samples of frames of c channels of h x w (drop(state) frees it when the last view goes; on failure
+ * too). skip_bad: a sample whose fill fails with LAM_ERR_IO is replaced by the next of its part and counted
+ * (lam_source_replaced). */
+lam_status lam_source_make(size_t n, int c, int h, int w, lam_fill_fn fill, void (*drop)(void *), void *state,
+                           int skip_bad, lam_source **out);
 /* A view of the n samples i of s where pick[i] == want (lam_dataset_split's parts), sharing s's source. */
 lam_status lam_source_subset(const lam_source *s, const uint8_t *pick, uint8_t want, size_t n, lam_source **out);
 void lam_source_free(lam_source *s);

@@ -584,14 +584,9 @@ static void folder_src_drop(void *state) {
 static lam_status folder_fill(void *state, size_t i, uint64_t draw, uint8_t *px, uint8_t *lab) {
   (void)draw; /* an image is the same every epoch */
   const folder_src *f = state;
-  uint8_t *hwc = f->C == 1 ? px : malloc((size_t)f->H * f->W * f->C);
-  if (!hwc) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder: no host memory to decode '%s'", f->l.e[i].path);
   int conv;
-  lam_status s = decode_file(f->l.e[i].path, NULL, 0, f->h, f->w, f->C, f->H, f->W, f->l.e[f->f0].path, hwc, &conv);
-  if (s == LAM_OK && hwc != px) image_planar(hwc, f->H, f->W, f->C, px);
-  if (hwc != px) free(hwc);
   lab[0] = (uint8_t)f->l.e[i].cls;
-  return s;
+  return decode_file(f->l.e[i].path, NULL, 0, f->h, f->w, f->C, f->H, f->W, f->l.e[f->f0].path, px, &conv);
 }
 
 /* Whether the part streams: asked for, or (auto) its decoded bytes over the cap. The geometry is probed here. */
@@ -643,7 +638,7 @@ lam_status lam_dataset_load_images(const char *dir, int train, lam_image_opts *o
     const size_t n = f->l.n;
     const int C = f->C, H = f->H, W = f->W;
     lam_source *src = NULL;
-    s = lam_source_make(n, folder_fill, folder_src_drop, f, o->skip_bad, &src); /* f is the source's now */
+    s = lam_source_make(n, C, H, W, folder_fill, folder_src_drop, f, o->skip_bad, &src); /* f: the source's now */
     if (s == LAM_OK && !d) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "image folder '%s': no host memory", dir);
     if (s != LAM_OK) {
       lam_source_free(src);

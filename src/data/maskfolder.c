@@ -442,16 +442,12 @@ static void mask_src_drop(void *state) {
 static lam_status mask_fill(void *state, size_t i, uint64_t draw, uint8_t *px, uint8_t *lab) {
   (void)draw; /* an image is the same every epoch */
   const mask_src *m = state;
-  uint8_t *hwc = m->C == 1 ? px : malloc((size_t)m->H * m->W * m->C);
-  if (!hwc) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "mask folder: no host memory to decode '%s'", m->l.p[i].img);
   int conv, top = -1;
-  lam_status s = decode_pair(&m->l.p[i], &m->o, m->C, m->H, m->W, m->t, hwc, lab, &conv, &top);
-  if (s == LAM_OK && top >= m->classes)
-    s = LAM_FAIL(LAM_ERR_IO, "mask folder: the mask '%s' has the class %d, and the set has %d classes (%s): a mask's "
-                 "values must be below it (or 255, ignored)", m->l.p[i].msk, top, m->classes, m->bound);
-  if (s == LAM_OK && hwc != px) image_planar(hwc, m->H, m->W, m->C, px);
-  if (hwc != px) free(hwc);
-  return s;
+  LAM_TRY(decode_pair(&m->l.p[i], &m->o, m->C, m->H, m->W, m->t, px, lab, &conv, &top));
+  if (top >= m->classes)
+    return LAM_FAIL(LAM_ERR_IO, "mask folder: the mask '%s' has the class %d, and the set has %d classes (%s): a "
+                    "mask's values must be below it (or 255, ignored)", m->l.p[i].msk, top, m->classes, m->bound);
+  return LAM_OK;
 }
 
 /* The largest label (255 aside) of every mask, fitted and mapped as decode_pair does, on all host threads: a
@@ -518,7 +514,7 @@ static lam_status stream_masks(const char *dir, pairs *l, const lam_image_opts *
   m->classes = nnames ? (int)nnames : top + 1 > 1 ? top + 1 : 1;
   const size_t n = m->l.n;
   lam_source *src = NULL;
-  if (s == LAM_OK) s = lam_source_make(n, mask_fill, mask_src_drop, m, o->skip_bad, &src); /* m is the source's now */
+  if (s == LAM_OK) s = lam_source_make(n, C, H, W, mask_fill, mask_src_drop, m, o->skip_bad, &src); /* m: the source's */
   else mask_src_drop(m);
   if (s != LAM_OK) {
     free(d), free(names);

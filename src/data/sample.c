@@ -22,6 +22,7 @@ typedef struct shared {
   void (*drop)(void *state);
   void *state;
   int skip_bad;
+  int c, h, w; /* a frame's channels and size: fill writes frames interleaved, the set keeps them planar */
   _Atomic size_t replaced;
 } shared;
 
@@ -32,8 +33,8 @@ struct lam_source {
   size_t *map; /* the part's samples of the source; NULL: all of them, in order */
 };
 
-lam_status lam_source_make(size_t n, lam_fill_fn fill, void (*drop)(void *), void *state, int skip_bad,
-                           lam_source **out) {
+lam_status lam_source_make(size_t n, int c, int h, int w, lam_fill_fn fill, void (*drop)(void *), void *state,
+                           int skip_bad, lam_source **out) {
   *out = NULL;
   shared *sh = calloc(1, sizeof *sh);
   lam_source *s = calloc(1, sizeof *s);
@@ -45,6 +46,7 @@ lam_status lam_source_make(size_t n, lam_fill_fn fill, void (*drop)(void *), voi
   atomic_init(&sh->refs, 1);
   atomic_init(&sh->replaced, 0);
   sh->n = n, sh->fill = fill, sh->drop = drop, sh->state = state, sh->skip_bad = skip_bad;
+  sh->c = c, sh->h = h, sh->w = w;
   s->sh = sh, s->n = n;
   *out = s;
   return LAM_OK;
@@ -111,11 +113,26 @@ typedef struct rows_job {
   char msg[1024];
 } rows_job;
 
+/* Row r: its sample filled, frames as the decoders give them (h, w, c), and made the set's (c, h, w): one frame
+ * at a time through scratch where there are several channels, straight into place where there is one. */
+static lam_status fill_row(const rows_job *j, size_t r, uint8_t *scratch) {
+  const shared *sh = j->s->sh;
+  const size_t b = r / j->per, at = r % j->per, frame = (size_t)sh->c * sh->h * sh->w;
+  uint8_t *px = j->px[b] + at * j->sample;
+  LAM_TRY(fill_one(j->s, (size_t)j->idx[r], sh->c > 1 ? scratch : px, j->lab[b] + at * j->lsize));
+  for (size_t f = 0; sh->c > 1 && f < j->sample / frame; f++)
+    image_planar(scratch + f * frame, sh->h, sh->w, sh->c, px + f * frame);
+  return LAM_OK;
+}
+
 static void rows_chunk(void *arg, size_t begin, size_t end) {
   rows_job *j = arg;
+  uint8_t *scratch = j->s->sh->c > 1 ? malloc(j->sample) : NULL;
   for (size_t r = begin; r < end; r++) {
-    const size_t b = r / j->per, at = r % j->per;
-    lam_status st = fill_one(j->s, (size_t)j->idx[r], j->px[b] + at * j->sample, j->lab[b] + at * j->lsize);
+    lam_status st = j->s->sh->c > 1 && !scratch
+                        ? LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "streamed set: no host memory for a sample of %zu bytes",
+                                   j->sample)
+                        : fill_row(j, r, scratch);
     if (st == LAM_OK) continue;
     pthread_mutex_lock(&j->mu);
     if (r < j->bad_row) { /* lam_last_error is this thread's */
@@ -124,6 +141,7 @@ static void rows_chunk(void *arg, size_t begin, size_t end) {
     }
     pthread_mutex_unlock(&j->mu);
   }
+  free(scratch);
 }
 
 lam_status lam_dataset_rows_blocks(const lam_dataset *d, const int32_t *idx, size_t n, size_t per,

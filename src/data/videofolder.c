@@ -65,7 +65,7 @@ static void clip_src_drop(void *state) {
   free(c->path), free(c->cls), free(c->frames), free(c);
 }
 
-/* lam_fill_fn: video i's clip (T, C, H, W) and its class; the start drawn from draw, or the middle clip where 0. */
+/* lam_fill_fn: video i's clip (T, H, W, C) and its class; the start drawn from draw, or the middle clip where 0. */
 static lam_status clip_fill(void *state, size_t i, uint64_t draw, uint8_t *px, uint8_t *lab) {
   const clip_src *c = state;
   const int64_t span = (int64_t)(c->T - 1) * c->S + 1, last = c->frames[i] > span ? c->frames[i] - span : 0;
@@ -74,14 +74,8 @@ static lam_status clip_fill(void *state, size_t i, uint64_t draw, uint8_t *px, u
     start = (int64_t)(lam_draw_uniform(draw, i) * (float)(last + 1));
     if (start > last) start = last;
   }
-  const size_t plane = (size_t)c->H * c->W * c->C;
-  uint8_t *hwc = malloc(plane * c->T);
-  if (!hwc) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory for a clip of '%s'", c->path[i]);
-  lam_status s = video_clip(c->path[i], start, c->S, c->T, c->C, c->H, c->W, hwc);
-  for (int t = 0; s == LAM_OK && t < c->T; t++) image_planar(hwc + t * plane, c->H, c->W, c->C, px + t * plane);
-  free(hwc);
   lab[0] = (uint8_t)c->cls[i];
-  return s;
+  return video_clip(c->path[i], start, c->S, c->T, c->C, c->H, c->W, px);
 }
 
 /* The part's videos, class by class (the training part's classes, sorted), each class's files sorted. */
@@ -201,7 +195,7 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   lam_source *src = NULL;
   if (s == LAM_OK) {
     const clip_src g = *c;
-    s = lam_source_make(c->n, clip_fill, clip_src_drop, c, o->skip_bad, &src); /* c is the source's now */
+    s = lam_source_make(c->n, c->C, c->H, c->W, clip_fill, clip_src_drop, c, o->skip_bad, &src); /* c: the source's */
     c = NULL;
     if (s == LAM_OK) {
       *d = (lam_dataset){.n = g.n, .h = g.H, .w = g.W, .classes = (int)nclasses, .c = g.C, .t = g.T, .label_h = 1,
