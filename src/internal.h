@@ -212,9 +212,11 @@ lam_status lam_dataset_rows_blocks(const lam_dataset *d, const int32_t *idx, siz
                                    uint8_t *const *images, uint8_t *const *labels);
 size_t lam_source_replaced(const lam_source *s);
 /* Host memory the machine has available now (MemAvailable, or the cgroup's limit less its use where lower); 0
- * unknown. lam_stream_cap: the bytes a decoded part may take before it streams (lam_image_opts.memory_cap). */
+ * unknown. */
 size_t lam_mem_available(void);
-size_t lam_stream_cap(const lam_image_opts *o);
+/* Whether a part whose decoded bytes are part_bytes streams, by o's rule: asked for (on, off), or (auto) those bytes
+ * over o->memory_cap, or without one over three quarters of the memory available; notes them in o->part_bytes. */
+int lam_stream_wanted(lam_image_opts *o, size_t part_bytes);
 
 /* cpu/pool.c: fn(arg, begin, end) over [0, n) in chunks of `chunk` items, taken from a shared counter by
  * the calling thread and the pool's workers (lam_pool_set_threads of them in all); returns when every

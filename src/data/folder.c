@@ -594,8 +594,7 @@ static lam_status want_stream(const char *dir, const entries *l, lam_image_opts 
   *stream = 0;
   if (o->stream == LAM_STREAM_OFF) return LAM_OK;
   LAM_TRY(probe_first(dir, l, o, &f->f0, &f->C, &f->H, &f->W));
-  o->part_bytes = l->n * ((size_t)f->H * f->W * f->C + 1);
-  *stream = o->stream == LAM_STREAM_ON || o->part_bytes > lam_stream_cap(o);
+  *stream = lam_stream_wanted(o, l->n * ((size_t)f->H * f->W * f->C + 1));
   return LAM_OK;
 }
 

@@ -587,8 +587,7 @@ lam_status lam_dataset_load_masks(const char *dir, int train, lam_image_opts *op
   if (s == LAM_OK && !C) s = LAM_FAIL(LAM_ERR_IO, "mask folder '%s': no image could be decoded", dir);
   const size_t P = (size_t)H * W;
   if (s == LAM_OK && o->stream != LAM_STREAM_OFF) { /* the channels of a streamed part are its first image's */
-    o->part_bytes = l.n * P * (size_t)(C + 1);
-    if (o->stream == LAM_STREAM_ON || o->part_bytes > lam_stream_cap(o)) {
+    if (lam_stream_wanted(o, l.n * P * (size_t)(C + 1))) {
       o->skipped = skipped;
       s = stream_masks(dir, &l, o, t, names, C, H, W, out);
       o->streamed = s == LAM_OK;

@@ -208,7 +208,8 @@ size_t lam_mem_available(void) {
   return (size_t)avail;
 }
 
-size_t lam_stream_cap(const lam_image_opts *o) {
-  if (o->memory_cap) return o->memory_cap;
-  return lam_mem_available() / 4 * 3;
+int lam_stream_wanted(lam_image_opts *o, size_t part_bytes) {
+  o->part_bytes = part_bytes;
+  if (o->stream != LAM_STREAM_AUTO) return o->stream == LAM_STREAM_ON;
+  return part_bytes > (o->memory_cap ? o->memory_cap : lam_mem_available() / 4 * 3);
 }
