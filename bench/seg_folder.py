@@ -50,7 +50,7 @@ import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time, 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainbench import say, torch_ways  # noqa: E402
+from trainbench import capture_graph, say, torch_ways, unet  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -241,7 +241,7 @@ say(f"  {out['set']['train']} training and {out['set']['val']} val scenes; fitte
 dev_args = ["--device", "cpu"] if a.device == "cpu" else []
 
 # ---- PyTorch's side: the Dataset, the DataLoader, the U-Net
-import torch, torch.nn as nn, torch.nn.functional as F  # noqa: E402
+import torch, torch.nn.functional as F  # noqa: E402
 from PIL import Image  # noqa: E402
 
 cuda = a.device == "cuda"
@@ -385,28 +385,6 @@ if "data" in PARTS:
 
 
 # ---- 3. training the U-Net
-def two(cin, cout):  # conv, bn, relu, twice
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
-                         nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
-
-
-class UNet(nn.Module):  # bench/nets/unet.txt, as bench/segment.py
-    def __init__(self):
-        super().__init__()
-        self.e1, self.e2, self.mid = two(1, 32), two(32, 64), two(64, 128)
-        self.up2, self.d2 = nn.ConvTranspose2d(128, 64, 2, stride=2), two(128, 64)
-        self.up1, self.d1 = nn.ConvTranspose2d(64, 32, 2, stride=2), two(64, 32)
-        self.head = nn.Conv2d(32, K, 1)
-
-    def forward(self, x):
-        e1 = self.e1(x)
-        e2 = self.e2(F.max_pool2d(e1, 2))
-        m = self.mid(F.max_pool2d(e2, 2))
-        d2 = self.d2(torch.cat((self.up2(m), e2), 1))  # lamina's concat: the current tensor's channels, then the skip's
-        d1 = self.d1(torch.cat((self.up1(d2), e1), 1))
-        return self.head(d1)
-
-
 def norm(u8):  # (B, 1, H, W) uint8 -> float, as lamina
     return (u8.float() / 255 - 0.5) / 0.5
 
@@ -463,7 +441,7 @@ def torch_run(way):
     if way == "compile" and not cuda:
         raise RuntimeError("'compile' (torch.compile + a CUDA graph) needs CUDA")
     torch.manual_seed(a.seed)
-    net = UNet().to(dev).to(memory_format=torch.channels_last)
+    net = unet(K).to(dev).to(memory_format=torch.channels_last)
     opt = torch.optim.Adam(net.parameters(), lr=a.lr, capturable=(way == "compile"))
     ac = torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16")
     loss_fn = lambda logits, t: F.cross_entropy(logits, t, ignore_index=255)  # noqa: E731 (as lamina's)
@@ -486,14 +464,7 @@ def torch_run(way):
         first = [ds[i] for i in range(min(B, len(ds)))]
         xs.copy_(norm(torch.stack([t[0] for t in first]).to(dev))), ys.copy_(torch.stack([t[1] for t in first]))
         step_c = step_of(torch.compile(net, mode="max-autotune-no-cudagraphs"), xs, ys)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):  # warm-up (compiles, autotunes), then capture
-            for _ in range(3): step_c()
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step_c()
+        graph = capture_graph(step_c)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     times, ips, waits, mious = [], [], [], []

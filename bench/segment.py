@@ -24,7 +24,7 @@ import argparse, json, os, subprocess, sys, tempfile, time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainbench import crop_flip, idx, lamina_train, parse_augment, say, torch_train, torch_ways  # noqa: E402
+from trainbench import crop_flip, idx, lamina_train, parse_augment, say, torch_train, torch_ways, unet  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -93,35 +93,13 @@ XT = torch.from_numpy(idx(os.path.join(data, "t10k-images-idx3-ubyte")).copy()).
 YT = torch.from_numpy(idx(os.path.join(data, "t10k-labels-idx3-ubyte")).astype(np.int64)).to(dev)
 
 
-def two(cin, cout):  # conv, bn, relu, twice
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
-                         nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
-
-
-class UNet(nn.Module):  # bench/nets/unet.txt
-    def __init__(self):
-        super().__init__()
-        self.e1, self.e2, self.mid = two(1, 32), two(32, 64), two(64, 128)
-        self.up2, self.d2 = nn.ConvTranspose2d(128, 64, 2, stride=2), two(128, 64)
-        self.up1, self.d1 = nn.ConvTranspose2d(64, 32, 2, stride=2), two(64, 32)
-        self.head = nn.Conv2d(32, K, 1)
-
-    def forward(self, x):
-        e1 = self.e1(x)
-        e2 = self.e2(nn.functional.max_pool2d(e1, 2))
-        m = self.mid(nn.functional.max_pool2d(e2, 2))
-        d2 = self.d2(torch.cat((self.up2(m), e2), 1))  # lamina's concat: the current tensor's channels, then the skip's
-        d1 = self.d1(torch.cat((self.up1(d2), e1), 1))
-        return self.head(d1)
-
-
 def norm(u8):  # (B, H, W) uint8 -> (B, 1, H, W) float, as lamina
     return (u8[:, None].float() / 255 - 0.5) / 0.5
 
 
 def torch_run(way):
     torch.manual_seed(1)
-    net = UNet().to(dev).to(memory_format=torch.channels_last)
+    net = unet(K).to(dev).to(memory_format=torch.channels_last)
 
     def evaluate(net, ac):
         conf = torch.zeros(K * K, dtype=torch.int64, device=dev)

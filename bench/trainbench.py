@@ -103,6 +103,50 @@ def cosine_lr(lr, t, steps, epochs, warmup):
     return r * (t + 1) / W if t < W else r
 
 
+def unet(classes):
+    """The U-Net of bench/nets/unet.txt in PyTorch, 1 channel in, `classes` out: conv-bn-relu twice a level, max-pool
+    down, a 2x2 transposed conv up, the skip concatenated after it (as lamina's concat: the current tensor's channels,
+    then the skip's), a 1x1 conv to the classes."""
+    import torch, torch.nn as nn, torch.nn.functional as F
+
+    def two(cin, cout):  # conv, bn, relu, twice
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                             nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e1, self.e2, self.mid = two(1, 32), two(32, 64), two(64, 128)
+            self.up2, self.d2 = nn.ConvTranspose2d(128, 64, 2, stride=2), two(128, 64)
+            self.up1, self.d1 = nn.ConvTranspose2d(64, 32, 2, stride=2), two(64, 32)
+            self.head = nn.Conv2d(32, classes, 1)
+
+        def forward(self, x):
+            e1 = self.e1(x)
+            e2 = self.e2(F.max_pool2d(e1, 2))
+            m = self.mid(F.max_pool2d(e2, 2))
+            d2 = self.d2(torch.cat((self.up2(m), e2), 1))
+            d1 = self.d1(torch.cat((self.up1(d2), e1), 1))
+            return self.head(d1)
+
+    return UNet()
+
+
+def capture_graph(step):
+    """A CUDA graph of step() (a compiled training step on static tensors): three warm-up runs on a side stream
+    (compiling and autotuning), then the capture."""
+    import torch
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3): step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
 def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, loss_fn=None, augment=None,
                 schedule=None):
     """Trains net (on the GPU, channels_last) on uint8 X, labels Y (both on the GPU) for epochs; norm(u8) gives the
@@ -134,15 +178,7 @@ def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, lo
     if way == "compile":
         step_c = make_step(torch.compile(net, mode="max-autotune-no-cudagraphs"))
         xs.copy_(norm(X[:B])), ys.copy_(Y[:B])
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):  # warm-up (compiles, autotunes), then capture
-            for _ in range(3): step_c()
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step_c()
-        fn = graph.replay
+        fn = capture_graph(step_c).replay
     torch.cuda.reset_peak_memory_stats()
     times, evals = [], []
     steps = N // B
