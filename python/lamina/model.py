@@ -51,6 +51,12 @@ def _pixel_table(ctx, mean, std):
         return lut
 
 
+def _folder_keywords(size, reduce_zero_label, label_map, skip_bad, stream, max_memory):
+    """Whether any of a data folder's keywords was given (fit and evaluate refuse them with arrays)."""
+    return (size is not None or bool(reduce_zero_label) or label_map is not None or bool(skip_bad) or stream is not None
+            or max_memory is not None)
+
+
 def _dataset(x8, y8, classes):
     """A lam_dataset over NumPy memory: x8 (n, c, h, w) uint8, or (n, t, c, h, w) clips, y8 (n,) or (n, H, W)
     uint8. The caller keeps x8 and y8 alive while C uses the struct, and never passes it to lam_dataset_free
@@ -433,8 +439,7 @@ class Model(Closing):
                 raise TypeError("fit(DIR): the labels come from the folder; give no y")
             x, y, test = self._folder_parts(x, size, reduce_zero_label, label_map, skip_bad, stream, max_memory)
             layout = "nchw"
-        elif (size is not None or reduce_zero_label or label_map is not None or skip_bad or stream is not None
-              or max_memory is not None):
+        elif _folder_keywords(size, reduce_zero_label, label_map, skip_bad, stream, max_memory):
             raise ValueError("size, reduce_zero_label, label_map, skip_bad, stream and max_memory are for fit(DIR), a "
                              "data folder")
         elif y is None:
@@ -707,8 +712,7 @@ class Model(Closing):
             x, y, classes, _ = _folder.read(x, False, opts)
             del table  # read by the load
             layout = "nchw"
-        elif (size is not None or reduce_zero_label or label_map is not None or skip_bad or stream is not None
-              or max_memory is not None):
+        elif _folder_keywords(size, reduce_zero_label, label_map, skip_bad, stream, max_memory):
             raise ValueError("size, reduce_zero_label, label_map, skip_bad, stream and max_memory are for "
                              "evaluate(DIR), a data folder")
         elif y is None:
