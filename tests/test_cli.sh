@@ -1772,6 +1772,8 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   usage_error "clips --format mp4 --frames" --frames -- data clips --format mp4 --frames 8 --out "$TMP/v2"
   usage_error "clips --format mp4 of odd sides" "even sides" -- data clips --format mp4 --size 63x64 --out "$TMP/v3"
   usage_error "segment --format mp4" --format -- data segment --format mp4 --out "$TMP/v4"
+  usage_error "train --frames 0" --frames -- train --frames 0
+  usage_error "train --frame-stride 1001" --frame-stride -- train --frame-stride 1001
   if [ -d "$V/train" ]; then # train and evaluate on the video folder: clips decoded from the files as it trains
     VM="conv 8 3 pad 1, relu, maxpool 2, tpool max, flatten, dense 10"
     run train --data "$V" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 2 --batch 4 --seed 5 \
