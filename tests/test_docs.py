@@ -87,6 +87,7 @@ COVERED_ELSEWHERE = [
 ]
 
 passed = failed = skipped = 0
+HAS_VIDEO = True  # lamina info --json's "video": a command writing video files is skipped where it is false
 
 
 def ok(desc):
@@ -183,6 +184,8 @@ def substitute(words, work, tiny, has_cuda):
         or a in ("--device=cuda", "--precision=tf32") for i, a in enumerate(args))
     if needs_gpu and not has_cuda:
         return None, env, "needs a CUDA device"
+    if "mp4" in args and not HAS_VIDEO:
+        return None, env, "this lamina reads and writes no video files (lamina info: video false)"
     cmd = args[0] if args else ""
     out, i = [], 0
     while i < len(args):
@@ -480,6 +483,8 @@ def main():
             sys.exit(f"test_docs: {p} does not exist")
     proc = subprocess.run([CLI, "info", "--json"], capture_output=True, text=True, timeout=60)
     has_cuda = '"devices":[]' not in proc.stdout.replace(" ", "")
+    global HAS_VIDEO
+    HAS_VIDEO = '"video":false' not in proc.stdout.replace(" ", "")
     print(f"# lamina {CLI}; CUDA device: {'yes' if has_cuda else 'no'}")
     check_cli_spec()
     check_paths()

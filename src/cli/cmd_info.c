@@ -42,6 +42,8 @@ int cmd_info(int argc, char **argv) {
 
   char threads_why[224];
   int threads = lam_default_threads(threads_why, sizeof threads_why);
+  const char *video_why = NULL;
+  const int video = lam_video_supported(&video_why);
   int print_rc = 0;
   if (json) {
     json_t *j = json_object(), *devs = json_array(), *mem = json_object();
@@ -57,6 +59,8 @@ int cmd_info(int argc, char **argv) {
     bad |= json_object_set_new(j, "png", json_boolean(lam_image_formats() & 1));
     bad |= json_object_set_new(j, "jpeg", json_boolean(lam_image_formats() & 2));
     bad |= json_object_set_new(j, "nvjpeg", json_boolean(lam_image_gpu_decode()));
+    bad |= json_object_set_new(j, "video", json_boolean(video));
+    if (!video) bad |= json_object_set_new(j, "video_why", cli_json_str(video_why ? video_why : ""));
     bad |= json_object_set_new(j, "mpi", json_boolean(cli_ranks_mpi()));
     bad |= json_object_set_new(j, "nccl", json_boolean(lam_nccl_built()));
     for (int d = 0; d < ndev; d++) {
@@ -101,6 +105,7 @@ int cmd_info(int argc, char **argv) {
     printf("  image files: %s\n", img == 3 ? "PNG and JPEG" : img == 1 ? "PNG (no libjpeg)" : img == 2 ? "JPEG (no libpng)"
                                                                                               : "none (no libpng, no libjpeg)");
     printf("  JPEG on the GPU: %s\n", lam_image_gpu_decode() ? "nvJPEG" : "no (built without nvJPEG)");
+    printf("  video files: %s\n", video ? "MP4, AVI, MKV, WebM and MOV (FFmpeg's libraries)" : video_why);
     printf("  ranks: GPU %s; CPU %s\n",
            lam_nccl_built() ? "over NCCL (--gpus N, mpirun, torchrun-style)" : "no (built without NCCL)",
            cli_ranks_mpi() ? "over MPI (mpirun -np N ... --device cpu)" : "no (built without MPI)");
