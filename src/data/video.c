@@ -149,7 +149,17 @@ static lam_status vid_open(const char *path, vid *v) {
     return LAM_FAIL(LAM_ERR_IO, "video file '%s' cannot be opened: %s (is it a video file?)", path,
                     av_why(e, why, sizeof why));
   lam_status s = LAM_OK;
-  if ((e = ff.avformat_find_stream_info(v->fmt, NULL)) < 0)
+  /* what the container's header says is enough (MP4/MOV: the codec, the size, the pixel format, the rate): probing
+   * the streams would open a second decoder and decode frames only to find them out again */
+  int told = 0;
+  for (unsigned k = 0; k < v->fmt->nb_streams; k++) {
+    const AVStream *st = v->fmt->streams[k];
+    const AVCodecParameters *p = st->codecpar;
+    if (p->codec_type == AVMEDIA_TYPE_VIDEO && p->codec_id != AV_CODEC_ID_NONE && p->width > 0 && p->height > 0 &&
+        p->format >= 0 && st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0 && st->nb_frames > 0)
+      told = 1;
+  }
+  if (!told && (e = ff.avformat_find_stream_info(v->fmt, NULL)) < 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its streams cannot be read: %s; the file is damaged", path,
                  av_why(e, why, sizeof why));
   const AVCodec *codec = NULL;
@@ -205,21 +215,50 @@ lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
   return LAM_OK;
 }
 
+/* A thread's converter and frame buffer, kept from clip to clip: clips are decoded many at once, one a thread, and
+ * making a converter costs more than a small clip's conversions (its tables). Freed when the thread ends. */
+typedef struct frame_tls {
+  struct SwsContext *sws;
+  uint8_t *px;
+  size_t cap;
+} frame_tls;
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static void tls_drop(void *p) {
+  frame_tls *t = p;
+  ff.sws_freeContext(t->sws);
+  free(t->px), free(t);
+}
+static void tls_make(void) {
+  if (pthread_key_create(&tls_key, tls_drop) != 0) tls_key = (pthread_key_t)-1;
+}
+static frame_tls *tls_get(void) {
+  pthread_once(&tls_once, tls_make);
+  if (tls_key == (pthread_key_t)-1) return NULL;
+  frame_tls *t = pthread_getspecific(tls_key);
+  if (!t && (t = calloc(1, sizeof *t)) && pthread_setspecific(tls_key, t) != 0) free(t), t = NULL;
+  return t;
+}
+
 /* Frame f (decoded, any pixel format) into out (H, W, C) fitted as image_fit fits: converted to grey or RGB at its
  * own size by swscale, then fitted. */
-static lam_status put_frame(const char *path, const AVFrame *f, struct SwsContext **sws, int C, int H, int W,
-                            uint8_t *out) {
+static lam_status put_frame(const char *path, const AVFrame *f, int C, int H, int W, uint8_t *out) {
   const enum AVPixelFormat want = C == 1 ? AV_PIX_FMT_GRAY8 : AV_PIX_FMT_RGB24;
-  *sws = ff.sws_getCachedContext(*sws, f->width, f->height, f->format, f->width, f->height, want, SWS_BILINEAR, NULL,
-                              NULL, NULL);
-  if (!*sws) return LAM_FAIL(LAM_ERR_IO, "video file '%s': frames of format %d cannot be converted", path, f->format);
-  data_image im = {f->height, f->width, C, malloc((size_t)f->width * f->height * C)};
-  if (!im.px) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a frame", path);
+  frame_tls *t = tls_get();
+  const size_t bytes = (size_t)f->width * f->height * C;
+  if (t && t->cap < bytes) {
+    free(t->px);
+    t->cap = (t->px = malloc(bytes)) ? bytes : 0;
+  }
+  if (!t || !t->px) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a frame", path);
+  t->sws = ff.sws_getCachedContext(t->sws, f->width, f->height, f->format, f->width, f->height, want, SWS_BILINEAR,
+                                   NULL, NULL, NULL);
+  if (!t->sws) return LAM_FAIL(LAM_ERR_IO, "video file '%s': frames of format %d cannot be converted", path, f->format);
+  data_image im = {f->height, f->width, C, t->px};
   uint8_t *dst[4] = {im.px, NULL, NULL, NULL};
   int stride[4] = {f->width * C, 0, 0, 0};
-  ff.sws_scale(*sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
+  ff.sws_scale(t->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
   image_fit(&im, H, W, out);
-  free(im.px);
   return LAM_OK;
 }
 
@@ -236,7 +275,6 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
     ff.av_seek_frame(v.fmt, v.stream, v.start_pts, AVSEEK_FLAG_BACKWARD);
   AVPacket *pkt = ff.av_packet_alloc();
   AVFrame *f = ff.av_frame_alloc();
-  struct SwsContext *sws = NULL;
   lam_status s = pkt && f ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
   int got = 0, draining = 0;
   int64_t last_idx = -1;
@@ -277,7 +315,7 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
       if (first + (int64_t)got * stride < idx && got > 0) { /* skipped: the previous frame again */
         memcpy(out + (size_t)got * frame, out + (size_t)(got - 1) * frame, frame);
       } else {
-        s = put_frame(path, f, &sws, C, H, W, out + (size_t)got * frame);
+        s = put_frame(path, f, C, H, W, out + (size_t)got * frame);
       }
       got++;
     }
@@ -287,7 +325,6 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
                                             path, (long long)first);
   for (int k = got; s == LAM_OK && k < T; k++) /* a video shorter than the clip: its last frame again */
     memcpy(out + (size_t)k * frame, out + (size_t)(got - 1) * frame, frame);
-  ff.sws_freeContext(sws);
   ff.av_frame_free(&f);
   ff.av_packet_free(&pkt);
   vid_close(&v);
