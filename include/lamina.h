@@ -310,6 +310,9 @@ typedef struct lam_dataset {
 lam_status lam_dataset_rows(const lam_dataset *d, const int32_t *idx, size_t n, uint8_t *images, uint8_t *labels);
 /* Samples of a streamed set that failed to decode and were replaced (skip_bad), so far; 0 for others. */
 size_t lam_dataset_replaced(const lam_dataset *d);
+/* A video folder's cache (lam_image_opts.cache), so far: clips read from its entries (hits), and videos decoded into
+ * an entry (misses); 0, 0 for a set without one. */
+void lam_dataset_video_cache(const lam_dataset *d, size_t *hits, size_t *misses);
 /* Class k's name (an image folder's folder name), or NULL where the set has none for k. */
 const char *lam_dataset_class_name(const lam_dataset *d, int k);
 /* Bytes of one sample's pixels: t * c * h * w. */
@@ -321,7 +324,8 @@ typedef struct lam_image_opts {
                       * pixels where it shrinks, bilinear where it grows); 0, 0: every image must be the size of
                       * the part's first one */
   const char *cache; /* the folder of the decoded cache: NULL for DIR/.lamina-cache (left out where it cannot be
-                      * made), "" for no cache */
+                      * made), "" for no cache; a video folder's: NULL or "" for none, else every video's frames at
+                      * the clip size kept there (made where it is not there) */
   int skip_bad;      /* a file that cannot be read or decoded is left out and counted, not an error */
   size_t skipped;    /* out: files left out */
   int cache_hit;     /* out: 1 when the part came from the cache */

@@ -211,6 +211,8 @@ void lam_source_set_draw(lam_source *s, uint64_t draw);
 lam_status lam_dataset_rows_blocks(const lam_dataset *d, const int32_t *idx, size_t n, size_t per,
                                    uint8_t *const *images, uint8_t *const *labels);
 size_t lam_source_replaced(const lam_source *s);
+/* The state the source was made with, where its fill is `fill` (so the caller knows its type); else NULL. */
+void *lam_source_state(const lam_source *s, lam_fill_fn fill);
 /* Host memory the machine has available now (MemAvailable, or the cgroup's limit less its use where lower); 0
  * unknown. */
 size_t lam_mem_available(void);

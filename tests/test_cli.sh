@@ -1785,6 +1785,30 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
       --device cpu --json
     json_check "train on a video folder twice, one seed: the same clips, the same losses" \
       "(lambda r: [e['train_loss'] for e in d['epochs']] == [e['train_loss'] for e in r['epochs']])(json.load(open('$TMP/vrun1.json')))"
+    # --cache DIR: every frame of each video kept at the clip size; the clips are the decoded ones, so the losses too
+    nv=$(find "$V/train" "$V/test" -name '*.mp4' | wc -l)
+    run train --data "$V" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 2 --batch 4 --seed 5 \
+      --device cpu --json --cache "$TMP/vcache"
+    json_check "train on a video folder --cache, one seed: the streamed run's losses; every video decoded into the cache once" \
+      "(lambda r: [e['train_loss'] for e in d['epochs']] == [e['train_loss'] for e in r['epochs']])(json.load(open('$TMP/vrun1.json'))) and d['image_folder']['video_cache']['misses'] == $nv and d['image_folder']['video_cache']['hits'] == $nv"
+    run train --data "$V" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 2 --batch 4 --seed 5 \
+      --device cpu --json --cache "$TMP/vcache"
+    json_check "train on a video folder --cache again: every clip read from the cache, none decoded; the same losses" \
+      "(lambda r: [e['train_loss'] for e in d['epochs']] == [e['train_loss'] for e in r['epochs']])(json.load(open('$TMP/vrun1.json'))) and d['image_folder']['video_cache']['misses'] == 0 and d['image_folder']['video_cache']['hits'] == 2 * $nv"
+    if [ "$(find "$TMP/vcache" -type f | wc -l)" -eq "$nv" ] && [ -z "$(find "$TMP/vcache" -name '*.tmp-*')" ]; then
+      ok "video folder --cache: one entry a video, no temporary file left"
+    else not_ok "video folder --cache entries" "want $nv files; got: $(ls "$TMP/vcache" | head -c 300)"; fi
+    # --resume from the checkpoint of epoch 1: epoch 2's clips are drawn by (seed, epoch), so its loss is the whole run's
+    for how in streamed cached; do
+      c=(); [ $how = cached ] && c=(--cache "$TMP/vcache")
+      run train --data "$V" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 1 --batch 4 --seed 5 \
+        --device cpu --json --save "$V.e1.ckpt" "${c[@]}"
+      run train --data "$V" --frames 6 --frame-stride 3 --classes 10 --epochs 2 --device cpu --json \
+        --resume "$V.e1.ckpt" "${c[@]}"
+      json_check "train on a video folder ($how), --resume after epoch 1: epoch 2's loss is the uninterrupted run's" \
+        "(lambda r: [e['train_loss'] for e in d['epochs'] if e['epoch'] == 2] == [r['epochs'][1]['train_loss']])(json.load(open('$TMP/vrun1.json')))"
+    done
+    usage_error "train --cache on IDX data" --cache -- train --cache "$TMP/vc2" --epochs 1
     run eval --data "$V" --frames 6 --frame-stride 3 --load "$V.ckpt" --device cpu --json
     json_check "eval on a video folder: the test videos' middle clips" "0 <= d['accuracy'] <= 1 and d['loss'] > 0"
     cp -r "$V" "$V-bad"

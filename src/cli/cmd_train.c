@@ -46,6 +46,7 @@ typedef struct train_opts {
   int decode_set;        /* --decode given */
   lam_image_opts train_part; /* out: images as the training part's load left it (cache hit, decode seconds) */
   size_t replaced;           /* out: samples of a streamed set that failed to decode and were replaced (--skip-bad) */
+  size_t video_hits, video_misses; /* out: a video folder's --cache: clips read from it, videos decoded into it */
   uint8_t label_map[256];    /* --label-map FILE's table (images.label_map points here) */
 } train_opts;
 
@@ -79,7 +80,10 @@ static void train_usage(FILE *f) {
           "                         every image must be the size of the first, at most 4096 a side. The checkpoint\n"
           "                         keeps it and the class folders' names: eval, predict and --resume read at that size\n"
           "  --cache DIR            where an image folder's decoded images are kept for the next run (default\n"
-          "                         DATA/.lamina-cache where it can be made; '' for none)\n"
+          "                         DATA/.lamina-cache where it can be made; '' for none); a video folder's: none\n"
+          "                         unless given, else every frame of each video at the clip size, kept in DIR\n"
+          "                         when the video is first read (the same clips as decoding: for sets that fit\n"
+          "                         on disk; a changed video is decoded again)\n"
           "  --skip-bad             leave out image files that cannot be decoded (and count them) instead of\n"
           "                         stopping at the first\n"          "  --frames T             a video folder's clips: T frames each (default 16) ...\n"
           "  --frame-stride S       ... every S-th frame (default 2): in training from a start drawn each epoch,\n"
@@ -840,6 +844,14 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
     bad |= json_object_set_new(f, "streamed", json_boolean(o->train_part.streamed));
     bad |= json_object_set_new(f, "part_bytes", json_integer((json_int_t)o->train_part.part_bytes));
     bad |= json_object_set_new(f, "replaced", json_integer((json_int_t)o->replaced));
+    if (o->images.cache && *o->images.cache && o->video_hits + o->video_misses) { /* a video folder's cache */
+      json_t *v = json_object();
+      bad |= !v;
+      bad |= json_object_set_new(v, "dir", cli_json_str(o->images.cache));
+      bad |= json_object_set_new(v, "hits", json_integer((json_int_t)o->video_hits));
+      bad |= json_object_set_new(v, "misses", json_integer((json_int_t)o->video_misses));
+      bad |= json_object_set_new(f, "video_cache", v);
+    }
     bad |= json_object_set_new(root, "image_folder", f);
   }
   for (int i = 0; i < n && !bad; i++) {
@@ -1243,7 +1255,11 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       char cache[4096];
       snprintf(cache, sizeof cache, o.images.cache ? "%s" : "%s/.lamina-cache", o.images.cache ? o.images.cache : o.data);
       const int masks = lam_dataset_mask_folder_layout(o.data) != LAM_MASKS_NONE;
-      if (o.train_part.streamed && train->t > 1)
+      if (o.train_part.streamed && train->t > 1 && o.images.cache && *o.images.cache)
+        printf("  video folder: streamed from its cache in %s, each video decoded into it when first read (a clip "
+               "of %d frames, every %d-th, from each video an epoch)\n", o.images.cache, train->t,
+               o.images.frame_stride ? o.images.frame_stride : 2);
+      else if (o.train_part.streamed && train->t > 1)
         printf("  video folder: streamed, each clip decoded on the host threads as its batch is needed (a clip of %d "
                "frames, every %d-th, from each video an epoch)\n", train->t,
                o.images.frame_stride ? o.images.frame_stride : 2);
@@ -1368,6 +1384,11 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
   }
   o.replaced = lam_dataset_replaced(train) + (test != train ? lam_dataset_replaced(test) : 0);
+  for (int k = 0; k < 2; k++) { /* a video folder's cache, both parts (a split's share one) */
+    size_t h = 0, mi = 0;
+    if (k == 0 || (test != train && test != val)) lam_dataset_video_cache(k ? test : train, &h, &mi);
+    o.video_hits += h, o.video_misses += mi;
+  }
   if (o.replaced && !o.json)
     printf("  %zu time%s a sample could not be decoded and the next of its part took its place (--skip-bad)\n",
            o.replaced, o.replaced == 1 ? "" : "s");

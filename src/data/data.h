@@ -190,6 +190,28 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
  * libavcodec has an encoder for it, else MPEG-4 Part 2, fps frames a second. */
 lam_status video_write(const char *path, const uint8_t *frames, int n, int h, int w, int c, int fps);
 
+/* Called by video_frames with each decoded frame (H, W, C) and its number (the presentation time at the stream's
+ * frame rate, as video_clip numbers frames); a status other than LAM_OK stops the decoding with it. */
+typedef lam_status (*video_frame_fn)(void *arg, int64_t idx, const uint8_t *frame);
+/* Every frame of the file from its start, in presentation order, fitted as video_clip fits them, to fn. */
+lam_status video_frames(const char *path, int C, int H, int W, video_frame_fn fn, void *arg);
+
+/* ---- a video folder's decoded cache (videocache.c) ---- */
+typedef struct video_cache video_cache;
+/* The cache in folder dir (made where it is not there; an error where it cannot be made or written: it was asked
+ * for); data: the video folder, for messages. */
+lam_status video_cache_open(const char *data, const char *dir, video_cache **out);
+void video_cache_free(video_cache *vc);
+/* video_clip's clip (the same bytes, for the same arguments) from the file's cache entry, which is made first
+ * where it is missing or stale (the file's size or time changed). An entry that cannot be written is left out:
+ * the clip is then decoded from the file. */
+lam_status video_cache_clip(video_cache *vc, const char *path, int64_t first, int stride, int T, int C, int H, int W,
+                            uint8_t *out);
+/* Clips read from entries already there (hits), and videos decoded into an entry (misses), so far. */
+void video_cache_counts(const video_cache *vc, size_t *hits, size_t *misses);
+/* The entry's name in the cache folder for this file and frame geometry: video-<16 hex digits>-frames. */
+void video_cache_entry_path(const video_cache *vc, const char *path, int C, int H, int W, char *out, size_t cap);
+
 /* ---- COCO instances files (coco.c) ---- */
 /* One image of the file: its id, file name (a plain name, no folders) and size. */
 typedef struct coco_image {

@@ -84,6 +84,8 @@ void lam_source_set_draw(lam_source *s, uint64_t draw) {
 
 size_t lam_source_replaced(const lam_source *s) { return s ? atomic_load(&s->sh->replaced) : 0; }
 
+void *lam_source_state(const lam_source *s, lam_fill_fn fill) { return s && s->sh->fill == fill ? s->sh->state : NULL; }
+
 /* Sample k of the part into px and lab. With skip_bad a sample whose files fail (LAM_ERR_IO) is replaced by the
  * next one of the part that decodes, and counted. */
 static lam_status fill_one(const lam_source *s, size_t k, uint8_t *px, uint8_t *lab) {

@@ -331,6 +331,61 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
   return s;
 }
 
+/* Every frame from the start, in the order the decoder gives them, each with its number as video_clip numbers it
+ * (videocache.c keeps them, and picks a clip's frames from them as video_clip picks them). */
+lam_status video_frames(const char *path, int C, int H, int W, video_frame_fn fn, void *arg) {
+  LAM_CHECK_ARG((C == 1 || C == 3) && H >= 1 && W >= 1 && fn, "video_frames: frames of %dx%dx%d", H, W, C);
+  vid v;
+  LAM_TRY(vid_open(path, &v));
+  char why[128];
+  AVPacket *pkt = ff.av_packet_alloc();
+  AVFrame *f = ff.av_frame_alloc();
+  uint8_t *px = malloc((size_t)H * W * C);
+  struct SwsContext *sws = NULL;
+  lam_status s = pkt && f && px ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
+  int draining = 0;
+  int64_t last_idx = -1;
+  while (s == LAM_OK) {
+    int e = ff.avcodec_receive_frame(v.dec, f);
+    if (e == AVERROR(EAGAIN)) {
+      if (draining) break;
+      e = ff.av_read_frame(v.fmt, pkt);
+      if (e == AVERROR_EOF) {
+        ff.avcodec_send_packet(v.dec, NULL), draining = 1;
+        continue;
+      }
+      if (e < 0) {
+        s = LAM_FAIL(LAM_ERR_IO, "video file '%s': reading it failed: %s; the file is damaged", path,
+                     av_why(e, why, sizeof why));
+        break;
+      }
+      if (pkt->stream_index == v.stream && (e = ff.avcodec_send_packet(v.dec, pkt)) < 0 && e != AVERROR(EAGAIN))
+        s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a packet cannot be decoded: %s; the file is damaged", path,
+                     av_why(e, why, sizeof why));
+      ff.av_packet_unref(pkt);
+      continue;
+    }
+    if (e == AVERROR_EOF) break;
+    if (e < 0) {
+      s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a frame cannot be decoded: %s; the file is damaged", path,
+                   av_why(e, why, sizeof why));
+      break;
+    }
+    const int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp; /* as video_clip */
+    const int64_t idx = pts != AV_NOPTS_VALUE ? frame_of(&v, pts) : last_idx + 1;
+    last_idx = idx;
+    s = put_frame(path, f, &sws, C, H, W, px);
+    if (s == LAM_OK) s = fn(arg, idx, px);
+    ff.av_frame_unref(f);
+  }
+  ff.sws_freeContext(sws);
+  ff.av_frame_free(&f);
+  ff.av_packet_free(&pkt);
+  free(px);
+  vid_close(&v);
+  return s;
+}
+
 lam_status video_write(const char *path, const uint8_t *frames, int n, int h, int w, int c, int fps) {
   LAM_CHECK_ARG(frames && n >= 1 && h >= 2 && w >= 2 && h % 2 == 0 && w % 2 == 0 && (c == 1 || c == 3) && fps >= 1,
                 "video_write: %d frames of %dx%dx%d at %d fps (even sides)", n, h, w, c, fps);
@@ -420,6 +475,10 @@ lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
 }
 lam_status video_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out) {
   (void)first, (void)stride, (void)T, (void)C, (void)H, (void)W, (void)out;
+  return LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': %s", path, NO_FFMPEG);
+}
+lam_status video_frames(const char *path, int C, int H, int W, video_frame_fn fn, void *arg) {
+  (void)C, (void)H, (void)W, (void)fn, (void)arg;
   return LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': %s", path, NO_FFMPEG);
 }
 lam_status video_write(const char *path, const uint8_t *frames, int n, int h, int w, int c, int fps) {

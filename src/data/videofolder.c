@@ -3,7 +3,8 @@
  * folder names in sorted order. A sample is a clip of T frames (lam_image_opts.frames, default 16), every S-th
  * (frame_stride, default 2): in training from a start drawn anew each epoch (lam_source_set_draw: the trainer's key
  * of the epoch), else the video's middle clip. Nothing is decoded whole: every clip is decoded from its file when
- * its sample is asked for (video.c), so a set of any size trains in bounded memory. */
+ * its sample is asked for (video.c), so a set of any size trains in bounded memory; or, with a cache folder asked for
+ * (lam_image_opts.cache), read from the video's decoded frames kept there (videocache.c: the same bytes). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,12 +58,13 @@ typedef struct clip_src {
   int *cls;
   int64_t *frames;
   int T, S, C, H, W;
+  video_cache *cache; /* NULL: every clip decoded from its file */
 } clip_src;
 
 static void clip_src_drop(void *state) {
   clip_src *c = state;
   for (size_t i = 0; i < c->n; i++) free(c->path[i]);
-  free(c->path), free(c->cls), free(c->frames), free(c);
+  free(c->path), free(c->cls), free(c->frames), video_cache_free(c->cache), free(c);
 }
 
 /* lam_fill_fn: video i's clip (T, H, W, C) and its class; the start drawn from draw, or the middle clip where 0. */
@@ -75,6 +77,7 @@ static lam_status clip_fill(void *state, size_t i, uint64_t draw, uint8_t *px, u
     if (start > last) start = last;
   }
   lab[0] = (uint8_t)c->cls[i];
+  if (c->cache) return video_cache_clip(c->cache, c->path[i], start, c->S, c->T, c->C, c->H, c->W, px);
   return video_clip(c->path[i], start, c->S, c->T, c->C, c->H, c->W, px);
 }
 
@@ -134,6 +137,7 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   size_t nclasses = 0;
   lam_status s = c ? scan(dir, train, c, &names, &nclasses) : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no memory");
   if (s == LAM_OK) s = lam_input_folder(dir, "videos"); /* no output of the run may be written there */
+  if (s == LAM_OK && o->cache && *o->cache) s = video_cache_open(dir, o->cache, &c->cache); /* asked for: else none */
   if (s == LAM_OK && !(c->frames = calloc(c->n, sizeof *c->frames)))
     s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
   int *h = s == LAM_OK ? calloc(c->n, sizeof *h) : NULL, *w = s == LAM_OK ? calloc(c->n, sizeof *w) : NULL;
@@ -208,4 +212,9 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   if (c) clip_src_drop(c);
   free(d), free(cn);
   return s;
+}
+
+void lam_dataset_video_cache(const lam_dataset *d, size_t *hits, size_t *misses) {
+  const clip_src *c = d ? lam_source_state(d->source, clip_fill) : NULL;
+  video_cache_counts(c ? c->cache : NULL, hits, misses);
 }
