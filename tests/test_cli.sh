@@ -1785,6 +1785,14 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
       --device cpu --json
     json_check "train on a video folder twice, one seed: the same clips, the same losses" \
       "(lambda r: [e['train_loss'] for e in d['epochs']] == [e['train_loss'] for e in r['epochs']])(json.load(open('$TMP/vrun1.json')))"
+    # --decode gpu: NVDEC through FFmpeg's CUDA hwaccel; where no CUDA device opens, an error saying so before training
+    run train --data "$V" --frames 6 --model "$VM" --classes 10 --epochs 1 --batch 4 --decode gpu
+    if ! "$LAMINA" info --json | tr -d ' ' | grep -q '"devices":\[\]'; then
+      if [ "$rc" -eq 0 ] || has "$TMP/err" "NVDEC"; then ok "train on a video folder --decode gpu: NVDEC, or an error naming it"
+      else not_ok "video folder --decode gpu" "got $rc: $(head -c 300 "$TMP/err")"; fi
+    elif [ "$rc" -eq 1 ] && has "$TMP/err" "--decode gpu" && has "$TMP/err" "NVDEC"; then
+      ok "train on a video folder --decode gpu without a GPU: an error naming NVDEC, nothing trained"
+    else not_ok "video folder --decode gpu without a GPU" "want exit 1 naming NVDEC; got $rc: $(head -c 300 "$TMP/err")"; fi
     # --cache DIR: every frame of each video kept at the clip size; the clips are the decoded ones, so the losses too
     nv=$(find "$V/train" "$V/test" -name '*.mp4' | wc -l)
     run train --data "$V" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 2 --batch 4 --seed 5 \

@@ -128,8 +128,44 @@ static void test_bad_files(void **state) {
   if (s != LAM_OK) assert_non_null(strstr(lam_last_error(), path));
 }
 
+/* NVDEC against the host's decoder on a textured video (a frame's own level plus a moving gradient): the same frames
+ * taken, each within a few levels of the host's (H.264's decoders agree bit for bit; MPEG-4 Part 2's inverse DCT may
+ * differ by one). Skipped, not passed, where no CUDA device opens for FFmpeg (this machine without a GPU). */
+static void test_nvdec(void **state) {
+  (void)state;
+  const char *why = NULL;
+  if (!video_supported() || !video_nvdec(&why)) {
+    print_message("  NVDEC: %s\n", why ? why : "no FFmpeg");
+    skip();
+  }
+  enum { n = 30, th = 64, tw = 96, T = 5 };
+  char path[128];
+  snprintf(path, sizeof path, "%s/texture.mp4", dir);
+  uint8_t *px = malloc((size_t)n * th * tw), *a = malloc((size_t)T * th * tw * 3), *b = malloc((size_t)T * th * tw * 3);
+  assert_true(px && a && b);
+  for (int i = 0; i < n; i++)
+    for (int y = 0; y < th; y++)
+      for (int x = 0; x < tw; x++) px[((size_t)i * th + y) * tw + x] = (uint8_t)(20 + 6 * i + ((x + 2 * y + 3 * i) % 32));
+  assert_int_equal(video_write(path, px, n, th, tw, 1, 25), LAM_OK);
+  for (int c = 1; c <= 3; c += 2)
+    for (int first = 0; first < n; first += 7) {
+      assert_int_equal(video_clip(path, first, 2, T, c, th, tw, a), LAM_OK);
+      if (video_clip_nvdec(path, first, 2, T, c, th, tw, b) != LAM_OK) fail_msg("NVDEC: %s", lam_last_error());
+      long sum = 0;
+      int worst = 0;
+      for (size_t k = 0; k < (size_t)T * th * tw * c; k++) {
+        int d = abs(a[k] - b[k]);
+        sum += d, worst = d > worst ? d : worst;
+      }
+      if (worst > 4 || sum > (long)T * th * tw * c / 2)
+        fail_msg("NVDEC's clip from frame %d (%d channels) differs from the host's: worst %d levels, mean %.2f", first,
+                 c, worst, (double)sum / ((double)T * th * tw * c));
+    }
+  free(px), free(a), free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_probe), cmocka_unit_test(test_clips),
-                                     cmocka_unit_test(test_bad_files)};
+                                     cmocka_unit_test(test_bad_files), cmocka_unit_test(test_nvdec)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -186,6 +186,12 @@ lam_status video_probe(const char *path, int64_t *frames, int *h, int *w);
 /* Frames first, first + stride, ... (T of them) into out (T, H, W, C: 1 grey, 3 RGB), each fitted as image_fit
  * fits; past the video's end its last frame again. Seeks to the key frame at or before `first`. */
 lam_status video_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out);
+/* video_clip decoded by NVDEC (the GPU's video engines, FFmpeg's CUDA hwaccel): the same frames, fitted as the host's
+ * (its YUV to RGB or grey may differ from the host decoder's by a level); an error where the file's codec has no NVDEC
+ * decoder in this FFmpeg or no CUDA device opens. */
+lam_status video_clip_nvdec(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out);
+/* 1 when NVDEC can be used (FFmpeg loaded and a CUDA device opened for it, once a process); else 0 and why. */
+int video_nvdec(const char **why);
 /* frames (n, h, w, c), even sides, as a video file at path (its name's container: .mp4, .avi, .mkv), H.264 where
  * libavcodec has an encoder for it, else MPEG-4 Part 2, fps frames a second. */
 lam_status video_write(const char *path, const uint8_t *frames, int n, int h, int w, int c, int fps);

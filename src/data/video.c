@@ -21,6 +21,7 @@
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/avutil.h>
+#include <libavutil/hwcontext.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/log.h>
 #include <libavutil/opt.h>
@@ -69,6 +70,13 @@
   X(2, av_frame_get_buffer) \
   X(2, av_frame_make_writable) \
   X(2, av_log_set_level) \
+  X(2, av_hwdevice_ctx_create) \
+  X(2, av_hwframe_transfer_data) \
+  X(2, av_buffer_ref) \
+  X(2, av_buffer_unref) \
+  X(2, av_dict_set) \
+  X(2, av_dict_free) \
+  X(1, avcodec_get_hw_config) \
   X(3, sws_getCachedContext) \
   X(3, sws_scale) \
   X(3, sws_freeContext) \
@@ -126,6 +134,44 @@ static const char *av_why(int err, char *buf, size_t cap) {
   return buf;
 }
 
+/* NVDEC: the GPU's video engines, through FFmpeg's CUDA hwaccel (the nvdec decoders of h264, hevc, mpeg4, vp9), on
+ * the CUDA runtime's primary context of device 0 (lamina's own), made once for the process when first asked for.
+ * Decoded frames stay on the device until a clip takes them; those are copied back (NV12) and fitted as the host's. */
+static AVBufferRef *nvdec_dev;
+static char nvdec_error[300];
+static void nvdec_make(void) {
+  AVDictionary *o = NULL;
+  ff.av_dict_set(&o, "primary_ctx", "1", 0);
+  int e = ff.av_hwdevice_ctx_create(&nvdec_dev, AV_HWDEVICE_TYPE_CUDA, "0", o, 0);
+  ff.av_dict_free(&o);
+  if (e < 0) {
+    char why[128];
+    snprintf(nvdec_error, sizeof nvdec_error, "FFmpeg cannot open a CUDA device for NVDEC: %s (is there a GPU and its "
+             "driver's libcuda and libnvcuvid?)", av_why(e, why, sizeof why));
+    nvdec_dev = NULL;
+  }
+}
+
+int video_nvdec(const char **why) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (!ff_loaded()) {
+    if (why) *why = ff_error;
+    return 0;
+  }
+  pthread_once(&once, nvdec_make);
+  if (why) *why = nvdec_dev ? "" : nvdec_error;
+  return nvdec_dev != NULL;
+}
+
+/* The decoder's get_format: frames on the device, or none (a stream the hwaccel cannot take is an error, not a
+ * silent decode on the host). */
+static enum AVPixelFormat nvdec_format(AVCodecContext *dec, const enum AVPixelFormat *fmts) {
+  (void)dec;
+  for (; *fmts != AV_PIX_FMT_NONE; fmts++)
+    if (*fmts == AV_PIX_FMT_CUDA) return AV_PIX_FMT_CUDA;
+  return AV_PIX_FMT_NONE;
+}
+
 /* An opened video: its container, its video stream's decoder, and the frame rate frames are numbered by. */
 typedef struct vid {
   AVFormatContext *fmt;
@@ -140,7 +186,7 @@ static void vid_close(vid *v) {
   ff.avformat_close_input(&v->fmt);
 }
 
-static lam_status vid_open(const char *path, vid *v) {
+static lam_status vid_open(const char *path, int gpu, vid *v) {
   memset(v, 0, sizeof *v);
   LAM_TRY(ff_ready(path));
   char why[128];
@@ -171,7 +217,23 @@ static lam_status vid_open(const char *path, vid *v) {
     v->dec = ff.avcodec_alloc_context3(codec);
     if (v->dec) v->dec->thread_count = 1; /* clips are decoded many at once, one a thread */
     if (!v->dec) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a decoder", path);
-    else if ((e = ff.avcodec_parameters_to_context(v->dec, st->codecpar)) < 0 || (e = ff.avcodec_open2(v->dec, codec, NULL)) < 0)
+    else if (gpu) {
+      int cuda = 0;
+      for (int k = 0; !cuda; k++) {
+        const AVCodecHWConfig *hc = ff.avcodec_get_hw_config(codec, k);
+        if (!hc) break;
+        cuda = hc->device_type == AV_HWDEVICE_TYPE_CUDA && (hc->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX);
+      }
+      if (!cuda || !video_nvdec(NULL))
+        s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': --decode gpu: %s", path,
+                     !cuda ? "its codec has no NVDEC decoder in this FFmpeg (decode it on the host: --decode cpu)"
+                           : nvdec_error);
+      else if (!(v->dec->hw_device_ctx = ff.av_buffer_ref(nvdec_dev)))
+        s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a decoder", path);
+      v->dec->get_format = nvdec_format;
+    }
+    if (s != LAM_OK) {
+    } else if ((e = ff.avcodec_parameters_to_context(v->dec, st->codecpar)) < 0 || (e = ff.avcodec_open2(v->dec, codec, NULL)) < 0)
       s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its %s decoder cannot be opened: %s", path, codec->name,
                    av_why(e, why, sizeof why));
     /* the rate frames are numbered by: the stream's base rate (every timestamp a whole frame of it, for a file of
@@ -195,7 +257,7 @@ static int64_t frame_of(const vid *v, int64_t pts) {
 
 lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
   vid v;
-  LAM_TRY(vid_open(path, &v));
+  LAM_TRY(vid_open(path, 0, &v));
   *h = v.dec->height, *w = v.dec->width;
   AVStream *st = v.fmt->streams[v.stream];
   int64_t n = st->nb_frames;
@@ -262,11 +324,24 @@ static lam_status put_frame(const char *path, const AVFrame *f, int C, int H, in
   return LAM_OK;
 }
 
-lam_status video_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out) {
+/* put_frame for a frame that may be on the device (NVDEC's): copied back to host memory first, into sw. */
+static lam_status put_any(const char *path, const AVFrame *f, AVFrame *sw, int C, int H, int W, uint8_t *out) {
+  if (f->format != AV_PIX_FMT_CUDA) return put_frame(path, f, C, H, W, out);
+  char why[128];
+  int e = ff.av_hwframe_transfer_data(sw, f, 0);
+  lam_status s = e < 0 ? LAM_FAIL(LAM_ERR_IO, "video file '%s': a frame cannot be copied from the GPU: %s", path,
+                                  av_why(e, why, sizeof why))
+                       : put_frame(path, sw, C, H, W, out);
+  ff.av_frame_unref(sw);
+  return s;
+}
+
+static lam_status clip_read(const char *path, int gpu, int64_t first, int stride, int T, int C, int H, int W,
+                            uint8_t *out) {
   LAM_CHECK_ARG(first >= 0 && stride >= 1 && T >= 1 && (C == 1 || C == 3) && H >= 1 && W >= 1,
                 "video_clip: first %lld, stride %d, %d frames of %dx%dx%d", (long long)first, stride, T, C, H, W);
   vid v;
-  LAM_TRY(vid_open(path, &v));
+  LAM_TRY(vid_open(path, gpu, &v));
   char why[128];
   const size_t frame = (size_t)H * W * C;
   const int64_t ts = v.start_pts + ff.av_rescale_q(first, av_inv_q(v.rate), v.tb);
@@ -274,8 +349,8 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
   if (first > 0 && ff.av_seek_frame(v.fmt, v.stream, ts, AVSEEK_FLAG_BACKWARD) < 0)
     ff.av_seek_frame(v.fmt, v.stream, v.start_pts, AVSEEK_FLAG_BACKWARD);
   AVPacket *pkt = ff.av_packet_alloc();
-  AVFrame *f = ff.av_frame_alloc();
-  lam_status s = pkt && f ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
+  AVFrame *f = ff.av_frame_alloc(), *sw = gpu ? ff.av_frame_alloc() : NULL;
+  lam_status s = pkt && f && (sw || !gpu) ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
   int got = 0, draining = 0;
   int64_t last_idx = -1;
   while (s == LAM_OK && got < T) {
@@ -315,7 +390,7 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
       if (first + (int64_t)got * stride < idx && got > 0) { /* skipped: the previous frame again */
         memcpy(out + (size_t)got * frame, out + (size_t)(got - 1) * frame, frame);
       } else {
-        s = put_frame(path, f, C, H, W, out + (size_t)got * frame);
+        s = put_any(path, f, sw, C, H, W, out + (size_t)got * frame);
       }
       got++;
     }
@@ -326,9 +401,18 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
   for (int k = got; s == LAM_OK && k < T; k++) /* a video shorter than the clip: its last frame again */
     memcpy(out + (size_t)k * frame, out + (size_t)(got - 1) * frame, frame);
   ff.av_frame_free(&f);
+  ff.av_frame_free(&sw);
   ff.av_packet_free(&pkt);
   vid_close(&v);
   return s;
+}
+
+lam_status video_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out) {
+  return clip_read(path, 0, first, stride, T, C, H, W, out);
+}
+
+lam_status video_clip_nvdec(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out) {
+  return clip_read(path, 1, first, stride, T, C, H, W, out);
 }
 
 /* Every frame from the start, in the order the decoder gives them, each with its number as video_clip numbers it
@@ -336,12 +420,11 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
 lam_status video_frames(const char *path, int C, int H, int W, video_frame_fn fn, void *arg) {
   LAM_CHECK_ARG((C == 1 || C == 3) && H >= 1 && W >= 1 && fn, "video_frames: frames of %dx%dx%d", H, W, C);
   vid v;
-  LAM_TRY(vid_open(path, &v));
+  LAM_TRY(vid_open(path, 0, &v));
   char why[128];
   AVPacket *pkt = ff.av_packet_alloc();
   AVFrame *f = ff.av_frame_alloc();
   uint8_t *px = malloc((size_t)H * W * C);
-  struct SwsContext *sws = NULL;
   lam_status s = pkt && f && px ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
   int draining = 0;
   int64_t last_idx = -1;
@@ -374,11 +457,10 @@ lam_status video_frames(const char *path, int C, int H, int W, video_frame_fn fn
     const int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp; /* as video_clip */
     const int64_t idx = pts != AV_NOPTS_VALUE ? frame_of(&v, pts) : last_idx + 1;
     last_idx = idx;
-    s = put_frame(path, f, &sws, C, H, W, px);
+    s = put_frame(path, f, C, H, W, px);
     if (s == LAM_OK) s = fn(arg, idx, px);
     ff.av_frame_unref(f);
   }
-  ff.sws_freeContext(sws);
   ff.av_frame_free(&f);
   ff.av_packet_free(&pkt);
   free(px);
@@ -476,6 +558,13 @@ lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
 lam_status video_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out) {
   (void)first, (void)stride, (void)T, (void)C, (void)H, (void)W, (void)out;
   return LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': %s", path, NO_FFMPEG);
+}
+lam_status video_clip_nvdec(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out) {
+  return video_clip(path, first, stride, T, C, H, W, out);
+}
+int video_nvdec(const char **why) {
+  if (why) *why = NO_FFMPEG;
+  return 0;
 }
 lam_status video_frames(const char *path, int C, int H, int W, video_frame_fn fn, void *arg) {
   (void)C, (void)H, (void)W, (void)fn, (void)arg;

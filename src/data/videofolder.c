@@ -59,6 +59,7 @@ typedef struct clip_src {
   int64_t *frames;
   int T, S, C, H, W;
   video_cache *cache; /* NULL: every clip decoded from its file */
+  int nvdec;          /* decoded by the GPU's video engines (lam_image_opts.decoder LAM_DECODE_GPU) */
 } clip_src;
 
 static void clip_src_drop(void *state) {
@@ -78,7 +79,7 @@ static lam_status clip_fill(void *state, size_t i, uint64_t draw, uint8_t *px, u
   }
   lab[0] = (uint8_t)c->cls[i];
   if (c->cache) return video_cache_clip(c->cache, c->path[i], start, c->S, c->T, c->C, c->H, c->W, px);
-  return video_clip(c->path[i], start, c->S, c->T, c->C, c->H, c->W, px);
+  return (c->nvdec ? video_clip_nvdec : video_clip)(c->path[i], start, c->S, c->T, c->C, c->H, c->W, px);
 }
 
 /* The part's videos, class by class (the training part's classes, sorted), each class's files sorted. */
@@ -138,6 +139,10 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   lam_status s = c ? scan(dir, train, c, &names, &nclasses) : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no memory");
   if (s == LAM_OK) s = lam_input_folder(dir, "videos"); /* no output of the run may be written there */
   if (s == LAM_OK && o->cache && *o->cache) s = video_cache_open(dir, o->cache, &c->cache); /* asked for: else none */
+  const char *no_nvdec = NULL;
+  if (s == LAM_OK && o->decoder == LAM_DECODE_GPU && !video_nvdec(&no_nvdec))
+    s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "video folder '%s': --decode gpu: %s", dir, no_nvdec);
+  if (s == LAM_OK) c->nvdec = o->decoder == LAM_DECODE_GPU; /* auto: the host's threads (measured faster, BENCHMARKS.md) */
   if (s == LAM_OK && !(c->frames = calloc(c->n, sizeof *c->frames)))
     s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
   int *h = s == LAM_OK ? calloc(c->n, sizeof *h) : NULL, *w = s == LAM_OK ? calloc(c->n, sizeof *w) : NULL;
