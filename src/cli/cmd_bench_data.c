@@ -13,7 +13,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: lamina bench data --data DIR [--size HxW] [--batch B] [--epochs E] [--buffers N] [--seed S]\n"
           "                         [--resident] [--skip-bad] [--reduce-zero-label] [--device D] [--threads N]\n"
-          "                         [--json]\n"
+          "                         [--frames T] [--frame-stride S] [--decode D] [--json]\n"
           "Times the data path alone: an image or mask folder's training part streamed from its files, as\n"
           "'lamina train --stream' reads it (each batch decoded and fitted on the host threads a few ahead into\n"
           "pinned buffers, and copied to the device as uint8 images and labels), with no model. Prints the\n"
@@ -27,6 +27,9 @@ static void usage(FILE *f) {
           "  --seed S         the order's seed (default 1)\n"
           "  --resident       decode the part whole first (as train does when it fits) and time copying it\n"
           "  --skip-bad, --reduce-zero-label  as for train\n"
+          "  --frames T, --frame-stride S  a video folder's clips, as for train (default 16 frames, every 2nd)\n"
+          "  --decode auto|cpu|gpu  a video folder's decoder (gpu: NVDEC) or an image folder's (gpu: nvJPEG), as\n"
+          "                   for train\n"
           "  --device D       auto|cpu|cuda (default auto)\n"
           "  --threads N      host threads (default: as train)\n"
           "  --json           one JSON object instead of text\n"
@@ -34,7 +37,7 @@ static void usage(FILE *f) {
 }
 
 enum { O_DATA = 1, O_SIZE, O_BATCH, O_EPOCHS, O_BUFFERS, O_SEED, O_RESIDENT, O_SKIPBAD, O_REDUCE0, O_DEVICE, O_THREADS,
-       O_JSON, O_HELP };
+       O_FRAMES, O_STRIDE, O_DECODE, O_JSON, O_HELP };
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -55,6 +58,8 @@ int bench_data(int argc, char **argv) {
       {"resident", no_argument, 0, O_RESIDENT},     {"skip-bad", no_argument, 0, O_SKIPBAD},
       {"reduce-zero-label", no_argument, 0, O_REDUCE0}, {"device", required_argument, 0, O_DEVICE},
       {"threads", required_argument, 0, O_THREADS}, {"json", no_argument, 0, O_JSON},
+      {"frames", required_argument, 0, O_FRAMES},   {"frame-stride", required_argument, 0, O_STRIDE},
+      {"decode", required_argument, 0, O_DECODE},
       {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -87,6 +92,21 @@ int bench_data(int argc, char **argv) {
         break;
       case O_THREADS:
         if (cli_parse_int(cmd, "--threads", optarg, 1, 4096, &threads)) return EXIT_USAGE;
+        break;
+      case O_FRAMES:
+      case O_STRIDE: {
+        long v;
+        if (cli_parse_int(cmd, c == O_FRAMES ? "--frames" : "--frame-stride", optarg, 1,
+                          c == O_FRAMES ? 255 : 1000, &v))
+          return EXIT_USAGE;
+        *(c == O_FRAMES ? &io.frames : &io.frame_stride) = (int)v;
+        break;
+      }
+      case O_DECODE:
+        if (!strcmp(optarg, "auto")) io.decoder = LAM_DECODE_AUTO;
+        else if (!strcmp(optarg, "cpu")) io.decoder = LAM_DECODE_CPU;
+        else if (!strcmp(optarg, "gpu")) io.decoder = LAM_DECODE_GPU;
+        else return cli_usage_error(cmd, "--decode: '%s' is not auto, cpu or gpu", optarg);
         break;
       case O_JSON: json = 1; break;
       case O_HELP: usage(stdout); return 0;
@@ -126,9 +146,15 @@ int bench_data(int argc, char **argv) {
   const double median = epochs % 2 ? secs[epochs / 2] : (secs[epochs / 2 - 1] + secs[epochs / 2]) / 2;
   const int per_pixel = d->label_h > 1 || d->label_w > 1;
   if (!json) {
-    printf("lamina bench data: %s, %zu samples of %dx%dx%d%s, batch %ld, %s, on %s: median %.0f images/s\n", data, d->n,
-           d->c > 0 ? d->c : 1, d->h, d->w, per_pixel ? " with a mask each" : "", batch,
-           io.streamed ? "streamed from the files" : "resident", lam_ctx_device_name(ctx), median);
+    if (d->t > 1) /* clips: a sample is T frames */
+      printf("lamina bench data: %s, %zu clips of %d frames of %dx%dx%d, batch %ld, %s%s, on %s: median %.0f clips/s "
+             "(%.0f frames/s)\n", data, d->n, d->t, d->c > 0 ? d->c : 1, d->h, d->w, batch,
+             io.streamed ? "streamed from the files" : "resident", io.decoder == LAM_DECODE_GPU ? ", decoded by NVDEC" : "",
+             lam_ctx_device_name(ctx), median, median * d->t);
+    else
+      printf("lamina bench data: %s, %zu samples of %dx%dx%d%s, batch %ld, %s, on %s: median %.0f images/s\n", data,
+             d->n, d->c > 0 ? d->c : 1, d->h, d->w, per_pixel ? " with a mask each" : "", batch,
+             io.streamed ? "streamed from the files" : "resident", lam_ctx_device_name(ctx), median);
     rc = 0;
     goto out;
   }
@@ -142,6 +168,9 @@ int bench_data(int argc, char **argv) {
   bad |= json_object_set_new(root, "batch", json_integer(batch));
   bad |= json_object_set_new(root, "streamed", json_boolean(io.streamed));
   bad |= json_object_set_new(root, "images_per_s", cli_json_num(median));
+  bad |= json_object_set_new(root, "frames", json_integer(d->t > 1 ? d->t : 1)); /* a sample's: clips/s = images_per_s */
+  bad |= json_object_set_new(root, "frames_per_s", cli_json_num(median * (d->t > 1 ? d->t : 1)));
+  bad |= json_object_set_new(root, "decode", cli_json_str(io.decoder == LAM_DECODE_GPU ? "gpu" : io.decoder == LAM_DECODE_CPU ? "cpu" : "auto"));
   for (long e = 0; e < epochs && !bad; e++)
     bad |= json_array_append_new(list, json_pack("{s:f,s:f,s:f,s:f}", "seconds", ep[e].seconds, "images_per_s",
                                                  ep[e].images_per_s, "loader_wait_ms", ep[e].loader_wait_ms,
