@@ -344,9 +344,13 @@ typedef struct lam_image_opts {
                        * has available (MemAvailable, and the cgroup's limit where lower) */
   int streamed;       /* out: 1 when the set is streamed (lam_dataset.source) */
   size_t part_bytes;  /* out: the decoded part's bytes (pixels and labels), streamed or not */
-  /* video folders (DIR/train/CLASS/NAME.mp4 ...; always streamed): a sample is a clip of `frames` frames (0: 16),
-   * every `frame_stride`-th (0: 2), in training from a start drawn each epoch, else the video's middle clip */
+  /* video sets (DIR/train/CLASS/NAME.mp4 ..., or DIR/train.csv listing them; always streamed): a sample is a clip of
+   * `frames` frames (0: 16), every `frame_stride`-th (0: 2), in training from a start drawn each epoch, else the
+   * video's middle clip */
   int frames, frame_stride;
+  size_t missing;          /* out: videos a Kinetics list names that are not there, left out (Kinetics sets always
+                            * lack some; not skip_bad's) */
+  char missing_note[1024]; /* out: "N of M videos listed in FILE are missing, e.g. PATH" where missing, else "" */
 } lam_image_opts;
 enum { LAM_DECODE_AUTO = 0, LAM_DECODE_CPU = 1, LAM_DECODE_GPU = 2 };
 enum { LAM_STREAM_AUTO = 0, LAM_STREAM_ON = 1, LAM_STREAM_OFF = 2 };
