@@ -1787,6 +1787,15 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
       "(lambda r: [e['train_loss'] for e in d['epochs']] == [e['train_loss'] for e in r['epochs']])(json.load(open('$TMP/vrun1.json')))"
     run eval --data "$V" --frames 6 --frame-stride 3 --load "$V.ckpt" --device cpu --json
     json_check "eval on a video folder: the test videos' middle clips" "0 <= d['accuracy'] <= 1 and d['loss'] > 0"
+    # the same videos listed in CSV files (train.csv absolute paths and a header, val.csv relative ones without):
+    # the same classes and, listed in the folder's order, the same clips and losses for the seed
+    mkdir -p "$V-csv"
+    { echo path,label; (cd "$V/train" && find . -name '*.mp4' | LC_ALL=C sort) | sed "s#^\./\(.*\)/\(.*\)#$V/train/\1/\2,\1#"; } >"$V-csv/train.csv"
+    (cd "$V/test" && find . -name '*.mp4' | LC_ALL=C sort) | sed "s#^\./\(.*\)/\(.*\)#../videos/test/\1/\2,\1#" >"$V-csv/val.csv"
+    run train --data "$V-csv" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 2 --batch 4 --seed 5 \
+      --device cpu --json
+    json_check "train on videos listed in train.csv and val.csv: the folder's classes, clips and losses" \
+      "(lambda r: [e['train_loss'] for e in d['epochs']] == [e['train_loss'] for e in r['epochs']] and d['class_names'] == r['class_names'] and [e['test_acc'] for e in d['epochs']] == [e['test_acc'] for e in r['epochs']])(json.load(open('$TMP/vrun1.json')))"
     cp -r "$V" "$V-bad"
     f=$(find "$V-bad/train" -name '*.mp4' | sort | head -1)
     printf 'not a video at all' >"$f"
