@@ -292,7 +292,8 @@ static void test_kinetics(void **state) {
                              "abseiling,gone1,3,13,train,0\n"
                              "abseiling,ccc,12,22,train,0\n"
                              "\"air drumming\",ddd,1.0,11,train,0\n"
-                             "abseiling,gone2,5,15,train,0\n");
+                             "abseiling,gone2,5,15,train,0\n"
+                             "zumba,gone3,0,10,train,0\n"); /* a class without a video: a class still */
   text_file("kin/validate.csv", "label,youtube_id,time_start,time_end,split\nabseiling,eee,100,110,validate\n");
   char path[512];
   snprintf(path, sizeof path, "%s/kin", dir);
@@ -302,20 +303,22 @@ static void test_kinetics(void **state) {
   lam_image_opts o = {0};
   lam_dataset *d = NULL;
   assert_int_equal(load("kin", 1, &o, &d), LAM_OK);
-  assert_int_equal(d->classes, 3);
+  assert_int_equal(d->classes, 4);
+  assert_string_equal(lam_dataset_class_name(d, 3), "zumba");
   assert_string_equal(lam_dataset_class_name(d, 0), "abseiling");
   assert_string_equal(lam_dataset_class_name(d, 1), "air drumming");
   assert_string_equal(lam_dataset_class_name(d, 2), "bob's (x)");
   const int lv[4] = {40, 90, 140, 190}, lb[4] = {1, 2, 0, 1};
   assert_samples(d, 4, lv, lb);
-  assert_int_equal(o.missing, 2), assert_int_equal(o.skipped, 0);
+  assert_int_equal(o.missing, 3), assert_int_equal(o.skipped, 0);
   char want[1024];
-  snprintf(want, sizeof want, "2 of 6 videos listed in %s/kin/train.csv are missing, e.g. %s/kin/train/abseiling/"
+  snprintf(want, sizeof want, "3 of 7 videos listed in %s/kin/train.csv are missing, e.g. %s/kin/train/abseiling/"
                               "gone1_000003_000013.mp4", dir, dir);
   assert_string_equal(o.missing_note, want);
   lam_dataset_free(d);
   assert_int_equal(load("kin", 0, &o, &d), LAM_OK);
   assert_int_equal(o.missing, 0), assert_string_equal(o.missing_note, "");
+  assert_int_equal(d->classes, 4);
   const int tv[1] = {230}, tb[1] = {0};
   assert_samples(d, 1, tv, tb);
   lam_dataset_free(d);

@@ -96,6 +96,7 @@ void folder_names_free(char **v, size_t n);
  * read by lam_dataset_load_images. */
 int video_folder(const char *dir);
 lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_dataset **out);
+#define VIDEO_MAX_CLASSES 256 /* a label is one byte */
 /* 1 where name ends in a video file's extension (.mp4, .avi, .mkv, .webm, .mov, any case). */
 int video_file_name(const char *name);
 /* A part's videos, in order: file i's path (malloc'd) and class. */

@@ -19,8 +19,6 @@
 #include "../internal.h"
 #include "../status.h"
 
-#define VIDEO_MAX_CLASSES 256 /* a label is one byte */
-
 int video_file_name(const char *name) {
   static const char *const ext[] = {".mp4", ".avi", ".mkv", ".webm", ".mov", NULL};
   const char *dot = strrchr(name, '.');
@@ -132,20 +130,24 @@ static lam_status folder_scan(const char *dir, int train, video_list *l, char **
   return s;
 }
 
-/* No output of the run may be written where the videos are: dir, and the folders of listed files outside it. */
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* No output of the run may be written where the videos are: dir, and every folder holding one of them (each once:
+ * a list may name them in any order). */
 static lam_status record_folders(const char *dir, const video_list *l) {
   LAM_TRY(lam_input_folder(dir, "videos"));
-  char last[PATH_MAX] = "", parent[PATH_MAX];
-  const size_t nd = strlen(dir);
-  for (size_t i = 0; i < l->n; i++) {
-    const char *p = l->path[i], *slash = strrchr(p, '/');
-    if (!slash || (size_t)(slash - p) >= sizeof parent || (!strncmp(p, dir, nd) && p[nd] == '/')) continue;
-    snprintf(parent, sizeof parent, "%.*s", (int)(slash - p), p);
-    if (!strcmp(parent, last)) continue;
-    LAM_TRY(lam_input_folder(parent, "videos"));
-    snprintf(last, sizeof last, "%s", parent);
-  }
-  return LAM_OK;
+  char **v = l->n ? malloc(l->n * sizeof *v) : NULL;
+  if (l->n && !v) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video set: no host memory");
+  size_t n = 0;
+  for (size_t i = 0; i < l->n; i++) /* the path cut at its last '/', in place, for the sort; put back below */
+    if (strrchr(l->path[i], '/')) *strrchr(l->path[i], '/') = 0, v[n++] = l->path[i];
+  qsort(v, n, sizeof *v, cmp_str);
+  lam_status s = LAM_OK;
+  for (size_t i = 0; i < n && s == LAM_OK; i++)
+    if (!i || strcmp(v[i], v[i - 1])) s = lam_input_folder(v[i], "videos");
+  for (size_t i = 0; i < n; i++) v[i][strlen(v[i])] = '/';
+  free(v);
+  return s;
 }
 
 lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_dataset **out) {

@@ -15,7 +15,6 @@
 #include "../status.h"
 
 #define CSV_MAX_FIELDS 8
-#define VIDEO_MAX_CLASSES 256 /* a label is one byte */
 
 /* ---- CSV records ---- */
 
@@ -133,7 +132,6 @@ int video_csv_layout(const char *dir) {
   long at;
   const int got = csv_next(&r, f, &n, &at), kind = got == 1 ? first_record_kind(f, n) : 0;
   csv_close(&r);
-  lam_clear_error();
   if (kind) return kind;
   /* a train.csv of another kind beside train/ folders is some other set's file; with nothing else there, it is a
    * list the reader will say what is wrong with */
@@ -156,7 +154,7 @@ int video_csv_has_test(const char *dir) {
 }
 
 typedef struct row {
-  char *label, *path; /* path: the file (NULL where it is missing or not looked for) */
+  char *label, *path; /* path: the file (NULL where it is missing or not looked for: the label is still a class) */
   long line;
 } row;
 
@@ -237,7 +235,7 @@ static lam_status kinetics_row(const char *dir, const csv_reader *r, long at, ch
   v->listed++;
   if (kinetics_file(dir, f[0], f[1], t0, t1, f[4], p, sizeof p)) return rows_add(v, f[0], p, at, r->path);
   if (!v->missing++) snprintf(v->example, sizeof v->example, "%s", p);
-  return LAM_OK;
+  return rows_add(v, f[0], NULL, at, r->path);
 }
 
 /* A path,label row: its label and file (a missing one an error naming the line, or with skip_bad counted). */
@@ -250,7 +248,7 @@ static lam_status paths_row(const char *dir, const csv_reader *r, long at, char 
   if ((size_t)snprintf(p, sizeof p, "%s%s%s", f[0][0] == '/' ? "" : dir, f[0][0] == '/' ? "" : "/", f[0]) >= sizeof p)
     return LAM_FAIL(LAM_ERR_IO, "%s:%ld: the path is longer than a path can be", r->path, at);
   if (is_file(p)) return rows_add(v, f[1], p, at, r->path);
-  if (skip_bad) return ++*skipped, LAM_OK;
+  if (skip_bad) return ++*skipped, rows_add(v, f[1], NULL, at, r->path);
   return LAM_FAIL(LAM_ERR_IO, "%s:%ld: no video file '%s' (a path is relative to '%s' or absolute); fix the row, or "
                   "leave such rows out with --skip-bad", r->path, at, p, dir);
 }
@@ -308,7 +306,8 @@ static lam_status read_list(const char *dir, const char *path, int files, int sk
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-/* The training list's labels, sorted, each once: the classes. */
+/* The training list's labels, sorted, each once: the classes (missing files' rows' too, so that both parts have
+ * one set of classes). */
 static lam_status classes_of(const rows *v, const char *path, char ***names, size_t *nclasses) {
   char **u = malloc((v->n ? v->n : 1) * sizeof *u);
   if (!u) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video list '%s': no host memory for its classes", path);
