@@ -348,9 +348,13 @@ typedef struct lam_image_opts {
                        * has available (MemAvailable, and the cgroup's limit where lower) */
   int streamed;       /* out: 1 when the set is streamed (lam_dataset.source) */
   size_t part_bytes;  /* out: the decoded part's bytes (pixels and labels), streamed or not */
-  /* video folders (DIR/train/CLASS/NAME.mp4 ...; always streamed): a sample is a clip of `frames` frames (0: 16),
-   * every `frame_stride`-th (0: 2), in training from a start drawn each epoch, else the video's middle clip */
+  /* video sets (DIR/train/CLASS/NAME.mp4 ..., or DIR/train.csv listing them; always streamed): a sample is a clip of
+   * `frames` frames (0: 16), every `frame_stride`-th (0: 2), in training from a start drawn each epoch, else the
+   * video's middle clip */
   int frames, frame_stride;
+  size_t missing;          /* out: videos a Kinetics list names that are not there, left out (Kinetics sets always
+                            * lack some; not skip_bad's) */
+  char missing_note[1024]; /* out: "N of M videos listed in FILE are missing, e.g. PATH" where missing, else "" */
 } lam_image_opts;
 enum { LAM_DECODE_AUTO = 0, LAM_DECODE_CPU = 1, LAM_DECODE_GPU = 2 };
 enum { LAM_STREAM_AUTO = 0, LAM_STREAM_ON = 1, LAM_STREAM_OFF = 2 };
@@ -429,7 +433,8 @@ int lam_dataset_is_image_folder(const char *dir);
  * (ImageNet's name; test/ is read where both are there and it holds class folders); LAM_FOLDER_TRAIN_ONLY, DIR/train
  * alone; LAM_FOLDER_FLAT, DIR/CLASS/... with no train/ (and no train-*, t10k-* or test-* files: those are the MNIST
  * layout), one part that is both the training and the test part (lamina train holds out --val-split's part of it).
- * LAM_FOLDER_NONE where dir is none of these. */
+ * A set of videos listed in DIR/train.csv (docs/video.md, "Layouts") is LAM_FOLDER_SPLIT with a DIR/val.csv,
+ * validate.csv or test.csv beside it, else LAM_FOLDER_TRAIN_ONLY. LAM_FOLDER_NONE where dir is none of these. */
 enum { LAM_FOLDER_NONE = 0, LAM_FOLDER_SPLIT = 1, LAM_FOLDER_TRAIN_ONLY = 2, LAM_FOLDER_FLAT = 3 };
 int lam_dataset_image_folder_layout(const char *dir);
 /* ---- mask folders (src/data/maskfolder.c): segmentation images and their masks ---- */

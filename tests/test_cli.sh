@@ -1819,6 +1819,33 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
     usage_error "train --cache on IDX data" --cache -- train --cache "$TMP/vc2" --epochs 1
     run eval --data "$V" --frames 6 --frame-stride 3 --load "$V.ckpt" --device cpu --json
     json_check "eval on a video folder: the test videos' middle clips" "0 <= d['accuracy'] <= 1 and d['loss'] > 0"
+    # the same videos listed in CSV files (train.csv absolute paths and a header, val.csv relative ones without):
+    # the same classes and, listed in the folder's order, the same clips and losses for the seed
+    mkdir -p "$V-csv"
+    { echo path,label; (cd "$V/train" && find . -name '*.mp4' | LC_ALL=C sort) | sed "s#^\./\(.*\)/\(.*\)#$V/train/\1/\2,\1#"; } >"$V-csv/train.csv"
+    (cd "$V/test" && find . -name '*.mp4' | LC_ALL=C sort) | sed "s#^\./\(.*\)/\(.*\)#../videos/test/\1/\2,\1#" >"$V-csv/val.csv"
+    run train --data "$V-csv" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 2 --batch 4 --seed 5 \
+      --device cpu --json
+    json_check "train on videos listed in train.csv and val.csv: the folder's classes, clips and losses" \
+      "(lambda r: [e['train_loss'] for e in d['epochs']] == [e['train_loss'] for e in r['epochs']] and d['class_names'] == r['class_names'] and [e['test_acc'] for e in d['epochs']] == [e['test_acc'] for e in r['epochs']])(json.load(open('$TMP/vrun1.json')))"
+    # Kinetics' own lists: files found by its naming rule, the one missing said once, one line
+    K="$V-kinetics"
+    mkdir -p "$K"
+    for part in train test; do
+      sp=$part; [ $part = test ] && sp=validate
+      { echo label,youtube_id,time_start,time_end,split; i=0
+        for f in $(cd "$V/$part" && find . -name '*.mp4' | LC_ALL=C sort); do
+          c=${f#./}; c=${c%%/*}; mkdir -p "$K/$part/$c"; cp "$V/$part/$f" "$K/$part/$c/id$i""_000001_000011.mp4"
+          echo "$c,id$i,1,11,$part"; i=$((i + 1)); done; } >"$K/$sp.csv"
+    done
+    sed -i 's/,test$/,val/' "$K/validate.csv" && mv "$K/test" "$K/val"
+    echo "3,gone,5,15,train" >>"$K/train.csv"
+    run train --data "$K" --frames 6 --model "$VM" --classes 10 --epochs 1 --batch 4 --device cpu
+    if [ "$rc" -eq 0 ] && [ "$(grep -c 'are missing' "$TMP/out")" -eq 1 ] &&
+       has "$TMP/out" "1 of 31 videos listed in $K/train.csv are missing, e.g. $K/train/3/gone_000005_000015.mp4" &&
+       has "$TMP/out" "30 training, 8 test clips"; then
+      ok "train on Kinetics' lists: the files found by its naming rule, the missing one said once"
+    else not_ok "Kinetics' lists" "want exit 0, 30 + 8 clips and one line on the missing video; got $rc: $(head -c 400 "$TMP/out") $(head -c 300 "$TMP/err")"; fi
     cp -r "$V" "$V-bad"
     f=$(find "$V-bad/train" -name '*.mp4' | sort | head -1)
     printf 'not a video at all' >"$f"

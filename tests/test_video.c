@@ -1,14 +1,16 @@
 /* test_video.c — video files through FFmpeg (src/data/video.c): a video written here, each frame a known grey level
  * (frame i: 10 + 6 i, flat, so a lossy codec gives it back within a few levels), then clips read back — which
  * frames a clip takes for a first frame and a stride, a clip past the end (its last frame repeated), a clip fitted to
- * another size, the frame count — and the files it refuses (zero length, not a video, cut short). Skipped, not
- * passed, where the build has no FFmpeg. */
+ * another size, the frame count — and the files it refuses (zero length, not a video, cut short). Then the sets listed
+ * in CSV files (videolist.c): path,label lists and Kinetics' own, each video a flat grey level of its own, so the
+ * clips read back say which file each sample came from. Skipped, not passed, where the build has no FFmpeg. */
 #define _XOPEN_SOURCE 700
 #include "testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../src/data/data.h"
@@ -164,8 +166,203 @@ static void test_nvdec(void **state) {
   free(px), free(a), free(b);
 }
 
+/* ---- sets listed in CSV files ---- */
+
+/* dir/rel's parent folders made, and the path in out. */
+static void path_in(const char *rel, char *out, size_t cap) {
+  snprintf(out, cap, "%s/%s", dir, rel);
+  for (char *p = out + strlen(dir) + 1; (p = strchr(p, '/')) != NULL; p++) {
+    *p = 0;
+    mkdir(out, 0755); /* there already is fine */
+    *p = '/';
+  }
+}
+
+/* A video of 6 frames (16 x 16) all of grey level v, at dir/rel. */
+static void flat_video(const char *rel, int v) {
+  char path[512];
+  path_in(rel, path, sizeof path);
+  uint8_t px[6 * 16 * 16];
+  memset(px, v, sizeof px);
+  if (video_write(path, px, 6, 16, 16, 1, 25) != LAM_OK) fail_msg("video_write: %s", lam_last_error());
+}
+
+static void text_file(const char *rel, const char *text) {
+  char path[512];
+  path_in(rel, path, sizeof path);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static lam_status load(const char *rel, int train, lam_image_opts *o, lam_dataset **d) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, rel);
+  o->frames = 2, o->frame_stride = 1;
+  return lam_dataset_load_images(path, train, o, d);
+}
+
+/* The set's samples as (level shown, label) pairs against want (levels and labels, in order). */
+static void assert_samples(const lam_dataset *d, size_t n, const int *level_want, const int *label_want) {
+  assert_int_equal(d->n, n);
+  assert_int_equal(d->t, 2), assert_int_equal(d->c, 1), assert_int_equal(d->h, 16), assert_int_equal(d->w, 16);
+  for (size_t i = 0; i < n; i++) {
+    int32_t idx = (int32_t)i;
+    uint8_t px[2 * 16 * 16], lab;
+    assert_int_equal(lam_dataset_rows(d, &idx, 1, px, &lab), LAM_OK);
+    const int got = shown(px, 16, 16);
+    if (abs(got - level_want[i]) > 3 || lab != label_want[i])
+      fail_msg("sample %zu: level %d label %d, want level %d label %d", i, got, lab, level_want[i], label_want[i]);
+  }
+}
+
+static void assert_error_names(lam_status s, const char *where) {
+  assert_int_not_equal(s, LAM_OK);
+  if (!strstr(lam_last_error(), where)) fail_msg("the error does not name '%s': %s", where, lam_last_error());
+}
+
+/* path,label lists: classes the training list's labels sorted; the rows in the list's order; the header optional
+ * (val.csv has none); quoted fields (a comma in a path, a quote in a label); relative and absolute paths. */
+static void test_csv_paths(void **state) {
+  (void)state;
+  if (!video_supported()) skip();
+  flat_video("csv/v/z1.mp4", 40), flat_video("csv/v/a1.mp4", 80), flat_video("csv/v/m,1.mp4", 120);
+  flat_video("csv/v/z2.mp4", 160), flat_video("csv/w/a2.mp4", 200);
+  char abs_path[512], val[1024];
+  snprintf(abs_path, sizeof abs_path, "%s/csv/w/a2.mp4", dir);
+  text_file("csv/train.csv", "path,label\r\nv/z1.mp4,zebra\r\n\r\nv/a1.mp4 , ant\r\n\"v/m,1.mp4\",\"moth \"\"x\"\"\"\r\n"
+                             "v/z2.mp4,zebra\r\n");
+  snprintf(val, sizeof val, "%s,ant\nv/z2.mp4,zebra\n", abs_path);
+  text_file("csv/val.csv", val);
+  char path[512];
+  snprintf(path, sizeof path, "%s/csv", dir);
+  assert_true(video_folder(path));
+  assert_int_equal(lam_dataset_image_folder_layout(path), LAM_FOLDER_SPLIT);
+  lam_image_opts o = {0};
+  lam_dataset *d = NULL;
+  assert_int_equal(load("csv", 1, &o, &d), LAM_OK);
+  assert_int_equal(d->classes, 3); /* ant, moth "x", zebra */
+  assert_string_equal(lam_dataset_class_name(d, 0), "ant");
+  assert_string_equal(lam_dataset_class_name(d, 1), "moth \"x\"");
+  assert_string_equal(lam_dataset_class_name(d, 2), "zebra");
+  const int lv[4] = {40, 80, 120, 160}, lb[4] = {2, 0, 1, 2};
+  assert_samples(d, 4, lv, lb);
+  assert_int_equal(o.skipped, 0), assert_int_equal(o.missing, 0);
+  lam_dataset_free(d);
+  assert_int_equal(load("csv", 0, &o, &d), LAM_OK);
+  assert_int_equal(d->classes, 3);
+  const int tv[2] = {200, 160}, tb[2] = {0, 2};
+  assert_samples(d, 2, tv, tb);
+  lam_dataset_free(d);
+}
+
+/* A row naming no file: an error naming the list's file and line, or with skip_bad left out and counted. A test row
+ * whose label the training list does not name: an error naming its line. */
+static void test_csv_missing(void **state) {
+  (void)state;
+  if (!video_supported()) skip();
+  flat_video("miss/a.mp4", 50), flat_video("miss/b.mp4", 150);
+  text_file("miss/train.csv", "a.mp4,cat\nb.mp4,dog\nnot-there.mp4,dog\n");
+  text_file("miss/val.csv", "a.mp4,cat\nb.mp4,bird\n");
+  lam_image_opts o = {0};
+  lam_dataset *d = NULL;
+  assert_error_names(load("miss", 1, &o, &d), "miss/train.csv:3");
+  assert_error_names(LAM_ERR_IO, "not-there.mp4");
+  assert_null(d);
+  o.skip_bad = 1;
+  assert_int_equal(load("miss", 1, &o, &d), LAM_OK);
+  assert_int_equal(o.skipped, 1);
+  const int lv[2] = {50, 150}, lb[2] = {0, 1};
+  assert_samples(d, 2, lv, lb);
+  lam_dataset_free(d), d = NULL;
+  assert_error_names(load("miss", 0, &o, &d), "miss/val.csv:2");
+  assert_error_names(LAM_ERR_IO, "bird");
+}
+
+/* Lists that are not CSV as lamina reads them: each an error naming the file and the line. */
+static void test_csv_bad(void **state) {
+  (void)state;
+  if (!video_supported()) skip();
+  static const struct {
+    const char *name, *text, *where;
+  } cases[] = {
+      {"bad1", "a.mp4,cat\na.mp4,cat,extra\n", "bad1/train.csv:2"},            /* 3 fields */
+      {"bad2", "path,label\n\na.mp4\n", "bad2/train.csv:3"},                   /* 1 field */
+      {"bad3", "file,class\na.mp4,cat\n", "bad3/train.csv:1"},                 /* a header of its own */
+      {"bad4", "a.mp4,cat\n\"a.mp4,cat\n", "bad4/train.csv:2"},                /* a quote not closed */
+      {"bad5", "label,youtube_id,start,end,split\nx,y,0,10,train\n", "bad5/train.csv:1"}, /* not Kinetics' header */
+      {"bad6", "label,youtube_id,time_start,time_end,split\nx,y,zero,10,train\n", "bad6/train.csv:2"},
+      {"bad7", "label,youtube_id,time_start,time_end,split\nx,y,0,10\n", "bad7/train.csv:2"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    char rel[64];
+    snprintf(rel, sizeof rel, "%s/a.mp4", cases[k].name);
+    flat_video(rel, 50);
+    snprintf(rel, sizeof rel, "%s/train.csv", cases[k].name);
+    text_file(rel, cases[k].text);
+    snprintf(rel, sizeof rel, "%s/val.csv", cases[k].name);
+    text_file(rel, "a.mp4,cat\n");
+    lam_image_opts o = {0};
+    lam_dataset *d = NULL;
+    assert_error_names(load(cases[k].name, 1, &o, &d), cases[k].where);
+    assert_null(d);
+  }
+}
+
+/* Kinetics' lists: each row's file found by the naming rule (ID_START_END.mp4, 6 digits each, under SPLIT/LABEL/,
+ * torchvision's folder name for the label, or SPLIT/ alone; validate also as val/); the missing ones left out,
+ * counted and said in one line. */
+static void test_kinetics(void **state) {
+  (void)state;
+  if (!video_supported()) skip();
+  flat_video("kin/train/air drumming/aaa_000004_000014.mp4", 40);
+  flat_video("kin/train/bobs_x/bbb_000000_000010.mp4", 90);    /* torchvision's name for "bob's (x)" */
+  flat_video("kin/train/ccc_000012_000022.mp4", 140);          /* CVDF's archives, unpacked */
+  flat_video("kin/train/air drumming/ddd_000001_000011.mp4", 190);
+  flat_video("kin/val/abseiling/eee_000100_000110.mp4", 230); /* split "validate" */
+  text_file("kin/train.csv", "label,youtube_id,time_start,time_end,split,is_cc\n"
+                             "\"air drumming\",aaa,4,14,train,0\n"
+                             "\"bob's (x)\",bbb,0,10,train,0\n"
+                             "abseiling,gone1,3,13,train,0\n"
+                             "abseiling,ccc,12,22,train,0\n"
+                             "\"air drumming\",ddd,1.0,11,train,0\n"
+                             "abseiling,gone2,5,15,train,0\n"
+                             "zumba,gone3,0,10,train,0\n"); /* a class without a video: a class still */
+  text_file("kin/validate.csv", "label,youtube_id,time_start,time_end,split\nabseiling,eee,100,110,validate\n");
+  char path[512];
+  snprintf(path, sizeof path, "%s/kin", dir);
+  assert_int_equal(video_csv_layout(path), 2);
+  assert_true(video_folder(path));
+  assert_int_equal(lam_dataset_image_folder_layout(path), LAM_FOLDER_SPLIT);
+  lam_image_opts o = {0};
+  lam_dataset *d = NULL;
+  assert_int_equal(load("kin", 1, &o, &d), LAM_OK);
+  assert_int_equal(d->classes, 4);
+  assert_string_equal(lam_dataset_class_name(d, 3), "zumba");
+  assert_string_equal(lam_dataset_class_name(d, 0), "abseiling");
+  assert_string_equal(lam_dataset_class_name(d, 1), "air drumming");
+  assert_string_equal(lam_dataset_class_name(d, 2), "bob's (x)");
+  const int lv[4] = {40, 90, 140, 190}, lb[4] = {1, 2, 0, 1};
+  assert_samples(d, 4, lv, lb);
+  assert_int_equal(o.missing, 3), assert_int_equal(o.skipped, 0);
+  char want[1024];
+  snprintf(want, sizeof want, "3 of 7 videos listed in %s/kin/train.csv are missing, e.g. %s/kin/train/abseiling/"
+                              "gone1_000003_000013.mp4", dir, dir);
+  assert_string_equal(o.missing_note, want);
+  lam_dataset_free(d);
+  assert_int_equal(load("kin", 0, &o, &d), LAM_OK);
+  assert_int_equal(o.missing, 0), assert_string_equal(o.missing_note, "");
+  assert_int_equal(d->classes, 4);
+  const int tv[1] = {230}, tb[1] = {0};
+  assert_samples(d, 1, tv, tb);
+  lam_dataset_free(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_probe), cmocka_unit_test(test_clips),
-                                     cmocka_unit_test(test_bad_files), cmocka_unit_test(test_nvdec)};
+                                     cmocka_unit_test(test_bad_files), cmocka_unit_test(test_nvdec),
+                                     cmocka_unit_test(test_csv_paths), cmocka_unit_test(test_csv_missing),
+                                     cmocka_unit_test(test_csv_bad), cmocka_unit_test(test_kinetics)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

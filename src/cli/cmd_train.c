@@ -1089,6 +1089,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     goto out;
   }
   skipped = o.images.skipped;
+  if (o.images.missing) /* a Kinetics list's videos not there: said once, a line (to stderr under --json) */
+    fprintf(o.json ? stderr : stdout, "  %s (left out)\n", o.images.missing_note);
   const int train_cached = o.images.cache_hit, train_written = o.images.cache_written;
   o.train_part = o.images;
   if (o.images.streamed) /* the test part too: evaluated resident it would be held twice (read, and uploaded) */
@@ -1102,6 +1104,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     goto out;
   }
   if (!no_test) skipped += o.images.skipped; /* else o.images is the training part's, counted */
+  if (!no_test && o.images.missing) fprintf(o.json ? stderr : stdout, "  %s (left out)\n", o.images.missing_note);
   if (skipped && !o.json)
     printf("  %zu %s file%s could not be %s, left out (--skip-bad)\n", skipped, train->t > 1 ? "video" : "image",
            skipped == 1 ? "" : "s", lam_dataset_mask_folder_layout(o.data) ? "paired with a mask or decoded" : "decoded");
@@ -1471,8 +1474,9 @@ int cmd_eval(int argc, char **argv) {
     goto out;
   }
   if (o.images.skipped && !o.json)
-    printf("%zu image file%s could not be decoded, left out (--skip-bad)\n", o.images.skipped,
-           o.images.skipped == 1 ? "" : "s");
+    printf("%zu %s file%s could not be decoded, left out (--skip-bad)\n", o.images.skipped,
+           test->t > 1 ? "video" : "image", o.images.skipped == 1 ? "" : "s");
+  if (o.images.missing) fprintf(o.json ? stderr : stdout, "%s (left out)\n", o.images.missing_note);
   if (lam_ctx_create(&ctx, o.device) != LAM_OK || (o.threads && lam_ctx_set_threads(ctx, o.threads) != LAM_OK) ||
       lam_checkpoint_load(ctx, o.load, &m, NULL, NULL) != LAM_OK) {
     ret = fail("eval", NULL);

@@ -92,9 +92,30 @@ void data_where(uint64_t h, uint64_t w, size_t i, char *buf, size_t cap);
  * malloc'd, freed by folder_names_free (folder.c). */
 lam_status folder_list(const char *dir, int folders, int (*want)(const char *), char ***names, size_t *count);
 void folder_names_free(char **v, size_t n);
-/* A video folder's layout (videofolder.c): DIR/train/CLASS/ holding video files; read by lam_dataset_load_images. */
+/* A video set (videofolder.c): DIR/train/CLASS/ holding video files, or DIR/train.csv listing them (videolist.c);
+ * read by lam_dataset_load_images. */
 int video_folder(const char *dir);
 lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_dataset **out);
+#define VIDEO_MAX_CLASSES 256 /* a label is one byte */
+/* 1 where name ends in a video file's extension (.mp4, .avi, .mkv, .webm, .mov, any case). */
+int video_file_name(const char *name);
+/* A part's videos, in order: file i's path (malloc'd) and class. */
+typedef struct video_list {
+  size_t n, cap;
+  char **path;
+  int *cls;
+} video_list;
+lam_status video_list_add(video_list *l, const char *path, int cls);
+void video_list_free(video_list *l);
+/* DIR/train.csv's kind (videolist.c): 1 path,label rows, 2 Kinetics' columns; 0 where there is no such list. */
+int video_csv_layout(const char *dir);
+/* 1 where a listed set has a test part's list: DIR/val.csv, validate.csv or test.csv. */
+int video_csv_has_test(const char *dir);
+/* The part's videos as its list names them (l, in the list's order) and the classes (the training list's labels,
+ * sorted; *names as folder_list's). Missing files: path,label's an error naming the list's file and line, or with
+ * o->skip_bad counted in o->skipped; Kinetics' left out and counted in o->missing and o->missing_note. */
+lam_status video_csv_scan(const char *dir, int train, lam_image_opts *o, video_list *l, char ***names,
+                          size_t *nclasses);
 
 /* Checks o's size and stream (folder.c) and zeroes its out fields, for both folder readers. */
 lam_status lam_image_opts_check(lam_image_opts *o);

@@ -138,6 +138,8 @@ int lam_dataset_image_folder_layout(const char *dir) {
   /* mask folders first: a generic one's train/images would read as a class named "images" */
   if (lam_dataset_mask_folder_layout(dir) != LAM_MASKS_NONE)
     return mask_folder_has_test(dir) ? LAM_FOLDER_SPLIT : LAM_FOLDER_TRAIN_ONLY;
+  /* then videos listed in DIR/train.csv: Kinetics' folders beside its lists would read as class folders */
+  if (dir && video_csv_layout(dir)) return video_csv_has_test(dir) ? LAM_FOLDER_SPLIT : LAM_FOLDER_TRAIN_ONLY;
   char t[PATH_MAX];
   if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t) return LAM_FOLDER_NONE;
   if (is_dir(t)) {
@@ -561,7 +563,7 @@ lam_status lam_image_opts_check(lam_image_opts *o) {
   LAM_CHECK_ARG(o->stream >= LAM_STREAM_AUTO && o->stream <= LAM_STREAM_OFF,
                 "lam_image_opts: stream %d (LAM_STREAM_AUTO, LAM_STREAM_ON or LAM_STREAM_OFF)", o->stream);
   o->skipped = 0, o->cache_hit = o->cache_written = 0, o->decoded_gpu = 0, o->decode_s = 0, o->converted = 0;
-  o->streamed = 0, o->part_bytes = 0;
+  o->streamed = 0, o->part_bytes = 0, o->missing = 0, o->missing_note[0] = 0;
   return LAM_OK;
 }
 

@@ -1,9 +1,12 @@
-/* videofolder.c — folders of video files as streamed sets of clips: DIR/train/CLASS/NAME.{mp4,avi,mkv,webm,mov} and
- * DIR/test/CLASS/... or DIR/val/CLASS/... (the ImageFolder layout with videos), the classes the training part's
- * folder names in sorted order. A sample is a clip of T frames (lam_image_opts.frames, default 16), every S-th
- * (frame_stride, default 2): in training from a start drawn anew each epoch (lam_source_set_draw: the trainer's key
- * of the epoch), else the video's middle clip. Nothing is decoded whole: every clip is decoded from its file when
- * its sample is asked for (video.c), so a set of any size trains in bounded memory; or, with a cache folder asked for
+/* videofolder.c — video sets as streamed sets of clips, in three layouts: folders, DIR/train/CLASS/NAME.{mp4,avi,
+ * mkv,webm,mov} and DIR/test/CLASS/... or DIR/val/CLASS/... (the ImageFolder layout with videos), the classes the
+ * training part's folder names in sorted order; or lists, DIR/train.csv and DIR/val.csv of path,label rows or of
+ * Kinetics' columns (videolist.c). Each layout makes its part's (path, class) list; the rest is one: every file
+ * probed on all host threads (a bad one an error, or with skip_bad left out), the size and channels settled, the
+ * source made. A sample is a clip of T frames (lam_image_opts.frames, default 16), every S-th (frame_stride,
+ * default 2): in training from a start drawn anew each epoch (lam_source_set_draw: the trainer's key of the epoch),
+ * else the video's middle clip. Nothing is decoded whole: every clip is decoded from its file when its sample is
+ * asked for (video.c), so a set of any size trains in bounded memory; or, with a cache folder asked for
  * (lam_image_opts.cache), read from the video's decoded frames kept there (videocache.c: the same bytes). */
 #include <limits.h>
 #include <stdio.h>
@@ -17,9 +20,7 @@
 #include "../internal.h"
 #include "../status.h"
 
-#define VIDEO_MAX_CLASSES 256
-
-static int video_file_name(const char *name) {
+int video_file_name(const char *name) {
   static const char *const ext[] = {".mp4", ".avi", ".mkv", ".webm", ".mov", NULL};
   const char *dot = strrchr(name, '.');
   for (int k = 0; dot && ext[k]; k++)
@@ -36,6 +37,7 @@ int video_folder(const char *dir) {
   char t[PATH_MAX];
   char **classes = NULL;
   size_t nc = 0;
+  if (dir && video_csv_layout(dir)) return 1; /* the lists first: Kinetics' folders are there too */
   if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t || !is_dir(t) ||
       folder_list(t, 1, video_file_name, &classes, &nc) != LAM_OK)
     return 0;
@@ -52,10 +54,28 @@ int video_folder(const char *dir) {
   return found;
 }
 
+lam_status video_list_add(video_list *l, const char *path, int cls) {
+  if (l->n == l->cap) {
+    const size_t cap = l->cap ? 2 * l->cap : 256;
+    char **p = realloc(l->path, cap * sizeof *p);
+    if (p) l->path = p;
+    int *q = p ? realloc(l->cls, cap * sizeof *q) : NULL;
+    if (!p || !q) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video set: no host memory for the list of files");
+    l->cls = q, l->cap = cap;
+  }
+  if (!(l->path[l->n] = strdup(path))) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video set: no host memory");
+  l->cls[l->n++] = cls;
+  return LAM_OK;
+}
+
+void video_list_free(video_list *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->path[i]);
+  free(l->path), free(l->cls);
+  *l = (video_list){0};
+}
+
 typedef struct clip_src {
-  size_t n;
-  char **path;
-  int *cls;
+  video_list l;
   int64_t *frames;
   int T, S, C, H, W;
   video_cache *cache; /* NULL: every clip decoded from its file */
@@ -64,8 +84,8 @@ typedef struct clip_src {
 
 static void clip_src_drop(void *state) {
   clip_src *c = state;
-  for (size_t i = 0; i < c->n; i++) free(c->path[i]);
-  free(c->path), free(c->cls), free(c->frames), video_cache_free(c->cache), free(c);
+  video_list_free(&c->l);
+  free(c->frames), video_cache_free(c->cache), free(c);
 }
 
 /* lam_fill_fn: video i's clip (T, H, W, C) and its class; the start drawn from draw, or the middle clip where 0. */
@@ -77,13 +97,14 @@ static lam_status clip_fill(void *state, size_t i, uint64_t draw, uint8_t *px, u
     start = (int64_t)(lam_draw_uniform(draw, i) * (float)(last + 1));
     if (start > last) start = last;
   }
-  lab[0] = (uint8_t)c->cls[i];
-  if (c->cache) return video_cache_clip(c->cache, c->path[i], start, c->S, c->T, c->C, c->H, c->W, px);
-  return (c->nvdec ? video_clip_nvdec : video_clip)(c->path[i], start, c->S, c->T, c->C, c->H, c->W, px);
+  lab[0] = (uint8_t)c->l.cls[i];
+  if (c->cache) return video_cache_clip(c->cache, c->l.path[i], start, c->S, c->T, c->C, c->H, c->W, px);
+  return (c->nvdec ? video_clip_nvdec : video_clip)(c->l.path[i], start, c->S, c->T, c->C, c->H, c->W, px);
 }
 
-/* The part's videos, class by class (the training part's classes, sorted), each class's files sorted. */
-static lam_status scan(const char *dir, int train, clip_src *c, char ***names, size_t *nclasses) {
+/* The folder layout's part: its videos class by class (the training part's classes, sorted), each class's files
+ * sorted. */
+static lam_status folder_scan(const char *dir, int train, video_list *l, char ***names, size_t *nclasses) {
   char tdir[PATH_MAX], pdir[PATH_MAX];
   snprintf(tdir, sizeof tdir, "%s/train", dir);
   if (train) snprintf(pdir, sizeof pdir, "%s", tdir);
@@ -97,7 +118,6 @@ static lam_status scan(const char *dir, int train, clip_src *c, char ***names, s
     return LAM_FAIL(LAM_ERR_IO, "video folder '%s': '%s' holds %zu class folders; it needs 1 to %d", dir, tdir,
                     *nclasses, VIDEO_MAX_CLASSES);
   lam_status s = LAM_OK;
-  size_t cap = 0;
   for (size_t k = 0; k < *nclasses && s == LAM_OK; k++) {
     char cdir[PATH_MAX];
     char **files = NULL;
@@ -105,23 +125,32 @@ static lam_status scan(const char *dir, int train, clip_src *c, char ***names, s
     if ((size_t)snprintf(cdir, sizeof cdir, "%s/%s", pdir, (*names)[k]) >= sizeof cdir || !is_dir(cdir)) continue;
     s = folder_list(cdir, 0, video_file_name, &files, &nf);
     for (size_t f = 0; f < nf && s == LAM_OK; f++) {
-      if (c->n == cap) {
-        cap = cap ? 2 * cap : 256;
-        char **p = realloc(c->path, cap * sizeof *p);
-        int *q = p ? realloc(c->cls, cap * sizeof *q) : NULL;
-        if (p) c->path = p;
-        if (q) c->cls = q;
-        if (!p || !q) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory for the list of files");
-      }
       char full[PATH_MAX];
-      if (s == LAM_OK && (size_t)snprintf(full, sizeof full, "%s/%s", cdir, files[f]) < sizeof full) {
-        if (!(c->path[c->n] = strdup(full))) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
-        else c->cls[c->n++] = (int)k;
-      }
+      if ((size_t)snprintf(full, sizeof full, "%s/%s", cdir, files[f]) < sizeof full) s = video_list_add(l, full, (int)k);
     }
     folder_names_free(files, nf);
   }
-  if (s == LAM_OK && c->n == 0) s = LAM_FAIL(LAM_ERR_IO, "video folder '%s': no video files in the class folders of '%s'", dir, pdir);
+  if (s == LAM_OK && l->n == 0) s = LAM_FAIL(LAM_ERR_IO, "video folder '%s': no video files in the class folders of '%s'", dir, pdir);
+  return s;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* No output of the run may be written where the videos are: dir, and every folder holding one of them (each once:
+ * a list may name them in any order). */
+static lam_status record_folders(const char *dir, const video_list *l) {
+  LAM_TRY(lam_input_folder(dir, "videos"));
+  char **v = l->n ? malloc(l->n * sizeof *v) : NULL;
+  if (l->n && !v) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video set: no host memory");
+  size_t n = 0;
+  for (size_t i = 0; i < l->n; i++) /* the path cut at its last '/', in place, for the sort; put back below */
+    if (strrchr(l->path[i], '/')) *strrchr(l->path[i], '/') = 0, v[n++] = l->path[i];
+  qsort(v, n, sizeof *v, cmp_str);
+  lam_status s = LAM_OK;
+  for (size_t i = 0; i < n && s == LAM_OK; i++)
+    if (!i || strcmp(v[i], v[i - 1])) s = lam_input_folder(v[i], "videos");
+  for (size_t i = 0; i < n; i++) v[i][strlen(v[i])] = '/';
+  free(v);
   return s;
 }
 
@@ -136,16 +165,19 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   clip_src *c = calloc(1, sizeof *c);
   char **names = NULL;
   size_t nclasses = 0;
-  lam_status s = c ? scan(dir, train, c, &names, &nclasses) : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no memory");
-  if (s == LAM_OK) s = lam_input_folder(dir, "videos"); /* no output of the run may be written there */
+  lam_status s = !c ? LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no memory")
+                 : video_csv_layout(dir) ? video_csv_scan(dir, train, o, &c->l, &names, &nclasses)
+                                         : folder_scan(dir, train, &c->l, &names, &nclasses);
+  if (s == LAM_OK) s = record_folders(dir, &c->l);
+  const size_t listed_bad = o->skipped; /* a list's rows without their file (skip_bad) */
   if (s == LAM_OK && o->cache && *o->cache) s = video_cache_open(dir, o->cache, &c->cache); /* asked for: else none */
   const char *no_nvdec = NULL;
   if (s == LAM_OK && o->decoder == LAM_DECODE_GPU && !video_nvdec(&no_nvdec))
     s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "video folder '%s': --decode gpu: %s", dir, no_nvdec);
   if (s == LAM_OK) c->nvdec = o->decoder == LAM_DECODE_GPU; /* auto: the host's threads (measured faster, BENCHMARKS.md) */
-  if (s == LAM_OK && !(c->frames = calloc(c->n, sizeof *c->frames)))
+  if (s == LAM_OK && !(c->frames = calloc(c->l.n, sizeof *c->frames)))
     s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
-  int *h = s == LAM_OK ? calloc(c->n, sizeof *h) : NULL, *w = s == LAM_OK ? calloc(c->n, sizeof *w) : NULL;
+  int *h = s == LAM_OK ? calloc(c->l.n, sizeof *h) : NULL, *w = s == LAM_OK ? calloc(c->l.n, sizeof *w) : NULL;
   if (s == LAM_OK && (!h || !w)) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
   /* every file's frame count and size, from its header, on all host threads: a bad file is said (or left out) now */
   size_t bad_at = (size_t)-1;
@@ -153,8 +185,8 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   char bad_msg[1024] = "";
   if (s == LAM_OK) {
 #pragma omp parallel for schedule(dynamic, 4)
-    for (size_t i = 0; i < c->n; i++) {
-      lam_status st = video_probe(c->path[i], &c->frames[i], &h[i], &w[i]);
+    for (size_t i = 0; i < c->l.n; i++) {
+      lam_status st = video_probe(c->l.path[i], &c->frames[i], &h[i], &w[i]);
       if (st != LAM_OK) {
         c->frames[i] = -1;
         if (!(o->skip_bad && st == LAM_ERR_IO)) {
@@ -166,30 +198,30 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
     if (bad_at != (size_t)-1) s = LAM_FAIL(bad_status, "%s", bad_msg);
   }
   size_t kept = 0;
-  for (size_t i = 0; s == LAM_OK && i < c->n; i++) { /* the bad ones left out (skip_bad), the rest in order */
+  for (size_t i = 0; s == LAM_OK && i < c->l.n; i++) { /* the bad ones left out (skip_bad), the rest in order */
     if (c->frames[i] < 0) {
-      free(c->path[i]);
+      free(c->l.path[i]);
       continue;
     }
-    c->path[kept] = c->path[i], c->cls[kept] = c->cls[i], c->frames[kept] = c->frames[i], h[kept] = h[i], w[kept] = w[i];
+    c->l.path[kept] = c->l.path[i], c->l.cls[kept] = c->l.cls[i], c->frames[kept] = c->frames[i], h[kept] = h[i], w[kept] = w[i];
     kept++;
   }
   if (s == LAM_OK) {
-    o->skipped = c->n - kept;
-    c->n = kept;
+    o->skipped = listed_bad + c->l.n - kept;
+    c->l.n = kept;
     if (!kept) s = LAM_FAIL(LAM_ERR_IO, "video folder '%s': no video file could be read", dir);
   }
   if (s == LAM_OK) {
     c->T = o->frames ? o->frames : 16, c->S = o->frame_stride ? o->frame_stride : 2;
     c->H = o->h ? o->h : h[0], c->W = o->w ? o->w : w[0];
-    for (size_t i = 0; s == LAM_OK && !o->h && i < c->n; i++)
+    for (size_t i = 0; s == LAM_OK && !o->h && i < c->l.n; i++)
       if (h[i] != c->H || w[i] != c->W)
         s = LAM_FAIL(LAM_ERR_IO, "video file '%s' is %dx%d, but the part's first ('%s') is %dx%d: give --size HxW to "
-                     "fit every frame to one size", c->path[i], w[i], h[i], c->path[0], c->W, c->H);
+                     "fit every frame to one size", c->l.path[i], w[i], h[i], c->l.path[0], c->W, c->H);
   }
   if (s == LAM_OK) { /* grey where the first video's middle frame is (every pixel R = G = B), else colour */
     uint8_t *rgb = malloc((size_t)c->H * c->W * 3);
-    s = rgb ? video_clip(c->path[0], c->frames[0] / 2, 1, 1, 3, c->H, c->W, rgb)
+    s = rgb ? video_clip(c->l.path[0], c->frames[0] / 2, 1, 1, 3, c->H, c->W, rgb)
             : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
     int grey = s == LAM_OK;
     for (size_t p = 0; grey && p < (size_t)c->H * c->W; p++) grey = rgb[3 * p] == rgb[3 * p + 1] && rgb[3 * p] == rgb[3 * p + 2];
@@ -204,12 +236,12 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   lam_source *src = NULL;
   if (s == LAM_OK) {
     const clip_src g = *c;
-    s = lam_source_make(c->n, c->C, c->H, c->W, clip_fill, clip_src_drop, c, o->skip_bad, &src); /* c: the source's */
+    s = lam_source_make(c->l.n, c->C, c->H, c->W, clip_fill, clip_src_drop, c, o->skip_bad, &src); /* c: the source's */
     c = NULL;
     if (s == LAM_OK) {
-      *d = (lam_dataset){.n = g.n, .h = g.H, .w = g.W, .classes = (int)nclasses, .c = g.C, .t = g.T, .label_h = 1,
+      *d = (lam_dataset){.n = g.l.n, .h = g.H, .w = g.W, .classes = (int)nclasses, .c = g.C, .t = g.T, .label_h = 1,
                          .label_w = 1, .class_names = cn, .source = src};
-      o->streamed = 1, o->part_bytes = g.n * ((size_t)g.T * g.C * g.H * g.W + 1);
+      o->streamed = 1, o->part_bytes = g.l.n * ((size_t)g.T * g.C * g.H * g.W + 1);
       *out = d;
       return LAM_OK;
     }
