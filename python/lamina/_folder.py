@@ -1,6 +1,7 @@
 """Data folders for fit() and evaluate(): an image-class folder, a segmentation mask folder (generic, mmsegmentation,
-Pascal VOC), a video folder (DIR/{train,test|val}/CLASS/*.mp4, always streamed as clips) or an IDX/.npy folder, read through the C loader that `lamina train --data DIR` uses
-(lam_dataset_load_opts), so Python and the CLI train on the same pixels. A part is either decoded whole and
+Pascal VOC), a video folder (DIR/{train,test|val}/CLASS/*.mp4, always streamed as clips) or an IDX/.npy folder,
+read through the C loader that `lamina train --data DIR` uses (lam_dataset_load_opts), so Python and the CLI train
+on the same pixels; and the video files predict(path) reads. A part is either decoded whole and
 copied into NumPy, or, for an image or mask folder, streamed (read() with stream on, or auto and the
 part too large for the memory cap): kept as the C set, whose samples are decoded from their files when the
 trainer or lam_evaluate asks for them, so a folder larger than memory trains in bounded memory, as `lamina
