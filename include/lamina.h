@@ -508,6 +508,17 @@ lam_status lam_data_videos_part(const lam_dataset *src, size_t n, int h, int w, 
 /* 1 when this lamina reads and writes video files (built with FFmpeg's headers, and its libraries load); else 0 and
  * *why (where not NULL) says what to install. */
 int lam_video_supported(const char **why);
+/* Reads one clip from a video file: T frames, every stride-th from frame `first` (-1: the video's middle clip, as a
+ * video folder's test part takes it), each fitted to H x W as image folders fit images (cover, centre crop), grey
+ * (C = 1) or RGB (C = 3), into out (T, H, W, C); past the video's end its last frame again. A file that is not a
+ * readable video is LAM_ERR_IO naming it; LAM_ERR_UNSUPPORTED where this lamina reads no video (lam_video_supported).
+ * For predicting on video files (Python's Model.predict(path)). */
+lam_status lam_video_read_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out);
+/* 1 when a file of this name is read as a video (.mp4, .avi, .mkv, .webm, .mov, any case), else 0. */
+int lam_video_file_name(const char *name);
+/* 1 when dir is a video folder (DIR/train/CLASS/ holding video files), which lam_dataset_load_opts reads as a streamed
+ * set of clips (lam_image_opts.frames, frame_stride), else 0. */
+int lam_dataset_is_video_folder(const char *dir);
 /* Writes a COCO instances file (annotations, JSON) and the images it names (in images_dir) as a segmentation
  * folder: out_dir/<part>/images/<file_name> (each image copied byte for byte), out_dir/<part>/masks/<stem>.png
  * (8-bit grey, the image's size: 0 background, categories 1..K in increasing id order, 255 crowd regions, the

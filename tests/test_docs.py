@@ -24,7 +24,8 @@ Prints "ok - ..." / "not ok - ..." / "skip - ..." per check and a summary; exits
      `--precision tf32` is skipped (reported as such): on a GPU machine it runs.
 2. Snippets. ```python blocks run with this Python, PYTHONPATH=SOURCE_DIR/python and LAMINA_LIBRARY,
    in the same scratch folder, with /usr/share/datasets/fashion-mnist read as the small folder and
-   `epochs=N` as `epochs=min(N, 2)`; a block that imports torch is skipped where torch is missing. ```c blocks
+   `epochs=N` as `epochs=min(N, 2)`; a block that imports torch is skipped where torch is missing, one that
+   reads a folder named "...videos" where this lamina reads no video files (lamina info: video false). ```c blocks
    are compiled with cc against include/ and liblamina.so, and run.
 3. docs/cli-spec.md: `scripts/gen-cli-spec --check` (its blocks equal each command's --help); every
    option a command's --help lists appears in the file; every --option the hand-written text names
@@ -280,6 +281,9 @@ def run_python(doc, body, work, tiny):
         except ImportError:
             skip(desc, "this Python has no torch")
             return
+    if re.search(r"""["'][\w.-]*videos\b""", body) and not HAS_VIDEO:
+        skip(desc, "this lamina reads no video files (lamina info: video false)")
+        return
     code = body.replace("/usr/share/datasets/fashion-mnist", tiny)
     code = re.sub(r"\bepochs=\d+", lambda m: f"epochs={min(int(m.group(0)[7:]), 2)}", code)
     env = {**os.environ, "PYTHONPATH": os.path.join(SRC, "python"), "LAMINA_LIBRARY": LIB}

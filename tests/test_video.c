@@ -3,7 +3,8 @@
  * frames a clip takes for a first frame and a stride, a clip past the end (its last frame repeated), a clip fitted to
  * another size, the frame count — and the files it refuses (zero length, not a video, cut short). Then the sets listed
  * in CSV files (videolist.c): path,label lists and Kinetics' own, each video a flat grey level of its own, so the
- * clips read back say which file each sample came from. Skipped, not passed, where the build has no FFmpeg. */
+ * clips read back say which file each sample came from; the public lam_video_read_clip's middle clip; NVDEC against
+ * the host's decoder. Skipped, not passed, where the build has no FFmpeg (NVDEC: where no CUDA device opens). */
 #define _XOPEN_SOURCE 700
 #include "testutil.h"
 
@@ -359,10 +360,45 @@ static void test_kinetics(void **state) {
   lam_dataset_free(d);
 }
 
+/* lam_video_read_clip (the public clip reader, Python's predict(path)): first -1 is the middle clip, a video folder's
+ * test clip: of 40 frames, 6 every 3rd span 16, so it starts at (40 - 16) / 2 = 12; a clip longer than the video
+ * starts at 0 and repeats the last frame. */
+static void test_read_clip(void **state) {
+  (void)state;
+  assert_int_equal(lam_video_file_name("a/b.MP4"), 1), assert_int_equal(lam_video_file_name("x.webm"), 1);
+  assert_int_equal(lam_video_file_name("x.mp4.txt"), 0), assert_int_equal(lam_video_file_name("mp4"), 0);
+  assert_int_equal(lam_dataset_is_video_folder(dir), 0); /* no train/ */
+  uint8_t out[20 * VH * VW];
+  assert_int_equal(lam_video_read_clip(NULL, 0, 1, 1, 1, VH, VW, out), LAM_ERR_INVALID_ARG);
+  assert_int_equal(lam_video_read_clip("x.mp4", -2, 1, 1, 1, VH, VW, out), LAM_ERR_INVALID_ARG);
+  assert_int_equal(lam_video_read_clip("x.mp4", 0, 0, 1, 1, VH, VW, out), LAM_ERR_INVALID_ARG);
+  assert_int_equal(lam_video_read_clip("x.mp4", 0, 1, 1, 2, VH, VW, out), LAM_ERR_INVALID_ARG);
+  if (!video_supported()) {
+    assert_int_equal(lam_video_read_clip("x.mp4", 0, 1, 1, 1, VH, VW, out), LAM_ERR_UNSUPPORTED);
+    skip();
+  }
+  const char *p = video("a.mp4", N);
+  const int middle[6] = {12, 15, 18, 21, 24, 27};
+  assert_int_equal(lam_video_read_clip(p, -1, 3, 6, 1, VH, VW, out), LAM_OK);
+  assert_frames(out, 6, VH, VW, middle);
+  int whole[20];
+  for (int t = 0; t < 20; t++) whole[t] = 3 * t < N ? 3 * t : 39;
+  assert_int_equal(lam_video_read_clip(p, -1, 3, 20, 1, VH, VW, out), LAM_OK);
+  assert_frames(out, 20, VH, VW, whole);
+  const int from5[2] = {5, 7};
+  assert_int_equal(lam_video_read_clip(p, 5, 2, 2, 1, VH, VW, out), LAM_OK);
+  assert_frames(out, 2, VH, VW, from5);
+  char missing[128];
+  snprintf(missing, sizeof missing, "%s/none.mp4", dir);
+  assert_int_equal(lam_video_read_clip(missing, -1, 1, 1, 1, VH, VW, out), LAM_ERR_IO);
+  assert_non_null(strstr(lam_last_error(), missing));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_probe), cmocka_unit_test(test_clips),
                                      cmocka_unit_test(test_bad_files), cmocka_unit_test(test_nvdec),
                                      cmocka_unit_test(test_csv_paths), cmocka_unit_test(test_csv_missing),
-                                     cmocka_unit_test(test_csv_bad), cmocka_unit_test(test_kinetics)};
+                                     cmocka_unit_test(test_csv_bad), cmocka_unit_test(test_kinetics),
+                                     cmocka_unit_test(test_read_clip)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

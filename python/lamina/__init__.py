@@ -19,6 +19,11 @@ over liblamina (C/CUDA) through ctypes.
     unet.fit(images, masks, normalize="auto")                  # masks: a class per pixel, 255 = ignore
     unet.evaluate(images, masks)["mean_iou"]
 
+    # A folder of videos (DIR/{train,test}/CLASS/*.mp4), streamed as clips of the model's frames:
+    clip = lamina.Model("conv 16 3 pad 1, relu, maxpool 2, tpool max, flatten, dense 10", input_shape=(16, 3, 112, 112))
+    clip.fit("videos/", size=(112, 112), frame_stride=2, epochs=5)
+    clip.predict("videos/test").probabilities                 # a row per video, its middle clip
+
 The library is found through LAMINA_LIBRARY, then inside this package, then in the repository's
 build/ and build-gpu/ folders, then on the system library path. Failures in C raise LaminaError with
 lamina's own message; bad arguments are caught first as TypeError or ValueError, and a file that is not
@@ -39,7 +44,8 @@ from ._lib import LaminaError
 from ._context import (build_info, cuda_device_count, cuda_unavailable_reason, device_info, memory_stats,
                        release_cached, set_memory_limit, synchronize)
 from .hidden import DeviceArray, create_hidden_layer, device_empty, from_dlpack, last_call, to_device
-from .model import Model, load
+from .model import Model, VideoPredictions, load
+from ._folder import video_unavailable_reason
 
 import os as _os
 
@@ -51,4 +57,5 @@ if _os.environ.get("LAMINA_PREWARM", "").strip() == "1":  # the AUTO context sta
 __all__ = ["__version__", "LaminaError", "Model", "DeviceArray", "build_info", "create_hidden_layer", "cuda_device_count",
            "cuda_unavailable_reason", "device_empty", "device_info", "from_dlpack", "last_call", "library_path", "load",
            "memory_stats",
-           "release_cached", "set_memory_limit", "synchronize", "to_device"]
+           "release_cached", "set_memory_limit", "synchronize", "to_device", "video_unavailable_reason",
+           "VideoPredictions"]

@@ -1,12 +1,13 @@
 """Data folders for fit() and evaluate(): an image-class folder, a segmentation mask folder (generic, mmsegmentation,
-Pascal VOC) or an IDX/.npy folder, read through the C loader that `lamina train --data DIR` uses
-(lam_dataset_load_opts), so Python and the CLI train on the same pixels. A part is either decoded whole and
+Pascal VOC), a video folder (DIR/{train,test|val}/CLASS/*.mp4, always streamed as clips) or an IDX/.npy folder,
+read through the C loader that `lamina train --data DIR` uses (lam_dataset_load_opts), so Python and the CLI train
+on the same pixels; and the video files predict(path) reads. A part is either decoded whole and
 copied into NumPy, or, for an image or mask folder, streamed (read() with stream on, or auto and the
 part too large for the memory cap): kept as the C set, whose samples are decoded from their files when the
 trainer or lam_evaluate asks for them, so a folder larger than memory trains in bounded memory, as `lamina
 train` streams it."""
 import os
-from ctypes import POINTER, byref, c_uint8, cast
+from ctypes import POINTER, byref, c_char_p, c_uint8, cast
 
 import numpy as np
 
@@ -15,12 +16,14 @@ from ._context import Closing
 from ._lib import check, lib
 
 
-def image_opts(size=None, reduce_zero_label=False, label_map=None, skip_bad=False, stream=False, max_memory=None):
+def image_opts(size=None, reduce_zero_label=False, label_map=None, skip_bad=False, stream=False, max_memory=None,
+               frames=None, frame_stride=None):
     """(lam_image_opts, the label map table it points at, kept alive by the caller) from fit()'s keywords.
     size: None (every image the size of the first) or (h, w); label_map: None, a file of 'RAW NEW' lines
     (as --label-map) or a dict {raw value: class}, values not listed ignored (255). stream: False (decoded
     whole), True (streamed) or None (streamed where the decoded part would take more than max_memory // 2
-    bytes, or without max_memory more than 3/4 of the memory available: `lamina train --max-memory`'s rule)."""
+    bytes, or without max_memory more than 3/4 of the memory available: `lamina train --max-memory`'s rule).
+    frames, frame_stride: a video folder's clips (checked by the caller; None: the C defaults, 16 and 2)."""
     o = _lib.ImageOpts()  # the CLI's cache: DIR/.lamina-cache, so either reuses the other's decoded images
     if stream is not None and not isinstance(stream, bool):
         raise TypeError(f"stream must be None (auto), True or False, not {stream!r}")
@@ -38,6 +41,7 @@ def image_opts(size=None, reduce_zero_label=False, label_map=None, skip_bad=Fals
             raise ValueError(f"size must be a pair (h, w) of positive ints, not {size!r}")
         o.h, o.w = int(size[0]), int(size[1])
     o.skip_bad = int(bool(skip_bad))
+    o.frames, o.frame_stride = frames or 0, frame_stride or 0
     o.reduce_zero_label = int(bool(reduce_zero_label))
     table = None
     if label_map is not None:
@@ -57,6 +61,45 @@ def image_opts(size=None, reduce_zero_label=False, label_map=None, skip_bad=Fals
 
 def is_mask_folder(path):
     return lib.lam_dataset_mask_folder_layout(os.fsencode(path)) != 0
+
+
+def video_unavailable_reason():
+    """Why this lamina reads no video files ("" when it does): what to install (lam_video_supported)."""
+    why = c_char_p()
+    if lib.lam_video_supported(byref(why)):
+        return ""
+    return why.value.decode(errors="replace") if why.value else "this lamina reads no video files"
+
+
+def is_video_folder(path):
+    """Whether path is a video folder (DIR/train/CLASS/ holding video files), as lam_dataset_load_opts tells."""
+    return lib.lam_dataset_is_video_folder(os.fsencode(path)) != 0
+
+
+def video_files(path):
+    """The videos predict(path) reads: [path] for a file; for a folder the files under it (at any depth) that lamina
+    reads as videos (lam_video_file_name: .mp4, .avi, .mkv, .webm, .mov), hidden ones left out, sorted by path."""
+    p = os.fspath(path)
+    if os.path.isfile(p):
+        return [p]
+    if not os.path.isdir(p):
+        raise FileNotFoundError(2, "predict: no video file or folder there", p)
+    found = []
+    for root, dirs, files in os.walk(p):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [os.path.join(root, f) for f in files
+                  if not f.startswith(".") and lib.lam_video_file_name(os.fsencode(f))]
+    if not found:
+        raise ValueError(f"predict: {p!r} holds no video files (.mp4, .avi, .mkv, .webm or .mov)")
+    return sorted(found)
+
+
+def read_clip(path, stride, out):
+    """The middle clip of the video at path (as a video folder's test part takes it), every stride-th frame, fitted
+    to out's (t, h, w, c) uint8 (C-contiguous): lam_video_read_clip. A file that is not a readable video raises
+    LaminaError naming it."""
+    t, h, w, c = out.shape
+    check(lib.lam_video_read_clip(os.fsencode(path), -1, stride, t, c, h, w, out.ctypes.data), f"reading {path!r}")
 
 
 def has_test_part(path):

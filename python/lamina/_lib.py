@@ -11,7 +11,7 @@ import re
 import warnings
 
 from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_char, c_char_p, c_double, c_float, c_int, c_size_t,
-                    c_uint8, c_uint64, c_void_p, cast)
+                    c_int64, c_uint8, c_uint64, c_void_p, cast)
 
 # The C header's LAMINA_VERSION that these declarations were written against: a library of another
 # version may lay its structs out differently.
@@ -286,6 +286,12 @@ _SIGNATURES = {
     "lam_model_set_fit": (_status, [_P, c_int, c_int, POINTER(c_char_p)]),
     "lam_dataset_mask_folder_layout": (c_int, [c_char_p]),
     "lam_label_map_read": (_status, [c_char_p, _P]),
+    "lam_video_supported": (c_int, [POINTER(c_char_p)]),
+    "lam_video_read_clip": (_status, [c_char_p, c_int64, c_int, c_int, c_int, c_int, c_int, _P]),
+    "lam_video_file_name": (c_int, [c_char_p]),
+    "lam_dataset_is_video_folder": (c_int, [c_char_p]),
+    "lam_model_class_name": (c_char_p, [_P, c_int]),
+    "lam_model_fit": (_status, [_P, POINTER(c_int), POINTER(c_int)]),
     "lam_output_path_check": (_status, [c_char_p, c_char_p]),
     "lam_output_check": (_status, [c_char_p, c_char_p, c_int]),
     "lam_run_begin": (None, []),
@@ -342,6 +348,8 @@ _CLI_ADVICE = [
     (re.compile(r"--max-memory\b"), "lamina.set_memory_limit(max_memory)"),
     (re.compile(r"a smaller --batch\b"), "a smaller batch_size"),
     (re.compile(r"see 'lamina train --help'"), "see help(lamina.Model)"),
+    (re.compile(r"--size HxW( \(size in the API\))?"), "size=(h, w)"),
+    (re.compile(r"--skip-bad\b"), "skip_bad=True"),
 ]
 
 

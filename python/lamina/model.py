@@ -5,6 +5,8 @@ import errno
 import os
 import struct
 import sys
+from collections import namedtuple
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from ctypes import byref, c_double, c_float, c_int, c_void_p, create_string_buffer
@@ -12,6 +14,10 @@ from ctypes import byref, c_double, c_float, c_int, c_void_p, create_string_buff
 from . import _arrays, _folder, _lib
 from ._context import Closing, ModelContext, get_context
 from ._lib import LaminaError, check, lib
+
+# A video's clip takes every FRAME_STRIDE-th frame unless told (`lamina train --frame-stride`'s default, and
+# lam_image_opts.frame_stride 0's).
+FRAME_STRIDE = 2
 
 # A new model's normalization of uint8 pixels, (p / 255 - 0.5) / 0.5 in every channel (the C library's
 # default; lam_model_set_normalization changes it, and checkpoints carry it).
@@ -51,10 +57,18 @@ def _pixel_table(ctx, mean, std):
         return lut
 
 
-def _folder_keywords(size, reduce_zero_label, label_map, skip_bad, stream, max_memory):
+def _folder_keywords(size, reduce_zero_label, label_map, skip_bad, stream, max_memory, frames=None, frame_stride=None):
     """Whether any of a data folder's keywords was given (fit and evaluate refuse them with arrays)."""
     return (size is not None or bool(reduce_zero_label) or label_map is not None or bool(skip_bad) or stream is not None
-            or max_memory is not None)
+            or max_memory is not None or frames is not None or frame_stride is not None)
+
+
+# What predict(path) gives for video files: one row per video, in the order of `files`.
+VideoPredictions = namedtuple("VideoPredictions", "files classes probabilities names")
+VideoPredictions.__doc__ = """predict(path)'s result: files, the videos read (a list of paths, sorted); classes, int64
+(n,), each video's most probable class; probabilities, float64 (n, classes), the softmax of the model's outputs
+(each row sums to 1); names, the predicted classes' names where the model has them (a video folder's class folders,
+kept by fit(DIR) and checkpoints), else None."""
 
 
 def _dataset(x8, y8, classes):
@@ -139,7 +153,8 @@ class Model(Closing):
     layer gives the classes: (classes, 1, 1) for a class per image, or (classes, H, W) for a class per
     pixel. input_shape is (channels, height, width) of one image (or (height, width) for one channel), or
     (frames, channels, height, width) for a model of clips (its layers before a tpool or tcat run on every
-    frame; x then holds (n, frames, channels, height, width) or (n, frames, height, width, channels)).
+    frame; x then holds (n, frames, channels, height, width) or (n, frames, height, width, channels); or fit,
+    evaluate and predict take video files by their path).
     Parameters start as PyTorch's defaults, drawn from seed. device: "auto", "cpu" or "cuda".
     precision: of the dense and conv layers' matrix products, "fp32" (IEEE single), "tf32" (tensor
     cores, CUDA only) or "bf16" (operands rounded to bfloat16, sums in fp32; on CUDA a model with convs
@@ -344,7 +359,7 @@ class Model(Closing):
         labels a class per image or a mask of the model's output size (else the C set would be refused only
         when the trainer or lam_evaluate first reads it)."""
         d = s.ptr.contents
-        shape = ((d.t,) if d.t > 1 else ()) + (max(d.c, 1), d.h, d.w)
+        shape = ((max(d.t, 1),) if d.t > 1 or len(self.input_shape) == 4 else ()) + (max(d.c, 1), d.h, d.w)
         if shape != self.input_shape:
             raise ValueError(f"{what}: the folder's samples are {shape} and the model takes {self.input_shape} "
                              f"(size=(h, w) fits the images to a size)")
@@ -373,7 +388,7 @@ class Model(Closing):
             seed=None, verbose=1, validation_data=None, normalize=None, label_smoothing=None, layout=None,
             val_split=None, lr_schedule=None, warmup=0, save_best=None, early_stop=None, log=None, augment=None,
             monitor="loss", size=None, reduce_zero_label=False, label_map=None, skip_bad=False, stream=None,
-            max_memory=None):
+            max_memory=None, frames=None, frame_stride=None):
         """Trains on uint8 images x with integer labels y for `epochs` epochs, shuffling each epoch,
         softmax cross-entropy. The images go to the device once, as uint8, and are normalized there
         per channel as (p/255 - mean)/std (see normalization).
@@ -398,6 +413,14 @@ class Model(Closing):
         same batches, figures and model as a resident one (val_split holds out the same images, normalize=
         "auto" reads the same statistics); normalize="auto" decodes the folder once more to read them.
         model.last_fit_streamed tells whether the last fit streamed its training part.
+        A video folder (DIR/{train,test|val}/CLASS/*.mp4, .avi, .mkv, .webm or .mov, as `lamina train --data
+        DIR` reads it; needs a lamina built with FFmpeg's libraries, see lamina.video_unavailable_reason())
+        trains a model of clips, input_shape=(frames, channels, height, width), and is always streamed: each
+        sample is a clip of the model's frames (frames=, where given, must be them: `--frames`), every
+        frame_stride-th frame (default 2, `--frame-stride`), each fitted to size=(h, w) where given (else every
+        video must be the first's size); in training from a start drawn anew each epoch from the seed, in the
+        test part the video's middle clip. The frames are grey or colour as the first video is. The same
+        options and seed give `lamina train`'s losses to the bit.
 
         optimizer: "sgd", "adam" or "adamw", with PyTorch's defaults for lr (0.01 for sgd, 1e-3 for
         adam/adamw), momentum (0) and weight_decay (0; adamw 0.01) unless given. The optimizer's state
@@ -437,11 +460,12 @@ class Model(Closing):
         if isinstance(x, (str, os.PathLike)):
             if y is not None:
                 raise TypeError("fit(DIR): the labels come from the folder; give no y")
-            x, y, test = self._folder_parts(x, size, reduce_zero_label, label_map, skip_bad, stream, max_memory)
+            x, y, test = self._folder_parts(x, size, reduce_zero_label, label_map, skip_bad, stream, max_memory, frames,
+                                            frame_stride)
             layout = "nchw"
-        elif _folder_keywords(size, reduce_zero_label, label_map, skip_bad, stream, max_memory):
-            raise ValueError("size, reduce_zero_label, label_map, skip_bad, stream and max_memory are for fit(DIR), a "
-                             "data folder")
+        elif _folder_keywords(size, reduce_zero_label, label_map, skip_bad, stream, max_memory, frames, frame_stride):
+            raise ValueError("size, reduce_zero_label, label_map, skip_bad, stream, max_memory, frames and "
+                             "frame_stride are for fit(DIR), a data folder")
         elif y is None:
             raise TypeError("fit(x, y): give the labels y, or a data folder as x")
         # A streamed part (a StreamedSet) has no arrays: the trainer and lam_evaluate read the C set itself.
@@ -630,11 +654,14 @@ class Model(Closing):
         if "mean_iou" in ev:
             rec["test_mean_iou"] = ev["mean_iou"]
 
-    def _folder_parts(self, path, size, reduce_zero_label, label_map, skip_bad, stream, max_memory):
+    def _folder_parts(self, path, size, reduce_zero_label, label_map, skip_bad, stream, max_memory, frames=None,
+                      frame_stride=None):
         """fit(DIR): (x, y, (x_test, y_test) or None) from the folder, its classes checked against the
         model's outputs and its size and class names kept in the model (as `lamina train` keeps them). A
         part that streamed comes as a StreamedSet in place of its pair (y None)."""
-        opts, table = _folder.image_opts(size, reduce_zero_label, label_map, skip_bad, stream, max_memory)
+        frames, frame_stride = self._video_args(path, frames, frame_stride, stream, "fit")
+        opts, table = _folder.image_opts(size, reduce_zero_label, label_map, skip_bad, stream, max_memory, frames,
+                                         frame_stride)
         x, y, classes, names = _folder.read(path, True, opts)
         test = None
         if _folder.has_test_part(path):
@@ -649,6 +676,35 @@ class Model(Closing):
             cnames = (_lib.c_char_p * (len(names) + 1))(*[n.encode() for n in names], None)
         check(lib.lam_model_set_fit(self._handle(), opts.h, opts.w, cnames))
         return x, y, test
+
+    def _video_args(self, path, frames, frame_stride, stream, what):
+        """(frames, frame_stride) to read the folder at path with: for a video folder the model's frames (frames=,
+        where given, must be them) and frame_stride (default 2, `lamina train --frame-stride`'s), the model checked
+        to be one of clips and this lamina to read videos, so that none of these is found only after the folder was
+        listed and probed; for any other folder (None, None), frames and frame_stride refused."""
+        where = repr(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else repr(path)
+        if not isinstance(path, (str, os.PathLike)) or not _folder.is_video_folder(path):
+            if frames is not None or frame_stride is not None:
+                raise ValueError(f"{what}: frames and frame_stride are for a video folder (DIR/train/CLASS/*.mp4 and "
+                                 f"DIR/test/CLASS/...), and {where} is not one")
+            return None, None
+        why = _folder.video_unavailable_reason()
+        if why:
+            raise ValueError(f"{what}: {where} is a folder of videos, and this lamina reads none: {why}")
+        if len(self.input_shape) != 4:
+            raise ValueError(f"{what}: {where} is a folder of videos, whose samples are clips, and this model takes "
+                             f"images of {self.input_shape}: build a model of clips, Model(spec, input_shape=(frames, "
+                             f"channels, height, width)), whose layers before a tpool or tcat run on every frame")
+        frames = self.frames if frames is None else _positive_int(frames, "frames", 255)
+        if frames != self.frames:
+            raise ValueError(f"{what}: frames={frames}, and the model takes clips of {self.frames} frames: leave "
+                             f"frames out (the model's) or build the model with input_shape=({frames}, "
+                             f"{', '.join(map(str, self._chw))})")
+        stride = _positive_int(FRAME_STRIDE if frame_stride is None else frame_stride, "frame_stride", 1000)
+        if stream is False:
+            raise ValueError(f"{what}: {where} is a folder of videos, which is always streamed (each clip decoded from "
+                             f"its file when its batch is needed): leave stream out or give stream=True")
+        return frames, stride
 
     def _split(self, x8, y8, fraction):
         """(x_train, y_train, (x_val, y_val)): the images `lamina train --val-split` holds out."""
@@ -696,25 +752,34 @@ class Model(Closing):
     # ---- evaluation and inference --------------------------------------------------------------
 
     def evaluate(self, x, y=None, batch_size=1000, confusion=False, layout=None, size=None, reduce_zero_label=False,
-                 label_map=None, skip_bad=False, stream=None, max_memory=None):
+                 label_map=None, skip_bad=False, stream=None, max_memory=None, frames=None, frame_stride=None):
         """Accuracy and mean loss on uint8 images x with labels y (as fit() takes them): {"accuracy",
         "loss"}; for masks, over the pixels not ignored, plus "iou" (per class, NaN for a class neither in
         y nor predicted) and "mean_iou" (over the other classes), from the confusion matrix. With
         confusion=True also the classes×classes matrix (rows: true class, columns: predicted; pixels for
         masks). Or x a data folder, y left out: its test part (as `lamina eval --data DIR`; all of a
-        folder without one), read with fit(DIR)'s size, reduce_zero_label, label_map, skip_bad, stream and
-        max_memory (streamed, it is decoded batch by batch: the same figures in bounded memory)."""
+        folder without one), read with fit(DIR)'s size (by default the one the model was fitted to, kept in
+        its checkpoints, as `lamina eval` takes it), reduce_zero_label, label_map, skip_bad, stream and
+        max_memory (streamed, it is decoded batch by batch: the same figures in bounded memory). A video
+        folder's test part is its videos' middle clips, read with fit(DIR)'s frames, frame_stride and size
+        (as `lamina eval --data DIR --frames T --frame-stride S`)."""
         batch_size = _positive_int(batch_size, "batch_size", 65536)
         if isinstance(x, (str, os.PathLike)):
             if y is not None:
                 raise TypeError("evaluate(DIR): the labels come from the folder; give no y")
-            opts, table = _folder.image_opts(size, reduce_zero_label, label_map, skip_bad, stream, max_memory)
+            frames, frame_stride = self._video_args(x, frames, frame_stride, stream, "evaluate")
+            if size is None:  # as `lamina eval`: the size the model was fitted to, kept in its checkpoint
+                fh, fw = c_int(), c_int()
+                check(lib.lam_model_fit(self._handle(), byref(fh), byref(fw)))
+                size = (fh.value, fw.value) if fh.value and fw.value else None
+            opts, table = _folder.image_opts(size, reduce_zero_label, label_map, skip_bad, stream, max_memory, frames,
+                                             frame_stride)
             x, y, classes, _ = _folder.read(x, False, opts)
             del table  # read by the load
             layout = "nchw"
-        elif _folder_keywords(size, reduce_zero_label, label_map, skip_bad, stream, max_memory):
-            raise ValueError("size, reduce_zero_label, label_map, skip_bad, stream and max_memory are for "
-                             "evaluate(DIR), a data folder")
+        elif _folder_keywords(size, reduce_zero_label, label_map, skip_bad, stream, max_memory, frames, frame_stride):
+            raise ValueError("size, reduce_zero_label, label_map, skip_bad, stream, max_memory, frames and "
+                             "frame_stride are for evaluate(DIR), a data folder")
         elif y is None:
             raise TypeError("evaluate(x, y): give the labels y, or a data folder as x")
         if isinstance(x, _folder.StreamedSet):
@@ -785,10 +850,52 @@ class Model(Closing):
             self._release_batch()
         return logits if oh * ow > 1 else logits.reshape(n, k)
 
-    def predict(self, x, batch_size=1000, layout=None):
+    def predict(self, x, batch_size=1000, layout=None, frame_stride=None):
         """Predicted class of each uint8 image in x: int64 (n,), or (n, H, W) for a model that labels
-        every pixel."""
+        every pixel.
+
+        Or, for a model of clips, x a path: a video file, or a folder whose video files (.mp4, .avi, .mkv,
+        .webm, .mov, at any depth: a video folder's DIR/test/CLASS/*.mp4 too) are each predicted. From each
+        video its middle clip is read, the clip a video folder's test part takes (so evaluate(DIR) and predict
+        on its test folder see the same clips): the model's frames, every frame_stride-th (default 2; give the
+        one the model was trained with), each fitted to the model's height and width (cover, centre crop) in its
+        channels, decoded on the host threads batch_size clips at a time (at most 64). Returns a VideoPredictions:
+        files, classes (int64, one a video), probabilities (float64, the softmax, a row a video) and names (the
+        classes' names where the model keeps them, else None). A file that is not a readable video raises
+        LaminaError naming it."""
+        if isinstance(x, (str, os.PathLike)):
+            return self._predict_videos(x, batch_size, frame_stride)
+        if frame_stride is not None:
+            raise ValueError("frame_stride is for predict(path) on video files")
         return self.predict_logits(x, batch_size, layout).argmax(axis=1)
+
+    def _predict_videos(self, path, batch_size, frame_stride):
+        """predict(path): each video's middle clip (lam_video_read_clip) through predict_logits, softmaxed."""
+        batch_size = _positive_int(batch_size, "batch_size", 65536)
+        stride = _positive_int(FRAME_STRIDE if frame_stride is None else frame_stride, "frame_stride", 1000)
+        if len(self.input_shape) != 4:
+            raise ValueError(f"predict(path) reads video files, whose samples are clips, and this model takes images "
+                             f"of {self.input_shape}: give the images as an array")
+        why = _folder.video_unavailable_reason()
+        if why:
+            raise ValueError(f"predict: this lamina reads no video files: {why}")
+        files = _folder.video_files(path)
+        t, (c, h, w) = self.frames, self._chw
+        chunk = min(batch_size, 64)  # the decoded clips held at once: 64 x t x c x h x w bytes
+        threads = max(1, lib.lam_ctx_threads(self._ctx.ptr))
+        probs = np.empty((len(files), self.outputs), np.float64)
+        with ThreadPoolExecutor(max_workers=threads) as pool:  # ctypes lets go of the GIL while C decodes
+            for off in range(0, len(files), chunk):
+                names = files[off:off + chunk]
+                clips = np.empty((len(names), t, h, w, c), np.uint8)  # as video_clip writes them
+                list(pool.map(lambda i: _folder.read_clip(names[i], stride, clips[i]), range(len(names))))
+                z = self.predict_logits(clips, batch_size, layout="nhwc").astype(np.float64)
+                z = np.exp(z - z.max(axis=1, keepdims=True))
+                probs[off:off + len(names)] = z / z.sum(axis=1, keepdims=True)
+        classes = probs.argmax(axis=1)
+        names = [lib.lam_model_class_name(self._handle(), int(k)) for k in classes]
+        names = None if any(n is None for n in names) else [n.decode(errors="replace") for n in names]
+        return VideoPredictions(files, classes, probs, names)
 
     # ---- files ---------------------------------------------------------------------------------
 

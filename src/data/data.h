@@ -213,6 +213,9 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
 lam_status video_clip_nvdec(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out);
 /* 1 when NVDEC can be used (FFmpeg loaded and a CUDA device opened for it, once a process); else 0 and why. */
 int video_nvdec(const char **why);
+/* The first frame of a video's middle clip (T frames, every stride-th; 0 where the video is shorter than the clip): what a
+ * video folder's test part and lam_video_read_clip(first -1) take. */
+int64_t video_middle_first(int64_t frames, int T, int stride);
 /* frames (n, h, w, c), even sides, as a video file at path (its name's container: .mp4, .avi, .mkv), H.264 where
  * libavcodec has an encoder for it, else MPEG-4 Part 2, fps frames a second. */
 lam_status video_write(const char *path, const uint8_t *frames, int n, int h, int w, int c, int fps);

@@ -581,3 +581,25 @@ int lam_video_supported(const char **why) {
   if (why) *why = ok ? "" : video_unsupported_why();
   return ok;
 }
+
+int64_t video_middle_first(int64_t frames, int T, int stride) {
+  const int64_t span = (int64_t)(T - 1) * stride + 1, last = frames > span ? frames - span : 0;
+  return last / 2;
+}
+
+lam_status lam_video_read_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out) {
+  LAM_CHECK_ARG(path && *path && out, "lam_video_read_clip: path is %s, out is %s", !path ? "NULL" : *path ? "set" : "empty",
+                out ? "set" : "NULL");
+  LAM_CHECK_ARG(first >= -1 && stride >= 1 && stride <= 1000 && T >= 1 && T <= (int)DATA_MAX_FRAMES && (C == 1 || C == 3) &&
+                    H >= 1 && H <= 65535 && W >= 1 && W <= 65535,
+                "lam_video_read_clip('%s'): first frame %lld (-1: the middle clip), every %d-th (1 to 1000), %d frames "
+                "(1 to %u) of %dx%d, %d channels (1 or 3)",
+                path, (long long)first, stride, T, DATA_MAX_FRAMES, H, W, C);
+  if (first < 0) { /* the middle clip, as a video folder's test part takes it */
+    int64_t frames;
+    int h, w;
+    LAM_TRY(video_probe(path, &frames, &h, &w));
+    first = video_middle_first(frames, T, stride);
+  }
+  return video_clip(path, first, stride, T, C, H, W, out);
+}

@@ -74,6 +74,9 @@ void video_list_free(video_list *l) {
   *l = (video_list){0};
 }
 
+int lam_video_file_name(const char *name) { return name && video_file_name(name); }
+int lam_dataset_is_video_folder(const char *dir) { return video_folder(dir); }
+
 typedef struct clip_src {
   video_list l;
   int64_t *frames;
@@ -92,7 +95,7 @@ static void clip_src_drop(void *state) {
 static lam_status clip_fill(void *state, size_t i, uint64_t draw, uint8_t *px, uint8_t *lab) {
   const clip_src *c = state;
   const int64_t span = (int64_t)(c->T - 1) * c->S + 1, last = c->frames[i] > span ? c->frames[i] - span : 0;
-  int64_t start = last / 2;
+  int64_t start = video_middle_first(c->frames[i], c->T, c->S);
   if (draw) {
     start = (int64_t)(lam_draw_uniform(draw, i) * (float)(last + 1));
     if (start > last) start = last;

@@ -36,6 +36,8 @@ def _c_kind(decl):
         return "int"
     if base in _U64_TYPES:
         return "u64"
+    if base == "int64_t":
+        return "i64"
     if base in ("float", "double", "void"):
         return base
     if base == "lam_progress_fn":
@@ -54,6 +56,8 @@ def _py_kind(t):
         return "int"
     if t in (ctypes.c_size_t, ctypes.c_uint64):
         return "u64"
+    if t is ctypes.c_int64:
+        return "i64"
     if t is ctypes.c_float:
         return "float"
     if t is ctypes.c_double:

@@ -204,7 +204,7 @@ class StreamedFolders(unittest.TestCase):
                 m.fit(self.seg, verbose=0, max_memory=bad)
         with self.assertRaisesRegex(TypeError, "stream"):
             m.fit(self.seg, verbose=0, stream="yes")
-        with self.assertRaisesRegex(ValueError, "stream and max_memory are for fit"):
+        with self.assertRaisesRegex(ValueError, "stream, max_memory, frames and frame_stride are for fit"):
             m.fit(np.zeros((4, 1, 40, 48), np.uint8), np.zeros((4, 40, 48), np.uint8), verbose=0, stream=True)
         with self.assertRaisesRegex(ValueError, "are for evaluate"):
             m.evaluate(np.zeros((4, 1, 40, 48), np.uint8), np.zeros((4, 40, 48), np.uint8), max_memory=10)
