@@ -65,6 +65,7 @@
   X(2, av_frame_alloc) \
   X(2, av_frame_unref) \
   X(2, av_frame_free) \
+  X(2, av_frame_move_ref) \
   X(2, av_opt_set) \
   X(2, av_frame_get_buffer) \
   X(2, av_frame_make_writable) \
@@ -235,9 +236,10 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
   if (first > 0 && ff.av_seek_frame(v.fmt, v.stream, ts, AVSEEK_FLAG_BACKWARD) < 0)
     ff.av_seek_frame(v.fmt, v.stream, v.start_pts, AVSEEK_FLAG_BACKWARD);
   AVPacket *pkt = ff.av_packet_alloc();
-  AVFrame *f = ff.av_frame_alloc();
+  AVFrame *f = ff.av_frame_alloc(), *tail = ff.av_frame_alloc(); /* tail: the last frame decoded past the clip's */
   struct SwsContext *sws = NULL;
-  lam_status s = pkt && f ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
+  int tail_held = 0;
+  lam_status s = pkt && f && tail ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
   int got = 0, draining = 0;
   int64_t last_idx = -1;
   while (s == LAM_OK && got < T) {
@@ -273,6 +275,7 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
     last_idx = idx;
     /* the frames the clip takes at or before this one: this frame stands for them (a frame a variable-rate file
      * skipped is its predecessor's, as a player shows it) */
+    const int took = got;
     while (got < T && first + (int64_t)got * stride <= idx && s == LAM_OK) {
       if (first + (int64_t)got * stride < idx && got > 0) { /* skipped: the previous frame again */
         memcpy(out + (size_t)got * frame, out + (size_t)(got - 1) * frame, frame);
@@ -281,14 +284,20 @@ lam_status video_clip(const char *path, int64_t first, int stride, int T, int C,
       }
       got++;
     }
+    if (tail_held) ff.av_frame_unref(tail), tail_held = 0;
+    if (got == took && took > 0) ff.av_frame_move_ref(tail, f), tail_held = 1; /* past the last frame taken: kept */
     ff.av_frame_unref(f);
   }
+  /* the video ended before the clip: its last frame (decoded after the last one taken, where the stride skipped it)
+   * is the clip's next, then repeated — SlowFast's clamp of the indices to the last frame */
+  if (s == LAM_OK && got > 0 && got < T && tail_held) s = put_frame(path, tail, &sws, C, H, W, out + (size_t)got++ * frame);
   if (s == LAM_OK && got == 0) s = LAM_FAIL(LAM_ERR_IO, "video file '%s': no frame could be decoded from frame %lld on",
                                             path, (long long)first);
   for (int k = got; s == LAM_OK && k < T; k++) /* a video shorter than the clip: its last frame again */
     memcpy(out + (size_t)k * frame, out + (size_t)(got - 1) * frame, frame);
   ff.sws_freeContext(sws);
   ff.av_frame_free(&f);
+  ff.av_frame_free(&tail);
   ff.av_packet_free(&pkt);
   vid_close(&v);
   return s;
