@@ -303,10 +303,12 @@ typedef struct lam_dataset {
                               * folder read with lam_image_opts.stream): images and labels are NULL and each sample
                               * is decoded from its files when it is asked for (lam_dataset_rows), by the trainer a
                               * few batches ahead of the device, so the set never lies whole in memory */
-  int clips; /* 0 or 1: every sample stands alone. K > 1: the samples are K clips of each video, a video's K one after
-              * another (n = videos x K; a video folder's test part read with lam_image_opts.test_clips K):
-              * lam_evaluate and lam_predict_clips average the softmax over a video's clips and count the video once */
 } lam_dataset;
+/* 1: every sample of d stands alone. K > 1: the samples are K clips of each video, a video's K one after another
+ * (n = videos x K; a video folder's test part read with lam_image_opts.test_clips K): lam_evaluate and
+ * lam_predict_clips average the softmax over a video's clips and count the video once. (Kept with the streamed
+ * set's source, not as a field, so that lam_dataset's layout, which the Python package mirrors, stays as it was.) */
+int lam_dataset_clips(const lam_dataset *d);
 /* Samples idx[0..n) of d into rows: images (n, sample bytes) and labels (n, labels a sample); for a streamed set
  * decoded from their files on all host threads (a file that fails is an error naming it, or with skip_bad the next
  * sample of the set in its place, counted by lam_dataset_replaced). Either pointer may be NULL. */
@@ -351,7 +353,7 @@ typedef struct lam_image_opts {
    * every `frame_stride`-th (0: 2), in training from a start drawn each epoch, else the video's middle clip */
   int frames, frame_stride;
   /* a video folder's test part: test_clips K clips of each video (0 or 1: the middle one), evenly spaced over it
-   * (lam_clip_start), each its own sample, K a video in a row (lam_dataset.clips = K); 1 to LAM_MAX_TEST_CLIPS */
+   * (lam_clip_start), each its own sample, K a video in a row (lam_dataset_clips = K); 1 to LAM_MAX_TEST_CLIPS */
   int test_clips;
 } lam_image_opts;
 #define LAM_MAX_TEST_CLIPS 64
@@ -367,7 +369,7 @@ int lam_dataset_is_video_folder(const char *dir);
 int lam_video_file_name(const char *name);
 /* Video files as a set to predict on: paths[0..n) (read with opts: frames, frame_stride, test_clips, size h x w,
  * which must be given, skip_bad), each frame made c channels (1 grey, 3 colour), every label 0 and 1 class. Streamed
- * as a video folder is, test_clips clips a video (lam_dataset.clips). */
+ * as a video folder is, test_clips clips a video (lam_dataset_clips). */
 lam_status lam_dataset_load_videos(const char *const *paths, size_t n, int c, lam_image_opts *opts, lam_dataset **out);
 enum { LAM_DECODE_AUTO = 0, LAM_DECODE_CPU = 1, LAM_DECODE_GPU = 2 };
 enum { LAM_STREAM_AUTO = 0, LAM_STREAM_ON = 1, LAM_STREAM_OFF = 2 };
@@ -890,12 +892,12 @@ lam_status lam_trainer_profile_trace(lam_trainer *t, const char *path);
  * data set; confusion and loss may be NULL. */
 lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *accuracy, double *loss,
                         uint64_t *confusion);
-/* For a set of clips of videos (d->clips = K > 1), lam_evaluate counts videos: a video's probabilities are the mean
+/* For a set of clips of videos (lam_dataset_clips K > 1), lam_evaluate counts videos: a video's probabilities are the mean
  * of the softmax over its K clips, its class their argmax (the first of equals), its loss the negative log of the
  * mean probability of its label (the NLL of the averaged probabilities, not the mean of the clips' losses), and
  * accuracy and loss are over the n / K videos. */
 /* The model's class probabilities (evaluation mode) per video of d: probs (n / K, classes), each row the mean of the
- * softmax over the video's K = d->clips clips (K = 1: each sample's own); labels (n / K), the videos' labels, may be
+ * softmax over the video's K = lam_dataset_clips(d) clips (K = 1: each sample's own); labels (n / K), the videos' labels, may be
  * NULL. The model's input must be the set's samples; its output a class per sample. */
 lam_status lam_predict_clips(lam_model *m, const lam_dataset *d, int batch, double *probs, uint8_t *labels);
 

@@ -162,7 +162,7 @@ class ImageOpts(Structure):
                 ("cache_hit", c_int), ("cache_written", c_int), ("decoder", c_int), ("decoded_gpu", c_size_t),
                 ("decode_s", c_double), ("converted", c_size_t), ("reduce_zero_label", c_int),
                 ("label_map", c_void_p), ("stream", c_int), ("memory_cap", c_size_t), ("streamed", c_int),
-                ("part_bytes", c_size_t), ("frames", c_int), ("frame_stride", c_int)]
+                ("part_bytes", c_size_t), ("frames", c_int), ("frame_stride", c_int), ("test_clips", c_int)]
 
 
 class NodeInfo(Structure):

@@ -286,11 +286,11 @@ static void print_row(json_t *arr, const lam_model *m, int named, int K, const c
   }
 }
 
-/* A set of videos' clips (lam_dataset.clips a video; video files, or --data's streamed test part): each video's row
+/* A set of videos' clips (lam_dataset_clips a video; video files, or --data's streamed test part): each video's row
  * of its probabilities, its clips' softmax averaged (lam_predict_clips), named by names[v] or its index. */
 static int print_videos(const predict_opts *o, lam_model *m, const lam_dataset *set, char *const *names) {
   const int K = lam_model_outputs(m), named = lam_model_class_name(m, 0) != NULL;
-  const size_t videos = set->n / (size_t)(set->clips > 1 ? set->clips : 1);
+  const size_t videos = set->n / (size_t)lam_dataset_clips(set);
   double *probs = malloc(videos * K * sizeof *probs);
   if (!probs) {
     fprintf(stderr, "lamina predict: out of host memory for %zu videos' probabilities\n", videos);

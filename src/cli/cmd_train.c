@@ -1269,7 +1269,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     char frames[32] = "";
     if (train->t > 1) snprintf(frames, sizeof frames, "clips of %d frames of ", train->t);
     printf("  data %s: %zu training, %zu test %s%dx%dx%d, %d classes%s; %zu parameters; batch %d; %s; %s\n",
-           o.data, train->n, test->n / (size_t)(test->clips > 1 ? test->clips : 1), train->t > 1 ? frames : "images of ", train->c > 0 ? train->c : 1, train->h,
+           o.data, train->n, test->n / (size_t)lam_dataset_clips(test), train->t > 1 ? frames : "images of ", train->c > 0 ? train->c : 1, train->h,
            train->w, train->classes,
            train->label_h > 1 || train->label_w > 1 ? " per pixel" : "", lam_model_param_count(m), batch,
            lam_precision_str(o.precision),
@@ -1281,8 +1281,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       if (o.train_part.streamed && train->t > 1)
         printf("  video folder: streamed, each clip decoded on the host threads as its batch is needed (a clip of %d "
                "frames, every %d-th, from each video an epoch; tested on %d clip%s a video)\n", train->t,
-               o.images.frame_stride ? o.images.frame_stride : 2, test->clips > 1 ? test->clips : 1,
-               test->clips > 1 ? "s" : "");
+               o.images.frame_stride ? o.images.frame_stride : 2, lam_dataset_clips(test),
+               lam_dataset_clips(test) > 1 ? "s" : "");
       else if (o.train_part.streamed)
         printf("  %s folder: streamed, each file decoded on the host threads as its batch is needed (decoded whole it "
                "would take %.1f MB%s)\n", masks ? "mask" : "image", (double)o.train_part.part_bytes / 1e6,
@@ -1504,7 +1504,7 @@ int cmd_eval(int argc, char **argv) {
     goto out;
   }
   int per_pixel = per_pixel_set(test);
-  const int clips = test->clips > 1 ? test->clips : 1; /* a video folder's test clips a video: counted per video */
+  const int clips = lam_dataset_clips(test); /* a video folder's test clips a video: counted per video */
   double *iou = calloc((size_t)C, sizeof *iou), miou = 0;
   int nvalid = 0;
   if (iou) miou = iou_from_confusion(conf, C, iou, &nvalid); /* classes absent from both are left out */
@@ -1514,7 +1514,7 @@ int cmd_eval(int argc, char **argv) {
     bad |= json_object_set_new(root, "device", cli_json_str(lam_device_str(lam_ctx_device(ctx))));
     bad |= json_object_set_new(root, "model", cli_json_str(lam_model_spec(m)));
     bad |= json_object_set_new(root, "n", json_integer((json_int_t)(test->n / (size_t)clips))); /* videos, of clips */
-    if (test->clips > 1) bad |= json_object_set_new(root, "test_clips", json_integer(clips));
+    if (clips > 1) bad |= json_object_set_new(root, "test_clips", json_integer(clips));
     bad |= json_object_set_new(root, "accuracy", cli_json_num(acc));
     bad |= json_object_set_new(root, "loss", cli_json_num(loss));
     if (ious) {

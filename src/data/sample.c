@@ -31,6 +31,7 @@ struct lam_source {
   size_t n;
   uint64_t draw; /* what fill gets: 0, or the trainer's key of the epoch */
   size_t *map; /* the part's samples of the source; NULL: all of them, in order */
+  int clips;   /* 0 or 1: samples stand alone; K: K clips of a video in a row (a video folder's test part) */
 };
 
 lam_status lam_source_make(size_t n, int c, int h, int w, lam_fill_fn fill, void (*drop)(void *), void *state,
@@ -81,6 +82,14 @@ lam_status lam_source_subset(const lam_source *s, const uint8_t *pick, uint8_t w
 void lam_source_set_draw(lam_source *s, uint64_t draw) {
   if (s) s->draw = draw;
 }
+
+void lam_source_set_clips(lam_source *s, int K) {
+  if (s) s->clips = K;
+}
+
+int lam_source_clips(const lam_source *s) { return s && s->clips > 1 ? s->clips : 1; }
+
+int lam_dataset_clips(const lam_dataset *d) { return d ? lam_source_clips(d->source) : 1; }
 
 size_t lam_source_replaced(const lam_source *s) { return s ? atomic_load(&s->sh->replaced) : 0; }
 

@@ -3,7 +3,7 @@
  * folder names in sorted order. A sample is a clip of T frames (lam_image_opts.frames, default 16), every S-th
  * (frame_stride, default 2): in training from a start drawn anew each epoch (lam_source_set_draw: the trainer's key
  * of the epoch), else the video's middle clip, or with test_clips K its K clips evenly spaced (lam_clip_start), K
- * samples a video in a row (lam_dataset.clips), whose softmax lam_evaluate averages. Nothing is decoded whole: every clip is decoded from its file when
+ * samples a video in a row (lam_dataset_clips), whose softmax lam_evaluate averages. Nothing is decoded whole: every clip is decoded from its file when
  * its sample is asked for (video.c), so a set of any size trains in bounded memory. */
 #include <limits.h>
 #include <stdio.h>
@@ -216,7 +216,8 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
     c = NULL;
     if (s == LAM_OK) {
       *d = (lam_dataset){.n = n, .h = g.H, .w = g.W, .classes = (int)nclasses, .c = g.C, .t = g.T, .label_h = 1,
-                         .label_w = 1, .class_names = cn, .source = src, .clips = g.K};
+                         .label_w = 1, .class_names = cn, .source = src};
+      lam_source_set_clips(src, g.K);
       o->streamed = 1, o->part_bytes = n * ((size_t)g.T * g.C * g.H * g.W + 1);
       *out = d;
       return LAM_OK;
@@ -275,7 +276,8 @@ lam_status lam_dataset_load_videos(const char *const *paths, size_t n, int ch, l
     return s;
   }
   *d = (lam_dataset){.n = rows, .h = g.H, .w = g.W, .classes = 1, .c = g.C, .t = g.T, .label_h = 1, .label_w = 1,
-                     .source = src, .clips = g.K};
+                     .source = src};
+  lam_source_set_clips(src, g.K);
   o->streamed = 1, o->part_bytes = rows * ((size_t)g.T * g.C * g.H * g.W + 1);
   *out = d;
   return LAM_OK;

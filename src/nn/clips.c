@@ -1,5 +1,5 @@
 /* clips.c — evaluation over several clips of a video (the Kinetics protocol): a set whose samples are K clips of each
- * video, K in a row (lam_dataset.clips), scored per video: the model's softmax averaged over the video's clips, its
+ * video, K in a row (lam_dataset_clips), scored per video: the model's softmax averaged over the video's clips, its
  * class their argmax, its loss the negative log of the averaged probability of its label. The clips of a batch are
  * decoded on all host threads (lam_dataset_rows) and run through the model in evaluation mode; the averaging is on
  * the host in float64, as its cost (a few classes per clip) is nothing beside the forward. */
@@ -9,7 +9,7 @@
 
 #include "nn.h"
 
-static int clips_of(const lam_dataset *d) { return d->clips > 1 ? d->clips : 1; }
+static int clips_of(const lam_dataset *d) { return lam_dataset_clips(d); }
 
 lam_status lam_predict_clips(lam_model *m, const lam_dataset *d, int batch, double *probs, uint8_t *labels) {
   LAM_CHECK_ARG(m && d && probs, "lam_predict_clips: %s is NULL", !m ? "the model" : !d ? "the set" : "probs");

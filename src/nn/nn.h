@@ -255,7 +255,7 @@ int nn_nonfinite(const lam_model *m, int state, const float *v, size_t n, char *
 /* Forward of the whole graph on m->x (batch samples); the logits end in the output tensor's data. train:
  * batch statistics and dropout (and running statistics updated); else evaluation. */
 lam_status nn_forward(lam_model *m, int batch, int train);
-/* lam_evaluate of a set of several clips a video (lam_dataset.clips > 1): per video, the softmax averaged (clips.c). */
+/* lam_evaluate of a set of several clips a video (lam_dataset_clips > 1): per video, the softmax averaged (clips.c). */
 lam_status nn_evaluate_clips(lam_model *m, const lam_dataset *d, int batch, double *accuracy, double *loss,
                              uint64_t *confusion);
 /* Softmax cross-entropy on the logits against m->y: adds to m->stats, writes predictions; with
