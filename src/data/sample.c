@@ -94,11 +94,13 @@ int lam_dataset_clips(const lam_dataset *d) { return d ? lam_source_clips(d->sou
 size_t lam_source_replaced(const lam_source *s) { return s ? atomic_load(&s->sh->replaced) : 0; }
 
 /* Sample k of the part into px and lab. With skip_bad a sample whose files fail (LAM_ERR_IO) is replaced by the
- * next one of the part that decodes, and counted. */
+ * next one of the part that decodes, and counted; in a view of K clips a video, by the same clip of the next video,
+ * so a video's K samples stay one video's. */
 static lam_status fill_one(const lam_source *s, size_t k, uint8_t *px, uint8_t *lab) {
   lam_status st = LAM_OK;
-  for (size_t t = 0; t < s->n; t++) {
-    const size_t at = (k + t) % s->n, j = s->map ? s->map[at] : at;
+  const size_t K = (size_t)lam_source_clips(s);
+  for (size_t t = 0; t < s->n / K; t++) {
+    const size_t at = (k + t * K) % s->n, j = s->map ? s->map[at] : at;
     st = s->sh->fill(s->sh->state, j, s->draw, px, lab);
     if (st == LAM_OK) {
       if (t) atomic_fetch_add(&s->sh->replaced, t);
