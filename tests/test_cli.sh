@@ -1797,6 +1797,12 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
     run eval --data "$V" --load "$V.ckpt" --device cpu --test-clips 3
     if [ "$rc" -eq 0 ] && has "$TMP/out" "8 test videos (3 clips each)"; then ok "eval --test-clips 3: the text says videos and clips"
     else not_ok "eval --test-clips 3, text" "want '8 test videos (3 clips each)'; got $rc: $(head -c 300 "$TMP/out")"; fi
+    run train --data "$V" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 1 --batch 4 --seed 5 \
+      --device cpu --json --save "$V-k2.ckpt" --test-clips 2
+    cp "$TMP/out" "$TMP/vrun2.json"
+    run eval --data "$V" --load "$V-k2.ckpt" --device cpu --json --test-clips 2
+    json_check "train --test-clips 2: the epoch's test accuracy is eval --test-clips 2's on the saved model" \
+      "(lambda r: abs(d['accuracy'] - r['epochs'][-1]['test_acc']) < 1e-6 and d['n'] == 8)(json.load(open('$TMP/vrun2.json')))"
     vf=$(find "$V/test" -name '*.mp4' | sort | head -1)
     run predict --load "$V.ckpt" --input "$vf" --test-clips 3 --device cpu
     if [ "$rc" -eq 0 ] && [ "$(wc -l <"$TMP/out")" -eq 2 ] && has "$TMP/out" "name,class,class_name,p0" && has "$TMP/out" "$vf," &&

@@ -1202,6 +1202,12 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       ret = fail("train", NULL);
       goto out;
     }
+    /* the stride this run takes its clips at (the checkpoint's unless --frame-stride is given), kept from now on */
+    if (lam_dataset_is_video_folder(o.data) &&
+        lam_model_set_frame_stride(m, o.images.frame_stride ? o.images.frame_stride : 2) != LAM_OK) {
+      ret = fail("train", NULL);
+      goto out;
+    }
     ret = 1;
     lam_trainer_config(t, &opt, &batch); /* the checkpoint's, with what --resume applied (its header prints it) */
   } else {
