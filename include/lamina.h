@@ -304,6 +304,11 @@ typedef struct lam_dataset {
                               * is decoded from its files when it is asked for (lam_dataset_rows), by the trainer a
                               * few batches ahead of the device, so the set never lies whole in memory */
 } lam_dataset;
+/* 1: every sample of d stands alone. K > 1: the samples are K clips of each video, a video's K one after another
+ * (n = videos x K; a video folder's test part read with lam_image_opts.test_clips K): lam_evaluate and
+ * lam_predict_clips average the softmax over a video's clips and count the video once. (Kept with the streamed
+ * set's source, not as a field, so that lam_dataset's layout, which the Python package mirrors, stays as it was.) */
+int lam_dataset_clips(const lam_dataset *d);
 /* Samples idx[0..n) of d into rows: images (n, sample bytes) and labels (n, labels a sample); for a streamed set
  * decoded from their files on all host threads (a file that fails is an error naming it, or with skip_bad the next
  * sample of the set in its place, counted by lam_dataset_replaced). Either pointer may be NULL. */
@@ -355,7 +360,25 @@ typedef struct lam_image_opts {
   size_t missing;          /* out: videos a Kinetics list names that are not there, left out (Kinetics sets always
                             * lack some; not skip_bad's) */
   char missing_note[1024]; /* out: "N of M videos listed in FILE are missing, e.g. PATH" where missing, else "" */
+  /* a video folder's test part: test_clips K clips of each video (0 or 1: the middle one), evenly spaced over it
+   * (lam_clip_start), each its own sample, K a video in a row (lam_dataset_clips = K); 1 to LAM_MAX_TEST_CLIPS */
+  int test_clips;
 } lam_image_opts;
+#define LAM_MAX_TEST_CLIPS 64
+/* The first frame of clip k (0 .. K-1) of the K test clips of a video of `frames` frames, each clip T frames every
+ * S-th (a span of (T-1)*S + 1 frames). With last = frames - span (0 where the video is shorter than the span: the
+ * clip repeats the video's last frame), K = 1 is the middle clip, last / 2 (rounded down), and K > 1 spaces the
+ * starts evenly from the first frame to the last clip that fits: round(k * last / (K - 1)) (halves up) — SlowFast's
+ * uniform test clips (its use_offset spacing, endpoints included, the step rounded rather than floored). */
+int64_t lam_clip_start(int64_t frames, int T, int S, int K, int k);
+/* 1 when dir is a folder of videos (DIR/train/CLASS/NAME.mp4|avi|mkv|webm|mov ...). */
+int lam_dataset_is_video_folder(const char *dir);
+/* 1 when a file's name ends in a video's extension: .mp4, .avi, .mkv, .webm or .mov (any case). */
+int lam_video_file_name(const char *name);
+/* Video files as a set to predict on: paths[0..n) (read with opts: frames, frame_stride, test_clips, size h x w,
+ * which must be given, skip_bad), each frame made c channels (1 grey, 3 colour), every label 0 and 1 class. Streamed
+ * as a video folder is, test_clips clips a video (lam_dataset_clips). */
+lam_status lam_dataset_load_videos(const char *const *paths, size_t n, int c, lam_image_opts *opts, lam_dataset **out);
 enum { LAM_DECODE_AUTO = 0, LAM_DECODE_CPU = 1, LAM_DECODE_GPU = 2 };
 enum { LAM_STREAM_AUTO = 0, LAM_STREAM_ON = 1, LAM_STREAM_OFF = 2 };
 /* 1 when this build decodes JPEG on the GPU (nvJPEG found when it was built). */
@@ -641,6 +664,13 @@ const char *lam_model_class_name(const lam_model *m, int k);
  * the model: for a caller that loads an image folder at the model's size before it loads the model. The file is
  * checked as lam_checkpoint_load checks it. */
 lam_status lam_checkpoint_fit(const char *path, int *h, int *w);
+/* The frame stride a model of a video folder's clips was trained at (--frame-stride), kept in its checkpoint (version
+ * 7) so eval and predict take clips as training did: 0 none (an older file, or no video folder), else 1 to 1000. */
+lam_status lam_model_set_frame_stride(lam_model *m, int frame_stride);
+int lam_model_frame_stride(const lam_model *m);
+/* The clip geometry kept in the checkpoint at path, read without making the model: its frames a sample (1 for a
+ * model of images) and its frame stride (0: none kept). Checked as lam_checkpoint_load checks it. */
+lam_status lam_checkpoint_clip(const char *path, int *frames, int *frame_stride);
 /* For tests against a reference: dropout node `node` (1-based) uses mask (its output's size × the batch,
  * 1 = keep; the caller keeps it alive) instead of drawing one; NULL draws again. */
 lam_status lam_model_set_dropout_mask(lam_model *m, int node, const uint8_t *mask);
@@ -882,6 +912,14 @@ lam_status lam_trainer_profile_trace(lam_trainer *t, const char *path);
  * data set; confusion and loss may be NULL. */
 lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *accuracy, double *loss,
                         uint64_t *confusion);
+/* For a set of clips of videos (lam_dataset_clips K > 1), lam_evaluate counts videos: a video's probabilities are the mean
+ * of the softmax over its K clips, its class their argmax (the first of equals), its loss the negative log of the
+ * mean probability of its label (the NLL of the averaged probabilities, not the mean of the clips' losses), and
+ * accuracy and loss are over the n / K videos. */
+/* The model's class probabilities (evaluation mode) per video of d: probs (n / K, classes), each row the mean of the
+ * softmax over the video's K = lam_dataset_clips(d) clips (K = 1: each sample's own); labels (n / K), the videos' labels, may be
+ * NULL. The model's input must be the set's samples; its output a class per sample. */
+lam_status lam_predict_clips(lam_model *m, const lam_dataset *d, int batch, double *probs, uint8_t *labels);
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 

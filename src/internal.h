@@ -206,6 +206,9 @@ void lam_source_free(lam_source *s);
 /* The draw fill gets from now on for this view: 0 (the default) a sample's fixed choice (a video's middle clip), else
  * a key the sample's random choices come from (a training clip's start: the trainer sets one an epoch). */
 void lam_source_set_draw(lam_source *s, uint64_t draw);
+/* The view's samples are K clips of each video, K in a row (lam_dataset_clips); a subset's view is 1 again. */
+void lam_source_set_clips(lam_source *s, int K);
+int lam_source_clips(const lam_source *s);
 /* lam_dataset_rows into blocks of `per` rows: row r to images[r / per] at row r % per (a streaming feed's slots,
  * several batches decoded in one pass of the pool); either array may be NULL. */
 lam_status lam_dataset_rows_blocks(const lam_dataset *d, const int32_t *idx, size_t n, size_t per,

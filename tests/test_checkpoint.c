@@ -1087,14 +1087,14 @@ static void test_future_version(void **state) {
   size_t len;
   uint8_t *f = read_all(good, &len);
   assert_int_equal(f[8], 4); /* a model of images is written as version 4, which older builds read */
-  set_le32(f + 8, 7);
+  set_le32(f + 8, 8);
   fix_crc(f, len);
   write_all(bad, f, len);
-  EXPECT_LOAD_FAIL("version 7", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 7", "reads 6");
+  EXPECT_LOAD_FAIL("version 8", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 8", "reads 7");
   print_message("future version: %s\n", lam_last_error());
   /* Every version ends with its CRC, checked before the version: a header alone is a truncated file. */
   write_all(bad, f, 12);
-  EXPECT_LOAD_FAIL("version 7, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
+  EXPECT_LOAD_FAIL("version 8, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
   set_le32(f + 8, 0);
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 0, CRC not fixed", bad, 0, LAM_ERR_IO, "CRC-32 mismatch");
@@ -1126,6 +1126,23 @@ static void test_clip_roundtrip(void **state) {
   TU_OK(lam_model_forward(m, B, x, a));
   TU_OK(lam_model_forward(back, B, x, b));
   assert_memory_equal(a, b, sizeof a);
+  int frames = 0, stride = -1;
+  TU_OK(lam_checkpoint_clip(path, &frames, &stride));
+  assert_int_equal(frames, T), assert_int_equal(stride, 0); /* version 5: no stride kept */
+  lam_model_free(back);
+  /* with a video folder's frame stride: version 7, the stride read back (and the v6 fit, empty, before it) */
+  TU_OK(lam_model_set_frame_stride(m, 3));
+  TU_OK(lam_checkpoint_save(path, m, NULL));
+  f = read_all(path, &len);
+  assert_int_equal(f[8], 7);
+  free(f);
+  TU_OK(lam_checkpoint_clip(path, &frames, &stride));
+  assert_int_equal(frames, T), assert_int_equal(stride, 3);
+  TU_OK(lam_checkpoint_load(g_ctx, path, &back, NULL, NULL));
+  assert_int_equal(lam_model_frame_stride(back), 3), assert_int_equal(lam_model_input_frames(back), T);
+  TU_OK(lam_model_forward(back, B, x, b));
+  assert_memory_equal(a, b, sizeof a);
+  assert_int_equal(lam_model_set_frame_stride(m, 1001), LAM_ERR_INVALID_ARG);
   lam_model_free(m), lam_model_free(back);
 }
 

@@ -1819,6 +1819,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
     usage_error "train --cache on IDX data" --cache -- train --cache "$TMP/vc2" --epochs 1
     run eval --data "$V" --frames 6 --frame-stride 3 --load "$V.ckpt" --device cpu --json
     json_check "eval on a video folder: the test videos' middle clips" "0 <= d['accuracy'] <= 1 and d['loss'] > 0"
+    cp "$TMP/out" "$TMP/veval1.json"
     # the same videos listed in CSV files (train.csv absolute paths and a header, val.csv relative ones without):
     # the same classes and, listed in the folder's order, the same clips and losses for the seed
     mkdir -p "$V-csv"
@@ -1846,6 +1847,35 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
        has "$TMP/out" "30 training, 8 test clips"; then
       ok "train on Kinetics' lists: the files found by its naming rule, the missing one said once"
     else not_ok "Kinetics' lists" "want exit 0, 30 + 8 clips and one line on the missing video; got $rc: $(head -c 400 "$TMP/out") $(head -c 300 "$TMP/err")"; fi
+    run eval --data "$V" --load "$V.ckpt" --device cpu --json
+    json_check "eval on a video folder: frames and stride by default the checkpoint's (the same figures as given)" \
+      "(lambda r: (d['accuracy'], d['loss'], d['n']) == (r['accuracy'], r['loss'], r['n']))(json.load(open('$TMP/veval1.json')))"
+    run eval --data "$V" --load "$V.ckpt" --device cpu --json --test-clips 3
+    json_check "eval --test-clips 3: per video (8), the clips' softmax averaged" \
+      "d['n'] == 8 and d['test_clips'] == 3 and 0 <= d['accuracy'] <= 1 and d['loss'] > 0 and sum(map(sum, d['confusion'])) == 8"
+    run eval --data "$V" --load "$V.ckpt" --device cpu --test-clips 3
+    if [ "$rc" -eq 0 ] && has "$TMP/out" "8 test videos (3 clips each)"; then ok "eval --test-clips 3: the text says videos and clips"
+    else not_ok "eval --test-clips 3, text" "want '8 test videos (3 clips each)'; got $rc: $(head -c 300 "$TMP/out")"; fi
+    run train --data "$V" --frames 6 --frame-stride 3 --model "$VM" --classes 10 --epochs 1 --batch 4 --seed 5 \
+      --device cpu --json --save "$V-k2.ckpt" --test-clips 2
+    cp "$TMP/out" "$TMP/vrun2.json"
+    run eval --data "$V" --load "$V-k2.ckpt" --device cpu --json --test-clips 2
+    json_check "train --test-clips 2: the epoch's test accuracy is eval --test-clips 2's on the saved model" \
+      "(lambda r: abs(d['accuracy'] - r['epochs'][-1]['test_acc']) < 1e-6 and d['n'] == 8)(json.load(open('$TMP/vrun2.json')))"
+    vf=$(find "$V/test" -name '*.mp4' | sort | head -1)
+    run predict --load "$V.ckpt" --input "$vf" --test-clips 3 --device cpu
+    if [ "$rc" -eq 0 ] && [ "$(wc -l <"$TMP/out")" -eq 2 ] && has "$TMP/out" "name,class,class_name,p0" && has "$TMP/out" "$vf," &&
+       awk -F, 'NR == 2 { s = 0; for (i = 4; i <= NF; i++) s += $i; exit !(s > 0.999 && s < 1.001) }' "$TMP/out"; then
+      ok "predict on a video file: its class and probabilities (summing to 1) over 3 clips"
+    else not_ok "predict on a video file" "want a header and one row of $vf; got $rc: $(head -c 300 "$TMP/out") $(head -c 300 "$TMP/err")"; fi
+    run predict --load "$V.ckpt" --input "$V/test" --device cpu --json
+    json_check "predict on a folder of videos --json: a row a video, probabilities summing to 1" \
+      "len(d) == 8 and all(abs(sum(r['probabilities']) - 1) < 1e-6 and len(r['probabilities']) == 10 and r['name'].endswith('.mp4') for r in d)"
+    usage_error "eval --test-clips 0" --test-clips -- eval --data "$V" --load "$V.ckpt" --test-clips 0
+    usage_error "eval --test-clips 65" --test-clips -- eval --data "$V" --load "$V.ckpt" --test-clips 65
+    usage_error "train --test-clips x" --test-clips -- train --data "$V" --test-clips x
+    usage_error "predict --test-clips 0" --test-clips -- predict --load "$V.ckpt" --input "$V/test" --test-clips 0
+    usage_error "eval --test-clips on images" --test-clips -- eval --load "$V.ckpt" --test-clips 3
     cp -r "$V" "$V-bad"
     f=$(find "$V-bad/train" -name '*.mp4' | sort | head -1)
     printf 'not a video at all' >"$f"

@@ -72,6 +72,9 @@ COVERED_ELSEWHERE = [
                                                   "VOC itself is not here)"),
     (r"^build/lamina train --data videos ", "test_cli (train on a video folder: the small data set this suite "
                                            "substitutes holds images, not videos)"),
+    (r"^lamina (train|eval) --data videos ", "test_cli (eval --test-clips 3 on a video folder; the small data set "
+                                            "this suite substitutes holds images, not videos)"),
+    (r"^lamina predict --load clip\.lamina --input ", "test_cli (predict on a video file and on a folder of them)"),
     (r"^build/lamina predict --load unet\.lamina --data scenes ", "test_cli (predict a class per pixel: masks and a grid)"),
     (r"^build/lamina train --data (VOC2012|ADEChallengeData2016) ", "test_cli (mask folders: the generic, mmsegmentation "
                                                                   "and VOC layouts, --reduce-zero-label, --label-map)"),

@@ -3,8 +3,9 @@
  * frames a clip takes for a first frame and a stride, a clip past the end (its last frame repeated), a clip fitted to
  * another size, the frame count — and the files it refuses (zero length, not a video, cut short). Then the sets listed
  * in CSV files (videolist.c): path,label lists and Kinetics' own, each video a flat grey level of its own, so the
- * clips read back say which file each sample came from; the public lam_video_read_clip's middle clip; NVDEC against
- * the host's decoder. Skipped, not passed, where the build has no FFmpeg (NVDEC: where no CUDA device opens). */
+ * clips read back say which file each sample came from; the public lam_video_read_clip's middle clip; a video
+ * folder's test clips (lam_clip_start, test_clips) and lam_evaluate's average over them against a hand
+ * computation; NVDEC against the host's decoder. Skipped, not passed, where the build has no FFmpeg (NVDEC: where no CUDA device opens). */
 #define _XOPEN_SOURCE 700
 #include "testutil.h"
 
@@ -90,6 +91,9 @@ static void test_clips(void **state) {
   assert_frames(out, 6, VH, VW, strided);
   assert_int_equal(video_clip(p, 30, 3, 5, 1, VH, VW, out), LAM_OK); /* past the end: the last frame again */
   assert_frames(out, 5, VH, VW, late);
+  const int clamped[3] = {34, 38, 39}; /* 42 is past the end: the video's last frame, 39, not the last taken, 38 */
+  assert_int_equal(video_clip(p, 34, 4, 3, 1, VH, VW, out), LAM_OK);
+  assert_frames(out, 3, VH, VW, clamped);
   assert_int_equal(video_clip(p, 20, 1, 1, 1, 16, 16, out), LAM_OK); /* fitted: 32x48 to cover 16x16 */
   const int one[1] = {20};
   assert_frames(out, 1, 16, 16, one);
@@ -394,11 +398,110 @@ static void test_read_clip(void **state) {
   assert_non_null(strstr(lam_last_error(), missing));
 }
 
+/* The test clips' starts (lam_clip_start) against their hand values: last = frames - span, span = (T - 1) S + 1;
+ * K = 1 the middle (last / 2 rounded down), K > 1 round(k last / (K - 1)) with halves up, a video shorter than the
+ * span 0 for every clip. */
+static void test_clip_starts(void **state) {
+  (void)state;
+  assert_int_equal(lam_clip_start(40, 8, 2, 1, 0), 12); /* span 15, last 25 */
+  const int64_t k3[3] = {0, 13, 25}, k4[4] = {0, 8, 17, 25}, k5[5] = {0, 6, 13, 19, 25}; /* 12.5, 8.33, 16.67, ... */
+  for (int k = 0; k < 3; k++) assert_int_equal(lam_clip_start(40, 8, 2, 3, k), k3[k]);
+  for (int k = 0; k < 4; k++) assert_int_equal(lam_clip_start(40, 8, 2, 4, k), k4[k]);
+  for (int k = 0; k < 5; k++) assert_int_equal(lam_clip_start(40, 8, 2, 5, k), k5[k]);
+  for (int k = 0; k < 3; k++) assert_int_equal(lam_clip_start(5, 4, 2, 3, k), 0); /* span 7 > 5 frames */
+  assert_int_equal(lam_clip_start(15, 8, 2, 2, 1), 0);                            /* span 15 = 15 frames */
+  assert_int_equal(lam_clip_start(1000, 16, 2, 10, 9), 1000 - 31);
+}
+
+/* A video folder's test part read with test_clips 3: the clips each video gives (their frames' levels against the
+ * starts worked out by hand, a video shorter than the clip repeating its last frame), and lam_evaluate's accuracy and
+ * loss against a float64 hand computation from each clip's own forward: the softmax averaged over a video's three
+ * clips, its argmax against the label, the NLL of the average. A batch of 2 splits videos across batches. */
+static void test_test_clips(void **state) {
+  (void)state;
+  if (!video_supported()) skip();
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s/vf/train/a' '%s/vf/train/b' '%s/vf/test/a' '%s/vf/test/b'", dir, dir, dir, dir);
+  assert_int_equal(system(cmd), 0);
+  video("vf/train/a/0.mp4", 12), video("vf/train/b/0.mp4", 12);
+  video("vf/test/a/0.mp4", N), video("vf/test/a/1.mp4", 6), video("vf/test/b/0.mp4", 25);
+  char vf[96];
+  snprintf(vf, sizeof vf, "%s/vf", dir);
+  enum { T = 4, S = 3, K = 3, SIDE = 8, V = 3 };
+  lam_image_opts o = {.h = SIDE, .w = SIDE, .frames = T, .frame_stride = S, .test_clips = K};
+  lam_dataset *d = NULL;
+  if (lam_dataset_load_opts(vf, 0, &o, &d) != LAM_OK) fail_msg("%s", lam_last_error());
+  assert_int_equal(d->n, V * K), assert_int_equal(lam_dataset_clips(d), K), assert_int_equal(d->t, T), assert_int_equal(d->c, 1);
+  /* span 10: 40 frames, last 30, starts 0 15 30; 6 frames, last 0; 25 frames, last 15, starts 0 8 15 (7.5 up) */
+  const int start[V][K] = {{0, 15, 30}, {0, 0, 0}, {0, 8, 15}}, len[V] = {N, 6, 25}, cls[V] = {0, 0, 1};
+  uint8_t px[V * K][T * SIDE * SIDE], lab[V * K];
+  int32_t idx[V * K];
+  for (int i = 0; i < V * K; i++) idx[i] = i;
+  if (lam_dataset_rows(d, idx, V * K, &px[0][0], lab) != LAM_OK) fail_msg("%s", lam_last_error());
+  for (int v = 0; v < V; v++)
+    for (int k = 0; k < K; k++) {
+      int want[T];
+      for (int t = 0; t < T; t++) want[t] = start[v][k] + t * S < len[v] ? start[v][k] + t * S : len[v] - 1;
+      assert_frames(px[v * K + k], T, SIDE, SIDE, want);
+      assert_int_equal(lab[v * K + k], cls[v]);
+    }
+  lam_ctx *ctx = NULL;
+  lam_model *m = NULL;
+  assert_int_equal(lam_ctx_create(&ctx, LAM_DEVICE_CPU), LAM_OK);
+  assert_int_equal(lam_model_create_clip(ctx, "conv 3 3 pad 1, relu, tpool mean, flatten, dense 2", T, 1, SIDE, SIDE,
+                                         7, &m), LAM_OK);
+  assert_int_equal(lam_model_set_train(m, 0), LAM_OK);
+  double p[V][2] = {{0}}, right = 0, nll = 0; /* by hand: each clip on its own */
+  for (int i = 0; i < V * K; i++) {
+    float l[2];
+    assert_int_equal(lam_model_forward_u8(m, 1, px[i], l), LAM_OK);
+    const double mx = l[0] > l[1] ? l[0] : l[1], e0 = exp(l[0] - mx), e1 = exp(l[1] - mx);
+    p[i / K][0] += e0 / (e0 + e1) / K, p[i / K][1] += e1 / (e0 + e1) / K;
+  }
+  for (int v = 0; v < V; v++) right += (p[v][1] > p[v][0]) == cls[v], nll -= log(p[v][cls[v]]);
+  double acc = -1, loss = -1;
+  uint64_t conf[4];
+  assert_int_equal(lam_model_set_train(m, 1), LAM_OK); /* lam_evaluate evaluates whatever the model's mode */
+  if (lam_evaluate(m, d, 2, &acc, &loss, conf) != LAM_OK) fail_msg("%s", lam_last_error());
+  assert_true(fabs(acc - right / V) < 1e-12);
+  if (fabs(loss - nll / V) > 1e-5) fail_msg("loss %.8f, by hand %.8f", loss, nll / V);
+  assert_int_equal(conf[0] + conf[1] + conf[2] + conf[3], V); /* a video counted once */
+  double probs[V * 2];
+  uint8_t vl[V];
+  assert_int_equal(lam_predict_clips(m, d, 4, probs, vl), LAM_OK);
+  for (int v = 0; v < V; v++) {
+    assert_true(fabs(probs[2 * v] - p[v][0]) < 1e-6 && fabs(probs[2 * v + 1] - p[v][1]) < 1e-6);
+    assert_int_equal(vl[v], cls[v]);
+  }
+  /* the middle clip alone (test_clips 1): one sample a video, from last / 2 */
+  lam_dataset *one = NULL;
+  o.test_clips = 1;
+  if (lam_dataset_load_opts(vf, 0, &o, &one) != LAM_OK) fail_msg("%s", lam_last_error());
+  assert_int_equal(one->n, V), assert_int_equal(lam_dataset_clips(one), 1);
+  uint8_t mid[V][T * SIDE * SIDE];
+  assert_int_equal(lam_dataset_rows(one, idx, V, &mid[0][0], NULL), LAM_OK);
+  const int middle[V] = {15, 0, 7};
+  for (int v = 0; v < V; v++) {
+    int want[T];
+    for (int t = 0; t < T; t++) want[t] = middle[v] + t * S < len[v] ? middle[v] + t * S : len[v] - 1;
+    assert_frames(mid[v], T, SIDE, SIDE, want);
+  }
+  o.test_clips = LAM_MAX_TEST_CLIPS + 1; /* out of range: an error naming it */
+  lam_dataset *bad = NULL;
+  assert_int_equal(lam_dataset_load_opts(vf, 0, &o, &bad), LAM_ERR_INVALID_ARG);
+  assert_non_null(strstr(lam_last_error(), "test_clips"));
+  lam_dataset_free(one);
+  lam_model_free(m);
+  lam_ctx_free(ctx);
+  lam_dataset_free(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_probe), cmocka_unit_test(test_clips),
                                      cmocka_unit_test(test_bad_files), cmocka_unit_test(test_nvdec),
                                      cmocka_unit_test(test_csv_paths), cmocka_unit_test(test_csv_missing),
                                      cmocka_unit_test(test_csv_bad), cmocka_unit_test(test_kinetics),
-                                     cmocka_unit_test(test_read_clip)};
+                                     cmocka_unit_test(test_read_clip), cmocka_unit_test(test_clip_starts),
+                                     cmocka_unit_test(test_test_clips)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -163,7 +163,7 @@ class ImageOpts(Structure):
                 ("decode_s", c_double), ("converted", c_size_t), ("reduce_zero_label", c_int),
                 ("label_map", c_void_p), ("stream", c_int), ("memory_cap", c_size_t), ("streamed", c_int),
                 ("part_bytes", c_size_t), ("frames", c_int), ("frame_stride", c_int),
-                ("missing", c_size_t), ("missing_note", c_char * 1024)]
+                ("missing", c_size_t), ("missing_note", c_char * 1024), ("test_clips", c_int)]
 
 
 class NodeInfo(Structure):

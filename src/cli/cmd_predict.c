@@ -1,6 +1,7 @@
 /* cmd_predict.c — `lamina predict`: a saved model on images. Image files (or a data set's test part) are
  * fitted to the model's input and normalized as training normalizes them (lam_model_forward_u8); a model
- * with a class per image prints each image's class and probabilities (CSV, or JSON), one with a class per
+ * with a class per image prints each image's class and probabilities (CSV, or JSON), a model of clips each video
+ * file's over --test-clips clips, their softmax averaged (lam_predict_clips); one with a class per
  * pixel writes a mask per image (PNG, the class as the grey value) and, with --grid, a picture of a few
  * test images: input | truth | prediction, each class its colour. */
 #include <dirent.h>
@@ -17,12 +18,19 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: lamina predict --load MODEL --input FILE|DIR [--out DIR] [--batch B] [--device D] [--json]\n"
+          "                      [--test-clips K] [--frame-stride S]\n"
           "       lamina predict --load MODEL --data DATA [--out DIR] [--grid FILE.png] [--count N] ...\n"
           "Runs a saved model (lamina train --save) in evaluation mode on images.\n"
           "  --load MODEL     the checkpoint (required)\n"
           "  --input FILE|DIR a PNG or JPEG file, or a folder of them (and its subfolders' files, one level\n"
           "                   down: an image folder's part); each fitted to the model's input as image folders\n"
-          "                   are (scaled to cover it, the middle kept) and made grey or colour as it takes\n"
+          "                   are (scaled to cover it, the middle kept) and made grey or colour as it takes;\n"
+          "                   for a model of clips, a video file (.mp4, .avi, .mkv, .webm, .mov) or a folder of\n"
+          "                   them, each video's row its probabilities over --test-clips clips\n"
+          "  --test-clips K   clips of each video, evenly spaced over it, their softmax averaged (1 to 64;\n"
+          "                   default 1: the middle clip); also for --data of a video folder\n"
+          "  --frame-stride S a clip's every S-th frame (default: the model's, kept in its checkpoint, else 2);\n"
+          "                   its frames are the model's\n"
           "  --data DATA      instead: the test part of a data set, as 'lamina train --data' reads it\n"
           "  --out DIR        where a model with a class per pixel writes its masks, DIR/NAME.png, each pixel's\n"
           "                   class as its grey value (required for such a model; made if missing)\n"
@@ -46,6 +54,7 @@ typedef struct predict_opts {
   uint8_t map[256];
   const char *load, *input, *data, *out, *grid;
   int count, batch, json, threads;
+  int test_clips, frame_stride; /* videos: clips a video, and a clip's stride (0: the model's) */
   lam_device device;
 } predict_opts;
 
@@ -55,7 +64,8 @@ static int parse(int argc, char **argv, predict_opts *o) {
       {"out", required_argument, 0, 'o'},   {"grid", required_argument, 0, 'g'},  {"count", required_argument, 0, 'n'},
       {"batch", required_argument, 0, 'b'}, {"device", required_argument, 0, 'D'}, {"threads", required_argument, 0, 't'},
       {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},        {"reduce-zero-label", no_argument, 0, 'z'},
-      {"label-map", required_argument, 0, 'm'}, {0, 0, 0, 0}};
+      {"label-map", required_argument, 0, 'm'}, {"test-clips", required_argument, 0, 'K'},
+      {"frame-stride", required_argument, 0, 'S'}, {0, 0, 0, 0}};
   *o = (predict_opts){.count = 8, .batch = 256, .device = LAM_DEVICE_AUTO};
   int c, li = 0;
   long v;
@@ -84,6 +94,14 @@ static int parse(int argc, char **argv, predict_opts *o) {
       case 'D':
         if (lam_device_parse(optarg, &o->device) != LAM_OK)
           return cli_usage_error("predict", "--device: '%s' is not a device (use auto, cpu or cuda)", optarg);
+        break;
+      case 'K':
+        if (cli_parse_int("predict", "--test-clips", optarg, 1, LAM_MAX_TEST_CLIPS, &v)) return EXIT_USAGE;
+        o->test_clips = (int)v;
+        break;
+      case 'S':
+        if (cli_parse_int("predict", "--frame-stride", optarg, 1, 1000, &v)) return EXIT_USAGE;
+        o->frame_stride = (int)v;
         break;
       case 'j': o->json = 1; break;
       case 'z': o->reduce_zero_label = 1; break;
@@ -129,7 +147,7 @@ static int files_add(files *f, const char *path) {
   }
   return (f->v[f->n] = strdup(path)) ? (int)(f->n++, 0) : -1;
 }
-static int scan(const char *dir, int depth, files *f) {
+static int scan(const char *dir, int depth, int videos, files *f) {
   DIR *d = opendir(dir);
   if (!d) {
     fprintf(stderr, "lamina predict: --input: cannot list '%s': %s\n", dir, strerror(errno));
@@ -145,8 +163,10 @@ static int scan(const char *dir, int depth, files *f) {
     char p[4096];
     struct stat st;
     if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p || stat(p, &st) != 0) continue;
-    if (S_ISDIR(st.st_mode) && depth == 0) rc = scan(p, 1, f);
-    else if (S_ISREG(st.st_mode) && lam_image_file_name(e->d_name) && files_add(f, p)) rc = 1;
+    if (S_ISDIR(st.st_mode) && depth == 0) rc = scan(p, 1, videos, f);
+    else if (S_ISREG(st.st_mode) && (videos ? lam_video_file_name(e->d_name) : lam_image_file_name(e->d_name)) &&
+             files_add(f, p))
+      rc = 1;
   }
   closedir(d);
   return rc;
@@ -243,6 +263,58 @@ static const char *class_name(const lam_model *m, int k) {
   return s ? s : "";
 }
 
+/* One row of a class per image (or video): its name, class (and class name) and probabilities pr[0..K), into the
+ * JSON array arr, or as a CSV line. */
+static void print_row(json_t *arr, const lam_model *m, int named, int K, const char *name, const double *pr) {
+  int best = 0;
+  for (int k = 1; k < K; k++)
+    if (pr[k] > pr[best]) best = k;
+  if (arr) {
+    json_t *row = json_object(), *ps = json_array();
+    for (int k = 0; k < K; k++) json_array_append_new(ps, cli_json_num(pr[k]));
+    json_object_set_new(row, "name", cli_json_str(name));
+    json_object_set_new(row, "class", json_integer(best));
+    if (named) json_object_set_new(row, "class_name", cli_json_str(class_name(m, best)));
+    json_object_set_new(row, "probabilities", ps);
+    json_array_append_new(arr, row);
+  } else {
+    cli_csv_field(stdout, name);
+    printf(",%d", best);
+    if (named) putchar(','), cli_csv_field(stdout, class_name(m, best));
+    for (int k = 0; k < K; k++) printf(",%.6f", pr[k]);
+    printf("\n");
+  }
+}
+
+/* A set of videos' clips (lam_dataset_clips a video; video files, or --data's streamed test part): each video's row
+ * of its probabilities, its clips' softmax averaged (lam_predict_clips), named by names[v] or its index. */
+static int print_videos(const predict_opts *o, lam_model *m, const lam_dataset *set, char *const *names) {
+  const int K = lam_model_outputs(m), named = lam_model_class_name(m, 0) != NULL;
+  const size_t videos = set->n / (size_t)lam_dataset_clips(set);
+  double *probs = malloc(videos * K * sizeof *probs);
+  if (!probs) {
+    fprintf(stderr, "lamina predict: out of host memory for %zu videos' probabilities\n", videos);
+    return 1;
+  }
+  if (lam_predict_clips(m, set, o->batch, probs, NULL) != LAM_OK) {
+    free(probs);
+    return fail(NULL);
+  }
+  json_t *arr = o->json ? json_array() : NULL;
+  if (!o->json) {
+    printf(named ? "name,class,class_name" : "name,class");
+    for (int k = 0; k < K; k++) printf(",p%d", k);
+    printf("\n");
+  }
+  for (size_t v = 0; v < videos; v++) {
+    char name[32];
+    snprintf(name, sizeof name, "%zu", v);
+    print_row(arr, m, named, K, names ? names[v] : name, probs + v * K);
+  }
+  free(probs);
+  return arr && cli_json_print(arr) ? 1 : 0;
+}
+
 /* Each class its colour: 0 (the background of a segmentation) black, 255 (ignored) grey, the others a
  * fixed palette of well-separated hues. */
 static void class_colour(int k, uint8_t rgb[3]) {
@@ -320,14 +392,41 @@ int cmd_predict(int argc, char **argv) {
   size_t n = 0;
   const int T = lam_model_input_frames(m);
   const size_t sample = (size_t)T * C * H * W;
-  if (T > 1 && !o.data) {
-    rc = cli_usage_error("predict", "the model takes clips of %d frames: give --data DIR (a set of clips), not image "
-                         "files", T);
+  /* video files and video folders: clips as the model was trained on (its frames, its kept stride) */
+  const int stride = o.frame_stride ? o.frame_stride : lam_model_frame_stride(m) ? lam_model_frame_stride(m) : 2;
+  if ((o.test_clips || o.frame_stride) && (T == 1 || per_pixel || (o.data && !lam_dataset_is_video_folder(o.data)))) {
+    rc = cli_usage_error("predict", "--test-clips and --frame-stride are for a model of clips with a class a clip, on "
+                         "video files (--input) or a video folder (--data)");
+    goto out;
+  }
+  if (T > 1 && !o.data) { /* video files: each video's clips, streamed as a video folder's are */
+    struct stat st;
+    if (stat(o.input, &st) != 0) {
+      fprintf(stderr, "lamina predict: --input '%s': %s\n", o.input, strerror(errno));
+      goto out;
+    }
+    if (S_ISDIR(st.st_mode) ? scan(o.input, 0, 1, &fl)
+                            : lam_input_check(o.input, "video (--input)") != LAM_OK ? fail("--input")
+                                                                                    : files_add(&fl, o.input))
+      goto out;
+    if (!fl.n) {
+      fprintf(stderr, "lamina predict: --input '%s' holds no video files (.mp4, .avi, .mkv, .webm, .mov); the model "
+              "takes clips of %d frames\n", o.input, T);
+      goto out;
+    }
+    qsort(fl.v, fl.n, sizeof *fl.v, cmp_str);
+    lam_image_opts vo = {.h = H, .w = W, .frames = T, .frame_stride = stride, .test_clips = o.test_clips};
+    if (lam_dataset_load_videos((const char *const *)fl.v, fl.n, C, &vo, &set) != LAM_OK) {
+      rc = fail("--input");
+      goto out;
+    }
+    rc = print_videos(&o, m, set, fl.v);
     goto out;
   }
   if (o.data) {
     /* an image folder at the size the model was fitted to (its checkpoint's --size), as training read it */
-    lam_image_opts fit = {.reduce_zero_label = o.reduce_zero_label, .label_map = o.label_map};
+    lam_image_opts fit = {.reduce_zero_label = o.reduce_zero_label, .label_map = o.label_map, .frames = T > 1 ? T : 0,
+                          .frame_stride = stride, .test_clips = o.test_clips};
     lam_model_fit(m, &fit.h, &fit.w);
     if (lam_dataset_load_opts(o.data, 0, &fit, &set) != LAM_OK) {
       rc = fail("--data");
@@ -343,6 +442,10 @@ int cmd_predict(int argc, char **argv) {
               set->w, C, H, W);
       goto out;
     }
+    if (set->source && !per_pixel) { /* streamed (a video folder's clips): decoded a batch at a time */
+      rc = print_videos(&o, m, set, NULL);
+      goto out;
+    }
     n = o.grid && !o.out && set->n > (size_t)o.count ? (size_t)o.count : set->n;
     images = set->images;
   } else {
@@ -351,7 +454,7 @@ int cmd_predict(int argc, char **argv) {
       fprintf(stderr, "lamina predict: --input '%s': %s\n", o.input, strerror(errno));
       goto out;
     }
-    if (S_ISDIR(st.st_mode) ? scan(o.input, 0, &fl)
+    if (S_ISDIR(st.st_mode) ? scan(o.input, 0, 0, &fl)
                             : lam_input_check(o.input, "image (--input)") != LAM_OK ? fail("--input")
                                                                                     : files_add(&fl, o.input))
       goto out;
@@ -410,26 +513,10 @@ int cmd_predict(int argc, char **argv) {
         continue;
       }
       double mx = l[0], sum = 0.0, pr[256];
-      int best = 0;
-      for (int k = 1; k < K; k++)
-        if (l[k] > l[best]) best = k;
-      mx = l[best];
+      for (int k = 1; k < K; k++) mx = l[k] > mx ? l[k] : mx;
       for (int k = 0; k < K; k++) sum += pr[k] = exp((double)l[k] - mx);
-      if (arr) {
-        json_t *row = json_object(), *ps = json_array();
-        for (int k = 0; k < K; k++) json_array_append_new(ps, cli_json_num(pr[k] / sum));
-        json_object_set_new(row, "name", cli_json_str(name));
-        json_object_set_new(row, "class", json_integer(best));
-        if (named) json_object_set_new(row, "class_name", cli_json_str(class_name(m, best)));
-        json_object_set_new(row, "probabilities", ps);
-        json_array_append_new(arr, row);
-      } else {
-        cli_csv_field(stdout, name);
-        printf(",%d", best);
-        if (named) putchar(','), cli_csv_field(stdout, class_name(m, best));
-        for (int k = 0; k < K; k++) printf(",%.6f", pr[k] / sum);
-        printf("\n");
-      }
+      for (int k = 0; k < K; k++) pr[k] /= sum;
+      print_row(arr, m, named, K, name, pr);
     }
   }
   if (arr && cli_json_print(arr)) goto out;

@@ -89,6 +89,9 @@ static void train_usage(FILE *f) {
           "  --frames T             a video folder's clips: T frames each (default 16) ...\n"
           "  --frame-stride S       ... every S-th frame (default 2): in training from a start drawn each epoch,\n"
           "                         in testing the video's middle clip; DIR/train/CLASS/NAME.mp4|avi|mkv|webm|mov\n"
+          "                         (the checkpoint keeps both: eval, predict and --resume take clips so)\n"
+          "  --test-clips K         test a video folder on K clips of each video evenly spaced over it (1 to 64;\n"
+          "                         default 1: the middle clip), its class from their softmax averaged\n"
           "  --decode auto|cpu|gpu  where an image folder's JPEG files are decoded: cpu through libjpeg on all host\n"
           "                         threads, gpu through nvJPEG (where the build has it); a video folder's videos:\n"
           "                         cpu through FFmpeg on all host threads, gpu by the GPU's video engines (NVDEC,\n"
@@ -181,14 +184,20 @@ static void eval_usage(FILE *f) {
   fprintf(f,
           "usage: lamina eval --load FILE [--data fashion-mnist|DIR] [--batch B] [--device D] [--threads N]\n"
           "                   [--size HxW] [--cache DIR] [--skip-bad] [--decode D] [--reduce-zero-label]\n"
-          "                   [--label-map FILE] [--stream] [--max-memory BYTES] [--json]\n"
+          "                   [--label-map FILE] [--stream] [--max-memory BYTES] [--frames T]\n"
+          "                   [--frame-stride S] [--test-clips K] [--json]\n"
           "Evaluates a saved model on the test part of the data set: accuracy, loss and the confusion matrix\n"
           "(rows: true class, columns: predicted); for labels per pixel also each class's IoU and the mean IoU.\n"
           "  --load FILE   a checkpoint from lamina train --save (required)\n"
           "  --data        as for train (default fashion-mnist)\n"
           "  --size, --cache, --skip-bad, --decode  an image folder's, as for train (--size: by default the\n"
           "                size the model was trained at, kept in its checkpoint; another one is refused)\n"
-          "  --reduce-zero-label, --label-map FILE  a mask folder's, as for train (give what training had)\n"
+"  --reduce-zero-label, --label-map FILE  a mask folder's, as for train (give what training had)\n"
+          "  --frames T, --frame-stride S  a video folder's clips (default: as the model was trained, kept in its\n"
+          "                checkpoint; else 16 and 2)\n"
+          "  --test-clips K  K clips of each video, evenly spaced over it (1 to 64; default 1: the middle clip):\n"
+          "                a video's class is the argmax of its clips' softmax averaged, its loss the negative log\n"
+          "                of that average's probability of its label; accuracy and loss are per video\n"
           "  --stream      decode an image or mask folder's test part batch by batch, a few ahead, in bounded\n"
           "                memory (automatic where it would take more than half of --max-memory, or 3/4 of\n"
           "                the memory available)\n"
@@ -205,7 +214,7 @@ enum { O_DATA = 1, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_WD, O_
        O_LOAD, O_JSON, O_NOPROGRESS, O_MAXMEM, O_PROFILE, O_TRACE, O_STREAM, O_BUFFERS, O_PRECISION, O_GRAPH, O_HELP, O_THREADS,
        O_CLASSES, O_NORMALIZE, O_SMOOTHING, O_SCHEDULE, O_WARMUP, O_VALSPLIT, O_SAVEBEST, O_EARLYSTOP, O_LOG,
        O_SIZE, O_CACHE, O_SKIPBAD, O_AUGMENT, O_DECODE, O_GPUS, O_SYNCBN, O_BUCKET, O_REDUCE0, O_LABELMAP, O_MONITOR,
-       O_FRAMES, O_FSTRIDE };
+       O_FRAMES, O_FSTRIDE, O_TESTCLIPS };
 
 static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   *o = (train_opts){.data = "fashion-mnist", .model = "cnn", .epochs = 5, .batch = 64, .opt_kind = LAM_OPT_ADAM,
@@ -233,6 +242,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       {"size", required_argument, 0, O_SIZE},            {"cache", required_argument, 0, O_CACHE},
       {"skip-bad", no_argument, 0, O_SKIPBAD},       {"decode", required_argument, 0, O_DECODE},
       {"frames", required_argument, 0, O_FRAMES},     {"frame-stride", required_argument, 0, O_FSTRIDE},
+      {"test-clips", required_argument, 0, O_TESTCLIPS},
       {"gpus", required_argument, 0, O_GPUS},         {"sync-bn", no_argument, 0, O_SYNCBN},
       {"bucket-mb", required_argument, 0, O_BUCKET},
       {"reduce-zero-label", no_argument, 0, O_REDUCE0}, {"label-map", required_argument, 0, O_LABELMAP},
@@ -279,6 +289,10 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
       case O_FSTRIDE:
         if (cli_parse_int(cmd, "--frame-stride", optarg, 1, 1000, &v)) return EXIT_USAGE;
         o->images.frame_stride = (int)v;
+        break;
+      case O_TESTCLIPS:
+        if (cli_parse_int(cmd, "--test-clips", optarg, 1, LAM_MAX_TEST_CLIPS, &v)) return EXIT_USAGE;
+        o->images.test_clips = (int)v;
         break;
       case O_DECODE:
         if (!strcmp(optarg, "auto")) o->images.decoder = LAM_DECODE_AUTO;
@@ -431,6 +445,9 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
     return cli_usage_error(cmd, "--size, --cache, --skip-bad and --decode are for image folders (DATA/train/CLASS/... or DATA/CLASS/..., "
                            "or a mask folder), "
                            "and '%s' is not one", o->data);
+  if (o->images.test_clips > 1 && !lam_dataset_is_video_folder(o->data))
+    return cli_usage_error(cmd, "--test-clips %d is for video folders (DATA/train/CLASS/NAME.mp4 ...), and '%s' is not "
+                           "one", o->images.test_clips, o->data);
   if (o->gpus && o->device == LAM_DEVICE_CPU)
     return cli_usage_error(cmd, "--gpus %d trains on GPUs, and --device cpu asks for the CPU: CPU ranks start under "
                            "mpirun -np N", o->gpus);
@@ -576,6 +593,21 @@ static int fit_from_checkpoint(const char *cmd, train_opts *o, const char *ckpt)
   if (o->images.h != h || o->images.w != w)
     return cli_usage_error(cmd, "--size %dx%d differs from the size the model was trained at, %dx%d (%s): leave --size "
                            "out to read the images at it", o->images.h, o->images.w, h, w, ckpt);
+  return 0;
+}
+
+/* The model remembers its clips (its checkpoint's frames and frame stride): eval and a resumed train read a video
+ * folder's clips so unless --frames or --frame-stride are given; --frames that differ from the model's is a usage
+ * error (the model takes that many only). Nothing to do for other data. */
+static int clip_from_checkpoint(const char *cmd, train_opts *o, const char *ckpt) {
+  int frames = 1, stride = 0;
+  if (!lam_dataset_is_video_folder(o->data)) return 0;
+  if (lam_checkpoint_clip(ckpt, &frames, &stride) != LAM_OK) return fail(cmd, NULL);
+  if (frames > 1 && o->images.frames && o->images.frames != frames)
+    return cli_usage_error(cmd, "--frames %d differs from the clips the model was trained on, %d frames (%s): leave "
+                           "--frames out to take its", o->images.frames, frames, ckpt);
+  if (frames > 1 && !o->images.frames) o->images.frames = frames;
+  if (stride && !o->images.frame_stride) o->images.frame_stride = stride;
   return 0;
 }
 
@@ -1082,6 +1114,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     goto out;
   }
   if (o.resume && (ret = fit_from_checkpoint("train", &o, o.resume)) != 0) goto out;
+  if (o.resume && (ret = clip_from_checkpoint("train", &o, o.resume)) != 0) goto out;
   ret = 1;
   stream_opts(&o);
   if (lam_dataset_load_opts(o.data, 1, &o.images, &train) != LAM_OK) {
@@ -1186,6 +1219,12 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       ret = fail("train", NULL);
       goto out;
     }
+    /* the stride this run takes its clips at (the checkpoint's unless --frame-stride is given), kept from now on */
+    if (lam_dataset_is_video_folder(o.data) &&
+        lam_model_set_frame_stride(m, o.images.frame_stride ? o.images.frame_stride : 2) != LAM_OK) {
+      ret = fail("train", NULL);
+      goto out;
+    }
     ret = 1;
     lam_trainer_config(t, &opt, &batch); /* the checkpoint's, with what --resume applied (its header prints it) */
   } else {
@@ -1202,6 +1241,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     /* the fit it remembers in its checkpoints: an image folder's --size and class names */
     if (s == LAM_OK && lam_dataset_is_image_folder(o.data))
       s = lam_model_set_fit(m, o.images.h, o.images.w, (const char *const *)train->class_names);
+    if (s == LAM_OK && lam_dataset_is_video_folder(o.data)) /* and a video folder's frame stride (its frames: in_t) */
+      s = lam_model_set_frame_stride(m, o.images.frame_stride ? o.images.frame_stride : 2);
     if (s != LAM_OK || lam_trainer_create(m, &opt, o.batch, o.seed, train, &t) != LAM_OK) {
       ret = fail("train", NULL);
       goto out;
@@ -1251,7 +1292,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     char frames[32] = "";
     if (train->t > 1) snprintf(frames, sizeof frames, "clips of %d frames of ", train->t);
     printf("  data %s: %zu training, %zu test %s%dx%dx%d, %d classes%s; %zu parameters; batch %d; %s; %s\n",
-           o.data, train->n, test->n, train->t > 1 ? frames : "images of ", train->c > 0 ? train->c : 1, train->h,
+           o.data, train->n, test->n / (size_t)lam_dataset_clips(test), train->t > 1 ? frames : "images of ", train->c > 0 ? train->c : 1, train->h,
            train->w, train->classes,
            train->label_h > 1 || train->label_w > 1 ? " per pixel" : "", lam_model_param_count(m), batch,
            lam_precision_str(o.precision),
@@ -1266,8 +1307,9 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
                o.images.frame_stride ? o.images.frame_stride : 2);
       else if (o.train_part.streamed && train->t > 1)
         printf("  video folder: streamed, each clip decoded on the host threads as its batch is needed (a clip of %d "
-               "frames, every %d-th, from each video an epoch)\n", train->t,
-               o.images.frame_stride ? o.images.frame_stride : 2);
+               "frames, every %d-th, from each video an epoch; tested on %d clip%s a video)\n", train->t,
+               o.images.frame_stride ? o.images.frame_stride : 2, lam_dataset_clips(test),
+               lam_dataset_clips(test) > 1 ? "s" : "");
       else if (o.train_part.streamed)
         printf("  %s folder: streamed, each file decoded on the host threads as its batch is needed (decoded whole it "
                "would take %.1f MB%s)\n", masks ? "mask" : "image", (double)o.train_part.part_bytes / 1e6,
@@ -1467,6 +1509,7 @@ int cmd_eval(int argc, char **argv) {
   uint64_t *conf = NULL;
   int ret = 1;
   if ((ret = fit_from_checkpoint("eval", &o, o.load)) != 0) goto out;
+  if ((ret = clip_from_checkpoint("eval", &o, o.load)) != 0) goto out;
   ret = 1;
   stream_opts(&o);
   if (lam_dataset_load_opts(o.data, 0, &o.images, &test) != LAM_OK) {
@@ -1494,6 +1537,7 @@ int cmd_eval(int argc, char **argv) {
     goto out;
   }
   int per_pixel = per_pixel_set(test);
+  const int clips = lam_dataset_clips(test); /* a video folder's test clips a video: counted per video */
   double *iou = calloc((size_t)C, sizeof *iou), miou = 0;
   int nvalid = 0;
   if (iou) miou = iou_from_confusion(conf, C, iou, &nvalid); /* classes absent from both are left out */
@@ -1502,7 +1546,8 @@ int cmd_eval(int argc, char **argv) {
     int bad = !root || !rowsj || (per_pixel && iou && !ious);
     bad |= json_object_set_new(root, "device", cli_json_str(lam_device_str(lam_ctx_device(ctx))));
     bad |= json_object_set_new(root, "model", cli_json_str(lam_model_spec(m)));
-    bad |= json_object_set_new(root, "n", json_integer((json_int_t)test->n));
+    bad |= json_object_set_new(root, "n", json_integer((json_int_t)(test->n / (size_t)clips))); /* videos, of clips */
+    if (clips > 1) bad |= json_object_set_new(root, "test_clips", json_integer(clips));
     bad |= json_object_set_new(root, "accuracy", cli_json_num(acc));
     bad |= json_object_set_new(root, "loss", cli_json_num(loss));
     if (ious) {
@@ -1532,7 +1577,10 @@ int cmd_eval(int argc, char **argv) {
     }
   } else {
     printf("lamina eval: %s on %s\n", lam_model_spec(m), lam_ctx_device_name(ctx));
-    printf("  %zu test images: %saccuracy %.2f%%, loss %.4f\n", test->n, per_pixel ? "pixel " : "", 100 * acc, loss);
+    char what[64] = "images";
+    if (lam_dataset_is_video_folder(o.data)) snprintf(what, sizeof what, "videos (%d clip%s each)", clips, clips > 1 ? "s" : "");
+    printf("  %zu test %s: %saccuracy %.2f%%, loss %.4f\n", test->n / (size_t)clips, what, per_pixel ? "pixel " : "",
+           100 * acc, loss);
     if (per_pixel && iou) {
       printf("  IoU per class:");
       for (int k = 0; k < C; k++) { /* by name where the model keeps its classes' names (a mask folder's) */

@@ -31,6 +31,7 @@ struct lam_source {
   size_t n;
   uint64_t draw; /* what fill gets: 0, or the trainer's key of the epoch */
   size_t *map; /* the part's samples of the source; NULL: all of them, in order */
+  int clips;   /* 0 or 1: samples stand alone; K: K clips of a video in a row (a video folder's test part) */
 };
 
 lam_status lam_source_make(size_t n, int c, int h, int w, lam_fill_fn fill, void (*drop)(void *), void *state,
@@ -82,16 +83,26 @@ void lam_source_set_draw(lam_source *s, uint64_t draw) {
   if (s) s->draw = draw;
 }
 
+void lam_source_set_clips(lam_source *s, int K) {
+  if (s) s->clips = K;
+}
+
+int lam_source_clips(const lam_source *s) { return s && s->clips > 1 ? s->clips : 1; }
+
+int lam_dataset_clips(const lam_dataset *d) { return d ? lam_source_clips(d->source) : 1; }
+
 size_t lam_source_replaced(const lam_source *s) { return s ? atomic_load(&s->sh->replaced) : 0; }
 
 void *lam_source_state(const lam_source *s, lam_fill_fn fill) { return s && s->sh->fill == fill ? s->sh->state : NULL; }
 
 /* Sample k of the part into px and lab. With skip_bad a sample whose files fail (LAM_ERR_IO) is replaced by the
- * next one of the part that decodes, and counted. */
+ * next one of the part that decodes, and counted; in a view of K clips a video, by the same clip of the next video,
+ * so a video's K samples stay one video's. */
 static lam_status fill_one(const lam_source *s, size_t k, uint8_t *px, uint8_t *lab) {
   lam_status st = LAM_OK;
-  for (size_t t = 0; t < s->n; t++) {
-    const size_t at = (k + t) % s->n, j = s->map ? s->map[at] : at;
+  const size_t K = (size_t)lam_source_clips(s);
+  for (size_t t = 0; t < s->n / K; t++) {
+    const size_t at = (k + t * K) % s->n, j = s->map ? s->map[at] : at;
     st = s->sh->fill(s->sh->state, j, s->draw, px, lab);
     if (st == LAM_OK) {
       if (t) atomic_fetch_add(&s->sh->replaced, t);

@@ -66,6 +66,7 @@
   X(2, av_frame_alloc) \
   X(2, av_frame_unref) \
   X(2, av_frame_free) \
+  X(2, av_frame_move_ref) \
   X(2, av_opt_set) \
   X(2, av_frame_get_buffer) \
   X(2, av_frame_make_writable) \
@@ -350,7 +351,10 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
     ff.av_seek_frame(v.fmt, v.stream, v.start_pts, AVSEEK_FLAG_BACKWARD);
   AVPacket *pkt = ff.av_packet_alloc();
   AVFrame *f = ff.av_frame_alloc(), *sw = gpu ? ff.av_frame_alloc() : NULL;
-  lam_status s = pkt && f && (sw || !gpu) ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
+  AVFrame *tail = ff.av_frame_alloc(); /* the last frame decoded past the clip's */
+  int tail_held = 0;
+  lam_status s = pkt && f && tail && (sw || !gpu) ? LAM_OK
+                                                 : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
   int got = 0, draining = 0;
   int64_t last_idx = -1;
   while (s == LAM_OK && got < T) {
@@ -386,6 +390,7 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
     last_idx = idx;
     /* the frames the clip takes at or before this one: this frame stands for them (a frame a variable-rate file
      * skipped is its predecessor's, as a player shows it) */
+    const int took = got;
     while (got < T && first + (int64_t)got * stride <= idx && s == LAM_OK) {
       if (first + (int64_t)got * stride < idx && got > 0) { /* skipped: the previous frame again */
         memcpy(out + (size_t)got * frame, out + (size_t)(got - 1) * frame, frame);
@@ -394,14 +399,20 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
       }
       got++;
     }
+    if (tail_held) ff.av_frame_unref(tail), tail_held = 0;
+    if (got == took && took > 0) ff.av_frame_move_ref(tail, f), tail_held = 1; /* past the last frame taken: kept */
     ff.av_frame_unref(f);
   }
+  /* the video ended before the clip: its last frame (decoded after the last one taken, where the stride skipped it)
+   * is the clip's next, then repeated — SlowFast's clamp of the indices to the last frame */
+  if (s == LAM_OK && got > 0 && got < T && tail_held) s = put_any(path, tail, sw, C, H, W, out + (size_t)got++ * frame);
   if (s == LAM_OK && got == 0) s = LAM_FAIL(LAM_ERR_IO, "video file '%s': no frame could be decoded from frame %lld on",
                                             path, (long long)first);
   for (int k = got; s == LAM_OK && k < T; k++) /* a video shorter than the clip: its last frame again */
     memcpy(out + (size_t)k * frame, out + (size_t)(got - 1) * frame, frame);
   ff.av_frame_free(&f);
   ff.av_frame_free(&sw);
+  ff.av_frame_free(&tail);
   ff.av_packet_free(&pkt);
   vid_close(&v);
   return s;

@@ -8,7 +8,7 @@
  * A clip from the cache is the clip video_clip decodes, byte for byte: the entry holds the frames as video_clip gets
  * them (decoded by the same code, fitted by the same code) with the numbers video_clip gives them, and the frames of
  * a clip are picked from them by video_clip's own rule (a frame number a variable-rate file skipped shows the
- * clip's previous frame; past the end, the clip's last frame again). So an epoch reads the same samples cached or
+ * clip's previous frame; past the end, the video's last frame again). So an epoch reads the same samples cached or
  * streamed, for a seed (tests/test_video.c and test_cli check it).
  *
  * An entry is named by the source's canonical path and the frames' geometry (video-<16 hex digits>-frames), and its
@@ -152,7 +152,7 @@ static int entry_fresh(int fd, const char *canon, const struct stat *st, int C, 
 
 /* The clip from an entry: video_clip's rule over the entry's frames in order (see video_clip): clip frame k is
  * frame first + k * stride; the decoded frame numbered so shows it, the first decoded frame at or after it where
- * it is the clip's first, else the clip's previous frame (a skipped number, or past the video's end). */
+ * it is the clip's first, else the clip's previous frame (a skipped number); past the video's end its last frame. */
 static lam_status clip_from(int fd, const vc_head *h, const char *path, int64_t first, int stride, int T, uint8_t *out) {
   const size_t frame = (size_t)h->c * h->h * h->w, n = (size_t)h->frames;
   const off_t data = (off_t)(sizeof *h + pad8(h->path_len));
@@ -162,14 +162,19 @@ static lam_status clip_from(int fd, const vc_head *h, const char *path, int64_t 
   if (s == LAM_OK && read_all(fd, num, n * sizeof *num, data + (off_t)(n * frame)) != 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its cache entry cannot be read: %s", path, strerror(errno));
   int got = 0;
-  for (size_t j = 0; s == LAM_OK && j < n && got < T; j++)
+  int64_t tail = -1; /* the last frame, where it came after the last one taken and took none (as video_clip's) */
+  for (size_t j = 0; s == LAM_OK && j < n && got < T; j++) {
+    const int took = got;
     while (got < T && first + (int64_t)got * stride <= num[j]) {
       pick[got] = first + (int64_t)got * stride < num[j] && got > 0 ? pick[got - 1] : (int64_t)j;
       got++;
     }
+    tail = got == took && took > 0 ? (int64_t)j : -1;
+  }
   if (s == LAM_OK && got == 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s': no frame could be decoded from frame %lld on", path, (long long)first);
-  for (int k = got; s == LAM_OK && k < T; k++) pick[k] = pick[got - 1]; /* past the end: the clip's last frame */
+  if (s == LAM_OK && got < T && tail >= 0) pick[got++] = tail; /* past the end: the video's last frame, then again */
+  for (int k = got; s == LAM_OK && k < T; k++) pick[k] = pick[got - 1];
   for (int k = 0; s == LAM_OK && k < T; k++) {
     if (k > 0 && pick[k] == pick[k - 1]) memcpy(out + (size_t)k * frame, out + (size_t)(k - 1) * frame, frame);
     else if (read_all(fd, out + (size_t)k * frame, frame, data + (off_t)((size_t)pick[k] * frame)) != 0)

@@ -5,7 +5,8 @@
  * probed on all host threads (a bad one an error, or with skip_bad left out), the size and channels settled, the
  * source made. A sample is a clip of T frames (lam_image_opts.frames, default 16), every S-th (frame_stride,
  * default 2): in training from a start drawn anew each epoch (lam_source_set_draw: the trainer's key of the epoch),
- * else the video's middle clip. Nothing is decoded whole: every clip is decoded from its file when its sample is
+ * else the video's middle clip, or with test_clips K its K clips evenly spaced (lam_clip_start), K samples a video
+ * in a row (lam_dataset_clips), whose softmax lam_evaluate averages. Nothing is decoded whole: every clip is decoded from its file when its sample is
  * asked for (video.c), so a set of any size trains in bounded memory; or, with a cache folder asked for
  * (lam_image_opts.cache), read from the video's decoded frames kept there (videocache.c: the same bytes). */
 #include <limits.h>
@@ -83,6 +84,7 @@ typedef struct clip_src {
   int T, S, C, H, W;
   video_cache *cache; /* NULL: every clip decoded from its file */
   int nvdec;          /* decoded by the GPU's video engines (lam_image_opts.decoder LAM_DECODE_GPU) */
+  int K;              /* clips a video: sample i is clip i % K of video i / K */
 } clip_src;
 
 static void clip_src_drop(void *state) {
@@ -91,18 +93,28 @@ static void clip_src_drop(void *state) {
   free(c->frames), video_cache_free(c->cache), free(c);
 }
 
-/* lam_fill_fn: video i's clip (T, H, W, C) and its class; the start drawn from draw, or the middle clip where 0. */
+int64_t lam_clip_start(int64_t frames, int T, int S, int K, int k) {
+  const int64_t span = (int64_t)(T - 1) * S + 1, last = frames > span ? frames - span : 0;
+  if (K <= 1) return last / 2;
+  if (k <= 0) return 0;
+  if (k >= K - 1) return last;
+  return (2 * (int64_t)k * last + (K - 1)) / (2 * (int64_t)(K - 1)); /* round(k * last / (K - 1)), halves up */
+}
+
+/* lam_fill_fn: sample i, clip i % K of video i / K (T, H, W, C), and its class; the start drawn from draw (training:
+ * K is 1), else the clip's evenly spaced start (lam_clip_start). */
 static lam_status clip_fill(void *state, size_t i, uint64_t draw, uint8_t *px, uint8_t *lab) {
   const clip_src *c = state;
-  const int64_t span = (int64_t)(c->T - 1) * c->S + 1, last = c->frames[i] > span ? c->frames[i] - span : 0;
-  int64_t start = video_middle_first(c->frames[i], c->T, c->S);
+  const size_t v = i / (size_t)c->K;
+  const int64_t span = (int64_t)(c->T - 1) * c->S + 1, last = c->frames[v] > span ? c->frames[v] - span : 0;
+  int64_t start = lam_clip_start(c->frames[v], c->T, c->S, c->K, (int)(i % (size_t)c->K));
   if (draw) {
     start = (int64_t)(lam_draw_uniform(draw, i) * (float)(last + 1));
     if (start > last) start = last;
   }
-  lab[0] = (uint8_t)c->l.cls[i];
-  if (c->cache) return video_cache_clip(c->cache, c->l.path[i], start, c->S, c->T, c->C, c->H, c->W, px);
-  return (c->nvdec ? video_clip_nvdec : video_clip)(c->l.path[i], start, c->S, c->T, c->C, c->H, c->W, px);
+  lab[0] = (uint8_t)c->l.cls[v];
+  if (c->cache) return video_cache_clip(c->cache, c->l.path[v], start, c->S, c->T, c->C, c->H, c->W, px);
+  return (c->nvdec ? video_clip_nvdec : video_clip)(c->l.path[v], start, c->S, c->T, c->C, c->H, c->W, px);
 }
 
 /* The folder layout's part: its videos class by class (the training part's classes, sorted), each class's files
@@ -162,6 +174,9 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   LAM_CHECK_ARG(o->frames >= 0 && o->frames <= (int)DATA_MAX_FRAMES && o->frame_stride >= 0 && o->frame_stride <= 1000,
                 "lam_image_opts: %d frames (1 to %u) every %d-th (1 to 1000)", o->frames, DATA_MAX_FRAMES,
                 o->frame_stride);
+  LAM_CHECK_ARG(o->test_clips >= 0 && o->test_clips <= LAM_MAX_TEST_CLIPS,
+                "lam_image_opts: test_clips %d is out of range (1 to %d clips a video; 0 reads as 1)", o->test_clips,
+                LAM_MAX_TEST_CLIPS);
   if (!video_supported())
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "'%s' is a folder of videos, and this lamina reads none: %s", dir,
                     video_unsupported_why());
@@ -216,6 +231,7 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   }
   if (s == LAM_OK) {
     c->T = o->frames ? o->frames : 16, c->S = o->frame_stride ? o->frame_stride : 2;
+    c->K = !train && o->test_clips > 1 ? o->test_clips : 1; /* training draws one clip a video */
     c->H = o->h ? o->h : h[0], c->W = o->w ? o->w : w[0];
     for (size_t i = 0; s == LAM_OK && !o->h && i < c->l.n; i++)
       if (h[i] != c->H || w[i] != c->W)
@@ -239,12 +255,14 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   lam_source *src = NULL;
   if (s == LAM_OK) {
     const clip_src g = *c;
-    s = lam_source_make(c->l.n, c->C, c->H, c->W, clip_fill, clip_src_drop, c, o->skip_bad, &src); /* c: the source's */
+    const size_t n = g.l.n * (size_t)g.K; /* K samples a video */
+    s = lam_source_make(n, c->C, c->H, c->W, clip_fill, clip_src_drop, c, o->skip_bad, &src); /* c: the source's */
     c = NULL;
     if (s == LAM_OK) {
-      *d = (lam_dataset){.n = g.l.n, .h = g.H, .w = g.W, .classes = (int)nclasses, .c = g.C, .t = g.T, .label_h = 1,
+      *d = (lam_dataset){.n = n, .h = g.H, .w = g.W, .classes = (int)nclasses, .c = g.C, .t = g.T, .label_h = 1,
                          .label_w = 1, .class_names = cn, .source = src};
-      o->streamed = 1, o->part_bytes = g.l.n * ((size_t)g.T * g.C * g.H * g.W + 1);
+      lam_source_set_clips(src, g.K);
+      o->streamed = 1, o->part_bytes = n * ((size_t)g.T * g.C * g.H * g.W + 1);
       *out = d;
       return LAM_OK;
     }
@@ -257,4 +275,55 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
 void lam_dataset_video_cache(const lam_dataset *d, size_t *hits, size_t *misses) {
   const clip_src *c = d ? lam_source_state(d->source, clip_fill) : NULL;
   video_cache_counts(c ? c->cache : NULL, hits, misses);
+}
+
+lam_status lam_dataset_load_videos(const char *const *paths, size_t n, int ch, lam_image_opts *o, lam_dataset **out) {
+  LAM_CHECK_ARG(out && o && (paths || !n), "lam_dataset_load_videos: %s is NULL", !out ? "out" : !o ? "opts" : "paths");
+  *out = NULL;
+  LAM_CHECK_ARG(n >= 1 && (ch == 1 || ch == 3) && o->h >= 1 && o->w >= 1,
+                "lam_dataset_load_videos: %zu videos (at least 1) of %d channels (1 or 3) at %dx%d (give the size)", n,
+                ch, o->h, o->w);
+  LAM_CHECK_ARG(o->frames >= 0 && o->frames <= (int)DATA_MAX_FRAMES && o->frame_stride >= 0 && o->frame_stride <= 1000 &&
+                o->test_clips >= 0 && o->test_clips <= LAM_MAX_TEST_CLIPS,
+                "lam_dataset_load_videos: %d frames (1 to %u) every %d-th (1 to 1000), %d test clips (1 to %d)",
+                o->frames, DATA_MAX_FRAMES, o->frame_stride, o->test_clips, LAM_MAX_TEST_CLIPS);
+  if (!video_supported())
+    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "'%s' is a video file, and this lamina reads none: %s", paths[0],
+                    video_unsupported_why());
+  clip_src *c = calloc(1, sizeof *c);
+  lam_status s = LAM_OK;
+  if (!c || !(c->frames = calloc(n, sizeof *c->frames)))
+    s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_load_videos: no host memory for %zu videos", n);
+  o->skipped = 0;
+  for (size_t i = 0; s == LAM_OK && i < n; i++) { /* each file's frame count, from its header: a bad one said now */
+    int h, w;
+    int64_t frames;
+    lam_status st = video_probe(paths[i], &frames, &h, &w);
+    if (st == LAM_ERR_IO && o->skip_bad) o->skipped++;
+    else if (st != LAM_OK) s = st;
+    else if ((s = video_list_add(&c->l, paths[i], 0)) == LAM_OK) c->frames[c->l.n - 1] = frames;
+  }
+  if (s == LAM_OK && !c->l.n) s = LAM_FAIL(LAM_ERR_IO, "none of the %zu video files could be read (--skip-bad)", n);
+  lam_dataset *d = s == LAM_OK ? calloc(1, sizeof *d) : NULL;
+  if (s == LAM_OK && !d) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_dataset_load_videos: no host memory");
+  if (s != LAM_OK) {
+    if (c) clip_src_drop(c);
+    return s;
+  }
+  c->T = o->frames ? o->frames : 16, c->S = o->frame_stride ? o->frame_stride : 2;
+  c->K = o->test_clips > 1 ? o->test_clips : 1, c->C = ch, c->H = o->h, c->W = o->w;
+  const clip_src g = *c;
+  const size_t rows = g.l.n * (size_t)g.K;
+  lam_source *src = NULL;
+  s = lam_source_make(rows, g.C, g.H, g.W, clip_fill, clip_src_drop, c, o->skip_bad, &src); /* c: the source's */
+  if (s != LAM_OK) {
+    free(d);
+    return s;
+  }
+  *d = (lam_dataset){.n = rows, .h = g.H, .w = g.W, .classes = 1, .c = g.C, .t = g.T, .label_h = 1, .label_w = 1,
+                     .source = src};
+  lam_source_set_clips(src, g.K);
+  o->streamed = 1, o->part_bytes = rows * ((size_t)g.T * g.C * g.H * g.W + 1);
+  *out = d;
+  return LAM_OK;
 }

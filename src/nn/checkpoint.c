@@ -2,16 +2,16 @@
  * that an interrupted training run resumes exactly where it stopped: on the CPU the resumed run's
  * losses and parameters equal an uninterrupted run's bit for bit.
  *
- * File format, version 6 (older files load: version 5 lacks the part marked v6, version 4 also the part marked
+ * File format, version 7 (older files load: version 6 lacks the part marked v7, version 5 also the part marked v6, version 4 also the part marked
  * v5, version 3 also the part marked v4, version 2 also the part marked v3, version 1 also the part marked v2; a
  * trainer from them has a constant rate). A model is written at the lowest version that holds it, which older
  * builds read: 4, 5 for a model of clips, 6 for one that remembers its fit (lam_model_set_fit: the --size and
- * the class names of an image folder). Every number is little-endian; floats are IEEE-754 binary32 bit
+ * the class names of an image folder), 7 for one that remembers a video folder's frame stride. Every number is little-endian; floats are IEEE-754 binary32 bit
  * patterns.
  *
  *   offset  type            field
  *   0       char[8]         magic "LAMCKPT\0"
- *   8       u32             version (4; 5 for a model of clips; 6 for a model with its fit)
+ *   8       u32             version (4; 5 for a model of clips; 6 for a model with its fit; 7 with a frame stride)
  *   12      u32             L: length of the model spec in bytes (no terminating NUL; < 4096, v1 < 1024)
  *           char[L]         the model spec, presets expanded (lam_model_spec): the graph, with its labels
  *           i32 × 3         in_c, in_h, in_w
@@ -46,6 +46,7 @@
  *   v6:     u32, u32        the fit's size h, w (--size; 0, 0: none given)
  *           u32             K: class names (0 to 256)
  *           (u32, char[])   × K   each name's length (1 to 255) and bytes (no NUL)
+ *   v7:     u32             the video folder's frame stride its clips were taken at (--frame-stride; 1 to 1000)
  *   always:
  *           u32             CRC-32 (zlib's crc32) of every byte before it
  *
@@ -78,7 +79,7 @@
 
 #define CKPT_MAGIC "LAMCKPT" /* with its NUL: 8 bytes */
 #define CKPT_MAGIC_LEN 8
-#define CKPT_VERSION 6u
+#define CKPT_VERSION 7u
 #define CKPT_MAX_LAYERS 4096u /* far above any spec that fits in 1024 characters */
 
 /* ---- little-endian packing --------------------------------------------------------------------- */
@@ -168,12 +169,13 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
   if (t) size += 4 + 4 * 8 + 3 * 4; /* v3 */
   if (t) size += 4 + 4 + 8 + 4 + 8;  /* v4 */
   const size_t nnames = lam_names_count((const char *const *)m->class_names);
-  const uint32_t version = m->fit_h || nnames ? 6u : m->in_t > 1 ? 5u : 4u;
+  const uint32_t version = m->fit_stride ? 7u : m->fit_h || nnames ? 6u : m->in_t > 1 ? 5u : 4u;
   if (version >= 5) size += 4;
   if (version >= 6) {
     size += 4 + 4 + 4;
     for (size_t k = 0; k < nnames; k++) size += 4 + strlen(m->class_names[k]);
   }
+  if (version >= 7) size += 4;
   size += 4; /* CRC */
 
   size_t nhost = np > m->nstate ? np : m->nstate;
@@ -265,6 +267,7 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
       put_bytes(&b, m->class_names[k], len);
     }
   }
+  if (version >= 7) put_u32(&b, (uint32_t)m->fit_stride);
   if (b.len + 4 == b.cap) put_u32(&b, crc32_of(b.p, b.len));
   if (b.len != b.cap) { /* the size computed above and the fields written disagree: a bug here */
     free(b.p);
@@ -351,6 +354,7 @@ typedef struct ckpt {
   float part[3];
   lam_lr_schedule lr_sched; /* v4 (constant before) */
   int32_t fit_h, fit_w;     /* v6 (0, 0 before) */
+  int32_t fit_stride;       /* v7 (0 before) */
   uint32_t nnames;          /* v6: class names, at names (u32 length, bytes each) */
   const uint8_t *names;
 } ckpt;
@@ -502,6 +506,13 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
       if (!take(&r, len)) return TRUNCATED(path, &r);
     }
   }
+  c->fit_stride = 0;
+  if (version >= 7) {
+    if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
+    c->fit_stride = (int32_t)get_u32(q);
+    if (c->fit_stride < 1 || c->fit_stride > 1000)
+      return CORRUPTED(path, "its frame stride %d is out of range (1 to 1000)", c->fit_stride);
+  }
   if (!take(&r, 4)) return TRUNCATED(path, &r);
   if (r.off != len)
     return CORRUPTED(path, "it has %zu bytes where its header describes %zu (%zu bytes of trailing data)", len,
@@ -571,6 +582,7 @@ static lam_status make_model(lam_ctx *ctx, const char *path, const ckpt *c, lam_
   if (s == LAM_OK && c->version >= 2) s = lam_model_set_normalization(m, c->norm.c, c->norm.mean, c->norm.std);
   if (s == LAM_OK && c->version >= 2) s = lam_model_set_label_smoothing(m, c->smoothing);
   if (s == LAM_OK && c->version >= 6) s = set_fit(path, m, c);
+  if (s == LAM_OK && c->version >= 7) s = lam_model_set_frame_stride(m, c->fit_stride);
   float *host = NULL;
   size_t nhost = m->nparams > m->nstate ? m->nparams : m->nstate;
   if (s == LAM_OK) {
@@ -684,5 +696,18 @@ lam_status lam_checkpoint_fit(const char *path, int *h, int *w) {
   lam_status s = parse(path, bytes, len, &c);
   free(bytes);
   if (s == LAM_OK) *h = c.fit_h, *w = c.fit_w;
+  return s;
+}
+
+lam_status lam_checkpoint_clip(const char *path, int *frames, int *frame_stride) {
+  LAM_CHECK_ARG(path && frames && frame_stride, "lam_checkpoint_clip: NULL argument");
+  *frames = 1, *frame_stride = 0;
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  LAM_TRY(read_file(path, &bytes, &len));
+  ckpt c;
+  lam_status s = parse(path, bytes, len, &c);
+  free(bytes);
+  if (s == LAM_OK) *frames = c.in_t, *frame_stride = c.fit_stride;
   return s;
 }

@@ -414,6 +414,15 @@ lam_status lam_model_set_fit(lam_model *m, int h, int w, const char *const *clas
   return LAM_OK;
 }
 
+lam_status lam_model_set_frame_stride(lam_model *m, int s) {
+  LAM_CHECK_ARG(m, "lam_model_set_frame_stride: the model is NULL");
+  LAM_CHECK_ARG(s >= 0 && s <= 1000, "lam_model_set_frame_stride: %d is out of range (0: none, or 1 to 1000)", s);
+  m->fit_stride = s;
+  return LAM_OK;
+}
+
+int lam_model_frame_stride(const lam_model *m) { return m ? m->fit_stride : 0; }
+
 lam_status lam_model_fit(const lam_model *m, int *h, int *w) {
   LAM_CHECK_ARG(m && h && w, "lam_model_fit: NULL argument");
   *h = m->fit_h, *w = m->fit_w;

@@ -123,6 +123,7 @@ struct lam_model {
   int training;            /* lam_model_forward's mode (lam_model_set_train) */
   float smoothing;         /* the loss's label smoothing */
   int fit_h, fit_w;        /* the size its image folder was fitted to (--size; 0, 0: none), kept in checkpoints */
+  int fit_stride;          /* the frame stride of its video folder's clips (--frame-stride; 0: none), kept too */
   char **class_names;      /* its classes' names (lam_names_copy's block; NULL: none), kept in checkpoints */
   int aug_pad, aug_flip;   /* training's augmentation in the batch gather (lam_model_set_augment) */
   /* Batch buffers */
@@ -254,6 +255,9 @@ int nn_nonfinite(const lam_model *m, int state, const float *v, size_t n, char *
 /* Forward of the whole graph on m->x (batch samples); the logits end in the output tensor's data. train:
  * batch statistics and dropout (and running statistics updated); else evaluation. */
 lam_status nn_forward(lam_model *m, int batch, int train);
+/* lam_evaluate of a set of several clips a video (lam_dataset_clips > 1): per video, the softmax averaged (clips.c). */
+lam_status nn_evaluate_clips(lam_model *m, const lam_dataset *d, int batch, double *accuracy, double *loss,
+                             uint64_t *confusion);
 /* Softmax cross-entropy on the logits against m->y: adds to m->stats, writes predictions; with
  * backward, the gradient of the mean loss over the batch's counted labels into the output's grad. */
 lam_status nn_loss(lam_model *m, int batch, int backward, float smoothing, uint8_t *pred);

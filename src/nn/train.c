@@ -775,6 +775,11 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
   LAM_CHECK_ARG(m && accuracy, "lam_evaluate: %s is NULL", m ? "accuracy" : "model");
   LAM_TRY(check_data(m, d, "lam_evaluate"));
   LAM_CHECK_ARG(batch >= 1 && batch <= 65536, "lam_evaluate: batch %d is out of range (1 to 65536)", batch);
+  if (lam_dataset_clips(d) > 1) { /* several clips a video: counted per video, their softmax averaged */
+    LAM_CHECK_ARG(labels_per_image(d) == 1, "lam_evaluate: a set of %d clips a video must have a label per clip",
+                  lam_dataset_clips(d));
+    return nn_evaluate_clips(m, d, batch, accuracy, loss, confusion);
+  }
   if (d->source) {
     LAM_TRY(nn_model_reserve(m, d->n < (size_t)batch ? (int)d->n : batch));
     float st[4];
