@@ -12,15 +12,17 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: lamina bench data --data DIR [--size HxW] [--batch B] [--epochs E] [--buffers N] [--seed S]\n"
-          "                         [--resident] [--skip-bad] [--reduce-zero-label] [--device D] [--threads N]\n"
-          "                         [--json]\n"
-          "Times the data path alone: an image or mask folder's training part streamed from its files, as\n"
+          "                         [--frames T] [--frame-stride S] [--resident] [--skip-bad] [--reduce-zero-label]\n"
+          "                         [--device D] [--threads N] [--json]\n"
+          "Times the data path alone: an image, mask or video folder's training part streamed from its files, as\n"
           "'lamina train --stream' reads it (each batch decoded and fitted on the host threads a few ahead into\n"
           "pinned buffers, and copied to the device as uint8 images and labels), with no model. Prints the\n"
           "images (and masks) delivered per second each epoch, their median, and the time the loop waited for\n"
           "the decoder.\n"
-          "  --data DIR       an image folder or a mask folder (as for train); an IDX/.npy set is read whole\n"
+          "  --data DIR       an image, mask or video folder (as for train); an IDX/.npy set is read whole\n"
           "  --size HxW       fit every image (and mask) to HxW, as train --size\n"
+          "  --frames T       a video folder's clips: T frames each (default 16) ...\n"
+          "  --frame-stride S ... every S-th frame (default 2), from a start drawn each epoch as train draws it\n"
           "  --batch B        samples a batch (default 16)\n"
           "  --epochs E       epochs to time (default 3)\n"
           "  --buffers N      pinned buffers, 2 or 3 (default 3)\n"
@@ -33,7 +35,7 @@ static void usage(FILE *f) {
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n");
 }
 
-enum { O_DATA = 1, O_SIZE, O_BATCH, O_EPOCHS, O_BUFFERS, O_SEED, O_RESIDENT, O_SKIPBAD, O_REDUCE0, O_DEVICE, O_THREADS,
+enum { O_DATA = 1, O_SIZE, O_FRAMES, O_FSTRIDE, O_BATCH, O_EPOCHS, O_BUFFERS, O_SEED, O_RESIDENT, O_SKIPBAD, O_REDUCE0, O_DEVICE, O_THREADS,
        O_JSON, O_HELP };
 
 static int cmp_double(const void *a, const void *b) {
@@ -50,6 +52,7 @@ int bench_data(int argc, char **argv) {
   lam_device device = LAM_DEVICE_AUTO;
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},       {"size", required_argument, 0, O_SIZE},
+      {"frames", required_argument, 0, O_FRAMES},   {"frame-stride", required_argument, 0, O_FSTRIDE},
       {"batch", required_argument, 0, O_BATCH},     {"epochs", required_argument, 0, O_EPOCHS},
       {"buffers", required_argument, 0, O_BUFFERS}, {"seed", required_argument, 0, O_SEED},
       {"resident", no_argument, 0, O_RESIDENT},     {"skip-bad", no_argument, 0, O_SKIPBAD},
@@ -60,11 +63,20 @@ int bench_data(int argc, char **argv) {
   int c;
   while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
     char tail;
+    long v;
     switch (c) {
       case O_DATA: data = optarg; break;
       case O_SIZE:
         if (sscanf(optarg, "%dx%d%c", &io.h, &io.w, &tail) != 2 || io.h < 1 || io.w < 1 || io.h > 4096 || io.w > 4096)
           return cli_usage_error(cmd, "--size: '%s' is not HxW (1 to 4096 each)", optarg);
+        break;
+      case O_FRAMES: /* the ranges train takes */
+        if (cli_parse_int(cmd, "--frames", optarg, 1, 255, &v)) return EXIT_USAGE;
+        io.frames = (int)v;
+        break;
+      case O_FSTRIDE:
+        if (cli_parse_int(cmd, "--frame-stride", optarg, 1, 1000, &v)) return EXIT_USAGE;
+        io.frame_stride = (int)v;
         break;
       case O_BATCH:
         if (cli_parse_int(cmd, "--batch", optarg, 1, 65536, &batch)) return EXIT_USAGE;
@@ -124,11 +136,13 @@ int bench_data(int argc, char **argv) {
   }
   qsort(secs, (size_t)epochs, sizeof *secs, cmp_double);
   const double median = epochs % 2 ? secs[epochs / 2] : (secs[epochs / 2 - 1] + secs[epochs / 2]) / 2;
-  const int per_pixel = d->label_h > 1 || d->label_w > 1;
+  const int per_pixel = d->label_h > 1 || d->label_w > 1, T = d->t > 1 ? d->t : 1;
   if (!json) {
-    printf("lamina bench data: %s, %zu samples of %dx%dx%d%s, batch %ld, %s, on %s: median %.0f images/s\n", data, d->n,
-           d->c > 0 ? d->c : 1, d->h, d->w, per_pixel ? " with a mask each" : "", batch,
-           io.streamed ? "streamed from the files" : "resident", lam_ctx_device_name(ctx), median);
+    char clip[48] = "";
+    if (T > 1) snprintf(clip, sizeof clip, "clips of %d frames of ", T);
+    printf("lamina bench data: %s, %zu samples (%s%dx%dx%d%s), batch %ld, %s, on %s: median %.0f samples/s (%.0f "
+           "frames/s)\n", data, d->n, clip, d->c > 0 ? d->c : 1, d->h, d->w, per_pixel ? " with a mask each" : "", batch,
+           io.streamed ? "streamed from the files" : "resident", lam_ctx_device_name(ctx), median, median * T);
     rc = 0;
     goto out;
   }
@@ -138,6 +152,8 @@ int bench_data(int argc, char **argv) {
   bad |= json_object_set_new(root, "device_name", cli_json_str(lam_ctx_device_name(ctx)));
   bad |= json_object_set_new(root, "samples", json_integer((json_int_t)d->n));
   bad |= json_object_set_new(root, "shape", json_pack("[iii]", d->c > 0 ? d->c : 1, d->h, d->w));
+  bad |= json_object_set_new(root, "frames", json_integer(T)); /* a sample's frames: a clip's T, else 1 */
+  bad |= json_object_set_new(root, "frames_per_s", cli_json_num(median * T));
   bad |= json_object_set_new(root, "masks", json_boolean(per_pixel));
   bad |= json_object_set_new(root, "batch", json_integer(batch));
   bad |= json_object_set_new(root, "streamed", json_boolean(io.streamed));
