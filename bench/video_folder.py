@@ -28,6 +28,9 @@ Data path alone (--parts data; E = --epochs, default 2):
            persistent_workers=False), each batch .cuda(non_blocking=True), a synchronize at the end of each epoch;
            clips/s of each epoch, the median; frames/s = clips/s * T (the frames delivered, as lamina's; PyTorch's
            frames read after the seek are counted too: span per clip where the video is long enough).
+  Both:    host CPU seconds a clip (user + system, from getrusage: lamina's whole run, its probe of the files
+           included; the DataLoader's workers, reaped at each epoch's end, and this process): what a clip costs
+           the host whatever else the machine runs (a shared machine's wall clock says little).
 Training (--parts train; E = --train-epochs, default 5; epoch time the median of epochs 2..E, the last if E <= 2):
   lamina:  lamina train --data DIR --model bench/nets/clip_max.txt --frames T --frame-stride S --cache '' --epochs E
            --batch B --opt adam --lr LR --seed S --precision P --test-clips K --no-progress --json (a video folder
@@ -35,7 +38,8 @@ Training (--parts train; E = --train-epochs, default 5; epoch time the median of
            in them, as PyTorch's is not), clips/s, data_wait_ms (the time the GPU waited for batch copies; its share
            of the epoch) and test_acc. Where this lamina has no --test-clips,
            K = 1 on both sides (said in the output). --lamina-decode gpu: the same run with --decode gpu added
-           (a hook for NVDEC; this lamina has none yet: the run is tried, and its failure recorded).
+           (a hook for NVDEC, run only where this lamina says it has a GPU video decoder: lamina info --json's
+           'nvdec' or 'video_gpu', or NVDEC in train --help; none has yet, and --decode gpu is JPEG's).
   PyTorch: the same net written out (bench/clips.py's 'max': per frame conv-bn-relu 32, maxpool, 64, maxpool, 64,
            maxpool, 128 on (B*T, 1, H, W); max over the T frames; global average pool; Linear to 10; PyTorch's
            default init, as bench/clips.py), the Dataset above in a DataLoader (--train-workers, pin_memory,
@@ -56,7 +60,7 @@ Training (--parts train; E = --train-epochs, default 5; epoch time the median of
       [--lamina-decode cpu|gpu] [--json FILE]
   On a machine without a GPU (a check of the script): --device cpu --n 40 --test 10 --size 32 --frames 4
       --batch 4 --epochs 1 --train-epochs 2 --workers 2 --train-workers 2 --ways eager --test-clips 2"""
-import argparse, json, math, os, shutil, statistics, subprocess, sys, tempfile, time, traceback
+import argparse, json, math, os, resource, shutil, statistics, subprocess, sys, tempfile, time, traceback
 
 import numpy as np
 
@@ -159,6 +163,13 @@ def f(x, fmt=".3f"):
 
 def pct(x, fmt=".2f"):
     return f(None if x is None else 100 * x, fmt)
+
+
+def cpu_s(children=True):
+    """Host CPU seconds (user + system) so far of this process, and of its children that ended (a lamina run, the
+    DataLoader's workers once an epoch is over): the cost of a clip whatever else the machine runs."""
+    r = [resource.getrusage(resource.RUSAGE_SELF)] + ([resource.getrusage(resource.RUSAGE_CHILDREN)] if children else [])
+    return sum(u.ru_utime + u.ru_stime for u in r)
 
 
 def helps(sub, word):
@@ -346,15 +357,24 @@ def seek_check(items, k=3):
         if len(every) != n:
             say(f"  NOTE: {path}: CAP_PROP_FRAME_COUNT says {n} frames, {len(every)} were read")
         last = max(n - SPAN, 0)
+
+        def want(s):
+            return np.stack([every[min(s + j * S, len(every) - 1)] for j in range(T)])[:, None]
+
         for s in sorted({last, last // 2, min(1, last)}):
             cap = ds.open(path)
             got = ds.clip(cap, path, s)
             cap.release()
-            want = np.stack([every[min(s + j * S, len(every) - 1)] for j in range(T)])[:, None]
-            if not np.array_equal(got, want):
+            if not np.array_equal(got, want(s)):
                 raise SystemExit(f"{path}: the clip read by seeking to frame {s} differs from frames {s}, {s + S}, ... "
                                  "read from the start: OpenCV's seek is not frame-exact here")
-    say(f"  OpenCV's seek checked: clips from {k} videos equal the frames read from the start")
+        # the test item: 5 clips from one open, each seek from where the clip before ended (backwards where they overlap)
+        got = Clips([(path, 0)], False, 5)[0][0].numpy()
+        if not np.array_equal(got, np.stack([want(s) for s in test_starts(last, 5)])):
+            raise SystemExit(f"{path}: the test clips (starts {test_starts(last, 5)}) differ from the frames read from "
+                             "the start")
+    say(f"  OpenCV's seek checked: clips from {k} videos (at 3 starts, and a test item's 5) equal the frames read "
+        "from the start")
 
 
 def loader(ds, workers, shuffle=True, drop_last=False, batch=None):
@@ -371,8 +391,10 @@ if "data" in PARTS:
     say(f"== the data path alone: uint8 clips of {T}x{SH}x{SW} (stride {S}) in batches of {a.batch} "
         f"delivered to the {a.device}, {a.epochs} epochs")
     D = out["data"]
+    c0 = cpu_s()
     o, wall, err = run([a.lamina, "bench", "data", "--data", data, "--frames", str(T), "--frame-stride", str(S),
                         "--batch", str(a.batch), "--epochs", str(a.epochs), "--json", *dev_args])
+    lamina_cpu = cpu_s() - c0
     L = dict(status="failed", error=err, wall_s=wall)
     if o is not None:
         try:
@@ -380,13 +402,15 @@ if "data" in PARTS:
             eps = [e for e in r.get("epochs", []) if isinstance(e, dict)]
             cps = r.get("images_per_s")
             L = dict(status="ok", clips_per_s=cps, frames_per_s=cps * T if cps else None, wall_s=wall, epochs=eps,
+                     cpu_ms_per_clip=1e3 * lamina_cpu / (len(TRAIN) * a.epochs),
                      wait_share=med([e["loader_wait_ms"] / (1000 * e["seconds"]) for e in eps if e.get("seconds")]),
                      raw=r)
             for i, e in enumerate(eps):
                 say(f"    lamina epoch {i + 1}: {f(e.get('seconds'))} s  {f(e.get('images_per_s'), '.0f')} clips/s  "
                     f"the loop waited {f(e.get('loader_wait_ms'), '.0f')} ms for the decoder")
             say(f"  lamina bench data: {f(cps, '.0f')} clips/s, {f(L['frames_per_s'], '.0f')} frames/s (median epoch); "
-                f"the loop waited for the decoder {pct(L['wait_share'], '.1f')}% of the epoch")
+                f"the loop waited for the decoder {pct(L['wait_share'], '.1f')}% of the epoch; host CPU "
+                f"{L['cpu_ms_per_clip']:.2f} ms a clip (the whole run's, its probe of the files included)")
             if r.get("frames") not in (None, T):
                 say(f"    NOTE: lamina's clips are {r.get('frames')} frames, not {T}")
         except Exception as ex:
@@ -400,6 +424,7 @@ if "data" in PARTS:
             torch.manual_seed(1)
             ds = Clips(TRAIN, True)
             secs, cps = [], []
+            c0 = cpu_s()
             for ep in range(a.epochs):
                 dl = loader(ds, w)
                 sync()
@@ -414,10 +439,11 @@ if "data" in PARTS:
                 del dl
             assert tuple(x.shape[1:]) == (T, 1, SH, SW) and x.dtype == torch.uint8, f"a batch of {tuple(x.shape)}"
             r = dict(status="ok", seconds=secs, clips_per_s_epochs=cps, clips_per_s=med(cps),
-                     frames_per_s=med(cps) * T)
+                     frames_per_s=med(cps) * T, cpu_ms_per_clip=1e3 * (cpu_s() - c0) / (len(TRAIN) * a.epochs))
             say(f"  PyTorch DataLoader {key:18s}: epochs " + ", ".join(f"{s:.3f} s" for s in secs) +
                 f"; median {r['clips_per_s']:.0f} clips/s, {r['frames_per_s']:.0f} frames/s (delivered; "
-                f"{r['clips_per_s'] * SPAN:.0f} read after the seek at most)")
+                f"{r['clips_per_s'] * SPAN:.0f} read after the seek at most); host CPU {r['cpu_ms_per_clip']:.2f} ms a "
+                f"clip (the workers' and this process's)")
         except Exception as ex:
             traceback.print_exc()
             r = dict(status="failed", note=repr(ex)[:500])
@@ -587,6 +613,10 @@ if "train" in PARTS:
     TR["lamina"] = {}
     for name, decode in (("streamed", "cpu"), ("streamed nvdec", "gpu")):
         if decode == "gpu" and a.lamina_decode != "gpu":
+            continue
+        if decode == "gpu" and not nvdec:  # --decode gpu is JPEG's there: the run would time the host path again
+            say(f"== lamina {name}: not run, this lamina has no GPU video decoder (its --decode gpu is for JPEG)")
+            TR["lamina"][name] = dict(status="unavailable")
             continue
         say(f"== lamina {name}")
         TR["lamina"][name] = lamina_clips(decode)
