@@ -42,7 +42,7 @@ Training (--parts train; E = --train-epochs, default 5; epoch time the median of
            'nvdec' or 'video_gpu', or NVDEC in train --help; none has yet, and --decode gpu is JPEG's).
   PyTorch: the same net written out (bench/clips.py's 'max': per frame conv-bn-relu 32, maxpool, 64, maxpool, 64,
            maxpool, 128 on (B*T, 1, H, W); max over the T frames; global average pool; Linear to 10; PyTorch's
-           default init, as bench/clips.py), the Dataset above in a DataLoader (--train-workers, pin_memory,
+           default init, uniform(+-1/sqrt(fan_in)), which is lamina's (src/nn/ops/conv.c, dense.c)), the Dataset above in a DataLoader (--train-workers, pin_memory,
            shuffle), normalization (x/255 - 0.5)/0.5 on the GPU, cross-entropy, Adam(lr), bf16 autocast; 'eager'
            (channels_last) and 'compile' (torch.compile(mode="max-autotune-no-cudagraphs") of the step and a CUDA
            graph of forward, backward and Adam captured by hand (bench/trainbench.py capture_graph), each batch
