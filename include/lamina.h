@@ -524,10 +524,12 @@ lam_status lam_data_clips(const lam_dataset *src, size_t n, int frames, int h, i
  * class folder is an error to lam_dataset_load_images). */
 lam_status lam_data_images_part(const lam_dataset *src, size_t n, uint64_t seed, int kind, const char *dir);
 /* Writes n Moving-MNIST-style videos made from src (lam_data_clips' scenes, h x w, even sides) into dir as a video
- * folder's part: dir/CLASS/INDEX.mp4 (CLASS the moving item's class number, zero-padded), each 1 to 4 s at 25
- * frames a second (its length drawn from (seed, INDEX)), H.264 where libavcodec has an encoder for it, else MPEG-4
- * Part 2. dir must exist. LAM_ERR_UNSUPPORTED where this build has no FFmpeg libraries. */
-lam_status lam_data_videos_part(const lam_dataset *src, size_t n, int h, int w, uint64_t seed, const char *dir);
+ * folder's part: dir/CLASS/INDEX.mp4 (CLASS the moving item's class number, zero-padded), each min_s to max_s
+ * seconds (1 <= min_s <= max_s <= 60; `lamina data clips` takes 1 to 4) at 25 frames a second, its length in frames
+ * drawn uniformly from (seed, INDEX), H.264 where libavcodec has an encoder for it, else MPEG-4 Part 2. dir must
+ * exist. LAM_ERR_UNSUPPORTED where this build has no FFmpeg libraries. */
+lam_status lam_data_videos_part(const lam_dataset *src, size_t n, int h, int w, int min_s, int max_s, uint64_t seed,
+                                const char *dir);
 /* 1 when this lamina reads and writes video files (built with FFmpeg's headers, and its libraries load); else 0 and
  * *why (where not NULL) says what to install. */
 int lam_video_supported(const char **why);

@@ -1772,6 +1772,22 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
   usage_error "clips --format mp4 --frames" --frames -- data clips --format mp4 --frames 8 --out "$TMP/v2"
   usage_error "clips --format mp4 of odd sides" "even sides" -- data clips --format mp4 --size 63x64 --out "$TMP/v3"
   usage_error "segment --format mp4" --format -- data segment --format mp4 --out "$TMP/v4"
+  usage_error "clips --format mp4 --seconds 3:2" --seconds -- data clips --format mp4 --seconds 3:2 --out "$TMP/v5"
+  usage_error "clips --format mp4 --seconds 0:2" --seconds -- data clips --format mp4 --seconds 0:2 --out "$TMP/v5"
+  usage_error "clips --seconds without mp4" --seconds -- data clips --seconds 2:4 --out "$TMP/v5"
+  run data clips --format mp4 --n 12 --test 2 --size 32x32 --seconds 2:3 --out "$TMP/vsec" --seed 4
+  if [ "$rc" -ne 0 ] && has "$TMP/err" "FFmpeg"; then skip "data clips --format mp4 --seconds: no FFmpeg"
+  elif [ "$rc" -ne 0 ] || ! has "$TMP/out" "videos of 2 to 3 s"; then
+    not_ok "data clips --format mp4 --seconds 2:3" "got $rc: $(head -c 300 "$TMP/err")"
+  elif ! command -v ffprobe >/dev/null; then skip "data clips --format mp4 --seconds: no ffprobe to count the frames"
+  else # every video 50 to 75 frames at 25 a second, counted by FFmpeg's own reader
+    lens=$(for f in $(find "$TMP/vsec" -name '*.mp4'); do ffprobe -v error -select_streams v:0 -count_frames \
+      -show_entries stream=nb_read_frames -of csv=p=0 "$f"; done | sort -n | tr '\n' ' ')
+    set -- $lens
+    if [ "$#" -eq 14 ] && [ "$1" -ge 50 ] && [ "${14}" -le 75 ] && [ "$1" -ne "${14}" ]; then
+      ok "data clips --format mp4 --seconds 2:3: 14 videos of 50 to 75 frames"
+    else not_ok "data clips --format mp4 --seconds 2:3" "want 14 videos of 50 to 75 frames (not all one length); got: $lens"; fi
+  fi
   usage_error "train --frames 0" --frames -- train --frames 0
   usage_error "train --frame-stride 1001" --frame-stride -- train --frame-stride 1001
   if [ -d "$V/train" ]; then # train and evaluate on the video folder: clips decoded from the files as it trains
@@ -1876,6 +1892,10 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -n "
     usage_error "train --test-clips x" --test-clips -- train --data "$V" --test-clips x
     usage_error "predict --test-clips 0" --test-clips -- predict --load "$V.ckpt" --input "$V/test" --test-clips 0
     usage_error "eval --test-clips on images" --test-clips -- eval --load "$V.ckpt" --test-clips 3
+    run bench data --data "$V" --frames 6 --frame-stride 3 --batch 4 --epochs 2 --device cpu --json
+    json_check "bench data on a video folder: clips of 6 frames streamed, samples/s and frames/s" \
+      "d['samples'] == 30 and d['frames'] == 6 and d['streamed'] and len(d['epochs']) == 2 and d['images_per_s'] > 0 and abs(d['frames_per_s'] - 6 * d['images_per_s']) < 1e-6 * d['frames_per_s']"
+    usage_error "bench data --frames 0" --frames -- bench data --data "$V" --frames 0
     cp -r "$V" "$V-bad"
     f=$(find "$V-bad/train" -name '*.mp4' | sort | head -1)
     printf 'not a video at all' >"$f"

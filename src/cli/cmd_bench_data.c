@@ -14,13 +14,15 @@ static void usage(FILE *f) {
           "usage: lamina bench data --data DIR [--size HxW] [--batch B] [--epochs E] [--buffers N] [--seed S]\n"
           "                         [--resident] [--skip-bad] [--reduce-zero-label] [--device D] [--threads N]\n"
           "                         [--frames T] [--frame-stride S] [--decode D] [--json]\n"
-          "Times the data path alone: an image or mask folder's training part streamed from its files, as\n"
+          "Times the data path alone: an image, mask or video folder's training part streamed from its files, as\n"
           "'lamina train --stream' reads it (each batch decoded and fitted on the host threads a few ahead into\n"
           "pinned buffers, and copied to the device as uint8 images and labels), with no model. Prints the\n"
           "images (and masks) delivered per second each epoch, their median, and the time the loop waited for\n"
           "the decoder.\n"
-          "  --data DIR       an image folder or a mask folder (as for train); an IDX/.npy set is read whole\n"
+          "  --data DIR       an image, mask or video folder (as for train); an IDX/.npy set is read whole\n"
           "  --size HxW       fit every image (and mask) to HxW, as train --size\n"
+          "  --frames T       a video folder's clips: T frames each (default 16) ...\n"
+          "  --frame-stride S ... every S-th frame (default 2), from a start drawn each epoch as train draws it\n"
           "  --batch B        samples a batch (default 16)\n"
           "  --epochs E       epochs to time (default 3)\n"
           "  --buffers N      pinned buffers, 2 or 3 (default 3)\n"
@@ -53,23 +55,32 @@ int bench_data(int argc, char **argv) {
   lam_device device = LAM_DEVICE_AUTO;
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},       {"size", required_argument, 0, O_SIZE},
+      {"frames", required_argument, 0, O_FRAMES},   {"frame-stride", required_argument, 0, O_STRIDE},
       {"batch", required_argument, 0, O_BATCH},     {"epochs", required_argument, 0, O_EPOCHS},
       {"buffers", required_argument, 0, O_BUFFERS}, {"seed", required_argument, 0, O_SEED},
       {"resident", no_argument, 0, O_RESIDENT},     {"skip-bad", no_argument, 0, O_SKIPBAD},
       {"reduce-zero-label", no_argument, 0, O_REDUCE0}, {"device", required_argument, 0, O_DEVICE},
       {"threads", required_argument, 0, O_THREADS}, {"json", no_argument, 0, O_JSON},
-      {"frames", required_argument, 0, O_FRAMES},   {"frame-stride", required_argument, 0, O_STRIDE},
       {"decode", required_argument, 0, O_DECODE},
       {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
   optind = 1;
   int c;
   while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
     char tail;
+    long v;
     switch (c) {
       case O_DATA: data = optarg; break;
       case O_SIZE:
         if (sscanf(optarg, "%dx%d%c", &io.h, &io.w, &tail) != 2 || io.h < 1 || io.w < 1 || io.h > 4096 || io.w > 4096)
           return cli_usage_error(cmd, "--size: '%s' is not HxW (1 to 4096 each)", optarg);
+        break;
+      case O_FRAMES: /* the ranges train takes */
+        if (cli_parse_int(cmd, "--frames", optarg, 1, 255, &v)) return EXIT_USAGE;
+        io.frames = (int)v;
+        break;
+      case O_STRIDE:
+        if (cli_parse_int(cmd, "--frame-stride", optarg, 1, 1000, &v)) return EXIT_USAGE;
+        io.frame_stride = (int)v;
         break;
       case O_BATCH:
         if (cli_parse_int(cmd, "--batch", optarg, 1, 65536, &batch)) return EXIT_USAGE;
@@ -93,15 +104,6 @@ int bench_data(int argc, char **argv) {
       case O_THREADS:
         if (cli_parse_int(cmd, "--threads", optarg, 1, 4096, &threads)) return EXIT_USAGE;
         break;
-      case O_FRAMES:
-      case O_STRIDE: {
-        long v;
-        if (cli_parse_int(cmd, c == O_FRAMES ? "--frames" : "--frame-stride", optarg, 1,
-                          c == O_FRAMES ? 255 : 1000, &v))
-          return EXIT_USAGE;
-        *(c == O_FRAMES ? &io.frames : &io.frame_stride) = (int)v;
-        break;
-      }
       case O_DECODE:
         if (!strcmp(optarg, "auto")) io.decoder = LAM_DECODE_AUTO;
         else if (!strcmp(optarg, "cpu")) io.decoder = LAM_DECODE_CPU;
@@ -144,7 +146,7 @@ int bench_data(int argc, char **argv) {
   }
   qsort(secs, (size_t)epochs, sizeof *secs, cmp_double);
   const double median = epochs % 2 ? secs[epochs / 2] : (secs[epochs / 2 - 1] + secs[epochs / 2]) / 2;
-  const int per_pixel = d->label_h > 1 || d->label_w > 1;
+  const int per_pixel = d->label_h > 1 || d->label_w > 1, T = d->t > 1 ? d->t : 1;
   if (!json) {
     if (d->t > 1) /* clips: a sample is T frames */
       printf("lamina bench data: %s, %zu clips of %d frames of %dx%dx%d, batch %ld, %s%s, on %s: median %.0f clips/s "
@@ -164,12 +166,12 @@ int bench_data(int argc, char **argv) {
   bad |= json_object_set_new(root, "device_name", cli_json_str(lam_ctx_device_name(ctx)));
   bad |= json_object_set_new(root, "samples", json_integer((json_int_t)d->n));
   bad |= json_object_set_new(root, "shape", json_pack("[iii]", d->c > 0 ? d->c : 1, d->h, d->w));
+  bad |= json_object_set_new(root, "frames", json_integer(T)); /* a sample's frames: a clip's T, else 1 */
+  bad |= json_object_set_new(root, "frames_per_s", cli_json_num(median * T));
   bad |= json_object_set_new(root, "masks", json_boolean(per_pixel));
   bad |= json_object_set_new(root, "batch", json_integer(batch));
   bad |= json_object_set_new(root, "streamed", json_boolean(io.streamed));
   bad |= json_object_set_new(root, "images_per_s", cli_json_num(median));
-  bad |= json_object_set_new(root, "frames", json_integer(d->t > 1 ? d->t : 1)); /* a sample's: clips/s = images_per_s */
-  bad |= json_object_set_new(root, "frames_per_s", cli_json_num(median * (d->t > 1 ? d->t : 1)));
   bad |= json_object_set_new(root, "decode", cli_json_str(io.decoder == LAM_DECODE_GPU ? "gpu" : io.decoder == LAM_DECODE_CPU ? "cpu" : "auto"));
   for (long e = 0; e < epochs && !bad; e++)
     bad |= json_array_append_new(list, json_pack("{s:f,s:f,s:f,s:f}", "seconds", ep[e].seconds, "images_per_s",

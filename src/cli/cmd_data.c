@@ -22,7 +22,7 @@ static void usage(FILE *f) {
           "                           [--format idx|npy|folder|folder-jpeg]\n"
           "                           [--seed S]\n"
           "       lamina data clips --out DIR [--frames T] [--from DATA] [--n N] [--test N] [--size HxW]\n"
-          "                         [--format idx|npy|mp4] [--seed S]\n"
+          "                         [--format idx|npy|mp4] [--seconds MIN:MAX] [--seed S]\n"
           "       lamina data images --out DIR --format png|jpeg [--from DATA] [--n N] [--test N] [--seed S]\n"
           "       lamina data coco --annotations FILE --images DIR --out DIR [--part train|test] [--size HxW]\n"
           "Makes a data set anyone can rebuild (the same bytes for the same seed) from an MNIST-layout set, or\n"
@@ -42,7 +42,7 @@ static void usage(FILE *f) {
           "            t10k- twins. With --format npy either set is NumPy files instead (the same bytes):\n"
           "            train-images.npy, train-labels.npy, t10k-images.npy, t10k-labels.npy.\n"
           "            With --format mp4, a video folder instead: DIR/{train,test}/CLASS/INDEX.mp4, each video 1 to\n"
-          "            4 s at 25 frames a second (H.264, else MPEG-4 Part 2; needs FFmpeg's libraries).\n"
+          "            4 s (--seconds) at 25 frames a second (H.264, else MPEG-4 Part 2; needs FFmpeg's libraries).\n"
           "  images    the set as an image folder in colour (each image its own background and foreground\n"
           "            colour): DIR/train/CLASS/INDEX.png|jpg and DIR/test/CLASS/..., CLASS the class number.\n"
           "            DIR must not exist yet (or be empty): the set appears whole or not at all.\n"
@@ -59,6 +59,8 @@ static void usage(FILE *f) {
           "  --test N      test scenes (default 2000)\n"
           "  --size HxW    the field's size (segment: default 64x84; clips: 64x64; coco: none, copies)\n"
           "  --frames T    frames a clip (clips; default 16)\n"
+          "  --seconds MIN:MAX  clips --format mp4: each video's length, drawn from MIN to MAX seconds (whole,\n"
+          "                1 to 60; default 1:4)\n"
           "  --format F    images: png or jpeg (jpeg at quality 90); segment, clips: idx (default) or npy;\n"
           "                segment also folder or folder-jpeg; clips also mp4\n"
           "  --seed S      the generator's seed (default 1)\n"
@@ -76,6 +78,7 @@ typedef struct data_opts {
   uint64_t seed;
   int format, size_set; /* FORMAT_*: images png or jpeg, segment and clips idx or npy */
   int frames, frames_set; /* clips */
+  int min_s, max_s, seconds_set; /* clips --format mp4: the videos' lengths */
 } data_opts;
 
 /* Returns 0, -1 after --help, or an exit status. */
@@ -84,8 +87,9 @@ static int parse(int argc, char **argv, data_opts *o) {
                                            {"n", required_argument, 0, 'n'},    {"test", required_argument, 0, 't'},
                                            {"size", required_argument, 0, 's'}, {"seed", required_argument, 0, 'S'},
                                            {"format", required_argument, 0, 'F'}, {"help", no_argument, 0, 'h'},
-                                           {"frames", required_argument, 0, 'T'}, {0, 0, 0, 0}};
-  *o = (data_opts){NULL, "fashion-mnist", 20000, 2000, 64, 84, 1, 0, 0, 16, 0};
+                                           {"frames", required_argument, 0, 'T'}, {"seconds", required_argument, 0, 'L'},
+                                           {0, 0, 0, 0}};
+  *o = (data_opts){NULL, "fashion-mnist", 20000, 2000, 64, 84, 1, 0, 0, 16, 0, 1, 4, 0};
   long v;
   int c, li = 0;
   opterr = 0;
@@ -112,6 +116,15 @@ static int parse(int argc, char **argv, data_opts *o) {
         if (cli_parse_int("data", "--frames", optarg, 1, 1024, &v)) return EXIT_USAGE;
         o->frames = (int)v, o->frames_set = 1;
         break;
+      case 'L': {
+        char end;
+        if (sscanf(optarg, "%d:%d%c", &o->min_s, &o->max_s, &end) != 2 || o->min_s < 1 || o->max_s < o->min_s ||
+            o->max_s > 60)
+          return cli_usage_error("data", "--seconds: '%s' is not MIN:MAX, whole seconds from 1 to 60, the least first "
+                                 "(e.g. 2:4)", optarg);
+        o->seconds_set = 1;
+        break;
+      }
       case 'F':
         if (!strcmp(optarg, "png")) o->format = FORMAT_PNG;
         else if (!strcmp(optarg, "jpeg") || !strcmp(optarg, "jpg")) o->format = FORMAT_JPEG;
@@ -215,7 +228,9 @@ static int idx_part(int kind, const data_opts *o, const lam_dataset *src, int tr
       fprintf(stderr, "lamina data: cannot make '%s': %s\n", img_path, strerror(errno));
       return 1;
     }
-    return lam_data_videos_part(src, n, o->h, o->w, seed, img_path) != LAM_OK ? fail("writing the videos") : 0;
+    return lam_data_videos_part(src, n, o->h, o->w, o->min_s, o->max_s, seed, img_path) != LAM_OK
+               ? fail("writing the videos")
+               : 0;
   }
   const uint64_t scene[3] = {n, (uint64_t)o->h, (uint64_t)o->w}, clip[5] = {n, (uint64_t)o->frames, (uint64_t)o->h,
                                                                              (uint64_t)o->w, 1};
@@ -258,8 +273,10 @@ static int cmd_idx_set(int kind, int argc, char **argv) {
     return cli_usage_error("data", "--format: %s writes idx (default) or npy%s", kind == KIND_SEGMENT ? "segment" : "clips",
                            kind == KIND_SEGMENT ? ", folder or folder-jpeg" : ", or mp4 (a folder of video files)");
   if (o.format == FORMAT_MP4 && o.frames_set)
-    return cli_usage_error("data", "clips --format mp4: --frames is not for videos (each is 1 to 4 s long; train's --frames "
-                           "chooses the clips)");
+    return cli_usage_error("data", "clips --format mp4: --frames is not for videos (their length is --seconds; train's "
+                           "--frames chooses the clips)");
+  if (o.seconds_set && o.format != FORMAT_MP4)
+    return cli_usage_error("data", "--seconds is for clips --format mp4 (the videos' lengths)");
   if (o.format == FORMAT_MP4 && (o.h % 2 || o.w % 2))
     return cli_usage_error("data", "clips --format mp4: --size %dx%d: video encoders take even sides", o.h, o.w);
   const char *why = NULL;
@@ -297,9 +314,9 @@ static int cmd_idx_set(int kind, int argc, char **argv) {
            "item's class + 1 where it is visible), seed %llu, in %s\n",
            o.n, o.test, o.h, o.w, o.from, src[0]->classes + 1, (unsigned long long)o.seed, o.out);
   else if (!rc && o.format == FORMAT_MP4)
-    printf("lamina data clips: %zu training and %zu test videos of 1 to 4 s at %d frames a second, %dx%d, from %s, %d "
-           "classes (the moving item's), seed %llu, in %s/{train,test}/CLASS/\n", o.n, o.test, 25, o.h, o.w, o.from,
-           src[0]->classes, (unsigned long long)o.seed, o.out);
+    printf("lamina data clips: %zu training and %zu test videos of %d to %d s at %d frames a second, %dx%d, from %s, "
+           "%d classes (the moving item's), seed %llu, in %s/{train,test}/CLASS/\n", o.n, o.test, o.min_s, o.max_s, 25,
+           o.h, o.w, o.from, src[0]->classes, (unsigned long long)o.seed, o.out);
   else if (!rc)
     printf("lamina data clips: %zu training and %zu test clips of %d frames of %dx%d from %s, %d classes (the moving "
            "item's), seed %llu, in %s\n",
@@ -320,9 +337,9 @@ static int cmd_images(int argc, char **argv) {
   if (rc) return rc < 0 ? 0 : rc;
   if (o.format != FORMAT_PNG && o.format != FORMAT_JPEG)
     return cli_usage_error("data", "images: --format png|jpeg is required");
-  if (o.size_set || o.frames_set)
+  if (o.size_set || o.frames_set || o.seconds_set)
     return cli_usage_error("data", "images: --%s is not for images (they keep the source's size)",
-                           o.size_set ? "size" : "frames");
+                           o.size_set ? "size" : o.frames_set ? "frames" : "seconds");
   if (check_new_folder(o.out)) return 1;
   struct stat st;
   lam_dataset *src[2] = {NULL, NULL};

@@ -203,8 +203,11 @@ lam_status lam_data_clips(const lam_dataset *src, size_t n, int frames, int h, i
   return LAM_OK;
 }
 
-lam_status lam_data_videos_part(const lam_dataset *src, size_t n, int h, int w, uint64_t seed, const char *dir) {
+lam_status lam_data_videos_part(const lam_dataset *src, size_t n, int h, int w, int min_s, int max_s, uint64_t seed,
+                                const char *dir) {
   LAM_CHECK_ARG(src && dir, "lam_data_videos_part: %s is NULL", src ? "dir" : "src");
+  LAM_CHECK_ARG(min_s >= 1 && min_s <= max_s && max_s <= 60, "lam_data_videos_part: videos of %d to %d s (1 to 60, the "
+                "least first)", min_s, max_s);
   LAM_CHECK_ARG(h % 2 == 0 && w % 2 == 0, "lam_data_videos_part: a %dx%d field (video encoders take even sides)", h, w);
   LAM_CHECK_ARG(src->classes >= 2 && src->classes <= 256, "lam_data_videos_part: %d classes", src->classes);
   LAM_CHECK_ARG(video_supported(), "lam_data_videos_part: this lamina was built without FFmpeg's libraries (install "
@@ -224,7 +227,7 @@ lam_status lam_data_videos_part(const lam_dataset *src, size_t n, int h, int w, 
     /* this video's length and content from its own stream: the same file whatever the thread count */
     lam_rng r;
     lam_rng_seed(&r, seed ^ (0x9e3779b97f4a7c15ULL * (i + 1)));
-    const int len = VIDEO_FPS + (int)lam_rng_below(&r, 3 * VIDEO_FPS + 1); /* 1 to 4 seconds */
+    const int len = min_s * VIDEO_FPS + (int)lam_rng_below(&r, (uint64_t)(max_s - min_s) * VIDEO_FPS + 1);
     uint8_t *frames = malloc((size_t)len * plane), label = 0;
     lam_status s = frames ? lam_data_clips(src, 1, len, h, w, lam_rng_next(&r), frames, &label)
                           : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for a video of %d frames", len);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../hash.h"
 #include "../internal.h"
 #include "rng.h"
 #include "stream.h"
@@ -241,6 +242,9 @@ lam_status lam_data_bench(lam_ctx *ctx, const lam_dataset *d, int batch, int buf
     int32_t t = idx[i];
     idx[i] = idx[j], idx[j] = t;
   }
+  /* a streamed set's random choices of the epoch (a video's clip start) as the trainer draws them for this seed and
+   * epoch: a video folder's epoch decodes the clips training would, not the middle clip each time */
+  if (d->source) lam_source_set_draw(d->source, lam_draw_key(seed ^ 0x636c6970ULL, epoch) | 1);
   lam_feed *f = NULL;
   lam_status s = feed_create(ctx, buffers, batch, lam_dataset_sample_bytes(d), L, &f);
   const double t0 = lam_now_ms();
