@@ -54,6 +54,7 @@
   X(1, av_packet_free) \
   X(1, avcodec_receive_frame) \
   X(1, avcodec_send_packet) \
+  X(1, avcodec_flush_buffers) \
   X(1, avcodec_find_encoder_by_name) \
   X(1, avcodec_find_encoder) \
   X(1, avcodec_parameters_from_context) \
@@ -75,8 +76,6 @@
   X(2, av_hwframe_transfer_data) \
   X(2, av_buffer_ref) \
   X(2, av_buffer_unref) \
-  X(2, av_dict_set) \
-  X(2, av_dict_free) \
   X(1, avcodec_get_hw_config) \
   X(3, sws_getCachedContext) \
   X(3, sws_scale) \
@@ -136,15 +135,14 @@ static const char *av_why(int err, char *buf, size_t cap) {
 }
 
 /* NVDEC: the GPU's video engines, through FFmpeg's CUDA hwaccel (the nvdec decoders of h264, hevc, mpeg4, vp9), on
- * the CUDA runtime's primary context of device 0 (lamina's own), made once for the process when first asked for.
- * Decoded frames stay on the device until a clip takes them; those are copied back (NV12) and fitted as the host's. */
+ * a CUDA context of device 0 that FFmpeg makes for itself, once for the process when first asked for (not the
+ * runtime's primary context, lamina's: FFmpeg wants it with blocking synchronisation, and an active primary context
+ * cannot change its flags). Decoded frames stay on the device until a clip takes them; those are copied back (NV12)
+ * and fitted as the host's. */
 static AVBufferRef *nvdec_dev;
 static char nvdec_error[300];
 static void nvdec_make(void) {
-  AVDictionary *o = NULL;
-  ff.av_dict_set(&o, "primary_ctx", "1", 0);
-  int e = ff.av_hwdevice_ctx_create(&nvdec_dev, AV_HWDEVICE_TYPE_CUDA, "0", o, 0);
-  ff.av_dict_free(&o);
+  int e = ff.av_hwdevice_ctx_create(&nvdec_dev, AV_HWDEVICE_TYPE_CUDA, "0", NULL, 0);
   if (e < 0) {
     char why[128];
     snprintf(nvdec_error, sizeof nvdec_error, "FFmpeg cannot open a CUDA device for NVDEC: %s (is there a GPU and its "
@@ -355,7 +353,7 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
   int tail_held = 0;
   lam_status s = pkt && f && tail && (sw || !gpu) ? LAM_OK
                                                  : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
-  int got = 0, draining = 0;
+  int got = 0, draining = 0, from_start = 0;
   int64_t last_idx = -1;
   while (s == LAM_OK && got < T) {
     int e = ff.avcodec_receive_frame(v.dec, f);
@@ -387,6 +385,15 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
      * one frame early) */
     const int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
     const int64_t idx = pts != AV_NOPTS_VALUE ? frame_of(&v, pts) : last_idx + 1;
+    if (got == 0 && idx > first && first > 0 && !from_start) {
+      /* the seek landed past the clip's first frame (a file whose index marks frames key that are not, so the
+       * decoder waits for a real one): read it from its start instead */
+      ff.av_frame_unref(f);
+      ff.avcodec_flush_buffers(v.dec);
+      ff.av_seek_frame(v.fmt, v.stream, v.start_pts, AVSEEK_FLAG_BACKWARD);
+      from_start = 1, draining = 0, last_idx = -1;
+      continue;
+    }
     last_idx = idx;
     /* the frames the clip takes at or before this one: this frame stands for them (a frame a variable-rate file
      * skipped is its predecessor's, as a player shows it) */
