@@ -55,6 +55,9 @@
   X(1, avcodec_receive_frame) \
   X(1, avcodec_send_packet) \
   X(1, avcodec_flush_buffers) \
+  X(1, avcodec_parameters_alloc) \
+  X(1, avcodec_parameters_copy) \
+  X(1, avcodec_parameters_free) \
   X(1, avcodec_find_encoder_by_name) \
   X(1, avcodec_find_encoder) \
   X(1, avcodec_parameters_from_context) \
@@ -172,18 +175,70 @@ static enum AVPixelFormat nvdec_format(AVCodecContext *dec, const enum AVPixelFo
 }
 
 /* An opened video: its container, its video stream's decoder, and the frame rate frames are numbered by. */
+/* A thread's converter, frame buffer and last decoder, kept from clip to clip: clips are decoded many at once, one a
+ * thread, and making a converter or a decoder costs more than a small clip's decoding (their tables, the H.264
+ * decoder's state and frame pool: a third of a 16-frame clip's time). A decoder is taken again only for a stream of
+ * the same codec, size, pixel format and extradata (H.264's SPS and PPS), flushed first: the same frames as a new one
+ * decodes. Freed when the thread ends. */
+typedef struct frame_tls {
+  struct SwsContext *sws;
+  uint8_t *px;
+  size_t cap;
+  AVCodecContext *dec; /* the last clip's decoder, or NULL */
+  AVCodecParameters *par; /* the stream it was opened for */
+} frame_tls;
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static void tls_drop(void *p) {
+  frame_tls *t = p;
+  ff.sws_freeContext(t->sws);
+  ff.avcodec_free_context(&t->dec);
+  ff.avcodec_parameters_free(&t->par);
+  free(t->px), free(t);
+}
+static void tls_make(void) {
+  if (pthread_key_create(&tls_key, tls_drop) != 0) tls_key = (pthread_key_t)-1;
+}
+static frame_tls *tls_get(void) {
+  pthread_once(&tls_once, tls_make);
+  if (tls_key == (pthread_key_t)-1) return NULL;
+  frame_tls *t = pthread_getspecific(tls_key);
+  if (!t && (t = calloc(1, sizeof *t)) && pthread_setspecific(tls_key, t) != 0) free(t), t = NULL;
+  return t;
+}
+
 typedef struct vid {
   AVFormatContext *fmt;
   AVCodecContext *dec;
   int stream;
   AVRational rate, tb;
   int64_t start_pts;
+  int gpu;
 } vid;
 
-static void vid_close(vid *v) {
+/* Whether a decoder opened for a and one for b decode alike. */
+static int same_stream(const AVCodecParameters *a, const AVCodecParameters *b) {
+  return a->codec_id == b->codec_id && a->width == b->width && a->height == b->height && a->format == b->format &&
+         a->profile == b->profile && a->extradata_size == b->extradata_size &&
+         (!a->extradata_size || !memcmp(a->extradata, b->extradata, (size_t)a->extradata_size));
+}
+
+/* Closes v; its host decoder is kept for the thread's next clip where reuse says it decoded without error. */
+static void vid_close_keep(vid *v, int reuse) {
+  frame_tls *t = reuse && !v->gpu && v->dec && v->fmt ? tls_get() : NULL;
+  AVCodecParameters *par = t ? ff.avcodec_parameters_alloc() : NULL;
+  if (par && ff.avcodec_parameters_copy(par, v->fmt->streams[v->stream]->codecpar) >= 0) {
+    ff.avcodec_free_context(&t->dec);
+    ff.avcodec_parameters_free(&t->par);
+    t->dec = v->dec, t->par = par, v->dec = NULL;
+  } else {
+    ff.avcodec_parameters_free(&par);
+  }
   ff.avcodec_free_context(&v->dec);
   ff.avformat_close_input(&v->fmt);
 }
+
+static void vid_close(vid *v) { vid_close_keep(v, 0); }
 
 static lam_status vid_open(const char *path, int gpu, vid *v) {
   memset(v, 0, sizeof *v);
@@ -194,14 +249,15 @@ static lam_status vid_open(const char *path, int gpu, vid *v) {
     return LAM_FAIL(LAM_ERR_IO, "video file '%s' cannot be opened: %s (is it a video file?)", path,
                     av_why(e, why, sizeof why));
   lam_status s = LAM_OK;
-  /* what the container's header says is enough (MP4/MOV: the codec, the size, the pixel format, the rate): probing
-   * the streams would open a second decoder and decode frames only to find them out again */
+  /* what the container's header says is enough (MP4/MOV: the codec, the size, the rate, the frame count; the pixel
+   * format each decoded frame carries): probing the streams would open a second decoder and decode frames only to
+   * find them out again (a fifth of a 16-frame clip's time at 112x112) */
   int told = 0;
   for (unsigned k = 0; k < v->fmt->nb_streams; k++) {
     const AVStream *st = v->fmt->streams[k];
     const AVCodecParameters *p = st->codecpar;
     if (p->codec_type == AVMEDIA_TYPE_VIDEO && p->codec_id != AV_CODEC_ID_NONE && p->width > 0 && p->height > 0 &&
-        p->format >= 0 && st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0 && st->nb_frames > 0)
+        st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0 && st->r_frame_rate.num > 0 && st->nb_frames > 0)
       told = 1;
   }
   if (!told && (e = ff.avformat_find_stream_info(v->fmt, NULL)) < 0)
@@ -211,7 +267,17 @@ static lam_status vid_open(const char *path, int gpu, vid *v) {
   if (s == LAM_OK && (v->stream = ff.av_find_best_stream(v->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0)) < 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s' has no video stream%s", path,
                  v->stream == AVERROR_DECODER_NOT_FOUND ? " this FFmpeg build can decode" : "");
-  if (s == LAM_OK) {
+  v->gpu = gpu;
+  frame_tls *t = s == LAM_OK && !gpu ? tls_get() : NULL;
+  if (t && t->dec && same_stream(t->par, v->fmt->streams[v->stream]->codecpar)) { /* the thread's last decoder */
+    AVStream *st = v->fmt->streams[v->stream];
+    v->dec = t->dec, t->dec = NULL;
+    ff.avcodec_flush_buffers(v->dec);
+    v->rate = st->r_frame_rate.num > 0 && st->r_frame_rate.den > 0 ? st->r_frame_rate : st->avg_frame_rate;
+    if (v->rate.num <= 0 || v->rate.den <= 0) v->rate = (AVRational){25, 1};
+    v->tb = st->time_base;
+    v->start_pts = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
+  } else if (s == LAM_OK) {
     AVStream *st = v->fmt->streams[v->stream];
     v->dec = ff.avcodec_alloc_context3(codec);
     if (v->dec) v->dec->thread_count = 1; /* clips are decoded many at once, one a thread */
@@ -274,31 +340,6 @@ lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
   if (n <= 0) return LAM_FAIL(LAM_ERR_IO, "video file '%s' holds no frames", path);
   *frames = n;
   return LAM_OK;
-}
-
-/* A thread's converter and frame buffer, kept from clip to clip: clips are decoded many at once, one a thread, and
- * making a converter costs more than a small clip's conversions (its tables). Freed when the thread ends. */
-typedef struct frame_tls {
-  struct SwsContext *sws;
-  uint8_t *px;
-  size_t cap;
-} frame_tls;
-static pthread_key_t tls_key;
-static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
-static void tls_drop(void *p) {
-  frame_tls *t = p;
-  ff.sws_freeContext(t->sws);
-  free(t->px), free(t);
-}
-static void tls_make(void) {
-  if (pthread_key_create(&tls_key, tls_drop) != 0) tls_key = (pthread_key_t)-1;
-}
-static frame_tls *tls_get(void) {
-  pthread_once(&tls_once, tls_make);
-  if (tls_key == (pthread_key_t)-1) return NULL;
-  frame_tls *t = pthread_getspecific(tls_key);
-  if (!t && (t = calloc(1, sizeof *t)) && pthread_setspecific(tls_key, t) != 0) free(t), t = NULL;
-  return t;
 }
 
 /* Frame f (decoded, any pixel format) into out (H, W, C) fitted as image_fit fits: converted to grey or RGB at its
@@ -421,7 +462,7 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
   ff.av_frame_free(&sw);
   ff.av_frame_free(&tail);
   ff.av_packet_free(&pkt);
-  vid_close(&v);
+  vid_close_keep(&v, s == LAM_OK);
   return s;
 }
 
@@ -482,7 +523,7 @@ lam_status video_frames(const char *path, int C, int H, int W, video_frame_fn fn
   ff.av_frame_free(&f);
   ff.av_packet_free(&pkt);
   free(px);
-  vid_close(&v);
+  vid_close_keep(&v, s == LAM_OK);
   return s;
 }
 
