@@ -281,11 +281,15 @@ static lam_status put_frame(const char *path, const AVFrame *f, struct SwsContex
   *sws = ff.sws_getCachedContext(*sws, f->width, f->height, f->format, f->width, f->height, want, SWS_BILINEAR, NULL,
                               NULL, NULL);
   if (!*sws) return LAM_FAIL(LAM_ERR_IO, "video file '%s': frames of format %d cannot be converted", path, f->format);
-  data_image im = {f->height, f->width, C, malloc((size_t)f->width * f->height * C)};
+  /* swscale writes its rows in blocks, past a row's last pixel (24 bytes past a 24-pixel RGB frame's end): it is given
+   * rows of a 64-byte multiple and 256 bytes more, then the rows are packed for image_fit */
+  const size_t row = (size_t)f->width * C, pitch = (row + 63) & ~(size_t)63;
+  data_image im = {f->height, f->width, C, malloc(pitch * f->height + 256)};
   if (!im.px) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a frame", path);
   uint8_t *dst[4] = {im.px, NULL, NULL, NULL};
-  int stride[4] = {f->width * C, 0, 0, 0};
+  int stride[4] = {(int)pitch, 0, 0, 0};
   ff.sws_scale(*sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
+  for (int y = 1; y < f->height; y++) memmove(im.px + y * row, im.px + y * pitch, row);
   image_fit(&im, H, W, out);
   free(im.px);
   return LAM_OK;
