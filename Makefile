@@ -36,7 +36,7 @@ demo: build
 bench: build
 	/usr/bin/python3 bench/hidden.py
 
-# libFuzzer on the readers, the spec parser, the checkpoint loader and the number parsing (scripts/fuzz).
+# libFuzzer on the readers (video files too), the spec parser, the checkpoint loader and the number parsing (scripts/fuzz).
 fuzz: deps
 	@scripts/install-deps clang libclang-rt-14-dev libomp-14-dev
 	scripts/fuzz

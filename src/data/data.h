@@ -197,6 +197,13 @@ lam_status image_encode(int kind, const uint8_t *px, int h, int w, int c, uint8_
 
 /* ---- video files (video.c, through FFmpeg's libraries where the build has them) ---- */
 #define VIDEO_FPS 25 /* the frame rate lamina writes videos at */
+/* What a damaged file's header may claim and a decode may cost before it is refused (video.c): the sides and pixels of
+ * a frame (8192 x 8192; FFmpeg's decoders are given the bound, so they refuse before they allocate), the frames of a
+ * video, and the packets read in a row with no frame decoded from them (nor, reading, a byte of the file taken). */
+#define VIDEO_MAX_SIDE 16384
+#define VIDEO_MAX_PIXELS (1 << 26)
+#define VIDEO_MAX_FRAMES (INT64_C(1) << 30)
+#define VIDEO_MAX_STALL 4096
 /* 1 when this build reads and writes video files. */
 int video_supported(void);
 /* Why not, where video_supported() is 0: what to install. */

@@ -37,6 +37,7 @@
   X(0, avformat_close_input) \
   X(0, av_read_frame) \
   X(0, av_seek_frame) \
+  X(0, avio_seek) \
   X(0, avformat_alloc_output_context2) \
   X(0, avformat_new_stream) \
   X(0, avio_open) \
@@ -80,6 +81,8 @@
   X(2, av_buffer_ref) \
   X(2, av_buffer_unref) \
   X(1, avcodec_get_hw_config) \
+  X(2, av_dict_set) \
+  X(2, av_dict_free) \
   X(3, sws_getCachedContext) \
   X(3, sws_scale) \
   X(3, sws_freeContext) \
@@ -214,6 +217,8 @@ typedef struct vid {
   AVRational rate, tb;
   int64_t start_pts;
   int gpu;
+  int64_t pos;  /* the file's byte position after the last packet read (vid_read) */
+  int stalled;  /* packets read in a row that took no byte of the file */
 } vid;
 
 /* Whether a decoder opened for a and one for b decode alike. */
@@ -240,11 +245,21 @@ static void vid_close_keep(vid *v, int reuse) {
 
 static void vid_close(vid *v) { vid_close_keep(v, 0); }
 
+/* 1 for frames of w x h within the bounds (data.h): what a frame may cost before it is allocated. */
+static int frame_ok(int w, int h) {
+  return w >= 1 && h >= 1 && w <= VIDEO_MAX_SIDE && h <= VIDEO_MAX_SIDE && (int64_t)w * h <= VIDEO_MAX_PIXELS;
+}
+
 static lam_status vid_open(const char *path, int gpu, vid *v) {
   memset(v, 0, sizeof *v);
   LAM_TRY(ff_ready(path));
-  char why[128];
-  int e = ff.avformat_open_input(&v->fmt, path, NULL, NULL);
+  char why[128], max_pixels[32];
+  snprintf(max_pixels, sizeof max_pixels, "%d", VIDEO_MAX_PIXELS);
+  /* the file itself only: a file that is a playlist (HLS, concat) makes FFmpeg fetch no URL it names */
+  AVDictionary *opt = NULL;
+  ff.av_dict_set(&opt, "protocol_whitelist", "file", 0);
+  int e = ff.avformat_open_input(&v->fmt, path, NULL, &opt);
+  ff.av_dict_free(&opt);
   if (e < 0)
     return LAM_FAIL(LAM_ERR_IO, "video file '%s' cannot be opened: %s (is it a video file?)", path,
                     av_why(e, why, sizeof why));
@@ -260,9 +275,18 @@ static lam_status vid_open(const char *path, int gpu, vid *v) {
         st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0 && st->r_frame_rate.num > 0 && st->nb_frames > 0)
       told = 1;
   }
-  if (!told && (e = ff.avformat_find_stream_info(v->fmt, NULL)) < 0)
+
+  /* the decoders stream probing opens refuse frames over the bound before they allocate them (a header claims any
+   * size), as ours below does */
+  const unsigned ns = v->fmt->nb_streams;
+  AVDictionary **sopt = ns ? calloc(ns, sizeof *sopt) : NULL;
+  if (ns && !sopt) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for its %u streams", path, ns);
+  for (unsigned k = 0; sopt && k < ns; k++) ff.av_dict_set(&sopt[k], "max_pixels", max_pixels, 0);
+  if (s == LAM_OK && !told && (e = ff.avformat_find_stream_info(v->fmt, sopt)) < 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its streams cannot be read: %s; the file is damaged", path,
                  av_why(e, why, sizeof why));
+  for (unsigned k = 0; sopt && k < ns; k++) ff.av_dict_free(&sopt[k]);
+  free(sopt);
   const AVCodec *codec = NULL;
   if (s == LAM_OK && (v->stream = ff.av_find_best_stream(v->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0)) < 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s' has no video stream%s", path,
@@ -281,6 +305,7 @@ static lam_status vid_open(const char *path, int gpu, vid *v) {
     AVStream *st = v->fmt->streams[v->stream];
     v->dec = ff.avcodec_alloc_context3(codec);
     if (v->dec) v->dec->thread_count = 1; /* clips are decoded many at once, one a thread */
+    if (v->dec) v->dec->max_pixels = VIDEO_MAX_PIXELS;
     if (!v->dec) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a decoder", path);
     else if (gpu) {
       int cuda = 0;
@@ -308,16 +333,47 @@ static lam_status vid_open(const char *path, int gpu, vid *v) {
     v->tb = st->time_base;
     v->start_pts = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
   }
-  if (s == LAM_OK && (v->dec->width < 1 || v->dec->height < 1 || v->dec->width > 16384 || v->dec->height > 16384))
-    s = LAM_FAIL(LAM_ERR_IO, "video file '%s': frames of %dx%d (1 to 16384 a side)", path, v->dec->width,
-                 v->dec->height);
+  if (s == LAM_OK && !frame_ok(v->dec->width, v->dec->height))
+    s = LAM_FAIL(LAM_ERR_IO, "video file '%s': frames of %dx%d (1 to %d a side, %d pixels at most); the file is "
+                 "damaged or too large", path, v->dec->width, v->dec->height, VIDEO_MAX_SIDE, VIDEO_MAX_PIXELS);
   if (s != LAM_OK) vid_close(v);
   return s;
 }
 
-/* The frame number of a presentation time. */
+/* The next packet of the file (any stream), or an AVERROR: AVERROR_EOF at its end, VID_STALLED where
+ * VIDEO_MAX_STALL packets in a row took no byte of it (a demuxer going round in a damaged file: never a hang). */
+#define VID_STALLED FFERRTAG('L', 'S', 'T', 'L')
+static int vid_read(vid *v, AVPacket *pkt) {
+  const int e = ff.av_read_frame(v->fmt, pkt);
+  if (e < 0) return e;
+  const int64_t pos = v->fmt->pb ? ff.avio_seek(v->fmt->pb, 0, SEEK_CUR) : -1;
+  if (pos >= 0 && pos != v->pos) v->pos = pos, v->stalled = 0;
+  else if (++v->stalled > VIDEO_MAX_STALL) {
+    ff.av_packet_unref(pkt);
+    return VID_STALLED;
+  }
+  return 0;
+}
+
+/* A damaged file's error for av_read_frame's e (not AVERROR_EOF). */
+static lam_status read_failed(const char *path, int e) {
+  char why[128];
+  if (e == VID_STALLED)
+    return LAM_FAIL(LAM_ERR_IO, "video file '%s': reading it makes no progress (%d packets in a row from the same "
+                    "place); the file is damaged", path, VIDEO_MAX_STALL);
+  return LAM_FAIL(LAM_ERR_IO, "video file '%s': reading it failed: %s; the file is damaged", path,
+                  av_why(e, why, sizeof why));
+}
+
+/* The frame number of a presentation time; INT64_MIN where it has none (out of int64's range: a damaged file), the
+ * rest kept within +-2^62 so that the clip's arithmetic on it cannot overflow. */
 static int64_t frame_of(const vid *v, int64_t pts) {
-  return ff.av_rescale_q_rnd(pts - v->start_pts, v->tb, av_inv_q(v->rate), AV_ROUND_NEAR_INF);
+  int64_t d;
+  if (pts == AV_NOPTS_VALUE || __builtin_sub_overflow(pts, v->start_pts, &d)) return INT64_MIN;
+  const int64_t f = ff.av_rescale_q_rnd(d, v->tb, av_inv_q(v->rate), AV_ROUND_NEAR_INF);
+  if (f == INT64_MIN) return INT64_MIN; /* av_rescale's overflow */
+  const int64_t lim = INT64_C(1) << 62;
+  return f > lim ? lim : f < -lim ? -lim : f;
 }
 
 lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
@@ -326,18 +382,28 @@ lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
   *h = v.dec->height, *w = v.dec->width;
   AVStream *st = v.fmt->streams[v.stream];
   int64_t n = st->nb_frames;
-  if (n <= 0 && st->duration > 0) n = ff.av_rescale_q(st->duration, st->time_base, av_inv_q(v.rate));
-  if (n <= 0) { /* the container does not say (MKV, WebM): its video packets counted, nothing decoded */
+  if ((n <= 0 || n > VIDEO_MAX_FRAMES) && st->duration > 0)
+    n = ff.av_rescale_q(st->duration, st->time_base, av_inv_q(v.rate));
+  lam_status s = LAM_OK;
+  /* the container does not say (MKV, WebM), or claims more than a video has: its video packets counted, nothing
+   * decoded */
+  if (n <= 0 || n > VIDEO_MAX_FRAMES) {
     AVPacket *pkt = ff.av_packet_alloc();
+    if (!pkt) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
     n = 0;
-    while (pkt && ff.av_read_frame(v.fmt, pkt) >= 0) {
+    int e = 0;
+    while (pkt && n <= VIDEO_MAX_FRAMES && (e = vid_read(&v, pkt)) >= 0) {
       n += pkt->stream_index == v.stream;
       ff.av_packet_unref(pkt);
     }
+    if (pkt && e == VID_STALLED) s = read_failed(path, e);
     ff.av_packet_free(&pkt);
   }
   vid_close(&v);
-  if (n <= 0) return LAM_FAIL(LAM_ERR_IO, "video file '%s' holds no frames", path);
+  LAM_TRY(s);
+  if (n <= 0 || n > VIDEO_MAX_FRAMES)
+    return LAM_FAIL(LAM_ERR_IO, "video file '%s' holds %s frames (1 to 2^30); the file is damaged", path,
+                    n <= 0 ? "no" : "too many");
   *frames = n;
   return LAM_OK;
 }
@@ -346,8 +412,13 @@ lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
  * own size by swscale, then fitted. */
 static lam_status put_frame(const char *path, const AVFrame *f, int C, int H, int W, uint8_t *out) {
   const enum AVPixelFormat want = C == 1 ? AV_PIX_FMT_GRAY8 : AV_PIX_FMT_RGB24;
+  if (!frame_ok(f->width, f->height)) /* a size changed mid-stream is bounded as the header's was */
+    return LAM_FAIL(LAM_ERR_IO, "video file '%s': a frame of %dx%d (1 to %d a side, %d pixels at most); the file is "
+                    "damaged", path, f->width, f->height, VIDEO_MAX_SIDE, VIDEO_MAX_PIXELS);
   frame_tls *t = tls_get();
-  const size_t bytes = (size_t)f->width * f->height * C;
+  /* swscale writes its rows in blocks, past a row's last pixel (24 bytes past a 24-pixel RGB frame's end): it is given
+   * rows of a 64-byte multiple and 256 bytes more, then the rows are packed for image_fit */
+  const size_t row = (size_t)f->width * C, pitch = (row + 63) & ~(size_t)63, bytes = pitch * f->height + 256;
   if (t && t->cap < bytes) {
     free(t->px);
     t->cap = (t->px = malloc(bytes)) ? bytes : 0;
@@ -358,8 +429,9 @@ static lam_status put_frame(const char *path, const AVFrame *f, int C, int H, in
   if (!t->sws) return LAM_FAIL(LAM_ERR_IO, "video file '%s': frames of format %d cannot be converted", path, f->format);
   data_image im = {f->height, f->width, C, t->px};
   uint8_t *dst[4] = {im.px, NULL, NULL, NULL};
-  int stride[4] = {f->width * C, 0, 0, 0};
+  int stride[4] = {(int)pitch, 0, 0, 0};
   ff.sws_scale(t->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
+  for (int y = 1; y < f->height; y++) memmove(im.px + y * row, im.px + y * pitch, row);
   image_fit(&im, H, W, out);
   return LAM_OK;
 }
@@ -378,16 +450,26 @@ static lam_status put_any(const char *path, const AVFrame *f, AVFrame *sw, int C
 
 static lam_status clip_read(const char *path, int gpu, int64_t first, int stride, int T, int C, int H, int W,
                             uint8_t *out) {
-  LAM_CHECK_ARG(first >= 0 && stride >= 1 && T >= 1 && (C == 1 || C == 3) && H >= 1 && W >= 1,
-                "video_clip: first %lld, stride %d, %d frames of %dx%dx%d", (long long)first, stride, T, C, H, W);
+  LAM_CHECK_ARG(first >= 0 && first < VIDEO_MAX_FRAMES && stride >= 1 && stride <= 1 << 20 && T >= 1 &&
+                T <= 1 << 20 && (C == 1 || C == 3) && H >= 1 && W >= 1,
+                "video_clip: first %lld (below 2^30), stride %d, %d frames (1 to 2^20) of %dx%dx%d", (long long)first,
+                stride, T, C, H, W);
   vid v;
   LAM_TRY(vid_open(path, gpu, &v));
   char why[128];
   const size_t frame = (size_t)H * W * C;
-  const int64_t ts = v.start_pts + ff.av_rescale_q(first, av_inv_q(v.rate), v.tb);
-  /* the key frame at or before the clip's first frame; a file that cannot seek is read from its start */
-  if (first > 0 && ff.av_seek_frame(v.fmt, v.stream, ts, AVSEEK_FLAG_BACKWARD) < 0)
+  /* the key frame at or before the clip's first frame; a file that cannot seek (or whose times do not reach the
+   * frame: a damaged file's) is read from its start */
+  const int64_t off = ff.av_rescale_q(first, av_inv_q(v.rate), v.tb);
+  int64_t ts;
+  if (first > 0 && (off == INT64_MIN || __builtin_add_overflow(v.start_pts, off, &ts) ||
+                    ff.av_seek_frame(v.fmt, v.stream, ts, AVSEEK_FLAG_BACKWARD) < 0))
     ff.av_seek_frame(v.fmt, v.stream, v.start_pts, AVSEEK_FLAG_BACKWARD);
+  /* what the clip may cost: its last frame's number of video packets twice over (a key frame before it at worst the
+   * file's first, a frame of two fields two packets) and VIDEO_MAX_STALL more; and VIDEO_MAX_STALL packets in a row
+   * without a frame. A decode that makes no progress is a damaged file, never a hang. */
+  const int64_t last = first + (int64_t)(T - 1) * stride, budget = 2 * (last + 1) + VIDEO_MAX_STALL;
+  int64_t packets = 0, frames = 0, idle = 0;
   AVPacket *pkt = ff.av_packet_alloc();
   AVFrame *f = ff.av_frame_alloc(), *sw = gpu ? ff.av_frame_alloc() : NULL;
   AVFrame *tail = ff.av_frame_alloc(); /* the last frame decoded past the clip's */
@@ -397,19 +479,26 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
   int got = 0, draining = 0, from_start = 0;
   int64_t last_idx = -1;
   while (s == LAM_OK && got < T) {
+    if (packets > budget || frames > budget || idle > VIDEO_MAX_STALL) {
+      s = LAM_FAIL(LAM_ERR_IO, "video file '%s': decoding makes no progress (%lld video packets read and %lld frames "
+                   "decoded for a clip ending at frame %lld, %lld packets since the last frame); the file is damaged",
+                   path, (long long)packets, (long long)frames, (long long)last, (long long)idle);
+      break;
+    }
     int e = ff.avcodec_receive_frame(v.dec, f);
     if (e == AVERROR(EAGAIN)) {
       if (draining) break;
-      e = ff.av_read_frame(v.fmt, pkt);
+      e = vid_read(&v, pkt);
       if (e == AVERROR_EOF) {
         ff.avcodec_send_packet(v.dec, NULL), draining = 1;
         continue;
       }
       if (e < 0) {
-        s = LAM_FAIL(LAM_ERR_IO, "video file '%s': reading it failed: %s; the file is damaged", path,
-                     av_why(e, why, sizeof why));
+        s = read_failed(path, e);
         break;
       }
+      idle++;
+      packets += pkt->stream_index == v.stream;
       if (pkt->stream_index == v.stream && (e = ff.avcodec_send_packet(v.dec, pkt)) < 0 && e != AVERROR(EAGAIN))
         s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a packet cannot be decoded: %s; the file is damaged", path,
                      av_why(e, why, sizeof why));
@@ -424,8 +513,10 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
     }
     /* the frame's own time (best_effort_timestamp guesses from the packets' decode times, and after a seek guesses
      * one frame early) */
+    frames++, idle = 0;
     const int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
-    const int64_t idx = pts != AV_NOPTS_VALUE ? frame_of(&v, pts) : last_idx + 1;
+    int64_t idx = frame_of(&v, pts);
+    if (idx == INT64_MIN) idx = last_idx + 1; /* no time: the next frame */
     if (got == 0 && idx > first && first > 0 && !from_start) {
       /* the seek landed past the clip's first frame (a file whose index marks frames key that are not, so the
        * decoder waits for a real one): read it from its start instead */
