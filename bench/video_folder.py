@@ -37,7 +37,8 @@ Training (--parts train; E = --train-epochs, default 5; epoch time the median of
            always streams: no cache, no resident copy); per epoch seconds (the training pass: its test pass is not
            in them, as PyTorch's is not), clips/s, data_wait_ms (the time the GPU waited for batch copies; its share
            of the epoch) and test_acc. Where this lamina has no --test-clips,
-           K = 1 on both sides (said in the output). --lamina-decode gpu: the same run with --decode gpu added
+           K = 1 on both sides (said in the output). --lr-schedule cosine: lamina's --lr-schedule cosine, and PyTorch's
+           rate set before each step to lr (1 + cos(pi t / steps)) / 2, as src/nn/schedule.c computes it. --lamina-decode gpu: the same run with --decode gpu added
            (a hook for NVDEC, run only where this lamina says it has a GPU video decoder: lamina info --json's
            'nvdec' or 'video_gpu', or NVDEC in train --help; none has yet, and --decode gpu is JPEG's).
   PyTorch: the same net written out (bench/clips.py's 'max': per frame conv-bn-relu 32, maxpool, 64, maxpool, 64,
@@ -85,6 +86,9 @@ ap.add_argument("--epochs", type=int, default=2, help="epochs of the data path a
 ap.add_argument("--train-epochs", type=int, default=5)
 ap.add_argument("--test-clips", type=int, default=5, help="K clips a test video, softmax averaged (both sides)")
 ap.add_argument("--lr", type=float, default=2e-3)
+ap.add_argument("--lr-schedule", choices=["constant", "cosine"], default="constant",
+                help="both sides: lamina --lr-schedule; PyTorch the same rate each step, lr (1 + cos(pi t / steps)) / 2 "
+                     "(a cosine to 0 over the run calms the test accuracy's epoch-to-epoch swings)")
 ap.add_argument("--seed", type=int, default=1, help="the training seed of both sides (lamina --seed, torch.manual_seed)")
 ap.add_argument("--acc-last", type=int, default=3,
                 help="also the test accuracy averaged over the last K epochs, both sides (one epoch's moves by points)")
@@ -504,7 +508,7 @@ def lamina_clips(decode):
     E = a.train_epochs
     cmd = [a.lamina, "train", "--data", data, "--model", a.spec, "--frames", str(T), "--frame-stride", str(S),
            "--cache", "", "--epochs", str(E), "--batch", str(a.batch), "--opt", "adam", "--lr", repr(a.lr), "--seed",
-           str(a.seed), "--precision", a.precision, *(["--test-clips", str(KC)] if KC != 1 else []),
+           str(a.seed), "--precision", a.precision, "--lr-schedule", a.lr_schedule, *(["--test-clips", str(KC)] if KC != 1 else []),
            *(["--decode", "gpu"] if decode == "gpu" else []), "--no-progress", "--json", *dev_args]
     o, wall, err = run(cmd)
     if o is None:
@@ -545,11 +549,23 @@ def torch_run(way):
         raise RuntimeError("'compile' (torch.compile + a CUDA graph) needs CUDA")
     torch.manual_seed(a.seed)
     net = Max(K).to(dev).to(memory_format=torch.channels_last)
-    opt = torch.optim.Adam(net.parameters(), lr=a.lr, capturable=(way == "compile"))
+    cosine = a.lr_schedule == "cosine"
+    # the captured step reads its rate from a tensor filled before each replay (as bench/trainbench.py's torch_train)
+    lr_t = torch.tensor(a.lr, dtype=torch.float32, device=dev) if cosine and way == "compile" else a.lr
+    opt = torch.optim.Adam(net.parameters(), lr=lr_t, capturable=(way == "compile"))
     ac = torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16")
     B = a.batch
     ds = Clips(TRAIN, True)
     dl = loader(ds, a.train_workers, drop_last=way == "compile")
+    total, t_step = a.train_epochs * len(dl), 0
+
+    def set_rate():  # lamina's cosine (src/nn/schedule.c, no warm-up): the rate of step t of the run
+        r = a.lr * (1 + math.cos(math.pi * min(t_step, total - 1) / total)) / 2
+        if torch.is_tensor(lr_t):
+            lr_t.fill_(r)
+        else:
+            for g in opt.param_groups:
+                g["lr"] = r
 
     def step_of(model, x, y):
         def step():
@@ -586,6 +602,9 @@ def torch_run(way):
             xb, yb = xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
             wait += time.perf_counter() - tw
             n += xb.shape[0]
+            if cosine:
+                set_rate()
+                t_step += 1
             if way == "compile":
                 xs.copy_(norm(xb)), ys.copy_(yb)
                 graph.replay()
