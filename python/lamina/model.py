@@ -9,7 +9,7 @@ from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from ctypes import byref, c_double, c_float, c_int, c_void_p, create_string_buffer
+from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int, c_void_p, create_string_buffer
 
 from . import _arrays, _folder, _lib
 from ._context import Closing, ModelContext, get_context
@@ -850,29 +850,35 @@ class Model(Closing):
             self._release_batch()
         return logits if oh * ow > 1 else logits.reshape(n, k)
 
-    def predict(self, x, batch_size=1000, layout=None, frame_stride=None):
+    def predict(self, x, batch_size=1000, layout=None, frame_stride=None, test_clips=1):
         """Predicted class of each uint8 image in x: int64 (n,), or (n, H, W) for a model that labels
         every pixel.
 
         Or, for a model of clips, x a path: a video file, or a folder whose video files (.mp4, .avi, .mkv,
         .webm, .mov, at any depth: a video folder's DIR/test/CLASS/*.mp4 too) are each predicted. From each
         video its middle clip is read, the clip a video folder's test part takes (so evaluate(DIR) and predict
-        on its test folder see the same clips): the model's frames, every frame_stride-th (default 2; give the
-        one the model was trained with), each fitted to the model's height and width (cover, centre crop) in its
-        channels, decoded on the host threads batch_size clips at a time (at most 64). Returns a VideoPredictions:
+        on its test folder see the same clips), or with test_clips=K its K clips evenly spaced, their softmax
+        averaged (`lamina predict --test-clips K`): the model's frames, every frame_stride-th (default: the
+        stride the model was trained at where its checkpoint keeps it, else 2), each fitted to the model's height
+        and width (cover, centre crop) in its channels, decoded on the host threads a batch at a time. Returns a VideoPredictions:
         files, classes (int64, one a video), probabilities (float64, the softmax, a row a video) and names (the
         classes' names where the model keeps them, else None). A file that is not a readable video raises
         LaminaError naming it."""
         if isinstance(x, (str, os.PathLike)):
-            return self._predict_videos(x, batch_size, frame_stride)
+            return self._predict_videos(x, batch_size, frame_stride, test_clips)
         if frame_stride is not None:
             raise ValueError("frame_stride is for predict(path) on video files")
+        if test_clips != 1:
+            raise ValueError("test_clips is for predict(path) on video files")
         return self.predict_logits(x, batch_size, layout).argmax(axis=1)
 
-    def _predict_videos(self, path, batch_size, frame_stride):
-        """predict(path): each video's middle clip (lam_video_read_clip) through predict_logits, softmaxed."""
+    def _predict_videos(self, path, batch_size, frame_stride, test_clips):
+        """predict(path): test_clips clips of each video (lam_dataset_load_videos) through the model, their softmax
+        averaged (lam_predict_clips), as `lamina predict --test-clips K` does."""
         batch_size = _positive_int(batch_size, "batch_size", 65536)
-        stride = _positive_int(FRAME_STRIDE if frame_stride is None else frame_stride, "frame_stride", 1000)
+        kept = lib.lam_model_frame_stride(self._handle())  # 0: the model keeps none
+        stride = _positive_int(frame_stride if frame_stride is not None else kept or FRAME_STRIDE, "frame_stride", 1000)
+        test_clips = _positive_int(test_clips, "test_clips", 64)
         if len(self.input_shape) != 4:
             raise ValueError(f"predict(path) reads video files, whose samples are clips, and this model takes images "
                              f"of {self.input_shape}: give the images as an array")
@@ -881,17 +887,17 @@ class Model(Closing):
             raise ValueError(f"predict: this lamina reads no video files: {why}")
         files = _folder.video_files(path)
         t, (c, h, w) = self.frames, self._chw
-        chunk = min(batch_size, 64)  # the decoded clips held at once: 64 x t x c x h x w bytes
-        threads = max(1, lib.lam_ctx_threads(self._ctx.ptr))
+        o = _lib.ImageOpts()
+        o.h, o.w, o.frames, o.frame_stride, o.test_clips = h, w, t, stride, test_clips
+        names = (c_char_p * len(files))(*[os.fsencode(f) for f in files])
+        d = POINTER(_lib.Dataset)()
+        check(lib.lam_dataset_load_videos(names, len(files), c, byref(o), byref(d)), f"reading the videos of {path!r}")
         probs = np.empty((len(files), self.outputs), np.float64)
-        with ThreadPoolExecutor(max_workers=threads) as pool:  # ctypes lets go of the GIL while C decodes
-            for off in range(0, len(files), chunk):
-                names = files[off:off + chunk]
-                clips = np.empty((len(names), t, h, w, c), np.uint8)  # as video_clip writes them
-                list(pool.map(lambda i: _folder.read_clip(names[i], stride, clips[i]), range(len(names))))
-                z = self.predict_logits(clips, batch_size, layout="nhwc").astype(np.float64)
-                z = np.exp(z - z.max(axis=1, keepdims=True))
-                probs[off:off + len(names)] = z / z.sum(axis=1, keepdims=True)
+        try:  # decoded on the host threads a batch at a time: memory bounded whatever the count
+            check(lib.lam_predict_clips(self._handle(), d, min(batch_size, 64 * test_clips), probs.ctypes.data, None),
+                  f"predicting on the videos of {path!r}")
+        finally:
+            lib.lam_dataset_free(d)
         classes = probs.argmax(axis=1)
         names = [lib.lam_model_class_name(self._handle(), int(k)) for k in classes]
         names = None if any(n is None for n in names) else [n.decode(errors="replace") for n in names]

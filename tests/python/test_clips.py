@@ -176,6 +176,16 @@ class VideoFolders(unittest.TestCase):
         self.assertAlmostEqual(float(one.probabilities.sum()), 1.0, places=12)
         # another stride reads other frames (the videos move): other probabilities
         self.assertFalse(np.allclose(m.predict(test, frame_stride=1).probabilities, p.probabilities, atol=1e-6))
+        # no frame_stride: the one the checkpoint keeps (the CLI trained at 3)
+        self.assertTrue(np.array_equal(m.predict(test).probabilities, p.probabilities))
+        # test_clips=3: the softmax of 3 clips a video averaged, as `lamina predict --test-clips 3` gives it
+        k3 = m.predict(test, test_clips=3)
+        cli = run_cli("predict", "--load", self.ckpt, "--input", test, "--test-clips", "3", "--device", "cpu", "--json")
+        self.assertEqual(k3.files, [r["name"] for r in cli])
+        self.assertTrue(np.allclose(k3.probabilities, [r["probabilities"] for r in cli], rtol=0, atol=1e-6))
+        self.assertFalse(np.allclose(k3.probabilities, p.probabilities, atol=1e-6), "3 clips read as one")
+        with self.assertRaisesRegex(ValueError, "test_clips"):
+            m.predict(test, test_clips=65)
         m.close()
 
     def test_errors(self):
