@@ -292,6 +292,7 @@ _SIGNATURES = {
                                           POINTER(POINTER(Dataset))]),
     "lam_predict_clips": (_status, [_P, POINTER(Dataset), c_int, _P, _P]),
     "lam_model_frame_stride": (c_int, [_P]),
+    "lam_model_set_frame_stride": (_status, [_P, c_int]),
     "lam_video_file_name": (c_int, [c_char_p]),
     "lam_dataset_is_video_folder": (c_int, [c_char_p]),
     "lam_model_class_name": (c_char_p, [_P, c_int]),

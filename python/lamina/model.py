@@ -675,6 +675,8 @@ class Model(Closing):
         if names:
             cnames = (_lib.c_char_p * (len(names) + 1))(*[n.encode() for n in names], None)
         check(lib.lam_model_set_fit(self._handle(), opts.h, opts.w, cnames))
+        if frames is not None:  # a video folder's: kept in the checkpoint, evaluate and predict's default
+            check(lib.lam_model_set_frame_stride(self._handle(), frame_stride))
         return x, y, test
 
     def _video_args(self, path, frames, frame_stride, stream, what):
@@ -700,7 +702,8 @@ class Model(Closing):
             raise ValueError(f"{what}: frames={frames}, and the model takes clips of {self.frames} frames: leave "
                              f"frames out (the model's) or build the model with input_shape=({frames}, "
                              f"{', '.join(map(str, self._chw))})")
-        stride = _positive_int(FRAME_STRIDE if frame_stride is None else frame_stride, "frame_stride", 1000)
+        kept = lib.lam_model_frame_stride(self._handle())  # the stride it was fitted at, 0 where none
+        stride = _positive_int(frame_stride if frame_stride is not None else kept or FRAME_STRIDE, "frame_stride", 1000)
         if stream is False:
             raise ValueError(f"{what}: {where} is a folder of videos, which is always streamed (each clip decoded from "
                              f"its file when its batch is needed): leave stream out or give stream=True")

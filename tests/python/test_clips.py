@@ -148,6 +148,14 @@ class VideoFolders(unittest.TestCase):
         again = self.model().fit(self.videos, frame_stride=3, size=(40, 48), epochs=2, batch_size=4, verbose=0,
                                  stream=True)
         self.assertEqual([r["loss"] for r in again], [r["loss"] for r in h])
+        # the stride fitted at is kept (in the checkpoint too): evaluate and predict default to it
+        saved = os.path.join(self.tmp.name, "py.lamina")
+        m.save(saved)
+        back = lamina.load(saved, device=DEV)
+        test = os.path.join(self.videos, "test")
+        self.assertTrue(np.array_equal(back.predict(test).probabilities, m.predict(test, frame_stride=3).probabilities))
+        self.assertEqual(back.evaluate(self.videos)["loss"], ev["loss"])
+        back.close()
         m.close()
 
     def test_predict_files_and_folders(self):
