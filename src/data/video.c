@@ -635,6 +635,8 @@ lam_status video_write(const char *path, const uint8_t *frames, int n, int h, in
   AVCodecContext *enc = s == LAM_OK ? ff.avcodec_alloc_context3(codec) : NULL;
   AVFrame *f = ff.av_frame_alloc();
   AVPacket *pkt = ff.av_packet_alloc();
+  uint8_t *pad = NULL; /* a frame in rows swscale may read past (below) */
+  size_t pitch = 0;
   struct SwsContext *sws = NULL;
   if (s == LAM_OK && (!st || !enc || !f || !pkt)) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory");
   if (s == LAM_OK) {
@@ -657,6 +659,9 @@ lam_status video_write(const char *path, const uint8_t *frames, int n, int h, in
     if (ff.av_frame_get_buffer(f, 0) < 0) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory for a frame");
     sws = ff.sws_getContext(w, h, c == 1 ? AV_PIX_FMT_GRAY8 : AV_PIX_FMT_RGB24, w, h, enc->pix_fmt, SWS_BILINEAR, NULL,
                          NULL, NULL);
+    pitch = ((size_t)w * c + 63) & ~(size_t)63;
+    if (s == LAM_OK && !(pad = calloc(1, pitch * h + 256)))
+      s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory for a frame");
     if (s == LAM_OK && !sws) s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "video_write: no converter to YUV 4:2:0");
   }
   for (int i = 0; s == LAM_OK && i <= n; i++) { /* i == n: the encoder flushed */
@@ -665,8 +670,12 @@ lam_status video_write(const char *path, const uint8_t *frames, int n, int h, in
         s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video_write: no memory for a frame");
         break;
       }
-      const uint8_t *src[4] = {frames + (size_t)i * h * w * c, NULL, NULL, NULL};
-      const int sstride[4] = {w * c, 0, 0, 0};
+      /* swscale reads its rows in blocks too, past a row's last pixel (and past the last row's end: past the
+       * caller's buffer): each frame goes to it from rows of a 64-byte multiple with 256 bytes after them */
+      const size_t row = (size_t)w * c;
+      for (int y = 0; y < h; y++) memcpy(pad + y * pitch, frames + ((size_t)i * h + y) * row, row);
+      const uint8_t *src[4] = {pad, NULL, NULL, NULL};
+      const int sstride[4] = {(int)pitch, 0, 0, 0};
       ff.sws_scale(sws, src, sstride, 0, h, f->data, f->linesize);
       f->pts = i;
     }
@@ -686,6 +695,7 @@ lam_status video_write(const char *path, const uint8_t *frames, int n, int h, in
   if (s == LAM_OK && (e = ff.av_write_trailer(fmt)) < 0)
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its trailer cannot be written: %s", path, av_why(e, why, sizeof why));
   if (fmt && fmt->pb && !(fmt->oformat->flags & AVFMT_NOFILE)) ff.avio_closep(&fmt->pb);
+  free(pad);
   ff.sws_freeContext(sws);
   ff.av_packet_free(&pkt);
   ff.av_frame_free(&f);
