@@ -219,6 +219,10 @@ typedef struct vid {
   int gpu;
   int64_t pos;  /* the file's byte position after the last packet read (vid_read) */
   int stalled;  /* packets read in a row that took no byte of the file */
+  /* vid_next's: the decoder drained; video packets read, frames decoded, packets since the last frame; the packets
+   * and frames a read may take (budget) and the frame it reads up to (last, for the error), -1 the whole video */
+  int draining;
+  int64_t packets, frames, idle, budget, last;
 } vid;
 
 /* Whether a decoder opened for a and one for b decode alike. */
@@ -365,6 +369,50 @@ static lam_status read_failed(const char *path, int e) {
                   av_why(e, why, sizeof why));
 }
 
+/* The decoder's next frame into f, reading the packets it needs: 1 a frame, 0 the video's end, -1 an error (in *s):
+ * a damaged file, or a decode that makes no progress (more than v->budget video packets or frames, or VIDEO_MAX_STALL
+ * packets in a row without a frame: never a hang). */
+static int vid_next(vid *v, const char *path, AVPacket *pkt, AVFrame *f, lam_status *s) {
+  char why[128];
+  for (;;) {
+    if (v->packets > v->budget || v->frames > v->budget || v->idle > VIDEO_MAX_STALL) {
+      *s = LAM_FAIL(LAM_ERR_IO, "video file '%s': decoding makes no progress (%lld video packets read and %lld frames "
+                    "decoded for a clip ending at frame %lld, %lld packets since the last frame); the file is damaged",
+                    path, (long long)v->packets, (long long)v->frames, (long long)v->last, (long long)v->idle);
+      return -1;
+    }
+    int e = ff.avcodec_receive_frame(v->dec, f);
+    if (e == AVERROR(EAGAIN)) {
+      if (v->draining) return 0;
+      e = vid_read(v, pkt);
+      if (e == AVERROR_EOF) {
+        ff.avcodec_send_packet(v->dec, NULL), v->draining = 1;
+        continue;
+      }
+      if (e < 0) {
+        *s = read_failed(path, e);
+        return -1;
+      }
+      v->idle++;
+      v->packets += pkt->stream_index == v->stream;
+      if (pkt->stream_index == v->stream && (e = ff.avcodec_send_packet(v->dec, pkt)) < 0 && e != AVERROR(EAGAIN))
+        *s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a packet cannot be decoded: %s; the file is damaged", path,
+                      av_why(e, why, sizeof why));
+      ff.av_packet_unref(pkt);
+      if (*s != LAM_OK) return -1;
+      continue;
+    }
+    if (e == AVERROR_EOF) return 0;
+    if (e < 0) {
+      *s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a frame cannot be decoded: %s; the file is damaged", path,
+                    av_why(e, why, sizeof why));
+      return -1;
+    }
+    v->frames++, v->idle = 0;
+    return 1;
+  }
+}
+
 /* The frame number of a presentation time; INT64_MIN where it has none (out of int64's range: a damaged file), the
  * rest kept within +-2^62 so that the clip's arithmetic on it cannot overflow. */
 static int64_t frame_of(const vid *v, int64_t pts) {
@@ -374,6 +422,13 @@ static int64_t frame_of(const vid *v, int64_t pts) {
   if (f == INT64_MIN) return INT64_MIN; /* av_rescale's overflow */
   const int64_t lim = INT64_C(1) << 62;
   return f > lim ? lim : f < -lim ? -lim : f;
+}
+
+/* The number of decoded frame f, following last_idx: its own time (best_effort_timestamp guesses from the packets'
+ * decode times, and after a seek guesses one frame early), or where it has none the frame after last_idx. */
+static int64_t frame_number(const vid *v, const AVFrame *f, int64_t last_idx) {
+  const int64_t idx = frame_of(v, f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp);
+  return idx == INT64_MIN ? last_idx + 1 : idx;
 }
 
 lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
@@ -456,7 +511,6 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
                 stride, T, C, H, W);
   vid v;
   LAM_TRY(vid_open(path, gpu, &v));
-  char why[128];
   const size_t frame = (size_t)H * W * C;
   /* the key frame at or before the clip's first frame; a file that cannot seek (or whose times do not reach the
    * frame: a damaged file's) is read from its start */
@@ -468,62 +522,24 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
   /* what the clip may cost: its last frame's number of video packets twice over (a key frame before it at worst the
    * file's first, a frame of two fields two packets) and VIDEO_MAX_STALL more; and VIDEO_MAX_STALL packets in a row
    * without a frame. A decode that makes no progress is a damaged file, never a hang. */
-  const int64_t last = first + (int64_t)(T - 1) * stride, budget = 2 * (last + 1) + VIDEO_MAX_STALL;
-  int64_t packets = 0, frames = 0, idle = 0;
+  v.last = first + (int64_t)(T - 1) * stride, v.budget = 2 * (v.last + 1) + VIDEO_MAX_STALL;
   AVPacket *pkt = ff.av_packet_alloc();
   AVFrame *f = ff.av_frame_alloc(), *sw = gpu ? ff.av_frame_alloc() : NULL;
   AVFrame *tail = ff.av_frame_alloc(); /* the last frame decoded past the clip's */
   int tail_held = 0;
   lam_status s = pkt && f && tail && (sw || !gpu) ? LAM_OK
                                                  : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
-  int got = 0, draining = 0, from_start = 0;
+  int got = 0, from_start = 0;
   int64_t last_idx = -1;
-  while (s == LAM_OK && got < T) {
-    if (packets > budget || frames > budget || idle > VIDEO_MAX_STALL) {
-      s = LAM_FAIL(LAM_ERR_IO, "video file '%s': decoding makes no progress (%lld video packets read and %lld frames "
-                   "decoded for a clip ending at frame %lld, %lld packets since the last frame); the file is damaged",
-                   path, (long long)packets, (long long)frames, (long long)last, (long long)idle);
-      break;
-    }
-    int e = ff.avcodec_receive_frame(v.dec, f);
-    if (e == AVERROR(EAGAIN)) {
-      if (draining) break;
-      e = vid_read(&v, pkt);
-      if (e == AVERROR_EOF) {
-        ff.avcodec_send_packet(v.dec, NULL), draining = 1;
-        continue;
-      }
-      if (e < 0) {
-        s = read_failed(path, e);
-        break;
-      }
-      idle++;
-      packets += pkt->stream_index == v.stream;
-      if (pkt->stream_index == v.stream && (e = ff.avcodec_send_packet(v.dec, pkt)) < 0 && e != AVERROR(EAGAIN))
-        s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a packet cannot be decoded: %s; the file is damaged", path,
-                     av_why(e, why, sizeof why));
-      ff.av_packet_unref(pkt);
-      continue;
-    }
-    if (e == AVERROR_EOF) break;
-    if (e < 0) {
-      s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a frame cannot be decoded: %s; the file is damaged", path,
-                   av_why(e, why, sizeof why));
-      break;
-    }
-    /* the frame's own time (best_effort_timestamp guesses from the packets' decode times, and after a seek guesses
-     * one frame early) */
-    frames++, idle = 0;
-    const int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
-    int64_t idx = frame_of(&v, pts);
-    if (idx == INT64_MIN) idx = last_idx + 1; /* no time: the next frame */
+  while (s == LAM_OK && got < T && vid_next(&v, path, pkt, f, &s) > 0) {
+    const int64_t idx = frame_number(&v, f, last_idx);
     if (got == 0 && idx > first && first > 0 && !from_start) {
       /* the seek landed past the clip's first frame (a file whose index marks frames key that are not, so the
        * decoder waits for a real one): read it from its start instead */
       ff.av_frame_unref(f);
       ff.avcodec_flush_buffers(v.dec);
       ff.av_seek_frame(v.fmt, v.stream, v.start_pts, AVSEEK_FLAG_BACKWARD);
-      from_start = 1, draining = 0, last_idx = -1;
+      from_start = 1, v.draining = 0, last_idx = -1;
       continue;
     }
     last_idx = idx;
@@ -571,41 +587,14 @@ lam_status video_frames(const char *path, int C, int H, int W, video_frame_fn fn
   LAM_CHECK_ARG((C == 1 || C == 3) && H >= 1 && W >= 1 && fn, "video_frames: frames of %dx%dx%d", H, W, C);
   vid v;
   LAM_TRY(vid_open(path, 0, &v));
-  char why[128];
   AVPacket *pkt = ff.av_packet_alloc();
   AVFrame *f = ff.av_frame_alloc();
   uint8_t *px = malloc((size_t)H * W * C);
   lam_status s = pkt && f && px ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory", path);
-  int draining = 0;
+  v.last = -1, v.budget = INT64_MAX; /* the whole video: bounded by VIDEO_MAX_STALL alone */
   int64_t last_idx = -1;
-  while (s == LAM_OK) {
-    int e = ff.avcodec_receive_frame(v.dec, f);
-    if (e == AVERROR(EAGAIN)) {
-      if (draining) break;
-      e = ff.av_read_frame(v.fmt, pkt);
-      if (e == AVERROR_EOF) {
-        ff.avcodec_send_packet(v.dec, NULL), draining = 1;
-        continue;
-      }
-      if (e < 0) {
-        s = LAM_FAIL(LAM_ERR_IO, "video file '%s': reading it failed: %s; the file is damaged", path,
-                     av_why(e, why, sizeof why));
-        break;
-      }
-      if (pkt->stream_index == v.stream && (e = ff.avcodec_send_packet(v.dec, pkt)) < 0 && e != AVERROR(EAGAIN))
-        s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a packet cannot be decoded: %s; the file is damaged", path,
-                     av_why(e, why, sizeof why));
-      ff.av_packet_unref(pkt);
-      continue;
-    }
-    if (e == AVERROR_EOF) break;
-    if (e < 0) {
-      s = LAM_FAIL(LAM_ERR_IO, "video file '%s': a frame cannot be decoded: %s; the file is damaged", path,
-                   av_why(e, why, sizeof why));
-      break;
-    }
-    const int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp; /* as video_clip */
-    const int64_t idx = pts != AV_NOPTS_VALUE ? frame_of(&v, pts) : last_idx + 1;
+  while (s == LAM_OK && vid_next(&v, path, pkt, f, &s) > 0) {
+    const int64_t idx = frame_number(&v, f, last_idx); /* as clip_read numbers it */
     last_idx = idx;
     s = put_frame(path, f, C, H, W, px);
     if (s == LAM_OK) s = fn(arg, idx, px);
