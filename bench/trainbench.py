@@ -1,4 +1,4 @@
-"""What bench/clips.py and bench/segment.py share: lamina's training run read from its --json, IDX files, and
+"""What bench/clips.py, bench/segment.py, bench/seg_folder.py and bench/video_folder.py share: lamina's training run read from its --json, IDX files, and
 PyTorch's two ways of training the same net on the same uint8 data resident on the GPU — 'eager' (channels_last;
 bf16: autocast) and 'compile' (torch.compile(mode="max-autotune-no-cudagraphs") of the loss step, its forward,
 backward and Adam in one CUDA graph captured by hand after warm-up, each batch gathered into static buffers), its
@@ -10,6 +10,57 @@ import numpy as np
 
 def say(*x):
     print(*x, flush=True)
+
+
+# ---- the folder benches' (seg_folder.py, video_folder.py) small helpers
+
+def hw(s):
+    h, _, w = s.lower().partition("x")
+    return int(h), int(w or h)
+
+
+def run(cmd):
+    """cmd's stdout and wall seconds; None (its stderr said) where it failed or could not start."""
+    say(f"  $ {' '.join(c if c else repr(c) for c in cmd)}")
+    t = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as ex:
+        say(f"    could not start: {ex}")
+        return None, 0.0, str(ex)
+    wall = time.perf_counter() - t
+    if p.returncode:
+        say(f"    failed (exit {p.returncode}): {(p.stderr or p.stdout)[-1500:].strip()}")
+        return None, wall, (p.stderr or p.stdout)[-2000:]
+    return p.stdout, wall, None
+
+
+def last_json(text):
+    """The last JSON object in text: a line that is one, else the whole text."""
+    for line in reversed(text.splitlines()):
+        if line.strip().startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                pass
+    return json.loads(text)
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def epoch_med(xs):  # the median of epochs 2..E, the last where E <= 2
+    return (xs[-1] if len(xs) <= 2 else statistics.median(xs[1:])) if xs else None
+
+
+def f(x, fmt=".3f"):
+    return "n/a" if x is None else format(x, fmt)
+
+
+def pct(x, fmt=".2f"):
+    return f(None if x is None else 100 * x, fmt)
 
 
 def idx(path):

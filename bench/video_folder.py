@@ -61,12 +61,12 @@ Training (--parts train; E = --train-epochs, default 5; epoch time the median of
       [--lamina-decode cpu|gpu] [--json FILE]
   On a machine without a GPU (a check of the script): --device cpu --n 40 --test 10 --size 32 --frames 4
       --batch 4 --epochs 1 --train-epochs 2 --workers 2 --train-workers 2 --ways eager --test-clips 2"""
-import argparse, json, math, os, resource, shutil, statistics, subprocess, sys, tempfile, time, traceback
+import argparse, json, math, os, resource, shutil, subprocess, sys, tempfile, time, traceback
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainbench import capture_graph, say, torch_ways  # noqa: E402
+from trainbench import capture_graph, epoch_med, f, hw, last_json, med, pct, run, say, torch_ways  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,11 +110,6 @@ T, S = a.frames, a.frame_stride
 SPAN = (T - 1) * S + 1
 
 
-def hw(s):
-    h, _, w = s.lower().partition("x")
-    return int(h), int(w or h)
-
-
 SH, SW = hw(a.size)
 out = dict(meta=dict(args=vars(a), date=time.strftime("%Y-%m-%d %H:%M:%S")), set={}, data={}, train={})
 
@@ -123,50 +118,6 @@ def save():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
-
-
-def run(cmd):
-    """cmd's stdout and wall seconds; None (its stderr said) where it failed or could not start."""
-    say(f"  $ {' '.join(c if c else repr(c) for c in cmd)}")
-    t = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as ex:
-        say(f"    could not start: {ex}")
-        return None, 0.0, str(ex)
-    wall = time.perf_counter() - t
-    if p.returncode:
-        say(f"    failed (exit {p.returncode}): {(p.stderr or p.stdout)[-1500:].strip()}")
-        return None, wall, (p.stderr or p.stdout)[-2000:]
-    return p.stdout, wall, None
-
-
-def last_json(text):
-    """The last JSON object in text: a line that is one, else the whole text."""
-    for line in reversed(text.splitlines()):
-        if line.strip().startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                pass
-    return json.loads(text)
-
-
-def med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def epoch_med(xs):  # the median of epochs 2..E, the last where E <= 2
-    return (xs[-1] if len(xs) <= 2 else statistics.median(xs[1:])) if xs else None
-
-
-def f(x, fmt=".3f"):
-    return "n/a" if x is None else format(x, fmt)
-
-
-def pct(x, fmt=".2f"):
-    return f(None if x is None else 100 * x, fmt)
 
 
 def cpu_s(children=True):
