@@ -686,15 +686,21 @@ lam_status lam_checkpoint_load(lam_ctx *ctx, const char *path, lam_model **model
   return LAM_OK;
 }
 
-lam_status lam_checkpoint_fit(const char *path, int *h, int *w) {
-  LAM_CHECK_ARG(path && h && w, "lam_checkpoint_fit: NULL argument");
-  *h = *w = 0;
+/* The file at path parsed for its numbers alone: c's pointers into the file's bytes are gone on return. */
+static lam_status parse_numbers(const char *path, ckpt *c) {
   uint8_t *bytes = NULL;
   size_t len = 0;
   LAM_TRY(read_file(path, &bytes, &len));
-  ckpt c;
-  lam_status s = parse(path, bytes, len, &c);
+  lam_status s = parse(path, bytes, len, c);
   free(bytes);
+  return s;
+}
+
+lam_status lam_checkpoint_fit(const char *path, int *h, int *w) {
+  LAM_CHECK_ARG(path && h && w, "lam_checkpoint_fit: NULL argument");
+  *h = *w = 0;
+  ckpt c;
+  lam_status s = parse_numbers(path, &c);
   if (s == LAM_OK) *h = c.fit_h, *w = c.fit_w;
   return s;
 }
@@ -702,12 +708,8 @@ lam_status lam_checkpoint_fit(const char *path, int *h, int *w) {
 lam_status lam_checkpoint_clip(const char *path, int *frames, int *frame_stride) {
   LAM_CHECK_ARG(path && frames && frame_stride, "lam_checkpoint_clip: NULL argument");
   *frames = 1, *frame_stride = 0;
-  uint8_t *bytes = NULL;
-  size_t len = 0;
-  LAM_TRY(read_file(path, &bytes, &len));
   ckpt c;
-  lam_status s = parse(path, bytes, len, &c);
-  free(bytes);
+  lam_status s = parse_numbers(path, &c);
   if (s == LAM_OK) *frames = c.in_t, *frame_stride = c.fit_stride;
   return s;
 }
