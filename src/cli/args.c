@@ -87,6 +87,15 @@ bad:
   return -1;
 }
 
+/* --decode auto|cpu|gpu: LAM_DECODE_AUTO, _CPU or _GPU in *out (train, eval and bench data share it). */
+int cli_parse_decode(const char *cmd, const char *s, int *out) {
+  if (!strcmp(s, "auto")) *out = LAM_DECODE_AUTO;
+  else if (!strcmp(s, "cpu")) *out = LAM_DECODE_CPU;
+  else if (!strcmp(s, "gpu")) *out = LAM_DECODE_GPU;
+  else return cli_usage_error(cmd, "--decode: '%s' is not auto, cpu or gpu", s), -1;
+  return 0;
+}
+
 const char *cli_sub_names(const cli_sub *t, char *buf, size_t size) {
   size_t n = 0;
   buf[0] = '\0';

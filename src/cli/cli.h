@@ -17,6 +17,7 @@ enum { EXIT_USAGE = 2 };
 int cli_parse_count(const char *cmd, const char *opt, const char *s, size_t max, size_t *out);
 int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
+int cli_parse_decode(const char *cmd, const char *s, int *out);
 /* "lamina <cmd>: <message>" plus a hint to --help on stderr; returns EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 #if defined(__GNUC__)

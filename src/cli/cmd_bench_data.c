@@ -105,10 +105,7 @@ int bench_data(int argc, char **argv) {
         if (cli_parse_int(cmd, "--threads", optarg, 1, 4096, &threads)) return EXIT_USAGE;
         break;
       case O_DECODE:
-        if (!strcmp(optarg, "auto")) io.decoder = LAM_DECODE_AUTO;
-        else if (!strcmp(optarg, "cpu")) io.decoder = LAM_DECODE_CPU;
-        else if (!strcmp(optarg, "gpu")) io.decoder = LAM_DECODE_GPU;
-        else return cli_usage_error(cmd, "--decode: '%s' is not auto, cpu or gpu", optarg);
+        if (cli_parse_decode(cmd, optarg, &io.decoder)) return EXIT_USAGE;
         break;
       case O_JSON: json = 1; break;
       case O_HELP: usage(stdout); return 0;

@@ -295,10 +295,7 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
         o->images.test_clips = (int)v;
         break;
       case O_DECODE:
-        if (!strcmp(optarg, "auto")) o->images.decoder = LAM_DECODE_AUTO;
-        else if (!strcmp(optarg, "cpu")) o->images.decoder = LAM_DECODE_CPU;
-        else if (!strcmp(optarg, "gpu")) o->images.decoder = LAM_DECODE_GPU;
-        else return cli_usage_error(cmd, "--decode: '%s' is not auto, cpu or gpu", optarg);
+        if (cli_parse_decode(cmd, optarg, &o->images.decoder)) return EXIT_USAGE;
         o->decode_set = 1;
         break;
       case O_MODEL: o->model = optarg, o->model_set = 1; break;
