@@ -138,7 +138,10 @@ static void test_bad_files(void **state) {
 }
 
 /* NVDEC against the host's decoder on a textured video (a frame's own level plus a moving gradient): the same frames
- * taken, each within a few levels of the host's (grey: mean half a level; colour: two). Skipped, not passed, where no CUDA device opens for FFmpeg (this machine without a GPU). */
+ * taken, each within a few levels of the host's (grey: mean half a level; colour: two), by both routes
+ * (video_nvdec_route); and, fitted to another size and shape (the cuvid route crops and resizes on the engine), a
+ * smooth video's clip within a level and a half on average: a crop off by two pixels is three levels. Skipped, not
+ * passed, where no CUDA device opens for FFmpeg (this machine without a GPU). */
 static void test_nvdec(void **state) {
   (void)state;
   const char *why = NULL;
@@ -155,8 +158,10 @@ static void test_nvdec(void **state) {
     for (int y = 0; y < th; y++)
       for (int x = 0; x < tw; x++) px[((size_t)i * th + y) * tw + x] = (uint8_t)(20 + 6 * i + ((x + 2 * y + 3 * i) % 32));
   assert_int_equal(video_write(path, px, n, th, tw, 1, 25), LAM_OK);
+  for (int route = 0; route < 2; route++)
   for (int c = 1; c <= 3; c += 2)
     for (int first = 0; first < n; first += 7) {
+      video_nvdec_route(route);
       assert_int_equal(video_clip(path, first, 2, T, c, th, tw, a), LAM_OK);
       if (video_clip_nvdec(path, first, 2, T, c, th, tw, b) != LAM_OK) fail_msg("NVDEC: %s", lam_last_error());
       long sum = 0;
@@ -168,9 +173,38 @@ static void test_nvdec(void **state) {
       /* grey: the Y plane both ways (H.264 bit-exact, MPEG-4 within the IDCT's rounding); colour: NVDEC's NV12 goes
        * through another swscale path than the host's YUV 4:2:0 (measured on the H200: worst 3 levels, mean 1.33) */
       if (worst > (c == 1 ? 4 : 6) || sum > (long)T * th * tw * c * (c == 1 ? 1 : 4) / 2)
-        fail_msg("NVDEC's clip from frame %d (%d channels) differs from the host's: worst %d levels, mean %.2f", first,
-                 c, worst, (double)sum / ((double)T * th * tw * c));
+        fail_msg("NVDEC's clip from frame %d (%d channels, route %d) differs from the host's: worst %d levels, mean "
+                 "%.2f", first, c, route, worst, (double)sum / ((double)T * th * tw * c));
     }
+  /* fitted: 64x96 to 40x40 (the middle 64x64, scaled by 0.625) and to 48x128 (the middle 36x96 scaled up) */
+  snprintf(path, sizeof path, "%s/smooth.mp4", dir);
+  for (int i = 0; i < n; i++)
+    for (int y = 0; y < th; y++)
+      for (int x = 0; x < tw; x++) px[((size_t)i * th + y) * tw + x] = (uint8_t)(30 + 2 * i + x + y);
+  assert_int_equal(video_write(path, px, n, th, tw, 1, 25), LAM_OK);
+  const int fit[2][2] = {{40, 40}, {48, 128}};
+  for (int route = 0; route < 2; route++)
+    for (int k = 0; k < 2; k++) {
+      const int H = fit[k][0], W = fit[k][1];
+      uint8_t *fa = malloc((size_t)T * H * W), *fb = malloc((size_t)T * H * W);
+      assert_true(fa && fb);
+      video_nvdec_route(route);
+      assert_int_equal(video_clip(path, 3, 2, T, 1, H, W, fa), LAM_OK);
+      if (video_clip_nvdec(path, 3, 2, T, 1, H, W, fb) != LAM_OK) fail_msg("NVDEC: %s", lam_last_error());
+      long sum = 0;
+      int worst = 0;
+      for (size_t q = 0; q < (size_t)T * H * W; q++) {
+        int d = abs(fa[q] - fb[q]);
+        sum += d, worst = d > worst ? d : worst;
+      }
+      print_message("  NVDEC route %d fitted to %dx%d: worst %d levels, mean %.2f\n", route, H, W, worst,
+                    (double)sum / ((double)T * H * W));
+      if (worst > 8 || sum > (long)T * H * W * 3 / 2)
+        fail_msg("NVDEC's clip fitted to %dx%d (route %d) differs from the host's: worst %d levels, mean %.2f", H, W,
+                 route, worst, (double)sum / ((double)T * H * W));
+      free(fa), free(fb);
+    }
+  video_nvdec_route(0);
   free(px), free(a), free(b);
 }
 

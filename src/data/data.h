@@ -214,12 +214,15 @@ lam_status video_probe(const char *path, int64_t *frames, int *h, int *w);
 /* Frames first, first + stride, ... (T of them) into out (T, H, W, C: 1 grey, 3 RGB), each fitted as image_fit
  * fits; past the video's end its last frame again. Seeks to the key frame at or before `first`. */
 lam_status video_clip(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out);
-/* video_clip decoded by NVDEC (the GPU's video engines, FFmpeg's CUDA hwaccel): the same frames, fitted as the host's
- * (its YUV to RGB or grey may differ from the host decoder's by a level); an error where the file's codec has no NVDEC
- * decoder in this FFmpeg or no CUDA device opens. */
+/* video_clip decoded by NVDEC (the GPU's video engines, through FFmpeg: video_nvdec_route): the same frames, fitted as
+ * the host's (its YUV to RGB or grey, and the cuvid route's resize on the engine, may differ from the host's by a few
+ * levels); an error where the file's codec has no NVDEC decoder in this FFmpeg or no CUDA device opens. */
 lam_status video_clip_nvdec(const char *path, int64_t first, int stride, int T, int C, int H, int W, uint8_t *out);
 /* 1 when NVDEC can be used (FFmpeg loaded and a CUDA device opened for it, once a process); else 0 and why. */
 int video_nvdec(const char **why);
+/* The NVDEC route: 0 (the default) FFmpeg's cuvid decoder where the codec has one (the frame cropped and resized on
+ * the video engine), else the CUDA hwaccel; 1 the hwaccel always (dev/lab_video_decode.c compares them). */
+void video_nvdec_route(int hwaccel);
 /* The first frame of a video's middle clip (T frames, every stride-th; 0 where the video is shorter than the clip): what a
  * video folder's test part and lam_video_read_clip(first -1) take. */
 int64_t video_middle_first(int64_t frames, int T, int stride);

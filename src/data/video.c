@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "fit.h"
 #include "../internal.h"
 #include "../status.h"
 
@@ -81,6 +82,7 @@
   X(2, av_buffer_ref) \
   X(2, av_buffer_unref) \
   X(1, avcodec_get_hw_config) \
+  X(1, avcodec_find_decoder_by_name) \
   X(2, av_dict_set) \
   X(2, av_dict_free) \
   X(3, sws_getCachedContext) \
@@ -177,26 +179,59 @@ static enum AVPixelFormat nvdec_format(AVCodecContext *dec, const enum AVPixelFo
   return AV_PIX_FMT_NONE;
 }
 
+/* The NVDEC route: FFmpeg's cuvid decoders (h264_cuvid, ...: NVDEC's own parser and a queue of decode surfaces, the
+ * frame cropped and resized on the video engine, copied back at the clip's size) where the codec has one, else its
+ * CUDA hwaccel (each frame mapped and copied at its full size). nvdec_hwaccel 1: the hwaccel always (the lab's
+ * comparison, dev/lab_video_decode.c). */
+static int nvdec_hwaccel;
+void video_nvdec_route(int hwaccel) { nvdec_hwaccel = hwaccel; }
+
+/* The cuvid decoder's get_format: NV12 frames in host memory (the copy back is the decoder's, at the clip's size). */
+static enum AVPixelFormat cuvid_format(AVCodecContext *dec, const enum AVPixelFormat *fmts) {
+  (void)dec;
+  for (; *fmts != AV_PIX_FMT_NONE; fmts++)
+    if (*fmts == AV_PIX_FMT_NV12) return AV_PIX_FMT_NV12;
+  return AV_PIX_FMT_NONE;
+}
+
+/* The cuvid options that fit a w x h stream to H x W as image_fit does (cover, then the centre cropped): the crop of
+ * the source (top x bottom x left x right) and the size it is resized to, both even (NV12); an odd H or W is
+ * resized to the even size above it and fitted the last pixel by put_frame. */
+static void cuvid_fit(int h, int w, int H, int W, char crop[64], char resize[32]) {
+  double scale, oy, ox;
+  fit_geometry(h, w, H, W, &scale, &oy, &ox);
+  int top = (int)(oy / scale + 0.5) & ~1, left = (int)(ox / scale + 0.5) & ~1;
+  int ch = (int)(H / scale + 0.5), cw = (int)(W / scale + 0.5);
+  ch = (ch + 1) & ~1, cw = (cw + 1) & ~1;
+  if (top + ch > h) top = (h - ch) & ~1;
+  if (left + cw > w) left = (w - cw) & ~1;
+  if (top < 0) top = 0;
+  if (left < 0) left = 0;
+  snprintf(crop, 64, "%dx%dx%dx%d", top, h - top - ch > 0 ? h - top - ch : 0, left, w - left - cw > 0 ? w - left - cw : 0);
+  snprintf(resize, 32, "%dx%d", (W + 1) & ~1, (H + 1) & ~1);
+}
+
 /* An opened video: its container, its video stream's decoder, and the frame rate frames are numbered by. */
 /* A thread's converter, frame buffer and last decoder, kept from clip to clip: clips are decoded many at once, one a
  * thread, and making a converter or a decoder costs more than a small clip's decoding (their tables, the H.264
- * decoder's state and frame pool: a third of a 16-frame clip's time). A decoder is taken again only for a stream of
- * the same codec, size, pixel format and extradata (H.264's SPS and PPS), flushed first: the same frames as a new one
- * decodes. Freed when the thread ends. */
+ * decoder's state and frame pool: a third of a 16-frame clip's time; an NVDEC decoder's surfaces cost more again). A
+ * decoder is taken again only for a stream of the same codec, size, pixel format and extradata (H.264's SPS and
+ * PPS), flushed first: the same frames as a new one decodes. One a thread for the host and one for NVDEC (dec[gpu]).
+ * Freed when the thread ends. */
 typedef struct frame_tls {
   struct SwsContext *sws;
   uint8_t *px;
   size_t cap;
-  AVCodecContext *dec; /* the last clip's decoder, or NULL */
-  AVCodecParameters *par; /* the stream it was opened for */
+  AVCodecContext *dec[2]; /* the last clip's host [0] and NVDEC [1] decoder, or NULL */
+  AVCodecParameters *par[2]; /* the streams they were opened for */
+  int fit_h, fit_w; /* the NVDEC decoder's output size */
 } frame_tls;
 static pthread_key_t tls_key;
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static void tls_drop(void *p) {
   frame_tls *t = p;
   ff.sws_freeContext(t->sws);
-  ff.avcodec_free_context(&t->dec);
-  ff.avcodec_parameters_free(&t->par);
+  for (int g = 0; g < 2; g++) ff.avcodec_free_context(&t->dec[g]), ff.avcodec_parameters_free(&t->par[g]);
   free(t->px), free(t);
 }
 static void tls_make(void) {
@@ -217,6 +252,7 @@ typedef struct vid {
   AVRational rate, tb;
   int64_t start_pts;
   int gpu;
+  int fit_h, fit_w; /* NVDEC's cuvid route: the size its frames come out at (0: the stream's) */
   int64_t pos;  /* the file's byte position after the last packet read (vid_read) */
   int stalled;  /* packets read in a row that took no byte of the file */
   /* vid_next's: the decoder drained; video packets read, frames decoded, packets since the last frame; the packets
@@ -232,14 +268,16 @@ static int same_stream(const AVCodecParameters *a, const AVCodecParameters *b) {
          (!a->extradata_size || !memcmp(a->extradata, b->extradata, (size_t)a->extradata_size));
 }
 
-/* Closes v; its host decoder is kept for the thread's next clip where reuse says it decoded without error. */
+/* Closes v; its decoder is kept for the thread's next clip where reuse says it decoded without error. */
 static void vid_close_keep(vid *v, int reuse) {
-  frame_tls *t = reuse && !v->gpu && v->dec && v->fmt ? tls_get() : NULL;
+  frame_tls *t = reuse && v->dec && v->fmt ? tls_get() : NULL;
   AVCodecParameters *par = t ? ff.avcodec_parameters_alloc() : NULL;
   if (par && ff.avcodec_parameters_copy(par, v->fmt->streams[v->stream]->codecpar) >= 0) {
-    ff.avcodec_free_context(&t->dec);
-    ff.avcodec_parameters_free(&t->par);
-    t->dec = v->dec, t->par = par, v->dec = NULL;
+    const int g = v->gpu;
+    ff.avcodec_free_context(&t->dec[g]);
+    ff.avcodec_parameters_free(&t->par[g]);
+    t->dec[g] = v->dec, t->par[g] = par, v->dec = NULL;
+    if (g) t->fit_h = v->fit_h, t->fit_w = v->fit_w;
   } else {
     ff.avcodec_parameters_free(&par);
   }
@@ -254,7 +292,7 @@ static int frame_ok(int w, int h) {
   return w >= 1 && h >= 1 && w <= VIDEO_MAX_SIDE && h <= VIDEO_MAX_SIDE && (int64_t)w * h <= VIDEO_MAX_PIXELS;
 }
 
-static lam_status vid_open(const char *path, int gpu, vid *v) {
+static lam_status vid_open(const char *path, int gpu, int H, int W, vid *v) {
   memset(v, 0, sizeof *v);
   LAM_TRY(ff_ready(path));
   char why[128], max_pixels[32];
@@ -296,10 +334,19 @@ static lam_status vid_open(const char *path, int gpu, vid *v) {
     s = LAM_FAIL(LAM_ERR_IO, "video file '%s' has no video stream%s", path,
                  v->stream == AVERROR_DECODER_NOT_FOUND ? " this FFmpeg build can decode" : "");
   v->gpu = gpu;
-  frame_tls *t = s == LAM_OK && !gpu ? tls_get() : NULL;
-  if (t && t->dec && same_stream(t->par, v->fmt->streams[v->stream]->codecpar)) { /* the thread's last decoder */
+  /* NVDEC's cuvid decoder for the codec (h264_cuvid for h264), where this FFmpeg has one */
+  const AVCodec *cuvid = NULL;
+  if (s == LAM_OK && gpu && !nvdec_hwaccel) {
+    char name[64];
+    snprintf(name, sizeof name, "%s_cuvid", codec->name);
+    cuvid = ff.avcodec_find_decoder_by_name(name);
+  }
+  if (cuvid) v->fit_h = H, v->fit_w = W;
+  frame_tls *t = s == LAM_OK ? tls_get() : NULL;
+  if (t && t->dec[gpu] && same_stream(t->par[gpu], v->fmt->streams[v->stream]->codecpar) &&
+      (!gpu || (t->fit_h == v->fit_h && t->fit_w == v->fit_w))) { /* the thread's last decoder */
     AVStream *st = v->fmt->streams[v->stream];
-    v->dec = t->dec, t->dec = NULL;
+    v->dec = t->dec[gpu], t->dec[gpu] = NULL;
     ff.avcodec_flush_buffers(v->dec);
     v->rate = st->r_frame_rate.num > 0 && st->r_frame_rate.den > 0 ? st->r_frame_rate : st->avg_frame_rate;
     if (v->rate.num <= 0 || v->rate.den <= 0) v->rate = (AVRational){25, 1};
@@ -307,12 +354,14 @@ static lam_status vid_open(const char *path, int gpu, vid *v) {
     v->start_pts = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
   } else if (s == LAM_OK) {
     AVStream *st = v->fmt->streams[v->stream];
+    AVDictionary *dopt = NULL;
+    if (cuvid) codec = cuvid;
     v->dec = ff.avcodec_alloc_context3(codec);
     if (v->dec) v->dec->thread_count = 1; /* clips are decoded many at once, one a thread */
     if (v->dec) v->dec->max_pixels = VIDEO_MAX_PIXELS;
     if (!v->dec) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a decoder", path);
     else if (gpu) {
-      int cuda = 0;
+      int cuda = cuvid != NULL;
       for (int k = 0; !cuda; k++) {
         const AVCodecHWConfig *hc = ff.avcodec_get_hw_config(codec, k);
         if (!hc) break;
@@ -324,12 +373,19 @@ static lam_status vid_open(const char *path, int gpu, vid *v) {
                            : nvdec_error);
       else if (!(v->dec->hw_device_ctx = ff.av_buffer_ref(nvdec_dev)))
         s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video file '%s': no memory for a decoder", path);
-      v->dec->get_format = nvdec_format;
+      v->dec->get_format = cuvid ? cuvid_format : nvdec_format;
+      if (cuvid && H > 0 && W > 0 && frame_ok(st->codecpar->width, st->codecpar->height)) {
+        char crop[64], resize[32];
+        cuvid_fit(st->codecpar->height, st->codecpar->width, H, W, crop, resize);
+        ff.av_dict_set(&dopt, "crop", crop, 0), ff.av_dict_set(&dopt, "resize", resize, 0);
+      }
+      v->dec->pkt_timebase = st->time_base;
     }
     if (s != LAM_OK) {
-    } else if ((e = ff.avcodec_parameters_to_context(v->dec, st->codecpar)) < 0 || (e = ff.avcodec_open2(v->dec, codec, NULL)) < 0)
+    } else if ((e = ff.avcodec_parameters_to_context(v->dec, st->codecpar)) < 0 || (e = ff.avcodec_open2(v->dec, codec, &dopt)) < 0)
       s = LAM_FAIL(LAM_ERR_IO, "video file '%s': its %s decoder cannot be opened: %s", path, codec->name,
                    av_why(e, why, sizeof why));
+    ff.av_dict_free(&dopt);
     /* the rate frames are numbered by: the stream's base rate (every timestamp a whole frame of it, for a file of
      * one rate); the average (a short file's frames over its duration, 25.6 for 40 frames at 25) otherwise */
     v->rate = st->r_frame_rate.num > 0 && st->r_frame_rate.den > 0 ? st->r_frame_rate : st->avg_frame_rate;
@@ -433,7 +489,7 @@ static int64_t frame_number(const vid *v, const AVFrame *f, int64_t last_idx) {
 
 lam_status video_probe(const char *path, int64_t *frames, int *h, int *w) {
   vid v;
-  LAM_TRY(vid_open(path, 0, &v));
+  LAM_TRY(vid_open(path, 0, 0, 0, &v));
   *h = v.dec->height, *w = v.dec->width;
   AVStream *st = v.fmt->streams[v.stream];
   int64_t n = st->nb_frames;
@@ -510,7 +566,7 @@ static lam_status clip_read(const char *path, int gpu, int64_t first, int stride
                 "video_clip: first %lld (below 2^30), stride %d, %d frames (1 to 2^20) of %dx%dx%d", (long long)first,
                 stride, T, C, H, W);
   vid v;
-  LAM_TRY(vid_open(path, gpu, &v));
+  LAM_TRY(vid_open(path, gpu, H, W, &v));
   const size_t frame = (size_t)H * W * C;
   /* the key frame at or before the clip's first frame; a file that cannot seek (or whose times do not reach the
    * frame: a damaged file's) is read from its start */
@@ -586,7 +642,7 @@ lam_status video_clip_nvdec(const char *path, int64_t first, int stride, int T, 
 lam_status video_frames(const char *path, int C, int H, int W, video_frame_fn fn, void *arg) {
   LAM_CHECK_ARG((C == 1 || C == 3) && H >= 1 && W >= 1 && fn, "video_frames: frames of %dx%dx%d", H, W, C);
   vid v;
-  LAM_TRY(vid_open(path, 0, &v));
+  LAM_TRY(vid_open(path, 0, 0, 0, &v));
   AVPacket *pkt = ff.av_packet_alloc();
   AVFrame *f = ff.av_frame_alloc();
   uint8_t *px = malloc((size_t)H * W * C);
@@ -715,6 +771,7 @@ int video_nvdec(const char **why) {
   if (why) *why = NO_FFMPEG;
   return 0;
 }
+void video_nvdec_route(int hwaccel) { (void)hwaccel; }
 lam_status video_frames(const char *path, int C, int H, int W, video_frame_fn fn, void *arg) {
   (void)C, (void)H, (void)W, (void)fn, (void)arg;
   return LAM_FAIL(LAM_ERR_UNSUPPORTED, "video file '%s': %s", path, NO_FFMPEG);
