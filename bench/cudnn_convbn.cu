@@ -14,7 +14,8 @@
 //
 // Graphs (fp16 NHWC / KRSC, 16-byte aligned), each after a sample of NVIDIA/cudnn-frontend:
 //   conv, conv+gs      controls: Y = conv(X, W); + GenStats        (samples/cpp/convolution/fprop.cpp)
-//   sbrcs              "SBRCS": relu(X*S + B) → conv → Y, GenStats  (samples/cpp/convolution/fprop.cpp)
+//   sbrcs              "SBRCS": relu(X*S + B) → conv → Y, GenStats  (samples/cpp/convolution/fprop.cpp;
+//                      that file has one SBRCS graph only: ReLU present, Y HALF and non-virtual)
 //   sbrcs-f32sb        the same with FLOAT S, B (cudnn_fusion's way), to isolate that difference
 //   wgrad              control: dW = wgrad(X, dY)                   (samples/cpp/convolution/wgrads.cpp)
 //   sbr-wgrad          "scale-bias-relu-wgrad" (ConvBNwgrad), HALF intermediates as the sample has them
@@ -39,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -703,7 +705,8 @@ int main(int argc, char **argv) {
   }
   printf("\n== summary (best us: median of 15 replays of a CUDA graph of 10 executions; rt = runtime-compiled engine;\n"
          "   A#i/B#i/FB#i: i-th config of heuristics mode A/B/FALLBACK, gN: global engine N with default knobs;\n"
-         "   knobs kT=V: CUDNN_KNOB_TYPE T = V; errors: max|got-ref| / max|ref|)\n");
+         "   knobs kT=V: CUDNN_KNOB_TYPE T = V; A:-1 etc.: that mode's query itself failed; global: built/tried;\n"
+         "   errors: max|got-ref| / max|ref|, inf: NaN left where the engine wrote nothing)\n");
   for (const std::string &l : summary) printf("%s\n", l.c_str());
   return 0;
 }
