@@ -39,8 +39,9 @@ Training (--parts train; E = --train-epochs, default 5; epoch time the median of
            of the epoch) and test_acc. Where this lamina has no --test-clips,
            K = 1 on both sides (said in the output). --lr-schedule cosine: lamina's --lr-schedule cosine, and PyTorch's
            rate set before each step to lr (1 + cos(pi t / steps)) / 2, as src/nn/schedule.c computes it. --lamina-decode gpu: the same run with --decode gpu added
-           (a hook for NVDEC, run only where this lamina says it has a GPU video decoder: lamina info --json's
-           'nvdec' or 'video_gpu', or NVDEC in train --help; none has yet, and --decode gpu is JPEG's).
+           (NVDEC; run only where this lamina says it has a GPU video decoder: lamina info --json's 'nvdec' or
+           'video_gpu', or NVDEC in train --help; dev/lab_video_decode.c measured it slower than the host at every
+           size, BENCHMARKS.md).
   PyTorch: the same net written out (bench/clips.py's 'max': per frame conv-bn-relu 32, maxpool, 64, maxpool, 64,
            maxpool, 128 on (B*T, 1, H, W); max over the T frames; global average pool; Linear to 10; PyTorch's
            default init, uniform(+-1/sqrt(fan_in)), which is lamina's (src/nn/ops/conv.c, dense.c)), the Dataset above in a DataLoader (--train-workers, pin_memory,
@@ -101,7 +102,7 @@ ap.add_argument("--cv-threads", type=int, default=1,
 ap.add_argument("--ways", default="eager,compile", help="PyTorch's ways of training (eager, compile)")
 ap.add_argument("--parts", default="data,train")
 ap.add_argument("--lamina-decode", default="cpu", choices=["cpu", "gpu"],
-                help="gpu: also lamina train --decode gpu (NVDEC; a hook: not in lamina yet)")
+                help="gpu: also lamina train --decode gpu (NVDEC)")
 ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: only to check the script")
 ap.add_argument("--json")
 a = ap.parse_args()

@@ -29,7 +29,6 @@ static void usage(FILE *f) {
           "  --seed S         the order's seed (default 1)\n"
           "  --resident       decode the part whole first (as train does when it fits) and time copying it\n"
           "  --skip-bad, --reduce-zero-label  as for train\n"
-          "  --frames T, --frame-stride S  a video folder's clips, as for train (default 16 frames, every 2nd)\n"
           "  --decode auto|cpu|gpu  a video folder's decoder (gpu: NVDEC) or an image folder's (gpu: nvJPEG), as\n"
           "                   for train\n"
           "  --device D       auto|cpu|cuda (default auto)\n"
