@@ -568,12 +568,8 @@ lam_status lam_npy_header(int rank, const uint64_t *dims, uint8_t *out, size_t c
 
 typedef struct lam_model lam_model;
 
-/* Builds a model from a spec: layers separated by commas, each reading the output of the one before,
- *   conv OUT K [stride S] [pad P] [nobias]  |  convt OUT K [stride S] [pad P] [nobias]  |  dense OUT
- *   maxpool K [stride S]  |  avgpool K [stride S]  |  gap  |  upsample F  |  flatten
- *   relu | leakyrelu [SLOPE] | gelu | tanh | sigmoid  |  bn [momentum M] [eps E]  |  dropout P
- *   add @NAME  |  concat @NAME  |  tpool mean|max  |  tcat
- * where 'NAME:' before a layer labels its output, 'add @NAME' sums the current tensor with it and
+/* Builds a model from a spec: layers separated by commas, each reading the output of the one before (the
+ * layers and their words: lam_model_layers), where 'NAME:' before a layer labels its output, 'add @NAME' sums the current tensor with it and
  * 'concat @NAME' joins its channels after the current tensor's ('input' names the model's input); or a
  * preset: "cnn" (conv 32 3, relu, maxpool 2, conv 64 3, relu, maxpool 2, flatten, dense 10) or "mlp"
  * (flatten, dense 256, tanh, dense 10). The last layer's output is the class scores: (classes, 1, 1),
@@ -601,6 +597,9 @@ size_t lam_model_param_count(const lam_model *m);
 int lam_model_outputs(const lam_model *m); /* features of the last layer (the classes) */
 /* One line per layer: kind, output shape, parameters. */
 lam_status lam_model_describe(const lam_model *m, char *buf, size_t size);
+/* The layers a spec may use, a line each: its words and what it does (`lamina model --help` prints it), made from
+ * the ops themselves. Static text; never NULL. */
+const char *lam_model_layers(void);
 /* The output per sample: classes c and, for a model that labels every pixel, h × w (else 1 × 1). */
 lam_status lam_model_output_shape(const lam_model *m, int *c, int *h, int *w);
 /* The input per sample: channels, height, width (as created). */

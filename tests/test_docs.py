@@ -389,6 +389,49 @@ def check_cli_spec():
             ok(f"{doc}: every --option it names is a lamina option")
 
 
+# ---- the layer list: the ops' own (lam_model_layers, in lamina model --help) against the README's table ----
+
+def model_layers():
+    """The usage of every layer, as `lamina model --help` prints them from the ops (src/nn/ops/)."""
+    proc = subprocess.run([CLI, "model", "--help"], capture_output=True, text=True, timeout=60)
+    text = proc.stdout.split("Model specs:", 1)[-1].split("  NAME: LAYER", 1)[0]
+    return [m.group(1) for m in re.finditer(r"^  (\S.*?)  +\S", text, re.M)]
+
+
+def check_layers():
+    usages = model_layers()
+    if len(usages) < 10:
+        not_ok("lamina model --help lists the layers", f"found {usages}")
+        return
+    with open(os.path.join(SRC, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    table = re.search(r"^\| layer \| words \| e\.g\. \|\n\|[-|]+\|\n((?:\|.*\n)+)", readme, re.M)
+    if not table:
+        not_ok("README.md has the layer table", "no '| layer | words | e.g. |' table")
+        return
+    words = set()
+    for row in table.group(1).splitlines():
+        cells = re.split(r"(?<!\\)\|", row)
+        if len(cells) > 2 and "`NAME:" not in cells[2]:  # the label row names no layer
+            words |= {w.replace("\\|", "|") for w in re.findall(r"`([^`]+)`", cells[2])}
+    missing = [u for u in usages if u not in words]
+    extra = sorted(w for w in words if w not in usages)
+    if missing or extra:
+        not_ok("README.md's layer table is the ops' list (lamina model --help)",
+               f"not in the table: {missing}; in the table but no layer's words: {extra}")
+    else:
+        ok(f"README.md's layer table is the ops' list ({len(usages)} layers)")
+    names = {u.split()[0] for u in usages}
+    with open(os.path.join(SRC, "docs", "safetensors.md"), encoding="utf-8") as f:
+        rows = re.findall(r"^\| ([a-z][a-z, ]*?) +\| `i\.", f.read(), re.M)
+    named = {n.strip() for r in rows for n in r.split(",")}
+    unknown = sorted(named - names)
+    if not named or unknown:
+        not_ok("docs/safetensors.md names layers that exist", f"its rows name {sorted(named)}; unknown: {unknown}")
+    else:
+        ok(f"docs/safetensors.md names layers that exist ({', '.join(sorted(named))})")
+
+
 # ---- the files the documents name ---------------------------------------------------------------
 
 def repo_files():
@@ -494,6 +537,7 @@ def main():
     HAS_VIDEO = '"video":false' not in proc.stdout.replace(" ", "")
     print(f"# lamina {CLI}; CUDA device: {'yes' if has_cuda else 'no'}")
     check_cli_spec()
+    check_layers()
     check_paths()
     check_readme_build()
     with tempfile.TemporaryDirectory(prefix="lamina-docs-") as work:

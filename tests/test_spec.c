@@ -245,6 +245,36 @@ static void test_good_specs(void **state) {
   lam_model_free(NULL);
 }
 
+/* The layer list (lam_model_layers, made from the ops): every layer it names is one the spec reader knows (a spec of
+ * that word alone fails, if it does, for its arguments, not as an unknown layer), and the unknown-layer error names
+ * each of them. */
+static void test_layer_list(void **state) {
+  (void)state;
+  const char *text = lam_model_layers();
+  assert_non_null(text);
+  lam_model *m = NULL;
+  assert_int_equal(lam_model_create(g_ctx, "flurb", 1, 8, 8, 1, &m), LAM_ERR_INVALID_ARG);
+  char unknown[2048];
+  snprintf(unknown, sizeof unknown, "%s", lam_last_error());
+  int layers = 0;
+  for (const char *line = text; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line)) {
+    if (line[0] != ' ' || line[1] != ' ' || line[2] == ' ') continue; /* a description's second line */
+    char name[32];
+    assert_int_equal(sscanf(line + 2, "%31[a-z]", name), 1);
+    layers++;
+    lam_status s = lam_model_create(g_ctx, name, 1, 8, 8, 1, &m);
+    if (s == LAM_OK) lam_model_free(m), m = NULL;
+    else if (strstr(lam_last_error(), "unknown layer"))
+      fail_msg("'%s' is in the layer list but unknown: %s", name, lam_last_error());
+    char listed[40];
+    snprintf(listed, sizeof listed, " %s,", name);
+    if (!strstr(unknown, listed) && !strstr(unknown, (snprintf(listed, sizeof listed, " %s (", name), listed)))
+      fail_msg("the unknown-layer error does not name '%s': %s", name, unknown);
+  }
+  print_message("  %d layers in lam_model_layers, each known to the spec reader and named by its errors\n", layers);
+  assert_true(layers >= 19);
+}
+
 int main(void) {
   lam_status st = lam_ctx_create(&g_ctx, LAM_DEVICE_CPU);
   if (st != LAM_OK || !g_ctx) {
@@ -256,6 +286,7 @@ int main(void) {
       cmocka_unit_test(test_bad_arguments),
       cmocka_unit_test(test_presets),
       cmocka_unit_test(test_good_specs),
+      cmocka_unit_test(test_layer_list),
   };
   int failed = TU_RUN_GROUP("spec", tests, NULL, NULL);
   lam_ctx_free(g_ctx);

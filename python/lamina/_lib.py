@@ -352,7 +352,7 @@ _CLI_ADVICE = [
     (re.compile(r"\(--max-memory\)"), "(lamina.set_memory_limit(max_memory))"),
     (re.compile(r"--max-memory\b"), "lamina.set_memory_limit(max_memory)"),
     (re.compile(r"a smaller --batch\b"), "a smaller batch_size"),
-    (re.compile(r"see 'lamina train --help'"), "see help(lamina.Model)"),
+    (re.compile(r"see 'lamina (?:train|model) --help'"), "see help(lamina.Model)"),
     (re.compile(r"--size HxW( \(size in the API\))?"), "size=(h, w)"),
     (re.compile(r"--skip-bad\b"), "skip_bad=True"),
 ]

@@ -89,9 +89,10 @@ int cmd_import(int argc, char **argv); /* and in */
 int cmd_data(int argc, char **argv);   /* cmd_data.c: data sets anyone can rebuild */
 int cmd_predict(int argc, char **argv); /* cmd_predict.c: a saved model on images */
 
-/* Model specs (cmd_model.c): the grammar's text; --model's value as a spec, read from the file of that name
- * where one exists (*spec malloc'ed; returns 0, or an exit status after printing why). */
-extern const char cli_model_grammar[];
+/* Model specs (cmd_model.c): the grammar (its layers from lam_model_layers), printed to f; --model's value as a
+ * spec, read from the file of that name where one exists (*spec malloc'ed; returns 0, or an exit status after
+ * printing why). */
+void cli_print_model_grammar(FILE *f);
 int cli_model_spec(const char *cmd, const char *arg, char **spec);
 
 #endif

@@ -12,27 +12,15 @@
 
 #include "cli.h"
 
-const char cli_model_grammar[] =
-    "Model specs: layers separated by commas, each reading the output of the one before.\n"
-    "  conv OUT K [stride S] [pad P] [nobias]   2-D convolution, K×K kernel\n"
-    "  convt OUT K [stride S] [pad P] [nobias]  transposed convolution (e.g. 'convt 64 2 stride 2' doubles H, W)\n"
-    "  dense OUT                                fully connected (after flatten or gap)\n"
-    "  maxpool K [stride S] | avgpool K [stride S] | gap (global average) | upsample F (nearest)\n"
-    "  relu | leakyrelu [SLOPE] | gelu | tanh | sigmoid\n"
-    "  bn [momentum M] [eps E]                  BatchNorm (batch statistics in training, running ones in eval)\n"
-    "  dropout P | flatten\n"
-    "  NAME: LAYER                              labels the layer's output ('input' is the model's input)\n"
-    "  add @NAME                                the current tensor plus NAME (a residual)\n"
-    "  concat @NAME                             NAME's channels after the current tensor's (a skip)\n"
-    "  tpool mean|max                           clips: pools each value over the frames; layers before it run\n"
-    "                                           on every frame (the frames folded into the batch), after it once\n"
-    "                                           per clip; a model of clips needs one (or a tcat) before its output\n"
-    "  tcat                                     clips: the frames as channels (T×C×H×W -> T·C×H×W, frame t's\n"
-    "                                           channels first-to-last), so the next layer sees every frame\n"
-    "Presets: cnn (conv 32 3, relu, maxpool 2, conv 64 3, relu, maxpool 2, flatten, dense 10), mlp.\n"
-    "The last layer gives the class scores: CLASSES×1×1, or CLASSES×H×W for labels per pixel.\n"
-    "Example (a residual block): conv 64 3 pad 1 nobias, bn, r: relu, conv 64 3 pad 1 nobias, bn, relu,\n"
-    "  conv 64 3 pad 1 nobias, bn, add @r, relu, gap, dense 10\n";
+void cli_print_model_grammar(FILE *f) {
+  fprintf(f, "Model specs: layers separated by commas, each reading the output of the one before.\n%s"
+             "  NAME: LAYER                              labels the layer's output ('input' is the model's input)\n"
+             "Presets: cnn (conv 32 3, relu, maxpool 2, conv 64 3, relu, maxpool 2, flatten, dense 10), mlp.\n"
+             "The last layer gives the class scores: CLASSES×1×1, or CLASSES×H×W for labels per pixel.\n"
+             "Example (a residual block): conv 64 3 pad 1 nobias, bn, r: relu, conv 64 3 pad 1 nobias, bn, relu,\n"
+             "  conv 64 3 pad 1 nobias, bn, add @r, relu, gap, dense 10\n",
+          lam_model_layers());
+}
 
 /* A file's text as one spec line: lines joined with ", " where they do not end in a comma, '#' to
  * the line's end dropped. *out is malloc'ed. */
@@ -134,8 +122,8 @@ static void model_usage(FILE *f) {
           "  --classes K     check that the model gives K class scores\n"
           "  --batch B       for the memory plan (default 64)\n"
           "  --json          one JSON object instead of the table\n"
-          "\n%s",
-          cli_model_grammar);
+          "\n");
+  cli_print_model_grammar(f);
 }
 
 int cmd_model(int argc, char **argv) {

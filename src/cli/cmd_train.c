@@ -177,8 +177,8 @@ static void train_usage(FILE *f) {
           "                               holds it; LAMINA_PORT sets another) to hand out NCCL's id.\n"
           "Ranks do not --stream.\n"
           "Exit status: 0 ok, 1 failure, 2 bad usage.\n"
-          "\n%s",
-          cli_model_grammar);
+          "\n");
+  cli_print_model_grammar(f);
 }
 
 static void eval_usage(FILE *f) {

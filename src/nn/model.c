@@ -201,12 +201,7 @@ lam_status lam_model_describe(const lam_model *m, char *buf, size_t size) {
     const nn_node *n = &m->node[i];
     const nn_tensor *t = &m->tensor[n->out];
     char extra[96] = "";
-    if (n->op == &nn_op_conv || n->op == &nn_op_convt)
-      snprintf(extra, sizeof extra, " k%d s%d p%d%s", n->k, n->stride, n->pad, n->nobias ? " nobias" : "");
-    if (n->op == &nn_op_maxpool || n->op == &nn_op_avgpool) snprintf(extra, sizeof extra, " k%d s%d", n->k, n->stride);
-    if (n->nin == 2) snprintf(extra, sizeof extra, " @%s", m->tensor[n->in[1]].name);
-    if (n->op == &nn_op_tpool) snprintf(extra, sizeof extra, " %s of %d", n->act ? "max" : "mean", m->tensor[n->in[0]].t);
-    if (n->op == &nn_op_tcat) snprintf(extra, sizeof extra, " of %d", m->tensor[n->in[0]].t);
+    if (n->op->describe) extra[0] = ' ', n->op->describe(m, n, extra + 1, sizeof extra - 1);
     used += (size_t)snprintf(buf + used, size - used, "%2d %-10s%-14s -> %dx%dx%d  params %zu%s%s\n", i + 1, n->op->name,
                              extra, t->c, t->h, t->w, node_params(n), t->name[0] ? "  " : "", t->name);
   }

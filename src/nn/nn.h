@@ -56,6 +56,15 @@ typedef struct nn_op {
   /* Multiply-adds per sample of the forward (lamina model's FLOPs are twice this). */
   double (*macs)(const struct lam_model *m, const struct nn_node *n);
   unsigned flags;
+  /* What users read of it (lam_model_layers: the grammar in `lamina model --help`, spec errors): its words in a
+   * spec ("conv OUT K [stride S] [pad P] [nobias]") and a line on what it does. */
+  const char *usage, *about;
+  /* Its settings as `lamina model` shows them after its name ("k3 s1 p1"), into buf; NULL: none. */
+  void (*describe)(const struct lam_model *m, const struct nn_node *n, char *buf, size_t size);
+  /* Its weight's shape as PyTorch's layer holds it (safetensors' "i.weight"), and the rank; NULL: no parameters.
+   * torch_stats: BatchNorm's running_mean, running_var and num_batches_tracked are in the files too. */
+  int (*torch_weight)(const struct lam_model *m, const struct nn_node *n, int64_t shape[4]);
+  int torch_stats;
 } nn_op;
 #define NN_NAMES(s) .name = s, .fwd_mark = s ".fwd", .bwd_mark = s ".bwd"
 enum {
@@ -225,6 +234,8 @@ extern const nn_op nn_op_conv, nn_op_convt, nn_op_dense, nn_op_maxpool, nn_op_av
     nn_op_relu, nn_op_tanh, nn_op_sigmoid, nn_op_gelu, nn_op_leakyrelu, nn_op_flatten, nn_op_bn, nn_op_dropout,
     nn_op_add, nn_op_concat, nn_op_tpool, nn_op_tcat;
 const nn_op *nn_op_find(const char *name, int len);
+/* The i-th op of the spec grammar (spec.c's ops[]), or NULL past the last: the one list of layers. */
+const nn_op *nn_op_at(int i);
 /* The fused steps, run by the node whose fuse is set: the conv's block (ops/conv.c), BatchNorm with its
  * activation (ops/norm.c). */
 lam_status nn_conv_block_fwd(lam_model *m, nn_node *n, int B);

@@ -74,23 +74,18 @@ static lam_status st_wanted(const lam_model *m, st_want **out, int *count) {
   for (int i = 0; i < m->nnodes; i++) {
     const nn_node *nd = &m->node[i];
     if (!nd->nw && !nd->nb && !nd->ns) continue;
-    const nn_tensor *x = &m->tensor[nd->in[0]];
-    int64_t ws[4] = {0}, c = x->c;
-    int wd = 0;
-    if (nd->op == &nn_op_conv) ws[0] = nd->oc, ws[1] = c, ws[2] = ws[3] = nd->k, wd = 4;
-    else if (nd->op == &nn_op_convt) ws[0] = c, ws[1] = nd->oc, ws[2] = ws[3] = nd->k, wd = 4; /* (in, out, k, k) */
-    else if (nd->op == &nn_op_dense) ws[0] = nd->oc, ws[1] = (int64_t)nn_size(x), wd = 2;
-    else if (nd->op == &nn_op_bn) ws[0] = c, wd = 1;
+    int64_t ws[4] = {0}, c = m->tensor[nd->in[0]].c;
+    const int wd = nd->op->torch_weight ? nd->op->torch_weight(m, nd, ws) : 0, stats = nd->op->torch_stats;
     int64_t prod = 1;
     for (int d = 0; d < wd; d++) prod *= ws[d];
-    if (!wd || (size_t)prod != nd->nw || (nd->op == &nn_op_bn && (nd->ns != 2 * (size_t)c || nd->nb != (size_t)c))) {
+    if (!wd || (size_t)prod != nd->nw || (stats && (nd->ns != 2 * (size_t)c || nd->nb != (size_t)c))) {
       free(w);
       return LAM_FAIL(LAM_ERR_UNSUPPORTED, "safetensors: layer %d (%s) has parameters that lamina knows no PyTorch "
                       "layout for: this lamina cannot save or load it in safetensors files", i, nd->op->name);
     }
     want_add(w, &n, i, "weight", ST_PARAM, nd->w_off, wd, ws);
     if (nd->nb) want_add(w, &n, i, "bias", ST_PARAM, nd->b_off, 1, (int64_t[]){(int64_t)nd->nb});
-    if (nd->op == &nn_op_bn) {
+    if (stats) {
       want_add(w, &n, i, "running_mean", ST_STATE, nd->s_off, 1, &c);
       want_add(w, &n, i, "running_var", ST_STATE, nd->s_off + (size_t)c, 1, &c);
       want_add(w, &n, i, "num_batches_tracked", ST_COUNTER, 0, 0, NULL);

@@ -3,6 +3,7 @@
  * parse (src/nn/ops/), which checks them and the shapes; any error quotes the word that is wrong with its
  * position and a caret under it. */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,40 @@ static const nn_op *const ops[] = {&nn_op_conv,    &nn_op_convt,    &nn_op_dense
                                    &nn_op_gap,     &nn_op_upsample, &nn_op_relu,   &nn_op_tanh,     &nn_op_sigmoid,
                                    &nn_op_gelu,    &nn_op_leakyrelu, &nn_op_flatten, &nn_op_bn,     &nn_op_dropout,
                                    &nn_op_add,     &nn_op_concat,   &nn_op_tpool,  &nn_op_tcat};
+
+const nn_op *nn_op_at(int i) { return i >= 0 && (size_t)i < sizeof ops / sizeof ops[0] ? ops[i] : NULL; }
+
+/* The layers' grammar, a line an op from ops[] ("  USAGE   ABOUT", ABOUT wrapped under itself), made once. */
+static char layers_text[4096];
+static void layers_make(void) {
+  size_t used = 0, width = 0;
+  for (int i = 0; nn_op_at(i); i++) width = strlen(nn_op_at(i)->usage) > width ? strlen(nn_op_at(i)->usage) : width;
+  for (int i = 0; nn_op_at(i) && used < sizeof layers_text; i++) {
+    const nn_op *op = nn_op_at(i);
+    used += (size_t)snprintf(layers_text + used, sizeof layers_text - used, "  %-*s  ", (int)width, op->usage);
+    /* the description in lines of at most 110 columns, each after the first under the first */
+    const char *a = op->about;
+    while (*a && used < sizeof layers_text) {
+      size_t room = 110 - 4 - width, n = strlen(a);
+      if (n > room) {
+        n = room;
+        while (n > 0 && a[n] != ' ') n--;
+        if (n == 0) n = room;
+      }
+      used += (size_t)snprintf(layers_text + used, sizeof layers_text - used, "%.*s\n", (int)n, a);
+      a += n;
+      while (*a == ' ') a++;
+      if (*a && used < sizeof layers_text)
+        used += (size_t)snprintf(layers_text + used, sizeof layers_text - used, "  %-*s  ", (int)width, "");
+    }
+  }
+}
+
+const char *lam_model_layers(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, layers_make);
+  return layers_text;
+}
 
 const nn_op *nn_op_find(const char *name, int len) {
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
@@ -200,11 +235,15 @@ lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
       if (w[j].label) return spec_error_at(spec, &w[j], j, "a label goes before a layer's name (missing a comma?)");
     if (m->nnodes == NN_MAX_NODES) return spec_error_at(spec, &w[i], i, "too many layers (at most 256)");
     const nn_op *op = nn_op_find(w[i].s, w[i].len);
-    if (!op)
-      return spec_error_at(spec, &w[i], i,
-                           "unknown layer; layers are conv, convt, dense, maxpool, avgpool, gap, upsample, relu, "
-                           "leakyrelu, gelu, tanh, sigmoid, bn, dropout, flatten, add, concat, tpool, tcat (presets: cnn, mlp); "
-                           "see 'lamina train --help'");
+    if (!op) {
+      char what[400];
+      size_t used = (size_t)snprintf(what, sizeof what, "unknown layer; layers are");
+      for (int k = 0; nn_op_at(k) && used < sizeof what; k++)
+        used += (size_t)snprintf(what + used, sizeof what - used, "%s %s", k ? "," : "", nn_op_at(k)->name);
+      if (used < sizeof what)
+        snprintf(what + used, sizeof what - used, " (presets: cnn, mlp); see 'lamina model --help'");
+      return spec_error_at(spec, &w[i], i, what);
+    }
     nn_node *n = &m->node[m->nnodes];
     *n = (nn_node){.op = op, .in = {cur, -1}, .nin = 1, .out = m->ntensors, .word = i, .pool = -1};
     nn_tensor *t = &m->tensor[m->ntensors];

@@ -35,14 +35,14 @@ static lam_status act_bwd(lam_model *m, nn_node *n, int B) {
 }
 static double act_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
 
-#define ACT_OP(var, str, fl)                                                                                  \
+#define ACT_OP(var, str, fl, use, what)                                                                       \
   const nn_op var = {NN_NAMES(str), .parse = act_parse, .fwd = act_fwd, .bwd = act_bwd, .macs = act_macs, \
-                     .flags = (fl) | NN_FLAT_OK}
-ACT_OP(nn_op_relu, "relu", NN_OUT_BWD);
-ACT_OP(nn_op_tanh, "tanh", NN_OUT_BWD);
-ACT_OP(nn_op_sigmoid, "sigmoid", NN_OUT_BWD);
-ACT_OP(nn_op_leakyrelu, "leakyrelu", NN_OUT_BWD);
-ACT_OP(nn_op_gelu, "gelu", NN_IN_BWD);
+                     .flags = (fl) | NN_FLAT_OK, .usage = use, .about = what}
+ACT_OP(nn_op_relu, "relu", NN_OUT_BWD, "relu", "max(x, 0)");
+ACT_OP(nn_op_tanh, "tanh", NN_OUT_BWD, "tanh", "the hyperbolic tangent");
+ACT_OP(nn_op_sigmoid, "sigmoid", NN_OUT_BWD, "sigmoid", "1 / (1 + exp(-x))");
+ACT_OP(nn_op_leakyrelu, "leakyrelu", NN_OUT_BWD, "leakyrelu [SLOPE]", "x, or SLOPE·x below 0 (SLOPE 0.01 unless said)");
+ACT_OP(nn_op_gelu, "gelu", NN_IN_BWD, "gelu", "x·Φ(x) (PyTorch's exact GELU)");
 
 /* ---- dropout P ---- */
 static lam_status dropout_parse(nn_parse *p, lam_model *m, nn_node *n) {
@@ -86,4 +86,6 @@ static lam_status dropout_bwd(lam_model *m, nn_node *n, int B) {
 }
 static size_t dropout_aux(const lam_model *m, const nn_node *n, int B) { return (size_t)B * nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_dropout = {NN_NAMES("dropout"), .parse = dropout_parse, .fwd = dropout_fwd, .bwd = dropout_bwd,
-                             .aux_bytes = dropout_aux, .macs = act_macs, .flags = NN_FLAT_OK};
+                             .aux_bytes = dropout_aux, .macs = act_macs, .flags = NN_FLAT_OK, .usage = "dropout P",
+                             .about = "in training, each value zeroed with probability P, the rest scaled by "
+                                      "1/(1-P)"};

@@ -322,8 +322,25 @@ static double convt_macs(const lam_model *m, const nn_node *n) {
   return (double)x->c * x->h * x->w * (double)n->oc * n->k * n->k;
 }
 
+static void conv_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
+  (void)m;
+  snprintf(buf, size, "k%d s%d p%d%s", n->k, n->stride, n->pad, n->nobias ? " nobias" : "");
+}
+/* nn.Conv2d's (out, in, k, k); nn.ConvTranspose2d's (in, out, k, k) */
+static int conv_torch(const lam_model *m, const nn_node *n, int64_t s[4]) {
+  s[0] = n->oc, s[1] = m->tensor[n->in[0]].c, s[2] = s[3] = n->k;
+  return 4;
+}
+static int convt_torch(const lam_model *m, const nn_node *n, int64_t s[4]) {
+  s[0] = m->tensor[n->in[0]].c, s[1] = n->oc, s[2] = s[3] = n->k;
+  return 4;
+}
 const nn_op nn_op_conv = {NN_NAMES("conv"), .parse = conv_parse, .init = conv_init, .fwd = conv_fwd, .bwd = conv_bwd,
                           .aux_bytes = conv_aux, .scratch_floats = conv_scratch, .macs = conv_macs,
-                          .flags = NN_OWN_MARKS | NN_ADDS_GRAD};
+                          .flags = NN_OWN_MARKS | NN_ADDS_GRAD, .usage = "conv OUT K [stride S] [pad P] [nobias]",
+                          .about = "2-D convolution, K×K kernel", .describe = conv_describe, .torch_weight = conv_torch};
 const nn_op nn_op_convt = {NN_NAMES("convt"), .parse = convt_parse, .init = convt_init, .fwd = convt_fwd,
-                           .bwd = convt_bwd, .scratch_floats = convt_scratch, .macs = convt_macs};
+                           .bwd = convt_bwd, .scratch_floats = convt_scratch, .macs = convt_macs,
+                           .usage = "convt OUT K [stride S] [pad P] [nobias]",
+                           .about = "transposed convolution (e.g. 'convt 64 2 stride 2' doubles H, W)",
+                           .describe = conv_describe, .torch_weight = convt_torch};

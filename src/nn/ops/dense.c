@@ -105,9 +105,16 @@ static double dense_macs(const lam_model *m, const nn_node *n) {
   return (double)n->nw;
 }
 
+/* nn.Linear's (out, in), over the input flattened in C, H, W order */
+static int dense_torch(const lam_model *m, const nn_node *n, int64_t s[4]) {
+  s[0] = n->oc, s[1] = (int64_t)nn_size(&m->tensor[n->in[0]]);
+  return 2;
+}
 const nn_op nn_op_dense = {NN_NAMES("dense"), .parse = dense_parse, .init = dense_init, .fwd = dense_fwd,
                            .bwd = dense_bwd, .aux_bytes = dense_aux, .scratch_floats = dense_scratch,
-                           .macs = dense_macs, .flags = NN_IN_BWD | NN_FLAT_OK};
+                           .macs = dense_macs, .flags = NN_IN_BWD | NN_FLAT_OK, .usage = "dense OUT",
+                           .about = "fully connected (after flatten or gap; 'linear OUT' too)",
+                           .torch_weight = dense_torch};
 
 /* ---- flatten: (c, h, w) -> (c*h*w, 1, 1): the same memory (nn_node.view), or from NHWC to NCHW order ---- */
 static lam_status flatten_parse(nn_parse *p, lam_model *m, nn_node *n) {
@@ -129,4 +136,5 @@ static lam_status flatten_bwd(lam_model *m, nn_node *n, int B) {
   return m->ctx->be->convert(m->ctx, B, x->c, x->h * x->w, lam_fmt_of(m->fmt.dt, 0), nn_out(m, n)->grad, m->fmt, din);
 }
 const nn_op nn_op_flatten = {NN_NAMES("flatten"), .parse = flatten_parse, .fwd = flatten_fwd, .bwd = flatten_bwd,
-                             .flags = NN_VIEW | NN_FLAT_OK};
+                             .flags = NN_VIEW | NN_FLAT_OK, .usage = "flatten",
+                             .about = "C×H×W as C·H·W×1×1 (before dense)"};

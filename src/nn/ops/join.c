@@ -45,8 +45,13 @@ static lam_status add_bwd(lam_model *m, nn_node *n, int B) {
   return LAM_OK;
 }
 static double join_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
+/* "@NAME": the tensor joined */
+static void join_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
+  snprintf(buf, size, "@%s", m->tensor[n->in[1]].name);
+}
 const nn_op nn_op_add = {NN_NAMES("add"), .parse = join_parse, .fwd = add_fwd, .bwd = add_bwd, .macs = join_macs,
-                         .flags = NN_FLAT_OK | NN_ADDS_GRAD};
+                         .flags = NN_FLAT_OK | NN_ADDS_GRAD, .usage = "add @NAME",
+                         .about = "the current tensor plus NAME (a residual)", .describe = join_describe};
 
 /* A concat's copies: rows of a's values, then of b's, in y's rows. NCHW: a row is a sample (a's channels,
  * then b's, whole planes each); NHWC: a pixel (a's channels, then b's). */
@@ -74,4 +79,5 @@ static lam_status concat_bwd(lam_model *m, nn_node *n, int B) {
   return LAM_OK;
 }
 const nn_op nn_op_concat = {NN_NAMES("concat"), .parse = join_parse, .fwd = concat_fwd, .bwd = concat_bwd,
-                            .macs = join_macs, .flags = NN_FLAT_OK};
+                            .macs = join_macs, .flags = NN_FLAT_OK, .usage = "concat @NAME",
+                            .about = "NAME's channels after the current tensor's (a skip)", .describe = join_describe};

@@ -110,6 +110,14 @@ static size_t bn_scratch(const lam_model *m, const nn_node *n, int B) { /* room 
   return m->tensor[n->in[0]].need_grad ? 0 : ((size_t)B * nn_size(&m->tensor[n->in[0]]) * nn_esize(m) + 3) / 4;
 }
 static double bn_macs(const lam_model *m, const nn_node *n) { return 2.0 * nn_size(&m->tensor[n->out]); }
+/* nn.BatchNorm2d's (C) (BatchNorm1d's after flatten or dense), and its running statistics */
+static int bn_torch(const lam_model *m, const nn_node *n, int64_t s[4]) {
+  s[0] = m->tensor[n->in[0]].c;
+  return 1;
+}
 const nn_op nn_op_bn = {NN_NAMES("bn"), .parse = bn_parse, .init = bn_init, .fwd = bn_fwd, .bwd = bn_bwd,
                         .aux_bytes = bn_aux, .scratch_floats = bn_scratch, .macs = bn_macs,
-                        .flags = NN_IN_BWD | NN_FLAT_OK};
+                        .flags = NN_IN_BWD | NN_FLAT_OK, .usage = "bn [momentum M] [eps E]",
+                        .about = "BatchNorm (batch statistics in training, running ones in eval; momentum 0.1, eps "
+                                 "1e-5 as PyTorch's)",
+                        .torch_weight = bn_torch, .torch_stats = 1};

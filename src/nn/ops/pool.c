@@ -44,8 +44,14 @@ static size_t maxpool_aux(const lam_model *m, const nn_node *n, int B) { /* the 
 static double pool_macs(const lam_model *m, const nn_node *n) {
   return (double)nn_size(&m->tensor[n->out]) * n->k * n->k;
 }
+static void pool_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
+  (void)m;
+  snprintf(buf, size, "k%d s%d", n->k, n->stride);
+}
 const nn_op nn_op_maxpool = {NN_NAMES("maxpool"), .parse = pool_parse, .fwd = maxpool_fwd, .bwd = maxpool_bwd,
-                             .aux_bytes = maxpool_aux, .macs = pool_macs};
+                             .aux_bytes = maxpool_aux, .macs = pool_macs, .usage = "maxpool K [stride S]",
+                             .about = "the maximum of each K×K window (stride K unless said)",
+                             .describe = pool_describe};
 
 static lam_status avgpool_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
@@ -57,7 +63,8 @@ static lam_status avgpool_bwd(lam_model *m, nn_node *n, int B) {
   return m->ctx->be->avgpool_bwd(m->ctx, m->fmt, &g, B, nn_out(m, n)->grad, nn_din(m, n, 0));
 }
 const nn_op nn_op_avgpool = {NN_NAMES("avgpool"), .parse = pool_parse, .fwd = avgpool_fwd, .bwd = avgpool_bwd,
-                             .macs = pool_macs};
+                             .macs = pool_macs, .usage = "avgpool K [stride S]",
+                             .about = "the mean of each K×K window (stride K unless said)", .describe = pool_describe};
 
 /* ---- gap: (c, h, w) -> (c, 1, 1), the mean of each plane ---- */
 static lam_status gap_parse(nn_parse *p, lam_model *m, nn_node *n) {
@@ -77,7 +84,8 @@ static lam_status gap_bwd(lam_model *m, nn_node *n, int B) {
   return m->ctx->be->plane_mean_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, nn_out(m, n)->grad, nn_din(m, n, 0));
 }
 static double gap_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->in[0]]); }
-const nn_op nn_op_gap = {NN_NAMES("gap"), .parse = gap_parse, .fwd = gap_fwd, .bwd = gap_bwd, .macs = gap_macs};
+const nn_op nn_op_gap = {NN_NAMES("gap"), .parse = gap_parse, .fwd = gap_fwd, .bwd = gap_bwd, .macs = gap_macs,
+                         .usage = "gap", .about = "global average pooling: C×H×W -> C×1×1"};
 
 /* ---- upsample F: nearest, (c, h, w) -> (c, h*F, w*F) ---- */
 static lam_status upsample_parse(nn_parse *p, lam_model *m, nn_node *n) {
@@ -102,7 +110,8 @@ static lam_status upsample_bwd(lam_model *m, nn_node *n, int B) {
 }
 static double upsample_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_upsample = {NN_NAMES("upsample"), .parse = upsample_parse, .fwd = upsample_fwd,
-                              .bwd = upsample_bwd, .macs = upsample_macs};
+                              .bwd = upsample_bwd, .macs = upsample_macs, .usage = "upsample F",
+                              .about = "nearest-neighbour upsampling: H, W times F"};
 
 /* ---- tpool mean|max: a clip's T frames (each (c, h, w), a row of the batch) -> one (c, h, w) per clip ---- */
 static lam_status tpool_parse(nn_parse *p, lam_model *m, nn_node *n) {
@@ -137,8 +146,16 @@ static size_t tpool_aux(const lam_model *m, const nn_node *n, int R) { /* max: t
 static double tpool_macs(const lam_model *m, const nn_node *n) { /* per frame, as the other ops' */
   return (double)nn_size(&m->tensor[n->in[0]]);
 }
+/* "max of 16": the pool and the frames it pools */
+static void tpool_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
+  snprintf(buf, size, "%s of %d", n->act ? "max" : "mean", m->tensor[n->in[0]].t);
+}
 const nn_op nn_op_tpool = {NN_NAMES("tpool"), .parse = tpool_parse, .fwd = tpool_fwd, .bwd = tpool_bwd,
-                           .aux_bytes = tpool_aux, .macs = tpool_macs, .flags = NN_FLAT_OK};
+                           .aux_bytes = tpool_aux, .macs = tpool_macs, .flags = NN_FLAT_OK, .usage = "tpool mean|max",
+                           .about = "clips: pools each value over the frames; layers before it run on every frame (the "
+                                    "frames folded into the batch), after it once per clip; a model of clips needs "
+                                    "one (or a tcat) before its output",
+                           .describe = tpool_describe};
 
 /* ---- tcat: a clip's T frames (each (c, h, w), a row of the batch) -> one (T*c, h, w) per clip, frame t's channels
  * at t*c.. (early fusion: the next conv sees every frame at once, as PyTorch's reshape of (B, T, C, H, W) to
@@ -168,5 +185,12 @@ static lam_status tcat_bwd(lam_model *m, nn_node *n, int R) {
   if (!dx) return LAM_OK;
   return m->ctx->be->tcat_bwd(m->ctx, m->fmt, R / x->t, x->t, x->c, (size_t)x->h * x->w, nn_out(m, n)->grad, dx);
 }
+static void tcat_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
+  snprintf(buf, size, "of %d", m->tensor[n->in[0]].t);
+}
 const nn_op nn_op_tcat = {NN_NAMES("tcat"), .parse = tcat_parse, .fwd = tcat_fwd, .bwd = tcat_bwd,
-                          .flags = NN_FLAT_OK}; /* moves values: no multiply-adds */
+                          .flags = NN_FLAT_OK, /* moves values: no multiply-adds */
+                          .usage = "tcat",
+                          .about = "clips: the frames as channels (T×C×H×W -> T·C×H×W, frame t's channels "
+                                   "first-to-last), so the next layer sees every frame",
+                          .describe = tcat_describe};
