@@ -62,7 +62,7 @@ static void fuse(lam_model *m) {
       continue;
     nn_node *act = &m->node[r];
     bn->fuse = NN_FUSE_ACT;
-    bn->pool = r;
+    bn->tail = r;
     act->absorbed = 1;
     act->fused_by = i;
     m->tensor[bn->out].fused_away = 1;
@@ -76,7 +76,7 @@ static void fuse(lam_model *m) {
     const nn_tensor *x = &m->tensor[c->in[0]];
     int want_direct = m->fuse == 2 || (m->fuse == 3 && m->ctx->be->direct_first_conv);
     if (want_direct && c->in[0] == 0 && !c->nobias && x->c * c->k * c->k <= LAM_DIRECT_TAPS) c->fuse = NN_FUSE_DIRECT;
-    c->pool = r2;
+    c->tail = r2;
     relu->absorbed = pool->absorbed = 1;
     relu->fused_by = pool->fused_by = i;
     m->tensor[c->out].fused_away = m->tensor[relu->out].fused_away = 1;
@@ -106,7 +106,7 @@ void nn_graph_finish(lam_model *m, lam_fmt f) {
   for (int t = 1; t < m->ntensors; t++) m->tensor[t].view_of = -1, m->tensor[t].fused_away = 0;
   for (int i = 0; i < m->nnodes; i++) {
     nn_node *n = &m->node[i];
-    n->fuse = n->pool = n->absorbed = n->fused_by = n->inplace = 0;
+    n->fuse = n->tail = n->absorbed = n->fused_by = n->inplace = 0;
     n->accum[0] = n->accum[1] = 0;
     int need = n->nw + n->nb > 0;
     for (int j = 0; j < n->nin; j++) need |= m->tensor[n->in[j]].need_grad;

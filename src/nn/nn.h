@@ -86,8 +86,13 @@ typedef struct nn_node {
   int out;                /* output tensor */
   int word;               /* the spec word that names it, for messages */
   /* attributes (each op reads its own) */
-  int oc, k, stride, pad, nobias, f, act;
-  float alpha, eps, momentum;
+  int oc, k, stride, pad, nobias; /* conv, convt, dense (oc), pools (k, stride) */
+  int f;                          /* upsample's factor */
+  int act;                        /* an activation's kind (LAM_ACT_*) */
+  int tmax;                       /* tpool: max (1) or mean (0) */
+  float alpha;                    /* leakyrelu's slope */
+  float p;                        /* dropout's probability */
+  float eps, momentum;            /* bn */
   size_t w_off, nw, b_off, nb; /* weight and bias (BatchNorm: gamma and beta) in the flat buffers */
   size_t s_off, ns;            /* state (BatchNorm: running mean and var) in m->state */
   /* planned */
@@ -97,8 +102,8 @@ typedef struct nn_node {
                           * (accum and not nn_adds): planned in the arena for the node's backward only */
   /* fusion */
   int fuse;      /* NN_FUSE_* (conv) */
-  int pool;      /* the maxpool node a fused conv runs (its output and argmax are the block's); the activation
-                  * node a fused BatchNorm runs (its output is the pair's) */
+  int tail;      /* the node a fused node runs after itself: a fused conv's maxpool (its output and argmax are the
+                  * block's), a fused BatchNorm's activation (its output is the pair's) */
   int absorbed;  /* run by another node's fused step (fused_by): skipped */
   int fused_by;
   const uint8_t *fixed_mask; /* dropout: a mask given by a test instead of drawn (lam_model_set_dropout_mask) */

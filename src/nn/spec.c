@@ -245,7 +245,7 @@ lam_status nn_parse_spec(lam_model *m, const char *spec_in) {
       return spec_error_at(spec, &w[i], i, what);
     }
     nn_node *n = &m->node[m->nnodes];
-    *n = (nn_node){.op = op, .in = {cur, -1}, .nin = 1, .out = m->ntensors, .word = i, .pool = -1};
+    *n = (nn_node){.op = op, .in = {cur, -1}, .nin = 1, .out = m->ntensors, .word = i, .tail = -1};
     nn_tensor *t = &m->tensor[m->ntensors];
     *t = (nn_tensor){.t = m->tensor[cur].t, .producer = m->nnodes, .view_of = -1}; /* tpool, tcat set t = 1 */
     m->ntensors++; /* before parse: add/concat look labels up among the earlier tensors only */

@@ -47,7 +47,7 @@ ACT_OP(nn_op_gelu, "gelu", NN_IN_BWD, "gelu", "x·Φ(x) (PyTorch's exact GELU)")
 /* ---- dropout P ---- */
 static lam_status dropout_parse(nn_parse *p, lam_model *m, nn_node *n) {
   if (p->nargs != 1) return nn_spec_error(p, p->nargs ? 2 : 0, "dropout takes one number P in [0, 1), e.g. 'dropout 0.1'");
-  LAM_TRY(nn_word_float(p, 1, 0.0, 0.999, "dropout's P", &n->alpha));
+  LAM_TRY(nn_word_float(p, 1, 0.0, 0.999, "dropout's P", &n->p));
   const nn_tensor *x = nn_in(m, n, 0);
   nn_tensor *y = nn_out(m, n);
   y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat;
@@ -74,15 +74,15 @@ static lam_status dropout_fwd(lam_model *m, nn_node *n, int B, int train) {
   size_t count = (size_t)B * nn_size(x);
   if (!train) return ctx->be->copy_rows(ctx, m->fmt, 1, count, x->data, count, nn_out(m, n)->data, count);
   if (n->fixed_mask) LAM_TRY(upload_mask(m, n, B));
-  else LAM_TRY(ctx->be->dropout_mask(ctx, count, n->alpha, m->seed + (uint64_t)nn_index(m, n) * 0x9E3779B97F4A7C15ull,
+  else LAM_TRY(ctx->be->dropout_mask(ctx, count, n->p, m->seed + (uint64_t)nn_index(m, n) * 0x9E3779B97F4A7C15ull,
                                      m->rng_ctr + 1, n->aux));
-  return ctx->be->mask_scale(ctx, m->fmt, count, x->data, n->aux, 1.0f / (1.0f - n->alpha), nn_out(m, n)->data);
+  return ctx->be->mask_scale(ctx, m->fmt, count, x->data, n->aux, 1.0f / (1.0f - n->p), nn_out(m, n)->data);
 }
 static lam_status dropout_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *y = nn_out(m, n);
   void *din = nn_din(m, n, 0);
   if (!din) return LAM_OK;
-  return m->ctx->be->mask_scale(m->ctx, m->fmt, (size_t)B * nn_size(y), y->grad, n->aux, 1.0f / (1.0f - n->alpha), din);
+  return m->ctx->be->mask_scale(m->ctx, m->fmt, (size_t)B * nn_size(y), y->grad, n->aux, 1.0f / (1.0f - n->p), din);
 }
 static size_t dropout_aux(const lam_model *m, const nn_node *n, int B) { return (size_t)B * nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_dropout = {NN_NAMES("dropout"), .parse = dropout_parse, .fwd = dropout_fwd, .bwd = dropout_bwd,

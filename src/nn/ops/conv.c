@@ -218,7 +218,7 @@ static lam_status conv_bwd(lam_model *m, nn_node *n, int B) {
  * model's input. The pool node's output and argmax are the block's. */
 lam_status nn_conv_block_fwd(lam_model *m, nn_node *n, int B) {
   const lam_backend *be = m->ctx->be;
-  nn_node *pool = &m->node[n->pool];
+  nn_node *pool = &m->node[n->tail];
   lam_pool_geom pg = pool_geom(m, pool);
   nn_tensor *y = nn_out(m, pool);
   int li = nn_index(m, n) + 1;
@@ -237,7 +237,7 @@ lam_status nn_conv_block_fwd(lam_model *m, nn_node *n, int B) {
 
 lam_status nn_conv_block_bwd(lam_model *m, nn_node *n, int B) {
   const lam_backend *be = m->ctx->be;
-  nn_node *pool = &m->node[n->pool];
+  nn_node *pool = &m->node[n->tail];
   lam_pool_geom pg = pool_geom(m, pool);
   nn_tensor *y = nn_out(m, pool);
   int li = nn_index(m, n) + 1;
@@ -274,7 +274,7 @@ static size_t conv_scratch(const lam_model *m, const nn_node *n, int B) {
   size_t f32 = ((size_t)n->oc + K) * BP, bf16 = dy16_offset(n, BP) + (((size_t)n->oc + K) * BP + 1) / 2;
   size_t need = f32 > bf16 ? f32 : bf16;
   if (n->fuse == NN_FUSE_DIRECT) {
-    const nn_tensor *y = &m->tensor[m->node[n->pool].out];
+    const nn_tensor *y = &m->tensor[m->node[n->tail].out];
     need = lam_direct_work_floats(n->oc, (int)K, (size_t)B * y->h * y->w);
   }
   return need;

@@ -84,7 +84,7 @@ static lam_status bn_bwd(lam_model *m, nn_node *n, int B) {
  * output never stored; backward recomputes what it needs from x and y. */
 lam_status nn_bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
   const nn_tensor *x = nn_in(m, n, 0);
-  const nn_node *act = &m->node[n->pool];
+  const nn_node *act = &m->node[n->tail];
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
   return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, m->params + n->w_off,
                                 m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run, run + x->c, n->momentum,
@@ -93,7 +93,7 @@ lam_status nn_bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
 
 lam_status nn_bn_act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
-  const nn_node *act = &m->node[n->pool];
+  const nn_node *act = &m->node[n->tail];
   const nn_tensor *y = nn_out(m, act);
   const float *mean = n->aux, *invstd = mean + x->c;
   void *din = nn_din(m, n, 0);

@@ -122,7 +122,7 @@ static lam_status tpool_parse(nn_parse *p, lam_model *m, nn_node *n) {
   if (x->t < 2)
     return nn_spec_error(p, 0, "tpool pools over a clip's frames, but here a sample is one %s (the model's input is "
                          "not clips, or a tpool or tcat came before)", m->in_t > 1 ? "pooled clip" : "image");
-  n->act = nn_word_is(p, 1, "max");
+  n->tmax = nn_word_is(p, 1, "max");
   nn_tensor *y = nn_out(m, n);
   y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat, y->t = 1;
   return LAM_OK;
@@ -131,24 +131,24 @@ static lam_status tpool_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status tpool_fwd(lam_model *m, nn_node *n, int R, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->tpool_fwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->act, x->data, nn_out(m, n)->data, n->aux);
+  return m->ctx->be->tpool_fwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->tmax, x->data, nn_out(m, n)->data, n->aux);
 }
 static lam_status tpool_bwd(lam_model *m, nn_node *n, int R) {
   const nn_tensor *x = nn_in(m, n, 0);
   void *dx = nn_din(m, n, 0);
   if (!dx) return LAM_OK;
-  return m->ctx->be->tpool_bwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->act, nn_out(m, n)->grad, n->aux, dx);
+  return m->ctx->be->tpool_bwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->tmax, nn_out(m, n)->grad, n->aux, dx);
 }
 static size_t tpool_aux(const lam_model *m, const nn_node *n, int R) { /* max: the frame of every maximum */
   const nn_tensor *x = &m->tensor[n->in[0]];
-  return n->act ? (size_t)(R / x->t) * nn_size(x) : 0;
+  return n->tmax ? (size_t)(R / x->t) * nn_size(x) : 0;
 }
 static double tpool_macs(const lam_model *m, const nn_node *n) { /* per frame, as the other ops' */
   return (double)nn_size(&m->tensor[n->in[0]]);
 }
 /* "max of 16": the pool and the frames it pools */
 static void tpool_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
-  snprintf(buf, size, "%s of %d", n->act ? "max" : "mean", m->tensor[n->in[0]].t);
+  snprintf(buf, size, "%s of %d", n->tmax ? "max" : "mean", m->tensor[n->in[0]].t);
 }
 const nn_op nn_op_tpool = {NN_NAMES("tpool"), .parse = tpool_parse, .fwd = tpool_fwd, .bwd = tpool_bwd,
                            .aux_bytes = tpool_aux, .macs = tpool_macs, .flags = NN_FLAT_OK, .usage = "tpool mean|max",
