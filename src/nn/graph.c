@@ -61,7 +61,7 @@ static void fuse(lam_model *m) {
         m->sync_sum)
       continue;
     nn_node *act = &m->node[r];
-    bn->fuse = NN_FUSE_ACT;
+    bn->fuse = NN_FUSE_ACT, bn->fusion = &nn_fusion_bn_act;
     bn->tail = r;
     act->absorbed = 1;
     act->fused_by = i;
@@ -72,7 +72,7 @@ static void fuse(lam_model *m) {
     int r1, r2;
     if (!conv_block(m, i, &r1, &r2)) continue;
     nn_node *relu = &m->node[r1], *pool = &m->node[r2];
-    c->fuse = NN_FUSE_POOL;
+    c->fuse = NN_FUSE_POOL, c->fusion = &nn_fusion_conv_block;
     const nn_tensor *x = &m->tensor[c->in[0]];
     int want_direct = m->fuse == 2 || (m->fuse == 3 && m->ctx->be->direct_first_conv);
     if (want_direct && c->in[0] == 0 && !c->nobias && x->c * c->k * c->k <= LAM_DIRECT_TAPS) c->fuse = NN_FUSE_DIRECT;
@@ -107,6 +107,7 @@ void nn_graph_finish(lam_model *m, lam_fmt f) {
   for (int i = 0; i < m->nnodes; i++) {
     nn_node *n = &m->node[i];
     n->fuse = n->tail = n->absorbed = n->fused_by = n->inplace = 0;
+    n->fusion = NULL;
     n->accum[0] = n->accum[1] = 0;
     int need = n->nw + n->nb > 0;
     for (int j = 0; j < n->nin; j++) need |= m->tensor[n->in[j]].need_grad;
@@ -167,14 +168,10 @@ lam_status nn_forward(lam_model *m, int B, int train) {
     nn_node *n = &m->node[i];
     if (n->absorbed) continue;
     const int R = nn_rows(m, n, B);
-    if (n->fuse == NN_FUSE_ACT) {
-      LAM_TRY(nn_bn_act_fwd(m, n, R, train));
-      NN_PROF(m, "bn_act.fwd", i + 1);
+    if (n->fusion) {
+      LAM_TRY(n->fusion->fwd(m, n, R, train));
+      if (n->fusion->fwd_mark) NN_PROF(m, n->fusion->fwd_mark, i + 1); /* else each part marked itself */
       continue;
-    }
-    if (n->fuse) {
-      LAM_TRY(nn_conv_block_fwd(m, n, R));
-      continue; /* each part marked itself */
     }
     LAM_TRY(n->op->fwd(m, n, R, train));
     if (!n->view && !(n->op->flags & NN_OWN_MARKS)) NN_PROF(m, n->op->fwd_mark, i + 1);
@@ -205,11 +202,9 @@ lam_status nn_backward(lam_model *m, int B) {
     for (int j = 0; j < n->nin; j++) any |= m->tensor[n->in[j]].need_grad;
     if (!any) continue;
     const int R = nn_rows(m, n, B);
-    if (n->fuse == NN_FUSE_ACT) {
-      LAM_TRY(nn_bn_act_bwd(m, n, R));
-      NN_PROF(m, "bn_act.bwd", i + 1);
-    } else if (n->fuse) {
-      LAM_TRY(nn_conv_block_bwd(m, n, R));
+    if (n->fusion) {
+      LAM_TRY(n->fusion->bwd(m, n, R));
+      if (n->fusion->bwd_mark) NN_PROF(m, n->fusion->bwd_mark, i + 1);
     } else {
       LAM_TRY(n->op->bwd(m, n, R));
       if (!(n->op->flags & NN_OWN_MARKS)) NN_PROF(m, n->op->bwd_mark, i + 1);

@@ -80,6 +80,14 @@ enum {
  * direct convolution at the model's input); a BatchNorm with the activation after it. */
 enum { NN_FUSE_NONE = 0, NN_FUSE_POOL, NN_FUSE_DIRECT, NN_FUSE_ACT };
 
+/* A fusion: nodes in a row that the first of them runs as one step (graph.c's fuse pass finds them, the drivers run
+ * them through these): its forward and backward, and the profiler's marks (NULL: its steps mark their parts). */
+typedef struct nn_fusion {
+  const char *name, *fwd_mark, *bwd_mark;
+  lam_status (*fwd)(struct lam_model *m, struct nn_node *n, int B, int train);
+  lam_status (*bwd)(struct lam_model *m, struct nn_node *n, int B);
+} nn_fusion;
+
 typedef struct nn_node {
   const nn_op *op;
   int in[NN_MAX_IN], nin; /* input tensors */
@@ -101,7 +109,8 @@ typedef struct nn_node {
   void *gtmp[NN_MAX_IN]; /* where input i's gradient goes first when it is added by an op that cannot add itself
                           * (accum and not nn_adds): planned in the arena for the node's backward only */
   /* fusion */
-  int fuse;      /* NN_FUSE_* (conv) */
+  int fuse;      /* NN_FUSE_*: which fusion, and for a conv block whether direct */
+  const nn_fusion *fusion; /* the fused step this node runs (NULL: its op's own) */
   int tail;      /* the node a fused node runs after itself: a fused conv's maxpool (its output and argmax are the
                   * block's), a fused BatchNorm's activation (its output is the pair's) */
   int absorbed;  /* run by another node's fused step (fused_by): skipped */
@@ -241,12 +250,8 @@ extern const nn_op nn_op_conv, nn_op_convt, nn_op_dense, nn_op_maxpool, nn_op_av
 const nn_op *nn_op_find(const char *name, int len);
 /* The i-th op of the spec grammar (spec.c's ops[]), or NULL past the last: the one list of layers. */
 const nn_op *nn_op_at(int i);
-/* The fused steps, run by the node whose fuse is set: the conv's block (ops/conv.c), BatchNorm with its
- * activation (ops/norm.c). */
-lam_status nn_conv_block_fwd(lam_model *m, nn_node *n, int B);
-lam_status nn_conv_block_bwd(lam_model *m, nn_node *n, int B);
-lam_status nn_bn_act_fwd(lam_model *m, nn_node *n, int B, int train);
-lam_status nn_bn_act_bwd(lam_model *m, nn_node *n, int B);
+/* The fusions: conv -> relu -> maxpool (ops/conv.c), BatchNorm -> activation (ops/norm.c). */
+extern const nn_fusion nn_fusion_conv_block, nn_fusion_bn_act;
 
 /* Builds the graph from the spec (spec.c): nodes, tensors, shapes, parameter and state offsets. */
 lam_status nn_parse_spec(lam_model *m, const char *spec);

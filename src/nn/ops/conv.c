@@ -216,7 +216,8 @@ static lam_status conv_bwd(lam_model *m, nn_node *n, int B) {
 
 /* The fused block: y = maxpool(relu(conv(x))) in one pass after the GEMM, or (direct) straight from the
  * model's input. The pool node's output and argmax are the block's. */
-lam_status nn_conv_block_fwd(lam_model *m, nn_node *n, int B) {
+static lam_status conv_block_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)train;
   const lam_backend *be = m->ctx->be;
   nn_node *pool = &m->node[n->tail];
   lam_pool_geom pg = pool_geom(m, pool);
@@ -235,7 +236,7 @@ lam_status nn_conv_block_fwd(lam_model *m, nn_node *n, int B) {
   return LAM_OK;
 }
 
-lam_status nn_conv_block_bwd(lam_model *m, nn_node *n, int B) {
+static lam_status conv_block_bwd(lam_model *m, nn_node *n, int B) {
   const lam_backend *be = m->ctx->be;
   nn_node *pool = &m->node[n->tail];
   lam_pool_geom pg = pool_geom(m, pool);
@@ -255,6 +256,7 @@ lam_status nn_conv_block_bwd(lam_model *m, nn_node *n, int B) {
   NN_PROF(m, "conv_relu_pool.bwd", li);
   return conv_gemm_bwd(m, n, B, nn_bf16(m));
 }
+const nn_fusion nn_fusion_conv_block = {.name = "conv_relu_pool", .fwd = conv_block_fwd, .bwd = conv_block_bwd};
 
 /* im2col (K, B*P) as float; the bf16 precision uses the first half. None for the direct block and for a
  * whole conv (which keeps its input instead). */

@@ -82,7 +82,7 @@ static lam_status bn_bwd(lam_model *m, nn_node *n, int B) {
 }
 /* With the activation after it (the graph's fusion pass): y = act(bn(x)) in one pass, the BatchNorm's own
  * output never stored; backward recomputes what it needs from x and y. */
-lam_status nn_bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
+static lam_status bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
   const nn_tensor *x = nn_in(m, n, 0);
   const nn_node *act = &m->node[n->tail];
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
@@ -91,7 +91,7 @@ lam_status nn_bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
                                 n->eps, train);
 }
 
-lam_status nn_bn_act_bwd(lam_model *m, nn_node *n, int B) {
+static lam_status bn_act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
   const nn_node *act = &m->node[n->tail];
   const nn_tensor *y = nn_out(m, act);
@@ -101,6 +101,8 @@ lam_status nn_bn_act_bwd(lam_model *m, nn_node *n, int B) {
                                 m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch,
                                 m->grads + n->w_off, m->grads + n->b_off);
 }
+const nn_fusion nn_fusion_bn_act = {.name = "bn_act", .fwd_mark = "bn_act.fwd", .bwd_mark = "bn_act.bwd",
+                                    .fwd = bn_act_fwd, .bwd = bn_act_bwd};
 
 static size_t bn_aux(const lam_model *m, const nn_node *n, int B) {
   (void)B;
