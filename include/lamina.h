@@ -74,6 +74,23 @@ lam_status lam_ctx_sync(lam_ctx *ctx);
  * the count and why. */
 lam_status lam_ctx_set_threads(lam_ctx *ctx, int threads);
 int lam_ctx_threads(const lam_ctx *ctx);
+
+/* How the models made on a context run their graph: the paths lamina keeps to compare against (the defaults are
+ * the fastest measured). */
+typedef struct lam_model_options {
+  int fuse;        /* 0 the plain ops; 1 conv -> relu -> maxpool fused after the GEMM; 2 also the first layer as a
+                    * direct convolution on any backend; 3 (default) the direct first layer where the backend prefers
+                    * it */
+  int layout;      /* 0 (default) the graph's choice; 1 NCHW; 2 NHWC */
+  int conv_im2col; /* 1: a conv on its own runs im2col + GEMM as the fused block does, not the backend's conv2d */
+} lam_model_options;
+lam_model_options lam_model_options_default(void);
+/* A context starts with the defaults as the environment changes them: LAMINA_FUSE=0|1|2|3, LAMINA_LAYOUT=auto|nchw|
+ * nhwc, LAMINA_CONV=im2col|auto (a value other than these makes lam_ctx_create fail, naming it). The models made
+ * on ctx from then on (lam_model_create, a checkpoint's, a safetensors file's) take o; models made before keep
+ * theirs. */
+lam_status lam_ctx_set_model_options(lam_ctx *ctx, const lam_model_options *o);
+lam_model_options lam_ctx_model_options(const lam_ctx *ctx);
 /* The default count as above, without a context; why (size bytes) says where it came from. */
 int lam_default_threads(char *why, size_t size);
 /* The most threads lamina runs: lam_ctx_set_threads's and LAMINA_THREADS's bound (a bad LAMINA_THREADS

@@ -117,6 +117,48 @@ static size_t host_available_bytes(void) {
   return (size_t)kb * 1024;
 }
 
+lam_model_options lam_model_options_default(void) { return (lam_model_options){.fuse = 3, .layout = 0, .conv_im2col = 0}; }
+
+static int is(const char *v, const char *s) { return !strcmp(v, s); }
+
+/* The defaults as LAMINA_FUSE, LAMINA_LAYOUT and LAMINA_CONV change them; a value they do not take is an error. */
+static lam_status model_options_env(lam_model_options *o) {
+  *o = lam_model_options_default();
+  const char *v = getenv("LAMINA_FUSE");
+  if (v && *v) {
+    if (strlen(v) != 1 || v[0] < '0' || v[0] > '3')
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_FUSE='%s' is not a fusion level: set it to 0 (the plain ops), 1, 2 "
+                      "or 3 (the default), or unset it", v);
+    o->fuse = v[0] - '0';
+  }
+  if ((v = getenv("LAMINA_LAYOUT")) && *v) {
+    if (!is(v, "auto") && !is(v, "nchw") && !is(v, "nhwc"))
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_LAYOUT='%s' is not a layout: set it to auto, nchw or nhwc, or unset "
+                      "it", v);
+    o->layout = is(v, "nchw") ? 1 : is(v, "nhwc") ? 2 : 0;
+  }
+  if ((v = getenv("LAMINA_CONV")) && *v) {
+    if (!is(v, "im2col") && !is(v, "auto"))
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_CONV='%s' is not a convolution path: set it to im2col or auto, or "
+                      "unset it", v);
+    o->conv_im2col = is(v, "im2col");
+  }
+  return LAM_OK;
+}
+
+lam_status lam_ctx_set_model_options(lam_ctx *ctx, const lam_model_options *o) {
+  LAM_CHECK_ARG(ctx && o, "lam_ctx_set_model_options: %s is NULL", ctx ? "o" : "ctx");
+  LAM_CHECK_ARG(o->fuse >= 0 && o->fuse <= 3 && o->layout >= 0 && o->layout <= 2 && (o->conv_im2col == 0 || o->conv_im2col == 1),
+                "lam_ctx_set_model_options: fuse %d (0 to 3), layout %d (0 auto, 1 NCHW, 2 NHWC), conv_im2col %d (0 or 1)",
+                o->fuse, o->layout, o->conv_im2col);
+  ctx->model_opts = *o;
+  return LAM_OK;
+}
+
+lam_model_options lam_ctx_model_options(const lam_ctx *ctx) {
+  return ctx ? ctx->model_opts : lam_model_options_default();
+}
+
 lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
   LAM_CHECK_ARG(out, "lam_ctx_create: ctx is NULL");
   *out = NULL;
@@ -158,6 +200,10 @@ lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
   ctx->device = d;
   lam_cache_init(&ctx->cache, ctx, cache_raw_alloc, cache_raw_free,
                  d == LAM_DEVICE_CUDA ? "device memory" : "host memory");
+  if ((s = model_options_env(&ctx->model_opts)) != LAM_OK) {
+    lam_ctx_free(ctx);
+    return s;
+  }
   const char *poison = getenv("LAMINA_POISON");
   ctx->poison = poison && !strcmp(poison, "1");
   if (d == LAM_DEVICE_CPU) { /* more than the machine has would end in the kernel's OOM killer, without a word */

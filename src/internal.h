@@ -128,6 +128,7 @@ struct lam_ctx {
                             * nothing wrote shows in the results; compute-sanitizer's initcheck misses writes made
                             * by cuDNN's and cuBLAS's Hopper kernels) */
   int threads;             /* threads of the host-side work (cpu/threads.c; lam_ctx_set_threads) */
+  lam_model_options model_opts; /* the models made on it (lam_ctx_set_model_options) */
   char threads_why[224];   /* where that count came from, for the device name and `lamina info` */
   lam_device want;         /* the device asked for: AUTO lets lam_hidden choose per call (hidden_choice.c) */
   lam_hidden_model hidden; /* that choice's costs */

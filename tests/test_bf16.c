@@ -5,7 +5,7 @@
  * On the CPU: bf16 moves the logits and gradients away from fp32 (the rounding is really applied) by a
  * bf16-sized amount (below 5% of each tensor's scale), and training steps run. With "cuda" (CTest label
  * gpu; exit 77 without a device): the CUDA backend in bf16, same parameters and inputs as the CPU in
- * bf16, with fusion after the GEMM only (LAMINA_FUSE=1, so both run every conv through im2col and a
+ * bf16, with fusion after the GEMM only (lam_model_options fuse 1, so both run every conv through im2col and a
  * GEMM): logits, loss and the last layer's gradients within 1e-4 of their scale (both round the same
  * fp32 values; only the order of summation differs, and values that sit on a rounding boundary; seen
  * on the H200: ~1e-6, against 2e-3 to 4e-3 between bf16 and fp32), and closer to the CPU's bf16 than
@@ -34,15 +34,15 @@ typedef struct result {
   float *logits, *grads, loss;
 } result;
 
-/* One forward and backward of batch 0 in precision p (fuse: the LAMINA_FUSE level, or NULL for the
- * default; layout: LAMINA_LAYOUT, or NULL for the default), from the parameters params (np of them) on inputs
+/* One forward and backward of batch 0 in precision p (fuse: the fusion level of lam_model_options, or NULL for the
+ * default; layout: "nchw" or "nhwc", or NULL for the default), from the parameters params (np of them) on inputs
  * drawn from seed. */
 static void run_in(lam_ctx *ctx, const bcase *bc, lam_precision p, const char *fuse, const char *layout,
                    const float *params, size_t np, uint64_t seed, result *r) {
-  if (fuse) setenv("LAMINA_FUSE", fuse, 1);
-  else unsetenv("LAMINA_FUSE");
-  if (layout) setenv("LAMINA_LAYOUT", layout, 1);
-  else unsetenv("LAMINA_LAYOUT");
+  lam_model_options mo = lam_model_options_default();
+  if (fuse) mo.fuse = atoi(fuse);
+  if (layout) mo.layout = !strcmp(layout, "nhwc") ? 2 : 1;
+  TU_OK(lam_ctx_set_model_options(ctx, &mo));
   TU_OK(lam_ctx_set_precision(ctx, p));
   lam_model *m;
   TU_OK(lam_model_create(ctx, bc->spec, bc->c, bc->h, bc->w, 3, &m));
@@ -63,8 +63,8 @@ static void run_in(lam_ctx *ctx, const bcase *bc, lam_precision p, const char *f
   free(x);
   free(y);
   TU_OK(lam_ctx_set_precision(ctx, LAM_PRECISION_FP32));
-  unsetenv("LAMINA_FUSE");
-  unsetenv("LAMINA_LAYOUT");
+  mo = lam_model_options_default();
+  TU_OK(lam_ctx_set_model_options(ctx, &mo));
 }
 /* In NCHW: the precision's rounded GEMM operands on float32 activations, as this test was written for (the
  * CUDA backend's default puts a model with a conv of its own in NHWC, whose bf16 activations are bfloat16:

@@ -899,11 +899,14 @@ static size_t activations_of(const lam_model *m) {
  * e1's size stayed allocated through training. */
 static void test_host_buffers_lazy(void **state) {
   (void)state;
-  setenv("LAMINA_LAYOUT", "nhwc", 1);
+  lam_model_options mo = lam_model_options_default();
+  mo.layout = 2; /* NHWC */
+  TU_OK(lam_ctx_set_model_options(g_ctx, &mo));
   lam_model *m;
   lam_status s = lam_model_create(g_ctx, "conv 4 3 pad 1, e1: relu, maxpool 2, upsample 2, concat @e1, flatten, dense 10",
                                   1, IMG, IMG, MODEL_SEED, &m);
-  unsetenv("LAMINA_LAYOUT");
+  mo = lam_model_options_default();
+  TU_OK(lam_ctx_set_model_options(g_ctx, &mo));
   TU_OK(s);
   lam_opt o = opt_for(LAM_OPT_ADAM);
   lam_trainer *t;

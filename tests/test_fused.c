@@ -1,6 +1,6 @@
 /* test_fused.c — the fused conv -> relu -> maxpool step against the plain ops it replaces, on fresh
  * random inputs, for models with the pattern (and one where the pool's windows overlap, which stays on
- * the plain path). Fusion after the GEMM (conv_pool_fwd/bwd, LAMINA_FUSE=1) must give the plain path's
+ * the plain path). Fusion after the GEMM (conv_pool_fwd/bwd, lam_model_options fuse 1) must give the plain path's
  * logits, loss, gradients and parameters after optimizer steps bit for bit; the direct first layer
  * (conv_pool_direct_fwd/bwd, the default) sums its taps in another order than the GEMM, so its logits,
  * loss and first gradients must agree within float rounding (1e-5 relative to the tensor's scale). The plain
@@ -25,9 +25,12 @@ static const fcase k_cases[] = {
 };
 
 /* Runs 3 steps of Adam on the same batches; returns logits and gradients of the first batch, the last
- * loss and the final parameters. fuse: the LAMINA_FUSE level. */
+ * loss and the final parameters. fuse: lam_model_options' fusion level (0 to 2); a conv on its own as im2col +
+ * GEMM, the fused block's arithmetic. */
 static void run(const fcase *fc, int fuse, float *logits, float *loss, float *params, float *grads, size_t np) {
-  setenv("LAMINA_FUSE", fuse == 0 ? "0" : fuse == 1 ? "1" : "2", 1);
+  lam_model_options mo = lam_model_options_default();
+  mo.fuse = fuse, mo.conv_im2col = 1;
+  TU_OK(lam_ctx_set_model_options(g_ctx, &mo));
   lam_model *m;
   TU_OK(lam_model_create(g_ctx, fc->spec, fc->c, fc->h, fc->w, 3, &m));
   assert_int_equal(lam_model_param_count(m), np);
@@ -51,7 +54,6 @@ static void run(const fcase *fc, int fuse, float *logits, float *loss, float *pa
   lam_model_free(m);
   free(x);
   free(y);
-  unsetenv("LAMINA_FUSE");
 }
 
 /* Largest |a - b| over the tensor, against 1e-5 of its largest |b|. */
@@ -104,7 +106,6 @@ int main(int argc, char **argv) {
     }
     g_dev = LAM_DEVICE_CUDA;
   }
-  setenv("LAMINA_CONV", "im2col", 1);
   if (lam_ctx_create(&g_ctx, g_dev) != LAM_OK) {
     fprintf(stderr, "test_fused: %s\n", lam_last_error());
     return 1;

@@ -150,7 +150,7 @@ static void test_bench_transfer(void **state) {
 
 /* lam_model_forward_u8 gives the logits of lam_model_forward on the images normalized as the trainer's
  * gather normalizes them ((float)u * (1 / (255 std)) + (-mean / std), in float), for a model of 3 channels
- * with its own normalization and one with a class per pixel; in NHWC too (LAMINA_LAYOUT). Within 1e-5 of
+ * with its own normalization and one with a class per pixel; in NHWC too (lam_model_options.layout). Within 1e-5 of
  * the logits' scale: the gather may fuse its multiply-add (an fma, one rounding) where this test rounds
  * twice, an ulp of the input; a wrong normalization or layout is off by far more. */
 static void test_forward_u8(void **state) {
@@ -159,10 +159,13 @@ static void test_forward_u8(void **state) {
                                        "conv 5 3 pad 1, relu, conv 3 1"};
   for (int layout = 0; layout < 2; layout++)
     for (int k = 0; k < 2; k++) {
-      setenv("LAMINA_LAYOUT", layout ? "nhwc" : "nchw", 1);
+      lam_model_options mo = lam_model_options_default();
+      mo.layout = layout ? 2 : 1; /* NHWC, NCHW */
+      TU_OK(lam_ctx_set_model_options(g_ctx, &mo));
       lam_model *m;
       TU_OK(lam_model_create(g_ctx, specs[k], 3, 6, 8, 5, &m));
-      unsetenv("LAMINA_LAYOUT");
+      mo = lam_model_options_default();
+      TU_OK(lam_ctx_set_model_options(g_ctx, &mo));
       const float mean[3] = {0.2f, 0.5f, 0.7f}, sd[3] = {0.3f, 0.25f, 0.4f};
       TU_OK(lam_model_set_normalization(m, 3, mean, sd));
       enum { B = 5, P = 6 * 8, S = 3 * P };

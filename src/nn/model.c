@@ -28,18 +28,11 @@ lam_status lam_model_create_clip(lam_ctx *ctx, const char *spec, int T, int in_c
   if (!m) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory");
   m->ctx = ctx;
   m->seed = seed;
-  /* LAMINA_FUSE: 0 the plain ops, 1 the GEMM-epilogue fusion only, 2 also the direct first layer on
-   * any backend; by default (3) the direct first layer where the backend prefers it. The lower levels
-   * stay to compare against. */
-  const char *fuse = getenv("LAMINA_FUSE");
-  m->fuse = !fuse || !*fuse ? 3 : !strcmp(fuse, "0") ? 0 : !strcmp(fuse, "1") ? 1 : !strcmp(fuse, "2") ? 2 : 3;
-  /* LAMINA_CONV=im2col: a conv on its own runs the same im2col + GEMM as the fused block (bit for bit the
-   * same arithmetic: test_fused compares the two), not the backend's conv2d (cuDNN on CUDA). */
-  const char *conv = getenv("LAMINA_CONV");
-  m->conv_im2col = conv && !strcmp(conv, "im2col");
-  /* LAMINA_LAYOUT: nchw or nhwc for every model, to compare; by default (auto) nn_choose_fmt's choice. */
-  const char *layout = getenv("LAMINA_LAYOUT");
-  m->layout = layout && !strcmp(layout, "nchw") ? 1 : layout && !strcmp(layout, "nhwc") ? 2 : 0;
+  /* the context's paths (lam_model_options): the fusion level (the lower ones stay to compare against), the conv
+   * as im2col + GEMM (bit for bit the fused block's arithmetic: test_fused compares the two) instead of the
+   * backend's conv2d, and a layout forced for every model instead of nn_choose_fmt's */
+  const lam_model_options *mo = &ctx->model_opts;
+  m->fuse = mo->fuse, m->conv_im2col = mo->conv_im2col, m->layout = mo->layout;
   m->in_c = in_c, m->in_h = in_h, m->in_w = in_w, m->in_t = T;
   /* as torchvision's ToTensor + Normalize(0.5, 0.5) per channel, until the caller says otherwise */
   m->norm.c = in_c;
