@@ -5,14 +5,15 @@ docs/**/*.md is run, docs/cli-spec.md is the CLI's own --help, and the files the
 Usage: test_docs.py SOURCE_DIR path/to/lamina path/to/liblamina.so  (CTest passes all three).
 Prints "ok - ..." / "not ok - ..." / "skip - ..." per check and a summary; exits 0 when nothing failed.
 
-1. Commands. In README.md, then docs/**/*.md (the guides in docs/guide/ too; sorted by path), the lines
-   of ```sh, ```bash and ```console blocks are read (a trailing backslash joins lines, `# ...` comments
-   and a leading `$ ` are dropped, `&&` splits a line into commands), in one scratch folder, in document
-   order: a file one command writes (`--save cnn.lamina`) is there for the next (`eval --load cnn.lamina`),
-   so a guide that needs a file makes it before (or an earlier document does). Each command is either run or
-   named in COVERED_ELSEWHERE with the test that runs it; a command that is neither fails the test, so
-   a new command in the docs needs a way to be run. `lamina` / `build/lamina` commands must exit 0,
-   after these substitutions (so that they take seconds on a 2-core CPU with no GPU):
+1. Commands. In README.md, then docs/**/*.md (the guides in docs/guide/ too, not the logs' notes in
+   docs/bench/; sorted by path), the lines of ```sh, ```bash and ```console blocks are read (a trailing
+   backslash joins lines, `# ...` comments and a leading `$ ` are dropped, `&&` splits a line into
+   commands), in one scratch folder, in document order: a file one command writes (`--save cnn.lamina`)
+   is there for the next (`eval --load cnn.lamina`), so a guide that needs a file makes it before (or an
+   earlier document does). Each command is either run or named in COVERED_ELSEWHERE with the test that
+   runs it; a command that is neither fails the test, so a new command in the docs needs a way to be
+   run. `lamina` / `build/lamina` commands must exit 0, after these substitutions (so that they take
+   seconds on a 2-core CPU with no GPU):
    - the program is the lamina under test; VAR=value prefixes become its environment;
    - `--data X` (and train/eval without --data) reads a small generated folder instead: 1024 training
      and 256 test images of 28x28, 10 classes, IDX gzipped like Debian's Fashion-MNIST;
@@ -31,7 +32,8 @@ Prints "ok - ..." / "not ok - ..." / "skip - ..." per check and a summary; exits
 3. docs/cli-spec.md: `scripts/gen-cli-spec --check` (its blocks equal each command's --help); every
    option a command's --help lists appears in the file; every --option the hand-written text names
    exists in that section's command (the text before the first command section: in any command).
-   The other docs (docs/**/*.md) may name only options that some command has.
+   The other docs (docs/**/*.md) may name only options that some command has, or another program's
+   that they show (OTHER_PROGRAMS_OPTIONS: torchrun, mpirun, pip, cmake, pkg-config, ctest).
 4. Paths: every word in `code` in README.md, BENCHMARKS.md and docs/**/*.md that looks like a path into
    the repository (its first part is a top-level entry of the repository, or `..`), and every relative
    link target (taken from the document's own folder, as GitHub resolves it; `#anchor` dropped), must
@@ -117,9 +119,11 @@ def skip(desc, why):
 
 
 def doc_files():
-    """README.md first, then every .md under docs/ (the guides in docs/guide/ too), sorted by path."""
-    return ["README.md"] + sorted(os.path.relpath(p, SRC)
-                                  for p in glob.glob(os.path.join(SRC, "docs", "**", "*.md"), recursive=True))
+    """README.md first, then every .md under docs/ (the guides in docs/guide/ too), sorted by path; not the
+    measurement logs' notes under docs/bench/, which record what was run then."""
+    docs = glob.glob(os.path.join(SRC, "docs", "**", "*.md"), recursive=True)
+    return ["README.md"] + sorted(d for d in (os.path.relpath(p, SRC).replace(os.sep, "/") for p in docs)
+                                  if not d.startswith("docs/bench/"))
 
 
 def fenced_blocks(text):
@@ -327,6 +331,12 @@ def run_c(doc, body, work):
 # ---- docs/cli-spec.md against --help ------------------------------------------------------------
 
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+# Options of other programs that the guides show beside lamina's (README once held these, and README is not
+# checked for options): torchrun's and mpirun's (scaling.md), pip's, venv's and cmake's (python.md, c-api.md,
+# design.md), pkg-config's, ctest's, and python/examples/train_fashion_mnist.py's --limit.
+OTHER_PROGRAMS_OPTIONS = {"--nproc-per-node", "--no-python", "--allow-run-as-root", "--no-build-isolation",
+                          "--system-site-packages", "--build", "--install", "--prefix", "--cflags", "--libs",
+                          "--test-dir", "--limit"}
 
 
 def help_options(args):
@@ -386,7 +396,7 @@ def check_cli_spec():
         if doc in ("README.md", "docs/cli-spec.md"):
             continue
         with open(os.path.join(SRC, doc), encoding="utf-8") as f:
-            unknown = sorted(set(OPTION.findall(f.read())) - every)
+            unknown = sorted(set(OPTION.findall(f.read())) - every - OTHER_PROGRAMS_OPTIONS)
         if unknown:
             not_ok(f"{doc}: every --option it names is a lamina option", f"unknown: {unknown}")
         else:
