@@ -473,7 +473,7 @@ int lam_dataset_is_image_folder(const char *dir);
  * (ImageNet's name; test/ is read where both are there and it holds class folders); LAM_FOLDER_TRAIN_ONLY, DIR/train
  * alone; LAM_FOLDER_FLAT, DIR/CLASS/... with no train/ (and no train-*, t10k-* or test-* files: those are the MNIST
  * layout), one part that is both the training and the test part (lamina train holds out --val-split's part of it).
- * A set of videos listed in DIR/train.csv (docs/video.md, "Layouts") is LAM_FOLDER_SPLIT with a DIR/val.csv,
+ * A set of videos listed in DIR/train.csv (docs/guide/video.md, "Layouts") is LAM_FOLDER_SPLIT with a DIR/val.csv,
  * validate.csv or test.csv beside it, else LAM_FOLDER_TRAIN_ONLY. LAM_FOLDER_NONE where dir is none of these. */
 enum { LAM_FOLDER_NONE = 0, LAM_FOLDER_SPLIT = 1, LAM_FOLDER_TRAIN_ONLY = 2, LAM_FOLDER_FLAT = 3 };
 int lam_dataset_image_folder_layout(const char *dir);

@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """test_docs.py — the documentation against the program: every command and snippet in README.md and
-docs/*.md is run, docs/cli-spec.md is the CLI's own --help, and the files the documents name exist.
+docs/**/*.md is run, docs/cli-spec.md is the CLI's own --help, and the files the documents name exist.
 
 Usage: test_docs.py SOURCE_DIR path/to/lamina path/to/liblamina.so  (CTest passes all three).
 Prints "ok - ..." / "not ok - ..." / "skip - ..." per check and a summary; exits 0 when nothing failed.
 
-1. Commands. In README.md, then docs/*.md (sorted), the lines of ```sh, ```bash and ```console blocks
-   are read (a trailing backslash joins lines, `# ...` comments and a leading `$ ` are dropped, `&&`
-   splits a line into commands), in one scratch folder, in document order: a file one command writes
-   (`--save cnn.lamina`) is there for the next (`eval --load cnn.lamina`). Each command is either run or
-   named in COVERED_ELSEWHERE with the test that runs it; a command that is neither fails the test, so
-   a new command in the docs needs a way to be run. `lamina` / `build/lamina` commands must exit 0,
-   after these substitutions (so that they take seconds on a 2-core CPU with no GPU):
+1. Commands. In README.md, then docs/**/*.md (the guides in docs/guide/ too, not the logs' notes in
+   docs/bench/; sorted by path), the lines of ```sh, ```bash and ```console blocks are read (a trailing
+   backslash joins lines, `# ...` comments and a leading `$ ` are dropped, `&&` splits a line into
+   commands), in one scratch folder, in document order: a file one command writes (`--save cnn.lamina`)
+   is there for the next (`eval --load cnn.lamina`), so a guide that needs a file makes it before (or an
+   earlier document does). Each command is either run or named in COVERED_ELSEWHERE with the test that
+   runs it; a command that is neither fails the test, so a new command in the docs needs a way to be
+   run. `lamina` / `build/lamina` commands must exit 0, after these substitutions (so that they take
+   seconds on a 2-core CPU with no GPU):
    - the program is the lamina under test; VAR=value prefixes become its environment;
    - `--data X` (and train/eval without --data) reads a small generated folder instead: 1024 training
      and 256 test images of 28x28, 10 classes, IDX gzipped like Debian's Fashion-MNIST;
@@ -30,10 +32,12 @@ Prints "ok - ..." / "not ok - ..." / "skip - ..." per check and a summary; exits
 3. docs/cli-spec.md: `scripts/gen-cli-spec --check` (its blocks equal each command's --help); every
    option a command's --help lists appears in the file; every --option the hand-written text names
    exists in that section's command (the text before the first command section: in any command).
-   The other docs/*.md may name only options that some command has.
-4. Paths: every word in `code` or a link target in README.md, BENCHMARKS.md and docs/*.md that looks
-   like a path into the repository (its first part is a top-level entry of the repository, or `..`)
-   must exist in the repository (git ls-files, untracked files included; without git, the file system).
+   The other docs (docs/**/*.md) may name only options that some command has, or another program's
+   that they show (OTHER_PROGRAMS_OPTIONS: torchrun, mpirun, pip, cmake, pkg-config, ctest).
+4. Paths: every word in `code` in README.md, BENCHMARKS.md and docs/**/*.md that looks like a path into
+   the repository (its first part is a top-level entry of the repository, or `..`), and every relative
+   link target (taken from the document's own folder, as GitHub resolves it; `#anchor` dropped), must
+   exist in the repository (git ls-files, untracked files included; without git, the file system).
    Build outputs (build*/) are not checked.
 """
 import fnmatch
@@ -115,7 +119,11 @@ def skip(desc, why):
 
 
 def doc_files():
-    return ["README.md"] + sorted(os.path.relpath(p, SRC) for p in glob.glob(os.path.join(SRC, "docs", "*.md")))
+    """README.md first, then every .md under docs/ (the guides in docs/guide/ too), sorted by path; not the
+    measurement logs' notes under docs/bench/, which record what was run then."""
+    docs = glob.glob(os.path.join(SRC, "docs", "**", "*.md"), recursive=True)
+    return ["README.md"] + sorted(d for d in (os.path.relpath(p, SRC).replace(os.sep, "/") for p in docs)
+                                  if not d.startswith("docs/bench/"))
 
 
 def fenced_blocks(text):
@@ -323,6 +331,12 @@ def run_c(doc, body, work):
 # ---- docs/cli-spec.md against --help ------------------------------------------------------------
 
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+# Options of other programs that the guides show beside lamina's (README once held these, and README is not
+# checked for options): torchrun's and mpirun's (scaling.md), pip's, venv's and cmake's (python.md, c-api.md,
+# design.md), pkg-config's, ctest's, and python/examples/train_fashion_mnist.py's --limit.
+OTHER_PROGRAMS_OPTIONS = {"--nproc-per-node", "--no-python", "--allow-run-as-root", "--no-build-isolation",
+                          "--system-site-packages", "--build", "--install", "--prefix", "--cflags", "--libs",
+                          "--test-dir", "--limit"}
 
 
 def help_options(args):
@@ -382,7 +396,7 @@ def check_cli_spec():
         if doc in ("README.md", "docs/cli-spec.md"):
             continue
         with open(os.path.join(SRC, doc), encoding="utf-8") as f:
-            unknown = sorted(set(OPTION.findall(f.read())) - every)
+            unknown = sorted(set(OPTION.findall(f.read())) - every - OTHER_PROGRAMS_OPTIONS)
         if unknown:
             not_ok(f"{doc}: every --option it names is a lamina option", f"unknown: {unknown}")
         else:
@@ -422,14 +436,14 @@ def check_layers():
     else:
         ok(f"README.md's layer table is the ops' list ({len(usages)} layers)")
     names = {u.split()[0] for u in usages}
-    with open(os.path.join(SRC, "docs", "safetensors.md"), encoding="utf-8") as f:
+    with open(os.path.join(SRC, "docs", "guide", "safetensors.md"), encoding="utf-8") as f:
         rows = re.findall(r"^\| ([a-z][a-z, ]*?) +\| `i\.", f.read(), re.M)
     named = {n.strip() for r in rows for n in r.split(",")}
     unknown = sorted(named - names)
     if not named or unknown:
-        not_ok("docs/safetensors.md names layers that exist", f"its rows name {sorted(named)}; unknown: {unknown}")
+        not_ok("docs/guide/safetensors.md names layers that exist", f"its rows name {sorted(named)}; unknown: {unknown}")
     else:
-        ok(f"docs/safetensors.md names layers that exist ({', '.join(sorted(named))})")
+        ok(f"docs/guide/safetensors.md names layers that exist ({', '.join(sorted(named))})")
 
 
 # ---- the files the documents name ---------------------------------------------------------------
@@ -457,9 +471,17 @@ def check_paths():
         with open(os.path.join(SRC, doc), encoding="utf-8") as f:
             text = f.read()
         words = set()
-        for span in re.findall(r"`([^`\n]+)`", text) + re.findall(r"\]\(([^)\s]+)\)", text):
+        for span in re.findall(r"`([^`\n]+)`", text):
             words |= set(span.split())
         bad = []
+        prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)  # links in prose, not code
+        for link in re.findall(r"\]\(([^)\s]+)\)", prose):  # a relative link: from the document's folder
+            target = link.split("#", 1)[0]
+            if not target or "://" in target or target.startswith(("mailto:", "/")):
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(doc), target)).replace(os.sep, "/")
+            if not (path in files or path in dirs):
+                bad.append(link)
         for w in sorted(words):
             w = w.strip("(),;:'\"").rstrip(".")
             if "/" not in w or "://" in w:
