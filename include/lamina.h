@@ -247,7 +247,7 @@ lam_status lam_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 lam_status lam_hidden_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtype grey_dtype, const float *w,
                                     float *out, double *ms);
 
-/* ---- images and video: uint8 to normalized float32 (or bfloat16) NCHW (issue #4) ------------------ */
+/* ---- images and video: uint8 to normalized float32 (or bfloat16) NCHW ------------------------------ */
 
 typedef enum lam_layout { LAM_LAYOUT_NCHW = 0, LAM_LAYOUT_NHWC } lam_layout;
 #define LAM_NORMALIZE_MAX_CHANNELS 64
@@ -294,7 +294,7 @@ lam_status lam_bench_transfer(lam_ctx *ctx, const lam_xfer_case *c, lam_xfer_res
 #define LAM_HIDDEN_MAX_N ((size_t)1 << 40)
 
 
-/* ==== issue #3: data, models, training ====================================================== */
+/* ==== data, models, training ================================================================ */
 
 /* ---- data: image sets of any channel count (IDX or NumPy .npy, plain or gzip) ------------------- */
 

@@ -1,4 +1,5 @@
-/* test_grad.c — the CPU backend's model ops checked by finite differences and float64 references:
+/* test_grad.c — the model ops checked by finite differences and float64 references, on the CPU backend (and the
+ * graph cases on CUDA too, run with "cuda"):
  *
  *   - gradients: for small models of every op (conv with kernel 1/2/3/5, stride 1/2/3, pad 0/1/2 and
  *     1-4 channels in and out; dense; max-pool 2/2, on an odd size, and the overlapping 3/2; relu, tanh,
@@ -6,6 +7,9 @@
  *     lam_model_grads_get against the central difference of the loss from lam_model_loss_backward. The
  *     input gradient is not exposed, so the first layer's parameter gradients are what checks backprop
  *     through all later layers (two-conv models check col2im with stride and pad).
+ *   - the graph's ops (BatchNorm on images and flat inputs, GELU, leaky ReLU, average and global pooling, upsample,
+ *     convt, add, concat, dropout, tpool; labels per pixel too): every parameter's gradient by finite
+ *     differences alone, their values being test_graph_torch's to check; with "cuda", on the CUDA backend too.
  *   - forward: logits against a float64 interpreter of the spec (nnutil.h), the loss against a float64
  *     softmax cross-entropy of those logits; for logits near +-1e4 the loss stays finite and right.
  *   - lam_model_loss_backward zeroes the gradients (two calls give the same, not the double).

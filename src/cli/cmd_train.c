@@ -1,6 +1,6 @@
-/* cmd_train.c — `lamina train` and `lamina eval`: train a model on an MNIST-format data set with a live
- * progress line and one summary line per epoch (or one JSON object), save and resume checkpoints, and
- * evaluate a saved model with a confusion matrix. */
+/* cmd_train.c — `lamina train` and `lamina eval`: train a model on a data set (IDX or .npy arrays, image, mask
+ * or video folders, clips) with a live progress line and one summary line per epoch (or one JSON object), save
+ * and resume checkpoints, and evaluate a saved model (a confusion matrix, or IoU per class). */
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>

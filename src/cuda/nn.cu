@@ -1,7 +1,8 @@
 /* nn.cu — the CUDA twins of the nn primitives (prims.h; CPU versions in cpu/nn.c under the same
  * names). Everything is queued on the context's stream; nothing here waits for the device. GEMMs go to
- * cuBLAS (row-major calls mapped onto its column-major API); the rest are simple one-thread-per-output
- * kernels — the fused versions are issue #5's work. */
+ * cuBLAS (row-major calls mapped onto its column-major API); the conv -> relu -> maxpool block's kernels,
+ * BatchNorm's, the loss and the optimizers are lamina's own (NHWC twins in nhwc.cu, cuDNN's convs in
+ * conv.cu). */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <dlfcn.h>

@@ -15,7 +15,7 @@
 #include "rng.h"
 #include "train.h"
 
-/* Normalization of the uint8 pixels, as torchvision's ToTensor + Normalize((0.5,), (0.5,)). */
+/* A sample's channels (1 for a set that does not say). */
 static int channels(const lam_dataset *d) { return d->c > 0 ? d->c : 1; }
 static int frames(const lam_dataset *d) { return d->t > 0 ? d->t : 1; }
 static size_t labels_per_image(const lam_dataset *d) {
