@@ -37,7 +37,7 @@
  * Short, because a spinning worker holds its core: with one of 2 cores held by another process, a 2 ms
  * spin (libgomp's order) kept the free core busy while the calling thread waited its turn on the held
  * one, and the reference CNN's epoch took 18.7 s; 250 us 15.4 s; 50 us 14.0 s (one thread: 13.3 s).
- * Idle, the same epoch took 7.9, 8.4 and 8.6 s (2026-12-03, bench/cpu_load.py's machine). */
+ * Idle, the same epoch took 7.9, 8.4 and 8.6 s (2026-12-03, dev/cpu_load.py's machine). */
 #define SPIN_NS 50000
 
 static struct {

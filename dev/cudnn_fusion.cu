@@ -10,7 +10,7 @@
 // and, beside them, the legacy API's call as lamina makes it, and one read and one read+write of Y's bytes
 // (what a separate statistics pass and a separate apply pass cost at least). Checks the fused outputs
 // against the plain ones and the sums against a float64 sum of Y. Results: BENCHMARKS.md (#11, 2026-12-02).
-// Not part of the build: nvcc -O2 -arch=sm_90 -std=c++17 bench/cudnn_fusion.cu -lcudnn; VERBOSE=1 lists
+// Not part of the build: nvcc -O2 -arch=sm_90 -std=c++17 dev/cudnn_fusion.cu -lcudnn; VERBOSE=1 lists
 // every engine, HALF=1 runs fp16 instead of bf16.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>

@@ -3,7 +3,7 @@ the first call's floor). Each case is a new interpreter that first holds MB mega
 (written, as an application's arrays are), then times cudaFree(0) through the runtime that lamina loads.
 With strace on the machine, also counts the system calls the context makes (a fork or clone there would
 copy the page tables of everything the process holds).
-Run: python3 bench/context_cost.py [--libcudart PATH]"""
+Run: python3 dev/context_cost.py [--libcudart PATH]"""
 import argparse
 import glob
 import json

@@ -4,7 +4,7 @@ NumPy's np.tanh(g/255*w)), the reference CNN's epoch (lamina's default threads u
 thread on the idle machine), and the reference CNN's images/s idle against PyTorch CPU (batch 64, all
 cores). Medians; prints a table and the ratios.
 
-  /usr/bin/python3 bench/cpu_load.py --lamina build/lamina [--data /usr/share/datasets/fashion-mnist]
+  /usr/bin/python3 dev/cpu_load.py --lamina build/lamina [--data /usr/share/datasets/fashion-mnist]
       [--torch-steps 300] [--json out.json]
 """
 import argparse, gzip, json, os, subprocess, sys, time

@@ -1,7 +1,7 @@
 // cudnn_convbn — a probe for cuDNN's fp16 conv-BatchNorm engines (the "specialized pre-compiled" engines
 // ConvBNfprop, ConvBNwgrad and DgradDreluBNBwdWeight of the cuDNN developer guide, graph-api page).
 //
-// Why: bench/cudnn_fusion.cu, run on the H200 with HALF=1, found engines for conv + GenStats in fp16 but
+// Why: dev/cudnn_fusion.cu, run on the H200 with HALF=1, found engines for conv + GenStats in fp16 but
 // none ("none/5") for scale·x + bias → ReLU → conv → GenStats, and none for scale/bias/ReLU → wgrad.
 // The guide says these engines exist on compute capability >= 8.0 (Hopper included) in FP16 NHWC. That
 // program built its graphs its own way (FLOAT scale and bias, FLOAT virtual tensors everywhere, engines
@@ -29,7 +29,7 @@
 // Shapes: C = K = 64 at 32x32, 128 at 16x16, 256 at 8x8 (3x3, pad 1, stride 1), and 1x1 64 -> 256 at 32x32.
 //
 // Not part of the build:
-//   nvcc -O2 -arch=sm_90 -std=c++17 bench/cudnn_convbn.cu -lcudnn -o /tmp/cudnn_convbn
+//   nvcc -O2 -arch=sm_90 -std=c++17 dev/cudnn_convbn.cu -lcudnn -o /tmp/cudnn_convbn
 //   /tmp/cudnn_convbn [N]        (batch, default 64); VERBOSE=1 also prints every refused config with
 //   cuDNN's status and message. cuDNN's own log: CUDNN_LOGLEVEL_DBG=3 (or CUDNN_LOGERR_DBG=1 on older
 //   releases) with CUDNN_LOGDEST_DBG=stderr; this program never sets them.
@@ -68,7 +68,7 @@ static void fin(D d, const char *what) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Graph pieces (as bench/cudnn_fusion.cu, plus the BN-weight op and a pointwise alpha2)
+// Graph pieces (as dev/cudnn_fusion.cu, plus the BN-weight op and a pointwise alpha2)
 
 // A tensor of logical dims (N, C, H, W) laid out NHWC (for a filter: (K, C, R, S) laid out KRSC), 16-byte
 // aligned as the frontend's tensors are by default.
@@ -175,7 +175,7 @@ static D bn_bwd_weights(D dy, D x, D mean, D invstd, D scale, D dscale, D dbias,
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Timing (as bench/cudnn_fusion.cu)
+// Timing (as dev/cudnn_fusion.cu)
 
 static float median15(float *t) { // sorts t[0..15)
   for (int i = 1; i < 15; i++) for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
@@ -354,7 +354,7 @@ static void by_heuristics(const pattern_t &pt, D g, result_t &r) {
   }
 }
 
-// Every global engine index with its default knobs (bench/cudnn_fusion.cu's way).
+// Every global engine index with its default knobs (dev/cudnn_fusion.cu's way).
 static void by_global_index(const pattern_t &pt, D g, result_t &r) {
   int64_t count = 0, got = 0;
   cudnnBackendGetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64, 1, &got, &count);
