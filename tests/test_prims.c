@@ -1599,6 +1599,172 @@ static void bn_act_loss(const void *a, const float *v, double *loss) {
   free(y), free(m), free(is), free(rm), free(rv);
 }
 
+/* Sync BatchNorm's three primitives (the ranks' BatchNorm sums between them, nn/ops/norm.c), each against a float64
+ * reference on fresh inputs: bn_sums of x (sum, sum of squares per channel) and of dy (sum, sum of dy xhat, also added
+ * into dgamma and dbeta); bn_sync_stats from given sums (mean, invstd, biased var, the running statistics with the
+ * unbiased var); bn_sync_dx from given sums and N, with gamma and without. Channels far from 0 and with a spread of
+ * their own; outputs start as NaN, so an element not written fails. */
+static void test_bn_sync(void **state) {
+  (void)state;
+  const float momentum = 0.1f, eps = 1e-5f;
+  for (size_t s = 0; s < N_BCP; s++) {
+    seed_case("bn_sync", s);
+    const int B = k_bcp[s].B, C = k_bcp[s].C, P = k_bcp[s].P;
+    const size_t n = (size_t)B * C * P, cb = (size_t)C * 4;
+    const double N = (double)B * P;
+    char geo[80], what[160];
+    snprintf(geo, sizeof geo, "B=%d C=%d P=%d", B, C, P);
+    float *x = xmalloc(n * 4), *dy = frand(n, -1, 1), *mean = xmalloc(cb), *invstd = xmalloc(cb);
+    for (int c = 0; c < C; c++) {
+      const double off = U(-3, 3), spread = U(0.2, 2);
+      for (int b = 0; b < B; b++)
+        for (int p = 0; p < P; p++) x[((size_t)b * C + c) * P + p] = (float)(off + spread * fr(-1, 1));
+    }
+    /* the statistics as float, from float64 sums of x */
+    double *s1 = dzero(C), *s2 = dzero(C), *a1 = dzero(C), *a2 = dzero(C);
+    for (size_t i = 0; i < n; i++) {
+      const int c = (int)(i / P % C);
+      s1[c] += x[i], s2[c] += (double)x[i] * x[i], a1[c] += fabs(x[i]);
+    }
+    for (int c = 0; c < C; c++) {
+      const double mu = s1[c] / N, v = fmax(s2[c] / N - mu * mu, 0.0);
+      mean[c] = (float)mu, invstd[c] = (float)(1 / sqrt(v + eps));
+    }
+
+    /* bn_sums of x: [sum x | sum x^2] */
+    double *ref = dzero(2 * C), *scale = dzero(2 * C);
+    for (int c = 0; c < C; c++) ref[c] = s1[c], scale[c] = a1[c] + 1e-30, ref[C + c] = s2[c], scale[C + c] = s2[c] + 1e-30;
+    float *out = fnan(2 * C), *out_cpu = NULL;
+    for (int pass = 0; pass < 1 + g_cuda; pass++) {
+      lam_ctx *ctx = pass ? g_cpu : g_ctx;
+      float *d_x = dput(ctx, x, n * 4), *d_out = dput(ctx, out, 2 * cb);
+      void *fx = fin(ctx, d_x, B, C, P);
+      TU_OK(BE(ctx)->bn_sums(ctx, g_fmt, B, C, P, fx, NULL, NULL, NULL, d_out, NULL, NULL));
+      fout(ctx, fx, d_x, B, C, P, "bn_sums x (format)");
+      float *o = pass ? (out_cpu = fnan(2 * C)) : out;
+      dget(ctx, o, d_out, 2 * cb, "bn_sums");
+      dfree(ctx, d_x), dfree(ctx, d_out);
+    }
+    snprintf(what, sizeof what, "bn_sums of x %s", geo);
+    verify(what, 2 * C, out, ref, out_cpu, scale, 1e-6, 1e-5);
+
+    /* bn_sums of dy: [sum dy | sum dy xhat], added into dbeta and dgamma */
+    float *dg0 = frand(C, -1, 1), *db0 = frand(C, -1, 1);
+    double *dref = dzero(2 * C), *dscale = dzero(2 * C), *gref = dzero(C), *gscale = dzero(C), *bref = dzero(C),
+           *bscale = dzero(C);
+    for (size_t i = 0; i < n; i++) {
+      const int c = (int)(i / P % C);
+      const double xh = ((double)x[i] - mean[c]) * invstd[c];
+      dref[c] += dy[i], dscale[c] += fabs(dy[i]), dref[C + c] += dy[i] * xh, dscale[C + c] += fabs(dy[i] * xh);
+    }
+    for (int c = 0; c < C; c++) {
+      dscale[C + c] += dscale[c] * fabs(mean[c]) * invstd[c]; /* the float mean's own rounding, times sum |dy| */
+      gref[c] = dg0[c] + dref[C + c], gscale[c] = fabs(dg0[c]) + dscale[C + c];
+      bref[c] = db0[c] + dref[c], bscale[c] = fabs(db0[c]) + dscale[c];
+    }
+    float *dout = fnan(2 * C), *dg = fdup(dg0, C), *db = fdup(db0, C), *dout_c = NULL, *dg_c = NULL, *db_c = NULL;
+    for (int pass = 0; pass < 1 + g_cuda; pass++) {
+      lam_ctx *ctx = pass ? g_cpu : g_ctx;
+      float *d_x = dput(ctx, x, n * 4), *d_dy = dput(ctx, dy, n * 4), *d_m = dput(ctx, mean, cb),
+            *d_i = dput(ctx, invstd, cb), *d_out = dput(ctx, dout, 2 * cb), *d_g = dput(ctx, dg0, cb),
+            *d_b = dput(ctx, db0, cb);
+      void *fx = fin(ctx, d_x, B, C, P), *fdy = fin(ctx, d_dy, B, C, P);
+      TU_OK(BE(ctx)->bn_sums(ctx, g_fmt, B, C, P, fx, fdy, d_m, d_i, d_out, d_g, d_b));
+      fout(ctx, fx, d_x, B, C, P, "bn_sums x (format)"), fout(ctx, fdy, d_dy, B, C, P, "bn_sums dy (format)");
+      if (pass) dout_c = fnan(2 * C), dg_c = fnan(C), db_c = fnan(C);
+      dget(ctx, pass ? dout_c : dout, d_out, 2 * cb, "bn_sums dy");
+      dget(ctx, pass ? dg_c : dg, d_g, cb, "bn_sums dgamma"), dget(ctx, pass ? db_c : db, d_b, cb, "bn_sums dbeta");
+      dfree(ctx, d_x), dfree(ctx, d_dy), dfree(ctx, d_m), dfree(ctx, d_i), dfree(ctx, d_out), dfree(ctx, d_g),
+          dfree(ctx, d_b);
+    }
+    snprintf(what, sizeof what, "bn_sums of dy %s", geo);
+    verify(what, 2 * C, dout, dref, dout_c, dscale, 2e-6, 2e-5);
+    snprintf(what, sizeof what, "bn_sums dgamma += %s", geo);
+    verify(what, C, dg, gref, dg_c, gscale, 2e-6, 2e-5);
+    snprintf(what, sizeof what, "bn_sums dbeta += %s", geo);
+    verify(what, C, db, bref, db_c, bscale, 2e-6, 2e-5);
+
+    /* bn_sync_stats from the sums as float (sum x, sum x^2 over N) */
+    float *sums = xmalloc(2 * cb);
+    for (int c = 0; c < C; c++) sums[c] = (float)s1[c], sums[C + c] = (float)s2[c];
+    float *rm0 = frand(C, -1, 1), *rv0 = frand(C, 0.5, 2);
+    double *mref = dzero(C), *vref = dzero(C), *iref = dzero(C), *rmref = dzero(C), *rvref = dzero(C),
+           *mscale = dzero(C), *vscale = dzero(C);
+    for (int c = 0; c < C; c++) {
+      const double mu = sums[c] / N, v = fmax(sums[C + c] / N - mu * mu, 0.0);
+      mref[c] = mu, vref[c] = v, iref[c] = 1 / sqrt(v + eps);
+      rmref[c] = (1 - momentum) * (double)rm0[c] + momentum * mu;
+      rvref[c] = (1 - momentum) * (double)rv0[c] + momentum * (N > 1 ? v * N / (N - 1) : v);
+      mscale[c] = fabs(mu) + 1e-3, vscale[c] = sums[C + c] / N + 1e-3; /* var's float sums: cancellation */
+    }
+    float *st[5], *st_c[5] = {NULL};
+    for (int pass = 0; pass < 1 + g_cuda; pass++) {
+      lam_ctx *ctx = pass ? g_cpu : g_ctx;
+      float **o = pass ? st_c : st;
+      for (int k = 0; k < 3; k++) o[k] = fnan(C);
+      o[3] = fdup(rm0, C), o[4] = fdup(rv0, C);
+      float *d_s = dput(ctx, sums, 2 * cb), *d[5];
+      for (int k = 0; k < 5; k++) d[k] = dput(ctx, o[k], cb);
+      TU_OK(BE(ctx)->bn_sync_stats(ctx, C, N, d_s, eps, momentum, d[0], d[1], d[2], d[3], d[4]));
+      static const char *const names[5] = {"mean", "invstd", "var", "run_mean", "run_var"};
+      for (int k = 0; k < 5; k++) dget(ctx, o[k], d[k], cb, names[k]), dfree(ctx, d[k]);
+      dfree(ctx, d_s);
+    }
+    double *iscale = dzero(C), *rvscale = dzero(C), *rmscale = dzero(C);
+    for (int c = 0; c < C; c++) iscale[c] = iref[c] * (1 + vscale[c] * iref[c] * iref[c]),
+                                rvscale[c] = fabs(rvref[c]) + momentum * vscale[c] * (N > 1 ? N / (N - 1) : 1),
+                                rmscale[c] = fabs(rmref[c]) + momentum * mscale[c];
+    snprintf(what, sizeof what, "bn_sync_stats mean %s", geo);
+    verify(what, C, st[0], mref, st_c[0], mscale, 1e-6, 1e-6);
+    snprintf(what, sizeof what, "bn_sync_stats invstd %s", geo);
+    verify(what, C, st[1], iref, st_c[1], iscale, 1e-5, 1e-5);
+    snprintf(what, sizeof what, "bn_sync_stats var %s", geo);
+    verify(what, C, st[2], vref, st_c[2], vscale, 1e-6, 1e-6);
+    snprintf(what, sizeof what, "bn_sync_stats run_mean %s", geo);
+    verify(what, C, st[3], rmref, st_c[3], rmscale, 1e-6, 1e-6);
+    snprintf(what, sizeof what, "bn_sync_stats run_var %s", geo);
+    verify(what, C, st[4], rvref, st_c[4], rvscale, 1e-5, 1e-5);
+
+    /* bn_sync_dx from [sum dy | sum dy xhat] given as float and this N, with gamma and without */
+    float *gamma = frand(C, -1.5, 1.5), *dsums = xmalloc(2 * cb);
+    for (int c = 0; c < 2 * C; c++) dsums[c] = (float)dref[c];
+    for (int with_gamma = 0; with_gamma < 2; with_gamma++) {
+      double *xref = dzero(n), *xscale = dzero(n);
+      for (size_t i = 0; i < n; i++) {
+        const int c = (int)(i / P % C);
+        const double is = invstd[c], k = (with_gamma ? gamma[c] : 1.0) * is, xh = ((double)x[i] - mean[c]) * is;
+        xref[i] = k * (dy[i] - dsums[c] / N - xh * dsums[C + c] / N);
+        xscale[i] = fabs(k) * (fabs(dy[i]) + fabs(dsums[c]) / N + fabs(xh) * fabs(dsums[C + c]) / N +
+                               (1 + fabs(mean[c]) * is) * fabs(dsums[C + c]) / N + 1e-6);
+      }
+      float *dx = fnan(n), *dx_c = NULL;
+      for (int pass = 0; pass < 1 + g_cuda; pass++) {
+        lam_ctx *ctx = pass ? g_cpu : g_ctx;
+        float *d_x = dput(ctx, x, n * 4), *d_dy = dput(ctx, dy, n * 4), *d_g = with_gamma ? dput(ctx, gamma, cb) : NULL,
+              *d_m = dput(ctx, mean, cb), *d_i = dput(ctx, invstd, cb), *d_s = dput(ctx, dsums, 2 * cb),
+              *d_dx = dput(ctx, dx, n * 4);
+        void *fx = fin(ctx, d_x, B, C, P), *fdy = fin(ctx, d_dy, B, C, P), *fdx = fin(ctx, d_dx, B, C, P);
+        TU_OK(BE(ctx)->bn_sync_dx(ctx, g_fmt, B, C, P, fx, fdy, d_g, d_m, d_i, d_s, N, fdx));
+        fout(ctx, fx, d_x, B, C, P, "bn_sync_dx x (format)"), fout(ctx, fdy, d_dy, B, C, P, "bn_sync_dx dy (format)");
+        fout(ctx, fdx, d_dx, B, C, P, "bn_sync_dx dx (format)");
+        if (pass) dx_c = fnan(n);
+        dget(ctx, pass ? dx_c : dx, d_dx, n * 4, "bn_sync_dx");
+        dfree(ctx, d_x), dfree(ctx, d_dy), dfree(ctx, d_g), dfree(ctx, d_m), dfree(ctx, d_i), dfree(ctx, d_s),
+            dfree(ctx, d_dx);
+      }
+      snprintf(what, sizeof what, "bn_sync_dx %s %s", with_gamma ? "with gamma" : "gamma NULL", geo);
+      verify(what, n, dx, xref, dx_c, xscale, 2e-6, 2e-5);
+      free(xref), free(xscale), free(dx), free(dx_c);
+    }
+    for (int k = 0; k < 5; k++) free(st[k]), free(st_c[k]);
+    free(x), free(dy), free(mean), free(invstd), free(s1), free(s2), free(a1), free(a2), free(ref), free(scale);
+    free(out), free(out_cpu), free(dg0), free(db0), free(dref), free(dscale), free(gref), free(gscale), free(bref);
+    free(bscale), free(dout), free(dg), free(db), free(dout_c), free(dg_c), free(db_c), free(sums), free(rm0), free(rv0);
+    free(mref), free(vref), free(iref), free(rmref), free(rvref), free(mscale), free(vscale), free(iscale), free(rvscale), free(rmscale);
+    free(gamma), free(dsums);
+  }
+}
+
 /* Over the shapes of test_bn and each activation: bn_act_fwd (train, eval) and bn_act_bwd against float64
  * references, and on the backend under test against bn_fwd + act_fwd and act_bwd + bn_bwd (the same float
  * expressions: to 1e-6 relative, in practice bit for bit; the smooth activations' backward to float
@@ -2901,7 +3067,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_layout),
       cmocka_unit_test(test_dense_bias),   cmocka_unit_test(test_channel_bias),    cmocka_unit_test(test_pool), cmocka_unit_test(test_pool_nan),
       cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_tpool),           cmocka_unit_test(test_tcat),  cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
-      cmocka_unit_test(test_bn),           cmocka_unit_test(test_bn_act),          cmocka_unit_test(test_dropout_mask),
+      cmocka_unit_test(test_bn),           cmocka_unit_test(test_bn_sync),         cmocka_unit_test(test_bn_act),          cmocka_unit_test(test_dropout_mask),
       cmocka_unit_test(test_elementwise),
       cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),
       cmocka_unit_test(test_gather),       cmocka_unit_test(test_gather_aug),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
