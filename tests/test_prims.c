@@ -2990,6 +2990,114 @@ static void relu_nan_conv_pool(void) {
   free(G), free(bias), free(y), free(dy), free(arg);
 }
 
+/* The direct first-layer block against float64: conv_pool_direct_fwd's y = maxpool(relu(conv(x) + bias)) (its arg
+ * must point at a window position whose conv output is y's), and conv_pool_direct_bwd's dW += and db += from the
+ * backend's own y and arg: the sum over the pooled outputs that passed the relu of dy times the input under each tap.
+ * Geometries as lamina takes the first layer (C*K*K <= LAM_DIRECT_TAPS): MNIST's (1, 28, 3, no padding, stride 1),
+ * padded, strided and 3-channel ones; windows 2/2 and an overlapping 3/2. */
+static void test_conv_pool_direct(void **state) {
+  (void)state;
+  static const int geo[][7] = {/* C, H, W, K, stride, pad, pool k */
+                               {1, 28, 28, 3, 1, 0, 2}, {1, 9, 7, 5, 1, 2, 2}, {3, 12, 10, 3, 1, 1, 2},
+                               {2, 11, 11, 3, 2, 1, 3}, {3, 8, 9, 2, 1, 0, 2}};
+  for (size_t s = 0; s < sizeof geo / sizeof geo[0]; s++) {
+    seed_case("conv_pool_direct", s);
+    const int C = geo[s][0], H = geo[s][1], W = geo[s][2], K = geo[s][3], st = geo[s][4], pad = geo[s][5],
+              pk = geo[s][6], OC = 7, B = 3, taps = C * K * K;
+    const int CH = (H + 2 * pad - K) / st + 1, CW = (W + 2 * pad - K) / st + 1;
+    const lam_conv_geom cg = {C, H, W, K, st, pad, CH, CW};
+    const lam_pool_geom pg = {OC, CH, CW, pk, 2, (CH - pk) / 2 + 1, (CW - pk) / 2 + 1};
+    assert_true(taps <= LAM_DIRECT_TAPS);
+    const size_t nx = (size_t)B * C * H * W, nw = (size_t)OC * taps, OP = (size_t)pg.OH * pg.OW, ny = (size_t)B * OC * OP;
+    float *x = frand(nx, -1, 1), *w = frand(nw, -0.5, 0.5), *bias = frand(OC, -0.2, 0.2), *y = fnan(ny);
+    float *dy = frand(ny, -1, 1), *dW0 = frand(nw, -1, 1), *db0 = frand(OC, -1, 1), *dW = fdup(dW0, nw), *db = fdup(db0, OC);
+    int32_t *arg = xmalloc(ny * 4);
+    for (size_t i = 0; i < ny; i++) arg[i] = -7;
+    const size_t nwork = lam_direct_work_floats(OC, taps, (size_t)B * OP);
+    float *work = fnan(nwork);
+    /* the conv outputs in float64, and each tap's input (0 in the padding) */
+    double *conv = dzero((size_t)B * OC * CH * CW), *cscale = dzero((size_t)B * OC * CH * CW);
+#define XIN(b, c, ih, iw) ((ih) >= 0 && (ih) < H && (iw) >= 0 && (iw) < W ? (double)x[(((size_t)(b) * C + (c)) * H + (ih)) * W + (iw)] : 0.0)
+    for (int b = 0; b < B; b++)
+      for (int oc = 0; oc < OC; oc++)
+        for (int h = 0; h < CH; h++)
+          for (int v = 0; v < CW; v++) {
+            double acc = bias[oc], a = fabs(bias[oc]);
+            for (int c = 0, t = 0; c < C; c++)
+              for (int kh = 0; kh < K; kh++)
+                for (int kw = 0; kw < K; kw++, t++) {
+                  const double xi = XIN(b, c, h * st - pad + kh, v * st - pad + kw);
+                  acc += w[(size_t)oc * taps + t] * xi, a += fabs(w[(size_t)oc * taps + t] * xi);
+                }
+            const size_t o = (((size_t)b * OC + oc) * CH + h) * CW + v;
+            conv[o] = acc, cscale[o] = a;
+          }
+    float *d_x = dput(g_ctx, x, nx * 4), *d_w = dput(g_ctx, w, nw * 4), *d_b = dput(g_ctx, bias, OC * 4),
+          *d_y = dput(g_ctx, y, ny * 4), *d_dy = dput(g_ctx, dy, ny * 4), *d_dW = dput(g_ctx, dW, nw * 4),
+          *d_db = dput(g_ctx, db, OC * 4), *d_work = dput(g_ctx, work, nwork * 4);
+    int32_t *d_a = dput(g_ctx, arg, ny * 4);
+    TU_OK(BE(g_ctx)->conv_pool_direct_fwd(g_ctx, &cg, &pg, B, d_x, d_w, d_b, d_y, d_a));
+    dget(g_ctx, y, d_y, ny * 4, "conv_pool_direct_fwd y");
+    dget(g_ctx, arg, d_a, ny * 4, "conv_pool_direct_fwd arg");
+    char what[160];
+    snprintf(what, sizeof what, "conv_pool_direct C=%d %dx%d K=%d stride %d pad %d, pool %d/2", C, H, W, K, st, pad, pk);
+    /* y against the window's maximum after relu; arg in the window, at a conv output within rounding of it */
+    double *yref = dzero(ny), *yscale = dzero(ny);
+    for (int b = 0; b < B; b++)
+      for (int oc = 0; oc < OC; oc++)
+        for (int ph = 0; ph < pg.OH; ph++)
+          for (int pw = 0; pw < pg.OW; pw++) {
+            const size_t o = (((size_t)b * OC + oc) * pg.OH + ph) * pg.OW + pw;
+            double m = -INFINITY, ms = 0;
+            for (int i = 0; i < pk; i++)
+              for (int j = 0; j < pk; j++) {
+                const size_t q = (((size_t)b * OC + oc) * CH + ph * 2 + i) * CW + pw * 2 + j;
+                if (conv[q] > m) m = conv[q];
+                ms = fmax(ms, cscale[q]);
+              }
+            yref[o] = m > 0 ? m : 0, yscale[o] = ms;
+            const int a = arg[o], ah = a / CW, aw = a % CW;
+            if (a < 0 || ah < ph * 2 || ah >= ph * 2 + pk || aw < pw * 2 || aw >= pw * 2 + pk)
+              fail_msg("%s: arg of output %zu is %d, outside its window (row %d.., col %d..)", what, o, a, ph * 2, pw * 2);
+            const double at = conv[(((size_t)b * OC + oc) * CH + ah) * CW + aw];
+            if (m > 0 && fabs(at - m) > 1e-5 * ms)
+              fail_msg("%s: arg of output %zu points at %.9g, the window's maximum is %.9g", what, o, at, m);
+          }
+    cmp_f(what, ny, y, yref, yscale, 1e-5);
+    /* the backward from the backend's own y and arg */
+    double *wref = dzero(nw), *wscale = dzero(nw), *bref = dzero(OC), *bscale = dzero(OC);
+    for (size_t i = 0; i < nw; i++) wref[i] = dW0[i], wscale[i] = fabs(dW0[i]);
+    for (int oc = 0; oc < OC; oc++) bref[oc] = db0[oc], bscale[oc] = fabs(db0[oc]);
+    for (int b = 0; b < B; b++)
+      for (int oc = 0; oc < OC; oc++)
+        for (size_t k = 0; k < OP; k++) {
+          const size_t o = ((size_t)b * OC + oc) * OP + k;
+          if (!(y[o] > 0)) continue;
+          const int h = arg[o] / CW, v = arg[o] % CW;
+          bref[oc] += dy[o], bscale[oc] += fabs(dy[o]);
+          for (int c = 0, t = 0; c < C; c++)
+            for (int kh = 0; kh < K; kh++)
+              for (int kw = 0; kw < K; kw++, t++) {
+                const double xi = XIN(b, c, h * st - pad + kh, v * st - pad + kw);
+                wref[(size_t)oc * taps + t] += dy[o] * xi, wscale[(size_t)oc * taps + t] += fabs(dy[o] * xi);
+              }
+        }
+#undef XIN
+    TU_OK(BE(g_ctx)->conv_pool_direct_bwd(g_ctx, &cg, &pg, B, d_x, d_dy, d_y, d_a, d_dW, d_db, d_work));
+    dget(g_ctx, dW, d_dW, nw * 4, "conv_pool_direct_bwd dW");
+    dget(g_ctx, db, d_db, OC * 4, "conv_pool_direct_bwd db");
+    char wb[200];
+    snprintf(wb, sizeof wb, "%s: dW +=", what);
+    cmp_f(wb, nw, dW, wref, wscale, 1e-5);
+    snprintf(wb, sizeof wb, "%s: db +=", what);
+    cmp_f(wb, OC, db, bref, bscale, 1e-5);
+    dfree(g_ctx, d_x), dfree(g_ctx, d_w), dfree(g_ctx, d_b), dfree(g_ctx, d_y), dfree(g_ctx, d_dy), dfree(g_ctx, d_dW);
+    dfree(g_ctx, d_db), dfree(g_ctx, d_work), dfree(g_ctx, d_a);
+    free(x), free(w), free(bias), free(y), free(dy), free(dW0), free(db0), free(dW), free(db), free(arg), free(work);
+    free(conv), free(cscale), free(yref), free(yscale), free(wref), free(wscale), free(bref), free(bscale);
+  }
+}
+
 /* conv_pool_direct_fwd with a NaN weight in output channel 0: all its outputs NaN; conv_pool_direct_bwd adds
  * their dy to db[0]. Two geometries: the MNIST-sized first layer (C 1, K 3, no padding, CUDA's own kernel) and
  * a padded 2-channel one. */
@@ -3071,7 +3179,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_elementwise),
       cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),
       cmocka_unit_test(test_gather),       cmocka_unit_test(test_gather_aug),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
-      cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null), cmocka_unit_test(test_fmt_bf16),
+      cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null), cmocka_unit_test(test_conv_pool_direct), cmocka_unit_test(test_fmt_bf16),
       cmocka_unit_test(test_relu_nan),
   };
   const char *name = g_cuda ? (g_fmt.nhwc ? "prims_nhwc_cuda" : "prims_cuda") : (g_fmt.nhwc ? "prims_nhwc" : "prims");
