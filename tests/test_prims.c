@@ -3139,6 +3139,46 @@ static void relu_nan_direct(void) {
   }
 }
 
+/* poison: every byte 0xFF (NaN as float and as bfloat16), and nothing past the bytes asked (dget checks the guard). */
+static void test_poison(void **state) {
+  (void)state;
+  static const size_t sizes[] = {1, 3, 64, 1000, 4099};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    uint8_t *h = xmalloc(sizes[k]), *back = xmalloc(sizes[k]);
+    for (size_t i = 0; i < sizes[k]; i++) h[i] = (uint8_t)i;
+    void *d = dput(g_ctx, h, sizes[k]);
+    TU_OK(BE(g_ctx)->poison(g_ctx, d, sizes[k]));
+    dget(g_ctx, back, d, sizes[k], "poison");
+    for (size_t i = 0; i < sizes[k]; i++)
+      if (back[i] != 0xFF) fail_msg("poison of %zu bytes: byte %zu is 0x%02x, want 0xFF", sizes[k], i, back[i]);
+    dfree(g_ctx, d);
+    free(h), free(back);
+  }
+}
+
+/* Every primitive of the backend's list (prims.h's LAM_NN_PRIMS) is called by a case in this file: a primitive added
+ * without a test fails here. */
+static void test_every_prim_has_a_case(void **state) {
+  (void)state;
+#define NAME_OF(name, args) #name,
+  static const char *const prims[] = {LAM_NN_PRIMS(NAME_OF)};
+#undef NAME_OF
+  FILE *f = fopen(LAMINA_TEST_PRIMS_SRC, "rb");
+  if (!f) fail_msg("cannot read this test's source %s", LAMINA_TEST_PRIMS_SRC);
+  static char src[1 << 20];
+  size_t n = fread(src, 1, sizeof src - 1, f);
+  fclose(f);
+  src[n] = 0;
+  int missing = 0;
+  for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++) {
+    char call[80];
+    snprintf(call, sizeof call, "->%s(", prims[i]);
+    if (!strstr(src, call)) print_error("primitive %s has no case in test_prims.c\n", prims[i]), missing++;
+  }
+  if (missing) fail_msg("%d of %zu primitives have no case in test_prims.c", missing, sizeof prims / sizeof prims[0]);
+  print_message("  each of the %zu primitives of prims.h has a case here\n", sizeof prims / sizeof prims[0]);
+}
+
 static void test_relu_nan(void **state) {
   (void)state;
   seed_case("relu_nan", 0);
@@ -3180,7 +3220,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),
       cmocka_unit_test(test_gather),       cmocka_unit_test(test_gather_aug),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
       cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null), cmocka_unit_test(test_conv_pool_direct), cmocka_unit_test(test_fmt_bf16),
-      cmocka_unit_test(test_relu_nan),
+      cmocka_unit_test(test_relu_nan),     cmocka_unit_test(test_poison),          cmocka_unit_test(test_every_prim_has_a_case),
   };
   const char *name = g_cuda ? (g_fmt.nhwc ? "prims_nhwc_cuda" : "prims_cuda") : (g_fmt.nhwc ? "prims_nhwc" : "prims");
   int failed = TU_RUN_GROUP(name, tests, NULL, NULL);
