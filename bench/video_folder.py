@@ -41,7 +41,7 @@ Training (--parts train; E = --train-epochs, default 5; epoch time the median of
            rate set before each step to lr (1 + cos(pi t / steps)) / 2, as src/nn/schedule.c computes it. --lamina-decode gpu: the same run with --decode gpu added
            (NVDEC; run only where this lamina says it has a GPU video decoder: lamina info --json's 'nvdec' or
            'video_gpu', or NVDEC in train --help; dev/lab_video_decode.c measured it slower than the host at every
-           size, BENCHMARKS.md).
+           size, docs/bench/JOURNAL.md, "Video folders streamed from their files").
   PyTorch: the same net written out (bench/clips.py's 'max': per frame conv-bn-relu 32, maxpool, 64, maxpool, 64,
            maxpool, 128 on (B*T, 1, H, W); max over the T frames; global average pool; Linear to 10; PyTorch's
            default init, uniform(+-1/sqrt(fan_in)), which is lamina's (src/nn/ops/conv.c, dense.c)), the Dataset above in a DataLoader (--train-workers, pin_memory,

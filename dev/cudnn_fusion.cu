@@ -9,7 +9,8 @@
 //   dgrad     dX = dgrad(dY, W);  dgrad+drelu: dX = relu'(Z) * dgrad(dY, W)
 // and, beside them, the legacy API's call as lamina makes it, and one read and one read+write of Y's bytes
 // (what a separate statistics pass and a separate apply pass cost at least). Checks the fused outputs
-// against the plain ones and the sums against a float64 sum of Y. Results: BENCHMARKS.md (#11, 2026-12-02).
+// against the plain ones and the sums against a float64 sum of Y. Results: docs/bench/JOURNAL.md,
+// "2026-12-02 (second): cuDNN's fusion engines for BatchNorm in bf16" (#11).
 // Not part of the build: nvcc -O2 -arch=sm_90 -std=c++17 dev/cudnn_fusion.cu -lcudnn; VERBOSE=1 lists
 // every engine, HALF=1 runs fp16 instead of bf16.
 #include <cuda_runtime.h>

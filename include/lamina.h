@@ -353,8 +353,8 @@ typedef struct lam_image_opts {
   int cache_hit;     /* out: 1 when the part came from the cache */
   int cache_written; /* out: 1 when the decoded part was written to the cache */
   int decoder;       /* JPEG decoding: LAM_DECODE_AUTO (0) and LAM_DECODE_CPU: libjpeg on all host threads (the
-                      * faster on every set measured, BENCHMARKS.md); LAM_DECODE_GPU: nvJPEG (an error where this
-                      * build lacks it or no CUDA device is present) */
+                      * faster on every set measured, docs/bench/JOURNAL.md "Image folders"); LAM_DECODE_GPU:
+                      * nvJPEG (an error where this build lacks it or no CUDA device is present) */
   size_t decoded_gpu; /* out: files decoded by nvJPEG (the rest on the host: PNG, and what nvJPEG did not take) */
   double decode_s;    /* out: seconds spent reading and decoding the files (0 on a cache hit) */
   size_t converted;   /* out: images converted to the set's channels (grey ones in a colour set, or the other way;

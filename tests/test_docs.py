@@ -34,7 +34,8 @@ Prints "ok - ..." / "not ok - ..." / "skip - ..." per check and a summary; exits
    exists in that section's command (the text before the first command section: in any command).
    The other docs (docs/**/*.md) may name only options that some command has, or another program's
    that they show (OTHER_PROGRAMS_OPTIONS: torchrun, mpirun, pip, cmake, pkg-config, ctest).
-4. Paths: every word in `code` in README.md, BENCHMARKS.md and docs/**/*.md that looks like a path into
+4. Paths: every word in `code` in README.md, BENCHMARKS.md, docs/bench/JOURNAL.md (the measurements' journal, which
+   the commands of 1. leave out with the rest of docs/bench/) and docs/**/*.md that looks like a path into
    the repository (its first part is a top-level entry of the repository, or `..`), and every relative
    link target (taken from the document's own folder, as GitHub resolves it; `#anchor` dropped), must
    exist in the repository (git ls-files, untracked files included; without git, the file system).
@@ -467,7 +468,7 @@ def check_paths():
     files, how = repo_files()
     dirs = {"/".join(f.split("/")[:i]) for f in files for i in range(1, f.count("/") + 1)}
     top = {f.split("/")[0] for f in files}
-    for doc in ["README.md", "BENCHMARKS.md"] + [d for d in doc_files() if d != "README.md"]:
+    for doc in ["README.md", "BENCHMARKS.md", "docs/bench/JOURNAL.md"] + [d for d in doc_files() if d != "README.md"]:
         with open(os.path.join(SRC, doc), encoding="utf-8") as f:
             text = f.read()
         words = set()

@@ -96,9 +96,9 @@ static lam_status set_descs(lam_ctx *ctx, cudnn_state *c, lam_fmt f, const lam_c
 /* How the algorithms are chosen (LAMINA_CONV_ALGO): from cuDNN's heuristics (the default, without running
  * anything), or "find": measured by cuDNN's Find on this GPU (as PyTorch's cudnn.benchmark). Find times
  * each algorithm once, and on the H200 its picks made the benchmark nets' steps slower, not faster (res
- * 11.9 against 11.5 ms, unet 5.9 against 4.9; air 4.70 against 4.84: BENCHMARKS.md), so it is opt-in. It
- * synchronizes, so it runs only outside a graph capture (the trainer plans every geometry before it
- * captures; one met first inside a capture takes the heuristics). */
+ * 11.9 against 11.5 ms, unet 5.9 against 4.9; air 4.70 against 4.84: docs/bench/JOURNAL.md, "Second session,
+ * 2026-12-01"), so it is opt-in. It synchronizes, so it runs only outside a graph capture (the trainer
+ * plans every geometry before it captures; one met first inside a capture takes the heuristics). */
 static int find_wanted(void) {
   const char *e = getenv("LAMINA_CONV_ALGO");
   return e && !strcmp(e, "find");

@@ -372,7 +372,8 @@ static lam_status decode_all(const char *dir, const entries *l, lam_image_opts *
   /* The GPU only where o asks for it (LAM_DECODE_GPU) and the first file is a JPEG (a set is one format in
    * practice; a PNG folder never starts the GPU). Auto is the host's libjpeg, measured faster on the H200
    * machine (16 cores) for every set tried — 60 000 JPEGs of 28x28 and 4 000 of 64 to 512 a side
-   * (BENCHMARKS.md): nvJPEG's start costs about a second and each small image some 40 us more. */
+   * (docs/bench/JOURNAL.md, "Image folders"): nvJPEG's start costs about a second and each small image some
+   * 40 us more. */
   gpu_jpeg *g = NULL;
   int want_gpu = o->decoder == LAM_DECODE_GPU && image_formats() & IMAGE_JPEG;
   if (want_gpu) {

@@ -192,7 +192,8 @@ lam_status video_folder_load(const char *dir, int train, lam_image_opts *o, lam_
   const char *no_nvdec = NULL;
   if (s == LAM_OK && o->decoder == LAM_DECODE_GPU && !video_nvdec(&no_nvdec))
     s = LAM_FAIL(LAM_ERR_UNSUPPORTED, "video folder '%s': --decode gpu: %s", dir, no_nvdec);
-  if (s == LAM_OK) c->nvdec = o->decoder == LAM_DECODE_GPU; /* auto: the host's threads (measured faster, BENCHMARKS.md) */
+  /* auto: the host's threads (measured faster: docs/bench/JOURNAL.md, "Video folders streamed from their files") */
+  if (s == LAM_OK) c->nvdec = o->decoder == LAM_DECODE_GPU;
   if (s == LAM_OK && !(c->frames = calloc(c->l.n, sizeof *c->frames)))
     s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "video folder: no host memory");
   int *h = s == LAM_OK ? calloc(c->l.n, sizeof *h) : NULL, *w = s == LAM_OK ? calloc(c->l.n, sizeof *w) : NULL;
