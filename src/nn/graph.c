@@ -11,7 +11,7 @@ static int root(const lam_model *m, int t) {
   return t;
 }
 
-static int readers(const lam_model *m, int t, int *last) {
+int nn_readers(const lam_model *m, int t, int *last) {
   int r = 0;
   for (int i = 0; i < m->nnodes; i++)
     for (int j = 0; j < m->node[i].nin; j++)
@@ -22,19 +22,7 @@ static int readers(const lam_model *m, int t, int *last) {
   return r;
 }
 
-static int is_act(const nn_op *op) {
-  return op == &nn_op_relu || op == &nn_op_leakyrelu || op == &nn_op_gelu || op == &nn_op_tanh || op == &nn_op_sigmoid;
-}
-
-/* Whether conv node i is the head of a conv -> relu -> maxpool block (windows that do not overlap, each
- * intermediate with one reader); *relu and *pool get the other two. */
-static int conv_block(const lam_model *m, int i, int *relu, int *pool) {
-  const nn_node *c = &m->node[i];
-  if (c->op != &nn_op_conv || c->absorbed) return 0;
-  if (readers(m, c->out, relu) != 1 || m->node[*relu].op != &nn_op_relu) return 0;
-  if (readers(m, m->node[*relu].out, pool) != 1 || m->node[*pool].op != &nn_op_maxpool) return 0;
-  return m->node[*pool].stride == m->node[*pool].k;
-}
+static int is_act(const nn_op *op) { return (op->flags & NN_ACT) != 0; }
 
 lam_fmt nn_choose_fmt(const lam_model *m) {
   if (m->layout == 1) return LAM_FMT_NCHW;
@@ -43,44 +31,30 @@ lam_fmt nn_choose_fmt(const lam_model *m) {
    * model that has only blocks keeps that layout to compare them with the plain ops); LAMINA_CONV=im2col is
    * an NCHW path */
   if (!m->layout && m->ctx->be->nhwc_convs && !m->conv_im2col)
-    for (int i = 0, r, p; i < m->nnodes && !nhwc; i++)
-      nhwc = m->node[i].op == &nn_op_convt || (m->node[i].op == &nn_op_conv && !conv_block(m, i, &r, &p));
+    for (int i = 0, a[2]; i < m->nnodes && !nhwc; i++)
+      nhwc = m->node[i].op == &nn_op_convt || (m->node[i].op == &nn_op_conv && !nn_conv_block_shape(m, i, a));
   return lam_fmt_of(nhwc && nn_bf16(m) ? LAM_DT_BF16 : LAM_DT_F32, nhwc);
 }
 
-/* Fuses conv -> relu -> maxpool into the conv node, unless LAMINA_FUSE=0 or the layout is NHWC (the blocks'
- * kernels are NCHW); at the model's input with few taps as a direct convolution where the backend prefers
- * it. Then BatchNorm -> activation where the BatchNorm's output has that one reader: its output is never
- * stored. */
+/* The fusions, in the order they are tried (a node that one takes is not offered to the next). */
+static const nn_fusion *const fusions[] = {&nn_fusion_bn_act, &nn_fusion_conv_block};
+
+/* Each node that heads a fusion's pattern (its match) runs the nodes it absorbs, unless LAMINA_FUSE=0: their
+ * outputs but the last are never stored. */
 static void fuse(lam_model *m) {
   if (!m->fuse) return;
-  for (int i = 0; i + 1 < m->nnodes; i++) {
-    nn_node *bn = &m->node[i];
-    int r;
-    if (bn->op != &nn_op_bn || readers(m, bn->out, &r) != 1 || !is_act(m->node[r].op) || bn->out == m->output ||
-        m->sync_sum)
-      continue;
-    nn_node *act = &m->node[r];
-    bn->fuse = NN_FUSE_ACT, bn->fusion = &nn_fusion_bn_act;
-    bn->tail = r;
-    act->absorbed = 1;
-    act->fused_by = i;
-    m->tensor[bn->out].fused_away = 1;
-  }
-  for (int i = 0; i + 2 < m->nnodes && !m->fmt.nhwc; i++) {
-    nn_node *c = &m->node[i];
-    int r1, r2;
-    if (!conv_block(m, i, &r1, &r2)) continue;
-    nn_node *relu = &m->node[r1], *pool = &m->node[r2];
-    c->fuse = NN_FUSE_POOL, c->fusion = &nn_fusion_conv_block;
-    const nn_tensor *x = &m->tensor[c->in[0]];
-    int want_direct = m->fuse == 2 || (m->fuse == 3 && m->ctx->be->direct_first_conv);
-    if (want_direct && c->in[0] == 0 && !c->nobias && x->c * c->k * c->k <= LAM_DIRECT_TAPS) c->fuse = NN_FUSE_DIRECT;
-    c->tail = r2;
-    relu->absorbed = pool->absorbed = 1;
-    relu->fused_by = pool->fused_by = i;
-    m->tensor[c->out].fused_away = m->tensor[relu->out].fused_away = 1;
-  }
+  for (size_t f = 0; f < sizeof fusions / sizeof fusions[0]; f++)
+    for (int i = 0; i < m->nnodes; i++) {
+      nn_node *n = &m->node[i];
+      int a[2], k;
+      if (n->absorbed || n->fusion || !(k = fusions[f]->match(m, i, a))) continue;
+      n->fusion = fusions[f], n->fuse = fusions[f]->kind, n->tail = a[k - 1];
+      for (int j = 0; j < k; j++) {
+        m->node[a[j]].absorbed = 1, m->node[a[j]].fused_by = i;
+        m->tensor[j ? m->node[a[j - 1]].out : n->out].fused_away = 1;
+      }
+      if (fusions[f]->setup) fusions[f]->setup(m, n);
+    }
 }
 
 /* An activation whose backward reads only its output (relu, leakyrelu, tanh, sigmoid) runs in place where
@@ -92,7 +66,7 @@ static void run_in_place(lam_model *m) {
     nn_node *n = &m->node[i];
     nn_tensor *x = &m->tensor[n->in[0]];
     if (n->absorbed || !is_act(n->op) || !(n->op->flags & NN_OUT_BWD) || n->in[0] == 0 || x->view_of >= 0 ||
-        x->fused_away || n->in[0] == m->output || readers(m, n->in[0], NULL) != 1)
+        x->fused_away || n->in[0] == m->output || nn_readers(m, n->in[0], NULL) != 1)
       continue;
     const nn_node *p = &m->node[x->producer];
     if (p->absorbed || p->fuse || p->op->flags & NN_OUT_BWD) continue; /* its backward reads x's values */

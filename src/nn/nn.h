@@ -74,16 +74,23 @@ enum {
   NN_FLAT_OK = 8,  /* takes a flat input (c, 1, 1) */
   NN_OWN_MARKS = 16, /* marks its parts for the profiler itself */
   NN_ADDS_GRAD = 32, /* backward adds into an input's gradient itself where nn_adds says so (no temporary) */
+  NN_ACT = 64,       /* an activation (act_fwd/act_bwd with n->act): BatchNorm may run it fused */
 };
 
 /* How a node runs: on its own; a conv with the relu and maxpool after it (fused after the GEMM, or as a
  * direct convolution at the model's input); a BatchNorm with the activation after it. */
 enum { NN_FUSE_NONE = 0, NN_FUSE_POOL, NN_FUSE_DIRECT, NN_FUSE_ACT };
 
-/* A fusion: nodes in a row that the first of them runs as one step (graph.c's fuse pass finds them, the drivers run
- * them through these): its forward and backward, and the profiler's marks (NULL: its steps mark their parts). */
+/* A fusion: nodes in a row that the first of them runs as one step. graph.c's fuse pass asks each fusion's match
+ * of every node; the drivers run a matched node through fwd and bwd. */
 typedef struct nn_fusion {
-  const char *name, *fwd_mark, *bwd_mark;
+  const char *name, *fwd_mark, *bwd_mark; /* the profiler's marks (NULL: its steps mark their parts) */
+  int kind;                               /* NN_FUSE_*: what nn_node.fuse says of a node that runs it */
+  /* Whether node i heads the pattern in this model: the nodes after it that it runs, in order (the last is the
+   * tail, whose output is the step's), and how many; 0: it does not. */
+  int (*match)(const struct lam_model *m, int i, int absorbed[2]);
+  /* Choices once matched (the conv block's direct path); NULL: none. */
+  void (*setup)(struct lam_model *m, struct nn_node *n);
   lam_status (*fwd)(struct lam_model *m, struct nn_node *n, int B, int train);
   lam_status (*bwd)(struct lam_model *m, struct nn_node *n, int B);
 } nn_fusion;
@@ -252,6 +259,11 @@ const nn_op *nn_op_find(const char *name, int len);
 const nn_op *nn_op_at(int i);
 /* The fusions: conv -> relu -> maxpool (ops/conv.c), BatchNorm -> activation (ops/norm.c). */
 extern const nn_fusion nn_fusion_conv_block, nn_fusion_bn_act;
+/* The nodes that read tensor t (*last: the last of them, where not NULL). */
+int nn_readers(const lam_model *m, int t, int *last);
+/* Whether conv node i heads conv -> relu -> maxpool (windows that do not overlap, each intermediate with one reader):
+ * 2, with the relu and pool in a; else 0 (nn_choose_fmt keeps such models NCHW). */
+int nn_conv_block_shape(const lam_model *m, int i, int a[2]);
 
 /* Builds the graph from the spec (spec.c): nodes, tensors, shapes, parameter and state offsets. */
 lam_status nn_parse_spec(lam_model *m, const char *spec);

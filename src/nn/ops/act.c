@@ -37,7 +37,7 @@ static double act_macs(const lam_model *m, const nn_node *n) { return (double)nn
 
 #define ACT_OP(var, str, fl, use, what)                                                                       \
   const nn_op var = {NN_NAMES(str), .parse = act_parse, .fwd = act_fwd, .bwd = act_bwd, .macs = act_macs, \
-                     .flags = (fl) | NN_FLAT_OK, .usage = use, .about = what}
+                     .flags = (fl) | NN_FLAT_OK | NN_ACT, .usage = use, .about = what}
 ACT_OP(nn_op_relu, "relu", NN_OUT_BWD, "relu", "max(x, 0)");
 ACT_OP(nn_op_tanh, "tanh", NN_OUT_BWD, "tanh", "the hyperbolic tangent");
 ACT_OP(nn_op_sigmoid, "sigmoid", NN_OUT_BWD, "sigmoid", "1 / (1 + exp(-x))");

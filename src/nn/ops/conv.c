@@ -256,7 +256,23 @@ static lam_status conv_block_bwd(lam_model *m, nn_node *n, int B) {
   NN_PROF(m, "conv_relu_pool.bwd", li);
   return conv_gemm_bwd(m, n, B, nn_bf16(m));
 }
-const nn_fusion nn_fusion_conv_block = {.name = "conv_relu_pool", .fwd = conv_block_fwd, .bwd = conv_block_bwd};
+int nn_conv_block_shape(const lam_model *m, int i, int a[2]) {
+  const nn_node *c = &m->node[i];
+  if (c->op != &nn_op_conv || c->absorbed) return 0;
+  if (nn_readers(m, c->out, &a[0]) != 1 || m->node[a[0]].op != &nn_op_relu) return 0;
+  if (nn_readers(m, m->node[a[0]].out, &a[1]) != 1 || m->node[a[1]].op != &nn_op_maxpool) return 0;
+  return m->node[a[1]].stride == m->node[a[1]].k ? 2 : 0;
+}
+/* the block's kernels are NCHW's */
+static int conv_block_match(const lam_model *m, int i, int a[2]) { return m->fmt.nhwc ? 0 : nn_conv_block_shape(m, i, a); }
+/* at the model's input with few taps, a direct convolution (LAMINA_FUSE=2: on any backend; 3: where it prefers it) */
+static void conv_block_setup(lam_model *m, nn_node *c) {
+  const nn_tensor *x = &m->tensor[c->in[0]];
+  const int want_direct = m->fuse == 2 || (m->fuse == 3 && m->ctx->be->direct_first_conv);
+  if (want_direct && c->in[0] == 0 && !c->nobias && x->c * c->k * c->k <= LAM_DIRECT_TAPS) c->fuse = NN_FUSE_DIRECT;
+}
+const nn_fusion nn_fusion_conv_block = {.name = "conv_relu_pool", .kind = NN_FUSE_POOL, .match = conv_block_match,
+                                        .setup = conv_block_setup, .fwd = conv_block_fwd, .bwd = conv_block_bwd};
 
 /* im2col (K, B*P) as float; the bf16 precision uses the first half. None for the direct block and for a
  * whole conv (which keeps its input instead). */

@@ -101,8 +101,15 @@ static lam_status bn_act_bwd(lam_model *m, nn_node *n, int B) {
                                 m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch,
                                 m->grads + n->w_off, m->grads + n->b_off);
 }
+/* A BatchNorm whose output one activation reads, and is not the model's (nor sync BN's: its statistics come in
+ * parts) */
+static int bn_act_match(const lam_model *m, int i, int a[1]) {
+  const nn_node *bn = &m->node[i];
+  return bn->op == &nn_op_bn && !m->sync_sum && bn->out != m->output && nn_readers(m, bn->out, &a[0]) == 1 &&
+         (m->node[a[0]].op->flags & NN_ACT);
+}
 const nn_fusion nn_fusion_bn_act = {.name = "bn_act", .fwd_mark = "bn_act.fwd", .bwd_mark = "bn_act.bwd",
-                                    .fwd = bn_act_fwd, .bwd = bn_act_bwd};
+                                    .kind = NN_FUSE_ACT, .match = bn_act_match, .fwd = bn_act_fwd, .bwd = bn_act_bwd};
 
 static size_t bn_aux(const lam_model *m, const nn_node *n, int B) {
   (void)B;
