@@ -11,6 +11,7 @@
 
 #include "cpu.h"
 #include "../act.h"
+#include "../optim.h"
 #include "../aug.h"
 #include "../half.h"
 
@@ -506,16 +507,7 @@ static void adam_items(void *arg, size_t lo, size_t hi) {
               bc2_sqrt = a->bc2_sqrt;
   const int decoupled = a->decoupled;
 #pragma omp simd
-  for (size_t i = lo; i < hi; i++) {
-    float gi = g[i], pi = p[i];
-    if (decoupled) pi *= 1.0f - lr * wd;
-    else gi += wd * pi;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-  }
+  for (size_t i = lo; i < hi; i++) lam_adam_update(&p[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, decoupled, step_size, bc2_sqrt);
 }
 
 lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
@@ -539,15 +531,7 @@ static void sgd_items(void *arg, size_t lo, size_t hi) {
   const float lr = a->lr, wd = a->wd, momentum = a->momentum;
   const int first = a->first;
 #pragma omp simd
-  for (size_t i = lo; i < hi; i++) {
-    float gi = g[i] + wd * p[i];
-    if (momentum != 0.0f) {
-      float bi = first ? gi : momentum * buf[i] + gi; /* torch: the first step takes the gradient as is */
-      buf[i] = bi;
-      gi = bi;
-    }
-    p[i] -= lr * gi;
-  }
+  for (size_t i = lo; i < hi; i++) lam_sgd_update(&p[i], &buf[i], g[i], lr, momentum, wd, first);
 }
 
 lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,

@@ -12,6 +12,7 @@
 
 #include "cuda.h"
 #include "../act.h"
+#include "../optim.h"
 #include "../aug.h"
 #include "vec.cuh"
 
@@ -804,16 +805,8 @@ __global__ void adam_kernel(size_t n, float *p, const float *g, float *m, float 
                             float eps, float wd, int decoupled, float step_size, float bc2_sqrt, const float *sched,
                             const int32_t *k) {
   if (sched) step_size = sched[3 * *k], bc2_sqrt = sched[3 * *k + 1], lr = sched[3 * *k + 2];
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float gi = g[i], pi = p[i];
-    if (decoupled) pi *= 1.0f - lr * wd;
-    else gi += wd * pi;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-  }
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    lam_adam_update(&p[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, decoupled, step_size, bc2_sqrt);
 }
 
 lam_status cuda_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
@@ -830,15 +823,8 @@ lam_status cuda_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m,
 __global__ void sgd_kernel(size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd, int first,
                            const float *sched, const int32_t *k) {
   if (sched) first = sched[3 * *k] != 0.0f, lr = sched[3 * *k + 2];
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float gi = g[i] + wd * p[i];
-    if (momentum != 0.0f) {
-      float bi = first ? gi : momentum * buf[i] + gi;
-      buf[i] = bi;
-      gi = bi;
-    }
-    p[i] -= lr * gi;
-  }
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    lam_sgd_update(&p[i], &buf[i], g[i], lr, momentum, wd, first);
 }
 
 lam_status cuda_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
