@@ -3,7 +3,7 @@
 #ifndef LAMINA_AUG_H
 #define LAMINA_AUG_H
 
-#include "hash.h"
+#include "math/hash.h"
 
 /* Sample b's draw: the crop's top-left corner (oy, ox) in the padded image, each uniform over 0 .. 2*pad, and the
  * flip (0 or 1). Values 3b, 3b+1, 3b+2 of the draw (seed, ctr). */

@@ -15,8 +15,8 @@
 #include "testutil.h"
 
 #include "../src/aug.h"
-#include "../src/half.h"
-#include "../src/hash.h"
+#include "../src/math/half.h"
+#include "../src/math/hash.h"
 #include "../src/internal.h"
 
 static int g_cuda;       /* the backend under test is CUDA (else the CPU) */

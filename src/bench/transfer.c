@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "../cpu/cpu.h"
-#include "../half.h"
+#include "../math/half.h"
 #include "../internal.h"
 #include "../nn/rng.h"
 

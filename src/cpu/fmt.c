@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "../half.h"
+#include "../math/half.h"
 
 #define PAR_MIN ((size_t)32768)
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
-#include "../half.h"
+#include "../math/half.h"
 
 #ifdef _OPENMP
 #include <omp.h>

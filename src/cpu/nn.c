@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "../act.h"
-#include "../optim.h"
+#include "../math/act.h"
+#include "../math/optim.h"
 #include "../aug.h"
-#include "../half.h"
+#include "../math/half.h"
 
 /* Below this many values a loop runs on one thread: starting a team costs more than it saves, and
  * with many cores (16 on the GPU machine) tiny models would spend their time in fork and join. */

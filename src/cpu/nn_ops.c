@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "../act.h"
-#include "../hash.h"
+#include "../math/act.h"
+#include "../math/hash.h"
 
 /* Below this many values a loop runs on one thread (as in nn.c). */
 #define PAR_MIN ((size_t)32768)

@@ -3,7 +3,7 @@
 #ifndef LAMINA_CUDA_BN_CUH
 #define LAMINA_CUDA_BN_CUH
 
-#include "../act.h"
+#include "../math/act.h"
 
 /* The activation after a BatchNorm (bn_act_*), fixed at compile time, with leaky's slope alpha; BN_ACT_NONE
  * is none: the plain BatchNorm (bn_fwd, bn_bwd), whose kernels these are too. The expressions are act.h's,

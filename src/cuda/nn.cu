@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "cuda.h"
-#include "../act.h"
-#include "../optim.h"
+#include "../math/act.h"
+#include "../math/optim.h"
 #include "../aug.h"
 #include "vec.cuh"
 

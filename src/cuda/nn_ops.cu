@@ -9,10 +9,10 @@
 #include <stdint.h>
 
 #include "cuda.h"
-#include "../act.h"
+#include "../math/act.h"
 #include "vec.cuh"
 #include "bn.cuh"
-#include "../hash.h"
+#include "../math/hash.h"
 
 /* 32-bit indices when every index and index + grid stride fits: n < 2^31. */
 static bool fits32(size_t n) { return n < ((size_t)1 << 31); }

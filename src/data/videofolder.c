@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 
 #include "data.h"
-#include "../hash.h"
+#include "../math/hash.h"
 #include "../internal.h"
 #include "../status.h"
 

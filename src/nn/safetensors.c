@@ -41,7 +41,7 @@
 
 #include <jansson.h>
 
-#include "../half.h"
+#include "../math/half.h"
 #include "nn.h"
 
 #define ST_MAX_HEADER 100000000ull /* safetensors refuses longer headers (HeaderTooLarge) */

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../hash.h"
+#include "../math/hash.h"
 #include "../internal.h"
 #include "rng.h"
 #include "stream.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../hash.h"
+#include "../math/hash.h"
 #include "nn.h"
 #include "rng.h"
 #include "train.h"

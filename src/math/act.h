@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-#include "prims.h"
+#include "../prims.h"
 
 /* relu as PyTorch's: NaN passes (torch.relu(nan) is nan), so a NaN weight reaches the loss and the divergence
  * stop sees it; `z > 0 ? z : 0` and fmaxf(z, 0) both gave 0 for it. -0 still gives +0. One compare and a

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "prims.h" /* LAM_HD */
+#include "../prims.h" /* LAM_HD */
 
 
 #define LAM_GOLDEN64 0x9e3779b97f4a7c15ULL

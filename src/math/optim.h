@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-#include "prims.h"
+#include "../prims.h"
 
 /* Adam (decoupled 0: L2, its decay added to the gradient) or AdamW (1: the parameter decayed by lr wd first), as
  * torch.optim's single-tensor Adam/AdamW with its bias corrections folded into step_size and bc2_sqrt
