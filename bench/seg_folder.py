@@ -50,7 +50,7 @@ import argparse, json, os, shutil, sys, tempfile, time, traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainbench import (capture_graph, epoch_med, f, hw, last_json, med, pct, run, say, torch_ways,  # noqa: E402
+from trainbench import (LoaderEpoch, capture_graph, epoch_med, f, hw, last_json, med, pct, run, say, torch_ways,  # noqa: E402
                         unet)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -424,19 +424,8 @@ def torch_run(way):
         net.train()
         sync()
         t0 = time.perf_counter()
-        wait, n = 0.0, 0
-        it = iter(dl)  # the workers start here (persistent_workers=False): counted as waiting
-        wait += time.perf_counter() - t0
-        while True:
-            tw = time.perf_counter()
-            try:
-                xb, yb = next(it)
-            except StopIteration:
-                wait += time.perf_counter() - tw
-                break
-            xb, yb = xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
-            wait += time.perf_counter() - tw
-            n += xb.shape[0]
+        le = LoaderEpoch(dl, dev)
+        for xb, yb in le:
             if way == "compile":
                 xs.copy_(norm(xb)), ys.copy_(yb)
                 graph.replay()
@@ -444,9 +433,9 @@ def torch_run(way):
                 step_of(net, norm(xb).contiguous(memory_format=torch.channels_last), yb.long())()
         sync()
         times.append(time.perf_counter() - t0)
-        ips.append(n / times[-1])
-        waits.append(wait / times[-1])
-        del it
+        ips.append(le.n / times[-1])
+        waits.append(le.wait / times[-1])
+        le.close()
         say(f"    {way} epoch {ep + 1}: {times[-1]:.3f} s  {ips[-1]:.0f} images/s  loader wait {100 * waits[-1]:.1f}%")
         if ep >= a.train_epochs - max(a.miou_last, 1):  # after the timed epoch, as lamina's test pass
             conf = val_confusion(net, ac)

@@ -1,5 +1,5 @@
-"""What bench/clips.py, bench/segment.py, bench/seg_folder.py and bench/video_folder.py share: lamina's training run read from its --json, IDX files, and
-PyTorch's two ways of training the same net on the same uint8 data resident on the GPU — 'eager' (channels_last;
+"""What bench/clips.py, bench/segment.py, bench/seg_folder.py and bench/video_folder.py share: lamina's training run read from its --json, IDX files, a
+DataLoader epoch timed for the loop's wait, and PyTorch's two ways of training the same net on the same uint8 data resident on the GPU — 'eager' (channels_last;
 bf16: autocast) and 'compile' (torch.compile(mode="max-autotune-no-cudagraphs") of the loss step, its forward,
 backward and Adam in one CUDA graph captured by hand after warm-up, each batch gathered into static buffers), its
 fastest way. Epoch time is the median of epochs 2..E; the batch count per epoch is whole (the graph has one shape)."""
@@ -181,6 +181,35 @@ def unet(classes):
             return self.head(d1)
 
     return UNet()
+
+
+class LoaderEpoch:
+    """One epoch of a DataLoader's batches, each moved to dev (non-blocking), and the time the training loop waited for
+    them (wait, seconds): iter() (the workers start there: persistent_workers=False), each next() and the copy's
+    launch; n counts the samples. The iterator is kept until close(), so that its workers are shut down outside the
+    epoch's timing."""
+
+    def __init__(self, dl, dev):
+        self.dl, self.dev, self.wait, self.n, self.it = dl, dev, 0.0, 0, None
+
+    def __iter__(self):
+        t0 = time.perf_counter()
+        self.it = iter(self.dl)
+        self.wait += time.perf_counter() - t0
+        while True:
+            tw = time.perf_counter()
+            try:
+                xb, yb = next(self.it)
+            except StopIteration:
+                self.wait += time.perf_counter() - tw
+                return
+            xb, yb = xb.to(self.dev, non_blocking=True), yb.to(self.dev, non_blocking=True)
+            self.wait += time.perf_counter() - tw
+            self.n += xb.shape[0]
+            yield xb, yb
+
+    def close(self):
+        self.it = None
 
 
 def capture_graph(step):

@@ -67,7 +67,7 @@ import argparse, json, math, os, resource, shutil, subprocess, sys, tempfile, ti
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainbench import capture_graph, epoch_med, f, hw, last_json, med, pct, run, say, torch_ways  # noqa: E402
+from trainbench import LoaderEpoch, capture_graph, epoch_med, f, hw, last_json, med, pct, run, say, torch_ways  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -541,19 +541,8 @@ def torch_run(way):
         net.train()
         sync()
         t0 = time.perf_counter()
-        wait, n = 0.0, 0
-        it = iter(dl)  # the workers start here (persistent_workers=False): counted as waiting
-        wait += time.perf_counter() - t0
-        while True:
-            tw = time.perf_counter()
-            try:
-                xb, yb = next(it)
-            except StopIteration:
-                wait += time.perf_counter() - tw
-                break
-            xb, yb = xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
-            wait += time.perf_counter() - tw
-            n += xb.shape[0]
+        le = LoaderEpoch(dl, dev)
+        for xb, yb in le:
             if cosine:
                 set_rate()
                 t_step += 1
@@ -564,9 +553,9 @@ def torch_run(way):
                 step_of(net, norm(xb), yb.long())()
         sync()
         times.append(time.perf_counter() - t0)
-        cps.append(n / times[-1])
-        waits.append(wait / times[-1])
-        del it
+        cps.append(le.n / times[-1])
+        waits.append(le.wait / times[-1])
+        le.close()
         say(f"    {way} epoch {ep + 1}: {times[-1]:.3f} s  {cps[-1]:.0f} clips/s  loader wait {100 * waits[-1]:.1f}%")
         if ep >= a.train_epochs - max(a.acc_last, 1):  # after the timed epoch, outside it
             accs.append(test_acc(net, ac))
