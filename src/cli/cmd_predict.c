@@ -133,7 +133,7 @@ static int fail(const char *what) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-/* The image files of --input: the file, or the folder's image files and its subfolders', sorted by path. */
+/* The files of --input (input_files). */
 typedef struct files {
   char **v;
   size_t n, cap;
@@ -153,7 +153,8 @@ static int scan(const char *dir, int depth, int videos, files *f) {
     fprintf(stderr, "lamina predict: --input: cannot list '%s': %s\n", dir, strerror(errno));
     return 1;
   }
-  if (lam_input_folder(dir, "images (--input)") != LAM_OK) { /* no output of the run goes there */
+  /* no output of the run goes there */
+  if (lam_input_folder(dir, videos ? "videos (--input)" : "images (--input)") != LAM_OK) {
     closedir(d);
     return fail("--input");
   }
@@ -170,6 +171,27 @@ static int scan(const char *dir, int depth, int videos, files *f) {
   }
   closedir(d);
   return rc;
+}
+
+/* --input's files into f, sorted by path: the file itself (a regular one), or its folder's video files (videos) or
+ * image files and its subfolders'. 0, or 1 after saying why; none found is 0 with f->n 0 (the caller says what kind
+ * it wanted). */
+static int input_files(const char *input, int videos, files *f) {
+  struct stat st;
+  if (stat(input, &st) != 0) {
+    fprintf(stderr, "lamina predict: --input '%s': %s\n", input, strerror(errno));
+    return 1;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    if (scan(input, 0, videos, f)) return 1;
+  } else if (lam_input_check(input, videos ? "video (--input)" : "image (--input)") != LAM_OK) {
+    return fail("--input");
+  } else if (files_add(f, input)) {
+    fprintf(stderr, "lamina predict: out of host memory for the list of --input's files\n");
+    return 1;
+  }
+  qsort(f->v, f->n, sizeof *f->v, cmp_str);
+  return 0;
 }
 
 static void files_free(files *f) {
@@ -400,21 +422,12 @@ int cmd_predict(int argc, char **argv) {
     goto out;
   }
   if (T > 1 && !o.data) { /* video files: each video's clips, streamed as a video folder's are */
-    struct stat st;
-    if (stat(o.input, &st) != 0) {
-      fprintf(stderr, "lamina predict: --input '%s': %s\n", o.input, strerror(errno));
-      goto out;
-    }
-    if (S_ISDIR(st.st_mode) ? scan(o.input, 0, 1, &fl)
-                            : lam_input_check(o.input, "video (--input)") != LAM_OK ? fail("--input")
-                                                                                    : files_add(&fl, o.input))
-      goto out;
+    if (input_files(o.input, 1, &fl)) goto out;
     if (!fl.n) {
       fprintf(stderr, "lamina predict: --input '%s' holds no video files (.mp4, .avi, .mkv, .webm, .mov); the model "
               "takes clips of %d frames\n", o.input, T);
       goto out;
     }
-    qsort(fl.v, fl.n, sizeof *fl.v, cmp_str);
     lam_image_opts vo = {.h = H, .w = W, .frames = T, .frame_stride = stride, .test_clips = o.test_clips};
     if (lam_dataset_load_videos((const char *const *)fl.v, fl.n, C, &vo, &set) != LAM_OK) {
       rc = fail("--input");
@@ -449,20 +462,11 @@ int cmd_predict(int argc, char **argv) {
     n = o.grid && !o.out && set->n > (size_t)o.count ? (size_t)o.count : set->n;
     images = set->images;
   } else {
-    struct stat st;
-    if (stat(o.input, &st) != 0) {
-      fprintf(stderr, "lamina predict: --input '%s': %s\n", o.input, strerror(errno));
-      goto out;
-    }
-    if (S_ISDIR(st.st_mode) ? scan(o.input, 0, 0, &fl)
-                            : lam_input_check(o.input, "image (--input)") != LAM_OK ? fail("--input")
-                                                                                    : files_add(&fl, o.input))
-      goto out;
+    if (input_files(o.input, 0, &fl)) goto out;
     if (!fl.n) {
       fprintf(stderr, "lamina predict: --input '%s' holds no .png, .jpg or .jpeg files\n", o.input);
       goto out;
     }
-    qsort(fl.v, fl.n, sizeof *fl.v, cmp_str);
     n = fl.n;
     images = malloc(n * sample);
     if (!images) {
