@@ -92,6 +92,9 @@ void data_where(uint64_t h, uint64_t w, size_t i, char *buf, size_t cap);
  * malloc'd, freed by folder_names_free (folder.c). */
 lam_status folder_list(const char *dir, int folders, int (*want)(const char *), char ***names, size_t *count);
 void folder_names_free(char **v, size_t n);
+/* Whether path is a folder; a regular file (folder.c). */
+int data_is_dir(const char *path);
+int data_is_file(const char *path);
 /* A video set (videofolder.c): DIR/train/CLASS/ holding video files, or DIR/train.csv listing them (videolist.c);
  * read by lam_dataset_load_images. */
 int video_folder(const char *dir);

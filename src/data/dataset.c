@@ -413,11 +413,6 @@ lam_status lam_dataset_channel_stats(const lam_dataset *d, float *mean, float *s
 
 /* ---- finding a set's files ------------------------------------------------------------------- */
 
-static int is_dir(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 static int is_file(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
@@ -598,7 +593,7 @@ lam_status lam_dataset_load_opts(const char *name_or_dir, int train, lam_image_o
   const char *part = train ? "train" : "t10k";
   char set[64];
   snprintf(set, sizeof set, "%s %s set", fashion ? "fashion-mnist" : "MNIST-layout", train ? "training" : "test");
-  if (!is_dir(dir)) {
+  if (!data_is_dir(dir)) {
     if (fashion)
       return LAM_FAIL(LAM_ERR_IO, "%s: no folder '%s' (looked for %s-images-idx3-ubyte[.gz] and "
                       "%s-labels-idx1-ubyte[.gz] in it); %s", set, dir, part, part, FASHION_HOW_TO_GET);

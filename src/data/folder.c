@@ -46,6 +46,16 @@ static lam_status list(const char *dir, int folders, char ***names, size_t *coun
   return folder_list(dir, folders, lam_image_file_name, names, count);
 }
 
+int data_is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int data_is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 lam_status folder_list(const char *dir, int folders, int (*want)(const char *), char ***names, size_t *count) {
   *names = NULL, *count = 0;
   DIR *d = opendir(dir);

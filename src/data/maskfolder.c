@@ -31,16 +31,8 @@ static const char *const voc_names[] = {"background", "aeroplane", "bicycle", "b
                                         "car", "cat", "chair", "cow", "diningtable", "dog", "horse", "motorbike",
                                         "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor", NULL};
 
-static int is_dir(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-static int is_file(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
 static int dir_at(const char *dir, const char *sub, char *buf, size_t cap) {
-  return (size_t)snprintf(buf, cap, "%s/%s", dir, sub) < cap && is_dir(buf);
+  return (size_t)snprintf(buf, cap, "%s/%s", dir, sub) < cap && data_is_dir(buf);
 }
 
 int lam_dataset_mask_folder_layout(const char *dir) {
@@ -49,7 +41,7 @@ int lam_dataset_mask_folder_layout(const char *dir) {
   if (dir_at(dir, "train/images", p, sizeof p) && dir_at(dir, "train/masks", p, sizeof p)) return LAM_MASKS_GENERIC;
   if (dir_at(dir, "img_dir/train", p, sizeof p) && dir_at(dir, "ann_dir/train", p, sizeof p)) return LAM_MASKS_MMSEG;
   if (dir_at(dir, "JPEGImages", p, sizeof p) && dir_at(dir, "SegmentationClass", p, sizeof p) &&
-      (size_t)snprintf(p, sizeof p, "%s/ImageSets/Segmentation/train.txt", dir) < sizeof p && is_file(p))
+      (size_t)snprintf(p, sizeof p, "%s/ImageSets/Segmentation/train.txt", dir) < sizeof p && data_is_file(p))
     return LAM_MASKS_VOC;
   return LAM_MASKS_NONE;
 }
@@ -61,7 +53,7 @@ static int part_paths(const char *dir, int layout, int train, char *img, char *m
   if (layout == LAM_MASKS_VOC) {
     snprintf(img, cap, "%s/JPEGImages", dir), snprintf(msk, cap, "%s/SegmentationClass", dir);
     snprintf(list, cap, "%s/ImageSets/Segmentation/%s.txt", dir, train ? "train" : "val");
-    return is_file(list);
+    return data_is_file(list);
   }
   const char *parts[2] = {"train", "train"};
   const int generic = layout == LAM_MASKS_GENERIC;
@@ -70,7 +62,7 @@ static int part_paths(const char *dir, int layout, int train, char *img, char *m
     if (layout == LAM_MASKS_GENERIC)
       snprintf(img, cap, "%s/%s/images", dir, parts[k]), snprintf(msk, cap, "%s/%s/masks", dir, parts[k]);
     else snprintf(img, cap, "%s/img_dir/%s", dir, parts[k]), snprintf(msk, cap, "%s/ann_dir/%s", dir, parts[k]);
-    if (is_dir(img) && is_dir(msk)) return 1;
+    if (data_is_dir(img) && data_is_dir(msk)) return 1;
   }
   return 0;
 }
@@ -138,7 +130,7 @@ static lam_status list_files(const char *dir, int png_only, named **out, size_t 
     const char *dot = strrchr(e->d_name, '.');
     if (e->d_name[0] == '.' || !lam_image_file_name(e->d_name) || (png_only && strcasecmp(dot, ".png"))) continue;
     char full[PATH_MAX];
-    if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= sizeof full || !is_file(full)) continue;
+    if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= sizeof full || !data_is_file(full)) continue;
     if (n == cap) {
       cap = cap ? 2 * cap : 256;
       named *t = realloc(v, cap * sizeof *t);
@@ -260,7 +252,7 @@ static lam_status pair_list(const char *list, const char *imgdir, const char *ms
       s = LAM_FAIL(LAM_ERR_IO, "split list '%s': the name '%.64s...' makes too long a path", list, line);
       break;
     }
-    const int hi = is_file(a), hm = is_file(b);
+    const int hi = data_is_file(a), hm = data_is_file(b);
     if (hi && hm) s = pairs_add(out, a, b);
     else if (!hi) s = unpaired(skip_bad, skipped, "mask folder: the image '%s' is not there, and the split list names it "
                                "(its mask '%s'): every listed name needs its image and mask (or --skip-bad)", a, b);
@@ -321,7 +313,7 @@ static lam_status class_names(const char *dir, int layout, const lam_image_opts 
   *names = NULL;
   char p[PATH_MAX];
   snprintf(p, sizeof p, "%s/classes.txt", dir);
-  if (!is_file(p)) {
+  if (!data_is_file(p)) {
     if (layout != LAM_MASKS_VOC || o->label_map) return LAM_OK;
     const char *const *v = voc_names + (o->reduce_zero_label ? 1 : 0);
     *names = lam_names_copy(v, lam_names_count(v));
@@ -507,7 +499,7 @@ static lam_status stream_masks(const char *dir, pairs *l, const lam_image_opts *
   m->C = C, m->H = H, m->W = W;
   const size_t nnames = lam_names_count((const char *const *)names);
   char txt[PATH_MAX];
-  const int have_txt = (size_t)snprintf(txt, sizeof txt, "%s/classes.txt", dir) < sizeof txt && is_file(txt);
+  const int have_txt = (size_t)snprintf(txt, sizeof txt, "%s/classes.txt", dir) < sizeof txt && data_is_file(txt);
   m->bound = !nnames ? "the largest value of its masks + 1" : have_txt ? "DIR/classes.txt" : "VOC's 21";
   int top = -1;
   lam_status s = nnames ? LAM_OK : mask_top(m, o->skip_bad, &top);
@@ -617,7 +609,7 @@ lam_status lam_dataset_load_masks(const char *dir, int train, lam_image_opts *op
   int classes = 0;
   const size_t nnames = lam_names_count((const char *const *)names);
   char txt[PATH_MAX];
-  const int have_txt = (size_t)snprintf(txt, sizeof txt, "%s/classes.txt", dir) < sizeof txt && is_file(txt);
+  const int have_txt = (size_t)snprintf(txt, sizeof txt, "%s/classes.txt", dir) < sizeof txt && data_is_file(txt);
   for (size_t i = 0; s == LAM_OK && i < l.n; i++) {
     if (!keep[i]) continue;
     if (nnames && top[i] >= (int)nnames)

@@ -29,17 +29,12 @@ int video_file_name(const char *name) {
   return 0;
 }
 
-static int is_dir(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 int video_folder(const char *dir) {
   char t[PATH_MAX];
   char **classes = NULL;
   size_t nc = 0;
   if (dir && video_csv_layout(dir)) return 1; /* the lists first: Kinetics' folders are there too */
-  if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t || !is_dir(t) ||
+  if (!dir || (size_t)snprintf(t, sizeof t, "%s/train", dir) >= sizeof t || !data_is_dir(t) ||
       folder_list(t, 1, video_file_name, &classes, &nc) != LAM_OK)
     return 0;
   int found = 0;
@@ -123,9 +118,9 @@ static lam_status folder_scan(const char *dir, int train, video_list *l, char **
   char tdir[PATH_MAX], pdir[PATH_MAX];
   snprintf(tdir, sizeof tdir, "%s/train", dir);
   if (train) snprintf(pdir, sizeof pdir, "%s", tdir);
-  else if ((size_t)snprintf(pdir, sizeof pdir, "%s/test", dir) < sizeof pdir && !is_dir(pdir))
+  else if ((size_t)snprintf(pdir, sizeof pdir, "%s/test", dir) < sizeof pdir && !data_is_dir(pdir))
     snprintf(pdir, sizeof pdir, "%s/val", dir);
-  if (!is_dir(pdir))
+  if (!data_is_dir(pdir))
     return LAM_FAIL(LAM_ERR_IO, "video folder '%s' has a train/ folder but neither test/ nor val/ beside it: add one "
                     "(test/CLASS/... as train/ is laid out)", dir);
   LAM_TRY(folder_list(tdir, 1, video_file_name, names, nclasses));
@@ -137,7 +132,7 @@ static lam_status folder_scan(const char *dir, int train, video_list *l, char **
     char cdir[PATH_MAX];
     char **files = NULL;
     size_t nf = 0;
-    if ((size_t)snprintf(cdir, sizeof cdir, "%s/%s", pdir, (*names)[k]) >= sizeof cdir || !is_dir(cdir)) continue;
+    if ((size_t)snprintf(cdir, sizeof cdir, "%s/%s", pdir, (*names)[k]) >= sizeof cdir || !data_is_dir(cdir)) continue;
     s = folder_list(cdir, 0, video_file_name, &files, &nf);
     for (size_t f = 0; f < nf && s == LAM_OK; f++) {
       char full[PATH_MAX];

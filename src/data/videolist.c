@@ -102,16 +102,6 @@ oom:
 
 /* ---- the lists ---- */
 
-static int is_file(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static int is_dir(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 enum { LIST_PATHS = 1, LIST_KINETICS = 2 };
 
 /* The kind a list's first record says: LIST_KINETICS for Kinetics' header (or a mistyped one: its first two
@@ -124,7 +114,7 @@ static int first_record_kind(char **f, int n) {
 
 int video_csv_layout(const char *dir) {
   char p[PATH_MAX];
-  if (!dir || (size_t)snprintf(p, sizeof p, "%s/train.csv", dir) >= sizeof p || !is_file(p)) return 0;
+  if (!dir || (size_t)snprintf(p, sizeof p, "%s/train.csv", dir) >= sizeof p || !data_is_file(p)) return 0;
   csv_reader r;
   if (csv_open(&r, p) != LAM_OK) return 0;
   char *f[CSV_MAX_FIELDS];
@@ -136,14 +126,14 @@ int video_csv_layout(const char *dir) {
   /* a train.csv of another kind beside train/ folders is some other set's file; with nothing else there, it is a
    * list the reader will say what is wrong with */
   snprintf(p, sizeof p, "%s/train", dir);
-  return is_dir(p) ? 0 : LIST_PATHS;
+  return data_is_dir(p) ? 0 : LIST_PATHS;
 }
 
 /* The test part's list: val.csv, Kinetics' validate.csv, or test.csv (Kinetics' own has no labels); "" where none. */
 static void test_list(const char *dir, char *p, size_t cap) {
   static const char *const names[] = {"val.csv", "validate.csv", "test.csv"};
   for (int k = 0; k < 3; k++)
-    if ((size_t)snprintf(p, cap, "%s/%s", dir, names[k]) < cap && is_file(p)) return;
+    if ((size_t)snprintf(p, cap, "%s/%s", dir, names[k]) < cap && data_is_file(p)) return;
   p[0] = 0;
 }
 
@@ -215,7 +205,7 @@ static int kinetics_file(const char *dir, const char *label, const char *id, lon
       if ((size_t)snprintf(found, cap, "%s/%s/%s%s%s", dir, splits[a], sub[b], *sub[b] ? "/" : "", name) >= cap)
         continue;
       if (!first[0]) snprintf(first, sizeof first, "%s", found);
-      if (is_file(found)) return 1;
+      if (data_is_file(found)) return 1;
     }
   }
   snprintf(found, cap, "%s", first);
@@ -247,7 +237,7 @@ static lam_status paths_row(const char *dir, const csv_reader *r, long at, char 
   char p[PATH_MAX];
   if ((size_t)snprintf(p, sizeof p, "%s%s%s", f[0][0] == '/' ? "" : dir, f[0][0] == '/' ? "" : "/", f[0]) >= sizeof p)
     return LAM_FAIL(LAM_ERR_IO, "%s:%ld: the path is longer than a path can be", r->path, at);
-  if (is_file(p)) return rows_add(v, f[1], p, at, r->path);
+  if (data_is_file(p)) return rows_add(v, f[1], p, at, r->path);
   if (skip_bad) return ++*skipped, rows_add(v, f[1], NULL, at, r->path);
   return LAM_FAIL(LAM_ERR_IO, "%s:%ld: no video file '%s' (a path is relative to '%s' or absolute); fix the row, or "
                   "leave such rows out with --skip-bad", r->path, at, p, dir);
@@ -284,7 +274,7 @@ static lam_status read_list(const char *dir, const char *path, int files, int sk
       if (n == 2 && !video_file_name(f[0])) {
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s%s%s", f[0][0] == '/' ? "" : dir, f[0][0] == '/' ? "" : "/", f[0]);
-        if (!is_file(p)) {
+        if (!data_is_file(p)) {
           s = LAM_FAIL(LAM_ERR_IO, "%s:%ld: '%s,%s' is neither the header path,label nor a row of a video file and its "
                        "class (nor Kinetics' header %s)", path, at, f[0], f[1], KINETICS_HEADER);
           continue;
