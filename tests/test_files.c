@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char g_dir[] = "/tmp/lamina_test_files_XXXXXX";
+static char g_dir[64];
 
 static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", g_dir, name); }
 
@@ -148,14 +148,8 @@ static void test_inside(void **state) {
   assert_false(lam_path_inside(b, a));
 }
 
-static int rm_all(void) {
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  return system(cmd);
-}
-
 int main(void) {
-  if (!mkdtemp(g_dir)) {
+  if (tu_tmpdir(g_dir, sizeof g_dir, "test-files")) {
     perror("mkdtemp");
     return 1;
   }
@@ -166,6 +160,6 @@ int main(void) {
       cmocka_unit_test(test_inside),
   };
   int failed = TU_RUN_GROUP("files", tests, NULL, NULL);
-  rm_all();
+  tu_rmdir_all(g_dir);
   return failed ? 1 : 0;
 }

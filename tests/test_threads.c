@@ -17,7 +17,7 @@
 
 #include "../src/internal.h"
 
-static char g_dir[] = "/tmp/lamina_test_threads_XXXXXX";
+static char g_dir[64];
 
 static void put(const char *rel, const char *text) {
   char path[512], dir[512];
@@ -261,14 +261,12 @@ static void test_choice_cpu(void **state) {
 
 static int setup(void **state) {
   (void)state;
-  return mkdtemp(g_dir) ? 0 : -1;
+  return tu_tmpdir(g_dir, sizeof g_dir, "test-threads");
 }
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return tu_rmdir_all(g_dir);
 }
 
 int main(void) {

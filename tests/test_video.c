@@ -29,15 +29,12 @@ static int level(int i) { return 10 + 6 * i; } /* frame i's grey level: 10 .. 24
 
 static int setup(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/lamina-video-XXXXXX");
-  return mkdtemp(dir) ? 0 : -1;
+  return tu_tmpdir(dir, sizeof dir, "video");
 }
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return tu_rmdir_all(dir);
 }
 
 /* The test video at dir/name (written once). */

@@ -26,15 +26,12 @@ static char dir[64];
 
 static int setup(void **state) {
   (void)state;
-  snprintf(dir, sizeof dir, "/tmp/lamina-vcache-XXXXXX");
-  return mkdtemp(dir) ? 0 : -1;
+  return tu_tmpdir(dir, sizeof dir, "vcache");
 }
 
 static int teardown(void **state) {
   (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return tu_rmdir_all(dir);
 }
 
 /* n frames (VH, VW, c) of a gradient that moves with the frame (seed varies it), written as a video at path. */

@@ -28,6 +28,21 @@
 /* The one tolerance of the hidden layer: every element within 1e-6 of the float64 reference. */
 #define TU_TOL 1e-6
 
+/* ---- a scratch folder ------------------------------------------------------------------------ */
+
+/* dir (cap bytes) becomes a new folder /tmp/lamina-NAME-XXXXXX: 0, or -1 (errno says why). */
+static inline int tu_tmpdir(char *dir, size_t cap, const char *name) {
+  if ((size_t)snprintf(dir, cap, "/tmp/lamina-%s-XXXXXX", name) >= cap) return -1;
+  return mkdtemp(dir) ? 0 : -1;
+}
+
+/* dir and everything in it removed: 0, or -1. */
+static inline int tu_rmdir_all(const char *dir) {
+  char cmd[600];
+  if ((size_t)snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir) >= sizeof cmd) return -1;
+  return system(cmd) == 0 ? 0 : -1;
+}
+
 /* ---- RNG ------------------------------------------------------------------------------------- */
 
 /* The library's own generator (xoshiro256** seeded through splitmix64), under the tests' names. */
