@@ -183,6 +183,20 @@ def unet(classes):
     return UNet()
 
 
+def data_path_ratio(D, L, rate, unit):
+    """The data path's verdict: PyTorch's best loader of D["torch"] (the highest D["torch"][k][rate] among those that
+    ran) in D["torch_best"], and lamina's rate L[rate] over it in D["ratio"], said in unit ("clips/s")."""
+    ok = {k: v for k, v in D["torch"].items() if v.get("status") == "ok"}
+    if not ok:
+        return
+    best = max(ok, key=lambda k: ok[k][rate])
+    D["torch_best"] = best
+    if L.get("status") == "ok" and L.get(rate):
+        D["ratio"] = L[rate] / ok[best][rate]
+        say(f"  data path: lamina {L[rate]:.0f} {unit}, PyTorch's best ({best}) {ok[best][rate]:.0f} {unit}: "
+            f"lamina / PyTorch {D['ratio']:.2f}x")
+
+
 class LoaderEpoch:
     """One epoch of a DataLoader's batches, each moved to dev (non-blocking), and the time the training loop waited for
     them (wait, seconds): iter() (the workers start there: persistent_workers=False), each next() and the copy's

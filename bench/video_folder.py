@@ -67,7 +67,8 @@ import argparse, json, math, os, resource, shutil, subprocess, sys, tempfile, ti
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trainbench import LoaderEpoch, capture_graph, epoch_med, f, hw, last_json, med, pct, run, say, torch_ways  # noqa: E402
+from trainbench import (LoaderEpoch, capture_graph, data_path_ratio, epoch_med, f, hw, last_json, med,  # noqa: E402
+                        pct, run, say, torch_ways)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -405,14 +406,7 @@ if "data" in PARTS:
             r = dict(status="failed", note=repr(ex)[:500])
             say(f"  PyTorch DataLoader {key}: failed: {ex!r}")
         D["torch"][key] = r
-    ok = {k: v for k, v in D["torch"].items() if v.get("status") == "ok"}
-    if ok:
-        best = max(ok, key=lambda k: ok[k]["clips_per_s"])
-        D["torch_best"] = best
-        if L.get("status") == "ok" and L.get("clips_per_s"):
-            D["ratio"] = L["clips_per_s"] / ok[best]["clips_per_s"]
-            say(f"  data path: lamina {L['clips_per_s']:.0f} clips/s, PyTorch's best ({best}) "
-                f"{ok[best]['clips_per_s']:.0f} clips/s: lamina / PyTorch {D['ratio']:.2f}x")
+    data_path_ratio(D, L, "clips_per_s", "clips/s")
     save()
 
 
