@@ -654,6 +654,15 @@ json_check "model --json (a FILE under a path with '\"' and '\\') parses; the sp
    type(x["fused"]) is int for x in d["nodes"])'
 usage_error "lamina model without --input" "--input" -- model "conv 8 3"
 usage_error "lamina model with a bad spec quotes the word" "@nope" -- model "conv 8 3, add @nope" --input 1x28x28
+# The paths' knobs: a value they do not take is an error naming it (it used to mean the default, silently).
+for knob in LAMINA_FUSE=7 LAMINA_LAYOUT=chw LAMINA_CONV=fft; do
+  env "$knob" "$LAMINA" model cnn --input 1x28x28 >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  if [ "$rc" -eq 1 ] && has "$TMP/err" "${knob%%=*}='${knob#*=}'"; then ok "$knob: an error naming it"; else not_ok "$knob" "want exit 1 and the value named (rc $rc)"; fi
+done
+LAMINA_LAYOUT=nhwc LAMINA_FUSE=0 "$LAMINA" model cnn --input 1x28x28 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ "$rc" -eq 0 ]; then ok "LAMINA_LAYOUT=nhwc LAMINA_FUSE=0: taken"; else not_ok "good knob values" "want exit 0 (rc $rc)"; fi
 run train --help
 if [ "$rc" -eq 0 ] && has "$TMP/out" "concat @NAME" && has "$TMP/out" "bn [momentum M]"; then ok "train --help shows the spec grammar"; else not_ok "train --help" "want the grammar"; fi
 
