@@ -109,12 +109,15 @@ const char *lam_device_str(lam_device d);
  * mantissas) and sums in fp32: on CUDA on tensor cores. A model with a conv of its own keeps its
  * activations NHWC on CUDA (LAMINA_LAYOUT to force NCHW or NHWC), and in BF16 they and their gradients
  * are bfloat16 too (half the bytes); in NCHW a conv's im2col and column gradient are stored as bf16 and
- * the activations stay fp32. On the CPU both are emulated (same rounding, no faster), to check the GPU
- * against. The GPU's direct first-layer conv (no GEMM) stays fp32. Parameters (the master weights),
- * gradients and optimizer state stay fp32 in every precision. */
-typedef enum lam_precision { LAM_PRECISION_FP32 = 0, LAM_PRECISION_TF32, LAM_PRECISION_BF16 } lam_precision;
+ * the activations stay fp32. FP16 is BF16 with IEEE half (11-bit mantissas, range ±65504) in place of
+ * bfloat16; its trainer scales the loss dynamically, as PyTorch's GradScaler does (lam_trainer_loss_scale),
+ * so that small gradients keep their bits and a step whose gradients overflow is skipped. On the CPU the
+ * 16-bit precisions are emulated (same rounding, no faster), to check the GPU against. The GPU's direct
+ * first-layer conv (no GEMM) stays fp32. Parameters (the master weights), gradients and optimizer state
+ * stay fp32 in every precision. */
+typedef enum lam_precision { LAM_PRECISION_FP32 = 0, LAM_PRECISION_TF32, LAM_PRECISION_BF16, LAM_PRECISION_FP16 } lam_precision;
 lam_status lam_ctx_set_precision(lam_ctx *ctx, lam_precision p);
-lam_status lam_precision_parse(const char *s, lam_precision *out); /* "fp32", "tf32", "bf16" */
+lam_status lam_precision_parse(const char *s, lam_precision *out); /* "fp32", "tf32", "bf16", "fp16" */
 const char *lam_precision_str(lam_precision p);
 
 /* Parses "f32", "u8", "i8", "f16" or "bf16". */
@@ -892,6 +895,11 @@ typedef struct lam_stream_stats {
   char why[200];         /* why it streams: "asked for" or "the data set does not fit: ..." */
 } lam_stream_stats;
 lam_status lam_trainer_stream_stats(const lam_trainer *t, lam_stream_stats *out);
+/* The fp16 precision's dynamic loss scaling (as torch.amp.GradScaler: the loss's gradient multiplied by a scale from
+ * 2^16, a step whose gradients hold an inf or NaN skipped and the scale halved, doubled after 2,000 clean steps; all
+ * decided on the device inside the step), as of the last epoch's end or stop: the scale and the steps skipped so
+ * far. Both 0 where the trainer has not scaled (another precision). A checkpoint keeps them; --resume continues. */
+lam_status lam_trainer_loss_scale(const lam_trainer *t, double *scale, long *skipped);
 /* The data path alone, as a streaming trainer feeds itself (no model): one epoch of d in a new seeded order (seed
  * and epoch), batches of `batch` samples gathered (a streamed set: decoded from its files on all host threads) into
  * `buffers` (2 or 3) pinned buffers a few ahead and copied to the device, as uint8 (pixels and labels). */

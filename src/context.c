@@ -364,19 +364,22 @@ lam_status lam_precision_parse(const char *s, lam_precision *out) {
   if (!strcmp(s, "fp32")) *out = LAM_PRECISION_FP32;
   else if (!strcmp(s, "tf32")) *out = LAM_PRECISION_TF32;
   else if (!strcmp(s, "bf16")) *out = LAM_PRECISION_BF16;
-  else if (!strcmp(s, "fp16"))
-    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "precision 'fp16' (with loss scaling) is not implemented: use fp32, tf32 or bf16");
-  else return LAM_FAIL(LAM_ERR_INVALID_ARG, "unknown precision '%s': expected fp32, tf32 or bf16", s);
+  else if (!strcmp(s, "fp16")) *out = LAM_PRECISION_FP16;
+  else return LAM_FAIL(LAM_ERR_INVALID_ARG, "unknown precision '%s': expected fp32, tf32, bf16 or fp16", s);
   return LAM_OK;
 }
 
 const char *lam_precision_str(lam_precision p) {
-  return p == LAM_PRECISION_FP32 ? "fp32" : p == LAM_PRECISION_TF32 ? "tf32" : p == LAM_PRECISION_BF16 ? "bf16" : "?";
+  return p == LAM_PRECISION_FP32   ? "fp32"
+         : p == LAM_PRECISION_TF32 ? "tf32"
+         : p == LAM_PRECISION_BF16 ? "bf16"
+         : p == LAM_PRECISION_FP16 ? "fp16"
+                                   : "?";
 }
 
 lam_status lam_ctx_set_precision(lam_ctx *ctx, lam_precision p) {
   LAM_CHECK_ARG(ctx, "lam_ctx_set_precision: ctx is NULL");
-  LAM_CHECK_ARG(p == LAM_PRECISION_FP32 || p == LAM_PRECISION_TF32 || p == LAM_PRECISION_BF16,
+  LAM_CHECK_ARG(p == LAM_PRECISION_FP32 || p == LAM_PRECISION_TF32 || p == LAM_PRECISION_BF16 || p == LAM_PRECISION_FP16,
                 "lam_ctx_set_precision: precision %d is not known", (int)p);
   if (p != LAM_PRECISION_FP32 && !ctx->be->set_precision)
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "lam_ctx_set_precision: %s needs tensor cores; the %s backend computes in fp32",

@@ -17,10 +17,6 @@ extern "C" {
 
 /* Adam's step size lr / (1 - b1^step) and sqrt(1 - b2^step), as torch.optim.Adam computes them: in
  * double precision, then rounded to float. One function, so the host's table and each backend agree. */
-static inline void lam_adam_coef(float lr, float b1, float b2, long step, float out[2]) {
-  out[0] = (float)(lr / (1.0 - pow(b1, (double)step)));
-  out[1] = (float)sqrt(1.0 - pow(b2, (double)step));
-}
 /* Class names (an image folder's class folders, kept by its set and by a model's checkpoint): n strings in one
  * block, the n pointers, a NULL, then the bytes, so one free() frees it all. NULL for n = 0 or no memory
  * (dataset.c). lam_names_count: the strings before the NULL (0 for NULL). */

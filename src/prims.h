@@ -10,14 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* How the activations a primitive reads and writes lie in memory: their element type (dt: float32, or bfloat16 as
- * uint16_t bit patterns, rounded to nearest even where written) and, for images, the layout: NCHW, (B, C, H, W),
+/* How the activations a primitive reads and writes lie in memory: their element type (dt: float32, or a 16-bit float
+ * — bfloat16 or IEEE half — as uint16_t bit patterns, rounded to nearest even where written) and, for images, the layout: NCHW, (B, C, H, W),
  * or NHWC (nhwc = 1), (B, H, W, C): the channels of a pixel side by side, as cuDNN's tensor-core convolutions read
  * them. A flat tensor (P = 1) lies the same in both. Parameters, gradients of parameters, statistics and
  * running statistics are float32 whatever the format. Every primitive takes every format on the CPU; the CUDA
- * backend takes NCHW float32 and NHWC in both types (elementwise ones: any), and says so where asked for
- * another. */
-enum { LAM_DT_F32 = 0, LAM_DT_BF16 = 1 };
+ * backend takes NCHW float32 and NHWC in all three types (elementwise ones: any), and says so where asked for
+ * another. Where a primitive takes a bare `int dt` for a buffer, LAM_DT_F32 (0) means float and the others that
+ * 16-bit type. */
+enum { LAM_DT_F32 = 0, LAM_DT_BF16 = 1, LAM_DT_F16 = 2 };
 typedef struct lam_fmt {
   int dt, nhwc;
 } lam_fmt;
@@ -27,7 +28,7 @@ static inline lam_fmt lam_fmt_of(int dt, int nhwc) {
   return f;
 }
 #define LAM_FMT_NCHW lam_fmt_of(LAM_DT_F32, 0)
-static inline size_t lam_dt_size(int dt) { return dt == LAM_DT_BF16 ? 2 : 4; }
+static inline size_t lam_dt_size(int dt) { return dt != LAM_DT_F32 ? 2 : 4; }
 static inline int lam_fmt_plain(lam_fmt f) { return f.dt == LAM_DT_F32 && !f.nhwc; }
 /* Index of value (b, c, p) of (B, C, P) images in format f. */
 static inline size_t lam_fmt_at(lam_fmt f, int C, int P, size_t b, size_t c, size_t p) {
@@ -75,37 +76,57 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
 #define LAM_HD static inline
 #endif
 
+/* Dynamic loss scaling (the fp16 precision's trainer), as torch.amp.GradScaler with its defaults: the loss's gradient
+ * is multiplied by the scale (from 2^16), a step whose gradients hold an inf or NaN is skipped and halves the scale,
+ * and LAM_SCALE_GROWTH clean steps in a row double it. Decided on the device (grad_check, scaler_update), so a step
+ * needs no host synchronisation and sits in a captured graph. One struct in backend memory, its layout the same on
+ * the host and the device. */
+typedef struct lam_scaler {
+  float scale;     /* the loss's gradient is multiplied by it (xent's lscale) */
+  float inv;       /* 1 / the scale this step's gradients were made at: adam and sgd unscale by it */
+  float coef[3];   /* this step's optimizer scalars: Adam's step size and bias correction (SGD: first), the rate */
+  int32_t found;   /* this step's gradients hold an inf or NaN: the optimizer skips the step */
+  int32_t clean;   /* steps in a row without one, since the scale last changed */
+  int32_t skipped; /* steps skipped, all told */
+  int32_t taken;   /* optimizer steps taken, all told (Adam's bias correction counts these) */
+  int32_t stuck;   /* the first step (the trainer's row + 1) whose gradients overflowed at LAM_SCALE_FLOOR; 0: none */
+} lam_scaler;
+#define LAM_SCALE_INIT 65536.0f
+#define LAM_SCALE_GROWTH 2000
+/* The scale goes no lower: at 1 the gradients are fp16's own, and one that overflows there overflows unscaled. */
+#define LAM_SCALE_FLOOR 1.0f
+
 /* Labels of this value are ignored by the loss (per-pixel labels), as PyTorch's ignore_index. */
 #define LAM_LABEL_IGNORE 255
 
 /* X(name, (parameters)) for every primitive. */
 #define LAM_NN_PRIMS(X)                                                                                              \
   /* C = alpha * op(A) * op(B) + beta * C, op(A) is M×K, op(B) is K×N; ta/tb: 1 = transposed. In tf32 on tensor     \
-   * cores when the context's precision says so (CUDA); else fp32 (the bf16 precision's layers round their        \
-   * operands and call gemm_bf16). */                                                                              \
+   * cores when the context's precision says so (CUDA); else fp32 (the bf16 and fp16 precisions' layers round    \
+   * their operands and call gemm_half). */                                                                             \
   X(gemm, (lam_ctx * ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,  \
            int ldb, float beta, float *C, int ldc))                                                                 \
-  /* The same with A and B stored as bfloat16 (uint16_t bit patterns), summed in fp32; C is float, or bfloat16     \
-   * (c_bf16 = 1, rounded once at the end; then beta must be 0). */                                                \
-  X(gemm_bf16, (lam_ctx * ctx, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,         \
-                const uint16_t *B, int ldb, float beta, void *C, int c_bf16, int ldc))                               \
-  /* dst = src rounded to bfloat16 (to nearest even), n values. */                                                 \
-  X(to_bf16, (lam_ctx * ctx, size_t n, const float *src, uint16_t *dst))                                            \
+  /* The same with A and B stored as 16-bit floats of type dt (LAM_DT_BF16 or LAM_DT_F16, uint16_t bit patterns),  \
+   * summed in fp32; C is float, or of type dt (c_half = 1, rounded once at the end; then beta must be 0). */      \
+  X(gemm_half, (lam_ctx * ctx, int dt, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda, \
+                const uint16_t *B, int ldb, float beta, void *C, int c_half, int ldc))                               \
+  /* dst = src rounded to the 16-bit type dt (to nearest even; fp16: beyond its range to infinity), n values. */    \
+  X(to_half, (lam_ctx * ctx, int dt, size_t n, const float *src, uint16_t *dst))                                           \
   X(zero, (lam_ctx * ctx, void *p, size_t bytes))                                                                   \
   /* Every byte 0xFF: NaN as float and as bfloat16 (LAMINA_POISON=1 fills each block lam_mem_alloc hands out). */     \
   X(poison, (lam_ctx * ctx, void *p, size_t bytes))                                                                 \
   /* x (B, C, H, W) -> col (C*K*K, B*OH*OW): column b*OH*OW + p holds the patch of output p of sample b; col is     \
-   * float, or bfloat16 (bf16 = 1). */                                                                             \
-  X(im2col, (lam_ctx * ctx, const lam_conv_geom *g, int B, const float *x, void *col, int bf16))                    \
-  /* dx (B, C, H, W) = the patches of col (float, or bfloat16: bf16 = 1) summed back into place in fp32; with     \
+   * of type dt (float, or a 16-bit float). */                                                                      \
+  X(im2col, (lam_ctx * ctx, const lam_conv_geom *g, int B, const float *x, void *col, int dt))                      \
+  /* dx (B, C, H, W) = the patches of col (of type dt) summed back into place in fp32; with                         \
    * accumulate, dx += that sum (a gradient that adds to another reader's). */                                      \
-  X(col2im, (lam_ctx * ctx, const lam_conv_geom *g, int B, const void *col, int bf16, int accumulate, float *dx))   \
+  X(col2im, (lam_ctx * ctx, const lam_conv_geom *g, int B, const void *col, int dt, int accumulate, float *dx))     \
   /* dst (B, C, P) = src (C, B*P) transposed per sample, plus bias[c] (bias may be NULL). */                       \
   X(cbp_to_bcp, (lam_ctx * ctx, int B, int C, int P, const float *src, const float *bias, float *dst))             \
   /* dst (C, B*P) = src (B, C, P); and bias_grad[c] += the sum of src over b and p (may be NULL). */               \
   X(bcp_to_cbp, (lam_ctx * ctx, int B, int C, int P, const float *src, float *dst, float *bias_grad))              \
   /* ---- a whole 2-D convolution (no bias) in format f, x (B, g->C, g->H, g->W) -> y (B, OC, g->OH, g->OW), W   \
-   * (OC, g->C, K, K) always in PyTorch's order, of type f.dt (bfloat16: the rounded weights): cuDNN where the     \
+   * (OC, g->C, K, K) always in PyTorch's order, of type f.dt (16-bit: the rounded weights): cuDNN where the     \
    * CUDA backend has it, else im2col + GEMM (conv_im2col.h). Sums are float32. ws is scratch of at least           \
    * conv2d_workspace's bytes (at this format, geometry, OC and B). ---- */                                       \
   X(conv2d_workspace, (lam_ctx * ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, size_t *bytes))           \
@@ -214,10 +235,11 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
    * (B, P); labels equal to LAM_LABEL_IGNORE are skipped. With label smoothing s the target is (1 - s) onehot +   \
    * s / C (PyTorch's). stats[0] += the loss summed over the labels counted, stats[1] += those predicted right,     \
    * stats[2] += those counted; pred[b*P + p] = the argmax (first maximum; pred may be NULL); unless dlogits is     \
-   * NULL, dlogits (format f) = (softmax - target) * scale / *count (count: backend memory, read when the op runs;  \
-   * NULL reads as 1), and 0 for ignored labels. The loss is computed in float32 from the logits as stored. */     \
+   * NULL, dlogits (format f) = (softmax - target) * scale * *lscale / *count (lscale, count: backend memory, read   \
+   * when the op runs; NULL reads as 1), and 0 for ignored labels. The loss is computed in float32 from the logits  \
+   * as stored. */                                                                                                  \
   X(xent, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *logits, const uint8_t *labels, void *dlogits, \
-           float scale, const float *count, float smoothing, float *stats, uint8_t *pred))                         \
+           float scale, const float *lscale, const float *count, float smoothing, float *stats, uint8_t *pred))                        \
   /* x (B*T, C, P), format f = normalized images[idx[b]] (each sample T frames of C*P uint8, NCHW, frame t       \
    * becoming x's row b*T + t; T = 1 for images; norm->c == C); y (B, label_size) = labels[idx[b]] (label_size bytes per image). With cursor (backend memory, may be NULL) idx starts *cursor      \
    * entries further: read when the op runs, so a step captured in a graph gathers the batch of the step it       \
@@ -236,10 +258,10 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
    * max within its H*W plane (the first maximum in row order, as maxpool_fwd); bias may be NULL. */               \
   X(conv_pool_fwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *G, const float *bias, float *y,       \
                     int32_t *arg))                                                                                  \
-  /* dG (C, B*H*W) = dy at each window's argmax where y > 0, else 0, as float or bfloat16 (bf16 = 1: the bf16       \
-   * precision's GEMMs read it so); db[c] += the sum of row c of dG as stored (db may be NULL). */                 \
+  /* dG (C, B*H*W) = dy at each window's argmax where y > 0, else 0, of type dt (16-bit: the half precisions'      \
+   * GEMMs read it so); db[c] += the sum of row c of dG as stored (db may be NULL). */                             \
   X(conv_pool_bwd, (lam_ctx * ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,                  \
-                    const int32_t *arg, void *dG, int bf16, float *db))                                             \
+                    const int32_t *arg, void *dG, int dt, float *db))                                               \
   /* ---- the same block as the first layer, without im2col and GEMMs: a direct convolution for few input taps     \
    * (C*K*K <= LAM_DIRECT_TAPS), whose input needs no gradient. cg is the conv's geometry, pg the pool's over the  \
    * conv's output. ---- */                                                                                         \
@@ -254,11 +276,21 @@ enum { LAM_ACT_RELU = 0, LAM_ACT_TANH, LAM_ACT_SIGMOID, LAM_ACT_GELU, LAM_ACT_LE
   /* One fused pass over the flat buffers. step is 1-based (bias correction): Adam's step size and second-moment    \
    * correction are lam_adam_coef(step). With sched (backend memory, may be NULL) they are read when the op runs    \
    * from sched[3 * *k], sched[3 * *k + 1] and the rate from sched[3 * *k + 2] instead (a table the trainer fills  \
-   * for an epoch, so the optimizer can sit in the captured step); for SGD, first is sched[3 * *k] != 0. */     \
+   * for an epoch, so the optimizer can sit in the captured step); for SGD, first is sched[3 * *k] != 0. With ls     \
+   * (loss scaling; backend memory, may be NULL) the step does nothing where ls->found, else takes the gradient     \
+   * times ls->inv and its scalars from ls->coef (scaler_update's), sched and k unread. */                          \
   X(adam, (lam_ctx * ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,      \
-           float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k))                   \
+           float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k, const lam_scaler *ls)) \
   X(sgd, (lam_ctx * ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,         \
-          int first, const float *sched, const int32_t *k))                                                         \
+          int first, const float *sched, const int32_t *k, const lam_scaler *ls))                                   \
+  /* s->found = 1 where any of the n values of g is not finite (else left as it was: the trainer zeroes it first). */ \
+  X(grad_check, (lam_ctx * ctx, size_t n, const float *g, lam_scaler *s))                                           \
+  /* The step's decision from s->found (lam_scaler_decide in math/optim.h, the same on both backends): inv = 1 /    \
+   * scale; found: the step is skipped, the scale halved (not below LAM_SCALE_FLOOR: there stuck is noted as        \
+   * *k + 1); else taken += 1 and coef = the optimizer's scalars of step `taken` (adam = 1: lam_adam_coef of the    \
+   * rate sched[3 * *k + 2], b1, b2; 0: SGD's first-step flag, the rate), and the scale doubled after              \
+   * LAM_SCALE_GROWTH clean steps. */                                                                               \
+  X(scaler_update, (lam_ctx * ctx, lam_scaler * s, int adam, float b1, float b2, const float *sched, const int32_t *k))                                                    \
   /* The trainer's device-side step: state[0] += B (the gather's cursor), state[1] += 1 (the row of sched); and   \
    * where stats is not NULL, holds a loss sum (stats[0]) that is no longer finite and no step yet (stats[3] 0),   \
    * stats[3] = state[1] after the increment: the first step of the epoch whose loss was NaN or infinite. */       \

@@ -1090,14 +1090,14 @@ static void test_future_version(void **state) {
   size_t len;
   uint8_t *f = read_all(good, &len);
   assert_int_equal(f[8], 4); /* a model of images is written as version 4, which older builds read */
-  set_le32(f + 8, 8);
+  set_le32(f + 8, 9);
   fix_crc(f, len);
   write_all(bad, f, len);
-  EXPECT_LOAD_FAIL("version 8", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 8", "reads 7");
+  EXPECT_LOAD_FAIL("version 9", bad, 1, LAM_ERR_IO, bad, "newer lamina", "version 9", "reads 8");
   print_message("future version: %s\n", lam_last_error());
   /* Every version ends with its CRC, checked before the version: a header alone is a truncated file. */
   write_all(bad, f, 12);
-  EXPECT_LOAD_FAIL("version 8, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
+  EXPECT_LOAD_FAIL("version 9, header only", bad, 0, LAM_ERR_IO, "truncated", "file has 12 bytes");
   set_le32(f + 8, 0);
   write_all(bad, f, len);
   EXPECT_LOAD_FAIL("version 0, CRC not fixed", bad, 0, LAM_ERR_IO, "CRC-32 mismatch");

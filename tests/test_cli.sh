@@ -382,8 +382,8 @@ json_check "train --save-best: the best epoch is the one of the lowest validatio
   "d['best_epoch'] == min(d['epochs'], key=lambda e: e['val_loss'])['epoch'] and d['best_val_loss'] == min(e['val_loss'] for e in d['epochs']) and 0 <= d['best_test_acc'] <= 1 and d['early_stopped'] is False"
 json_check "train --lr-schedule cosine --warmup 1: the rate rises over epoch 1 (4 steps), then falls to 0 by epoch 4" \
   "d['lr_schedule'] == 'cosine' and abs(d['epochs'][0]['lr'] - 0.05) < 1e-8 and abs(d['epochs'][1]['lr'] - 0.05 * (1 + __import__('math').cos(__import__('math').pi * 3 / 12)) / 2) < 1e-8 and d['epochs'][3]['lr'] < 1e-3"
-if [ -s "$TMP/best.ckpt" ] && [ "$(head -n 1 "$TMP/log.csv")" = "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou" ] &&
-  [ "$(tail -n 1 "$TMP/log.csv" | cut -d, -f10-)" = "," ] &&
+if [ -s "$TMP/best.ckpt" ] && [ "$(head -n 1 "$TMP/log.csv")" = "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou,loss_scale,skipped_steps" ] &&
+  [ "$(tail -n 1 "$TMP/log.csv" | cut -d, -f10-)" = ",,," ] &&
   [ "$(wc -l <"$TMP/log.csv")" -eq 5 ] && [ "$(cut -d, -f1 "$TMP/log.csv" | tail -n 1)" = 4 ]; then
   ok "--log writes a header and one row per epoch; --save-best writes the model"
 else not_ok "--log / --save-best files" "want $TMP/best.ckpt and a 5-line CSV ($(tr '\n' '|' <"$TMP/log.csv" 2>/dev/null))"; fi
@@ -611,7 +611,7 @@ run train --data "$TMP/seg" --model "conv 4 3 pad 1, relu, conv 2 1" --epochs 4 
 json_check "train --monitor miou: best_epoch and best_val_miou are the highest validation mean IoU's" \
   "d['monitor'] == 'miou' and d['best_epoch'] == max(d['epochs'], key=lambda e: e['val_miou'])['epoch'] and d['best_val_miou'] == max(e['val_miou'] for e in d['epochs']) and d['best_val_loss'] == d['epochs'][d['best_epoch'] - 1]['val_loss'] and 'test_miou' in d"
 LOG="$TMP/seg-log.csv" json_check "--log on a set of a label per pixel: val_miou every epoch, test_miou at the end" \
-  "(lambda rows: rows[0][-2:] == ['val_miou', 'test_miou'] and [float(r[9]) for r in rows[1:]] == [round(e['val_miou'], 6) for e in d['epochs']] and [r[10] != '' for r in rows[1:]] == [False, False, False, True])([l.split(',') for l in open(__import__('os').environ['LOG']).read().split()])"
+  "(lambda rows: rows[0][9:] == ['val_miou', 'test_miou', 'loss_scale', 'skipped_steps'] and [float(r[9]) for r in rows[1:]] == [round(e['val_miou'], 6) for e in d['epochs']] and [r[10] != '' for r in rows[1:]] == [False, False, False, True])([l.split(',') for l in open(__import__('os').environ['LOG']).read().split()])"
 # With a rate of 0 the mean IoU never rises after epoch 1: --monitor miou --early-stop 2 stops after epoch 3.
 run train --data "$TMP/seg" --model "conv 4 3 pad 1, relu, conv 2 1" --epochs 9 --batch 8 --opt sgd --lr 0 --device cpu \
   --val-split 0.25 --monitor miou --early-stop 2 --json
@@ -698,7 +698,10 @@ else
 fi
 usage_error "train --buffers 4 is rejected" --buffers -- train --buffers 4
 usage_error "train --precision fp64 is rejected" --precision fp64 -- train --precision fp64
-usage_error "train --precision fp16 says it is not implemented" --precision "not implemented" -- train --precision fp16
+run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 2 --batch 8 --lr 0.05 --device cpu --precision fp16 \
+  --log "$TMP/log16.csv" --json
+LOG="$TMP/log16.csv" json_check "train --precision fp16 (emulated on the CPU): each epoch reports the loss scale and the steps skipped, as the log does" \
+  "d['precision'] == 'fp16' and all(e['loss_scale'] >= 1 and e['skipped_steps'] >= 0 for e in d['epochs']) and d['epochs'][-1]['train_loss'] < d['epochs'][0]['train_loss'] and (lambda rows: [float(r[11]) for r in rows[1:]] == [e['loss_scale'] for e in d['epochs']] and [int(r[12]) for r in rows[1:]] == [e['skipped_steps'] for e in d['epochs']])([l.split(',') for l in open(__import__('os').environ['LOG']).read().split()])"
 usage_error "train --graph maybe is rejected" --graph -- train --graph maybe
 run train --data "$TMP/mini" --model "$MINI_MODEL" --epochs 1 --batch 8 --device cpu --precision tf32
 if [ "$rc" -eq 1 ] && has "$TMP/err" "tf32" && has "$TMP/err" "cpu"; then

@@ -17,6 +17,7 @@
 #include "../src/aug.h"
 #include "../src/math/half.h"
 #include "../src/math/hash.h"
+#include "../src/math/optim.h"
 #include "../src/internal.h"
 
 static int g_cuda;       /* the backend under test is CUDA (else the CPU) */
@@ -73,16 +74,20 @@ static void *bdup(const void *x, size_t bytes) {
   memcpy(p, x, bytes);
   return p;
 }
-/* An output buffer poisoned with NaN: n floats, or n bfloat16 (bf16 = 1). */
+/* The 16-bit type the half-precision cases run in: bfloat16, and again IEEE half (the *_f16 tests). */
+static int g_half = LAM_DT_BF16;
+/* An output buffer poisoned with NaN: n floats, or n 16-bit values of type g_half (bf16 = 1). */
 static void *poison(size_t n, int bf16) {
   if (!bf16) return fnan(n);
   uint16_t *p = xmalloc(n * 2);
-  for (size_t i = 0; i < n; i++) p[i] = 0x7fc0;
+  for (size_t i = 0; i < n; i++) p[i] = g_half == LAM_DT_F16 ? 0x7e00 : 0x7fc0;
   return p;
 }
-static uint16_t *bf16rand(size_t n, double a, double b) {
+static const char *half_name(void) { return g_half == LAM_DT_F16 ? "f16" : "bf16"; }
+static double half_ulp(void) { return g_half == LAM_DT_F16 ? 0x1p-11 : 0x1p-8; } /* a rounding's relative bound */
+static uint16_t *bf16rand(size_t n, double a, double b) { /* of type g_half */
   uint16_t *p = xmalloc(n * sizeof *p);
-  for (size_t i = 0; i < n; i++) p[i] = lam_f32_to_bf16(fr(a, b));
+  for (size_t i = 0; i < n; i++) p[i] = lam_f32_to_half(g_half, fr(a, b));
   return p;
 }
 
@@ -225,9 +230,9 @@ static void verify_bytes(const char *what, size_t n, size_t size, const void *go
     }
 }
 
-static float *as_float_bf16(const uint16_t *h, size_t n) {
+static float *as_float_bf16(const uint16_t *h, size_t n) { /* of type g_half */
   float *p = xmalloc(n * sizeof *p);
-  for (size_t i = 0; i < n; i++) p[i] = lam_bf16_to_f32(h[i]);
+  for (size_t i = 0; i < n; i++) p[i] = lam_half_to_f32(g_half, h[i]);
   return p;
 }
 
@@ -292,7 +297,7 @@ static void run_gemm_bf16(lam_ctx *ctx, int ta, int tb, int M, int N, int K, flo
                           size_t nc) {
   size_t cs = c_bf16 ? 2 : 4;
   void *dA = dput(ctx, A, na * 2), *dB = dput(ctx, B, nb * 2), *dC = dput(ctx, C, nc * cs);
-  TU_OK(BE(ctx)->gemm_bf16(ctx, ta, tb, M, N, K, al, dA, lda, dB, ldb, beta, dC, c_bf16, ldc));
+  TU_OK(BE(ctx)->gemm_half(ctx, g_half, ta, tb, M, N, K, al, dA, lda, dB, ldb, beta, dC, c_bf16, ldc));
   dget(ctx, C, dC, nc * cs, "gemm_bf16");
   dfree(ctx, dA), dfree(ctx, dB), dfree(ctx, dC);
 }
@@ -323,7 +328,7 @@ static void test_gemm_bf16(void **state) {
               size_t o = (size_t)i * ldc + j;
               ref[o] = alpha * sum + beta * (double)C0[o];
               /* fp32 sums (1e-5 of the magnitudes); a bfloat16 C is also rounded once: 2^-8 of itself */
-              scale[o] = 1e-5 * (fabs(alpha) * mag + fabs(beta * C0[o])) + (c_bf16 ? 0x1p-8 * fabs(ref[o]) : 0.0);
+              scale[o] = 1e-5 * (fabs(alpha) * mag + fabs(beta * C0[o])) + (c_bf16 ? half_ulp() * fabs(ref[o]) : 0.0);
             }
           void *got = c_bf16 ? bdup(C16, nc * 2) : (void *)fdup(C0, nc), *cpu = NULL;
           run_gemm_bf16(g_ctx, ta, tb, M, N, K, alpha, A16, lda, na, B16, ldb, nb, beta, got, c_bf16, ldc, nc);
@@ -334,8 +339,8 @@ static void test_gemm_bf16(void **state) {
           float *gf = c_bf16 ? as_float_bf16(got, nc) : fdup(got, nc);
           float *cf = !cpu ? NULL : c_bf16 ? as_float_bf16(cpu, nc) : fdup(cpu, nc);
           char what[160];
-          snprintf(what, sizeof what, "gemm_bf16 M=%d N=%d K=%d ta=%d tb=%d beta=%g c_bf16=%d", M, N, K, ta, tb, beta,
-                   c_bf16);
+          snprintf(what, sizeof what, "gemm_half %s M=%d N=%d K=%d ta=%d tb=%d beta=%g c_half=%d", half_name(), M, N, K,
+                   ta, tb, beta, c_bf16);
           /* tol 1 on the scale above; CUDA vs CPU: both round a bfloat16 C, which may land one ulp apart */
           verify(what, nc, gf, ref, cf, scale, 1.0, 2.0);
           free(A16), free(B16), free(C16), free(A), free(B), free(C0), free(ref), free(scale), free(got), free(cpu);
@@ -343,8 +348,9 @@ static void test_gemm_bf16(void **state) {
         }
 }
 
-/* Round to nearest even, by comparing the two neighbouring bfloat16 values (not the library's bit trick). */
-static uint16_t ref_bf16(float f) {
+/* Round to nearest even, by comparing the two neighbouring bfloat16 values (not the library's bit trick); for IEEE
+ * half, the compiler's own conversion (_Float16, libgcc's soft-float rounding). */
+static uint16_t ref_bf16_only(float f) {
   uint32_t u, lo, hi;
   memcpy(&u, &f, 4);
   lo = u & 0xffff0000u, hi = lo + 0x10000u;
@@ -354,12 +360,20 @@ static uint16_t ref_bf16(float f) {
   if (dl != dh) return (uint16_t)((dl < dh ? lo : hi) >> 16);
   return (uint16_t)(((lo >> 16) & 1) ? hi >> 16 : lo >> 16);
 }
+static uint16_t ref_bf16(float f) { /* of type g_half */
+  if (g_half != LAM_DT_F16) return ref_bf16_only(f);
+  _Float16 h = (_Float16)f;
+  uint16_t u;
+  memcpy(&u, &h, 2);
+  if (f != f) u = 0x7e00; /* any NaN: the library's quiet NaN */
+  return u;
+}
 
 static void run_to_bf16(lam_ctx *ctx, size_t n, const float *x, uint16_t *y) {
   float *dx = dput(ctx, x, n * 4);
   uint16_t *dy = dput(ctx, y, n * 2);
-  TU_OK(BE(ctx)->to_bf16(ctx, n, dx, dy));
-  dget(ctx, y, dy, n * 2, "to_bf16");
+  TU_OK(BE(ctx)->to_half(ctx, g_half, n, dx, dy));
+  dget(ctx, y, dy, n * 2, "to_half");
   dfree(ctx, dx), dfree(ctx, dy);
 }
 
@@ -375,7 +389,7 @@ static void test_to_bf16(void **state) {
     for (size_t i = 0; i < n; i++) ref[i] = ref_bf16(x[i]), got[i] = cpu[i] = 0xffff;
     run_to_bf16(g_ctx, n, x, got);
     if (g_cuda) run_to_bf16(g_cpu, n, x, cpu);
-    verify_bytes("to_bf16", n, 2, got, ref, cpu); /* exact */
+    verify_bytes(g_half == LAM_DT_F16 ? "to_half f16" : "to_half bf16", n, 2, got, ref, cpu); /* exact */
     free(x), free(ref), free(got), free(cpu);
   }
 }
@@ -425,7 +439,7 @@ static void run_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float 
                        int bf16) {
   float *dx = dput(ctx, x, nx * 4);
   void *dc = dput(ctx, col, ncol * (bf16 ? 2 : 4));
-  TU_OK(BE(ctx)->im2col(ctx, g, B, dx, dc, bf16));
+  TU_OK(BE(ctx)->im2col(ctx, g, B, dx, dc, bf16 ? g_half : LAM_DT_F32));
   dget(ctx, col, dc, ncol * (bf16 ? 2 : 4), "im2col");
   dfree(ctx, dx), dfree(ctx, dc);
 }
@@ -433,7 +447,7 @@ static void run_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *
                        float *dx, size_t nx) {
   void *dc = dput(ctx, col, ncol * (bf16 ? 2 : 4));
   float *dd = dput(ctx, dx, nx * 4);
-  TU_OK(BE(ctx)->col2im(ctx, g, B, dc, bf16, acc, dd));
+  TU_OK(BE(ctx)->col2im(ctx, g, B, dc, bf16 ? g_half : LAM_DT_F32, acc, dd));
   dget(ctx, dx, dd, nx * 4, "col2im");
   dfree(ctx, dc), dfree(ctx, dd);
 }
@@ -458,7 +472,7 @@ static void test_im2col_col2im(void **state) {
           for (size_t c = 0; c < cols; c++) {
             long i = col_src(&g, B, r, c);
             float v = i < 0 ? 0.0f : x[i];
-            ref[r * cols + c] = bf16 ? lam_bf16_to_f32(ref_bf16(v)) : v;
+            ref[r * cols + c] = bf16 ? lam_half_to_f32(g_half, ref_bf16(v)) : v;
           }
         void *got = poison(ncol, bf16), *cpu = g_cuda ? poison(ncol, bf16) : NULL;
         run_im2col(g_ctx, &g, B, x, nx, got, ncol, bf16);
@@ -2176,18 +2190,18 @@ typedef struct xent_out {
 } xent_out;
 
 static void run_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float scale,
-                     const float *count, float s, xent_out *o) {
+                     const float *lscale, const float *count, float s, xent_out *o) {
   size_t n = (size_t)B * C * P, np = (size_t)B * P;
   float *dlg = dput(ctx, logits, n * 4), *ddl = dput(ctx, o->dl, n * 4), *dc = dput(ctx, count, 4),
-        *dst = dput(ctx, o->stats, 12);
+        *dst = dput(ctx, o->stats, 12), *dls = dput(ctx, lscale, 4);
   uint8_t *dlab = dput(ctx, labels, np), *dp = dput(ctx, o->pred, np);
   void *flg = fin(ctx, dlg, B, C, P), *fdl = fin(ctx, ddl, B, C, P);
-  TU_OK(BE(ctx)->xent(ctx, g_fmt, B, C, P, flg, dlab, fdl, scale, dc, s, dst, dp));
+  TU_OK(BE(ctx)->xent(ctx, g_fmt, B, C, P, flg, dlab, fdl, scale, dls, dc, s, dst, dp));
   fout(ctx, flg, dlg, B, C, P, "xent logits (format)"), fout(ctx, fdl, ddl, B, C, P, "xent dlogits (format)");
   if (o->dl) dget(ctx, o->dl, ddl, n * 4, "xent dlogits");
   if (o->pred) dget(ctx, o->pred, dp, np, "xent pred");
   dget(ctx, o->stats, dst, 12, "xent stats");
-  dfree(ctx, dlg), dfree(ctx, ddl), dfree(ctx, dc), dfree(ctx, dst), dfree(ctx, dlab), dfree(ctx, dp);
+  dfree(ctx, dlg), dfree(ctx, ddl), dfree(ctx, dc), dfree(ctx, dst), dfree(ctx, dlab), dfree(ctx, dp), dfree(ctx, dls);
 }
 
 typedef struct xent_fd {
@@ -2198,7 +2212,7 @@ typedef struct xent_fd {
 static void xent_loss(const void *a, const float *logits, double *loss) {
   const xent_fd *f = a;
   float stats[3] = {0, 0, 0};
-  TU_OK(BE(g_ctx)->xent(g_ctx, LAM_FMT_NCHW, f->B, f->C, f->P, logits, f->labels, NULL, 1.0f, NULL, f->s, stats, NULL));
+  TU_OK(BE(g_ctx)->xent(g_ctx, LAM_FMT_NCHW, f->B, f->C, f->P, logits, f->labels, NULL, 1.0f, NULL, NULL, f->s, stats, NULL));
   *loss = (double)stats[0] * f->scale / f->count;
 }
 
@@ -2253,10 +2267,10 @@ static void test_xent(void **state) {
       int with_dl = v != 1, with_pred = v != 2;
       xent_out o = {with_dl ? fnan(n) : NULL, {0.5f, 1.5f, 2.5f}, with_pred ? u8rand(np, 200, 254) : NULL},
                oc = {0};
-      run_xent(g_ctx, B, C, P, logits, labels, scale, countp, sm, &o);
+      run_xent(g_ctx, B, C, P, logits, labels, scale, NULL, countp, sm, &o);
       if (g_cuda) {
         oc = (xent_out){with_dl ? fnan(n) : NULL, {0.5f, 1.5f, 2.5f}, with_pred ? u8rand(np, 200, 254) : NULL};
-        run_xent(g_cpu, B, C, P, logits, labels, scale, countp, sm, &oc);
+        run_xent(g_cpu, B, C, P, logits, labels, scale, NULL, countp, sm, &oc);
       }
       snprintf(what, sizeof what, "xent stats %s", geo);
       /* each pixel's loss in float from exact differences; summed in double (CPU) or fp32 blocks (CUDA) */
@@ -2434,21 +2448,25 @@ typedef struct opt_bufs {
 } opt_bufs;
 
 static void run_adam(lam_ctx *ctx, size_t n, opt_bufs *o, const float *g, float lr, float b1, float b2, float eps,
-                     float wd, int decoupled, long step, const float *sched, const int32_t *kk) {
+                     float wd, int decoupled, long step, const float *sched, const int32_t *kk, const lam_scaler *ls) {
   float *dp = dput(ctx, o->p, n * 4), *dg = dput(ctx, g, n * 4), *dm = dput(ctx, o->m, n * 4), *dv = dput(ctx, o->v, n * 4);
   float *ds = dput(ctx, sched, 9 * 4);
   int32_t *dk = dput(ctx, kk, 4);
-  TU_OK(BE(ctx)->adam(ctx, n, dp, dg, dm, dv, lr, b1, b2, eps, wd, decoupled, step, ds, dk));
+  lam_scaler *dls = dput(ctx, ls, sizeof *ls);
+  TU_OK(BE(ctx)->adam(ctx, n, dp, dg, dm, dv, lr, b1, b2, eps, wd, decoupled, step, ds, dk, dls));
+  dfree(ctx, dls);
   dget(ctx, o->p, dp, n * 4, "adam p");
   dget(ctx, o->m, dm, n * 4, "adam m");
   dget(ctx, o->v, dv, n * 4, "adam v");
   dfree(ctx, dp), dfree(ctx, dg), dfree(ctx, dm), dfree(ctx, dv), dfree(ctx, ds), dfree(ctx, dk);
 }
 static void run_sgd(lam_ctx *ctx, size_t n, opt_bufs *o, const float *g, float lr, float mom, float wd, int first,
-                    const float *sched, const int32_t *kk) {
+                    const float *sched, const int32_t *kk, const lam_scaler *ls) {
   float *dp = dput(ctx, o->p, n * 4), *dg = dput(ctx, g, n * 4), *dm = dput(ctx, o->m, n * 4), *ds = dput(ctx, sched, 9 * 4);
   int32_t *dk = dput(ctx, kk, 4);
-  TU_OK(BE(ctx)->sgd(ctx, n, dp, dg, dm, lr, mom, wd, first, ds, dk));
+  lam_scaler *dls = dput(ctx, ls, sizeof *ls);
+  TU_OK(BE(ctx)->sgd(ctx, n, dp, dg, dm, lr, mom, wd, first, ds, dk, dls));
+  dfree(ctx, dls);
   dget(ctx, o->p, dp, n * 4, "sgd p");
   dget(ctx, o->m, dm, n * 4, "sgd buf");
   dfree(ctx, dp), dfree(ctx, dg), dfree(ctx, dm), dfree(ctx, ds), dfree(ctx, dk);
@@ -2485,10 +2503,10 @@ static void test_optimizers(void **state) {
         pref[i] = pi - upd, pscale[i] = fabs(pi) + fabs(upd);
       }
       opt_bufs o = {fdup(p0, n), fdup(m0, n), fdup(v0, n)}, oc = {0};
-      run_adam(g_ctx, n, &o, g, lr, b1, b2, eps, wd, decoupled, step, use_sched ? sched : NULL, use_sched ? &kk : NULL);
+      run_adam(g_ctx, n, &o, g, lr, b1, b2, eps, wd, decoupled, step, use_sched ? sched : NULL, use_sched ? &kk : NULL, NULL);
       if (g_cuda) {
         oc = (opt_bufs){fdup(p0, n), fdup(m0, n), fdup(v0, n)};
-        run_adam(g_cpu, n, &oc, g, lr, b1, b2, eps, wd, decoupled, step, use_sched ? sched : NULL, use_sched ? &kk : NULL);
+        run_adam(g_cpu, n, &oc, g, lr, b1, b2, eps, wd, decoupled, step, use_sched ? sched : NULL, use_sched ? &kk : NULL, NULL);
       }
       snprintf(what, sizeof what, "adam n=%zu wd=%g decoupled=%d sched=%d", n, wd, decoupled, use_sched);
       verify(what, n, o.p, pref, oc.p, pscale, 1e-6, 1e-6); /* a few float roundings of each term */
@@ -2506,10 +2524,10 @@ static void test_optimizers(void **state) {
         pref[i] = p0[i] - lr_s * bi, pscale[i] = fabs(p0[i]) + fabs(lr_s * bi);
       }
       o = (opt_bufs){fdup(p0, n), fdup(m0, n), NULL};
-      run_sgd(g_ctx, n, &o, g, lr, mom, wd, use_sched ? 0 : first, use_sched ? sched : NULL, use_sched ? &kk2 : NULL);
+      run_sgd(g_ctx, n, &o, g, lr, mom, wd, use_sched ? 0 : first, use_sched ? sched : NULL, use_sched ? &kk2 : NULL, NULL);
       if (g_cuda) {
         oc = (opt_bufs){fdup(p0, n), fdup(m0, n), NULL};
-        run_sgd(g_cpu, n, &oc, g, lr, mom, wd, use_sched ? 0 : first, use_sched ? sched : NULL, use_sched ? &kk2 : NULL);
+        run_sgd(g_cpu, n, &oc, g, lr, mom, wd, use_sched ? 0 : first, use_sched ? sched : NULL, use_sched ? &kk2 : NULL, NULL);
       }
       snprintf(what, sizeof what, "sgd n=%zu wd=%g momentum=%g first=%d sched=%d", n, wd, mom, first, use_sched);
       verify(what, n, o.p, pref, oc.p, pscale, 1e-6, 1e-6);
@@ -2517,6 +2535,140 @@ static void test_optimizers(void **state) {
       free(o.p), free(o.m), free(oc.p), free(oc.m);
       free(p0), free(g), free(m0), free(v0), free(pref), free(pscale), free(mref), free(mscale), free(vref);
     }
+}
+
+/* ---- loss scaling (the fp16 trainer's, prims.h: lam_scaler): grad_check, scaler_update, the optimizers' skip and
+ * unscale, xent's lscale ---- */
+
+static lam_scaler scaler_of(float scale, int found, int clean, int taken) {
+  lam_scaler z;
+  memset(&z, 0, sizeof z);
+  z.scale = scale, z.found = found, z.clean = clean, z.taken = taken;
+  return z;
+}
+/* grad_check over n values of g placed `off` floats into the buffer (off 1: not 16-byte aligned). */
+static int run_grad_check(lam_ctx *ctx, size_t n, const float *g, size_t off, int found) {
+  float *h = fnan(n + off);
+  memcpy(h + off, g, n * 4);
+  float *dg = dput(ctx, h, (n + off) * 4);
+  lam_scaler ls = scaler_of(2.0f, found, 0, 0), *dls = dput(ctx, &ls, sizeof ls);
+  TU_OK(BE(ctx)->grad_check(ctx, n, dg + off, dls));
+  dget(ctx, &ls, dls, sizeof ls, "grad_check");
+  dfree(ctx, dg), dfree(ctx, dls), free(h);
+  return ls.found;
+}
+static lam_scaler run_scaler_update(lam_ctx *ctx, lam_scaler ls, int adam, const float *sched, int32_t k) {
+  lam_scaler *dls = dput(ctx, &ls, sizeof ls);
+  float *ds = dput(ctx, sched, 9 * 4);
+  int32_t *dk = dput(ctx, &k, 4);
+  TU_OK(BE(ctx)->scaler_update(ctx, dls, adam, 0.9f, 0.999f, ds, dk));
+  dget(ctx, &ls, dls, sizeof ls, "scaler_update");
+  dfree(ctx, dls), dfree(ctx, ds), dfree(ctx, dk);
+  return ls;
+}
+static void want_scaler(const char *what, const lam_scaler *got, float scale, float inv, int clean, int skipped, int taken,
+                        int stuck) {
+  if (got->scale != scale || got->inv != inv || got->clean != clean || got->skipped != skipped || got->taken != taken ||
+      got->stuck != stuck)
+    fail_msg("%s%s: scale %g inv %g clean %d skipped %d taken %d stuck %d; want %g %g %d %d %d %d", what,
+             g_cuda ? " [cuda]" : "", (double)got->scale, (double)got->inv, got->clean, got->skipped, got->taken,
+             got->stuck, (double)scale, (double)inv, clean, skipped, taken, stuck);
+}
+
+static void test_loss_scale(void **state) {
+  (void)state;
+  lam_ctx *ctxs[2] = {g_ctx, g_cpu};
+  for (int which = 0; which < (g_cuda ? 2 : 1); which++) {
+    lam_ctx *ctx = ctxs[which];
+    /* grad_check: finite leaves the flag, one inf, -inf or NaN anywhere (first, last, inside; aligned or not) sets it */
+    static const size_t ns[] = {1, 7, 40001, ((size_t)1 << 20) + 3};
+    for (size_t c = 0; c < 4; c++)
+      for (size_t off = 0; off < 2; off++) {
+        seed_case("loss_scale grad_check", c * 2 + off);
+        const size_t n = ns[c];
+        float *g = frand(n, -60000, 60000);
+        if (run_grad_check(ctx, n, g, off, 0) != 0) fail_msg("grad_check n=%zu off=%zu: finite values set the flag", n, off);
+        if (run_grad_check(ctx, n, g, off, 1) != 1) fail_msg("grad_check n=%zu: a set flag was cleared", n);
+        const float bad[3] = {INFINITY, -INFINITY, NAN};
+        const size_t at[3] = {0, n - 1, (size_t)(tu_next(&g_r) % n)};
+        for (int b = 0; b < 3; b++) {
+          const float keep = g[at[b]];
+          g[at[b]] = bad[b];
+          if (run_grad_check(ctx, n, g, off, 0) != 1)
+            fail_msg("grad_check n=%zu off=%zu: %g at %zu was not found", n, off, (double)bad[b], at[b]);
+          g[at[b]] = keep;
+        }
+        free(g);
+      }
+    /* scaler_update, step by step as GradScaler: rates in row k's third column */
+    const float sched[9] = {0, 0, 1e-3f, 0, 0, 2e-3f, 0, 0, 3e-3f};
+    lam_scaler s = run_scaler_update(ctx, scaler_of(8.0f, 0, LAM_SCALE_GROWTH - 1, 5), 1, sched, 1);
+    want_scaler("taken, growth", &s, 16.0f, 0.125f, 0, 0, 6, 0); /* the 2000th clean step doubles */
+    const double bc1 = 1.0 - pow((double)0.9f, 6.0), bc2 = 1.0 - pow((double)0.999f, 6.0); /* the float betas */
+    if (s.coef[0] != (float)(2e-3f / bc1) || s.coef[1] != (float)sqrt(bc2) || s.coef[2] != 2e-3f)
+      fail_msg("scaler_update: Adam's scalars of step 6 at rate 2e-3 are %g %g %g, want %g %g 2e-3", (double)s.coef[0],
+               (double)s.coef[1], (double)s.coef[2], (double)(float)(2e-3f / bc1), (double)(float)sqrt(bc2));
+    s.found = 1;
+    s = run_scaler_update(ctx, s, 1, sched, 2);
+    want_scaler("skipped", &s, 8.0f, 1.0f / 16, 0, 1, 6, 0);
+    s = run_scaler_update(ctx, scaler_of(LAM_SCALE_FLOOR, 1, 7, 3), 1, sched, 2);
+    want_scaler("skipped at the floor", &s, LAM_SCALE_FLOOR, 1.0f / LAM_SCALE_FLOOR, 0, 1, 3, 3);
+    s = run_scaler_update(ctx, scaler_of(3.0f * LAM_SCALE_FLOOR / 2, 1, 0, 0), 1, sched, 0);
+    want_scaler("halved to the floor", &s, LAM_SCALE_FLOOR, 2.0f / (3.0f * LAM_SCALE_FLOOR), 0, 1, 0, 0);
+    s = run_scaler_update(ctx, scaler_of(4.0f, 0, 10, 0), 0, sched, 0);
+    want_scaler("sgd's first", &s, 4.0f, 0.25f, 11, 0, 1, 0);
+    if (s.coef[0] != 1.0f || s.coef[2] != 1e-3f) fail_msg("scaler_update: SGD's first step %g rate %g", (double)s.coef[0], (double)s.coef[2]);
+    s = run_scaler_update(ctx, s, 0, sched, 1);
+    if (s.coef[0] != 0.0f || s.taken != 2) fail_msg("scaler_update: SGD's second step is marked first");
+
+    /* the optimizers: a found step changes nothing; else the gradient times inv with the scaler's scalars, which is
+     * the unscaled gradient's step bit for bit (inv a power of two) */
+    const size_t n = 40001;
+    seed_case("loss_scale optimizers", (uint64_t)which);
+    float *p0 = frand(n, -1, 1), *g = frand(n, -1, 1), *m0 = frand(n, -0.1, 0.1), *v0 = frand(n, 1e-4, 1e-2);
+    float *gs = xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++) gs[i] = g[i] * 1024.0f;
+    lam_scaler ls = scaler_of(1024.0f, 0, 0, 6);
+    ls.inv = 1.0f / 1024, ls.coef[0] = 0.0123f, ls.coef[1] = 0.0456f, ls.coef[2] = 2e-3f;
+    const float row[9] = {0.0123f, 0.0456f, 2e-3f, 0, 0, 0, 0, 0, 0};
+    const int32_t k0 = 0;
+    for (int opt = 0; opt < 2; opt++) {
+      opt_bufs a = {fdup(p0, n), fdup(m0, n), fdup(v0, n)}, b = {fdup(p0, n), fdup(m0, n), fdup(v0, n)};
+      if (opt == 0) {
+        run_adam(ctx, n, &a, gs, 1.0f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 99, NULL, NULL, &ls);
+        run_adam(ctx, n, &b, g, 1.0f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 99, row, &k0, NULL);
+      } else {
+        run_sgd(ctx, n, &a, gs, 1.0f, 0.9f, 1e-4f, 1, NULL, NULL, &ls);
+        run_sgd(ctx, n, &b, g, 1.0f, 0.9f, 1e-4f, 0, row, &k0, NULL);
+      }
+      if (memcmp(a.p, b.p, n * 4) || memcmp(a.m, b.m, n * 4) || (opt == 0 && memcmp(a.v, b.v, n * 4)))
+        fail_msg("%s with a loss scale of 1024: not the unscaled step%s", opt ? "sgd" : "adam", g_cuda && !which ? " [cuda]" : "");
+      free(a.p), free(a.m), free(a.v);
+      a = (opt_bufs){fdup(p0, n), fdup(m0, n), fdup(v0, n)};
+      ls.found = 1;
+      gs[n / 2] = INFINITY;
+      if (opt == 0) run_adam(ctx, n, &a, gs, 1.0f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 99, NULL, NULL, &ls);
+      else run_sgd(ctx, n, &a, gs, 1.0f, 0.9f, 1e-4f, 1, NULL, NULL, &ls);
+      if (memcmp(a.p, p0, n * 4) || memcmp(a.m, m0, n * 4) || memcmp(a.v, v0, n * 4))
+        fail_msg("%s: a skipped step (found) changed the parameters or the state", opt ? "sgd" : "adam");
+      ls.found = 0;
+      gs[n / 2] = g[n / 2] * 1024.0f;
+      free(a.p), free(a.m), free(a.v), free(b.p), free(b.m), free(b.v);
+    }
+    free(p0), free(g), free(m0), free(v0), free(gs);
+  }
+  /* xent: the loss's gradient times *lscale exactly (a power of two), the statistics as they were */
+  const int B = 5, C = 7, P = 3;
+  const size_t nl = (size_t)B * C * P;
+  float *x = frand(nl, -3, 3), count = 11.0f, lscale = 4096.0f;
+  uint8_t *labels = u8rand((size_t)B * P, 0, C - 1);
+  xent_out a = {fnan(nl), {0, 0, 0}, NULL}, b = {fnan(nl), {0, 0, 0}, NULL};
+  run_xent(g_ctx, B, C, P, x, labels, 1.0f, NULL, &count, 0.1f, &a);
+  run_xent(g_ctx, B, C, P, x, labels, 1.0f, &lscale, &count, 0.1f, &b);
+  for (size_t i = 0; i < nl; i++)
+    if (b.dl[i] != a.dl[i] * lscale) fail_msg("xent lscale: dlogits[%zu] %g, want %g", i, (double)b.dl[i], (double)(a.dl[i] * lscale));
+  if (memcmp(a.stats, b.stats, sizeof a.stats)) fail_msg("xent lscale: the statistics changed");
+  free(x), free(labels), free(a.dl), free(b.dl);
 }
 
 static void test_step_backprop(void **state) {
@@ -2609,8 +2761,8 @@ static void test_normalize_images(void **state) {
 /* ---- bfloat16 activations: each primitive in NHWC bfloat16 against itself in the format under test, on the
  * same inputs (bfloat16 values, so both formats read the same numbers) ---- */
 
-static void round_bf16(float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) x[i] = lam_bf16_to_f32(lam_f32_to_bf16(x[i]));
+static void round_bf16(float *x, size_t n) { /* to g_half */
+  for (size_t i = 0; i < n; i++) x[i] = lam_half_to_f32(g_half, lam_f32_to_half(g_half, x[i]));
 }
 static float *frand16(size_t n, double a, double b) {
   float *p = frand(n, a, b);
@@ -2638,7 +2790,7 @@ static void cmp_bf16_added(const char *what, size_t n, const float *got, const f
 #define IN_BF16(stmt)                          \
   do {                                         \
     lam_fmt keep_ = g_fmt;                     \
-    g_fmt = lam_fmt_of(LAM_DT_BF16, 1);        \
+    g_fmt = lam_fmt_of(g_half, 1);             \
     stmt;                                      \
     g_fmt = keep_;                             \
   } while (0)
@@ -2821,8 +2973,8 @@ static void test_fmt_bf16(void **state) {
       float count = 0;
       for (size_t i = 0; i < (size_t)B * P; i++) count += labels[i] != LAM_LABEL_IGNORE;
       xent_out o32 = {fnan(n), {0, 0, 0}, xmalloc((size_t)B * P)}, o16 = {fnan(n), {0, 0, 0}, xmalloc((size_t)B * P)};
-      run_xent(g_ctx, B, C, P, x, labels, 1.0f, &count, 0.1f, &o32);
-      IN_BF16(run_xent(g_ctx, B, C, P, x, labels, 1.0f, &count, 0.1f, &o16));
+      run_xent(g_ctx, B, C, P, x, labels, 1.0f, NULL, &count, 0.1f, &o32);
+      IN_BF16(run_xent(g_ctx, B, C, P, x, labels, 1.0f, NULL, &count, 0.1f, &o16));
       snprintf(what, sizeof what, "bf16 xent dlogits %s", geo), cmp_bf16(what, n, o16.dl, o32.dl);
       snprintf(what, sizeof what, "bf16 xent stats %s", geo), cmp_bf16(what, 3, o16.stats, o32.stats);
       snprintf(what, sizeof what, "bf16 xent pred %s", geo);
@@ -2873,8 +3025,8 @@ static void test_conv_pool_null(void **state) {
     float *ddy = dput(g_ctx, dy, ny * 4), *ddb = dput(g_ctx, db0, g.C * 4);
     void *g1 = dput(g_ctx, G, nG * es), *g2 = dput(g_ctx, G, nG * es);
     void *h1 = xmalloc(nG * es), *h2 = xmalloc(nG * es);
-    TU_OK(BE(g_ctx)->conv_pool_bwd(g_ctx, &g, B, ddy, dy1, da1, g1, bf16, NULL));
-    TU_OK(BE(g_ctx)->conv_pool_bwd(g_ctx, &g, B, ddy, dy1, da1, g2, bf16, ddb));
+    TU_OK(BE(g_ctx)->conv_pool_bwd(g_ctx, &g, B, ddy, dy1, da1, g1, bf16 ? g_half : LAM_DT_F32, NULL));
+    TU_OK(BE(g_ctx)->conv_pool_bwd(g_ctx, &g, B, ddy, dy1, da1, g2, bf16 ? g_half : LAM_DT_F32, ddb));
     dget(g_ctx, h1, g1, nG * es, "conv_pool_bwd"), dget(g_ctx, h2, g2, nG * es, "conv_pool_bwd");
     if (memcmp(h1, h2, nG * es)) fail_msg("conv_pool_bwd bf16=%d: dG with db NULL differs", bf16);
     dfree(g_ctx, ddy), dfree(g_ctx, ddb), dfree(g_ctx, g1), dfree(g_ctx, g2);
@@ -2974,13 +3126,13 @@ static void relu_nan_conv_pool(void) {
   for (int bf16 = 0; bf16 < 2; bf16++) {
     const size_t es = bf16 ? 2 : 4;
     void *gout = dput(g_ctx, G, nG * es), *h = xmalloc(nG * es);
-    TU_OK(BE(g_ctx)->conv_pool_bwd(g_ctx, &g, B, ddy, dy_, da, gout, bf16, NULL));
+    TU_OK(BE(g_ctx)->conv_pool_bwd(g_ctx, &g, B, ddy, dy_, da, gout, bf16 ? g_half : LAM_DT_F32, NULL));
     dget(g_ctx, h, gout, nG * es, "conv_pool_bwd");
     for (size_t o = 0; o < ny; o++) {
       if (!isnan(y[o])) continue;
       size_t b = o / ((size_t)g.C * g.OH * g.OW), c = o / ((size_t)g.OH * g.OW) % g.C;
       size_t at = c * B * P + b * P + (size_t)arg[o];
-      float got = bf16 ? lam_bf16_to_f32(((uint16_t *)h)[at]) : ((float *)h)[at];
+      float got = bf16 ? lam_half_to_f32(g_half, ((uint16_t *)h)[at]) : ((float *)h)[at];
       if (!(fabsf(got - dy[o]) <= (bf16 ? 1.0f / 128 : 0.0f) * fabsf(dy[o])))
         fail_msg("conv_pool_bwd bf16=%d: dG at the argmax of NaN output %zu is %g, want dy's %g", bf16, o, got, dy[o]);
     }
@@ -3188,6 +3340,20 @@ static void test_relu_nan(void **state) {
   relu_nan_direct();
 }
 
+/* The 16-bit cases again in IEEE half (the fp16 precision), after every other test has run in bfloat16. */
+#define IN_F16_TEST(name)                 \
+  static void name##_f16(void **state) { \
+    g_half = LAM_DT_F16;                  \
+    name(state);                          \
+    g_half = LAM_DT_BF16;                 \
+  }
+IN_F16_TEST(test_gemm_bf16)
+IN_F16_TEST(test_to_bf16)
+IN_F16_TEST(test_im2col_col2im)
+IN_F16_TEST(test_tcat)
+IN_F16_TEST(test_fmt_bf16)
+IN_F16_TEST(test_conv_pool_null)
+
 int main(int argc, char **argv) {
   g_fmt = LAM_FMT_NCHW;
   for (int i = 1; i < argc; i++)
@@ -3221,6 +3387,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_gather),       cmocka_unit_test(test_gather_aug),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),
       cmocka_unit_test(test_normalize_images), cmocka_unit_test(test_conv_pool_null), cmocka_unit_test(test_conv_pool_direct), cmocka_unit_test(test_fmt_bf16),
       cmocka_unit_test(test_relu_nan),     cmocka_unit_test(test_poison),          cmocka_unit_test(test_every_prim_has_a_case),
+      cmocka_unit_test(test_loss_scale),
+      cmocka_unit_test(test_gemm_bf16_f16), cmocka_unit_test(test_to_bf16_f16),  cmocka_unit_test(test_im2col_col2im_f16),
+      cmocka_unit_test(test_tcat_f16),      cmocka_unit_test(test_fmt_bf16_f16), cmocka_unit_test(test_conv_pool_null_f16),
   };
   const char *name = g_cuda ? (g_fmt.nhwc ? "prims_nhwc_cuda" : "prims_cuda") : (g_fmt.nhwc ? "prims_nhwc" : "prims");
   int failed = TU_RUN_GROUP(name, tests, NULL, NULL);

@@ -227,7 +227,7 @@ static void test_bad_args(void **state) {
   assert_int_equal(lam_ctx_set_precision(g_ctx, (lam_precision)9), LAM_ERR_INVALID_ARG);
   lam_precision p;
   assert_int_equal(lam_precision_parse("fp64", &p), LAM_ERR_INVALID_ARG);
-  assert_int_equal(lam_precision_parse("fp16", &p), LAM_ERR_UNSUPPORTED); /* bf16 is tested in test_bf16 */
+  assert_int_equal(lam_precision_parse("fp8", &p), LAM_ERR_INVALID_ARG); /* bf16 and fp16: test_half */
   lam_trainer_free(t);
   lam_model_free(m);
   free_set(&d);

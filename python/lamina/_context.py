@@ -100,7 +100,7 @@ class _PrecisionLock:
 
 class ModelContext:
     """A Context as one model uses it: the same context (its attributes read through), whose lock also
-    sets the model's precision ("fp32", "tf32" or "bf16"), so that everything the model does in C,
+    sets the model's precision ("fp32", "tf32", "bf16" or "fp16"), so that everything the model does in C,
     under `with ctx.lock`, runs in it."""
 
     def __init__(self, ctx, precision):

@@ -11,7 +11,7 @@ import re
 import warnings
 
 from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_char, c_char_p, c_double, c_float, c_int, c_size_t,
-                    c_int64, c_uint8, c_uint64, c_void_p, cast)
+                    c_int64, c_long, c_uint8, c_uint64, c_void_p, cast)
 
 # The C header's LAMINA_VERSION that these declarations were written against: a library of another
 # version may lay its structs out differently.
@@ -207,7 +207,7 @@ FOLDER_TRAIN_ONLY, FOLDER_FLAT = 2, 3  # lam_dataset_image_folder_layout's: no t
 STREAM_AUTO, STREAM_ON, STREAM_OFF = 0, 1, 2  # lam_image_opts.stream (LAM_STREAM_*)
 LABEL_IGNORE = 255  # a per-pixel label that counts for nothing (LAM_LABEL_IGNORE, src/prims.h)
 OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
-PRECISIONS = {"fp32": 0, "tf32": 1, "bf16": 2}  # lam_precision
+PRECISIONS = {"fp32": 0, "tf32": 1, "bf16": 2, "fp16": 3}  # lam_precision
 
 ProgressFn = CFUNCTYPE(None, c_void_p, c_int, c_int, c_double, c_double)
 
@@ -277,6 +277,7 @@ _SIGNATURES = {
     "lam_lr_schedule_parse": (_status, [c_char_p, POINTER(LrSchedule)]),
     "lam_trainer_set_lr_schedule": (_status, [_P, POINTER(LrSchedule)]),
     "lam_trainer_lr": (c_double, [_P]),
+    "lam_trainer_loss_scale": (_status, [_P, POINTER(c_double), POINTER(c_long)]),
     "lam_dataset_split": (_status, [POINTER(Dataset), c_double, c_uint64, POINTER(POINTER(Dataset)),
                                     POINTER(POINTER(Dataset))]),
     "lam_dataset_free": (None, [POINTER(Dataset)]),

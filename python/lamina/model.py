@@ -9,7 +9,7 @@ from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int, c_void_p, create_string_buffer
+from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int, c_long, c_void_p, create_string_buffer
 
 from . import _arrays, _folder, _lib
 from ._context import Closing, ModelContext, get_context
@@ -157,9 +157,10 @@ class Model(Closing):
     evaluate and predict take video files by their path).
     Parameters start as PyTorch's defaults, drawn from seed. device: "auto", "cpu" or "cuda".
     precision: of the dense and conv layers' matrix products, "fp32" (IEEE single), "tf32" (tensor
-    cores, CUDA only) or "bf16" (operands rounded to bfloat16, sums in fp32; on CUDA a model with convs
-    of its own keeps bfloat16 activations too; emulated on the CPU); parameters, gradients and optimizer
-    state stay fp32 in all three (lam_ctx_set_precision)."""
+    cores, CUDA only), "bf16" (operands rounded to bfloat16, sums in fp32; on CUDA a model with convs
+    of its own keeps bfloat16 activations too; emulated on the CPU) or "fp16" (the same in IEEE half, with
+    the loss scaled as PyTorch's GradScaler does: fit's history gains loss_scale and skipped_steps);
+    parameters, gradients and optimizer state stay fp32 in all four (lam_ctx_set_precision)."""
 
     def __init__(self, spec="cnn", input_shape=(1, 28, 28), device="auto", seed=1, precision="fp32", _handle=None,
                  _ctx=None):
@@ -269,7 +270,7 @@ class Model(Closing):
 
     @property
     def precision(self):
-        """"fp32", "tf32" or "bf16": the precision of the model's matrix products."""
+        """"fp32", "tf32", "bf16" or "fp16": the precision of the model's matrix products."""
         return self._ctx.precision_name
 
     def __repr__(self):
@@ -452,7 +453,8 @@ class Model(Closing):
         Returns the history: a list with one dict per epoch: epoch, loss, accuracy (training, over
         the epoch; over the pixels not ignored for masks), lr (of the epoch's last step), seconds,
         images_per_s, and val_loss, val_accuracy (and val_mean_iou for masks) with validation data;
-        test_loss, test_accuracy (and test_mean_iou) where a folder's test part was evaluated.
+        test_loss, test_accuracy (and test_mean_iou) where a folder's test part was evaluated; in fp16,
+        loss_scale (at the epoch's end) and skipped_steps (so far).
         """
         if monitor not in ("loss", "miou"):
             raise ValueError(f"monitor must be 'loss' or 'miou', not {monitor!r}")
@@ -601,6 +603,10 @@ class Model(Closing):
             self.epochs_done += 1
             rec = {"epoch": self.epochs_done, "loss": st.train_loss, "accuracy": st.train_acc,
                    "lr": lib.lam_trainer_lr(self._trainer), "seconds": st.seconds, "images_per_s": st.images_per_s}
+            scale, skipped = c_double(0), c_long(0)
+            check(lib.lam_trainer_loss_scale(self._trainer, byref(scale), byref(skipped)))
+            if scale.value > 0:  # fp16: the loss scale at the epoch's end, the steps skipped so far
+                rec["loss_scale"], rec["skipped_steps"] = scale.value, skipped.value
             if val is not None:
                 # at the training batch: a larger one would grow the batch buffers the trainer keeps
                 ev = self._evaluate(val, batch_size=batch_size)
@@ -745,8 +751,9 @@ class Model(Closing):
     @staticmethod
     def _write_log(path, history):
         cols = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "test_accuracy", "lr", "seconds",
-                "images_per_s", "val_mean_iou", "test_mean_iou")
-        rows = ["epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou"]
+                "images_per_s", "val_mean_iou", "test_mean_iou", "loss_scale", "skipped_steps")
+        rows = ["epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou,"
+                "loss_scale,skipped_steps"]
         for r in history:
             rows.append(",".join("" if r.get(c) is None else f"{r[c]:.6g}" for c in cols))
         data = ("\n".join(rows) + "\n").encode()

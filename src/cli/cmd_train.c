@@ -151,10 +151,11 @@ static void train_usage(FILE *f) {
           "                         take more than half of --max-memory, or 3/4 of the memory available)\n"
           "  --buffers N            pinned buffers for --stream, 2 or 3 (default 3; batches smaller than twice\n"
           "                         the host threads take more, up to 8)\n"
-          "  --precision fp32|tf32|bf16  matrix products in fp32 (default), in tf32 on tensor cores (CUDA), or\n"
-          "                         with bf16 operands and fp32 sums, weights kept in fp32 (tensor cores on CUDA,\n"
-          "                         and bf16 activations there for a model with convs of their own; emulated\n"
-          "                         on the CPU: same numbers, slower)\n"
+          "  --precision fp32|tf32|bf16|fp16  matrix products in fp32 (default), in tf32 on tensor cores (CUDA),\n"
+          "                         or with bf16 or fp16 operands and fp32 sums, weights kept in fp32 (tensor\n"
+          "                         cores on CUDA, and 16-bit activations there for a model with convs of its\n"
+          "                         own; emulated on the CPU: same numbers, slower); fp16 scales the loss as\n"
+          "                         PyTorch's GradScaler (from 2^16; a step whose gradients overflow is skipped)\n"
           "  --graph on|off         replay the step from a CUDA graph (default on where there is a GPU)\n"
           "  --no-progress          no live progress line\n"
           "  --json                 print one JSON object at the end instead of text\n"
@@ -802,6 +803,7 @@ typedef struct epoch_row {
   lam_epoch_stats es;
   double val_loss, val_acc, test_acc, lr; /* NAN: not measured */
   double val_miou, test_miou;            /* mean IoU, sets of a label per pixel (NAN otherwise) */
+  double loss_scale, skipped;            /* fp16: the loss scale at the epoch's end, steps skipped so far (else NAN) */
   lam_stream_stats sst;
 } epoch_row;
 
@@ -812,10 +814,10 @@ static void csv_num(char **p, size_t *left, double v, const char *fmt) {
   if (*left > 1) *(*p)++ = ',', (*left)--;
 }
 static int write_log(const char *path, const epoch_row *rows, int n) {
-  size_t cap = 160 + (size_t)n * 224, left = cap;
+  size_t cap = 192 + (size_t)n * 272, left = cap;
   char *buf = malloc(cap), *p = buf;
   if (!buf) return fail("train", "--log: out of host memory");
-  int k = snprintf(p, left, "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou\n");
+  int k = snprintf(p, left, "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou,loss_scale,skipped_steps\n");
   p += k, left -= (size_t)k;
   for (int i = 0; i < n; i++) {
     const epoch_row *r = &rows[i];
@@ -830,6 +832,8 @@ static int write_log(const char *path, const epoch_row *rows, int n) {
     csv_num(&p, &left, r->es.images_per_s, "%.1f");
     csv_num(&p, &left, r->val_miou, "%.6f");
     csv_num(&p, &left, r->test_miou, "%.6f");
+    csv_num(&p, &left, r->loss_scale, "%.0f");
+    csv_num(&p, &left, r->skipped, "%.0f");
     p[-1] = '\n'; /* the last comma */
   }
   lam_status s = lam_output_write_atomic(path, "log (--log)", buf, (size_t)(p - buf));
@@ -906,6 +910,10 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
     bad |= json_object_set_new(e, "stream_buffers", json_integer(r->sst.buffers));
     bad |= json_object_set_new(e, "data_wait_ms", cli_json_num(r->sst.data_wait_ms));
     bad |= json_object_set_new(e, "loader_wait_ms", cli_json_num(r->sst.loader_wait_ms));
+    if (isfinite(r->loss_scale)) {
+      bad |= json_object_set_new(e, "loss_scale", cli_json_num(r->loss_scale));
+      bad |= json_object_set_new(e, "skipped_steps", json_integer((json_int_t)r->skipped));
+    }
     bad |= json_array_append_new(epochs, e);
   }
   bad |= json_object_set_new(root, "epochs", epochs);
@@ -1366,7 +1374,8 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     }
     progress_state ps = {lam_trainer_epochs_done(t) + 1, o.epochs, cli_now_ms()};
     epoch_row *r = &rows[nrows];
-    *r = (epoch_row){.val_loss = NAN, .val_acc = NAN, .test_acc = NAN, .val_miou = NAN, .test_miou = NAN};
+    *r = (epoch_row){.val_loss = NAN, .val_acc = NAN, .test_acc = NAN, .val_miou = NAN, .test_miou = NAN,
+                     .loss_scale = NAN, .skipped = NAN};
     int steps = (int)((train->n + (size_t)batch - 1) / (size_t)batch);
     lam_status es_s = lam_trainer_epoch(t, show ? progress : NULL, &ps, steps / 50 > 0 ? steps / 50 : 1, &r->es);
     if (es_s == LAM_ERR_INTERRUPTED) {
@@ -1379,6 +1388,10 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       goto out;
     }
     r->lr = lam_trainer_lr(t);
+    double scale = 0;
+    long skipped = 0;
+    lam_trainer_loss_scale(t, &scale, &skipped);
+    if (scale > 0) r->loss_scale = scale, r->skipped = (double)skipped;
     /* The training batch: a larger one would grow the model's batch buffers for the rest of the run. */
     lam_status ev = val ? rank_evaluate(rk, t, m, val, batch, &r->val_acc, &r->val_loss, &r->val_miou)
                         : rank_evaluate(rk, t, m, test, batch, &r->test_acc, NULL, &r->test_miou);
@@ -1397,6 +1410,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
       if (isfinite(val ? r->val_miou : r->test_miou))
         printf("%s mIoU %.2f%%  ", val ? "val" : "test", 100 * (val ? r->val_miou : r->test_miou));
       if (show_lr) printf("lr %.3g  ", r->lr);
+      if (isfinite(r->loss_scale)) printf("loss scale %.0f (%.0f steps skipped)  ", r->loss_scale, r->skipped);
       printf("%.2f s  %.0f img/s\n", es->seconds, es->images_per_s);
       fflush(stdout);
     }

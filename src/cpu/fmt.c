@@ -1,6 +1,6 @@
 /* fmt.c — activations in any format (prims.h: lam_fmt) on the CPU: the convert primitive, and the way the
- * CPU's primitives take NHWC and bfloat16. Each converts its inputs to NCHW float32, runs its plain NCHW
- * float32 self and converts its outputs back, rounding once where it stores bfloat16. That makes every
+ * CPU's primitives take NHWC and 16-bit floats. Each converts its inputs to NCHW float32, runs its plain NCHW
+ * float32 self and converts its outputs back, rounding once where it stores 16 bits. That makes every
  * format's CPU twin the plain one by construction: the oracle that the CUDA backend's NHWC kernels and the
  * graph's handling of formats are checked against. It is not meant to be fast: the CPU trains in NCHW
  * float32 unless told otherwise (LAMINA_LAYOUT, nn/model.c). */
@@ -13,11 +13,11 @@
 #define PAR_MIN ((size_t)32768)
 
 static inline float load(int dt, const void *p, size_t i) {
-  return dt == LAM_DT_BF16 ? lam_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+  return dt == LAM_DT_F32 ? ((const float *)p)[i] : lam_half_to_f32(dt, ((const uint16_t *)p)[i]);
 }
 static inline void store(int dt, void *p, size_t i, float v) {
-  if (dt == LAM_DT_BF16) ((uint16_t *)p)[i] = lam_f32_to_bf16(v);
-  else ((float *)p)[i] = v;
+  if (dt == LAM_DT_F32) ((float *)p)[i] = v;
+  else ((uint16_t *)p)[i] = lam_f32_to_half(dt, v);
 }
 static inline size_t at(lam_fmt f, size_t C, size_t P, size_t b, size_t c, size_t p) {
   return f.nhwc ? (b * P + p) * C + c : (b * C + c) * P + p;

@@ -1,8 +1,8 @@
 /* gemm.c — the CPU's matrix product: OpenBLAS's sgemm where the build found it (the normal case),
  * else a plain blocked loop (correct, several times slower), so lamina still builds where no BLAS is
- * installed, e.g. a GPU machine whose CPU backend only serves as the tests' reference. gemm_bf16
+ * installed, e.g. a GPU machine whose CPU backend only serves as the tests' reference. gemm_half
  * widens its bfloat16 operands and multiplies in fp32 — the tensor cores' numbers up to the order of
- * summation: the bf16 precision is emulated on the CPU, for checking the GPU, not for speed. */
+ * summation: the bf16 and fp16 precisions are emulated on the CPU, for checking the GPU, not for speed. */
 #include <stdlib.h>
 
 #include "cpu.h"
@@ -122,23 +122,24 @@ static void sgemm_rm(int ta, int tb, int M, int N, int K, float alpha, const flo
 
 #endif
 
-/* The floats of a bfloat16 matrix stored as rows x ld (op'd or not). */
-static float *bf16_copy(const uint16_t *src, int rows, int ld) {
+/* The floats of a 16-bit matrix (type dt) stored as rows x ld (op'd or not). */
+static float *half_copy(int dt, const uint16_t *src, int rows, int ld) {
   size_t n = (size_t)rows * ld;
   float *d = malloc((n ? n : 1) * sizeof *d);
   if (!d) return NULL;
-  for (size_t i = 0; i < n; i++) d[i] = lam_bf16_to_f32(src[i]);
+  for (size_t i = 0; i < n; i++) d[i] = lam_half_to_f32(dt, src[i]);
   return d;
 }
 
-/* bf16 products are exact in fp32, so widening first and multiplying in fp32 is the tensor cores' math. */
-static lam_status gemm_widened(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+/* Products of bfloat16s or of halves are exact in fp32, so widening first and multiplying in fp32 is the tensor
+ * cores' math. */
+static lam_status gemm_widened(int dt, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                                const uint16_t *B, int ldb, float beta, float *C, int ldc) {
-  float *a = bf16_copy(A, ta ? K : M, lda), *b = bf16_copy(B, tb ? N : K, ldb);
+  float *a = half_copy(dt, A, ta ? K : M, lda), *b = half_copy(dt, B, tb ? N : K, ldb);
   if (!a || !b) {
     free(a);
     free(b);
-    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "gemm (bf16): no host memory for %dx%d operands", M, K);
+    return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "gemm (16-bit): no host memory for %dx%d operands", M, K);
   }
   sgemm_rm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
   free(a);
@@ -153,32 +154,32 @@ lam_status cpu_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alp
   return LAM_OK;
 }
 
-lam_status cpu_gemm_bf16(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
-                         const uint16_t *B, int ldb, float beta, void *C, int c_bf16, int ldc) {
+lam_status cpu_gemm_half(lam_ctx *ctx, int dt, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                         int lda, const uint16_t *B, int ldb, float beta, void *C, int c_half, int ldc) {
   (void)ctx;
-  if (!c_bf16) return gemm_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  if (beta != 0.0f) return LAM_FAIL(LAM_ERR_INVALID_ARG, "gemm_bf16: a bfloat16 C takes beta 0, not %g", beta);
+  if (!c_half) return gemm_widened(dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (beta != 0.0f) return LAM_FAIL(LAM_ERR_INVALID_ARG, "gemm_half: a 16-bit C takes beta 0, not %g", beta);
   size_t nc = (size_t)M * ldc;
   float *c = malloc((nc ? nc : 1) * sizeof *c);
-  if (!c) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "gemm_bf16: no host memory for a %dx%d result", M, N);
-  lam_status s = gemm_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c, ldc);
+  if (!c) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "gemm_half: no host memory for a %dx%d result", M, N);
+  lam_status s = gemm_widened(dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, c, ldc);
   for (int i = 0; s == LAM_OK && i < M; i++)
-    for (int j = 0; j < N; j++) ((uint16_t *)C)[(size_t)i * ldc + j] = lam_f32_to_bf16(c[(size_t)i * ldc + j]);
+    for (int j = 0; j < N; j++) ((uint16_t *)C)[(size_t)i * ldc + j] = lam_f32_to_half(dt, c[(size_t)i * ldc + j]);
   free(c);
   return s;
 }
 
-lam_status cpu_to_bf16(lam_ctx *ctx, size_t n, const float *src, uint16_t *dst) {
+lam_status cpu_to_half(lam_ctx *ctx, int dt, size_t n, const float *src, uint16_t *dst) {
   (void)ctx;
-  for (size_t i = 0; i < n; i++) dst[i] = lam_f32_to_bf16(src[i]);
+  for (size_t i = 0; i < n; i++) dst[i] = lam_f32_to_half(dt, src[i]);
   return LAM_OK;
 }
 
-/* fp32, and bf16 emulated (above); tf32 is the tensor cores' own format, not offered here. */
+/* fp32, and bf16 and fp16 emulated (above); tf32 is the tensor cores' own format, not offered here. */
 lam_status cpu_set_precision(lam_ctx *ctx, int p) {
   if (p == LAM_PRECISION_TF32)
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "lam_ctx_set_precision: tf32 needs tensor cores; the %s backend computes in fp32 "
-                    "(bf16 is emulated there, for checking)", ctx->be->name);
+                    "(bf16 and fp16 are emulated there, for checking)", ctx->be->name);
   return LAM_OK;
 }
 

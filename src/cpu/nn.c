@@ -41,9 +41,9 @@ static void valid_cols(const lam_conv_geom *g, int kj, int *lo, int *hi) {
   if (*lo > *hi) *lo = *hi;
 }
 
-/* im2col into bfloat16: each entry as the fp32 path computes it, rounded (the CPU side of the bf16
- * precision exists to check the GPU's, so it is plain rather than fast). */
-static void im2col_bf16(const lam_conv_geom *g, int B, const float *x, uint16_t *col) {
+/* im2col into 16-bit floats of type dt: each entry as the fp32 path computes it, rounded (the CPU side of the half
+ * precisions exists to check the GPU's, so it is plain rather than fast). */
+static void im2col_half(int dt, const lam_conv_geom *g, int B, const float *x, uint16_t *col) {
   const int P = g->OH * g->OW, KK = g->K * g->K;
   const size_t ncols = (size_t)B * P;
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)g->C * KK * ncols > PAR_MIN)
@@ -56,7 +56,7 @@ static void im2col_bf16(const lam_conv_geom *g, int B, const float *x, uint16_t 
           for (int ow = 0; ow < g->OW; ow++) {
             int ih = oh * g->stride - g->pad + kk / g->K, iw = ow * g->stride - g->pad + kk % g->K;
             float v = ih >= 0 && ih < g->H && iw >= 0 && iw < g->W ? xs[(size_t)ih * g->W + iw] : 0.0f;
-            dst[oh * g->OW + ow] = lam_f32_to_bf16(v);
+            dst[oh * g->OW + ow] = lam_f32_to_half(dt, v);
           }
       }
     }
@@ -68,7 +68,7 @@ typedef struct conv_cols {
   const float *x;
   float *col;
   const void *colv;
-  int bf16, accumulate;
+  int dt, accumulate;
   float *dx;
 } conv_cols;
 
@@ -104,10 +104,10 @@ static void im2col_items(void *arg, size_t lo, size_t hi) {
   }
 }
 
-lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *colv, int bf16) {
+lam_status cpu_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *colv, int dt) {
   (void)ctx;
-  if (bf16) {
-    im2col_bf16(g, B, x, colv);
+  if (dt) {
+    im2col_half(dt, g, B, x, colv);
     return LAM_OK;
   }
   conv_cols a = {.g = g, .B = B, .x = x, .col = colv};
@@ -130,14 +130,14 @@ static void col2im_items(void *arg, size_t lo, size_t hi) {
       int ki = kk / g->K, kj = kk % g->K, lo_c, hi_c;
       valid_cols(g, kj, &lo_c, &hi_c);
       size_t row = ((size_t)c * KK + kk) * ncols + (size_t)b * P;
-      const float *src = a->bf16 ? NULL : (const float *)a->colv + row;
-      const uint16_t *src16 = a->bf16 ? (const uint16_t *)a->colv + row : NULL;
+      const float *src = a->dt ? NULL : (const float *)a->colv + row;
+      const uint16_t *src16 = a->dt ? (const uint16_t *)a->colv + row : NULL;
       for (int oh = 0; oh < g->OH; oh++) {
         int ih = oh * g->stride - g->pad + ki;
         if (ih < 0 || ih >= g->H) continue;
         float *drow = xs + (size_t)ih * g->W - g->pad + kj;
-        if (a->bf16) {
-          for (int ow = lo_c; ow < hi_c; ow++) drow[ow * g->stride] += lam_bf16_to_f32(src16[oh * g->OW + ow]);
+        if (a->dt) {
+          for (int ow = lo_c; ow < hi_c; ow++) drow[ow * g->stride] += lam_half_to_f32(a->dt, src16[oh * g->OW + ow]);
           continue;
         }
         const float *sr = src + oh * g->OW;
@@ -150,9 +150,9 @@ static void col2im_items(void *arg, size_t lo, size_t hi) {
   }
 }
 
-lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *colv, int bf16, int accumulate, float *dx) {
+lam_status cpu_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *colv, int dt, int accumulate, float *dx) {
   (void)ctx;
-  conv_cols a = {.g = g, .B = B, .colv = colv, .bf16 = bf16, .accumulate = accumulate, .dx = dx};
+  conv_cols a = {.g = g, .B = B, .colv = colv, .dt = dt, .accumulate = accumulate, .dx = dx};
   const size_t ncols = (size_t)B * g->OH * g->OW;
   cpu_par((size_t)B * g->C, (size_t)g->C * g->K * g->K * ncols, PAR_MIN, col2im_items, &a);
   return LAM_OK;
@@ -407,8 +407,9 @@ static void xent_sample(int C, int P, const float *l, const uint8_t *lab, float 
 }
 
 static lam_status plain_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float *dlogits,
-                    float scale, const float *count, float smoothing, float *stats, uint8_t *pred) {
+                    float scale, const float *lscale, const float *count, float smoothing, float *stats, uint8_t *pred) {
   (void)ctx;
+  if (lscale) scale *= *lscale;
   const float f = count ? scale / *count : scale;
   /* Each sample's sums apart, then added in sample order: the same bits every run and thread count. */
   double *part = malloc((size_t)B * 3 * sizeof *part);
@@ -495,7 +496,7 @@ static lam_status plain_gather(lam_ctx *ctx, int B, int T, int C, size_t P, cons
 typedef struct optim_args {
   float *p, *m, *v;
   const float *g;
-  float lr, b1, b2, eps, wd, step_size, bc2_sqrt, momentum;
+  float lr, b1, b2, eps, wd, step_size, bc2_sqrt, momentum, inv; /* inv: 1, or the loss scaler's 1 / scale */
   int decoupled, first;
 } optim_args;
 
@@ -504,22 +505,26 @@ static void adam_items(void *arg, size_t lo, size_t hi) {
   float *p = a->p, *m = a->m, *v = a->v;
   const float *g = a->g;
   const float b1 = a->b1, b2 = a->b2, lr = a->lr, wd = a->wd, eps = a->eps, step_size = a->step_size,
-              bc2_sqrt = a->bc2_sqrt;
+              bc2_sqrt = a->bc2_sqrt, inv = a->inv;
   const int decoupled = a->decoupled;
 #pragma omp simd
-  for (size_t i = lo; i < hi; i++) lam_adam_update(&p[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, decoupled, step_size, bc2_sqrt);
+  for (size_t i = lo; i < hi; i++)
+    lam_adam_update(&p[i], &m[i], &v[i], g[i] * inv, lr, b1, b2, eps, wd, decoupled, step_size, bc2_sqrt);
 }
 
 lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
-                    float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k) {
+                    float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k,
+                    const lam_scaler *ls) {
   (void)ctx;
   /* As torch.optim.Adam/AdamW (single-tensor): the bias corrections are computed in double precision
    * and folded into the step size, then the element loop runs in float. */
-  float coef[2];
-  if (sched) coef[0] = sched[3 * *k], coef[1] = sched[3 * *k + 1], lr = sched[3 * *k + 2];
+  float coef[2], inv = 1.0f;
+  if (ls && ls->found) return LAM_OK; /* a skipped step */
+  if (ls) coef[0] = ls->coef[0], coef[1] = ls->coef[1], lr = ls->coef[2], inv = ls->inv;
+  else if (sched) coef[0] = sched[3 * *k], coef[1] = sched[3 * *k + 1], lr = sched[3 * *k + 2];
   else lam_adam_coef(lr, b1, b2, step, coef);
   optim_args a = {.p = p, .m = m, .v = v, .g = g, .lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd,
-                  .step_size = coef[0], .bc2_sqrt = coef[1], .decoupled = decoupled};
+                  .step_size = coef[0], .bc2_sqrt = coef[1], .inv = inv, .decoupled = decoupled};
   cpu_par(n, n, PAR_MIN, adam_items, &a);
   return LAM_OK;
 }
@@ -528,18 +533,37 @@ static void sgd_items(void *arg, size_t lo, size_t hi) {
   const optim_args *a = arg;
   float *p = a->p, *buf = a->m;
   const float *g = a->g;
-  const float lr = a->lr, wd = a->wd, momentum = a->momentum;
+  const float lr = a->lr, wd = a->wd, momentum = a->momentum, inv = a->inv;
   const int first = a->first;
 #pragma omp simd
-  for (size_t i = lo; i < hi; i++) lam_sgd_update(&p[i], &buf[i], g[i], lr, momentum, wd, first);
+  for (size_t i = lo; i < hi; i++) lam_sgd_update(&p[i], &buf[i], g[i] * inv, lr, momentum, wd, first);
 }
 
 lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
-                   int first, const float *sched, const int32_t *k) {
+                   int first, const float *sched, const int32_t *k, const lam_scaler *ls) {
   (void)ctx;
-  if (sched) first = sched[3 * *k] != 0.0f, lr = sched[3 * *k + 2];
-  optim_args a = {.p = p, .m = buf, .g = g, .lr = lr, .wd = wd, .momentum = momentum, .first = first};
+  float inv = 1.0f;
+  if (ls && ls->found) return LAM_OK; /* a skipped step */
+  if (ls) first = ls->coef[0] != 0.0f, lr = ls->coef[2], inv = ls->inv;
+  else if (sched) first = sched[3 * *k] != 0.0f, lr = sched[3 * *k + 2];
+  optim_args a = {.p = p, .m = buf, .g = g, .lr = lr, .wd = wd, .momentum = momentum, .inv = inv, .first = first};
   cpu_par(n, n, PAR_MIN, sgd_items, &a);
+  return LAM_OK;
+}
+
+lam_status cpu_grad_check(lam_ctx *ctx, size_t n, const float *g, lam_scaler *s) {
+  (void)ctx;
+  int found = 0;
+#pragma omp parallel for reduction(| : found) schedule(static) if (n > PAR_MIN)
+  for (size_t i = 0; i < n; i++) found |= !isfinite(g[i]);
+  if (found) s->found = 1;
+  return LAM_OK;
+}
+
+lam_status cpu_scaler_update(lam_ctx *ctx, lam_scaler *s, int adam, float b1, float b2, const float *sched,
+                             const int32_t *k) {
+  (void)ctx;
+  lam_scaler_decide(s, adam, b1, b2, sched[3 * *k + 2], *k);
   return LAM_OK;
 }
 
@@ -591,7 +615,7 @@ typedef struct conv_pool_args {
   int32_t *arg;
   const int32_t *argc, *off;
   void *dGv;
-  int bf16;
+  int dt;
 } conv_pool_args;
 
 /* Items (b, c): one output plane of the pool. */
@@ -654,13 +678,13 @@ static void conv_pool_bwd_items(void *argp, size_t lo, size_t hi) {
     float sum = 0.0f;
     for (int b = 0; b < B; b++) {
       size_t o = ((size_t)b * g->C + c) * OP, at = c * BP + (size_t)b * P;
-      if (A->bf16) { /* zeros, and each routed gradient rounded; the bias sums what is stored */
+      if (A->dt) { /* zeros, and each routed gradient rounded; the bias sums what is stored */
         uint16_t *d = (uint16_t *)A->dGv + at;
         memset(d, 0, P * sizeof *d);
         for (size_t k = 0; k < OP; k++)
-          if (lam_relu_passed(y[o + k])) d[arg[o + k]] = lam_f32_to_bf16(dy[o + k]);
+          if (lam_relu_passed(y[o + k])) d[arg[o + k]] = lam_f32_to_half(A->dt, dy[o + k]);
         if (A->db)
-          for (size_t p = 0; p < P; p++) sum += lam_bf16_to_f32(d[p]);
+          for (size_t p = 0; p < P; p++) sum += lam_half_to_f32(A->dt, d[p]);
         continue;
       }
       float *d = (float *)A->dGv + at;
@@ -680,9 +704,9 @@ static void conv_pool_bwd_items(void *argp, size_t lo, size_t hi) {
 }
 
 lam_status cpu_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
-                             const int32_t *arg, void *dGv, int bf16, float *db) {
+                             const int32_t *arg, void *dGv, int dt, float *db) {
   (void)ctx;
-  conv_pool_args a = {.g = g, .B = B, .dy = dy, .y = y, .argc = arg, .dGv = dGv, .bf16 = bf16, .db = db};
+  conv_pool_args a = {.g = g, .B = B, .dy = dy, .y = y, .argc = arg, .dGv = dGv, .dt = dt, .db = db};
   cpu_par((size_t)g->C, (size_t)B * g->C * g->H * g->W, PAR_MIN, conv_pool_bwd_items, &a);
   return LAM_OK;
 }
@@ -814,11 +838,12 @@ lam_status cpu_act_bwd(lam_ctx *ctx, lam_fmt f, int act, float alpha, size_t n, 
 }
 
 lam_status cpu_xent(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *logits, const uint8_t *labels,
-                    void *dlogits, float scale, const float *count, float smoothing, float *stats, uint8_t *pred) {
+                    void *dlogits, float scale, const float *lscale, const float *count, float smoothing, float *stats,
+                    uint8_t *pred) {
   cpu_fmt_job j = cpu_fmt_begin(f);
   const float *tl = cpu_fmt_in(&j, B, C, P, logits);
   float *td = cpu_fmt_out(&j, B, C, P, dlogits, 0);
-  return cpu_fmt_end(&j, j.status ? j.status : plain_xent(ctx, B, C, P, tl, labels, td, scale, count, smoothing, stats,
+  return cpu_fmt_end(&j, j.status ? j.status : plain_xent(ctx, B, C, P, tl, labels, td, scale, lscale, count, smoothing, stats,
                                                           pred));
 }
 

@@ -81,14 +81,14 @@ static int math_of(lam_ctx *ctx) { return ctx->precision == LAM_PRECISION_FP32 ?
 
 static lam_status set_descs(lam_ctx *ctx, cudnn_state *c, lam_fmt f, const lam_conv_geom *g, int OC, int B) {
   const cudnnTensorFormat_t tf = f.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-  const cudnnDataType_t dt = f.dt == LAM_DT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  const cudnnDataType_t dt = f.dt == LAM_DT_BF16 ? CUDNN_DATA_BFLOAT16 : f.dt == LAM_DT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
   CUDNN_TRY(cudnnSetTensor4dDescriptor(c->x, tf, dt, B, g->C, g->H, g->W));
   CUDNN_TRY(cudnnSetTensor4dDescriptor(c->y, tf, dt, B, OC, g->OH, g->OW));
   CUDNN_TRY(cudnnSetFilter4dDescriptor(c->w, dt, tf, OC, g->C, g->K, g->K));
   CUDNN_TRY(cudnnSetConvolution2dDescriptor(c->c, g->pad, g->pad, g->stride, g->stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                             CUDNN_DATA_FLOAT));
-  /* fp32: FMA only; tf32: tensor cores on float (TF32) allowed; bfloat16: its tensor-core kernels */
-  cudnnMathType_t math = f.dt == LAM_DT_BF16 ? CUDNN_TENSOR_OP_MATH : math_of(ctx) ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  /* fp32: FMA only; tf32: tensor cores on float (TF32) allowed; bfloat16 and half: their tensor-core kernels */
+  cudnnMathType_t math = f.dt != LAM_DT_F32 ? CUDNN_TENSOR_OP_MATH : math_of(ctx) ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   CUDNN_TRY(cudnnSetConvolutionMathType(c->c, math));
   return LAM_OK;
 }
@@ -117,12 +117,12 @@ template <typename Perf> static int first_fit(const Perf *a, int n, size_t limit
  * for it either way. The trainer reserves its scratch by asking with CONV_WS_MAX at its batch; a batch it did not
  * plan for (an evaluation's last, smaller one) asks with what that scratch holds, so it takes algorithms that fit
  * rather than failing (at batch 16, cuDNN's first choice for a U-Net's conv wanted 3x the batch-64 one's). */
-/* In NHWC, the input channels cuDNN is given: a multiple of 8 (bfloat16) or 4 (float32), as its tensor-core
+/* In NHWC, the input channels cuDNN is given: a multiple of 8 (16-bit) or 4 (float32), as its tensor-core
  * kernels take them. A first layer's 1 or 3 channels are padded with zero channels in the workspace (on the
  * H200 cuDNN took a generic kernel for them, 120-190 us a call, where the padded conv takes a few). */
 static int padded_c(lam_fmt f, int C) {
   if (!f.nhwc) return C;
-  const int v = f.dt == LAM_DT_BF16 ? 8 : 4;
+  const int v = (int)(16 / lam_dt_size(f.dt));
   return (C + v - 1) / v * v;
 }
 static lam_conv_geom cudnn_geom(lam_fmt f, const lam_conv_geom *g) {
@@ -273,11 +273,8 @@ static lam_status filter_in(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int
   cuda_state *st = cuda_st(ctx);
   const int Cp = padded_c(f, g->C), KK = (int)taps_of(g);
   const size_t n = (size_t)OC * Cp * KK;
-  if (f.dt == LAM_DT_BF16)
-    filter_to_nhwc_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, KK, (const lam_bf16 *)W,
-                                                                         (lam_bf16 *)p->W);
-  else
-    filter_to_nhwc_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, KK, (const float *)W, (float *)p->W);
+  LAM_DT_DISPATCH(f.dt, T,
+                  filter_to_nhwc_kernel<T><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, KK, (const T *)W, (T *)p->W));
   *out = p->W;
   return cuda_after_launch(st, st->stream, "filter_to_nhwc_kernel", __FILE__, __LINE__);
 }
@@ -289,10 +286,7 @@ static lam_status input_in(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int 
   if (Cp == g->C) return LAM_OK;
   cuda_state *st = cuda_st(ctx);
   const size_t n = (size_t)B * g->H * g->W * Cp;
-  if (f.dt == LAM_DT_BF16)
-    pad_channels_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, (const lam_bf16 *)x, (lam_bf16 *)p->x);
-  else
-    pad_channels_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, (const float *)x, (float *)p->x);
+  LAM_DT_DISPATCH(f.dt, T, pad_channels_kernel<T><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, (const T *)x, (T *)p->x));
   *out = p->x;
   return cuda_after_launch(st, st->stream, "pad_channels_kernel", __FILE__, __LINE__);
 }
@@ -368,12 +362,9 @@ lam_status cuda_conv2d_bwd_data(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g,
     LAM_TRY(cuda_after_launch(st, st->stream, "cudnnConvolutionBackwardData", __FILE__, __LINE__));
     if (dxc == dx) return LAM_OK;
     const size_t n = (size_t)B * g->H * g->W * g->C;
-    if (f.dt == LAM_DT_BF16)
-      unpad_channels_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, (const lam_bf16 *)dxc,
-                                                                           accumulate, (lam_bf16 *)dx);
-    else
-      unpad_channels_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, (const float *)dxc, accumulate,
-                                                                        (float *)dx);
+    LAM_DT_DISPATCH(f.dt, T,
+                    unpad_channels_kernel<T><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, (const T *)dxc, accumulate,
+                                                                                  (T *)dx));
     return cuda_after_launch(st, st->stream, "unpad_channels_kernel", __FILE__, __LINE__);
   }
 #endif
@@ -408,12 +399,9 @@ lam_status cuda_conv2d_bwd_filter(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *
     LAM_TRY(cuda_after_launch(st, st->stream, "cudnnConvolutionBackwardFilter", __FILE__, __LINE__));
     const size_t n = (size_t)OC * g->C * taps_of(g);
     const int same = !filter_moves(f, g), Cp = padded_c(f, g->C), KK = (int)taps_of(g);
-    if (f.dt == LAM_DT_BF16)
-      filter_grad_add_kernel<lam_bf16><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, KK, same,
-                                                                            (const lam_bf16 *)parts.dW, dW);
-    else
-      filter_grad_add_kernel<float><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, KK, same,
-                                                                         (const float *)parts.dW, dW);
+    LAM_DT_DISPATCH(f.dt, T,
+                    filter_grad_add_kernel<T><<<grid_for(n), 256, 0, st->stream>>>(n, g->C, Cp, KK, same, (const T *)parts.dW,
+                                                                                   dW));
     return cuda_after_launch(st, st->stream, "filter_grad_add_kernel", __FILE__, __LINE__);
   }
 #endif

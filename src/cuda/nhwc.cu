@@ -1,14 +1,14 @@
-/* nhwc.cu — the CUDA kernels of the primitives on NHWC activations (prims.h: lam_fmt), float32 or bfloat16:
+/* nhwc.cu — the CUDA kernels of the primitives on NHWC activations (prims.h: lam_fmt), float32, bfloat16 or half:
  * per-channel bias, BatchNorm (alone and followed by an activation), max and average pooling, the global
  * average pool, nearest upsampling, and the format conversion. The primitives in nn.cu and nn_ops.cu call
  * these for an NHWC format; their NCHW float32 kernels stay as they were.
  *
  * In NHWC a pixel's C channels lie together, so a warp reads consecutive channels of a few pixels: each
- * thread takes V channels of a pixel in one 16-byte access (4 floats or 8 bfloat16s; V = 1 where C or an
+ * thread takes V channels of a pixel in one 16-byte access (4 floats or 8 16-bit floats; V = 1 where C or an
  * address does not allow it). The per-channel kernels (bias, BatchNorm) lay a block out as TX channel
  * vectors by TY rows (pixels): a thread keeps its channels' constants in registers and walks rows; sums
  * over rows go to a partial per (block, channel), added up in a fixed order by a warp per channel in a
- * second kernel, so every result is the same bits on every run. Arithmetic is in float32; bfloat16 is
+ * second kernel, so every result is the same bits on every run. Arithmetic is in float32; a 16-bit type is
  * rounded once, where stored. */
 #include <stdint.h>
 
@@ -19,20 +19,15 @@
 #define GRID_STRIDE(i, n) for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 /* Calls F<T, V>(args) for the format's type, with V = the 16-byte width where ok, else 1. */
-#define NHWC_DISPATCH(f, ok, F, ...)                                        \
-  do {                                                                      \
-    if ((f).dt == LAM_DT_BF16) {                                            \
-      if (ok) F<lam_bf16, 8>(__VA_ARGS__);                                  \
-      else F<lam_bf16, 1>(__VA_ARGS__);                                     \
-    } else {                                                                \
-      if (ok) F<float, 4>(__VA_ARGS__);                                     \
-      else F<float, 1>(__VA_ARGS__);                                        \
-    }                                                                       \
-  } while (0)
+#define NHWC_DISPATCH(f, ok, F, ...)                          \
+  LAM_DT_DISPATCH((f).dt, T_, {                               \
+    if (ok) F<T_, lam_vw<T_>::value>(__VA_ARGS__);            \
+    else F<T_, 1>(__VA_ARGS__);                               \
+  })
 
 /* Whether C channels and these pointers (NULL ignored) take 16-byte vectors of type dt. */
 static bool vec_ok(int dt, int C, const void *a, const void *b = NULL, const void *c = NULL, const void *d = NULL) {
-  const int V = dt == LAM_DT_BF16 ? 8 : 4;
+  const int V = (int)(16 / lam_dt_size(dt));
   return C % V == 0 && aligned16(a) && (!b || aligned16(b)) && (!c || aligned16(c)) && (!d || aligned16(d));
 }
 
@@ -330,8 +325,9 @@ template <typename T, int V, int ACT> static lam_status nhwc_bn_fwd_launch(cuda_
 template <int ACT> static lam_status nhwc_bn_fwd_act(cuda_state *st, lam_fmt f, const nbn_fwd_args &a, float alpha) {
   const bool v = vec_ok(f.dt, a.C, a.x, a.y);
   const bn_act<ACT> act = {alpha};
-  if (f.dt == LAM_DT_BF16) return v ? nhwc_bn_fwd_launch<lam_bf16, 8, ACT>(st, a, act) : nhwc_bn_fwd_launch<lam_bf16, 1, ACT>(st, a, act);
-  return v ? nhwc_bn_fwd_launch<float, 4, ACT>(st, a, act) : nhwc_bn_fwd_launch<float, 1, ACT>(st, a, act);
+  LAM_DT_DISPATCH(f.dt, T, return v ? nhwc_bn_fwd_launch<T, lam_vw<T>::value, ACT>(st, a, act)
+                                     : nhwc_bn_fwd_launch<T, 1, ACT>(st, a, act));
+  return LAM_OK; /* not reached */
 }
 
 /* act: an LAM_ACT_* or BN_ACT_NONE (bn_fwd). */
@@ -425,8 +421,9 @@ template <typename T, int V, int ACT> static lam_status nhwc_bn_bwd_launch(cuda_
 template <int ACT> static lam_status nhwc_bn_bwd_act(cuda_state *st, lam_fmt f, const nbn_bwd_args &a, float alpha) {
   const bool v = vec_ok(f.dt, a.C, a.x, a.dy, a.dx, bn_act<ACT>::from_y ? a.y : NULL);
   const bn_act<ACT> act = {alpha};
-  if (f.dt == LAM_DT_BF16) return v ? nhwc_bn_bwd_launch<lam_bf16, 8, ACT>(st, a, act) : nhwc_bn_bwd_launch<lam_bf16, 1, ACT>(st, a, act);
-  return v ? nhwc_bn_bwd_launch<float, 4, ACT>(st, a, act) : nhwc_bn_bwd_launch<float, 1, ACT>(st, a, act);
+  LAM_DT_DISPATCH(f.dt, T, return v ? nhwc_bn_bwd_launch<T, lam_vw<T>::value, ACT>(st, a, act)
+                                     : nhwc_bn_bwd_launch<T, 1, ACT>(st, a, act));
+  return LAM_OK; /* not reached */
 }
 
 lam_status nhwc_bn_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x,
@@ -783,11 +780,7 @@ lam_status cuda_convert(lam_ctx *ctx, int B, int C, int P, lam_fmt fs, const voi
     CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)B * C * P * lam_dt_size(fs.dt), cudaMemcpyDeviceToDevice, st->stream));
     return LAM_OK;
   }
-  const int bs = fs.dt == LAM_DT_BF16, bd = fd.dt == LAM_DT_BF16;
-  if (bs && bd) convert_launch<lam_bf16, lam_bf16>(st, B, C, P, transpose, fd.nhwc, src, dst);
-  else if (bs) convert_launch<lam_bf16, float>(st, B, C, P, transpose, fd.nhwc, src, dst);
-  else if (bd) convert_launch<float, lam_bf16>(st, B, C, P, transpose, fd.nhwc, src, dst);
-  else convert_launch<float, float>(st, B, C, P, transpose, fd.nhwc, src, dst);
+  LAM_DT_DISPATCH(fs.dt, S, LAM_DT_DISPATCH(fd.dt, D, convert_launch<S, D>(st, B, C, P, transpose, fd.nhwc, src, dst)));
   LAUNCH_CHECK(st, transpose ? "transpose_kernel" : "retype_kernel");
   return LAM_OK;
 }

@@ -90,7 +90,7 @@ static lam_status cublas_load(void) {
 /* cuBLAS's workspace, given to it rather than left to it, so GEMMs can be captured in a CUDA graph. */
 #define CUBLAS_WORKSPACE ((size_t)32 << 20)
 
-/* bf16 needs no mode: the layers round their operands themselves and call gemm_bf16 (cublasGemmEx). */
+/* bf16 and fp16 need no mode: the layers round their operands themselves and call gemm_half (cublasGemmEx). */
 static cublasMath_t math_mode(int precision) {
   return precision == LAM_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
 }
@@ -145,26 +145,28 @@ lam_status cuda_gemm(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float al
   return LAM_OK;
 }
 
-lam_status cuda_gemm_bf16(lam_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
-                          const uint16_t *B, int ldb, float beta, void *C, int c_bf16, int ldc) {
-  if (c_bf16 && beta != 0.0f) return LAM_FAIL(LAM_ERR_INVALID_ARG, "gemm_bf16: a bfloat16 C takes beta 0, not %g", beta);
+lam_status cuda_gemm_half(lam_ctx *ctx, int dt, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                          int lda, const uint16_t *B, int ldb, float beta, void *C, int c_half, int ldc) {
+  if (c_half && beta != 0.0f) return LAM_FAIL(LAM_ERR_INVALID_ARG, "gemm_half: a 16-bit C takes beta 0, not %g", beta);
+  const cudaDataType_t t = dt == LAM_DT_F16 ? CUDA_R_16F : CUDA_R_16BF;
   cublasHandle_t h;
   LAM_TRY(handle(ctx, &h));
-  CUBLAS_TRY(cb.gemm_ex(h, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
-                          c_bf16 ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  mark_c(ctx, M, N, ldc, C, c_bf16 ? 2 : sizeof(float));
+  CUBLAS_TRY(cb.gemm_ex(h, op(tb), op(ta), N, M, K, &alpha, B, t, ldb, A, t, lda, &beta, C, c_half ? t : CUDA_R_32F, ldc,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  mark_c(ctx, M, N, ldc, C, c_half ? 2 : sizeof(float));
   return LAM_OK;
 }
 
-__global__ void to_bf16_kernel(size_t n, const float *__restrict__ src, __nv_bfloat16 *__restrict__ dst) {
+template <typename T> __global__ void to_half_kernel(size_t n, const float *__restrict__ src, T *__restrict__ dst) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    dst[i] = __float2bfloat16_rn(src[i]);
+    dst[i] = tfrom<T>(src[i]);
 }
 
-lam_status cuda_to_bf16(lam_ctx *ctx, size_t n, const float *src, uint16_t *dst) {
+lam_status cuda_to_half(lam_ctx *ctx, int dt, size_t n, const float *src, uint16_t *dst) {
   cuda_state *st = cuda_st(ctx);
-  to_bf16_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, src, (__nv_bfloat16 *)dst);
-  LAUNCH_CHECK(st, "to_bf16_kernel");
+  if (dt == LAM_DT_F16) to_half_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, src, (lam_f16 *)dst);
+  else to_half_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, src, (lam_bf16 *)dst);
+  LAUNCH_CHECK(st, "to_half_kernel");
   return LAM_OK;
 }
 
@@ -193,11 +195,11 @@ static dim3 grid_2d(size_t n, int y) {
   return dim3((unsigned)(b < 65535 * 16 ? (b ? b : 1) : 65535 * 16), (unsigned)y);
 }
 
-/* Stores and loads of float or bfloat16 data, computed in fp32. */
-__device__ inline void put(float *p, float v) { *p = v; }
-__device__ inline void put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+/* Stores and loads of float or 16-bit data, computed in fp32. */
+template <typename T> __device__ inline void put(T *p, float v) { *p = tfrom<T>(v); }
 __device__ inline float get(const float *p) { return __ldg(p); }
-__device__ inline float get(const __nv_bfloat16 *p) { return __bfloat162float(__ldg(p)); }
+__device__ inline float get(const lam_bf16 *p) { return __bfloat162float(__ldg(p)); }
+__device__ inline float get(const lam_f16 *p) { return __half2float(__ldg(p)); }
 
 /* Threads for one image plane of P elements: a multiple of 32, at most NT (the rest loop). */
 static unsigned plane_threads(size_t P) {
@@ -257,11 +259,10 @@ template <typename T> static void im2col_launch(cuda_state *st, const lam_conv_g
   else im2col_kernel<0, T><<<grid, NT, 0, st->stream>>>(*g, B, x, col);
 }
 
-lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *col, int bf16) {
+lam_status cuda_im2col(lam_ctx *ctx, const lam_conv_geom *g, int B, const float *x, void *col, int dt) {
   cuda_state *st = cuda_st(ctx);
   LAM_TRY(check_grid("im2col", (size_t)B * g->OH * g->OW, g->C));
-  if (bf16) im2col_launch(st, g, B, x, (__nv_bfloat16 *)col);
-  else im2col_launch(st, g, B, x, (float *)col);
+  LAM_DT_DISPATCH(dt, T, im2col_launch(st, g, B, x, (T *)col));
   LAUNCH_CHECK(st, "im2col_kernel");
   return LAM_OK;
 }
@@ -317,11 +318,10 @@ static void col2im_launch(cuda_state *st, const lam_conv_geom *g, int B, const T
   else col2im_kernel<0, T><<<grid, nt, 0, st->stream>>>(*g, B, col, acc, dx);
 }
 
-lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, int bf16, int accumulate, float *dx) {
+lam_status cuda_col2im(lam_ctx *ctx, const lam_conv_geom *g, int B, const void *col, int dt, int accumulate, float *dx) {
   cuda_state *st = cuda_st(ctx);
   LAM_TRY(check_planes("col2im", g->C));
-  if (bf16) col2im_launch(st, g, B, (const __nv_bfloat16 *)col, accumulate, dx);
-  else col2im_launch(st, g, B, (const float *)col, accumulate, dx);
+  LAM_DT_DISPATCH(dt, T, col2im_launch(st, g, B, (const T *)col, accumulate, dx));
   LAUNCH_CHECK(st, "col2im_kernel");
   return LAM_OK;
 }
@@ -575,20 +575,17 @@ static void act_bwd_launch(cuda_state *st, int act, float alpha, size_t n, const
 /* n values of type dt in vectors of 16 bytes where n and the pointers allow: the vector's width, or 1. */
 static int elementwise_width(int dt, size_t n, const void *a, const void *b, const void *c = NULL,
                              const void *d = NULL) {
-  const int V = dt == LAM_DT_BF16 ? 8 : 4;
+  const int V = (int)(16 / lam_dt_size(dt));
   return n % V == 0 && aligned16(a) && aligned16(b) && (!c || aligned16(c)) && (!d || aligned16(d)) ? V : 1;
 }
 
 lam_status cuda_act_fwd(lam_ctx *ctx, lam_fmt f, int act, float alpha, size_t n, const void *x, void *y) {
   cuda_state *st = cuda_st(ctx);
   const int V = elementwise_width(f.dt, n, x, y);
-  if (f.dt == LAM_DT_BF16) {
-    if (V > 1) act_fwd_launch<lam_bf16, 8>(st, act, alpha, n / 8, x, y);
-    else act_fwd_launch<lam_bf16, 1>(st, act, alpha, n, x, y);
-  } else {
-    if (V > 1) act_fwd_launch<float, 4>(st, act, alpha, n / 4, x, y);
-    else act_fwd_launch<float, 1>(st, act, alpha, n, x, y);
-  }
+  LAM_DT_DISPATCH(f.dt, T, {
+    if (V > 1) act_fwd_launch<T, lam_vw<T>::value>(st, act, alpha, n / V, x, y);
+    else act_fwd_launch<T, 1>(st, act, alpha, n, x, y);
+  });
   LAUNCH_CHECK(st, "act_fwd_kernel");
   return LAM_OK;
 }
@@ -597,13 +594,10 @@ lam_status cuda_act_bwd(lam_ctx *ctx, lam_fmt f, int act, float alpha, size_t n,
                         const void *dy, void *dx) {
   cuda_state *st = cuda_st(ctx);
   const int V = elementwise_width(f.dt, n, act == LAM_ACT_GELU ? x : y, dy, dx);
-  if (f.dt == LAM_DT_BF16) {
-    if (V > 1) act_bwd_launch<lam_bf16, 8>(st, act, alpha, n / 8, x, y, dy, dx);
-    else act_bwd_launch<lam_bf16, 1>(st, act, alpha, n, x, y, dy, dx);
-  } else {
-    if (V > 1) act_bwd_launch<float, 4>(st, act, alpha, n / 4, x, y, dy, dx);
-    else act_bwd_launch<float, 1>(st, act, alpha, n, x, y, dy, dx);
-  }
+  LAM_DT_DISPATCH(f.dt, T, {
+    if (V > 1) act_bwd_launch<T, lam_vw<T>::value>(st, act, alpha, n / V, x, y, dy, dx);
+    else act_bwd_launch<T, 1>(st, act, alpha, n, x, y, dy, dx);
+  });
   LAUNCH_CHECK(st, "act_bwd_kernel");
   return LAM_OK;
 }
@@ -619,7 +613,9 @@ static_assert(3 * XENT_BLOCKS <= ROW_SUM_PART_FLOATS, "xent's partial sums live 
 
 template <typename T>
 __global__ void xent_kernel(int B, int C, int P, const T *logits, const uint8_t *labels, T *dlogits, float scale,
-                            const float *count, float s, float *part, unsigned *done, float *stats, uint8_t *pred) {
+                            const float *lscale, const float *count, float s, float *part, unsigned *done, float *stats,
+                            uint8_t *pred) {
+  if (lscale) scale *= *lscale;
   __shared__ float sl[NT], sc[NT], sn[NT];
   const float f = count ? scale / *count : scale;
   const float on = 1.0f - s + s / (float)C, off = s / (float)C; /* the target: (1 - s) onehot + s / C */
@@ -699,7 +695,8 @@ __global__ void xent_kernel(int B, int C, int P, const T *logits, const uint8_t 
 }
 
 lam_status cuda_xent(lam_ctx *ctx, lam_fmt fm, int B, int C, int P, const void *logits, const uint8_t *labels,
-                     void *dlogits, float scale, const float *count, float smoothing, float *stats, uint8_t *pred) {
+                     void *dlogits, float scale, const float *lscale, const float *count, float smoothing, float *stats,
+                     uint8_t *pred) {
   cuda_state *st = cuda_st(ctx);
   if (fm.nhwc) B *= P, P = 1; /* (B*P, C): a pixel's classes together, as a sample's of a flat output */
   else if (fm.dt != LAM_DT_F32 && P > 1) return nchw_bf16_unsupported("xent");
@@ -708,12 +705,10 @@ lam_status cuda_xent(lam_ctx *ctx, lam_fmt fm, int B, int C, int P, const void *
   size_t nb = (total + NT - 1) / NT;
   int blocks = (int)(nb < XENT_BLOCKS ? (nb ? nb : 1) : XENT_BLOCKS);
   unsigned *done = st->xent_done; /* zero between calls: the last block resets it */
-  if (fm.dt == LAM_DT_BF16)
-    xent_kernel<lam_bf16><<<blocks, NT, 0, st->stream>>>(B, C, P, (const lam_bf16 *)logits, labels, (lam_bf16 *)dlogits,
-                                                         scale, count, smoothing, st->rowsum_part, done, stats, pred);
-  else
-    xent_kernel<float><<<blocks, NT, 0, st->stream>>>(B, C, P, (const float *)logits, labels, (float *)dlogits, scale,
-                                                      count, smoothing, st->rowsum_part, done, stats, pred);
+  LAM_DT_DISPATCH(fm.dt, T,
+                  xent_kernel<T><<<blocks, NT, 0, st->stream>>>(B, C, P, (const T *)logits, labels, (T *)dlogits, scale,
+                                                                lscale, count, smoothing, st->rowsum_part, done, stats,
+                                                                pred));
   LAUNCH_CHECK(st, "xent_kernel");
   return LAM_OK;
 }
@@ -773,9 +768,9 @@ lam_status cuda_gather(lam_ctx *ctx, int B, int F, int C, size_t P, const uint8_
                        const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm,
                        const lam_aug *aug, lam_fmt f, void *x, uint8_t *y) {
   cuda_state *st = cuda_st(ctx);
-  /* NCHW bfloat16 is NHWC's order where a sample has one channel or one pixel */
-  const bool nhwc = f.nhwc || (f.dt == LAM_DT_BF16 && (C == 1 || P == 1));
-  if (f.dt == LAM_DT_BF16 && !nhwc) return nchw_bf16_unsupported("gather");
+  /* NCHW 16-bit is NHWC's order where a sample has one channel or one pixel */
+  const bool nhwc = f.nhwc || (f.dt != LAM_DT_F32 && (C == 1 || P == 1));
+  if (f.dt != LAM_DT_F32 && !nhwc) return nchw_bf16_unsupported("gather");
   LAM_TRY(check_grid("gather", (size_t)F * C * P, 1));
   gather_coef k;
   for (int c = 0; c < C; c++) /* as the CPU twin */
@@ -792,6 +787,8 @@ lam_status cuda_gather(lam_ctx *ctx, int B, int F, int C, size_t P, const uint8_
                                                       a, (T *)x, y)
   if (f.dt == LAM_DT_BF16 && on) GATHER(lam_bf16, true, true);
   else if (f.dt == LAM_DT_BF16) GATHER(lam_bf16, true, false);
+  else if (f.dt == LAM_DT_F16 && on) GATHER(lam_f16, true, true);
+  else if (f.dt == LAM_DT_F16) GATHER(lam_f16, true, false);
   else if (nhwc && on) GATHER(float, true, true);
   else if (nhwc) GATHER(float, true, false);
   else if (on) GATHER(float, false, true);
@@ -803,35 +800,80 @@ lam_status cuda_gather(lam_ctx *ctx, int B, int F, int C, size_t P, const uint8_
 
 __global__ void adam_kernel(size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
                             float eps, float wd, int decoupled, float step_size, float bc2_sqrt, const float *sched,
-                            const int32_t *k) {
-  if (sched) step_size = sched[3 * *k], bc2_sqrt = sched[3 * *k + 1], lr = sched[3 * *k + 2];
+                            const int32_t *k, const lam_scaler *ls) {
+  float inv = 1.0f;
+  if (ls) {
+    if (ls->found) return; /* a skipped step */
+    step_size = ls->coef[0], bc2_sqrt = ls->coef[1], lr = ls->coef[2], inv = ls->inv;
+  } else if (sched) {
+    step_size = sched[3 * *k], bc2_sqrt = sched[3 * *k + 1], lr = sched[3 * *k + 2];
+  }
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    lam_adam_update(&p[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, decoupled, step_size, bc2_sqrt);
+    lam_adam_update(&p[i], &m[i], &v[i], g[i] * inv, lr, b1, b2, eps, wd, decoupled, step_size, bc2_sqrt);
 }
 
 lam_status cuda_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
-                     float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k) {
+                     float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k,
+                     const lam_scaler *ls) {
   cuda_state *st = cuda_st(ctx);
   float coef[2] = {0.0f, 0.0f}; /* the same scalars as the CPU twin, computed the same way */
-  if (!sched) lam_adam_coef(lr, b1, b2, step, coef);
+  if (!sched && !ls) lam_adam_coef(lr, b1, b2, step, coef);
   adam_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, g, m, v, lr, b1, b2, eps, wd, decoupled, coef[0], coef[1],
-                                                    sched, k);
+                                                    sched, k, ls);
   LAUNCH_CHECK(st, "adam_kernel");
   return LAM_OK;
 }
 
 __global__ void sgd_kernel(size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd, int first,
-                           const float *sched, const int32_t *k) {
-  if (sched) first = sched[3 * *k] != 0.0f, lr = sched[3 * *k + 2];
+                           const float *sched, const int32_t *k, const lam_scaler *ls) {
+  float inv = 1.0f;
+  if (ls) {
+    if (ls->found) return; /* a skipped step */
+    first = ls->coef[0] != 0.0f, lr = ls->coef[2], inv = ls->inv;
+  } else if (sched) {
+    first = sched[3 * *k] != 0.0f, lr = sched[3 * *k + 2];
+  }
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    lam_sgd_update(&p[i], &buf[i], g[i], lr, momentum, wd, first);
+    lam_sgd_update(&p[i], &buf[i], g[i] * inv, lr, momentum, wd, first);
 }
 
 lam_status cuda_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
-                    int first, const float *sched, const int32_t *k) {
+                    int first, const float *sched, const int32_t *k, const lam_scaler *ls) {
   cuda_state *st = cuda_st(ctx);
-  sgd_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, g, buf, lr, momentum, wd, first, sched, k);
+  sgd_kernel<<<blocks_for(n), NT, 0, st->stream>>>(n, p, g, buf, lr, momentum, wd, first, sched, k, ls);
   LAUNCH_CHECK(st, "sgd_kernel");
+  return LAM_OK;
+}
+
+/* Any value not finite: each thread ors its own, a warp votes, one lane stores (a store of 1: no atomics needed). */
+__global__ void grad_check_kernel(size_t n, const float *__restrict__ g, lam_scaler *s) {
+  int bad = 0;
+  const size_t n4 = ((uintptr_t)g & 15) ? 0 : n / 4;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+    const float4 v = reinterpret_cast<const float4 *>(g)[i];
+    bad |= !isfinite(v.x) | !isfinite(v.y) | !isfinite(v.z) | !isfinite(v.w);
+  }
+  for (size_t i = 4 * n4 + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    bad |= !isfinite(g[i]);
+  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) s->found = 1;
+}
+
+lam_status cuda_grad_check(lam_ctx *ctx, size_t n, const float *g, lam_scaler *s) {
+  cuda_state *st = cuda_st(ctx);
+  grad_check_kernel<<<blocks_for((n + 3) / 4), NT, 0, st->stream>>>(n, g, s);
+  LAUNCH_CHECK(st, "grad_check_kernel");
+  return LAM_OK;
+}
+
+__global__ void scaler_update_kernel(lam_scaler *s, int adam, float b1, float b2, const float *sched, const int32_t *k) {
+  lam_scaler_decide(s, adam, b1, b2, sched[3 * *k + 2], *k);
+}
+
+lam_status cuda_scaler_update(lam_ctx *ctx, lam_scaler *s, int adam, float b1, float b2, const float *sched,
+                              const int32_t *k) {
+  cuda_state *st = cuda_st(ctx);
+  scaler_update_kernel<<<1, 1, 0, st->stream>>>(s, adam, b1, b2, sched, k);
+  LAUNCH_CHECK(st, "scaler_update_kernel");
   return LAM_OK;
 }
 
@@ -991,11 +1033,11 @@ static lam_status conv_pool_bwd_launch(cuda_state *st, const lam_pool_geom *g, i
 }
 
 lam_status cuda_conv_pool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const float *y,
-                              const int32_t *arg, void *dG, int bf16, float *db) {
+                              const int32_t *arg, void *dG, int dt, float *db) {
   cuda_state *st = cuda_st(ctx);
   LAM_TRY(check_grid("conv_pool_bwd", (size_t)B * g->H * g->W, g->C));
-  if (bf16) return conv_pool_bwd_launch(st, g, B, dy, y, arg, (__nv_bfloat16 *)dG, db);
-  return conv_pool_bwd_launch(st, g, B, dy, y, arg, (float *)dG, db);
+  LAM_DT_DISPATCH(dt, T, return conv_pool_bwd_launch(st, g, B, dy, y, arg, (T *)dG, db));
+  return LAM_OK; /* not reached */
 }
 
 /* ---- the direct first-layer block: conv -> relu -> maxpool without im2col and GEMMs ---- */

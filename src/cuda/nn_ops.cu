@@ -686,15 +686,12 @@ __global__ void mask_scale_kernel(size_t n, const T *x, const uint8_t *__restric
 
 lam_status cuda_mask_scale(lam_ctx *ctx, lam_fmt f, size_t n, const void *x, const uint8_t *mask, float scale, void *y) {
   cuda_state *st = cuda_st(ctx);
-  const int V = f.dt == LAM_DT_BF16 ? 8 : 4;
+  const int V = (int)(16 / lam_dt_size(f.dt));
   const bool vec = n % V == 0 && aligned16(x) && aligned16(y);
-  if (f.dt == LAM_DT_BF16) {
-    if (vec) mask_scale_kernel<lam_bf16, 8><<<blocks_for(n / 8), NT, 0, st->stream>>>(n / 8, (const lam_bf16 *)x, mask, scale, (lam_bf16 *)y);
-    else mask_scale_kernel<lam_bf16, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, (const lam_bf16 *)x, mask, scale, (lam_bf16 *)y);
-  } else {
-    if (vec) mask_scale_kernel<float, 4><<<blocks_for(n / 4), NT, 0, st->stream>>>(n / 4, (const float *)x, mask, scale, (float *)y);
-    else mask_scale_kernel<float, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, (const float *)x, mask, scale, (float *)y);
-  }
+  LAM_DT_DISPATCH(f.dt, T, {
+    if (vec) mask_scale_kernel<T, lam_vw<T>::value><<<blocks_for(n / V), NT, 0, st->stream>>>(n / V, (const T *)x, mask, scale, (T *)y);
+    else mask_scale_kernel<T, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, (const T *)x, mask, scale, (T *)y);
+  });
   LAUNCH_CHECK(st, "mask_scale_kernel");
   return LAM_OK;
 }
@@ -744,10 +741,7 @@ lam_status cuda_tpool_fwd(lam_ctx *ctx, lam_fmt f, int B, int F, size_t S, int m
                           uint8_t *arg) {
   cuda_state *st = cuda_st(ctx);
   const size_t n = (size_t)B * S;
-  if (f.dt == LAM_DT_BF16)
-    tpool_fwd_kernel<lam_bf16><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const lam_bf16 *)x, (lam_bf16 *)y, arg);
-  else
-    tpool_fwd_kernel<float><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const float *)x, (float *)y, arg);
+  LAM_DT_DISPATCH(f.dt, T, tpool_fwd_kernel<T><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const T *)x, (T *)y, arg));
   LAUNCH_CHECK(st, "tpool_fwd_kernel");
   return LAM_OK;
 }
@@ -755,11 +749,7 @@ lam_status cuda_tpool_bwd(lam_ctx *ctx, lam_fmt f, int B, int F, size_t S, int m
                           void *dx) {
   cuda_state *st = cuda_st(ctx);
   const size_t n = (size_t)B * F * S;
-  if (f.dt == LAM_DT_BF16)
-    tpool_bwd_kernel<lam_bf16><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const lam_bf16 *)dy, arg,
-                                                                    (lam_bf16 *)dx);
-  else
-    tpool_bwd_kernel<float><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const float *)dy, arg, (float *)dx);
+  LAM_DT_DISPATCH(f.dt, T, tpool_bwd_kernel<T><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const T *)dy, arg, (T *)dx));
   LAUNCH_CHECK(st, "tpool_bwd_kernel");
   return LAM_OK;
 }
@@ -808,17 +798,13 @@ lam_status cuda_tcat_bwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P,
 
 lam_status cuda_add(lam_ctx *ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y) {
   cuda_state *st = cuda_st(ctx);
-  const int V = f.dt == LAM_DT_BF16 ? 8 : 4;
+  const int V = (int)(16 / lam_dt_size(f.dt));
   const bool vec = n % V == 0 && aligned16(a) && aligned16(b) && aligned16(y);
-  if (f.dt == LAM_DT_BF16) {
-    const lam_bf16 *ta = (const lam_bf16 *)a, *tb = (const lam_bf16 *)b;
-    if (vec) add_kernel<lam_bf16, 8><<<blocks_for(n / 8), NT, 0, st->stream>>>(n / 8, ta, tb, (lam_bf16 *)y);
-    else add_kernel<lam_bf16, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, ta, tb, (lam_bf16 *)y);
-  } else {
-    const float *ta = (const float *)a, *tb = (const float *)b;
-    if (vec) add_kernel<float, 4><<<blocks_for(n / 4), NT, 0, st->stream>>>(n / 4, ta, tb, (float *)y);
-    else add_kernel<float, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, ta, tb, (float *)y);
-  }
+  LAM_DT_DISPATCH(f.dt, T, {
+    const T *ta = (const T *)a, *tb = (const T *)b;
+    if (vec) add_kernel<T, lam_vw<T>::value><<<blocks_for(n / V), NT, 0, st->stream>>>(n / V, ta, tb, (T *)y);
+    else add_kernel<T, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, ta, tb, (T *)y);
+  });
   LAUNCH_CHECK(st, "add_kernel");
   return LAM_OK;
 }

@@ -6,8 +6,11 @@
 #define LAMINA_CUDA_VEC_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 /* v = values V*i .. V*i + V - 1 of p. */
 template <int V> __device__ __forceinline__ void vload(float (&v)[V], const float *p, size_t i) {
@@ -36,21 +39,41 @@ template <int V> __device__ __forceinline__ void vload_u8(uint8_t (&v)[V], const
 
 static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* ---- activations of either type (prims.h: lam_fmt.dt), as floats in registers: T is float or __nv_bfloat16.
- * V values per index: one 16-byte access where V * sizeof(T) == 16 (4 floats, 8 bfloat16s), else V scalars. */
+/* ---- activations of any type (prims.h: lam_fmt.dt), as floats in registers: T is float, __nv_bfloat16 or
+ * __half. V values per index: one 16-byte access where V * sizeof(T) == 16 (4 floats, 8 16-bit floats), else V
+ * scalars. */
 typedef __nv_bfloat16 lam_bf16;
+typedef __half lam_f16;
+
+/* Runs the statements with T the element type of dt (float, lam_bf16 or lam_f16). */
+#define LAM_DT_DISPATCH(dt, T, ...)  \
+  do {                               \
+    if ((dt) == LAM_DT_BF16) {       \
+      typedef lam_bf16 T;            \
+      __VA_ARGS__;                   \
+    } else if ((dt) == LAM_DT_F16) { \
+      typedef lam_f16 T;             \
+      __VA_ARGS__;                   \
+    } else {                         \
+      typedef float T;               \
+      __VA_ARGS__;                   \
+    }                                \
+  } while (0)
 template <typename T> struct lam_vw {
   static constexpr int value = 16 / sizeof(T);
 };
 
-template <typename T> __device__ __forceinline__ float tget(const T *p, size_t i) {
-  if constexpr (sizeof(T) == 2) return __bfloat162float(p[i]);
-  else return p[i];
+__device__ __forceinline__ float tval(float v) { return v; }
+__device__ __forceinline__ float tval(lam_bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float tval(lam_f16 v) { return __half2float(v); }
+/* float to T, rounded to nearest even (a half beyond its range: infinity) */
+template <typename T> __device__ __forceinline__ T tfrom(float v) {
+  if constexpr (sizeof(T) == 4) return v;
+  else if constexpr (std::is_same<T, lam_f16>::value) return __float2half_rn(v);
+  else return __float2bfloat16_rn(v);
 }
-template <typename T> __device__ __forceinline__ void tput(T *p, size_t i, float v) {
-  if constexpr (sizeof(T) == 2) p[i] = __float2bfloat16_rn(v);
-  else p[i] = v;
-}
+template <typename T> __device__ __forceinline__ float tget(const T *p, size_t i) { return tval(p[i]); }
+template <typename T> __device__ __forceinline__ void tput(T *p, size_t i, float v) { p[i] = tfrom<T>(v); }
 
 /* v = values V*i .. V*i + V - 1 of p. */
 template <typename T, int V> __device__ __forceinline__ void tload(float (&v)[V], const T *p, size_t i) {
@@ -58,6 +81,13 @@ template <typename T, int V> __device__ __forceinline__ void tload(float (&v)[V]
     uint4 u = reinterpret_cast<const uint4 *>(p)[i];
     if constexpr (sizeof(T) == 4) {
       v[0] = __uint_as_float(u.x), v[1] = __uint_as_float(u.y), v[2] = __uint_as_float(u.z), v[3] = __uint_as_float(u.w);
+    } else if constexpr (std::is_same<T, lam_f16>::value) {
+      const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[q]));
+        v[2 * q] = f.x, v[2 * q + 1] = f.y;
+      }
     } else {
       const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
@@ -77,6 +107,14 @@ template <typename T, int V> __device__ __forceinline__ void tstore(T *p, size_t
     uint4 u;
     if constexpr (sizeof(T) == 4) {
       u = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+    } else if constexpr (std::is_same<T, lam_f16>::value) {
+      unsigned w[4];
+#pragma unroll
+      for (int q = 0; q < 4; q++) { /* round each to nearest even, as __float2half_rn */
+        __half2 h = __floats2half2_rn(v[2 * q], v[2 * q + 1]);
+        w[q] = *reinterpret_cast<unsigned *>(&h);
+      }
+      u = make_uint4(w[0], w[1], w[2], w[3]);
     } else {
       unsigned w[4];
 #pragma unroll

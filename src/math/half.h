@@ -1,5 +1,6 @@
 /* half.h — float to 16-bit floats (and back) on the host, rounding to nearest even (the CUDA intrinsics' rounding):
- * bfloat16 for the normalize op's CPU twin, IEEE half for the transfer benchmark's f16 batches. */
+ * bfloat16 and IEEE half, for the CPU twins of the bf16 and fp16 precisions (the oracle the GPU is checked against),
+ * the normalize op and the transfer benchmark's f16 batches. */
 #ifndef LAMINA_HALF_H
 #define LAMINA_HALF_H
 
@@ -55,5 +56,9 @@ static inline float lam_f16_to_f32(uint16_t h) {
   memcpy(&f, &u, 4);
   return f;
 }
+
+/* Either 16-bit type by its dtype (prims.h: LAM_DT_BF16 = 1, LAM_DT_F16 = 2). */
+static inline uint16_t lam_f32_to_half(int dt, float f) { return dt == 2 ? lam_f32_to_f16(f) : lam_f32_to_bf16(f); }
+static inline float lam_half_to_f32(int dt, uint16_t h) { return dt == 2 ? lam_f16_to_f32(h) : lam_bf16_to_f32(h); }
 
 #endif

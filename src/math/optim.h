@@ -9,6 +9,12 @@
 
 #include "../prims.h"
 
+/* Adam's step size lr / (1 - b1^step) and second-moment correction sqrt(1 - b2^step), in double as torch.optim. */
+LAM_HD void lam_adam_coef(float lr, float b1, float b2, long step, float out[2]) {
+  out[0] = (float)(lr / (1.0 - pow((double)b1, (double)step)));
+  out[1] = (float)sqrt(1.0 - pow((double)b2, (double)step));
+}
+
 /* Adam (decoupled 0: L2, its decay added to the gradient) or AdamW (1: the parameter decayed by lr wd first), as
  * torch.optim's single-tensor Adam/AdamW with its bias corrections folded into step_size and bc2_sqrt
  * (lam_adam_coef). */
@@ -32,6 +38,22 @@ LAM_HD void lam_sgd_update(float *p, float *buf, float g, float lr, float moment
     gi = bi;
   }
   *p -= lr * gi;
+}
+
+/* scaler_update's decision (prims.h), on one thread: row is the trainer's step (*k), lr its rate. */
+LAM_HD void lam_scaler_decide(lam_scaler *s, int adam, float b1, float b2, float lr, int row) {
+  s->inv = 1.0f / s->scale;
+  if (s->found) { /* skipped: the parameters and the optimizer's state stay as they are */
+    s->skipped++, s->clean = 0;
+    if (s->scale > LAM_SCALE_FLOOR) s->scale = fmaxf(s->scale * 0.5f, LAM_SCALE_FLOOR);
+    else if (!s->stuck) s->stuck = row + 1;
+    return;
+  }
+  s->taken++;
+  if (adam) lam_adam_coef(lr, b1, b2, s->taken, s->coef);
+  else s->coef[0] = s->taken == 1 ? 1.0f : 0.0f, s->coef[1] = 0.0f;
+  s->coef[2] = lr;
+  if (++s->clean == LAM_SCALE_GROWTH) s->scale *= 2.0f, s->clean = 0;
 }
 
 #endif

@@ -2,11 +2,12 @@
  * that an interrupted training run resumes exactly where it stopped: on the CPU the resumed run's
  * losses and parameters equal an uninterrupted run's bit for bit.
  *
- * File format, version 7 (older files load: version 6 lacks the part marked v7, version 5 also the part marked v6, version 4 also the part marked
+ * File format, version 8 (older files load: version 7 lacks the part marked v8, version 6 also the part marked v7, version 5 also the part marked v6, version 4 also the part marked
  * v5, version 3 also the part marked v4, version 2 also the part marked v3, version 1 also the part marked v2; a
  * trainer from them has a constant rate). A model is written at the lowest version that holds it, which older
  * builds read: 4, 5 for a model of clips, 6 for one that remembers its fit (lam_model_set_fit: the --size and
- * the class names of an image folder), 7 for one that remembers a video folder's frame stride. Every number is little-endian; floats are IEEE-754 binary32 bit
+ * the class names of an image folder), 7 for one that remembers a video folder's frame stride, 8 for a trainer that
+ * scales its loss (fp16). Every number is little-endian; floats are IEEE-754 binary32 bit
  * patterns.
  *
  *   offset  type            field
@@ -46,7 +47,11 @@
  *   v6:     u32, u32        the fit's size h, w (--size; 0, 0: none given)
  *           u32             K: class names (0 to 256)
  *           (u32, char[])   × K   each name's length (1 to 255) and bytes (no NUL)
- *   v7:     u32             the video folder's frame stride its clips were taken at (--frame-stride; 1 to 1000)
+ *   v7:     u32             the video folder's frame stride its clips were taken at (--frame-stride; 1 to 1000;
+ *                           from v8 also 0: none)
+ *   v8:     u32             a loss scaler follows: 0 or 1 (1 only with the training state)
+ *           f32             its scale
+ *           i32 × 3         its clean steps in a row, steps skipped, optimizer steps taken (prims.h: lam_scaler)
  *   always:
  *           u32             CRC-32 (zlib's crc32) of every byte before it
  *
@@ -66,6 +71,7 @@
  * the header says the file holds, and the CRC; only then does it build anything.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +85,7 @@
 
 #define CKPT_MAGIC "LAMCKPT" /* with its NUL: 8 bytes */
 #define CKPT_MAGIC_LEN 8
-#define CKPT_VERSION 7u
+#define CKPT_VERSION 8u
 #define CKPT_MAX_LAYERS 4096u /* far above any spec that fits in 1024 characters */
 
 /* ---- little-endian packing --------------------------------------------------------------------- */
@@ -169,13 +175,15 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
   if (t) size += 4 + 4 * 8 + 3 * 4; /* v3 */
   if (t) size += 4 + 4 + 8 + 4 + 8;  /* v4 */
   const size_t nnames = lam_names_count((const char *const *)m->class_names);
-  const uint32_t version = m->fit_stride ? 7u : m->fit_h || nnames ? 6u : m->in_t > 1 ? 5u : 4u;
+  const int scaler = t && t->scaler_set;
+  const uint32_t version = scaler ? 8u : m->fit_stride ? 7u : m->fit_h || nnames ? 6u : m->in_t > 1 ? 5u : 4u;
   if (version >= 5) size += 4;
   if (version >= 6) {
     size += 4 + 4 + 4;
     for (size_t k = 0; k < nnames; k++) size += 4 + strlen(m->class_names[k]);
   }
   if (version >= 7) size += 4;
+  if (version >= 8) size += 4 + 4 + 3 * 4;
   size += 4; /* CRC */
 
   size_t nhost = np > m->nstate ? np : m->nstate;
@@ -268,6 +276,14 @@ static lam_status build_image(const char *path, lam_model *m, const lam_trainer 
     }
   }
   if (version >= 7) put_u32(&b, (uint32_t)m->fit_stride);
+  if (version >= 8) {
+    const lam_scaler z = {0}, *ls = scaler ? &t->scaler : &z;
+    put_u32(&b, scaler ? 1u : 0u);
+    put_f32(&b, ls->scale);
+    put_u32(&b, (uint32_t)ls->clean);
+    put_u32(&b, (uint32_t)ls->skipped);
+    put_u32(&b, (uint32_t)ls->taken);
+  }
   if (b.len + 4 == b.cap) put_u32(&b, crc32_of(b.p, b.len));
   if (b.len != b.cap) { /* the size computed above and the fields written disagree: a bug here */
     free(b.p);
@@ -355,6 +371,8 @@ typedef struct ckpt {
   lam_lr_schedule lr_sched; /* v4 (constant before) */
   int32_t fit_h, fit_w;     /* v6 (0, 0 before) */
   int32_t fit_stride;       /* v7 (0 before) */
+  int scaler;               /* v8: a loss scaler's state, in ls */
+  lam_scaler ls;
   uint32_t nnames;          /* v6: class names, at names (u32 length, bytes each) */
   const uint8_t *names;
 } ckpt;
@@ -510,8 +528,21 @@ static lam_status parse(const char *path, const uint8_t *p, size_t len, ckpt *c)
   if (version >= 7) {
     if (!(q = take(&r, 4))) return TRUNCATED(path, &r);
     c->fit_stride = (int32_t)get_u32(q);
-    if (c->fit_stride < 1 || c->fit_stride > 1000)
+    if (c->fit_stride < (version >= 8 ? 0 : 1) || c->fit_stride > 1000)
       return CORRUPTED(path, "its frame stride %d is out of range (1 to 1000)", c->fit_stride);
+  }
+  c->scaler = 0;
+  if (version >= 8) {
+    if (!(q = take(&r, 4 + 4 + 3 * 4))) return TRUNCATED(path, &r);
+    c->scaler = get_u32(q) != 0;
+    c->ls = (lam_scaler){.scale = get_f32(q + 4), .clean = (int32_t)get_u32(q + 8), .skipped = (int32_t)get_u32(q + 12),
+                         .taken = (int32_t)get_u32(q + 16)};
+    if (c->scaler && (!c->train || !(c->ls.scale >= LAM_SCALE_FLOOR && isfinite(c->ls.scale)) || c->ls.clean < 0 ||
+                      c->ls.clean >= LAM_SCALE_GROWTH || c->ls.skipped < 0 || c->ls.taken < 0 ||
+                      (int64_t)c->ls.taken + c->ls.skipped > c->opt_step))
+      return CORRUPTED(path, "its loss scaler (scale %g, %d clean steps, %d skipped, %d taken) is out of range",
+                       (double)c->ls.scale, c->ls.clean, c->ls.skipped, c->ls.taken);
+    c->ls.inv = 1.0f / c->ls.scale;
   }
   if (!take(&r, 4)) return TRUNCATED(path, &r);
   if (r.off != len)
@@ -582,7 +613,7 @@ static lam_status make_model(lam_ctx *ctx, const char *path, const ckpt *c, lam_
   if (s == LAM_OK && c->version >= 2) s = lam_model_set_normalization(m, c->norm.c, c->norm.mean, c->norm.std);
   if (s == LAM_OK && c->version >= 2) s = lam_model_set_label_smoothing(m, c->smoothing);
   if (s == LAM_OK && c->version >= 6) s = set_fit(path, m, c);
-  if (s == LAM_OK && c->version >= 7) s = lam_model_set_frame_stride(m, c->fit_stride);
+  if (s == LAM_OK && c->version >= 7 && c->fit_stride) s = lam_model_set_frame_stride(m, c->fit_stride);
   float *host = NULL;
   size_t nhost = m->nparams > m->nstate ? m->nparams : m->nstate;
   if (s == LAM_OK) {
@@ -673,6 +704,7 @@ lam_status lam_checkpoint_load(lam_ctx *ctx, const char *path, lam_model **model
                      "set at batch %d has %d steps: resume on the data it was trained on", path, c.step_done, t->batch,
                      t->steps);
       if (s == LAM_OK) s = restore_opt(path, m, &c);
+      if (s == LAM_OK && c.scaler) t->scaler = c.ls, t->scaler_set = 1;
     }
   }
   free(bytes);

@@ -33,7 +33,7 @@ lam_fmt nn_choose_fmt(const lam_model *m) {
   if (!m->layout && m->ctx->be->nhwc_convs && !m->conv_im2col)
     for (int i = 0, a[2]; i < m->nnodes && !nhwc; i++)
       nhwc = m->node[i].op == &nn_op_convt || (m->node[i].op == &nn_op_conv && !nn_conv_block_shape(m, i, a));
-  return lam_fmt_of(nhwc && nn_bf16(m) ? LAM_DT_BF16 : LAM_DT_F32, nhwc);
+  return lam_fmt_of(nhwc ? nn_half(m) : LAM_DT_F32, nhwc);
 }
 
 /* The fusions, in the order they are tried (a node that one takes is not offered to the next). */
@@ -134,9 +134,9 @@ int nn_has_dropout(const lam_model *m) {
 
 lam_status nn_forward(lam_model *m, int B, int train) {
   if (train && nn_has_dropout(m)) LAM_TRY(m->ctx->be->step_advance(m->ctx, m->rng_ctr, 0, NULL)); /* a new mask per step */
-  if (m->fmt.dt == LAM_DT_BF16) { /* the weights as bfloat16 activations' layers read them, rounded once a step */
-    LAM_TRY(m->ctx->be->to_bf16(m->ctx, m->nparams, m->params, m->params_lo));
-    NN_PROF(m, "weights_bf16", 0);
+  if (m->fmt.dt != LAM_DT_F32) { /* the weights as 16-bit activations' layers read them, rounded once a step */
+    LAM_TRY(m->ctx->be->to_half(m->ctx, m->fmt.dt, m->nparams, m->params, m->params_lo));
+    NN_PROF(m, "weights_half", 0);
   }
   for (int i = 0; i < m->nnodes; i++) {
     nn_node *n = &m->node[i];
@@ -162,8 +162,8 @@ lam_status nn_loss(lam_model *m, int B, int backward, float smoothing, uint8_t *
   float scale = P == 1 ? 1.0f / (float)B : 1.0f;
   const float *count = P == 1 ? NULL : m->count;
   if (backward && count) LAM_TRY(ctx->be->label_count(ctx, (size_t)B * P, m->y, m->count));
-  LAM_TRY(ctx->be->xent(ctx, m->fmt, B, out->c, P, out->data, m->y, backward ? out->grad : NULL, scale, count, smoothing,
-                        m->stats, pred));
+  LAM_TRY(ctx->be->xent(ctx, m->fmt, B, out->c, P, out->data, m->y, backward ? out->grad : NULL, scale,
+                        backward ? m->lscale : NULL, count, smoothing, m->stats, pred));
   NN_PROF(m, "softmax_xent", 0);
   return LAM_OK;
 }

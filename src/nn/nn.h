@@ -139,12 +139,13 @@ struct lam_model {
   int output;              /* the last node's output tensor: the logits (classes, h, w) */
   size_t nparams, nstate;
   float *params, *grads;   /* flat, backend memory */
-  uint16_t *params_lo;     /* bf16 precision: weights rounded to bfloat16 for the GEMMs, refreshed at every
+  uint16_t *params_lo;     /* bf16/fp16 precision: weights rounded to 16 bits for the GEMMs, refreshed at every
                             * forward from params (the fp32 master copy); same offsets */
   float *state;            /* BatchNorm's running statistics (flat; not optimized) */
   float *opt_m, *opt_v;    /* optimizer state (momentum / Adam moments), allocated at the first step */
   lam_opt_kind opt_kind;   /* what opt_m/opt_v hold */
-  long opt_step;
+  long opt_step;            /* optimizer steps run (with loss scaling, skipped ones too: the draws count them) */
+  const float *lscale;      /* the trainer's loss scale (backend memory) while it queues a step; else NULL */
   uint64_t seed;           /* dropout's masks: the model's seed, the trainer's while a trainer runs it */
   lam_norm norm;           /* of the uint8 pixels, per channel (lam_model_set_normalization) */
   lam_fmt fmt;             /* how the activations and their gradients lie (nn_choose_fmt; the graph's passes and
@@ -200,7 +201,11 @@ static inline nn_tensor *nn_in(lam_model *m, const nn_node *n, int i) { return &
  * the frames of a clip are folded into the batch until a tpool). */
 static inline int nn_rows(const lam_model *m, const nn_node *n, int B) { return B * m->tensor[n->in[0]].t; }
 static inline nn_tensor *nn_out(lam_model *m, const nn_node *n) { return &m->tensor[n->out]; }
-static inline int nn_bf16(const lam_model *m) { return m->ctx->precision == LAM_PRECISION_BF16; }
+/* The 16-bit type the half precisions round GEMM operands (and NHWC activations) to: LAM_DT_BF16 or LAM_DT_F16;
+ * LAM_DT_F32 (0) in fp32 and tf32. */
+static inline int nn_half(const lam_model *m) {
+  return m->ctx->precision == LAM_PRECISION_BF16 ? LAM_DT_BF16 : m->ctx->precision == LAM_PRECISION_FP16 ? LAM_DT_F16 : LAM_DT_F32;
+}
 /* Bytes of one activation value in the model's format; p advanced by n values of it. */
 static inline size_t nn_esize(const lam_model *m) { return lam_dt_size(m->fmt.dt); }
 static inline void *nn_at(const lam_model *m, void *p, size_t n) { return (char *)p + n * nn_esize(m); }
@@ -268,7 +273,7 @@ int nn_conv_block_shape(const lam_model *m, int i, int a[2]);
 /* Builds the graph from the spec (spec.c): nodes, tensors, shapes, parameter and state offsets. */
 lam_status nn_parse_spec(lam_model *m, const char *spec);
 /* The format the activations take on this backend at this precision (graph.c): NCHW float32, or NHWC (float32,
- * or bfloat16 in the bf16 precision) where the backend's convolutions prefer it and the model has a conv that
+ * or the 16-bit type of the bf16 and fp16 precisions) where the backend's convolutions prefer it and the model has a conv that
  * runs on its own; LAMINA_LAYOUT (m->layout) forces a layout. */
 lam_fmt nn_choose_fmt(const lam_model *m);
 /* For the format f: gradients needed, views, fusion, in-place activations, and which gradient writes add
@@ -309,6 +314,6 @@ lam_status nn_opt_prepare(lam_model *m, const lam_opt *o);
 void nn_opt_schedule(const lam_model *m, const lam_opt *o, const lam_lr_schedule *ls, long t0, long steps_per_epoch,
                      int steps, float *sched);
 lam_status nn_lr_schedule_check(const lam_lr_schedule *s, const char *fn);
-lam_status nn_opt_step_sched(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k);
+lam_status nn_opt_step_sched(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k, const lam_scaler *ls);
 
 #endif

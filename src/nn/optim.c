@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "nn.h"
+#include "../math/optim.h"
 
 lam_opt lam_opt_default(lam_opt_kind kind) {
   lam_opt o = {.kind = kind, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
@@ -69,20 +70,20 @@ static lam_status check_opt(const char *fn, const lam_model *m, const lam_opt *o
 /* One optimizer step of o over the flat buffers: the scalars of step m->opt_step + 1 by value (and
  * counted here), or (sched, k non-NULL) read on the device from the trainer's table (the trainer counts
  * its steps: a captured step is queued once and replayed many times). */
-static lam_status opt_apply(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k) {
+static lam_status opt_apply(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k, const lam_scaler *ls) {
   lam_ctx *ctx = m->ctx;
   LAM_TRY(opt_state(m, o->kind, o->kind != LAM_OPT_SGD));
   if (!sched) m->opt_step++;
   if (o->kind == LAM_OPT_SGD)
     return ctx->be->sgd(ctx, m->nparams, m->params, m->grads, m->opt_m, o->lr, o->momentum, o->weight_decay,
-                        m->opt_step == 1, sched, k);
+                        m->opt_step == 1, sched, k, ls);
   return ctx->be->adam(ctx, m->nparams, m->params, m->grads, m->opt_m, m->opt_v, o->lr, o->beta1, o->beta2, o->eps,
-                       o->weight_decay, o->kind == LAM_OPT_ADAMW, m->opt_step, sched, k);
+                       o->weight_decay, o->kind == LAM_OPT_ADAMW, m->opt_step, sched, k, ls);
 }
 
 lam_status lam_model_step(lam_model *m, const lam_opt *o) {
   LAM_TRY(check_opt("lam_model_step", m, o));
-  return opt_apply(m, o, NULL, NULL);
+  return opt_apply(m, o, NULL, NULL, NULL);
 }
 
 lam_status nn_opt_prepare(lam_model *m, const lam_opt *o) {
@@ -101,8 +102,8 @@ void nn_opt_schedule(const lam_model *m, const lam_opt *o, const lam_lr_schedule
   }
 }
 
-lam_status nn_opt_step_sched(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k) {
-  return opt_apply(m, o, sched, k);
+lam_status nn_opt_step_sched(lam_model *m, const lam_opt *o, const float *sched, const int32_t *k, const lam_scaler *ls) {
+  return opt_apply(m, o, sched, k, ls);
 }
 
 lam_status lam_backprop_step(lam_ctx *ctx, size_t n, const float *error, const float *input, float lr, float *w) {

@@ -67,6 +67,39 @@ static lam_status upload_set(lam_ctx *ctx, const lam_dataset *d, uint8_t **image
 /* Training over ranks: several, or a GPU communicator of one (the same path, for tests). */
 static int ranked(const lam_trainer *t) { return t->coll.world > 1 || t->comm; }
 
+/* The fp16 precision scales its loss (prims.h: lam_scaler); the state is made at its first epoch. */
+static int scaling(const lam_trainer *t) { return t->m->ctx->precision == LAM_PRECISION_FP16 && t->d_scaler; }
+
+/* The scaler at an epoch's start: made (from 2^16, Adam's steps so far counted as taken) unless a checkpoint or an
+ * earlier epoch left one, and put on the device with this step's found flag clear. */
+static lam_status scaler_start(lam_trainer *t) {
+  lam_model *m = t->m;
+  if (m->ctx->precision != LAM_PRECISION_FP16) return LAM_OK;
+  if (!t->d_scaler) {
+    LAM_TRY(lam_mem_alloc(m->ctx, (void **)&t->d_scaler, sizeof *t->d_scaler));
+    m->gen++; /* a step captured without it is stale */
+  }
+  if (!t->scaler_set) {
+    t->scaler = (lam_scaler){.scale = LAM_SCALE_INIT, .inv = 1.0f / LAM_SCALE_INIT, .taken = (int32_t)m->opt_step};
+    t->scaler_set = 1;
+  }
+  t->scaler.found = 0, t->scaler.stuck = 0;
+  return lam_mem_upload(m->ctx, t->d_scaler, &t->scaler, sizeof t->scaler);
+}
+
+/* The scaler's state read back where the epoch's statistics are (its end, or a stop): no step waits for it. */
+static lam_status scaler_read(lam_trainer *t) {
+  if (!scaling(t)) return LAM_OK;
+  return lam_mem_download(t->m->ctx, &t->scaler, t->d_scaler, sizeof t->scaler);
+}
+
+lam_status lam_trainer_loss_scale(const lam_trainer *t, double *scale, long *skipped) {
+  LAM_CHECK_ARG(t && scale && skipped, "lam_trainer_loss_scale: NULL argument");
+  *scale = t->scaler_set ? (double)t->scaler.scale : 0.0;
+  *skipped = t->scaler_set ? (long)t->scaler.skipped : 0;
+  return LAM_OK;
+}
+
 void lam_trainer_free(lam_trainer *t) {
   if (!t) return;
   lam_ctx *ctx = t->m->ctx;
@@ -80,6 +113,7 @@ void lam_trainer_free(lam_trainer *t) {
   lam_mem_free(ctx, t->d_idx);
   lam_mem_free(ctx, t->d_state);
   lam_mem_free(ctx, t->d_sched);
+  lam_mem_free(ctx, t->d_scaler);
   free(t->h_idx);
   free(t->h_sched);
   free(t->h_sum);
@@ -506,12 +540,16 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
   }
   LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
   NN_PROF(m, "zero_grad", 0);
+  lam_scaler *ls = scaling(t) ? t->d_scaler : NULL;
   m->sync_batch = G; /* sync BN's global batch (a graph is captured for full batches only: G is theirs) */
   t->weight = (double)B / (double)G;            /* this rank's share of the batch: its gradients' weight */
   t->sent = m->nparams, t->bucket_ev = 0;       /* buckets: none sent yet */
   if (B > 0) {
     LAM_TRY(nn_forward(m, B, 1));
-    LAM_TRY(nn_loss(m, B, 1, m->smoothing, NULL));
+    m->lscale = ls ? &ls->scale : NULL; /* the loss's gradient scaled */
+    lam_status s = nn_loss(m, B, 1, m->smoothing, NULL);
+    m->lscale = NULL;
+    LAM_TRY(s);
     LAM_TRY(nn_backward(m, B));
   } else if (nn_has_dropout(m)) {
     /* A rank's empty share of a short last batch: no gradient of its own, but the same step as the
@@ -522,7 +560,13 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
     LAM_TRY(sum_grads(t));
     NN_PROF(m, "allreduce", 0);
   }
-  LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1));
+  if (ls) { /* the step taken or skipped, decided on the device */
+    LAM_TRY(be->zero(ctx, &ls->found, sizeof ls->found));
+    LAM_TRY(be->grad_check(ctx, m->nparams, m->grads, ls));
+    LAM_TRY(be->scaler_update(ctx, ls, t->opt.kind != LAM_OPT_SGD, t->opt.beta1, t->opt.beta2, t->d_sched, t->d_state + 1));
+    NN_PROF(m, "loss_scale", 0);
+  }
+  LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1, ls));
   NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
   return be->step_advance(ctx, t->d_state, B, m->stats); /* and notes the first step with a non-finite loss */
 }
@@ -625,6 +669,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   /* the optimizer's scalars for this epoch's steps (row k is the epoch's step k: the table starts where
    * the epoch did), and both device-side counters at the first step */
   LAM_TRY(nn_opt_prepare(m, &t->opt));
+  LAM_TRY(scaler_start(t));
   m->opt_step -= first;
   nn_opt_schedule(m, &t->opt, &t->lr_sched, (long)t->epochs_done * t->steps, t->steps, t->steps, t->h_sched);
   m->opt_step += first;
@@ -645,6 +690,7 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
   if (s != LAM_OK) return s;
   float st[4];
   LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the epoch's last step */
+  LAM_TRY(scaler_read(t));
   if (ranked(t)) LAM_TRY(sum_stats(t, st)); /* the epoch's sums over all ranks */
   double secs = (lam_now_ms() - t0) / 1e3;
   t->epoch_ms = secs * 1e3;
@@ -663,6 +709,11 @@ lam_status lam_trainer_epoch(lam_trainer *t, lam_progress_fn cb, void *user, int
                     "longer finite and this model cannot train on; start again (or from the last checkpoint) with a "
                     "lower learning rate or momentum", t->epochs_done, at, isnan(out->train_loss) ? "NaN" : "infinite");
   }
+  if (scaling(t) && t->scaler.stuck)
+    return LAM_FAIL(LAM_ERR_DIVERGED, "training diverged in epoch %d at step %d of %d: its gradients overflowed fp16 "
+                    "even at loss scale %g, the lowest, so every step from there was skipped; train in bf16 (same speed, "
+                    "fp32's range) or start again with a lower learning rate", t->epochs_done, t->scaler.stuck, t->steps,
+                    (double)LAM_SCALE_FLOOR);
   LAM_TRY(check_params(t));
   if (ranked(t)) LAM_TRY(check_replicas(t));
   return LAM_OK;
@@ -722,6 +773,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
     if (stop && step + 1 < steps) { /* asked to stop: hold the epoch's place */
       float st[4];
       LAM_TRY(lam_mem_download(ctx, st, m->stats, sizeof st)); /* waits for the step in flight */
+      LAM_TRY(scaler_read(t));
       if (ranked(t)) LAM_TRY(sum_stats(t, st));
       memcpy(t->part, st, sizeof t->part);
       t->step_done = step + 1;

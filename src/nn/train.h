@@ -44,6 +44,9 @@ struct lam_trainer {
   size_t sent;                  /* this step's gradients from here up are summed (or being summed) */
   size_t bucket_ev;             /* the next event slot of this step */
   double weight;                /* this step's gradients' weight: the rank's share of the global batch */
+  lam_scaler *d_scaler;         /* fp16: the loss scaler in backend memory (prims.h), made at the first epoch */
+  lam_scaler scaler;            /* its host copy: as of the last epoch's end or stop, or a checkpoint's */
+  int scaler_set;               /* scaler holds a state (else the first fp16 epoch starts one) */
 };
 
 #endif

@@ -161,9 +161,22 @@ class Precision(unittest.TestCase):
         m32.close()
         m16.close()
 
+    def test_fp16_fit_scales_its_loss(self):
+        x, y = data(256, seed=4)
+        m = lamina.Model(SPEC, input_shape=(12, 12), device=DEV, seed=5, precision="fp16")
+        self.assertEqual(m.precision, "fp16")
+        h = m.fit(x, y, epochs=2, batch_size=32, verbose=0)
+        for rec in h:  # the trainer's scaler, read where the epoch's statistics are
+            self.assertGreaterEqual(rec["loss_scale"], 1)
+            self.assertGreaterEqual(rec["skipped_steps"], 0)
+        self.assertLess(h[1]["loss"], h[0]["loss"])
+        h32 = lamina.Model(SPEC, input_shape=(12, 12), device=DEV, seed=5).fit(x, y, epochs=1, batch_size=32, verbose=0)
+        self.assertNotIn("loss_scale", h32[0])  # fp32 does not scale
+        m.close()
+
     def test_bad_precision(self):
-        with self.assertRaisesRegex(ValueError, "precision 'fp16' is not one of 'fp32', 'tf32', 'bf16'"):
-            lamina.Model("mlp", device=DEV, precision="fp16")
+        with self.assertRaisesRegex(ValueError, "precision 'fp8' is not one of 'fp32', 'tf32', 'bf16', 'fp16'"):
+            lamina.Model("mlp", device=DEV, precision="fp8")
         with self.assertRaisesRegex(TypeError, "precision must be one of"):
             lamina.Model("mlp", device=DEV, precision=16)
         with self.assertRaises(lamina.LaminaError) as cm:  # tensor cores' format: CUDA only

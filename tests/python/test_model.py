@@ -60,7 +60,7 @@ class Folders(unittest.TestCase):
         self.assertAlmostEqual(ev["mean_iou"], h[-1]["test_mean_iou"], places=9)
         with open(log) as f:
             rows = [r.split(",") for r in f.read().splitlines()]
-        self.assertEqual(rows[0][-2:], ["val_miou", "test_miou"])
+        self.assertEqual(rows[0][9:], ["val_miou", "test_miou", "loss_scale", "skipped_steps"])
         self.assertEqual([r[9] for r in rows[1:]], ["", ""])
         self.assertEqual([float(r[10]) for r in rows[1:]], [float(f"{r['test_mean_iou']:.6g}") for r in h])
         with self.assertRaisesRegex(TypeError, "no y"):
@@ -364,9 +364,9 @@ class Training(unittest.TestCase):
         with open(log) as f:
             rows = f.read().splitlines()
         self.assertEqual(rows[0], "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,"
-                                  "val_miou,test_miou")
+                                  "val_miou,test_miou,loss_scale,skipped_steps")
         self.assertEqual([r.split(",")[0] for r in rows[1:]], ["1", "2", "3"])
-        self.assertEqual([r.split(",")[9:] for r in rows[1:]], [["", ""]] * 3, "a label per image: no mean IoU")
+        self.assertEqual([r.split(",")[9:] for r in rows[1:]], [["", "", "", ""]] * 3, "a label per image, fp32: no mean IoU, no loss scale")
         # early_stop: with lr 0 nothing improves after epoch 1, so 2 epochs of patience stop after epoch 3
         h = py.fit(self.x[:n], self.y[:n], epochs=8, optimizer="sgd", lr=0.0, verbose=0, val_split=0.25, early_stop=2)
         self.assertEqual(len(h), 3)

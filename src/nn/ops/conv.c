@@ -97,18 +97,18 @@ static size_t planes(const lam_model *m, const nn_node *n, int B) {
 }
 
 /* The conv GEMM: G (OC, B*P) = W (OC, K) x col (K, B*P), col the im2col of the input (n->aux), into
- * scratch. bf16: col is written as bfloat16 and W rounded into params_lo. */
+ * scratch. bf16/fp16: col is written as 16-bit floats and W rounded into params_lo. */
 static lam_status conv_gemm_fwd(lam_model *m, nn_node *n, int B) {
   const lam_backend *be = m->ctx->be;
   lam_conv_geom g = conv_geom(m, n);
   int K = (int)taps(m, n), BP = (int)planes(m, n, B), li = nn_index(m, n) + 1;
-  LAM_TRY(be->im2col(m->ctx, &g, B, (const float *)nn_in(m, n, 0)->data, n->aux, nn_bf16(m)));
+  LAM_TRY(be->im2col(m->ctx, &g, B, (const float *)nn_in(m, n, 0)->data, n->aux, nn_half(m)));
   NN_PROF(m, "conv.im2col", li);
-  if (nn_bf16(m)) {
+  if (nn_half(m)) {
     uint16_t *Wlo = m->params_lo + n->w_off;
-    LAM_TRY(be->to_bf16(m->ctx, (size_t)n->oc * K, m->params + n->w_off, Wlo));
-    LAM_TRY(be->gemm_bf16(m->ctx, 0, 0, n->oc, BP, K, 1.0f, Wlo, K, (const uint16_t *)n->aux, BP, 0.0f, m->scratch, 0,
-                          BP));
+    LAM_TRY(be->to_half(m->ctx, nn_half(m), (size_t)n->oc * K, m->params + n->w_off, Wlo));
+    LAM_TRY(be->gemm_half(m->ctx, nn_half(m), 0, 0, n->oc, BP, K, 1.0f, Wlo, K, (const uint16_t *)n->aux, BP, 0.0f,
+                          m->scratch, 0, BP));
   } else {
     LAM_TRY(be->gemm(m->ctx, 0, 0, n->oc, BP, K, 1.0f, m->params + n->w_off, K, n->aux, BP, 0.0f, m->scratch, BP));
   }
@@ -116,30 +116,31 @@ static lam_status conv_gemm_fwd(lam_model *m, nn_node *n, int B) {
   return LAM_OK;
 }
 
-/* Where the bf16 precision keeps a conv's transposed gradient as bfloat16, within scratch. */
+/* Where the half precisions keep a conv's transposed gradient as 16-bit floats, within scratch. */
 static size_t dy16_offset(const nn_node *n, size_t BP) { return ((size_t)n->oc * BP + 3) / 4 * 4; }
 static uint16_t *conv_dy16(const lam_model *m, const nn_node *n, int B) {
   return (uint16_t *)(m->scratch + dy16_offset(n, planes(m, n, B)));
 }
 
 /* The conv's backward from dyT (OC, B*P) in scratch: dW += dyT col^T and, if the input needs it, its
- * gradient = col2im(W^T dyT). bf16: dyT rounded to bfloat16 first (unless dy16_ready: the fused block
- * wrote it so); the column gradient is bfloat16 too (col2im sums in fp32). */
+ * gradient = col2im(W^T dyT). bf16/fp16: dyT rounded to 16 bits first (unless dy16_ready: the fused block
+ * wrote it so); the column gradient is 16-bit too (col2im sums in fp32). */
 static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   lam_conv_geom g = conv_geom(m, n);
   int K = (int)taps(m, n), BP = (int)planes(m, n, B), li = nn_index(m, n) + 1;
   float *dyT = m->scratch, *dW = m->grads + n->w_off, *din = (float *)nn_din(m, n, 0);
-  if (nn_bf16(m)) {
+  const int dt = nn_half(m);
+  if (dt) {
     uint16_t *dy16 = conv_dy16(m, n, B), *dcol16 = dy16 + (size_t)n->oc * BP;
-    if (!dy16_ready) LAM_TRY(be->to_bf16(ctx, (size_t)n->oc * BP, dyT, dy16));
-    LAM_TRY(be->gemm_bf16(ctx, 0, 1, n->oc, K, BP, 1.0f, dy16, BP, (const uint16_t *)n->aux, BP, 1.0f, dW, 0, K));
+    if (!dy16_ready) LAM_TRY(be->to_half(ctx, dt, (size_t)n->oc * BP, dyT, dy16));
+    LAM_TRY(be->gemm_half(ctx, dt, 0, 1, n->oc, K, BP, 1.0f, dy16, BP, (const uint16_t *)n->aux, BP, 1.0f, dW, 0, K));
     NN_PROF(m, "conv.gemm_dw", li);
     if (!din) return LAM_OK;
-    LAM_TRY(be->gemm_bf16(ctx, 1, 0, K, BP, n->oc, 1.0f, m->params_lo + n->w_off, K, dy16, BP, 0.0f, dcol16, 1, BP));
+    LAM_TRY(be->gemm_half(ctx, dt, 1, 0, K, BP, n->oc, 1.0f, m->params_lo + n->w_off, K, dy16, BP, 0.0f, dcol16, 1, BP));
     NN_PROF(m, "conv.gemm_dx", li);
-    LAM_TRY(be->col2im(ctx, &g, B, dcol16, 1, nn_adds(n, 0), din));
+    LAM_TRY(be->col2im(ctx, &g, B, dcol16, dt, nn_adds(n, 0), din));
   } else {
     float *dcol = m->scratch + (size_t)n->oc * BP;
     LAM_TRY(be->gemm(ctx, 0, 1, n->oc, K, BP, 1.0f, dyT, BP, n->aux, BP, 1.0f, dW, K));
@@ -147,7 +148,7 @@ static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready)
     if (!din) return LAM_OK;
     LAM_TRY(be->gemm(ctx, 1, 0, K, BP, n->oc, 1.0f, m->params + n->w_off, K, dyT, BP, 0.0f, dcol, BP));
     NN_PROF(m, "conv.gemm_dx", li);
-    LAM_TRY(be->col2im(ctx, &g, B, dcol, 0, nn_adds(n, 0), din));
+    LAM_TRY(be->col2im(ctx, &g, B, dcol, LAM_DT_F32, nn_adds(n, 0), din));
   }
   NN_PROF(m, "conv.col2im", li);
   return LAM_OK;
@@ -156,10 +157,10 @@ static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready)
 static const float *bias_of(const lam_model *m, const nn_node *n) { return n->nb ? m->params + n->b_off : NULL; }
 static float *dbias_of(const lam_model *m, const nn_node *n) { return n->nb ? m->grads + n->b_off : NULL; }
 
-/* Whether this conv runs as the conv2d primitives: always in NHWC; in NCHW when not fused, not the bf16
- * precision's own GEMMs and not LAMINA_CONV=im2col. */
+/* Whether this conv runs as the conv2d primitives: always in NHWC; in NCHW when not fused, not the half
+ * precisions' own GEMMs and not LAMINA_CONV=im2col. */
 static int whole_conv(const lam_model *m, const nn_node *n) {
-  return m->fmt.nhwc || (!n->fuse && !nn_bf16(m) && !m->conv_im2col);
+  return m->fmt.nhwc || (!n->fuse && !nn_half(m) && !m->conv_im2col);
 }
 
 /* The weights as the conv2d primitives take them in the model's format: the float32 params, or (bfloat16
@@ -250,11 +251,11 @@ static lam_status conv_block_bwd(lam_model *m, nn_node *n, int B) {
     NN_PROF(m, "conv_relu_pool.direct_bwd", li);
     return LAM_OK;
   }
-  void *dG = nn_bf16(m) ? (void *)conv_dy16(m, n, B) : (void *)m->scratch; /* bf16: straight into the GEMMs' form */
-  LAM_TRY(be->conv_pool_bwd(m->ctx, &pg, B, (const float *)y->grad, (const float *)y->data, pool->aux, dG, nn_bf16(m),
+  void *dG = nn_half(m) ? (void *)conv_dy16(m, n, B) : (void *)m->scratch; /* 16-bit: straight into the GEMMs' form */
+  LAM_TRY(be->conv_pool_bwd(m->ctx, &pg, B, (const float *)y->grad, (const float *)y->data, pool->aux, dG, nn_half(m),
                             dbias_of(m, n)));
   NN_PROF(m, "conv_relu_pool.bwd", li);
-  return conv_gemm_bwd(m, n, B, nn_bf16(m));
+  return conv_gemm_bwd(m, n, B, nn_half(m) != 0);
 }
 int nn_conv_block_shape(const lam_model *m, int i, int a[2]) {
   const nn_node *c = &m->node[i];
@@ -274,12 +275,12 @@ static void conv_block_setup(lam_model *m, nn_node *c) {
 const nn_fusion nn_fusion_conv_block = {.name = "conv_relu_pool", .kind = NN_FUSE_POOL, .match = conv_block_match,
                                         .setup = conv_block_setup, .fwd = conv_block_fwd, .bwd = conv_block_bwd};
 
-/* im2col (K, B*P) as float; the bf16 precision uses the first half. None for the direct block and for a
+/* im2col (K, B*P) as float; the half precisions use the first half. None for the direct block and for a
  * whole conv (which keeps its input instead). */
 static size_t conv_aux(const lam_model *m, const nn_node *n, int B) {
   return n->fuse == NN_FUSE_DIRECT || whole_conv(m, n) ? 0 : taps(m, n) * planes(m, n, B) * sizeof(float);
 }
-/* fp32: dyT (OC, BP) then dcol (K, BP); bf16: dyT, then (16-byte aligned) dyT and dcol as bfloat16;
+/* fp32: dyT (OC, BP) then dcol (K, BP); bf16/fp16: dyT, then (16-byte aligned) dyT and dcol as 16-bit;
  * the direct block's partial sums. */
 static size_t conv_scratch(const lam_model *m, const nn_node *n, int B) {
   if (whole_conv(m, n)) {
@@ -289,8 +290,8 @@ static size_t conv_scratch(const lam_model *m, const nn_node *n, int B) {
     return (bytes + sizeof(float) - 1) / sizeof(float);
   }
   size_t K = taps(m, n), BP = planes(m, n, B);
-  size_t f32 = ((size_t)n->oc + K) * BP, bf16 = dy16_offset(n, BP) + (((size_t)n->oc + K) * BP + 1) / 2;
-  size_t need = f32 > bf16 ? f32 : bf16;
+  size_t f32 = ((size_t)n->oc + K) * BP, f16 = dy16_offset(n, BP) + (((size_t)n->oc + K) * BP + 1) / 2;
+  size_t need = f32 > f16 ? f32 : f16;
   if (n->fuse == NN_FUSE_DIRECT) {
     const nn_tensor *y = &m->tensor[m->node[n->tail].out];
     need = lam_direct_work_floats(n->oc, (int)K, (size_t)B * y->h * y->w);

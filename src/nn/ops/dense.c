@@ -1,8 +1,8 @@
 /* dense.c — the fully connected layer y (B, out) = x (B, in) W^T + b, and flatten, which makes an image
  * (c, h, w) the flat (c*h*w) a dense layer reads: a view of the same memory in NCHW, a copy in NCHW order
- * from NHWC (the order of PyTorch's weights). In the bf16 precision with float32 activations x and W are
- * rounded here (x kept in the node's aux for backward), so both backends round alike; with bfloat16
- * activations x is bfloat16 already and W is params_lo (nn_forward rounds it). */
+ * from NHWC (the order of PyTorch's weights). In the bf16 and fp16 precisions with float32 activations x and W are
+ * rounded here (x kept in the node's aux for backward), so both backends round alike; with 16-bit
+ * activations x is 16-bit already and W is params_lo (nn_forward rounds it). */
 #include <math.h>
 
 #include "../nn.h"
@@ -31,13 +31,13 @@ static void dense_init(const lam_model *m, const nn_node *n, void *rng, float *p
     params[n->w_off + j] = (float)((2.0 * lam_rng_uniform(rng) - 1.0) * bound);
 }
 
-/* bfloat16 activations: y (bfloat16) = x W^T + b; dW += dy^T x, db += the column sums of dy, dx = dy W. */
+/* 16-bit activations: y (16-bit) = x W^T + b; dW += dy^T x, db += the column sums of dy, dx = dy W. */
 static lam_status dense16_fwd(lam_model *m, nn_node *n, int B) {
   lam_ctx *ctx = m->ctx;
   int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
   void *y = nn_out(m, n)->data;
-  LAM_TRY(ctx->be->gemm_bf16(ctx, 0, 1, B, out, in, 1.0f, nn_in(m, n, 0)->data, in, m->params_lo + n->w_off, in, 0.0f,
-                             y, 1, out));
+  LAM_TRY(ctx->be->gemm_half(ctx, m->fmt.dt, 0, 1, B, out, in, 1.0f, nn_in(m, n, 0)->data, in, m->params_lo + n->w_off,
+                             in, 0.0f, y, 1, out));
   return ctx->be->channel_bias_fwd(ctx, m->fmt, B, out, 1, y, m->params + n->b_off);
 }
 static lam_status dense16_bwd(lam_model *m, nn_node *n, int B) {
@@ -45,26 +45,29 @@ static lam_status dense16_bwd(lam_model *m, nn_node *n, int B) {
   int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
   const void *dy = nn_out(m, n)->grad;
   void *din = nn_din(m, n, 0);
-  LAM_TRY(ctx->be->gemm_bf16(ctx, 1, 0, out, in, B, 1.0f, dy, out, nn_in(m, n, 0)->data, in, 1.0f, m->grads + n->w_off,
-                             0, in));
+  LAM_TRY(ctx->be->gemm_half(ctx, m->fmt.dt, 1, 0, out, in, B, 1.0f, dy, out, nn_in(m, n, 0)->data, in, 1.0f,
+                             m->grads + n->w_off, 0, in));
   LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, out, 1, dy, m->grads + n->b_off));
-  if (din) LAM_TRY(ctx->be->gemm_bf16(ctx, 0, 0, B, in, out, 1.0f, dy, out, m->params_lo + n->w_off, in, 0.0f, din, 1, in));
+  if (din)
+    LAM_TRY(ctx->be->gemm_half(ctx, m->fmt.dt, 0, 0, B, in, out, 1.0f, dy, out, m->params_lo + n->w_off, in, 0.0f, din, 1,
+                               in));
   return LAM_OK;
 }
 
 static lam_status dense_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
-  if (m->fmt.dt == LAM_DT_BF16) return dense16_fwd(m, n, B);
+  if (m->fmt.dt != LAM_DT_F32) return dense16_fwd(m, n, B);
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   const float *x = nn_in(m, n, 0)->data, *W = m->params + n->w_off;
   float *y = nn_out(m, n)->data;
   int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
-  if (nn_bf16(m)) {
+  const int dt = nn_half(m);
+  if (dt) {
     uint16_t *xlo = n->aux, *Wlo = m->params_lo + n->w_off;
-    LAM_TRY(be->to_bf16(ctx, (size_t)B * in, x, xlo));
-    LAM_TRY(be->to_bf16(ctx, (size_t)out * in, W, Wlo));
-    LAM_TRY(be->gemm_bf16(ctx, 0, 1, B, out, in, 1.0f, xlo, in, Wlo, in, 0.0f, y, 0, out));
+    LAM_TRY(be->to_half(ctx, dt, (size_t)B * in, x, xlo));
+    LAM_TRY(be->to_half(ctx, dt, (size_t)out * in, W, Wlo));
+    LAM_TRY(be->gemm_half(ctx, dt, 0, 1, B, out, in, 1.0f, xlo, in, Wlo, in, 0.0f, y, 0, out));
   } else {
     LAM_TRY(be->gemm(ctx, 0, 1, B, out, in, 1.0f, x, in, W, in, 0.0f, y, out));
   }
@@ -73,18 +76,19 @@ static lam_status dense_fwd(lam_model *m, nn_node *n, int B, int train) {
 
 /* dW (out, in) += dy^T x; db += column sums of dy; dx (B, in) = dy W */
 static lam_status dense_bwd(lam_model *m, nn_node *n, int B) {
-  if (m->fmt.dt == LAM_DT_BF16) return dense16_bwd(m, n, B);
+  if (m->fmt.dt != LAM_DT_F32) return dense16_bwd(m, n, B);
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   const float *x = nn_in(m, n, 0)->data, *W = m->params + n->w_off, *dy = nn_out(m, n)->grad;
   float *dW = m->grads + n->w_off, *db = m->grads + n->b_off, *din = (float *)nn_din(m, n, 0);
   int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
-  if (nn_bf16(m)) { /* dy rounded; x and W as the forward rounded them */
+  const int dt = nn_half(m);
+  if (dt) { /* dy rounded; x and W as the forward rounded them */
     uint16_t *dylo = (uint16_t *)m->scratch, *xlo = n->aux, *Wlo = m->params_lo + n->w_off;
-    LAM_TRY(be->to_bf16(ctx, (size_t)B * out, dy, dylo));
-    LAM_TRY(be->gemm_bf16(ctx, 1, 0, out, in, B, 1.0f, dylo, out, xlo, in, 1.0f, dW, 0, in));
+    LAM_TRY(be->to_half(ctx, dt, (size_t)B * out, dy, dylo));
+    LAM_TRY(be->gemm_half(ctx, dt, 1, 0, out, in, B, 1.0f, dylo, out, xlo, in, 1.0f, dW, 0, in));
     LAM_TRY(be->bias_grad(ctx, B, out, dy, db));
-    if (din) LAM_TRY(be->gemm_bf16(ctx, 0, 0, B, in, out, 1.0f, dylo, out, Wlo, in, 0.0f, din, 0, in));
+    if (din) LAM_TRY(be->gemm_half(ctx, dt, 0, 0, B, in, out, 1.0f, dylo, out, Wlo, in, 0.0f, din, 0, in));
     return LAM_OK;
   }
   LAM_TRY(be->gemm(ctx, 1, 0, out, in, B, 1.0f, dy, out, x, in, 1.0f, dW, in));
@@ -93,10 +97,10 @@ static lam_status dense_bwd(lam_model *m, nn_node *n, int B) {
   return LAM_OK;
 }
 
-static size_t dense_aux(const lam_model *m, const nn_node *n, int B) { /* x as bfloat16 (bf16 precision) */
-  return m->fmt.dt == LAM_DT_BF16 ? 0 : (size_t)B * nn_size(&m->tensor[n->in[0]]) * sizeof(uint16_t);
+static size_t dense_aux(const lam_model *m, const nn_node *n, int B) { /* x as 16-bit (half precisions) */
+  return m->fmt.dt != LAM_DT_F32 ? 0 : (size_t)B * nn_size(&m->tensor[n->in[0]]) * sizeof(uint16_t);
 }
-static size_t dense_scratch(const lam_model *m, const nn_node *n, int B) { /* bf16: dy as bfloat16 */
+static size_t dense_scratch(const lam_model *m, const nn_node *n, int B) { /* half precisions: dy as 16-bit */
   (void)m;
   return ((size_t)B * n->oc + 1) / 2;
 }

@@ -1,22 +1,25 @@
-/* test_bf16.c — the bf16 precision (issue #5): GEMM operands rounded to bfloat16, sums in fp32, fp32
- * master weights. The CPU emulates it (same rounding, no speed), which makes the CPU the oracle for the
- * GPU's bf16 path, whose convs keep their im2col and column gradient as bfloat16.
+/* test_half.c — the 16-bit precisions, bf16 and fp16: GEMM operands rounded to bfloat16 or IEEE half, sums in fp32,
+ * fp32 master weights. The CPU emulates them (same rounding, no speed), which makes the CPU the oracle for the GPU's
+ * 16-bit paths, whose convs keep their im2col and column gradient as 16-bit floats. Every case runs in each of the
+ * two (g_p).
  *
- * On the CPU: bf16 moves the logits and gradients away from fp32 (the rounding is really applied) by a
- * bf16-sized amount (below 5% of each tensor's scale), and training steps run. With "cuda" (CTest label
- * gpu; exit 77 without a device): the CUDA backend in bf16, same parameters and inputs as the CPU in
- * bf16, with fusion after the GEMM only (lam_model_options fuse 1, so both run every conv through im2col and a
+ * On the CPU: the precision moves the logits and gradients away from fp32 (the rounding is really applied) by a
+ * 16-bit-sized amount (below 5% of each tensor's scale), and training steps run. With "cuda" (CTest label
+ * gpu; exit 77 without a device): the CUDA backend in the precision, same parameters and inputs as the CPU in it,
+ * with fusion after the GEMM only (lam_model_options fuse 1, so both run every conv through im2col and a
  * GEMM): logits, loss and the last layer's gradients within 1e-4 of their scale (both round the same
  * fp32 values; only the order of summation differs, and values that sit on a rounding boundary; seen
- * on the H200: ~1e-6, against 2e-3 to 4e-3 between bf16 and fp32), and closer to the CPU's bf16 than
+ * on the H200 in bf16: ~1e-6, against 2e-3 to 4e-3 between bf16 and fp32), and closer to the CPU's than
  * fp32 is — so the GPU did round. Earlier layers' gradients pass through
  * relu and max-pool kinks, where the two backends may take different sides: compared at 5e-2. Then the
- * default path (direct fp32 first layer) in bf16 trains: loss falls over a few steps.
- * Also: "bf16" parses, "fp16" is refused as not implemented, a misspelling as unknown. */
+ * default path (direct fp32 first layer) trains: loss falls over a few steps.
+ * Also: "bf16" and "fp16" parse, a misspelling is unknown. */
 #include "testutil.h"
 
 static lam_device g_devkind = LAM_DEVICE_CPU;
 static lam_ctx *g_cpu, *g_dev;
+static lam_precision g_p = LAM_PRECISION_BF16; /* the 16-bit precision under test */
+#define PNAME lam_precision_str(g_p)
 
 typedef struct bcase {
   const char *spec;
@@ -68,7 +71,7 @@ static void run_in(lam_ctx *ctx, const bcase *bc, lam_precision p, const char *f
 }
 /* In NCHW: the precision's rounded GEMM operands on float32 activations, as this test was written for (the
  * CUDA backend's default puts a model with a conv of its own in NHWC, whose bf16 activations are bfloat16:
- * test_bf16_nhwc). */
+ * test_half_nhwc). */
 static void run(lam_ctx *ctx, const bcase *bc, lam_precision p, const char *fuse, const float *params, size_t np,
                 uint64_t seed, result *r) {
   run_in(ctx, bc, p, fuse, "nchw", params, np, seed, r);
@@ -101,7 +104,7 @@ static float *case_params(const bcase *bc, size_t *np, size_t *nl) {
   return p;
 }
 
-static void test_bf16_cpu_rounds(void **state) {
+static void test_half_cpu_rounds(void **state) {
   (void)state;
   for (size_t k = 0; k < sizeof k_cases / sizeof k_cases[0]; k++) {
     const bcase *bc = &k_cases[k];
@@ -112,10 +115,10 @@ static void test_bf16_cpu_rounds(void **state) {
     alloc_result(&f, nl, np);
     alloc_result(&b, nl, np);
     run(g_cpu, bc, LAM_PRECISION_FP32, NULL, p, np, seed, &f);
-    run(g_cpu, bc, LAM_PRECISION_BF16, NULL, p, np, seed, &b);
+    run(g_cpu, bc, g_p, NULL, p, np, seed, &b);
     double dl = rel_diff(b.logits, f.logits, nl), dg = rel_diff(b.grads + np - bc->tail, f.grads + np - bc->tail, bc->tail);
-    print_message("  cpu %s: bf16 vs fp32: logits %.2e, last layer's gradients %.2e of scale; loss %.6f vs %.6f\n",
-                  bc->spec, dl, dg, b.loss, f.loss);
+    print_message("  cpu %s: %s vs fp32: logits %.2e, last layer's gradients %.2e of scale; loss %.6f vs %.6f\n",
+                  bc->spec, PNAME, dl, dg, b.loss, f.loss);
     assert_true(dl > 1e-5);  /* rounded: fp32 reorderings alone stay near 1e-6 */
     assert_true(dl < 5e-2);  /* by bf16's 2^-9, not broken */
     assert_true(dg < 5e-2);
@@ -124,7 +127,7 @@ static void test_bf16_cpu_rounds(void **state) {
   }
 }
 
-static void test_bf16_cuda_matches_cpu(void **state) {
+static void test_half_cuda_matches_cpu(void **state) {
   (void)state;
   if (!g_dev) skip();
   for (size_t k = 0; k < sizeof k_cases / sizeof k_cases[0]; k++) {
@@ -136,15 +139,15 @@ static void test_bf16_cuda_matches_cpu(void **state) {
     alloc_result(&cpu, nl, np);
     alloc_result(&dev, nl, np);
     alloc_result(&dev32, nl, np);
-    run(g_cpu, bc, LAM_PRECISION_BF16, "1", p, np, seed, &cpu);
-    run(g_dev, bc, LAM_PRECISION_BF16, "1", p, np, seed, &dev);
+    run(g_cpu, bc, g_p, "1", p, np, seed, &cpu);
+    run(g_dev, bc, g_p, "1", p, np, seed, &dev);
     run(g_dev, bc, LAM_PRECISION_FP32, "1", p, np, seed, &dev32);
     size_t head = np - bc->tail;
     double dl = rel_diff(dev.logits, cpu.logits, nl), dt = rel_diff(dev.grads + head, cpu.grads + head, bc->tail);
     double dh = head ? rel_diff(dev.grads, cpu.grads, head) : 0, d32 = rel_diff(dev32.logits, cpu.logits, nl);
-    print_message("  cuda %s: bf16 vs the cpu's bf16: logits %.2e, last layer's gradients %.2e, earlier %.2e; "
-                  "loss %.6f vs %.6f; cuda fp32 vs the cpu's bf16: logits %.2e\n",
-                  bc->spec, dl, dt, dh, dev.loss, cpu.loss, d32);
+    print_message("  cuda %s: %s vs the cpu's: logits %.2e, last layer's gradients %.2e, earlier %.2e; "
+                  "loss %.6f vs %.6f; cuda fp32 vs the cpu's %s: logits %.2e\n",
+                  bc->spec, PNAME, dl, dt, dh, dev.loss, cpu.loss, PNAME, d32);
     assert_true(dl <= 1e-4);
     assert_true(dt <= 1e-4);
     assert_true(dh <= 5e-2);
@@ -162,7 +165,7 @@ static void test_bf16_cuda_matches_cpu(void **state) {
  * near a rounding boundary may round to the neighbouring bfloat16 (2^-8 apart) on one backend, which the
  * layers after carry on: the logits and last layer's gradients are compared at 1e-2 of their scale and must be
  * nearer the CPU's bf16 than the device's fp32 is; earlier layers' gradients at 5e-2 (kinks, as above). */
-static void test_bf16_nhwc(void **state) {
+static void test_half_nhwc(void **state) {
   (void)state;
   for (size_t k = 0; k < sizeof k_cases / sizeof k_cases[0]; k++) {
     const bcase *bc = &k_cases[k];
@@ -172,22 +175,22 @@ static void test_bf16_nhwc(void **state) {
     result f, b, dev, dev32;
     alloc_result(&f, nl, np), alloc_result(&b, nl, np);
     run_in(g_cpu, bc, LAM_PRECISION_FP32, NULL, "nhwc", p, np, seed, &f);
-    run_in(g_cpu, bc, LAM_PRECISION_BF16, NULL, "nhwc", p, np, seed, &b);
+    run_in(g_cpu, bc, g_p, NULL, "nhwc", p, np, seed, &b);
     double dl = rel_diff(b.logits, f.logits, nl), dg = rel_diff(b.grads + np - bc->tail, f.grads + np - bc->tail, bc->tail);
-    print_message("  cpu nhwc %s: bf16 vs fp32: logits %.2e, last layer's gradients %.2e of scale; loss %.6f vs %.6f\n",
-                  bc->spec, dl, dg, b.loss, f.loss);
+    print_message("  cpu nhwc %s: %s vs fp32: logits %.2e, last layer's gradients %.2e of scale; loss %.6f vs %.6f\n",
+                  bc->spec, PNAME, dl, dg, b.loss, f.loss);
     assert_true(dl > 1e-5 && dl < 5e-2 && dg < 5e-2);
     assert_true(fabs(b.loss - f.loss) < 5e-2 * fabs(f.loss));
     if (g_dev) {
       alloc_result(&dev, nl, np), alloc_result(&dev32, nl, np);
-      run_in(g_dev, bc, LAM_PRECISION_BF16, NULL, "nhwc", p, np, seed, &dev);
+      run_in(g_dev, bc, g_p, NULL, "nhwc", p, np, seed, &dev);
       run_in(g_dev, bc, LAM_PRECISION_FP32, NULL, "nhwc", p, np, seed, &dev32);
       size_t head = np - bc->tail;
       double cl = rel_diff(dev.logits, b.logits, nl), ct = rel_diff(dev.grads + head, b.grads + head, bc->tail);
       double ch = head ? rel_diff(dev.grads, b.grads, head) : 0, d32 = rel_diff(dev32.logits, b.logits, nl);
-      print_message("  cuda nhwc %s: bf16 vs the cpu's bf16: logits %.2e, last layer's gradients %.2e, earlier %.2e; "
-                    "cuda fp32 vs the cpu's bf16: logits %.2e\n",
-                    bc->spec, cl, ct, ch, d32);
+      print_message("  cuda nhwc %s: %s vs the cpu's: logits %.2e, last layer's gradients %.2e, earlier %.2e; "
+                    "cuda fp32 vs the cpu's: logits %.2e\n",
+                    bc->spec, PNAME, cl, ct, ch, d32);
       assert_true(cl <= 1e-2 && ct <= 1e-2 && ch <= 5e-2);
       assert_true(fabs(dev.loss - b.loss) <= 1e-2 * fabs(b.loss));
       assert_true(cl < d32); /* nearer the cpu's bf16 than fp32 is */
@@ -198,11 +201,11 @@ static void test_bf16_nhwc(void **state) {
 }
 
 /* The reference CNN on the device's default path in bf16: a few Adam steps on one batch lower its loss. */
-static void test_bf16_cuda_trains(void **state) {
+static void test_half_cuda_trains(void **state) {
   (void)state;
   if (!g_dev) skip();
   const bcase *bc = &k_cases[0];
-  TU_OK(lam_ctx_set_precision(g_dev, LAM_PRECISION_BF16));
+  TU_OK(lam_ctx_set_precision(g_dev, g_p));
   lam_model *m;
   TU_OK(lam_model_create(g_dev, bc->spec, bc->c, bc->h, bc->w, 5, &m));
   int B = 32;
@@ -221,7 +224,8 @@ static void test_bf16_cuda_trains(void **state) {
     if (!s) first = loss;
     TU_OK(lam_model_step(m, &opt));
   }
-  print_message("  cuda cnn bf16 (direct fp32 first layer): loss %.4f -> %.4f over 20 steps on one batch\n", first, loss);
+  print_message("  cuda cnn %s (direct fp32 first layer): loss %.4f -> %.4f over 20 steps on one batch\n", PNAME, first,
+                loss);
   assert_true(isfinite(loss) && loss < 0.5f * first);
   lam_model_free(m);
   free(x);
@@ -235,31 +239,112 @@ static void test_precision_names(void **state) {
   TU_OK(lam_precision_parse("bf16", &p));
   assert_int_equal(p, LAM_PRECISION_BF16);
   assert_string_equal(lam_precision_str(p), "bf16");
-  TU_EXPECT_STATUS(lam_precision_parse("fp16", &p), LAM_ERR_UNSUPPORTED);
-  assert_non_null(strstr(lam_last_error(), "fp16"));
+  TU_OK(lam_precision_parse("fp16", &p));
+  assert_int_equal(p, LAM_PRECISION_FP16);
+  assert_string_equal(lam_precision_str(p), "fp16");
   TU_EXPECT_STATUS(lam_precision_parse("bf17", &p), LAM_ERR_INVALID_ARG);
-  assert_non_null(strstr(lam_last_error(), "bf16"));
+  assert_non_null(strstr(lam_last_error(), "bf16") && strstr(lam_last_error(), "fp16"));
 }
+
+/* The fp16 trainer's loss scaling on a step whose gradients overflow for sure: a dense layer whose bias makes a wrong
+ * class certain (p of the true one ~1e-13), at batch 1, so the loss's gradient is ~2^16 (1 - p) and rounds to -inf in
+ * fp16 at the first scale. That step is skipped (the parameters stay as they were, bit for bit), the scale halves
+ * and the skip is counted; at 2^15 the next step is taken. A checkpoint keeps the scaler and a resumed run continues it
+ * exactly (the CPU: the same parameters as the run that never stopped). */
+static void run_epoch(lam_trainer *t) {
+  lam_epoch_stats es;
+  TU_OK(lam_trainer_epoch(t, NULL, NULL, 0, &es));
+}
+static void test_fp16_loss_scale(void **state) {
+  (void)state;
+  lam_ctx *ctx = g_dev ? g_dev : g_cpu;
+  TU_OK(lam_ctx_set_precision(ctx, LAM_PRECISION_FP16));
+  enum { N = 1, S = 4 };
+  uint8_t img[N * S * S], lab[N] = {0};
+  for (int i = 0; i < N * S * S; i++) img[i] = (uint8_t)(37 * i + 11);
+  lam_dataset d = {.n = N, .h = S, .w = S, .classes = 10, .images = img, .labels = lab};
+  lam_model *m;
+  TU_OK(lam_model_create(ctx, "flatten, dense 10", 1, S, S, 7, &m));
+  const size_t np = lam_model_param_count(m);
+  float *p0 = malloc(np * sizeof *p0), *p1 = malloc(np * sizeof *p1), *p2 = malloc(np * sizeof *p2);
+  assert_true(p0 && p1 && p2);
+  TU_OK(lam_model_params_get(m, p0, np));
+  p0[np - 1] = 30.0f; /* class 9's bias: certain, and wrong */
+  TU_OK(lam_model_params_set(m, p0, np));
+  lam_opt opt = lam_opt_default(LAM_OPT_ADAM);
+  lam_trainer *t;
+  TU_OK(lam_trainer_create(m, &opt, 1, 5, &d, &t));
+  double scale = -1;
+  long skipped = -1;
+  TU_OK(lam_trainer_loss_scale(t, &scale, &skipped));
+  assert_true(scale == 0 && skipped == 0); /* nothing scaled yet */
+  run_epoch(t);
+  TU_OK(lam_trainer_loss_scale(t, &scale, &skipped));
+  TU_OK(lam_model_params_get(m, p1, np));
+  print_message("  %s fp16: after the overflowing step, scale %g, %ld skipped\n", g_dev ? "cuda" : "cpu", scale, skipped);
+  assert_true(scale == 32768.0 && skipped == 1);
+  assert_memory_equal(p1, p0, np * sizeof *p0); /* skipped: not a bit moved */
+  char dir[256], path[300];
+  assert_int_equal(tu_tmpdir(dir, sizeof dir, "half"), 0);
+  snprintf(path, sizeof path, "%s/t.ckpt", dir);
+  TU_OK(lam_checkpoint_save(path, m, t));
+  run_epoch(t); /* at 2^15 the step is taken */
+  TU_OK(lam_trainer_loss_scale(t, &scale, &skipped));
+  TU_OK(lam_model_params_get(m, p1, np));
+  assert_true(scale == 32768.0 && skipped == 1);
+  assert_true(memcmp(p1, p0, np * sizeof *p0) != 0);
+  for (size_t i = 0; i < np; i++) assert_true(isfinite(p1[i]));
+  lam_model *m2;
+  lam_trainer *t2;
+  TU_OK(lam_checkpoint_load(ctx, path, &m2, &d, &t2));
+  TU_OK(lam_trainer_loss_scale(t2, &scale, &skipped));
+  assert_true(scale == 32768.0 && skipped == 1); /* the scaler came back */
+  run_epoch(t2);
+  TU_OK(lam_model_params_get(m2, p2, np));
+  if (!g_dev) assert_memory_equal(p2, p1, np * sizeof *p1); /* resumed = never stopped */
+  else
+    for (size_t i = 0; i < np; i++) assert_true(fabsf(p2[i] - p1[i]) <= 1e-6f * (1.0f + fabsf(p1[i])));
+  lam_trainer_free(t2), lam_model_free(m2), lam_trainer_free(t), lam_model_free(m);
+  tu_rmdir_all(dir);
+  free(p0), free(p1), free(p2);
+  TU_OK(lam_ctx_set_precision(ctx, LAM_PRECISION_FP32));
+}
+
+/* Each case again in fp16. */
+#define IN_FP16(name)                     \
+  static void name##_fp16(void **state) { \
+    g_p = LAM_PRECISION_FP16;             \
+    name(state);                          \
+    g_p = LAM_PRECISION_BF16;             \
+  }
+IN_FP16(test_half_cpu_rounds)
+IN_FP16(test_half_nhwc)
+IN_FP16(test_half_cuda_matches_cpu)
+IN_FP16(test_half_cuda_trains)
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "cuda")) {
     const char *why = NULL;
     if (lam_cuda_device_count(&why) == 0) {
-      printf("test_bf16 cuda: no CUDA device (%s): skipping\n", why ? why : "none");
+      printf("test_half cuda: no CUDA device (%s): skipping\n", why ? why : "none");
       return 77;
     }
     g_devkind = LAM_DEVICE_CUDA;
   }
   if (lam_ctx_create(&g_cpu, LAM_DEVICE_CPU) != LAM_OK ||
       (g_devkind == LAM_DEVICE_CUDA && lam_ctx_create(&g_dev, LAM_DEVICE_CUDA) != LAM_OK)) {
-    fprintf(stderr, "test_bf16: %s\n", lam_last_error());
+    fprintf(stderr, "test_half: %s\n", lam_last_error());
     return 1;
   }
-  const struct CMUnitTest cpu_tests[] = {cmocka_unit_test(test_bf16_cpu_rounds), cmocka_unit_test(test_bf16_nhwc),
-                                         cmocka_unit_test(test_precision_names)};
-  const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_bf16_cuda_matches_cpu), cmocka_unit_test(test_bf16_nhwc),
-                                          cmocka_unit_test(test_bf16_cuda_trains)};
-  int failed = g_dev ? TU_RUN_GROUP("bf16_cuda", cuda_tests, NULL, NULL) : TU_RUN_GROUP("bf16", cpu_tests, NULL, NULL);
+  const struct CMUnitTest cpu_tests[] = {cmocka_unit_test(test_half_cpu_rounds), cmocka_unit_test(test_half_nhwc),
+                                         cmocka_unit_test(test_precision_names), cmocka_unit_test(test_half_cpu_rounds_fp16),
+                                         cmocka_unit_test(test_half_nhwc_fp16), cmocka_unit_test(test_fp16_loss_scale)};
+  const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_half_cuda_matches_cpu), cmocka_unit_test(test_half_nhwc),
+                                          cmocka_unit_test(test_half_cuda_trains),
+                                          cmocka_unit_test(test_half_cuda_matches_cpu_fp16),
+                                          cmocka_unit_test(test_half_nhwc_fp16), cmocka_unit_test(test_half_cuda_trains_fp16),
+                                          cmocka_unit_test(test_fp16_loss_scale)};
+  int failed = g_dev ? TU_RUN_GROUP("half_cuda", cuda_tests, NULL, NULL) : TU_RUN_GROUP("half", cpu_tests, NULL, NULL);
   lam_ctx_free(g_dev);
   lam_ctx_free(g_cpu);
   return failed ? 1 : 0;
