@@ -4,10 +4,11 @@ training step (normalize uint8 on the GPU, forward, cross-entropy, backward, Ada
 lamina: `lamina train` on a random data set written here as .npy (N = batch x steps images), the median
 epoch time of epochs 2..E divided by its steps (the step is one CUDA-graph replay), and the device's
 peak memory from its JSON. PyTorch: ../shared/peers/graph_nets_torch.py (a copy passed with --peer),
-median of 6 x 10 replays. Prints a table and the ratios; --json writes the rows.
+median of 6 x 10 replays; in fp16 (torch modes "...:fp16") bench/graph_nets_fp16_peer.py runs the peer's nets with
+GradScaler on the same protocol. Prints a table and the ratios; --json writes the rows.
 
   python3 bench/graph_nets.py --lamina build/lamina --peer .peers/graph_nets_torch.py [--nets air,res,unet]
-      [--precisions tf32,bf16] [--torch-modes graph:tf32,graph:bf16,compile:bf16] [--epochs 3] [--steps 20]
+      [--precisions tf32,bf16,fp16] [--torch-modes graph:tf32,compile:bf16,compile:fp16] [--epochs 3] [--steps 20]
       [--layouts auto,nchw] [--conv-algos heuristic,find]
 
 --conv-algos runs lamina once per way of picking cuDNN's algorithms (LAMINA_CONV_ALGO).
@@ -86,6 +87,8 @@ WHOLE_PEAK = ("import runpy, sys, torch; torch.cuda.reset_peak_memory_stats = la
 def run_torch(peer, net, mode, prec, whole_peak=False):
     batch = NETS[net][4]
     pre = [sys.executable, "-c", WHOLE_PEAK] if whole_peak else [sys.executable]
+    if prec == "fp16":  # the peer's nets with GradScaler
+        pre += [os.path.join(os.path.dirname(__file__), "graph_nets_fp16_peer.py")]
     p = subprocess.run(pre + [peer, f"{net}:{batch}:{mode}:{prec}"], capture_output=True, text=True)
     for line in p.stdout.splitlines():
         if line.startswith("{"):
@@ -98,8 +101,8 @@ def main():
     ap.add_argument("--lamina", required=True)
     ap.add_argument("--peer", default=".peers/graph_nets_torch.py")
     ap.add_argument("--nets", default="air,res,unet")
-    ap.add_argument("--precisions", default="tf32,bf16")
-    ap.add_argument("--torch-modes", default="graph:tf32,graph:bf16,compile:bf16")
+    ap.add_argument("--precisions", default="tf32,bf16,fp16")
+    ap.add_argument("--torch-modes", default="graph:tf32,compile:bf16,compile:fp16")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--layouts", default="auto", help="lamina's activation layouts to run (LAMINA_LAYOUT), comma-separated")
@@ -143,7 +146,8 @@ def main():
             for r in rows:
                 if r["net"] == net and r["who"] == who and r["prec"] == prec and "step_ms" in r:
                     return r["step_ms"]
-        for prec, peer in (("tf32", ("torch graph", "tf32")), ("bf16", ("torch compile", "bf16"))):
+        for prec, peer in (("tf32", ("torch graph", "tf32")), ("bf16", ("torch compile", "bf16")),
+                           ("fp16", ("torch compile", "bf16")), ("fp16", ("torch compile", "fp16"))):
             for who in dict.fromkeys(r["who"] for r in rows if r["who"].startswith("lamina")):
                 l, t = get(who, prec), get(*peer)
                 if l and t:
