@@ -68,9 +68,9 @@ def run(peer, net, bs, mode):
 
 
 def main():
-    args = sys.argv[2:]
-    sys.argv = sys.argv[:2]  # the peer runs what its command line names: nothing here, only its nets are wanted
-    peer = runpy.run_path(sys.argv[1], run_name="graph_nets_peer")
+    path, args = sys.argv[1], sys.argv[2:]
+    sys.argv = [path]  # the peer runs what its command line names: nothing here, only its nets are wanted
+    peer = runpy.run_path(path, run_name="graph_nets_peer")
     for a in args:
         net, bs, mode, _ = a.split(":")
         try:

@@ -183,17 +183,20 @@ typedef struct lam_scaler {
              const float *mean, const float *invstd, void *dx, float *dgamma, float *dbeta))                        \
   /* BatchNorm then an activation, fused: y = act(z), z = (x - mean) invstd gamma[c] + beta[c], with the statistics \
    * and running statistics of bn_fwd (train: computed, saved and updated exactly as bn_fwd does; eval: the         \
-   * running ones) and act, alpha as act_fwd. z is never stored. y must not be x: the backward re-reads x. */       \
-  X(bn_act_fwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,               \
-                 const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,          \
-                 float momentum, float eps, int train))                                                             \
+   * running ones) and act, alpha as act_fwd. z is never stored. y must not be x: the backward re-reads x. With a    \
+   * residual r (x's shape and format; may be NULL), y = act(z + r): BatchNorm, a residual add and its activation   \
+   * in one pass (then act must be one whose backward reads y: not gelu). */                                        \
+  X(bn_act_fwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x, const void *r, \
+                 const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *run_mean,         \
+                 float *run_var, float momentum, float eps, int train))                                             \
   /* Its training-mode backward: dz = dy act'(.) formed on the fly (from y for relu, leaky, tanh and sigmoid, as    \
    * act_bwd; from z recomputed out of x, mean, invstd, gamma and beta for gelu, whose y may be NULL), then         \
    * bn_bwd's math on dz: dgamma[c] += sum(dz xhat), dbeta[c] += sum(dz), dx = gamma invstd (dz - mean(dz) - xhat   \
-   * mean(dz xhat)) (dx overwritten; dx may be dy). dz is never stored. */                                          \
+   * mean(dz xhat)) (dx overwritten; dx may be dy). dz is never stored, but where dr is not NULL (the residual's   \
+   * gradient, of a forward with r) it is dz: written, or with dr_add added to dr's values. */                       \
   X(bn_act_bwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x, const void *y, \
                  const void *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,     \
-                 void *dx, float *dgamma, float *dbeta))                                                            \
+                 void *dx, void *dr, int dr_add, float *dgamma, float *dbeta))                                      \
   /* BatchNorm whose statistics are those of all ranks (sync BN: nn/ops/norm.c sums between these). bn_sums:      \
    * per channel, dy NULL: out[c] = sum(x), out[C + c] = sum(x^2); else out[c] = sum(dy), out[C + c] =             \
    * sum(dy xhat), xhat = (x - mean) invstd, also added into dbeta and dgamma where given. bn_sync_stats: from       \

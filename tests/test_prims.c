@@ -1564,7 +1564,8 @@ static void run_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alp
   float *dm = train ? dput(ctx, o->mean, cb) : NULL, *di = train ? dput(ctx, o->invstd, cb) : NULL;
   float *drm = dput(ctx, o->rm, cb), *drv = dput(ctx, o->rv, cb);
   void *fx = fin(ctx, dx, B, C, P), *fy = fin(ctx, dy, B, C, P);
-  TU_OK(BE(ctx)->bn_act_fwd(ctx, g_fmt, B, C, P, act, alpha, fx, dg, db, fy, dm, di, drm, drv, momentum, eps, train));
+  TU_OK(BE(ctx)->bn_act_fwd(ctx, g_fmt, B, C, P, act, alpha, fx, NULL, dg, db, fy, dm, di, drm, drv, momentum, eps,
+                            train));
   fout(ctx, fx, dx, B, C, P, "bn_act_fwd x (format)"), fout(ctx, fy, dy, B, C, P, "bn_act_fwd y (format)");
   dget(ctx, o->y, dy, n * 4, "bn_act_fwd y");
   if (train) dget(ctx, o->mean, dm, cb, "bn_act_fwd mean"), dget(ctx, o->invstd, di, cb, "bn_act_fwd invstd");
@@ -1584,7 +1585,7 @@ static void run_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alp
   float *d_dx = dput(ctx, dx, n * 4), *d_dg = dput(ctx, dgamma, cb), *d_db = dput(ctx, dbeta, cb);
   void *fx = fin(ctx, d_x, B, C, P), *fy = fin(ctx, d_y, B, C, P), *fdy = fin(ctx, d_dy, B, C, P),
        *fdx = fin(ctx, d_dx, B, C, P);
-  TU_OK(BE(ctx)->bn_act_bwd(ctx, g_fmt, B, C, P, act, alpha, fx, fy, fdy, d_g, d_b, d_m, d_i, fdx, d_dg, d_db));
+  TU_OK(BE(ctx)->bn_act_bwd(ctx, g_fmt, B, C, P, act, alpha, fx, fy, fdy, d_g, d_b, d_m, d_i, fdx, NULL, 0, d_dg, d_db));
   fout(ctx, fx, d_x, B, C, P, "bn_act_bwd x (format)"), fout(ctx, fy, d_y, B, C, P, "bn_act_bwd y (format)");
   fout(ctx, fdy, d_dy, B, C, P, "bn_act_bwd dy (format)"), fout(ctx, fdx, d_dx, B, C, P, "bn_act_bwd dx (format)");
   dget(ctx, dx, d_dx, n * 4, "bn_act_bwd dx");
@@ -1605,7 +1606,7 @@ static void bn_act_loss(const void *a, const float *v, double *loss) {
   const bn_act_fd *f = a;
   size_t n = (size_t)f->B * f->C * f->P;
   float *y = fnan(n), *m = fnan(f->C), *is = fnan(f->C), *rm = frand(f->C, 0, 1), *rv = frand(f->C, 1, 2);
-  TU_OK(BE(g_ctx)->bn_act_fwd(g_ctx, LAM_FMT_NCHW, f->B, f->C, f->P, f->act, f->alpha, f->wrt == 0 ? v : f->x,
+  TU_OK(BE(g_ctx)->bn_act_fwd(g_ctx, LAM_FMT_NCHW, f->B, f->C, f->P, f->act, f->alpha, f->wrt == 0 ? v : f->x, NULL,
                               f->wrt == 1 ? v : f->gamma, f->wrt == 2 ? v : f->beta, y, m, is, rm, rv, 0.1f, 1e-5f, 1));
   double s = 0;
   for (size_t i = 0; i < n; i++) s += (double)f->w[i] * y[i];
@@ -1618,6 +1619,87 @@ static void bn_act_loss(const void *a, const float *v, double *loss) {
  * into dgamma and dbeta); bn_sync_stats from given sums (mean, invstd, biased var, the running statistics with the
  * unbiased var); bn_sync_dx from given sums and N, with gamma and without. Channels far from 0 and with a spread of
  * their own; outputs start as NaN, so an element not written fails. */
+/* ---- BatchNorm, a residual add and its activation in one (bn_act_fwd with r, bn_act_bwd with dr): against
+ * bn_fwd + add + act_fwd and act_bwd + (dr = or += dz) + bn_bwd on the same backend, in the format under test; and
+ * CUDA's against the CPU's. Each composite step rounds to float where the fused pass keeps the value in a register
+ * (z, z + r), so they agree to float rounding of each value's scale (2e-6). ---- */
+static void run_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y, int alias);
+static void run_bn_add_act(lam_ctx *ctx, int B, int C, int P, int act, const float *x, const float *res,
+                           const float *gamma, const float *beta, const float *dy, float *y, float *dx, float *dr,
+                           int dr_add, float *dg, float *db) {
+  const size_t n = (size_t)B * C * P, cb = (size_t)C * 4;
+  float *d_x = dput(ctx, x, n * 4), *d_r = dput(ctx, res, n * 4), *d_g = dput(ctx, gamma, cb), *d_b = dput(ctx, beta, cb),
+        *d_y = dput(ctx, y, n * 4), *d_m = dput(ctx, y, cb), *d_i = dput(ctx, y, cb), *d_rm = dput(ctx, gamma, cb),
+        *d_rv = dput(ctx, gamma, cb), *d_dy = dput(ctx, dy, n * 4), *d_dx = dput(ctx, dx, n * 4),
+        *d_dr = dput(ctx, dr, n * 4), *d_dg = dput(ctx, dg, cb), *d_db = dput(ctx, db, cb);
+  void *fx = fin(ctx, d_x, B, C, P), *fr = fin(ctx, d_r, B, C, P), *fy = fin(ctx, d_y, B, C, P),
+       *fdy = fin(ctx, d_dy, B, C, P), *fdx = fin(ctx, d_dx, B, C, P), *fdr = fin(ctx, d_dr, B, C, P);
+  TU_OK(BE(ctx)->bn_act_fwd(ctx, g_fmt, B, C, P, act, 0.1f, fx, fr, d_g, d_b, fy, d_m, d_i, d_rm, d_rv, 0.1f, 1e-5f, 1));
+  TU_OK(BE(ctx)->bn_act_bwd(ctx, g_fmt, B, C, P, act, 0.1f, fx, fy, fdy, d_g, d_b, d_m, d_i, fdx, fdr, dr_add, d_dg,
+                            d_db));
+  fout(ctx, fx, d_x, B, C, P, "bn_add_act x"), fout(ctx, fr, d_r, B, C, P, "bn_add_act r");
+  fout(ctx, fy, d_y, B, C, P, "bn_add_act y"), fout(ctx, fdy, d_dy, B, C, P, "bn_add_act dy");
+  fout(ctx, fdx, d_dx, B, C, P, "bn_add_act dx"), fout(ctx, fdr, d_dr, B, C, P, "bn_add_act dr");
+  dget(ctx, y, d_y, n * 4, "bn_add_act y"), dget(ctx, dx, d_dx, n * 4, "bn_add_act dx");
+  dget(ctx, dr, d_dr, n * 4, "bn_add_act dr"), dget(ctx, dg, d_dg, cb, "bn_add_act dgamma");
+  dget(ctx, db, d_db, cb, "bn_add_act dbeta");
+  float *all[] = {d_x, d_r, d_g, d_b, d_y, d_m, d_i, d_rm, d_rv, d_dy, d_dx, d_dr, d_dg, d_db};
+  for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) dfree(ctx, all[k]);
+}
+static void test_bn_add_act(void **state) {
+  (void)state;
+  static const int acts[] = {LAM_ACT_RELU, LAM_ACT_LEAKY, LAM_ACT_TANH, LAM_ACT_SIGMOID};
+  static const int shapes[][3] = {{4, 8, 36}, {3, 5, 7}, {2, 64, 16}};
+  uint64_t k = 0;
+  for (int si = 0; si < 3; si++)
+    for (int ai = 0; ai < 4; ai++)
+      for (int dr_add = 0; dr_add < 2; dr_add++) {
+        seed_case("bn_add_act", k++);
+        const int B = shapes[si][0], C = shapes[si][1], P = shapes[si][2], act = acts[ai];
+        const size_t n = (size_t)B * C * P;
+        float *x = frand(n, -2, 3), *res = frand(n, -1, 1), *gamma = frand(C, 0.5, 1.5), *beta = frand(C, -0.5, 0.5),
+              *dy = frand(n, -1, 1), *dr0 = frand(n, -1, 1), *dg0 = frand(C, -1, 1), *db0 = frand(C, -1, 1);
+        /* the composite: z = bn(x), s = z + r, y = act(s); ds = act'(y) dy; dr = ds (+ dr0); dx = bn_bwd(ds) */
+        bn_bufs o = {fnan(n), fnan(C), fnan(C), fdup(gamma, C), fdup(gamma, C)};
+        run_bn_fwd(g_ctx, B, C, P, x, gamma, beta, &o, 0.1f, 1e-5f, 1, 0);
+        float *s_ = fnan(n), *yc = fnan(n), *ds = fnan(n), *dxc = fnan(n), *dgc = fdup(dg0, C), *dbc = fdup(db0, C);
+        run_add(g_ctx, n, o.y, res, s_, 0);
+        run_act(g_ctx, 0, act, 0.1f, n, s_, NULL, NULL, yc, 0);
+        run_act(g_ctx, 1, act, 0.1f, n, s_, yc, dy, ds, 0);
+        run_bn_bwd(g_ctx, B, C, P, x, ds, gamma, o.mean, o.invstd, dxc, dgc, dbc, 0);
+        double *want[5], *scale[5];
+        const float *comp[5] = {yc, dxc, ds, dgc, dbc};
+        const size_t len[5] = {n, n, n, (size_t)C, (size_t)C};
+        for (int q = 0; q < 5; q++) {
+          want[q] = dzero(len[q]), scale[q] = dzero(len[q]);
+          double big = 0;
+          for (size_t i = 0; i < len[q]; i++) big = fmax(big, fabs(comp[q][i]));
+          for (size_t i = 0; i < len[q]; i++) {
+            want[q][i] = comp[q][i] + (q == 2 && dr_add ? dr0[i] : 0.0);
+            scale[q][i] = fabs(comp[q][i]) + 1e-3 * big + (q == 2 && dr_add ? fabs(dr0[i]) : 0.0);
+          }
+        }
+        float *got[5], *cpu[5] = {NULL};
+        for (int which = 0; which < (g_cuda ? 2 : 1); which++) {
+          float **out = which ? cpu : got;
+          out[0] = fnan(n), out[1] = fnan(n), out[2] = fdup(dr0, n), out[3] = fdup(dg0, C), out[4] = fdup(db0, C);
+          run_bn_add_act(which ? g_cpu : g_ctx, B, C, P, act, x, res, gamma, beta, dy, out[0], out[1], out[2], dr_add,
+                         out[3], out[4]);
+        }
+        static const char *name[5] = {"y", "dx", "dr", "dgamma", "dbeta"};
+        for (int q = 0; q < 5; q++) {
+          char what[160];
+          snprintf(what, sizeof what, "bn_add_act %s act %d B=%d C=%d P=%d dr_add=%d [vs bn, add, act]", name[q], act, B, C,
+                   P, dr_add);
+          verify(what, len[q], got[q], want[q], cpu[q], scale[q], 2e-6, 2e-5);
+          free(want[q]), free(scale[q]), free(got[q]), free(cpu[q]);
+        }
+        free(x), free(res), free(gamma), free(beta), free(dy), free(dr0), free(dg0), free(db0);
+        free(o.y), free(o.mean), free(o.invstd), free(o.rm), free(o.rv);
+        free(s_), free(yc), free(ds), free(dxc), free(dgc), free(dbc);
+      }
+}
+
 static void test_bn_sync(void **state) {
   (void)state;
   const float momentum = 0.1f, eps = 1e-5f;
@@ -1957,8 +2039,8 @@ static void test_bn_act(void **state) {
                   *d_m = dput(g_ctx, o.mean, cb), *d_i = dput(g_ctx, o.invstd, cb), *d_dg = dput(g_ctx, dg2, cb),
                   *d_db = dput(g_ctx, db2, cb);
             void *fx = fin(g_ctx, d_x, B, C, P), *fy = fin(g_ctx, d_y, B, C, P), *fdy = fin(g_ctx, d_dy, B, C, P);
-            TU_OK(BE(g_ctx)->bn_act_bwd(g_ctx, g_fmt, B, C, P, act, alpha, fx, fy, fdy, d_g, d_b, d_m, d_i, fdy, d_dg,
-                                        d_db));
+            TU_OK(BE(g_ctx)->bn_act_bwd(g_ctx, g_fmt, B, C, P, act, alpha, fx, fy, fdy, d_g, d_b, d_m, d_i, fdy, NULL, 0,
+                                        d_dg, d_db));
             fout(g_ctx, fx, d_x, B, C, P, "bn_act_bwd x"), fout(g_ctx, fy, d_y, B, C, P, "bn_act_bwd y");
             fout(g_ctx, fdy, d_dy, B, C, P, "bn_act_bwd dx over dy (format)");
             dget(g_ctx, dx2, d_dy, n * 4, "bn_act_bwd dx (over dy)");
@@ -3389,7 +3471,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_layout),
       cmocka_unit_test(test_dense_bias),   cmocka_unit_test(test_channel_bias),    cmocka_unit_test(test_pool), cmocka_unit_test(test_pool_nan),
       cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_tpool),           cmocka_unit_test(test_tcat),  cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
-      cmocka_unit_test(test_bn),           cmocka_unit_test(test_bn_sync),         cmocka_unit_test(test_bn_act),          cmocka_unit_test(test_dropout_mask),
+      cmocka_unit_test(test_bn),           cmocka_unit_test(test_bn_sync),         cmocka_unit_test(test_bn_add_act),         cmocka_unit_test(test_bn_act),          cmocka_unit_test(test_dropout_mask),
       cmocka_unit_test(test_elementwise),
       cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),
       cmocka_unit_test(test_gather),       cmocka_unit_test(test_gather_aug),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),

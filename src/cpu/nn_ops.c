@@ -277,8 +277,8 @@ static lam_status plain_bn_sync_dx(int B, int C, int P, const float *x, const fl
   return LAM_OK;
 }
 
-static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
-                          const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
+static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x,
+                          const float *r, const float *gamma, const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
                           float momentum, float eps, int train) {
   (void)ctx;
   if (train && (!mean || !invstd))
@@ -290,7 +290,10 @@ static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, f
     const float sc = is * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
     for (int b = 0; b < B; b++) {
       size_t o = ((size_t)b * C + c) * P;
-      for (int p = 0; p < P; p++) y[o + p] = lam_act(act, alpha, (x[o + p] - m) * sc + bt);
+      if (r)
+        for (int p = 0; p < P; p++) y[o + p] = lam_act(act, alpha, (x[o + p] - m) * sc + bt + r[o + p]);
+      else
+        for (int p = 0; p < P; p++) y[o + p] = lam_act(act, alpha, (x[o + p] - m) * sc + bt);
     }
   }
   return LAM_OK;
@@ -298,12 +301,13 @@ static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, f
 
 static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
                           const float *dy, const float *gamma, const float *beta, const float *mean,
-                          const float *invstd, float *dx, float *dgamma, float *dbeta) {
+                          const float *invstd, float *dx, float *dr, int dr_add, float *dgamma, float *dbeta) {
   (void)ctx;
   const double N = (double)B * P;
   const int gelu = act == LAM_ACT_GELU; /* dz from z, recomputed as bn_act_fwd computed it; else from y */
   if (!gelu && !y)
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: relu, leaky, tanh and sigmoid read y, which is NULL");
+  if (gelu && dr) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: a residual's gradient needs an activation read from y, not gelu");
 #pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
   for (int c = 0; c < C; c++) {
     const float mf = mean[c], sc = invstd[c] * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
@@ -326,6 +330,7 @@ static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, f
       for (int p = 0; p < P; p++) { /* dz again: each value is read before dx's is written (dx may be dy) */
         float z = gelu ? (x[o + p] - mf) * sc + bt : 0.0f, yv = gelu ? 0.0f : y[o + p];
         double g = lam_act_grad(act, alpha, z, yv, dy[o + p]);
+        if (dr) dr[o + p] = dr_add ? dr[o + p] + (float)g : (float)g;
         dx[o + p] = (float)(k * (g - mdz - ((double)x[o + p] - m) * is * mdx));
       }
     }
@@ -537,22 +542,23 @@ lam_status cpu_bn_sync_dx(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const vo
   return cpu_fmt_end(&j, j.status ? j.status : plain_bn_sync_dx(B, C, P, tx, tdy, gamma, mean, invstd, sums, N, tdx));
 }
 lam_status cpu_bn_act_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
-                          const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *run_mean,
-                          float *run_var, float momentum, float eps, int train) {
+                          const void *r, const float *gamma, const float *beta, void *y, float *mean, float *invstd,
+                          float *run_mean, float *run_var, float momentum, float eps, int train) {
   cpu_fmt_job j = cpu_fmt_begin(f);
-  const float *tx = cpu_fmt_in(&j, B, C, P, x);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *tr = r ? cpu_fmt_in(&j, B, C, P, r) : NULL;
   float *ty = cpu_fmt_out(&j, B, C, P, y, 0);
-  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_act_fwd(ctx, B, C, P, act, alpha, tx, gamma, beta, ty, mean,
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_act_fwd(ctx, B, C, P, act, alpha, tx, tr, gamma, beta, ty, mean,
                                                                  invstd, run_mean, run_var, momentum, eps, train));
 }
 lam_status cpu_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
                           const void *y, const void *dy, const float *gamma, const float *beta, const float *mean,
-                          const float *invstd, void *dx, float *dgamma, float *dbeta) {
+                          const float *invstd, void *dx, void *dr, int dr_add, float *dgamma, float *dbeta) {
   cpu_fmt_job j = cpu_fmt_begin(f);
   const float *tx = cpu_fmt_in(&j, B, C, P, x), *ty = cpu_fmt_in(&j, B, C, P, y), *tdy = cpu_fmt_in(&j, B, C, P, dy);
+  float *tdr = dr ? cpu_fmt_out(&j, B, C, P, dr, dr_add) : NULL; /* before dx: dx may be dy, dr never */
   float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
   return cpu_fmt_end(&j, j.status ? j.status : plain_bn_act_bwd(ctx, B, C, P, act, alpha, tx, ty, tdy, gamma, beta, mean,
-                                                                 invstd, tdx, dgamma, dbeta));
+                                                                 invstd, tdx, tdr, dr_add, dgamma, dbeta));
 }
 
 /* Elementwise: n values, only the type matters. */

@@ -115,17 +115,17 @@ LAM_NN_PRIMS(LAM_CUDA_PRIM)
 lam_status cuda_set_precision(lam_ctx *ctx, int p);
 void cuda_nn_destroy(cuda_state *st);
 
-/* The NHWC kernels behind the primitives (nhwc.cu), for an NHWC format f (float32 or bfloat16); N = B*P rows
+/* The NHWC kernels behind the primitives (nhwc.cu), for an NHWC format f (float32, bfloat16 or half); N = B*P rows
  * of C channels. nhwc_bn_* serve bn_* and bn_act_* (act BN_ACT_NONE, bn.cuh, for the plain BatchNorm);
  * nhwc_pool: kind 0 maxpool_fwd, 1 maxpool_bwd (in = dy), 2 avgpool_fwd, 3 avgpool_bwd. */
 lam_status nhwc_channel_bias_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, void *y, const float *bias);
 lam_status nhwc_channel_bias_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, const void *dy, float *db);
-lam_status nhwc_bn_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x, const float *gamma,
-                       const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
-                       float momentum, float eps, int train);
+lam_status nhwc_bn_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x, const void *r,
+                       const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *run_mean,
+                       float *run_var, float momentum, float eps, int train);
 lam_status nhwc_bn_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x, const void *y,
                        const void *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,
-                       void *dx, float *dgamma, float *dbeta);
+                       void *dx, void *dr, int dr_add, float *dgamma, float *dbeta);
 lam_status nhwc_bn_sums(lam_ctx *ctx, lam_fmt f, size_t N, int C, const void *x, const void *dy, const float *mean,
                         const float *invstd, float *out, float *dgamma, float *dbeta);
 lam_status nhwc_bn_sync_dx(lam_ctx *ctx, lam_fmt f, size_t N, int C, const void *x, const void *dy, const float *gamma,

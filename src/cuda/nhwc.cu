@@ -262,11 +262,12 @@ __global__ void nhwc_bn_stats_final_kernel(int C, int S, double N, const float *
     bn_finish(c, a, b, N, tget(x, (size_t)c), eps, momentum, mean, invstd, run_mean, run_var, &m, &is);
 }
 
-/* y = act((x - mean) invstd gamma + beta), mean and invstd the saved ones (train) or the running ones (eval:
+/* y = act((x - mean) invstd gamma + beta [+ r]), mean and invstd the saved ones (train) or the running ones (eval:
  * invstd = 1 / sqrtf(run_var + eps), as the NCHW kernel); x may be y (each value is read, then written, by
  * one thread). */
 template <typename T, int V, int ACT>
-__global__ void nhwc_bn_apply_kernel(size_t N, int C, int TX, int TY, bn_act<ACT> act, const T *x, const float *gamma,
+__global__ void nhwc_bn_apply_kernel(size_t N, int C, int TX, int TY, bn_act<ACT> act, const T *x, const T *r,
+                                     const float *gamma,
                                      const float *beta, T *y, const float *mean, const float *invstd,
                                      const float *run_mean, const float *run_var, float eps, int train) {
   const int CV = C / V;
@@ -283,10 +284,14 @@ __global__ void nhwc_bn_apply_kernel(size_t N, int C, int TX, int TY, bn_act<ACT
     sc[q] = is * gamma_of(gamma, c), bt[q] = beta_of(beta, c);
   }
   for (size_t row = r0 + ty; row < r1; row += TY) {
-    float v[V];
+    float v[V], rv[V];
     tload<T, V>(v, x, row * CV + cv);
+    if (r) tload<T, V>(rv, r, row * CV + cv);
+    else
 #pragma unroll
-    for (int q = 0; q < V; q++) v[q] = act.of((v[q] - m[q]) * sc[q] + bt[q]);
+      for (int q = 0; q < V; q++) rv[q] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < V; q++) v[q] = act.of((v[q] - m[q]) * sc[q] + bt[q] + rv[q]);
     tstore<T, V>(y, row * CV + cv, v);
   }
 }
@@ -294,7 +299,7 @@ __global__ void nhwc_bn_apply_kernel(size_t N, int C, int TX, int TY, bn_act<ACT
 struct nbn_fwd_args {
   size_t N;
   int C;
-  const void *x;
+  const void *x, *r;
   const float *gamma, *beta;
   void *y;
   float *mean, *invstd, *run_mean, *run_var;
@@ -316,14 +321,14 @@ template <typename T, int V, int ACT> static lam_status nhwc_bn_fwd_launch(cuda_
   }
   chan_grid g = chan_grid_for(a.N, a.C / V, 4096, 16, 65535);
   nhwc_bn_apply_kernel<T, V, ACT><<<dim3(g.S, g.groups), NT, 0, st->stream>>>(
-      a.N, a.C, g.TX, g.TY, act, (const T *)a.x, a.gamma, a.beta, (T *)a.y, a.mean, a.invstd, a.run_mean, a.run_var,
+      a.N, a.C, g.TX, g.TY, act, (const T *)a.x, (const T *)a.r, a.gamma, a.beta, (T *)a.y, a.mean, a.invstd, a.run_mean, a.run_var,
       a.eps, a.train);
   LAUNCH_CHECK(st, "nhwc_bn_apply_kernel");
   return LAM_OK;
 }
 
 template <int ACT> static lam_status nhwc_bn_fwd_act(cuda_state *st, lam_fmt f, const nbn_fwd_args &a, float alpha) {
-  const bool v = vec_ok(f.dt, a.C, a.x, a.y);
+  const bool v = vec_ok(f.dt, a.C, a.x, a.y, a.r);
   const bn_act<ACT> act = {alpha};
   LAM_DT_DISPATCH(f.dt, T, return v ? nhwc_bn_fwd_launch<T, lam_vw<T>::value, ACT>(st, a, act)
                                      : nhwc_bn_fwd_launch<T, 1, ACT>(st, a, act));
@@ -331,14 +336,14 @@ template <int ACT> static lam_status nhwc_bn_fwd_act(cuda_state *st, lam_fmt f, 
 }
 
 /* act: an LAM_ACT_* or BN_ACT_NONE (bn_fwd). */
-lam_status nhwc_bn_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x,
+lam_status nhwc_bn_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x, const void *r,
                                   const float *gamma, const float *beta, void *y, float *mean, float *invstd,
                                   float *run_mean, float *run_var, float momentum, float eps, int train) {
   cuda_state *st = cuda_st(ctx);
   if (!N || C <= 0) return LAM_OK;
   if (train && (!mean || !invstd))
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_fwd: training needs mean and invstd to save the batch statistics in");
-  nbn_fwd_args a = {N, C, x, gamma, beta, y, mean, invstd, run_mean, run_var, momentum, eps, train};
+  nbn_fwd_args a = {N, C, x, r, gamma, beta, y, mean, invstd, run_mean, run_var, momentum, eps, train};
   switch (act) { /* as act_fwd: any other activation is the sigmoid */
     case BN_ACT_NONE: return nhwc_bn_fwd_act<BN_ACT_NONE>(st, f, a, alpha);
     case LAM_ACT_RELU: return nhwc_bn_fwd_act<LAM_ACT_RELU>(st, f, a, alpha);
@@ -361,11 +366,11 @@ __global__ void nhwc_bn_bwd_final_kernel(int C, int S, double N, const float *pa
   fin[2 * c] = (float)(a / N), fin[2 * c + 1] = (float)(b / N);
 }
 
-/* dx = gamma invstd (dz - mean(dz) - xhat mean(dz xhat)); dx may be dy. */
+/* dx = gamma invstd (dz - mean(dz) - xhat mean(dz xhat)); dx may be dy. dr (may be NULL) = dz, or += with dr_add. */
 template <typename T, int V, int ACT>
 __global__ void nhwc_bn_bwd_apply_kernel(size_t N, int C, int TX, int TY, bn_act<ACT> act, const T *x, const T *y,
                                          const T *dy, const float *gamma, const float *beta, const float *mean,
-                                         const float *invstd, const float *fin, T *dx) {
+                                         const float *invstd, const float *fin, T *dx, T *dr, int dr_add) {
   const int CV = C / V;
   size_t r0, r1;
   int ty;
@@ -385,6 +390,13 @@ __global__ void nhwc_bn_bwd_apply_kernel(size_t N, int C, int TX, int TY, bn_act
     tload<T, V>(gv, dy, o);
     if (bn_act<ACT>::from_y) tload<T, V>(yv, y, o);
     nhwc_dz<ACT, V>(act, xv, yv, gv, m, sc, bt);
+    if (dr) {
+      float rv[V];
+      if (dr_add) tload<T, V>(rv, dr, o);
+#pragma unroll
+      for (int q = 0; q < V; q++) rv[q] = dr_add ? rv[q] + gv[q] : gv[q];
+      tstore<T, V>(dr, o, rv);
+    }
 #pragma unroll
     for (int q = 0; q < V; q++) gv[q] = k[q] * (gv[q] - mdy[q] - (xv[q] - m[q]) * is[q] * mdx[q]);
     tstore<T, V>(dx, o, gv);
@@ -396,7 +408,8 @@ struct nbn_bwd_args {
   int C;
   const void *x, *y, *dy;
   const float *gamma, *beta, *mean, *invstd;
-  void *dx;
+  void *dx, *dr;
+  int dr_add;
   float *dgamma, *dbeta;
 };
 
@@ -413,13 +426,13 @@ template <typename T, int V, int ACT> static lam_status nhwc_bn_bwd_launch(cuda_
   chan_grid ga = chan_grid_for(a.N, a.C / V, 4096, 16, 65535);
   nhwc_bn_bwd_apply_kernel<T, V, ACT><<<dim3(ga.S, ga.groups), NT, 0, st->stream>>>(
       a.N, a.C, ga.TX, ga.TY, act, (const T *)a.x, (const T *)a.y, (const T *)a.dy, a.gamma, a.beta, a.mean, a.invstd,
-      fin, (T *)a.dx);
+      fin, (T *)a.dx, (T *)a.dr, a.dr_add);
   LAUNCH_CHECK(st, "nhwc_bn_bwd_apply_kernel");
   return LAM_OK;
 }
 
 template <int ACT> static lam_status nhwc_bn_bwd_act(cuda_state *st, lam_fmt f, const nbn_bwd_args &a, float alpha) {
-  const bool v = vec_ok(f.dt, a.C, a.x, a.dy, a.dx, bn_act<ACT>::from_y ? a.y : NULL);
+  const bool v = vec_ok(f.dt, a.C, a.x, a.dy, a.dx, bn_act<ACT>::from_y ? a.y : NULL) && (!a.dr || aligned16(a.dr));
   const bn_act<ACT> act = {alpha};
   LAM_DT_DISPATCH(f.dt, T, return v ? nhwc_bn_bwd_launch<T, lam_vw<T>::value, ACT>(st, a, act)
                                      : nhwc_bn_bwd_launch<T, 1, ACT>(st, a, act));
@@ -428,12 +441,14 @@ template <int ACT> static lam_status nhwc_bn_bwd_act(cuda_state *st, lam_fmt f, 
 
 lam_status nhwc_bn_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float alpha, const void *x,
                                   const void *y, const void *dy, const float *gamma, const float *beta,
-                                  const float *mean, const float *invstd, void *dx, float *dgamma, float *dbeta) {
+                                  const float *mean, const float *invstd, void *dx, void *dr, int dr_add, float *dgamma,
+                                  float *dbeta) {
   cuda_state *st = cuda_st(ctx);
   if (!N || C <= 0) return LAM_OK;
   const bool from_y = act != BN_ACT_NONE && act != LAM_ACT_GELU;
   if (from_y && !y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: relu, leaky, tanh and sigmoid read y, which is NULL");
-  nbn_bwd_args a = {N, C, x, from_y ? y : NULL, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta};
+  if (dr && !from_y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: a residual's gradient needs an activation read from y");
+  nbn_bwd_args a = {N, C, x, from_y ? y : NULL, dy, gamma, beta, mean, invstd, dx, dr, dr_add, dgamma, dbeta};
   switch (act) {
     case BN_ACT_NONE: return nhwc_bn_bwd_act<BN_ACT_NONE>(st, f, a, alpha);
     case LAM_ACT_RELU: return nhwc_bn_bwd_act<LAM_ACT_RELU>(st, f, a, alpha);

@@ -108,6 +108,15 @@ __device__ __forceinline__ void bn_dz(const bn_act<ACT> &act, const float (&xv)[
   }
 }
 
+/* dr (a residual's gradient, bn_act_bwd's) = dz, or with add dr += dz: the V values at o (in units of V). */
+template <int V> __device__ __forceinline__ void store_dr(float *dr, size_t o, const float (&gv)[V], int add) {
+  float v[V];
+  if (add) vload<V>(v, dr, o);
+#pragma unroll
+  for (int q = 0; q < V; q++) v[q] = add ? v[q] + gv[q] : gv[q];
+  vstore<V>(dr, o, v);
+}
+
 /* What a reduction sums per value of channel c: dy (channel bias); x - K and (x - K)^2 with the
  * channel's first value K as the shift (BatchNorm's statistics: shifted sums keep the variance's digits
  * when the mean is large against the spread); dz and dz xhat (BatchNorm's backward, dz = dy without an
@@ -425,9 +434,9 @@ static lam_status nchw_upsample_bwd(lam_ctx *ctx, int B, int C, int H, int W, in
 /* One block per channel (blockIdx.x): its statistics, then y = act(z) over the channel. For bn_fwd x and
  * y may be one buffer (each value is read, then written, by the same thread): no __restrict__, no __ldg. */
 template <int V, int ACT>
-__global__ void bn_fwd_channel_kernel(red_args r, bn_act<ACT> act, const float *gamma, const float *beta, float *y,
-                                      float *mean, float *invstd, float *run_mean, float *run_var, float momentum,
-                                      float eps) {
+__global__ void bn_fwd_channel_kernel(red_args r, bn_act<ACT> act, const float *res, const float *gamma,
+                                      const float *beta, float *y, float *mean, float *invstd, float *run_mean,
+                                      float *run_var, float momentum, float eps) {
   __shared__ float sm, sis;
   const int c = blockIdx.x;
   float2 t = thread_sums<RED_STATS, V>(r, c, 0, r.B);
@@ -443,10 +452,11 @@ __global__ void bn_fwd_channel_kernel(red_args r, bn_act<ACT> act, const float *
   const unsigned PV = (unsigned)r.P / V, n = (unsigned)r.B * PV;
   for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
     size_t o = ((size_t)(j / PV) * r.C + c) * PV + j % PV;
-    float v[V];
+    float v[V], rv[V];
     vload<V>(v, r.x, o);
+    if (res) vload<V>(rv, res, o);
 #pragma unroll
-    for (int q = 0; q < V; q++) v[q] = act.of((v[q] - m) * sc + bt);
+    for (int q = 0; q < V; q++) v[q] = act.of((v[q] - m) * sc + bt + (res ? rv[q] : 0.0f));
     vstore<V>(y, o, v);
   }
 }
@@ -466,16 +476,17 @@ __global__ void bn_stats_final_kernel(int C, int S, double N, const float *x, in
  * running ones (eval: invstd as the CPU twin, 1 / sqrtf, correctly rounded on both). x may be y
  * (bn_fwd). ACT is deduced from act (LAUNCH_ROWWISE gives I and V). */
 template <typename I, int V, int ACT>
-__global__ void bn_apply_kernel(I n, I PV, I C, bn_act<ACT> act, const float *x, const float *gamma, const float *beta,
-                                float *y, const float *mean, const float *invstd, const float *run_mean,
+__global__ void bn_apply_kernel(I n, I PV, I C, bn_act<ACT> act, const float *x, const float *res, const float *gamma,
+                                const float *beta, float *y, const float *mean, const float *invstd, const float *run_mean,
                                 const float *run_var, float eps, int train) {
   GRID_STRIDE(I, i, n) {
     I c = i / PV % C;
     float m = train ? mean[c] : run_mean[c], is = train ? invstd[c] : 1.0f / sqrtf(run_var[c] + eps);
-    float sc = is * gamma_of(gamma, c), bt = beta_of(beta, c), v[V];
+    float sc = is * gamma_of(gamma, c), bt = beta_of(beta, c), v[V], rv[V];
     vload<V>(v, x, i);
+    if (res) vload<V>(rv, res, i);
 #pragma unroll
-    for (int q = 0; q < V; q++) v[q] = act.of((v[q] - m) * sc + bt);
+    for (int q = 0; q < V; q++) v[q] = act.of((v[q] - m) * sc + bt + (res ? rv[q] : 0.0f));
     vstore<V>(y, i, v);
   }
 }
@@ -485,11 +496,11 @@ __global__ void bn_apply_kernel(I n, I PV, I C, bn_act<ACT> act, const float *x,
  * and then bn_apply_kernel; eval: bn_apply_kernel alone. */
 template <int ACT>
 static lam_status bn_fwd_run(cuda_state *st, const char *what, int B, int C, int P, bn_act<ACT> act, const float *x,
-                             const float *gamma, const float *beta, float *y, float *mean, float *invstd,
-                             float *run_mean, float *run_var, float momentum, float eps, int train) {
+                             const float *res, const float *gamma, const float *beta, float *y, float *mean,
+                             float *invstd, float *run_mean, float *run_var, float momentum, float eps, int train) {
   size_t n = (size_t)B * C * P;
   if (!n) return LAM_OK;
-  const bool vec = P % 4 == 0 && aligned16(x) && aligned16(y);
+  const bool vec = P % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(res);
   if (train) {
     if (!mean || !invstd)
       return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: training needs mean and invstd to save the batch statistics in", what);
@@ -498,10 +509,10 @@ static lam_status bn_fwd_run(cuda_state *st, const char *what, int B, int C, int
     int S = channel_splits(B, C, P, 2, 0);
     if (S == 1) {
       if (vec)
-        bn_fwd_channel_kernel<4, ACT><<<C, RED_NT, 0, st->stream>>>(r, act, gamma, beta, y, mean, invstd, run_mean,
+        bn_fwd_channel_kernel<4, ACT><<<C, RED_NT, 0, st->stream>>>(r, act, res, gamma, beta, y, mean, invstd, run_mean,
                                                                     run_var, momentum, eps);
       else
-        bn_fwd_channel_kernel<1, ACT><<<C, RED_NT, 0, st->stream>>>(r, act, gamma, beta, y, mean, invstd, run_mean,
+        bn_fwd_channel_kernel<1, ACT><<<C, RED_NT, 0, st->stream>>>(r, act, res, gamma, beta, y, mean, invstd, run_mean,
                                                                     run_var, momentum, eps);
       LAUNCH_CHECK(st, "bn_fwd_channel_kernel");
       return LAM_OK;
@@ -512,24 +523,26 @@ static lam_status bn_fwd_run(cuda_state *st, const char *what, int B, int C, int
                                                                     momentum, mean, invstd, run_mean, run_var);
     LAUNCH_CHECK(st, "bn_stats_final_kernel");
   }
-  LAUNCH_ROWWISE(st, bn_apply_kernel, vec, n, P, C, act, x, gamma, beta, y, mean, invstd, run_mean, run_var, eps, train);
+  LAUNCH_ROWWISE(st, bn_apply_kernel, vec, n, P, C, act, x, res, gamma, beta, y, mean, invstd, run_mean, run_var, eps,
+                 train);
   return LAM_OK;
 }
 
 static lam_status nchw_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
                        float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps,
                        int train) {
-  return bn_fwd_run(cuda_st(ctx), "bn_fwd", B, C, P, bn_act<BN_ACT_NONE>{0.0f}, x, gamma, beta, y, mean, invstd,
+  return bn_fwd_run(cuda_st(ctx), "bn_fwd", B, C, P, bn_act<BN_ACT_NONE>{0.0f}, x, NULL, gamma, beta, y, mean, invstd,
                     run_mean, run_var, momentum, eps, train);
 }
 
-static lam_status nchw_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
+static lam_status nchw_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *res,
+                                  const float *gamma,
                            const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
                            float momentum, float eps, int train) {
   cuda_state *st = cuda_st(ctx);
 #define BN_ACT_FWD(A)                                                                                              \
-  bn_fwd_run(st, "bn_act_fwd", B, C, P, bn_act<A>{alpha}, x, gamma, beta, y, mean, invstd, run_mean, run_var, momentum, \
-             eps, train)
+  bn_fwd_run(st, "bn_act_fwd", B, C, P, bn_act<A>{alpha}, x, res, gamma, beta, y, mean, invstd, run_mean, run_var,      \
+             momentum, eps, train)
   switch (act) { /* as act_fwd: any other value is the sigmoid */
     case LAM_ACT_RELU: return BN_ACT_FWD(LAM_ACT_RELU);
     case LAM_ACT_LEAKY: return BN_ACT_FWD(LAM_ACT_LEAKY);
@@ -543,7 +556,8 @@ static lam_status nchw_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, fl
 /* One block per channel: sum(dz) and sum(dz xhat), the parameter gradients, then dx over the channel
  * (dx may be dy: each value is read, then written, by the same thread). */
 template <int V, int ACT>
-__global__ void bn_bwd_channel_kernel(red_args r, const float *gamma, float *dx, float *dgamma, float *dbeta) {
+__global__ void bn_bwd_channel_kernel(red_args r, const float *gamma, float *dx, float *dr, int dr_add, float *dgamma,
+                                      float *dbeta) {
   __shared__ float s_mdy, s_mdx;
   const int c = blockIdx.x;
   float2 t = thread_sums<RED_BWD, V, ACT>(r, c, 0, r.B);
@@ -566,6 +580,7 @@ __global__ void bn_bwd_channel_kernel(red_args r, const float *gamma, float *dx,
     vload<V>(xv, r.x, o);
     vload<V>(gv, r.dy, o);
     bn_dz<ACT, V>(act, xv, gv, r.y, o, m, sc, bt);
+    if (dr) store_dr<V>(dr, o, gv, dr_add);
 #pragma unroll
     for (int q = 0; q < V; q++) gv[q] = k * (gv[q] - mdy - (xv[q] - m) * is * mdx);
     vstore<V>(dx, o, gv);
@@ -587,7 +602,7 @@ __global__ void bn_bwd_final_kernel(int C, int S, double N, const float *part, f
 template <typename I, int V, int ACT>
 __global__ void bn_bwd_apply_kernel(I n, I PV, I C, bn_act<ACT> act, const float *x, const float *y, const float *dy,
                                     const float *gamma, const float *beta, const float *mean, const float *invstd,
-                                    const float *fin, float *dx) {
+                                    const float *fin, float *dx, float *dr, int dr_add) {
   GRID_STRIDE(I, i, n) {
     I c = i / PV % C;
     float m = mean[c], is = invstd[c], k = gamma_of(gamma, c) * is, mdy = fin[2 * c], mdx = fin[2 * c + 1];
@@ -596,6 +611,7 @@ __global__ void bn_bwd_apply_kernel(I n, I PV, I C, bn_act<ACT> act, const float
     vload<V>(xv, x, i);
     vload<V>(gv, dy, i);
     bn_dz<ACT, V>(act, xv, gv, y, i, m, sc, bt);
+    if (dr) store_dr<V>(dr, i, gv, dr_add);
 #pragma unroll
     for (int q = 0; q < V; q++) gv[q] = k * (gv[q] - mdy - (xv[q] - m) * is * mdx);
     vstore<V>(dx, i, gv);
@@ -607,18 +623,20 @@ __global__ void bn_bwd_apply_kernel(I n, I PV, I C, bn_act<ACT> act, const float
 template <int ACT>
 static lam_status bn_bwd_run(cuda_state *st, const char *what, int B, int C, int P, bn_act<ACT> act, const float *x,
                              const float *y, const float *dy, const float *gamma, const float *beta, const float *mean,
-                             const float *invstd, float *dx, float *dgamma, float *dbeta) {
+                             const float *invstd, float *dx, float *dr, int dr_add, float *dgamma, float *dbeta) {
   size_t n = (size_t)B * C * P;
   if (!n) return LAM_OK;
   LAM_TRY(check_channel_size(what, B, P));
+  if (dr && !bn_act<ACT>::from_y)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: a residual's gradient needs an activation read from y", what);
   if (!bn_act<ACT>::from_y) y = NULL; /* not read */
   else if (!y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: relu, leaky, tanh and sigmoid read y, which is NULL", what);
-  const bool vec = red_vec(P, x, dy) && aligned16(y) && aligned16(dx);
+  const bool vec = red_vec(P, x, dy) && aligned16(y) && aligned16(dx) && aligned16(dr);
   red_args r = {B, C, P, x, dy, mean, invstd, y, gamma, beta, act.alpha};
   int S = channel_splits(B, C, P, 2, 2); /* 2 partials a block, and the two means a channel */
   if (S == 1) {
-    if (vec) bn_bwd_channel_kernel<4, ACT><<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dgamma, dbeta);
-    else bn_bwd_channel_kernel<1, ACT><<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dgamma, dbeta);
+    if (vec) bn_bwd_channel_kernel<4, ACT><<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dr, dr_add, dgamma, dbeta);
+    else bn_bwd_channel_kernel<1, ACT><<<C, RED_NT, 0, st->stream>>>(r, gamma, dx, dr, dr_add, dgamma, dbeta);
     LAUNCH_CHECK(st, "bn_bwd_channel_kernel");
     return LAM_OK;
   }
@@ -627,22 +645,23 @@ static lam_status bn_bwd_run(cuda_state *st, const char *what, int B, int C, int
   LAUNCH_CHECK(st, "channel_part_kernel<bwd>");
   bn_bwd_final_kernel<<<(C + NT - 1) / NT, NT, 0, st->stream>>>(C, S, (double)B * P, part, fin, dgamma, dbeta);
   LAUNCH_CHECK(st, "bn_bwd_final_kernel");
-  LAUNCH_ROWWISE(st, bn_bwd_apply_kernel, vec, n, P, C, act, x, y, dy, gamma, beta, mean, invstd, fin, dx);
+  LAUNCH_ROWWISE(st, bn_bwd_apply_kernel, vec, n, P, C, act, x, y, dy, gamma, beta, mean, invstd, fin, dx, dr, dr_add);
   return LAM_OK;
 }
 
 static lam_status nchw_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
                        const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta) {
   return bn_bwd_run(cuda_st(ctx), "bn_bwd", B, C, P, bn_act<BN_ACT_NONE>{0.0f}, x, NULL, dy, gamma, NULL, mean, invstd,
-                    dx, dgamma, dbeta);
+                    dx, NULL, 0, dgamma, dbeta);
 }
 
 static lam_status nchw_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
                            const float *dy, const float *gamma, const float *beta, const float *mean,
-                           const float *invstd, float *dx, float *dgamma, float *dbeta) {
+                           const float *invstd, float *dx, float *dr, int dr_add, float *dgamma, float *dbeta) {
   cuda_state *st = cuda_st(ctx);
-#define BN_ACT_BWD(A) \
-  bn_bwd_run(st, "bn_act_bwd", B, C, P, bn_act<A>{alpha}, x, y, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta)
+#define BN_ACT_BWD(A)                                                                                               \
+  bn_bwd_run(st, "bn_act_bwd", B, C, P, bn_act<A>{alpha}, x, y, dy, gamma, beta, mean, invstd, dx, dr, dr_add, dgamma, \
+             dbeta)
   switch (act) { /* as act_bwd: any other value is the sigmoid */
     case LAM_ACT_RELU: return BN_ACT_BWD(LAM_ACT_RELU);
     case LAM_ACT_LEAKY: return BN_ACT_BWD(LAM_ACT_LEAKY);
@@ -941,27 +960,27 @@ lam_status cuda_bn_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void 
                        const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
                        float momentum, float eps, int train) {
   if (as_nhwc(f, P))
-    return nhwc_bn_fwd(ctx, f, (size_t)B * P, C, BN_ACT_NONE, 0.0f, x, gamma, beta, y, mean, invstd, run_mean, run_var,
-                       momentum, eps, train);
+    return nhwc_bn_fwd(ctx, f, (size_t)B * P, C, BN_ACT_NONE, 0.0f, x, NULL, gamma, beta, y, mean, invstd, run_mean,
+                       run_var, momentum, eps, train);
   if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("bn_fwd");
   return nchw_bn_fwd(ctx, B, C, P, (const float *)x, gamma, beta, (float *)y, mean, invstd, run_mean, run_var, momentum,
                      eps, train);
 }
 lam_status cuda_bn_act_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
-                           const float *gamma, const float *beta, void *y, float *mean, float *invstd,
+                           const void *r, const float *gamma, const float *beta, void *y, float *mean, float *invstd,
                            float *run_mean, float *run_var, float momentum, float eps, int train) {
   if (as_nhwc(f, P))
-    return nhwc_bn_fwd(ctx, f, (size_t)B * P, C, act, alpha, x, gamma, beta, y, mean, invstd, run_mean, run_var,
+    return nhwc_bn_fwd(ctx, f, (size_t)B * P, C, act, alpha, x, r, gamma, beta, y, mean, invstd, run_mean, run_var,
                        momentum, eps, train);
   if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("bn_act_fwd");
-  return nchw_bn_act_fwd(ctx, B, C, P, act, alpha, (const float *)x, gamma, beta, (float *)y, mean, invstd, run_mean,
-                         run_var, momentum, eps, train);
+  return nchw_bn_act_fwd(ctx, B, C, P, act, alpha, (const float *)x, (const float *)r, gamma, beta, (float *)y, mean,
+                         invstd, run_mean, run_var, momentum, eps, train);
 }
 lam_status cuda_bn_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma,
                        const float *mean, const float *invstd, void *dx, float *dgamma, float *dbeta) {
   if (as_nhwc(f, P))
-    return nhwc_bn_bwd(ctx, f, (size_t)B * P, C, BN_ACT_NONE, 0.0f, x, NULL, dy, gamma, NULL, mean, invstd, dx, dgamma,
-                       dbeta);
+    return nhwc_bn_bwd(ctx, f, (size_t)B * P, C, BN_ACT_NONE, 0.0f, x, NULL, dy, gamma, NULL, mean, invstd, dx, NULL, 0,
+                       dgamma, dbeta);
   if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("bn_bwd");
   return nchw_bn_bwd(ctx, B, C, P, (const float *)x, (const float *)dy, gamma, mean, invstd, (float *)dx, dgamma, dbeta);
 }
@@ -1003,10 +1022,11 @@ lam_status cuda_bn_sync_stats(lam_ctx *ctx, int C, double N, const float *sums, 
 }
 lam_status cuda_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
                            const void *y, const void *dy, const float *gamma, const float *beta, const float *mean,
-                           const float *invstd, void *dx, float *dgamma, float *dbeta) {
+                           const float *invstd, void *dx, void *dr, int dr_add, float *dgamma, float *dbeta) {
   if (as_nhwc(f, P))
-    return nhwc_bn_bwd(ctx, f, (size_t)B * P, C, act, alpha, x, y, dy, gamma, beta, mean, invstd, dx, dgamma, dbeta);
+    return nhwc_bn_bwd(ctx, f, (size_t)B * P, C, act, alpha, x, y, dy, gamma, beta, mean, invstd, dx, dr, dr_add, dgamma,
+                       dbeta);
   if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("bn_act_bwd");
   return nchw_bn_act_bwd(ctx, B, C, P, act, alpha, (const float *)x, (const float *)y, (const float *)dy, gamma, beta,
-                         mean, invstd, (float *)dx, dgamma, dbeta);
+                         mean, invstd, (float *)dx, (float *)dr, dr_add, dgamma, dbeta);
 }

@@ -86,8 +86,8 @@ static lam_status bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
   const nn_tensor *x = nn_in(m, n, 0);
   const nn_node *act = &m->node[n->tail];
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
-  return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, m->params + n->w_off,
-                                m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run, run + x->c, n->momentum,
+  return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, NULL,
+                                m->params + n->w_off, m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run, run + x->c, n->momentum,
                                 n->eps, train);
 }
 
@@ -98,8 +98,8 @@ static lam_status bn_act_bwd(lam_model *m, nn_node *n, int B) {
   const float *mean = n->aux, *invstd = mean + x->c;
   void *din = nn_din(m, n, 0);
   return m->ctx->be->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, y->data, y->grad,
-                                m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch,
-                                m->grads + n->w_off, m->grads + n->b_off);
+                                m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch, NULL,
+                                0, m->grads + n->w_off, m->grads + n->b_off);
 }
 /* A BatchNorm whose output one activation reads, and is not the model's (nor sync BN's: its statistics come in
  * parts) */
@@ -110,6 +110,46 @@ static int bn_act_match(const lam_model *m, int i, int a[1]) {
 }
 const nn_fusion nn_fusion_bn_act = {.name = "bn_act", .fwd_mark = "bn_act.fwd", .bwd_mark = "bn_act.bwd",
                                     .kind = NN_FUSE_ACT, .match = bn_act_match, .fwd = bn_act_fwd, .bwd = bn_act_bwd};
+
+/* A BatchNorm, the residual add after it and that sum's activation (a residual block's end: "bn, add @r, relu"):
+ * y = act(bn(x) + r) in one pass, neither the BatchNorm's output nor the sum stored. Backward forms dz = dy act'(y),
+ * hands it to r's gradient (the add's: written or added as the add would) and runs BatchNorm's backward on it. The
+ * three nodes follow each other (so the add's gradient writes keep their order among the other readers of r), and the
+ * activation reads y in its backward (not gelu, which would need r again). */
+static const nn_node *fused_add(const lam_model *m, const nn_node *n) { return &m->node[n->tail - 1]; }
+static int residual_slot(const lam_model *m, const nn_node *n) { return fused_add(m, n)->in[0] == n->out ? 1 : 0; }
+static lam_status bn_add_act_fwd(lam_model *m, nn_node *n, int B, int train) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const nn_node *act = &m->node[n->tail];
+  const void *r = m->tensor[fused_add(m, n)->in[residual_slot(m, n)]].data;
+  float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
+  return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, r,
+                                m->params + n->w_off, m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run,
+                                run + x->c, n->momentum, n->eps, train);
+}
+static lam_status bn_add_act_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const nn_node *act = &m->node[n->tail], *add = fused_add(m, n);
+  const nn_tensor *y = nn_out(m, act);
+  const int j = residual_slot(m, n);
+  const float *mean = n->aux, *invstd = mean + x->c;
+  void *din = nn_din(m, n, 0), *dr = nn_din(m, add, j); /* the add writes its gradients itself (NN_ADDS_GRAD) */
+  return m->ctx->be->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, y->data, y->grad,
+                                m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch, dr,
+                                dr ? nn_adds(add, j) : 0, m->grads + n->w_off, m->grads + n->b_off);
+}
+static int bn_add_act_match(const lam_model *m, int i, int a[2]) {
+  const nn_node *bn = &m->node[i];
+  if (bn->op != &nn_op_bn || m->sync_sum || bn->out == m->output || i + 2 >= m->nnodes) return 0;
+  if (nn_readers(m, bn->out, &a[0]) != 1 || a[0] != i + 1 || m->node[a[0]].op != &nn_op_add) return 0;
+  const nn_node *add = &m->node[a[0]];
+  if (add->out == m->output || nn_readers(m, add->out, &a[1]) != 1 || a[1] != i + 2) return 0;
+  const nn_node *act = &m->node[a[1]];
+  return (act->op->flags & NN_ACT) && act->act != LAM_ACT_GELU ? 2 : 0;
+}
+const nn_fusion nn_fusion_bn_add_act = {.name = "bn_add_act", .fwd_mark = "bn_add_act.fwd",
+                                        .bwd_mark = "bn_add_act.bwd", .kind = NN_FUSE_ACT, .match = bn_add_act_match,
+                                        .fwd = bn_add_act_fwd, .bwd = bn_add_act_bwd};
 
 static size_t bn_aux(const lam_model *m, const nn_node *n, int B) {
   (void)B;
