@@ -521,7 +521,7 @@ static void nhwc_bn_sync_dx_launch(lam_status *s, cuda_state *st, size_t N, int 
   chan_grid ga = chan_grid_for(N, C / V, 4096, 16, 65535);
   nhwc_bn_bwd_apply_kernel<T, V, BN_ACT_NONE><<<dim3(ga.S, ga.groups), NT, 0, st->stream>>>(
       N, C, ga.TX, ga.TY, bn_act<BN_ACT_NONE>{0.0f}, (const T *)x, NULL, (const T *)dy, gamma, NULL, mean, invstd, fin,
-      (T *)dx);
+      (T *)dx, (T *)NULL, 0);
   *s = cuda_after_launch(st, st->stream, "nhwc_bn_bwd_apply_kernel", __FILE__, __LINE__);
 }
 
