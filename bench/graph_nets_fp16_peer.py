@@ -1,8 +1,9 @@
 """PyTorch's fp16 training step for bench/graph_nets.py: the peer's nets (../shared/peers/graph_nets_torch.py, passed
 as the first argument) in float16 autocast with torch.amp.GradScaler, as PyTorch's recipe for fp16 has it, on the
 peer's protocol (normalize uint8 on the GPU, forward, cross-entropy, backward, Adam; channels_last; warm-up, then
-median of 6 x 10 replays). The whole step sits in one CUDA graph: Adam is fused (it takes the scaler's scale and
-found-inf flag on the device, so GradScaler.step needs no host synchronisation) and GradScaler.update is device ops.
+median of 6 x 10 replays). The whole step sits in one CUDA graph: Adam is fused and capturable (it takes the scaler's
+scale and found-inf flag on the device, so GradScaler.step needs no host synchronisation) and GradScaler.update is
+device ops.
 
   python3 bench/graph_nets_fp16_peer.py .peers/graph_nets_torch.py air:512:compile:fp16 [res:512:graph:fp16 ...]
 
@@ -20,7 +21,7 @@ def run(peer, net, bs, mode):
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
     m = cls().to(dev).to(memory_format=torch.channels_last)
-    opt = torch.optim.Adam(m.parameters(), 1e-3, fused=True)
+    opt = torch.optim.Adam(m.parameters(), 1e-3, fused=True, capturable=True)
     scaler = torch.amp.GradScaler("cuda")
     X = torch.randint(0, 256, (bs, *shp), dtype=torch.uint8, device=dev)
     Y = torch.randint(0, k, (bs, *shp[1:]) if seg else (bs,), device=dev)
