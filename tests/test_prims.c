@@ -1670,18 +1670,30 @@ static void test_bn_add_act(void **state) {
         double *want[5], *scale[5];
         const float *comp[5] = {yc, dxc, ds, dgc, dbc};
         const size_t len[5] = {n, n, n, (size_t)C, (size_t)C};
+        /* Each value's scale is the size of the terms it is made of, where the backends' float arithmetic differs
+         * (an fma contracted or not, tanh's and sigmoid's own few ulps): y = act(z + r) by |z| + |r| (z + r may
+         * cancel); dz = dy act'(y) by |dz| + |dy| (1 - y^2 cancels near 1, test_bn_act's); dx = k (dz - mean(dz) -
+         * xhat mean(dz xhat)) by |k| (those terms' sizes); dgamma, dbeta by the sums of their terms' sizes. */
+        double *dzs = dzero(n), *a1 = dzero(C), *a2 = dzero(C);
+        for (size_t i = 0; i < n; i++) {
+          const int c = (int)(i / P % C);
+          const double xh = fabs(((double)x[i] - o.mean[c]) * o.invstd[c]);
+          dzs[i] = fabs(ds[i]) + fabs(dy[i]), a1[c] += dzs[i], a2[c] += dzs[i] * xh;
+        }
         for (int q = 0; q < 5; q++) {
           want[q] = dzero(len[q]), scale[q] = dzero(len[q]);
-          double big = 0;
-          for (size_t i = 0; i < len[q]; i++) big = fmax(big, fabs(comp[q][i]));
           for (size_t i = 0; i < len[q]; i++) {
+            const int c = q < 3 ? (int)(i / P % C) : (int)i;
+            const double xh = q < 3 ? fabs(((double)x[i] - o.mean[c]) * o.invstd[c]) : 0.0, N = (double)B * P;
             want[q][i] = comp[q][i] + (q == 2 && dr_add ? dr0[i] : 0.0);
-            scale[q][i] = fabs(comp[q][i]) + 1e-3 * big + (q == 2 && dr_add ? fabs(dr0[i]) : 0.0);
-            /* y = act(z + r): z + r may cancel, and z's last bit (the backends contract (x - m) sc + bt into an fma
-             * or not) is then large against it: its scale is |z| + |r| */
-            if (q == 0) scale[q][i] += fabs(o.y[i]) + fabs(res[i]);
+            scale[q][i] = q == 0   ? fabs(comp[0][i]) + fabs(o.y[i]) + fabs(res[i])
+                          : q == 1 ? fabs(gamma[c] * o.invstd[c]) * (dzs[i] + a1[c] / N + xh * a2[c] / N)
+                          : q == 2 ? dzs[i] + (dr_add ? fabs(dr0[i]) : 0.0)
+                          : q == 3 ? fabs(dg0[c]) + a2[c]
+                                   : fabs(db0[c]) + a1[c];
           }
         }
+        free(dzs), free(a1), free(a2);
         float *got[5], *cpu[5] = {NULL};
         for (int which = 0; which < (g_cuda ? 2 : 1); which++) {
           float **out = which ? cpu : got;
