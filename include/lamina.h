@@ -626,13 +626,16 @@ lam_status lam_model_output_shape(const lam_model *m, int *c, int *h, int *w);
 lam_status lam_model_input_shape(const lam_model *m, int *c, int *h, int *w);
 /* One node of the graph, for `lamina model`: its label (or ""), op, the label it reads besides the
  * tensor before it (add, concat), output shape, parameters and forward FLOPs per sample; fused: 1 when
- * the node runs inside another's fused kernel, 2 when it runs the fused block. */
+ * the node runs inside another's fused kernel, 2 when it runs the fused block, and fusion that block's
+ * name ("bn_act", "bn_add_act", "conv_relu_pool"; "" when fused is 0): the path the node takes, as the
+ * profile's marks name it. */
 typedef struct lam_node_info {
   char name[32], op[16], reads[32];
   int c, h, w;
   size_t params;
   double flops;
   int fused;
+  char fusion[24];
 } lam_node_info;
 /* Fills up to max nodes (nodes may be NULL to count) and *count; *planned_bytes (may be NULL) is the
  * backend memory the batch buffers take at this batch: the planned arena (activations, gradients,

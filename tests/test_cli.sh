@@ -652,6 +652,13 @@ json_check "model --json (a FILE under a path with '\"' and '\\') parses; the sp
    type(d["planned_bytes"]) is int and [x["name"] for x in d["nodes"]].count("h") == 1 and
    all(type(x["shape"]) is list and type(x["params"]) is int and type(x["flops"]) is int and
    type(x["fused"]) is int for x in d["nodes"])'
+# which path each node takes: res's BatchNorms run bn_act, or bn_add_act where a residual add and its relu follow
+run model "$(cd "$(dirname "$0")/.." && pwd)/bench/nets/res.txt" --input 3x32x32 --json
+json_check "model --json names each fused node's path (res: bn_act, and bn_add_act at the blocks' ends)" \
+  'sum(x["fusion"] == "bn_add_act" and x["fused"] == 2 for x in d["nodes"]) == 3 and
+   sum(x["fusion"] == "bn_add_act" and x["fused"] == 1 for x in d["nodes"]) == 6 and
+   sum(x["fusion"] == "bn_act" and x["fused"] == 2 for x in d["nodes"]) == 6 and
+   all((x["fusion"] == "") == (x["fused"] == 0) for x in d["nodes"])'
 usage_error "lamina model without --input" "--input" -- model "conv 8 3"
 usage_error "lamina model with a bad spec quotes the word" "@nope" -- model "conv 8 3, add @nope" --input 1x28x28
 # The paths' knobs: a value they do not take is an error naming it (it used to mean the default, silently).

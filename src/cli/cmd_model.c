@@ -208,6 +208,7 @@ int cmd_model(int argc, char **argv) {
       bad |= json_object_set_new(nj, "params", json_integer((json_int_t)nodes[i].params));
       bad |= json_object_set_new(nj, "flops", count_json(nodes[i].flops));
       bad |= json_object_set_new(nj, "fused", json_integer(nodes[i].fused));
+      bad |= json_object_set_new(nj, "fusion", cli_json_str(nodes[i].fusion));
       bad |= json_array_append_new(jn, nj);
     }
     bad |= json_object_set_new(j, "nodes", jn);
@@ -221,11 +222,11 @@ int cmd_model(int argc, char **argv) {
     else printf("model %s\ninput %dx%dx%d\n", lam_model_spec(m), C, H, W);
     printf("  %3s %-12s %-10s %-12s %14s %10s %14s\n", "#", "name", "op", "reads", "output", "params", "MFLOPs/sample");
     for (int i = 0; i < n; i++) {
-      char shape[48];
+      char shape[48], path[64] = "";
       snprintf(shape, sizeof shape, "%dx%dx%d", nodes[i].c, nodes[i].h, nodes[i].w);
+      if (nodes[i].fused) snprintf(path, sizeof path, "  (%s %s)", nodes[i].fused == 2 ? "runs" : "in", nodes[i].fusion);
       printf("  %3d %-12s %-10s %-12s %14s %10zu %14.3f%s\n", i + 1, nodes[i].name, nodes[i].op,
-             nodes[i].reads[0] ? nodes[i].reads : "", shape, nodes[i].params, nodes[i].flops / 1e6,
-             nodes[i].fused == 1 ? "  (fused)" : nodes[i].fused == 2 ? "  (runs the fused block)" : "");
+             nodes[i].reads[0] ? nodes[i].reads : "", shape, nodes[i].params, nodes[i].flops / 1e6, path);
     }
     printf("parameters %zu (%.2f MB), forward %.3f GFLOPs per sample\n", lam_model_param_count(m),
            lam_model_param_count(m) * 4 / 1e6, flops / 1e9);

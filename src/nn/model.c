@@ -219,6 +219,8 @@ lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, 
     o->params = node_params(n);
     o->flops = 2.0 * (n->op->macs ? n->op->macs(m, n) : 0.0) * m->tensor[n->in[0]].t; /* every frame */
     o->fused = n->absorbed ? 1 : n->fuse ? 2 : 0;
+    const nn_fusion *f = n->absorbed ? m->node[n->fused_by].fusion : n->fusion;
+    snprintf(o->fusion, sizeof o->fusion, "%s", o->fused && f ? f->name : "");
   }
   if (planned_bytes) {
     /* the plan is made on a copy: the model's own buffers stay as they are */
