@@ -4,12 +4,13 @@ Both sides run their captured step as they do when timed (CUDA-graph replays), u
 (CUPTI's kernel records: real durations, kernels overlapping as they do in the replay):
 - lamina: the Python package's Model.fit on random uint8 data (bench/graph_nets.py's), one epoch of `steps`
   steps after a warm-up fit, in a process of its own;
-- PyTorch: the peer script (../shared/peers/graph_nets_torch.py) run unchanged; a patched CUDAGraph.replay
-  turns the profiler on for its 3rd to (steps+2)th replay.
+- PyTorch: the peer script (../shared/peers/graph_nets_torch.py) run unchanged (in fp16, its nets through
+  bench/graph_nets_fp16_peer.py: autocast fp16 + GradScaler); a patched CUDAGraph.replay turns the profiler on for
+  its 3rd to (steps+2)th replay.
 Kernels are grouped by what they do; printed per step, with each side's top kernels.
 
   python3 bench/kernels.py --lib build/liblamina.so --peer .peers/graph_nets_torch.py [--nets air,res,unet]
-      [--prec bf16] [--torch-mode compile] [--steps 10] [--top 14]
+      [--prec bf16|fp16] [--torch-mode compile] [--steps 10] [--top 14]
 """
 import argparse, collections, json, os, subprocess, sys
 
@@ -26,7 +27,7 @@ def group(name):
     if "triton" in k: return "generated (triton)"
     if "bn" in k or "batch_norm" in k or "nred" in k or "welford" in k: return "BatchNorm"
     if "pool" in k: return "pooling"
-    if "adam" in k or "foreach" in k: return "optimizer"
+    if "adam" in k or "foreach" in k or "grad_check" in k or "scaler" in k or "amp_" in k: return "optimizer"
     return "other"
 
 
@@ -80,7 +81,11 @@ def torch_side(a):
     sys.argv = [a.peer]
     peer = runpy.run_path(a.peer, run_name="peer")
     from graph_nets import NETS
-    peer["run"](a.net, NETS[a.net][4], a.torch_mode, a.prec)
+    if a.prec == "fp16":  # PyTorch's fp16 step: the peer's nets with GradScaler, as bench/graph_nets.py times it
+        runpy.run_path(os.path.join(HERE, "graph_nets_fp16_peer.py"), run_name="fp16_peer")["run"](
+            peer, a.net, NETS[a.net][4], a.torch_mode)
+    else:
+        peer["run"](a.net, NETS[a.net][4], a.torch_mode, a.prec)
     print(json.dumps(kernel_rows(prof)))
 
 
