@@ -324,6 +324,51 @@ static void test_fp16_loss_scale(void **state) {
   TU_OK(lam_ctx_set_precision(ctx, LAM_PRECISION_FP32));
 }
 
+/* Gradients that overflow fp16 at every scale down to the floor stop the run with an error: a last layer of weights
+ * up to 4e4 makes the gradient the first layer's GEMM rounds to fp16 up to 8e4 even at scale 1 (fp16 ends at 65504;
+ * the loss stays finite). Every step is skipped (the parameters stay as they were) and the epoch fails with LAM_ERR_DIVERGED,
+ * naming fp16 and the lowest scale. */
+static void test_fp16_overflow_at_the_floor(void **state) {
+  (void)state;
+  lam_ctx *ctx = g_dev ? g_dev : g_cpu;
+  TU_OK(lam_ctx_set_precision(ctx, LAM_PRECISION_FP16));
+  enum { N = 24, S = 4 };
+  uint8_t img[N * S * S], lab[N];
+  for (int i = 0; i < N * S * S; i++) img[i] = (uint8_t)(53 * i + 7);
+  for (int i = 0; i < N; i++) lab[i] = 0;
+  lam_dataset d = {.n = N, .h = S, .w = S, .classes = 10, .images = img, .labels = lab};
+  lam_model *m;
+  TU_OK(lam_model_create(ctx, "flatten, dense 16, dense 10", 1, S, S, 3, &m));
+  const size_t np = lam_model_param_count(m), first = (size_t)16 * S * S + 16;
+  float *p0 = malloc(np * sizeof *p0), *p1 = malloc(np * sizeof *p1);
+  assert_true(p0 && p1);
+  TU_OK(lam_model_params_get(m, p0, np));
+  /* h = 1 (the first layer's weights 0, biases 1); class 0's weights -4e4, the others' 4e4, biases 0; every label 0:
+   * the logits are -6.4e5 for class 0 and 6.4e5 for the rest, so the loss's gradient is -S for class 0 and S/9
+   * for each other, and the first layer's gradient sum_k dy_k W_kj = 8e4 S: beyond fp16's 65504 at every S >= 1 */
+  for (size_t i = 0; i < np; i++)
+    p0[i] = i < (size_t)16 * S * S ? 0.0f : i < first ? 1.0f : i >= np - 10 ? 0.0f : (i - first) / 16 == 0 ? -4e4f : 4e4f;
+  TU_OK(lam_model_params_set(m, p0, np));
+  lam_opt opt = lam_opt_default(LAM_OPT_SGD);
+  lam_trainer *t;
+  TU_OK(lam_trainer_create(m, &opt, 1, 5, &d, &t));
+  lam_epoch_stats es;
+  TU_EXPECT_STATUS(lam_trainer_epoch(t, NULL, NULL, 0, &es), LAM_ERR_DIVERGED);
+  print_message("  %s: %s\n", g_dev ? "cuda" : "cpu", lam_last_error());
+  assert_non_null(strstr(lam_last_error(), "fp16"));
+  assert_non_null(strstr(lam_last_error(), "loss scale 1"));
+  double scale = 0;
+  long skipped = 0;
+  TU_OK(lam_trainer_loss_scale(t, &scale, &skipped));
+  assert_true(scale == 1.0 && skipped == N); /* 16 halvings from 2^16, then the floor, and every step after */
+  assert_non_null(strstr(lam_last_error(), "at step 17 of")); /* the first skipped at scale 1 */
+  TU_OK(lam_model_params_get(m, p1, np));
+  assert_memory_equal(p1, p0, np * sizeof *p0); /* no step was taken */
+  lam_trainer_free(t), lam_model_free(m);
+  free(p0), free(p1);
+  TU_OK(lam_ctx_set_precision(ctx, LAM_PRECISION_FP32));
+}
+
 /* The fused paths (BatchNorm + activation, BatchNorm + residual add + activation) against the plain ops
  * (lam_model_options fuse 0), in the precision under test with its 16-bit NHWC activations: 20 Adam steps on the
  * same batches give the same losses to the type's rounding (the fused pass keeps z and z + r in registers where the
@@ -402,13 +447,14 @@ int main(int argc, char **argv) {
   const struct CMUnitTest cpu_tests[] = {cmocka_unit_test(test_half_cpu_rounds), cmocka_unit_test(test_half_nhwc),
                                          cmocka_unit_test(test_precision_names), cmocka_unit_test(test_half_cpu_rounds_fp16),
                                          cmocka_unit_test(test_half_nhwc_fp16), cmocka_unit_test(test_fp16_loss_scale),
-                                         cmocka_unit_test(test_half_fused_vs_plain), cmocka_unit_test(test_half_fused_vs_plain_fp16)};
+                                         cmocka_unit_test(test_half_fused_vs_plain), cmocka_unit_test(test_half_fused_vs_plain_fp16),
+                                         cmocka_unit_test(test_fp16_overflow_at_the_floor)};
   const struct CMUnitTest cuda_tests[] = {cmocka_unit_test(test_half_cuda_matches_cpu), cmocka_unit_test(test_half_nhwc),
                                           cmocka_unit_test(test_half_cuda_trains),
                                           cmocka_unit_test(test_half_cuda_matches_cpu_fp16),
                                           cmocka_unit_test(test_half_nhwc_fp16), cmocka_unit_test(test_half_cuda_trains_fp16),
                                           cmocka_unit_test(test_fp16_loss_scale), cmocka_unit_test(test_half_fused_vs_plain),
-                                          cmocka_unit_test(test_half_fused_vs_plain_fp16)};
+                                          cmocka_unit_test(test_half_fused_vs_plain_fp16), cmocka_unit_test(test_fp16_overflow_at_the_floor)};
   int failed = g_dev ? TU_RUN_GROUP("half_cuda", cuda_tests, NULL, NULL) : TU_RUN_GROUP("half", cpu_tests, NULL, NULL);
   lam_ctx_free(g_dev);
   lam_ctx_free(g_cpu);
