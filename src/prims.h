@@ -209,6 +209,18 @@ typedef struct lam_scaler {
                     float *invstd, float *var, float *run_mean, float *run_var))                                    \
   X(bn_sync_dx, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma, \
                  const float *mean, const float *invstd, const float *sums, double N, void *dx))                   \
+  /* GroupNorm over (B, C, P) in format f (PyTorch's GroupNorm; LayerNorm is its one group): each sample's C      \
+   * channels in G groups of C/G, each group normalized over its C/G x P values with their mean and biased       \
+   * variance, y = (x - mean) invstd gamma[c] + beta[c] (gamma, beta may be NULL: 1 and 0); mean and invstd       \
+   * (B*G each, sample-major) saved for the backward. The same in training and evaluation (no running ones). */   \
+  X(groupnorm_fwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, int G, const void *x, const float *gamma,        \
+                    const float *beta, void *y, float *mean, float *invstd, float eps))                              \
+  /* Its backward from the saved statistics: dgamma[c] += sum(dy xhat), dbeta[c] += sum(dy) over the samples and    \
+   * pixels (each sample's part summed, then the samples in order: deterministic; work holds 2*B*C floats), and   \
+   * dx = invstd (g - mean(g) - xhat mean(g xhat)) over each group, g = dy gamma[c] (dx overwritten; not dy). */    \
+  X(groupnorm_bwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, int G, const void *x, const void *dy,             \
+                    const float *gamma, const float *mean, const float *invstd, void *dx, float *dgamma,             \
+                    float *dbeta, float *work))                                                                      \
   /* Dropout's keep mask: mask[i] = 1 (keep) or 0 with probability p, from a counter-based hash of (seed, *ctr, i)   \
    * that the CPU and CUDA compute alike (ctr is backend memory read when the op runs, NULL reads as 0: a step     \
    * captured in a graph draws a new mask when the counter moves). */                                              \

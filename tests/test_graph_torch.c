@@ -1,9 +1,11 @@
-/* test_graph_torch.c — graph models against PyTorch, in training mode with BatchNorm: for each reference
+/* test_graph_torch.c — graph models against PyTorch, in training mode: for each reference
  * file that tests/ref/make_torch_ref.py wrote for a graph model —
  *   resnet_bn  3×8×8, batch 4: conv/bn/relu, a residual (r: ..., add @r), dropout with a given mask,
  *              maxpool, GELU, gap, dense 5
  *   unet       1×16×20, batch 2: a small U-Net (bn, maxpool, convt stride 2, concat @e2 / @e1) with a
  *              per-pixel loss over 3 classes, some labels 255 (ignored)
+ *   norms      3×8×8, batch 4: groupnorm and layernorm on images (PyTorch's GroupNorm(G, C), GroupNorm(1, C)) and
+ *              layernorm on a flat input (LayerNorm(C)), with relu, gelu, maxpool, tanh
  * — builds the model from the file's spec, loads PyTorch's initial parameters and running statistics,
  * and checks, against PyTorch: the training-mode loss (batch statistics) and every gradient, the running
  * statistics after that forward, the losses of 10 Adam steps (lr 1e-2) on the same batch with a fresh
@@ -211,6 +213,10 @@ static void test_unet(void **state) {
   (void)state;
   run_graph("unet");
 }
+static void test_norms(void **state) {
+  (void)state;
+  run_graph("norms");
+}
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "cuda")) {
@@ -224,6 +230,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s [cuda]\n", argv[0]);
     return 2;
   }
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_resnet_bn), cmocka_unit_test(test_unet)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_resnet_bn), cmocka_unit_test(test_unet),
+                                     cmocka_unit_test(test_norms)};
   return TU_RUN_GROUP(g_dev == LAM_DEVICE_CUDA ? "graph_torch_cuda" : "graph_torch", tests, NULL, NULL) ? 1 : 0;
 }

@@ -1623,6 +1623,119 @@ static void bn_act_loss(const void *a, const float *v, double *loss) {
  * bn_fwd + add + act_fwd and act_bwd + (dr = or += dz) + bn_bwd on the same backend, in the format under test; and
  * CUDA's against the CPU's. Each composite step rounds to float where the fused pass keeps the value in a register
  * (z, z + r), so they agree to float rounding of each value's scale (2e-6). ---- */
+/* ---- GroupNorm (groupnorm_fwd, groupnorm_bwd; LayerNorm is G = 1): against a float64 reference per (sample,
+ * group), in the format under test, CUDA against the CPU; on the CPU also the input gradient against central
+ * differences of sum(w y). ---- */
+static void run_groupnorm(lam_ctx *ctx, int B, int C, int P, int G, const float *x, const float *gamma, const float *beta,
+                          const float *dy, float *y, float *mean, float *invstd, float *dx, float *dg, float *db) {
+  const size_t n = (size_t)B * C * P, cb = (size_t)C * 4, sb = (size_t)B * G * 4;
+  float *d_x = dput(ctx, x, n * 4), *d_g = dput(ctx, gamma, cb), *d_b = dput(ctx, beta, cb), *d_y = dput(ctx, y, n * 4),
+        *d_m = dput(ctx, mean, sb), *d_i = dput(ctx, invstd, sb), *d_dy = dput(ctx, dy, n * 4),
+        *d_dx = dput(ctx, dx, n * 4), *d_dg = dput(ctx, dg, cb), *d_db = dput(ctx, db, cb);
+  float *h = fnan((size_t)2 * B * C), *work = dput(ctx, h, (size_t)2 * B * C * 4), *d_w = work; /* 2 B C floats */
+  free(h);
+  void *fx = fin(ctx, d_x, B, C, P), *fy = fin(ctx, d_y, B, C, P), *fdy = fin(ctx, d_dy, B, C, P),
+       *fdx = fin(ctx, d_dx, B, C, P);
+  TU_OK(BE(ctx)->groupnorm_fwd(ctx, g_fmt, B, C, P, G, fx, d_g, d_b, fy, d_m, d_i, 1e-5f));
+  TU_OK(BE(ctx)->groupnorm_bwd(ctx, g_fmt, B, C, P, G, fx, fdy, d_g, d_m, d_i, fdx, d_dg, d_db, work));
+  fout(ctx, fx, d_x, B, C, P, "groupnorm x"), fout(ctx, fy, d_y, B, C, P, "groupnorm y");
+  fout(ctx, fdy, d_dy, B, C, P, "groupnorm dy"), fout(ctx, fdx, d_dx, B, C, P, "groupnorm dx");
+  dget(ctx, y, d_y, n * 4, "groupnorm y"), dget(ctx, mean, d_m, sb, "groupnorm mean");
+  dget(ctx, invstd, d_i, sb, "groupnorm invstd"), dget(ctx, dx, d_dx, n * 4, "groupnorm dx");
+  dget(ctx, dg, d_dg, cb, "groupnorm dgamma"), dget(ctx, db, d_db, cb, "groupnorm dbeta");
+  float *all[] = {d_x, d_g, d_b, d_y, d_m, d_i, d_dy, d_dx, d_dg, d_db, d_w};
+  for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) dfree(ctx, all[k]);
+}
+typedef struct gn_fd {
+  int B, C, P, G;
+  const float *gamma, *beta, *w;
+} gn_fd;
+static void gn_loss(const void *a, const float *x, double *loss) { /* the CPU backend: host memory */
+  const gn_fd *f = a;
+  const size_t n = (size_t)f->B * f->C * f->P;
+  float *y = fnan(n), *m = fnan((size_t)f->B * f->G), *is = fnan((size_t)f->B * f->G);
+  TU_OK(BE(g_ctx)->groupnorm_fwd(g_ctx, LAM_FMT_NCHW, f->B, f->C, f->P, f->G, x, f->gamma, f->beta, y, m, is, 1e-5f));
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += (double)f->w[i] * y[i];
+  *loss = s;
+  free(y), free(m), free(is);
+}
+static void test_groupnorm(void **state) {
+  (void)state;
+  static const int shapes[][4] = {{3, 8, 10, 4}, {2, 6, 7, 1}, {4, 16, 1, 4}, {2, 64, 16, 8}, {5, 3, 9, 3}};
+  for (int si = 0; si < 5; si++) {
+    seed_case("groupnorm", (uint64_t)si);
+    const int B = shapes[si][0], C = shapes[si][1], P = shapes[si][2], G = shapes[si][3], Cg = C / G;
+    const size_t n = (size_t)B * C * P, ns = (size_t)B * G;
+    const double eps = 1e-5, N = (double)Cg * P;
+    float *x = frand(n, -2, 3), *gamma = frand(C, 0.5, 1.5), *beta = frand(C, -0.5, 0.5), *dy = frand(n, -1, 1),
+          *dg0 = frand(C, -1, 1), *db0 = frand(C, -1, 1);
+    for (size_t i = 0; i < n; i++) x[i] += (float)(i / ((size_t)Cg * P) % 3); /* groups of different means */
+    float *got[6], *cpu[6] = {NULL};
+    for (int which = 0; which < (g_cuda ? 2 : 1); which++) {
+      float **o = which ? cpu : got;
+      o[0] = fnan(n), o[1] = fnan(ns), o[2] = fnan(ns), o[3] = fnan(n), o[4] = fdup(dg0, C), o[5] = fdup(db0, C);
+      run_groupnorm(which ? g_cpu : g_ctx, B, C, P, G, x, gamma, beta, dy, o[0], o[1], o[2], o[3], o[4], o[5]);
+    }
+    /* the float64 reference: statistics from x; the backward from the statistics as float, as they are saved */
+    double *want[6], *scale[6];
+    const size_t len[6] = {n, ns, ns, n, (size_t)C, (size_t)C};
+    for (int q = 0; q < 6; q++) want[q] = dzero(len[q]), scale[q] = dzero(len[q]);
+    for (int b = 0; b < B; b++)
+      for (int g = 0; g < G; g++) {
+        const size_t o = ((size_t)b * C + (size_t)g * Cg) * P, k = (size_t)b * G + g;
+        double s = 0, v = 0, a = 0;
+        for (size_t i = 0; i < (size_t)Cg * P; i++) s += x[o + i], a += fabs(x[o + i]);
+        const double mu = s / N;
+        for (size_t i = 0; i < (size_t)Cg * P; i++) v += (x[o + i] - mu) * (x[o + i] - mu);
+        const double is = 1 / sqrt(v / N + eps);
+        want[1][k] = mu, scale[1][k] = a / N, want[2][k] = is, scale[2][k] = is;
+        const double mf = (float)mu, isf = (float)is;
+        double sg = 0, sgx = 0, ag = 0, agx = 0;
+        for (int kk = 0; kk < Cg; kk++) {
+          const int c = g * Cg + kk;
+          for (int p = 0; p < P; p++) {
+            const size_t i = o + (size_t)kk * P + p;
+            const double xh = (x[i] - mu) * is, xhf = (x[i] - mf) * isf;
+            want[0][i] = xh * gamma[c] + beta[c], scale[0][i] = fabs(xh * gamma[c]) + fabs(beta[c]) + fabs(gamma[c]);
+            sg += (double)dy[i] * gamma[c], sgx += (double)dy[i] * gamma[c] * xhf;
+            ag += fabs(dy[i] * gamma[c]), agx += fabs(dy[i] * gamma[c] * xhf);
+            want[4][c] += dy[i] * xhf, scale[4][c] += fabs(dy[i] * xhf);
+            want[5][c] += dy[i], scale[5][c] += fabs(dy[i]);
+          }
+        }
+        for (int kk = 0; kk < Cg; kk++) {
+          const int c = g * Cg + kk;
+          for (int p = 0; p < P; p++) {
+            const size_t i = o + (size_t)kk * P + p;
+            const double xhf = (x[i] - mf) * isf;
+            want[3][i] = isf * ((double)dy[i] * gamma[c] - sg / N - xhf * sgx / N);
+            scale[3][i] = isf * (fabs(dy[i] * gamma[c]) + ag / N + fabs(xhf) * agx / N);
+          }
+        }
+      }
+    for (int c = 0; c < C; c++) want[4][c] += dg0[c], scale[4][c] += fabs(dg0[c]), want[5][c] += db0[c], scale[5][c] += fabs(db0[c]);
+    static const char *name[6] = {"y", "mean", "invstd", "dx", "dgamma", "dbeta"};
+    for (int q = 0; q < 6; q++) {
+      char what[128];
+      snprintf(what, sizeof what, "groupnorm %s B=%d C=%d P=%d G=%d", name[q], B, C, P, G);
+      verify(what, len[q], got[q], want[q], cpu[q], scale[q], 2e-6, 2e-5);
+    }
+    if (!g_cuda && lam_fmt_plain(g_fmt)) { /* the backward is the forward's derivative: central differences */
+      float *w = frand(n, -1, 1), *dxw = fnan(n), *m = fnan(ns), *is = fnan(ns), *y = fnan(n), *dgw = fdup(dg0, C),
+            *dbw = fdup(db0, C);
+      run_groupnorm(g_ctx, B, C, P, G, x, gamma, beta, w, y, m, is, dxw, dgw, dbw);
+      gn_fd f = {B, C, P, G, gamma, beta, w};
+      char what[96];
+      snprintf(what, sizeof what, "groupnorm d/dx B=%d C=%d P=%d G=%d", B, C, P, G);
+      check_fd(what, n < 64 ? n : 64, x, dxw, gn_loss, &f, 1e-2, 2e-4, 2e-3);
+      free(w), free(dxw), free(m), free(is), free(y), free(dgw), free(dbw);
+    }
+    for (int q = 0; q < 6; q++) free(want[q]), free(scale[q]), free(got[q]), free(cpu[q]);
+    free(x), free(gamma), free(beta), free(dy), free(dg0), free(db0);
+  }
+}
+
 static void run_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y, int alias);
 static void run_bn_add_act(lam_ctx *ctx, int B, int C, int P, int act, const float *x, const float *res,
                            const float *gamma, const float *beta, const float *dy, float *y, float *dx, float *dr,
@@ -3486,7 +3599,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_layout),
       cmocka_unit_test(test_dense_bias),   cmocka_unit_test(test_channel_bias),    cmocka_unit_test(test_pool), cmocka_unit_test(test_pool_nan),
       cmocka_unit_test(test_plane_mean),   cmocka_unit_test(test_tpool),           cmocka_unit_test(test_tcat),  cmocka_unit_test(test_upsample),        cmocka_unit_test(test_act),
-      cmocka_unit_test(test_bn),           cmocka_unit_test(test_bn_sync),         cmocka_unit_test(test_bn_add_act),         cmocka_unit_test(test_bn_act),          cmocka_unit_test(test_dropout_mask),
+      cmocka_unit_test(test_bn),           cmocka_unit_test(test_bn_sync),         cmocka_unit_test(test_bn_add_act),        cmocka_unit_test(test_groupnorm),         cmocka_unit_test(test_bn_act),          cmocka_unit_test(test_dropout_mask),
       cmocka_unit_test(test_elementwise),
       cmocka_unit_test(test_copy_rows),    cmocka_unit_test(test_label_count),     cmocka_unit_test(test_xent),
       cmocka_unit_test(test_gather),       cmocka_unit_test(test_gather_aug),       cmocka_unit_test(test_optimizers),      cmocka_unit_test(test_step_backprop),

@@ -74,6 +74,10 @@ static const bad_spec k_bad[] = {
     {"s: conv 4 3, maxpool 2, concat @s", 1, 28, 28, "@s", 8, NULL}, /* concat of 13x13 and 26x26 */
     {"conv 4 3, input: relu", 1, 28, 28, "input", 4, NULL},   /* 'input' names the model's input */
     {"bn momentum 2", 1, 28, 28, "2", 3, NULL},
+    {"conv 8 3, groupnorm 3", 1, 28, 28, "3", 5, NULL},       /* 3 groups do not divide 8 channels */
+    {"conv 8 3, groupnorm", 1, 28, 28, "groupnorm", 4, NULL}, /* missing G */
+    {"conv 8 3, layernorm eps 0", 1, 28, 28, "0", 6, NULL},   /* eps out of range */
+    {"conv 8 3, layernorm 4", 1, 28, 28, "4", 5, NULL},       /* layernorm has one group */
     {"dropout 1.5", 1, 28, 28, "1.5", 2, NULL},
     {"convt 4 2 stride", 1, 28, 28, "stride", 4, NULL},
     {"upsample 0", 1, 28, 28, "0", 2, NULL},

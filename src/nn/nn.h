@@ -107,7 +107,8 @@ typedef struct nn_node {
   int tmax;                       /* tpool: max (1) or mean (0) */
   float alpha;                    /* leakyrelu's slope */
   float p;                        /* dropout's probability */
-  float eps, momentum;            /* bn */
+  float eps, momentum;            /* bn; groupnorm and layernorm take eps */
+  int groups;                     /* groupnorm's G (layernorm: 1) */
   size_t w_off, nw, b_off, nb; /* weight and bias (BatchNorm: gamma and beta) in the flat buffers */
   size_t s_off, ns;            /* state (BatchNorm: running mean and var) in m->state */
   /* planned */
@@ -258,7 +259,7 @@ lam_status nn_word_ref(const nn_parse *p, const lam_model *m, int wi, int *tenso
 /* The op table (src/nn/ops/). */
 extern const nn_op nn_op_conv, nn_op_convt, nn_op_dense, nn_op_maxpool, nn_op_avgpool, nn_op_gap, nn_op_upsample,
     nn_op_relu, nn_op_tanh, nn_op_sigmoid, nn_op_gelu, nn_op_leakyrelu, nn_op_flatten, nn_op_bn, nn_op_dropout,
-    nn_op_add, nn_op_concat, nn_op_tpool, nn_op_tcat;
+    nn_op_add, nn_op_concat, nn_op_tpool, nn_op_tcat, nn_op_groupnorm, nn_op_layernorm;
 const nn_op *nn_op_find(const char *name, int len);
 /* The i-th op of the spec grammar (spec.c's ops[]), or NULL past the last: the one list of layers. */
 const nn_op *nn_op_at(int i);

@@ -22,7 +22,8 @@ static const struct {
 
 static const nn_op *const ops[] = {&nn_op_conv,    &nn_op_convt,    &nn_op_dense,  &nn_op_maxpool,  &nn_op_avgpool,
                                    &nn_op_gap,     &nn_op_upsample, &nn_op_relu,   &nn_op_tanh,     &nn_op_sigmoid,
-                                   &nn_op_gelu,    &nn_op_leakyrelu, &nn_op_flatten, &nn_op_bn,     &nn_op_dropout,
+                                   &nn_op_gelu,    &nn_op_leakyrelu, &nn_op_flatten, &nn_op_bn,     &nn_op_groupnorm,
+                                   &nn_op_layernorm, &nn_op_dropout,
                                    &nn_op_add,     &nn_op_concat,   &nn_op_tpool,  &nn_op_tcat};
 
 const nn_op *nn_op_at(int i) { return i >= 0 && (size_t)i < sizeof ops / sizeof ops[0] ? ops[i] : NULL; }

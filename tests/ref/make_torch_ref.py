@@ -8,13 +8,14 @@ lr 1e-3, betas 0.9/0.999, eps 1e-8) on that same batch — the loss before each 
 after the last. The same runs are repeated in float64 to print how far float32 itself is from exact,
 which is what the C test's tolerances are chosen against.
 
-It also writes two graph models that tests/test_graph_torch.c checks, in training mode with BatchNorm:
-resnet_bn (a residual net with BatchNorm, dropout and GELU) and unet (a small U-Net with a per-pixel
-loss); see GRAPH_MODELS and "Graph model files" below.
+It also writes three graph models that tests/test_graph_torch.c checks, in training mode:
+resnet_bn (a residual net with BatchNorm, dropout and GELU), unet (a small U-Net with a per-pixel
+loss) and norms (GroupNorm and LayerNorm, on images and on a flat input); see GRAPH_MODELS and "Graph model
+files" below.
 
 Run with Debian's python3-torch (CPU is enough), from anywhere:
     /usr/bin/python3 tests/ref/make_torch_ref.py          # writes tests/ref/*.lamref, then reads them back
-    /usr/bin/python3 tests/ref/make_torch_ref.py unet     # only the files named (small_cnn mlp resnet_bn unet)
+    /usr/bin/python3 tests/ref/make_torch_ref.py unet     # only the files named (small_cnn mlp resnet_bn unet norms)
     /usr/bin/python3 tests/ref/make_torch_ref.py --out DIR   # into DIR instead of tests/ref
 The files are committed; rerun only when the models or the format change, and only for the files that
 changed: another build of PyTorch (another CPU path) rounds some float32 results one ulp differently,
@@ -83,6 +84,7 @@ import zlib
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 MAGIC = b"LAMREF1\0"
@@ -144,6 +146,27 @@ class ResNetBN(nn.Module):
         return self.fc(y.mean((2, 3)))                                # gap, dense 5: (B, 5)
 
 
+class Norms(nn.Module):
+    """lamina: "conv 8 3 pad 1 nobias, groupnorm 4, relu, conv 8 3 pad 1, layernorm, gelu, maxpool 2,
+    conv 16 3 pad 1 nobias, groupnorm 8 eps 1e-3, relu, gap, dense 16, layernorm, tanh, dense 5" on 3×8×8: lamina's
+    groupnorm G is GroupNorm(G, C); its layernorm GroupNorm(1, C) on an image and LayerNorm(C) on a flat input."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.gn1 = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.GroupNorm(4, 8)
+        self.conv2, self.ln2 = nn.Conv2d(8, 8, 3, padding=1), nn.GroupNorm(1, 8)
+        self.conv3, self.gn3 = nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.GroupNorm(8, 16, eps=1e-3)
+        self.fc1, self.ln4, self.fc2 = nn.Linear(16, 16), nn.LayerNorm(16), nn.Linear(16, 5)
+        self.relu1, self.relu3, self.pool = nn.ReLU(), nn.ReLU(), nn.MaxPool2d(2)  # modules: the margin hooks see them
+        self.mask = None
+
+    def forward(self, x):
+        y = self.relu1(self.gn1(self.conv1(x)))
+        y = self.pool(F.gelu(self.ln2(self.conv2(y))))                # (B, 8, 4, 4)
+        y = self.relu3(self.gn3(self.conv3(y))).mean((2, 3))          # gap: (B, 16)
+        return self.fc2(torch.tanh(self.ln4(self.fc1(y))))
+
+
 class UNet(nn.Module):
     """lamina: "conv 4 3 pad 1 nobias, bn, e1: relu, maxpool 2, conv 8 3 pad 1 nobias, bn, e2: relu,
     maxpool 2, conv 16 3 pad 1, relu, convt 8 2 stride 2, concat @e2, conv 8 3 pad 1, relu,
@@ -186,6 +209,10 @@ GRAPH_MODELS = [
               "conv 16 3 pad 1, relu, convt 8 2 stride 2, concat @e2, conv 8 3 pad 1, relu, "
               "convt 4 2 stride 2, concat @e1, conv 4 3 pad 1, relu, conv 3 1",
          shape=(1, 16, 20), batch=2, classes=3, per_pixel=True, ignore_frac=0.15, build=UNet, dropout=None),
+    dict(name="norms",
+         spec="conv 8 3 pad 1 nobias, groupnorm 4, relu, conv 8 3 pad 1, layernorm, gelu, maxpool 2, "
+              "conv 16 3 pad 1 nobias, groupnorm 8 eps 1e-3, relu, gap, dense 16, layernorm, tanh, dense 5",
+         shape=(3, 8, 8), batch=4, classes=5, per_pixel=False, build=Norms, dropout=None),
 ]
 
 def flat(tensors):
@@ -268,8 +295,8 @@ def bn_modules(model):
 
 def bn_state(model):
     """BatchNorm's running statistics in lamina's flat order: per bn node, running mean then running var."""
-    return torch.cat([t.detach().reshape(-1).clone() for b in bn_modules(model)
-                      for t in (b.running_mean, b.running_var)])
+    parts = [t.detach().reshape(-1).clone() for b in bn_modules(model) for t in (b.running_mean, b.running_var)]
+    return torch.cat(parts) if parts else torch.zeros(0)
 
 
 def run_graph(model, x, labels, masks, x_eval):
@@ -315,6 +342,10 @@ def make_graph(cfg, seed):
             b.bias.uniform_(-0.5, 0.5)
             b.running_mean.uniform_(-0.2, 0.2)
             b.running_var.uniform_(0.5, 1.5)
+        for g in model.modules():  # GroupNorm's and LayerNorm's scale and shift too
+            if isinstance(g, (nn.GroupNorm, nn.LayerNorm)):
+                g.weight.uniform_(0.5, 1.5)
+                g.bias.uniform_(-0.5, 0.5)
     B = cfg["batch"]
     x = torch.randn((B,) + cfg["shape"])
     x_eval = torch.randn((B,) + cfg["shape"])
@@ -334,6 +365,8 @@ def make_graph(cfg, seed):
 def rel_err(a, b):
     """max |a - b| / max |b|: the measure the C test uses."""
     a, b = a.double().reshape(-1), b.double().reshape(-1)
+    if b.numel() == 0:  # a model without running statistics
+        return 0.0
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 

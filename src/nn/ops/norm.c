@@ -1,4 +1,4 @@
-/* norm.c — BatchNorm over each channel (PyTorch's BatchNorm2d, or BatchNorm1d on a flat input): batch
+/* norm.c — the normalizations. BatchNorm over each channel (PyTorch's BatchNorm2d, or BatchNorm1d on a flat input): batch
  * statistics in training (the running ones updated with PyTorch's momentum and unbiased variance),
  * running statistics in evaluation. gamma and beta are its parameters (initialized to 1 and 0), the
  * running mean and variance its state (0 and 1). Forward saves the batch's mean and 1/std (aux). With sync
@@ -170,3 +170,85 @@ const nn_op nn_op_bn = {NN_NAMES("bn"), .parse = bn_parse, .init = bn_init, .fwd
                         .about = "BatchNorm (batch statistics in training, running ones in eval; momentum 0.1, eps "
                                  "1e-5 as PyTorch's)",
                         .torch_weight = bn_torch, .torch_stats = 1};
+
+/* ---- GroupNorm (PyTorch's GroupNorm(G, C)) and LayerNorm, its one group: each sample normalized over each group of
+ * C/G channels and all its pixels, then a per-channel scale and shift (gamma, beta: 1 and 0). No batch statistics:
+ * the same in training and evaluation, whatever the batch. On a flat input (after dense) layernorm is PyTorch's
+ * LayerNorm(C). Forward saves each (sample, group)'s mean and 1/std (aux). ---- */
+
+/* groupnorm G [eps E]; layernorm [eps E] */
+static lam_status groupnorm_parse(nn_parse *p, lam_model *m, nn_node *n) {
+  const int layer = n->op == &nn_op_layernorm, first = layer ? 1 : 2;
+  const nn_tensor *x = nn_in(m, n, 0);
+  n->eps = 1e-5f, n->groups = 1;
+  if (!layer) {
+    if (p->nargs < 1) return nn_spec_error(p, 0, "groupnorm takes its number of groups, e.g. 'groupnorm 8'");
+    LAM_TRY(nn_word_int(p, 1, 1, 1 << 16, "groupnorm's groups", &n->groups));
+    if (x->c % n->groups)
+      return nn_spec_error(p, 1, "groupnorm %d needs channels that %d divides, but its input has %d", n->groups,
+                           n->groups, x->c);
+  }
+  for (int j = first; j <= p->nargs; j += 2) {
+    if (!nn_word_is(p, j, "eps"))
+      return nn_spec_error(p, j, "%s's option is 'eps E' (default 1e-5)", n->op->name);
+    LAM_TRY(nn_word_float(p, j + 1, 1e-12, 1.0, "eps", &n->eps));
+  }
+  nn_tensor *y = nn_out(m, n);
+  y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat;
+  n->nw = n->nb = (size_t)x->c;
+  return LAM_OK;
+}
+static void groupnorm_init(const lam_model *m, const nn_node *n, void *rng, float *params, float *state) {
+  (void)m, (void)rng, (void)state;
+  for (size_t c = 0; c < n->nw; c++) params[n->w_off + c] = 1.0f, params[n->b_off + c] = 0.0f;
+}
+static lam_status groupnorm_fwd(lam_model *m, nn_node *n, int B, int train) {
+  (void)train;
+  const nn_tensor *x = nn_in(m, n, 0);
+  float *mean = n->aux, *invstd = mean + (size_t)B * n->groups;
+  return m->ctx->be->groupnorm_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, n->groups, x->data, m->params + n->w_off,
+                                   m->params + n->b_off, nn_out(m, n)->data, mean, invstd, n->eps);
+}
+static lam_status groupnorm_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const float *mean = n->aux, *invstd = mean + (size_t)B * n->groups;
+  void *din = nn_din(m, n, 0);
+  float *work = m->scratch, *dx = din ? din : (void *)(m->scratch + 2 * (size_t)B * x->c); /* an unwanted dx: scratch */
+  return m->ctx->be->groupnorm_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, n->groups, x->data, nn_out(m, n)->grad,
+                                   m->params + n->w_off, mean, invstd, dx, m->grads + n->w_off, m->grads + n->b_off,
+                                   work);
+}
+static size_t groupnorm_aux(const lam_model *m, const nn_node *n, int B) {
+  (void)m;
+  return 2 * (size_t)B * n->groups * sizeof(float);
+}
+/* the backward's per-sample channel sums, and room for an unwanted dx */
+static size_t groupnorm_scratch(const lam_model *m, const nn_node *n, int B) {
+  const nn_tensor *x = &m->tensor[n->in[0]];
+  const size_t dx = x->need_grad ? 0 : ((size_t)B * nn_size(x) * nn_esize(m) + 3) / 4;
+  return 2 * (size_t)B * x->c + dx;
+}
+static double groupnorm_macs(const lam_model *m, const nn_node *n) { return 2.0 * nn_size(&m->tensor[n->out]); }
+/* nn.GroupNorm's weight and bias (C) (LayerNorm(C)'s on a flat input) */
+static int groupnorm_torch(const lam_model *m, const nn_node *n, int64_t s[4]) {
+  s[0] = m->tensor[n->in[0]].c;
+  return 1;
+}
+static void groupnorm_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
+  (void)m;
+  snprintf(buf, size, "G%d", n->groups);
+}
+const nn_op nn_op_groupnorm = {NN_NAMES("groupnorm"), .parse = groupnorm_parse, .init = groupnorm_init,
+                               .fwd = groupnorm_fwd, .bwd = groupnorm_bwd, .aux_bytes = groupnorm_aux,
+                               .scratch_floats = groupnorm_scratch, .macs = groupnorm_macs,
+                               .flags = NN_IN_BWD | NN_FLAT_OK, .usage = "groupnorm G [eps E]",
+                               .about = "GroupNorm: each sample over G groups of channels (PyTorch's GroupNorm(G, C), "
+                                        "eps 1e-5)",
+                               .describe = groupnorm_describe, .torch_weight = groupnorm_torch};
+const nn_op nn_op_layernorm = {NN_NAMES("layernorm"), .parse = groupnorm_parse, .init = groupnorm_init,
+                               .fwd = groupnorm_fwd, .bwd = groupnorm_bwd, .aux_bytes = groupnorm_aux,
+                               .scratch_floats = groupnorm_scratch, .macs = groupnorm_macs,
+                               .flags = NN_IN_BWD | NN_FLAT_OK, .usage = "layernorm [eps E]",
+                               .about = "LayerNorm: each sample over all its channels and pixels, a scale and shift "
+                                        "per channel (GroupNorm(1, C); LayerNorm(C) on a flat input)",
+                               .torch_weight = groupnorm_torch};
