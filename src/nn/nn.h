@@ -74,7 +74,7 @@ enum {
   NN_FLAT_OK = 8,  /* takes a flat input (c, 1, 1) */
   NN_OWN_MARKS = 16, /* marks its parts for the profiler itself */
   NN_ADDS_GRAD = 32, /* backward adds into an input's gradient itself where nn_adds says so (no temporary) */
-  NN_ACT = 64,       /* an activation (act_fwd/act_bwd with n->act): BatchNorm may run it fused */
+  NN_ACT = 64,       /* an activation (act_fwd/act_bwd with n->a.act): BatchNorm may run it fused */
 };
 
 /* How a node runs: on its own; a conv with the relu and maxpool after it (fused after the GEMM, or as a
@@ -100,15 +100,19 @@ typedef struct nn_node {
   int in[NN_MAX_IN], nin; /* input tensors */
   int out;                /* output tensor */
   int word;               /* the spec word that names it, for messages */
-  /* attributes (each op reads its own) */
-  int oc, k, stride, pad, nobias; /* conv, convt, dense (oc), pools (k, stride) */
-  int f;                          /* upsample's factor */
-  int act;                        /* an activation's kind (LAM_ACT_*) */
-  int tmax;                       /* tpool: max (1) or mean (0) */
-  float alpha;                    /* leakyrelu's slope */
-  float p;                        /* dropout's probability */
-  float eps, momentum;            /* bn; groupnorm and layernorm take eps */
-  int groups;                     /* groupnorm's G (layernorm: 1) */
+  /* The op's own attributes, set by its parse: the member named after it, read by its op file alone (and by a
+   * fusion that runs the node: BatchNorm's reads its activation's act). */
+  union {
+    struct { int oc, k, stride, pad, nobias; } conv; /* conv, convt: outputs, kernel, stride, padding, no bias */
+    struct { int oc; } dense;                        /* outputs */
+    struct { int k, stride; } pool;                  /* maxpool, avgpool: window, stride */
+    struct { int f; } upsample;                      /* factor */
+    struct { int max; } tpool;                       /* max (1) or mean (0) over the frames */
+    struct { int kind; float alpha; } act;           /* relu, tanh, ...: LAM_ACT_*; leakyrelu's slope */
+    struct { float p; } dropout;                     /* probability of a zero */
+    struct { float eps, momentum; } bn;
+    struct { int groups; float eps; } groupnorm;     /* groupnorm, layernorm (1 group) */
+  } a;
   size_t w_off, nw, b_off, nb; /* weight and bias (BatchNorm: gamma and beta) in the flat buffers */
   size_t s_off, ns;            /* state (BatchNorm: running mean and var) in m->state */
   /* planned */

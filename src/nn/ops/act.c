@@ -8,13 +8,13 @@
 
 static lam_status act_parse(nn_parse *p, lam_model *m, nn_node *n) {
   if (n->op == &nn_op_leakyrelu) {
-    n->alpha = 0.01f; /* PyTorch's default slope */
+    n->a.act.alpha = 0.01f; /* PyTorch's default slope */
     if (p->nargs > 1) return nn_spec_error(p, 2, "leakyrelu takes [SLOPE], e.g. 'leakyrelu 0.1' (missing a comma?)");
-    if (p->nargs == 1) LAM_TRY(nn_word_float(p, 1, 0.0, 1.0, "leakyrelu's SLOPE", &n->alpha));
+    if (p->nargs == 1) LAM_TRY(nn_word_float(p, 1, 0.0, 1.0, "leakyrelu's SLOPE", &n->a.act.alpha));
   } else if (p->nargs) {
     return nn_spec_error(p, 1, "'%s' takes no arguments (missing a comma?)", n->op->name);
   }
-  n->act = n->op == &nn_op_relu ? LAM_ACT_RELU : n->op == &nn_op_tanh ? LAM_ACT_TANH : n->op == &nn_op_sigmoid ? LAM_ACT_SIGMOID
+  n->a.act.kind = n->op == &nn_op_relu ? LAM_ACT_RELU : n->op == &nn_op_tanh ? LAM_ACT_TANH : n->op == &nn_op_sigmoid ? LAM_ACT_SIGMOID
          : n->op == &nn_op_gelu ? LAM_ACT_GELU : LAM_ACT_LEAKY;
   const nn_tensor *x = nn_in(m, n, 0);
   nn_tensor *y = nn_out(m, n);
@@ -24,14 +24,14 @@ static lam_status act_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status act_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->act_fwd(m->ctx, m->fmt, n->act, n->alpha, (size_t)B * nn_size(x), x->data, nn_out(m, n)->data);
+  return m->ctx->be->act_fwd(m->ctx, m->fmt, n->a.act.kind, n->a.act.alpha, (size_t)B * nn_size(x), x->data, nn_out(m, n)->data);
 }
 static lam_status act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0), *y = nn_out(m, n);
   void *din = nn_din(m, n, 0);
   if (!din) return LAM_OK;
-  return m->ctx->be->act_bwd(m->ctx, m->fmt, n->act, n->alpha, (size_t)B * nn_size(x), n->act == LAM_ACT_GELU ? x->data : NULL,
-                             n->act == LAM_ACT_GELU ? NULL : y->data, y->grad, din);
+  return m->ctx->be->act_bwd(m->ctx, m->fmt, n->a.act.kind, n->a.act.alpha, (size_t)B * nn_size(x), n->a.act.kind == LAM_ACT_GELU ? x->data : NULL,
+                             n->a.act.kind == LAM_ACT_GELU ? NULL : y->data, y->grad, din);
 }
 static double act_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
 
@@ -47,7 +47,7 @@ ACT_OP(nn_op_gelu, "gelu", NN_IN_BWD, "gelu", "x·Φ(x) (PyTorch's exact GELU)")
 /* ---- dropout P ---- */
 static lam_status dropout_parse(nn_parse *p, lam_model *m, nn_node *n) {
   if (p->nargs != 1) return nn_spec_error(p, p->nargs ? 2 : 0, "dropout takes one number P in [0, 1), e.g. 'dropout 0.1'");
-  LAM_TRY(nn_word_float(p, 1, 0.0, 0.999, "dropout's P", &n->p));
+  LAM_TRY(nn_word_float(p, 1, 0.0, 0.999, "dropout's P", &n->a.dropout.p));
   const nn_tensor *x = nn_in(m, n, 0);
   nn_tensor *y = nn_out(m, n);
   y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat;
@@ -74,15 +74,15 @@ static lam_status dropout_fwd(lam_model *m, nn_node *n, int B, int train) {
   size_t count = (size_t)B * nn_size(x);
   if (!train) return ctx->be->copy_rows(ctx, m->fmt, 1, count, x->data, count, nn_out(m, n)->data, count);
   if (n->fixed_mask) LAM_TRY(upload_mask(m, n, B));
-  else LAM_TRY(ctx->be->dropout_mask(ctx, count, n->p, m->seed + (uint64_t)nn_index(m, n) * 0x9E3779B97F4A7C15ull,
+  else LAM_TRY(ctx->be->dropout_mask(ctx, count, n->a.dropout.p, m->seed + (uint64_t)nn_index(m, n) * 0x9E3779B97F4A7C15ull,
                                      m->rng_ctr + 1, n->aux));
-  return ctx->be->mask_scale(ctx, m->fmt, count, x->data, n->aux, 1.0f / (1.0f - n->p), nn_out(m, n)->data);
+  return ctx->be->mask_scale(ctx, m->fmt, count, x->data, n->aux, 1.0f / (1.0f - n->a.dropout.p), nn_out(m, n)->data);
 }
 static lam_status dropout_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *y = nn_out(m, n);
   void *din = nn_din(m, n, 0);
   if (!din) return LAM_OK;
-  return m->ctx->be->mask_scale(m->ctx, m->fmt, (size_t)B * nn_size(y), y->grad, n->aux, 1.0f / (1.0f - n->p), din);
+  return m->ctx->be->mask_scale(m->ctx, m->fmt, (size_t)B * nn_size(y), y->grad, n->aux, 1.0f / (1.0f - n->a.dropout.p), din);
 }
 static size_t dropout_aux(const lam_model *m, const nn_node *n, int B) { return (size_t)B * nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_dropout = {NN_NAMES("dropout"), .parse = dropout_parse, .fwd = dropout_fwd, .bwd = dropout_bwd,

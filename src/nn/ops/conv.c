@@ -14,18 +14,18 @@
 
 static lam_conv_geom conv_geom(const lam_model *m, const nn_node *n) {
   const nn_tensor *x = &m->tensor[n->in[0]], *y = &m->tensor[n->out];
-  return (lam_conv_geom){x->c, x->h, x->w, n->k, n->stride, n->pad, y->h, y->w};
+  return (lam_conv_geom){x->c, x->h, x->w, n->a.conv.k, n->a.conv.stride, n->a.conv.pad, y->h, y->w};
 }
 /* The transposed conv as the conv it transposes: from its output (C, OH, OW) back to its input. */
 static lam_conv_geom convt_geom(const lam_model *m, const nn_node *n) {
   const nn_tensor *x = &m->tensor[n->in[0]], *y = &m->tensor[n->out];
-  return (lam_conv_geom){y->c, y->h, y->w, n->k, n->stride, n->pad, x->h, x->w};
+  return (lam_conv_geom){y->c, y->h, y->w, n->a.conv.k, n->a.conv.stride, n->a.conv.pad, x->h, x->w};
 }
 static lam_pool_geom pool_geom(const lam_model *m, const nn_node *pool) {
   const nn_tensor *x = &m->tensor[pool->in[0]], *y = &m->tensor[pool->out];
-  return (lam_pool_geom){x->c, x->h, x->w, pool->k, pool->stride, y->h, y->w};
+  return (lam_pool_geom){x->c, x->h, x->w, pool->a.pool.k, pool->a.pool.stride, y->h, y->w};
 }
-static size_t taps(const lam_model *m, const nn_node *n) { return (size_t)m->tensor[n->in[0]].c * n->k * n->k; }
+static size_t taps(const lam_model *m, const nn_node *n) { return (size_t)m->tensor[n->in[0]].c * n->a.conv.k * n->a.conv.k; }
 
 /* conv OUT K [stride S] [pad P] [nobias]  and  convt OUT K [stride S] [pad P] [nobias] */
 static lam_status parse_conv_like(nn_parse *p, lam_model *m, nn_node *n, int transposed) {
@@ -35,13 +35,13 @@ static lam_status parse_conv_like(nn_parse *p, lam_model *m, nn_node *n, int tra
   if (p->nargs < 2) return nn_spec_error(p, 0, "%s", use);
   char what[64];
   snprintf(what, sizeof what, "%s's OUT (channels)", n->op->name);
-  LAM_TRY(nn_word_int(p, 1, 1, 65536, what, &n->oc));
+  LAM_TRY(nn_word_int(p, 1, 1, 65536, what, &n->a.conv.oc));
   snprintf(what, sizeof what, "%s's K (kernel size)", n->op->name);
-  LAM_TRY(nn_word_int(p, 2, 1, 64, what, &n->k));
-  n->stride = 1;
+  LAM_TRY(nn_word_int(p, 2, 1, 64, what, &n->a.conv.k));
+  n->a.conv.stride = 1;
   for (int j = 3; j <= p->nargs;) {
     if (nn_word_is(p, j, "nobias")) {
-      n->nobias = 1;
+      n->a.conv.nobias = 1;
       j++;
       continue;
     }
@@ -50,26 +50,26 @@ static lam_status parse_conv_like(nn_parse *p, lam_model *m, nn_node *n, int tra
       return nn_spec_error(p, j, "%s options are 'stride S', 'pad P' and 'nobias'", n->op->name);
     if (j + 1 > p->nargs)
       return nn_spec_error(p, j, "'%s' needs a whole number after it (stride 1..64, pad 0..64)", is_pad ? "pad" : "stride");
-    LAM_TRY(nn_word_int(p, j + 1, is_pad ? 0 : 1, 64, is_pad ? "pad" : "stride", is_pad ? &n->pad : &n->stride));
+    LAM_TRY(nn_word_int(p, j + 1, is_pad ? 0 : 1, 64, is_pad ? "pad" : "stride", is_pad ? &n->a.conv.pad : &n->a.conv.stride));
     j += 2;
   }
   const nn_tensor *x = nn_in(m, n, 0);
   nn_tensor *y = nn_out(m, n);
-  y->c = n->oc;
+  y->c = n->a.conv.oc;
   if (transposed) {
-    y->h = (x->h - 1) * n->stride - 2 * n->pad + n->k;
-    y->w = (x->w - 1) * n->stride - 2 * n->pad + n->k;
+    y->h = (x->h - 1) * n->a.conv.stride - 2 * n->a.conv.pad + n->a.conv.k;
+    y->w = (x->w - 1) * n->a.conv.stride - 2 * n->a.conv.pad + n->a.conv.k;
     if (y->h < 1 || y->w < 1)
-      return nn_spec_error(p, 0, "convt's padding %d leaves no output from its %dx%d input", n->pad, x->h, x->w);
+      return nn_spec_error(p, 0, "convt's padding %d leaves no output from its %dx%d input", n->a.conv.pad, x->h, x->w);
   } else {
-    if (x->h + 2 * n->pad < n->k || x->w + 2 * n->pad < n->k)
-      return nn_spec_error(p, 2, "conv kernel %d is larger than its %dx%d input (with padding %d)", n->k, x->h, x->w,
-                           n->pad);
-    y->h = (x->h + 2 * n->pad - n->k) / n->stride + 1;
-    y->w = (x->w + 2 * n->pad - n->k) / n->stride + 1;
+    if (x->h + 2 * n->a.conv.pad < n->a.conv.k || x->w + 2 * n->a.conv.pad < n->a.conv.k)
+      return nn_spec_error(p, 2, "conv kernel %d is larger than its %dx%d input (with padding %d)", n->a.conv.k, x->h, x->w,
+                           n->a.conv.pad);
+    y->h = (x->h + 2 * n->a.conv.pad - n->a.conv.k) / n->a.conv.stride + 1;
+    y->w = (x->w + 2 * n->a.conv.pad - n->a.conv.k) / n->a.conv.stride + 1;
   }
-  n->nw = (size_t)n->oc * x->c * n->k * n->k;
-  n->nb = n->nobias ? 0 : (size_t)n->oc;
+  n->nw = (size_t)n->a.conv.oc * x->c * n->a.conv.k * n->a.conv.k;
+  n->nb = n->a.conv.nobias ? 0 : (size_t)n->a.conv.oc;
   return LAM_OK;
 }
 static lam_status conv_parse(nn_parse *p, lam_model *m, nn_node *n) { return parse_conv_like(p, m, n, 0); }
@@ -88,7 +88,7 @@ static void conv_init(const lam_model *m, const nn_node *n, void *rng, float *pa
 }
 static void convt_init(const lam_model *m, const nn_node *n, void *rng, float *params, float *state) {
   (void)state, (void)m;
-  init_uniform(n, (size_t)n->oc * n->k * n->k, rng, params);
+  init_uniform(n, (size_t)n->a.conv.oc * n->a.conv.k * n->a.conv.k, rng, params);
 }
 
 static size_t planes(const lam_model *m, const nn_node *n, int B) {
@@ -106,18 +106,18 @@ static lam_status conv_gemm_fwd(lam_model *m, nn_node *n, int B) {
   NN_PROF(m, "conv.im2col", li);
   if (nn_half(m)) {
     uint16_t *Wlo = m->params_lo + n->w_off;
-    LAM_TRY(be->to_half(m->ctx, nn_half(m), (size_t)n->oc * K, m->params + n->w_off, Wlo));
-    LAM_TRY(be->gemm_half(m->ctx, nn_half(m), 0, 0, n->oc, BP, K, 1.0f, Wlo, K, (const uint16_t *)n->aux, BP, 0.0f,
+    LAM_TRY(be->to_half(m->ctx, nn_half(m), (size_t)n->a.conv.oc * K, m->params + n->w_off, Wlo));
+    LAM_TRY(be->gemm_half(m->ctx, nn_half(m), 0, 0, n->a.conv.oc, BP, K, 1.0f, Wlo, K, (const uint16_t *)n->aux, BP, 0.0f,
                           m->scratch, 0, BP));
   } else {
-    LAM_TRY(be->gemm(m->ctx, 0, 0, n->oc, BP, K, 1.0f, m->params + n->w_off, K, n->aux, BP, 0.0f, m->scratch, BP));
+    LAM_TRY(be->gemm(m->ctx, 0, 0, n->a.conv.oc, BP, K, 1.0f, m->params + n->w_off, K, n->aux, BP, 0.0f, m->scratch, BP));
   }
   NN_PROF(m, "conv.gemm", li);
   return LAM_OK;
 }
 
 /* Where the half precisions keep a conv's transposed gradient as 16-bit floats, within scratch. */
-static size_t dy16_offset(const nn_node *n, size_t BP) { return ((size_t)n->oc * BP + 3) / 4 * 4; }
+static size_t dy16_offset(const nn_node *n, size_t BP) { return ((size_t)n->a.conv.oc * BP + 3) / 4 * 4; }
 static uint16_t *conv_dy16(const lam_model *m, const nn_node *n, int B) {
   return (uint16_t *)(m->scratch + dy16_offset(n, planes(m, n, B)));
 }
@@ -133,20 +133,20 @@ static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready)
   float *dyT = m->scratch, *dW = m->grads + n->w_off, *din = (float *)nn_din(m, n, 0);
   const int dt = nn_half(m);
   if (dt) {
-    uint16_t *dy16 = conv_dy16(m, n, B), *dcol16 = dy16 + (size_t)n->oc * BP;
-    if (!dy16_ready) LAM_TRY(be->to_half(ctx, dt, (size_t)n->oc * BP, dyT, dy16));
-    LAM_TRY(be->gemm_half(ctx, dt, 0, 1, n->oc, K, BP, 1.0f, dy16, BP, (const uint16_t *)n->aux, BP, 1.0f, dW, 0, K));
+    uint16_t *dy16 = conv_dy16(m, n, B), *dcol16 = dy16 + (size_t)n->a.conv.oc * BP;
+    if (!dy16_ready) LAM_TRY(be->to_half(ctx, dt, (size_t)n->a.conv.oc * BP, dyT, dy16));
+    LAM_TRY(be->gemm_half(ctx, dt, 0, 1, n->a.conv.oc, K, BP, 1.0f, dy16, BP, (const uint16_t *)n->aux, BP, 1.0f, dW, 0, K));
     NN_PROF(m, "conv.gemm_dw", li);
     if (!din) return LAM_OK;
-    LAM_TRY(be->gemm_half(ctx, dt, 1, 0, K, BP, n->oc, 1.0f, m->params_lo + n->w_off, K, dy16, BP, 0.0f, dcol16, 1, BP));
+    LAM_TRY(be->gemm_half(ctx, dt, 1, 0, K, BP, n->a.conv.oc, 1.0f, m->params_lo + n->w_off, K, dy16, BP, 0.0f, dcol16, 1, BP));
     NN_PROF(m, "conv.gemm_dx", li);
     LAM_TRY(be->col2im(ctx, &g, B, dcol16, dt, nn_adds(n, 0), din));
   } else {
-    float *dcol = m->scratch + (size_t)n->oc * BP;
-    LAM_TRY(be->gemm(ctx, 0, 1, n->oc, K, BP, 1.0f, dyT, BP, n->aux, BP, 1.0f, dW, K));
+    float *dcol = m->scratch + (size_t)n->a.conv.oc * BP;
+    LAM_TRY(be->gemm(ctx, 0, 1, n->a.conv.oc, K, BP, 1.0f, dyT, BP, n->aux, BP, 1.0f, dW, K));
     NN_PROF(m, "conv.gemm_dw", li);
     if (!din) return LAM_OK;
-    LAM_TRY(be->gemm(ctx, 1, 0, K, BP, n->oc, 1.0f, m->params + n->w_off, K, dyT, BP, 0.0f, dcol, BP));
+    LAM_TRY(be->gemm(ctx, 1, 0, K, BP, n->a.conv.oc, 1.0f, m->params + n->w_off, K, dyT, BP, 0.0f, dcol, BP));
     NN_PROF(m, "conv.gemm_dx", li);
     LAM_TRY(be->col2im(ctx, &g, B, dcol, LAM_DT_F32, nn_adds(n, 0), din));
   }
@@ -174,12 +174,12 @@ static lam_status conv_fwd(lam_model *m, nn_node *n, int B, int train) {
   if (whole_conv(m, n)) {
     lam_conv_geom g = conv_geom(m, n);
     nn_tensor *y = nn_out(m, n);
-    LAM_TRY(m->ctx->be->conv2d_fwd(m->ctx, m->fmt, &g, n->oc, B, nn_in(m, n, 0)->data, conv_weights(m, n), y->data,
+    LAM_TRY(m->ctx->be->conv2d_fwd(m->ctx, m->fmt, &g, n->a.conv.oc, B, nn_in(m, n, 0)->data, conv_weights(m, n), y->data,
                                    m->scratch,
                                    m->scratch_bytes));
     NN_PROF(m, "conv.conv2d", nn_index(m, n) + 1);
     if (n->nb) {
-      LAM_TRY(m->ctx->be->channel_bias_fwd(m->ctx, m->fmt, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
+      LAM_TRY(m->ctx->be->channel_bias_fwd(m->ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->data, m->params + n->b_off));
       NN_PROF(m, "conv.bias", nn_index(m, n) + 1);
     }
     return LAM_OK;
@@ -187,7 +187,7 @@ static lam_status conv_fwd(lam_model *m, nn_node *n, int B, int train) {
   LAM_TRY(conv_gemm_fwd(m, n, B));
   const nn_tensor *y = nn_out(m, n);
   /* (OC, B*P) in scratch to (B, OC, P) with the bias */
-  LAM_TRY(m->ctx->be->cbp_to_bcp(m->ctx, B, n->oc, y->h * y->w, m->scratch, bias_of(m, n), (float *)y->data));
+  LAM_TRY(m->ctx->be->cbp_to_bcp(m->ctx, B, n->a.conv.oc, y->h * y->w, m->scratch, bias_of(m, n), (float *)y->data));
   NN_PROF(m, "conv.bias_t", nn_index(m, n) + 1);
   return LAM_OK;
 }
@@ -199,18 +199,18 @@ static lam_status conv_bwd(lam_model *m, nn_node *n, int B) {
     lam_conv_geom g = conv_geom(m, n);
     int li = nn_index(m, n) + 1;
     void *din = nn_din(m, n, 0);
-    if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, n->oc, y->h * y->w, y->grad, m->grads + n->b_off));
-    LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, m->fmt, &g, n->oc, B, nn_in(m, n, 0)->data, y->grad, m->grads + n->w_off,
+    if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->grad, m->grads + n->b_off));
+    LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, m->fmt, &g, n->a.conv.oc, B, nn_in(m, n, 0)->data, y->grad, m->grads + n->w_off,
                                        m->scratch, m->scratch_bytes));
     NN_PROF(m, "conv.conv2d_dw", li);
     if (din) {
-      LAM_TRY(ctx->be->conv2d_bwd_data(ctx, m->fmt, &g, n->oc, B, y->grad, conv_weights(m, n), din, nn_adds(n, 0),
+      LAM_TRY(ctx->be->conv2d_bwd_data(ctx, m->fmt, &g, n->a.conv.oc, B, y->grad, conv_weights(m, n), din, nn_adds(n, 0),
                                        m->scratch, m->scratch_bytes));
       NN_PROF(m, "conv.conv2d_dx", li);
     }
     return LAM_OK;
   }
-  LAM_TRY(m->ctx->be->bcp_to_cbp(m->ctx, B, n->oc, y->h * y->w, (const float *)y->grad, m->scratch, dbias_of(m, n)));
+  LAM_TRY(m->ctx->be->bcp_to_cbp(m->ctx, B, n->a.conv.oc, y->h * y->w, (const float *)y->grad, m->scratch, dbias_of(m, n)));
   NN_PROF(m, "conv.bias_t", nn_index(m, n) + 1);
   return conv_gemm_bwd(m, n, B, 0);
 }
@@ -262,7 +262,7 @@ int nn_conv_block_shape(const lam_model *m, int i, int a[2]) {
   if (c->op != &nn_op_conv || c->absorbed) return 0;
   if (nn_readers(m, c->out, &a[0]) != 1 || m->node[a[0]].op != &nn_op_relu) return 0;
   if (nn_readers(m, m->node[a[0]].out, &a[1]) != 1 || m->node[a[1]].op != &nn_op_maxpool) return 0;
-  return m->node[a[1]].stride == m->node[a[1]].k ? 2 : 0;
+  return m->node[a[1]].a.pool.stride == m->node[a[1]].a.pool.k ? 2 : 0;
 }
 /* the block's kernels are NCHW's */
 static int conv_block_match(const lam_model *m, int i, int a[2]) { return m->fmt.nhwc ? 0 : nn_conv_block_shape(m, i, a); }
@@ -270,7 +270,7 @@ static int conv_block_match(const lam_model *m, int i, int a[2]) { return m->fmt
 static void conv_block_setup(lam_model *m, nn_node *c) {
   const nn_tensor *x = &m->tensor[c->in[0]];
   const int want_direct = m->fuse == 2 || (m->fuse == 3 && m->ctx->be->direct_first_conv);
-  if (want_direct && c->in[0] == 0 && !c->nobias && x->c * c->k * c->k <= LAM_DIRECT_TAPS) c->fuse = NN_FUSE_DIRECT;
+  if (want_direct && c->in[0] == 0 && !c->a.conv.nobias && x->c * c->a.conv.k * c->a.conv.k <= LAM_DIRECT_TAPS) c->fuse = NN_FUSE_DIRECT;
 }
 const nn_fusion nn_fusion_conv_block = {.name = "conv_relu_pool", .kind = NN_FUSE_POOL, .match = conv_block_match,
                                         .setup = conv_block_setup, .fwd = conv_block_fwd, .bwd = conv_block_bwd};
@@ -286,21 +286,21 @@ static size_t conv_scratch(const lam_model *m, const nn_node *n, int B) {
   if (whole_conv(m, n)) {
     lam_conv_geom g = conv_geom(m, n);
     size_t bytes = 0;
-    if (m->ctx->be->conv2d_workspace(m->ctx, m->fmt, &g, n->oc, B, &bytes) != LAM_OK) return (size_t)-1; /* reserve says why */
+    if (m->ctx->be->conv2d_workspace(m->ctx, m->fmt, &g, n->a.conv.oc, B, &bytes) != LAM_OK) return (size_t)-1; /* reserve says why */
     return (bytes + sizeof(float) - 1) / sizeof(float);
   }
   size_t K = taps(m, n), BP = planes(m, n, B);
-  size_t f32 = ((size_t)n->oc + K) * BP, f16 = dy16_offset(n, BP) + (((size_t)n->oc + K) * BP + 1) / 2;
+  size_t f32 = ((size_t)n->a.conv.oc + K) * BP, f16 = dy16_offset(n, BP) + (((size_t)n->a.conv.oc + K) * BP + 1) / 2;
   size_t need = f32 > f16 ? f32 : f16;
   if (n->fuse == NN_FUSE_DIRECT) {
     const nn_tensor *y = &m->tensor[m->node[n->tail].out];
-    need = lam_direct_work_floats(n->oc, (int)K, (size_t)B * y->h * y->w);
+    need = lam_direct_work_floats(n->a.conv.oc, (int)K, (size_t)B * y->h * y->w);
   }
   return need;
 }
 static double conv_macs(const lam_model *m, const nn_node *n) {
   const nn_tensor *y = &m->tensor[n->out];
-  return (double)n->oc * y->h * y->w * (double)taps(m, n);
+  return (double)n->a.conv.oc * y->h * y->w * (double)taps(m, n);
 }
 
 /* ---- transposed convolution: y = col2im(W^T x) + bias; W (IC, OC*K*K) as PyTorch stores it ---- */
@@ -312,7 +312,7 @@ static lam_status convt_fwd(lam_model *m, nn_node *n, int B, int train) {
   /* y is the "input" of the conv it transposes, x that conv's "output" of IC channels */
   LAM_TRY(ctx->be->conv2d_bwd_data(ctx, m->fmt, &g, nn_in(m, n, 0)->c, B, nn_in(m, n, 0)->data, conv_weights(m, n),
                                    y->data, 0, m->scratch, m->scratch_bytes));
-  if (n->nb) LAM_TRY(ctx->be->channel_bias_fwd(ctx, m->fmt, B, n->oc, y->h * y->w, y->data, m->params + n->b_off));
+  if (n->nb) LAM_TRY(ctx->be->channel_bias_fwd(ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->data, m->params + n->b_off));
   return LAM_OK;
 }
 
@@ -322,7 +322,7 @@ static lam_status convt_bwd(lam_model *m, nn_node *n, int B) {
   nn_tensor *y = nn_out(m, n);
   lam_conv_geom g = convt_geom(m, n);
   void *din = nn_din(m, n, 0);
-  if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, n->oc, y->h * y->w, y->grad, m->grads + n->b_off));
+  if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->grad, m->grads + n->b_off));
   LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, m->fmt, &g, x->c, B, y->grad, x->data, m->grads + n->w_off, m->scratch,
                                      m->scratch_bytes));
   if (!din) return LAM_OK;
@@ -338,20 +338,20 @@ static size_t convt_scratch(const lam_model *m, const nn_node *n, int B) {
 }
 static double convt_macs(const lam_model *m, const nn_node *n) {
   const nn_tensor *x = &m->tensor[n->in[0]];
-  return (double)x->c * x->h * x->w * (double)n->oc * n->k * n->k;
+  return (double)x->c * x->h * x->w * (double)n->a.conv.oc * n->a.conv.k * n->a.conv.k;
 }
 
 static void conv_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
   (void)m;
-  snprintf(buf, size, "k%d s%d p%d%s", n->k, n->stride, n->pad, n->nobias ? " nobias" : "");
+  snprintf(buf, size, "k%d s%d p%d%s", n->a.conv.k, n->a.conv.stride, n->a.conv.pad, n->a.conv.nobias ? " nobias" : "");
 }
 /* nn.Conv2d's (out, in, k, k); nn.ConvTranspose2d's (in, out, k, k) */
 static int conv_torch(const lam_model *m, const nn_node *n, int64_t s[4]) {
-  s[0] = n->oc, s[1] = m->tensor[n->in[0]].c, s[2] = s[3] = n->k;
+  s[0] = n->a.conv.oc, s[1] = m->tensor[n->in[0]].c, s[2] = s[3] = n->a.conv.k;
   return 4;
 }
 static int convt_torch(const lam_model *m, const nn_node *n, int64_t s[4]) {
-  s[0] = m->tensor[n->in[0]].c, s[1] = n->oc, s[2] = s[3] = n->k;
+  s[0] = m->tensor[n->in[0]].c, s[1] = n->a.conv.oc, s[2] = s[3] = n->a.conv.k;
   return 4;
 }
 const nn_op nn_op_conv = {NN_NAMES("conv"), .parse = conv_parse, .init = conv_init, .fwd = conv_fwd, .bwd = conv_bwd,

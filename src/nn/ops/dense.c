@@ -16,11 +16,11 @@ static lam_status dense_parse(nn_parse *p, lam_model *m, nn_node *n) {
   if (p->nargs > 1)
     return nn_spec_error(p, 2, "dense takes one whole number, its outputs, e.g. 'dense 10' (missing a comma?)");
   if (p->nargs != 1) return nn_spec_error(p, 0, "dense takes one whole number, its outputs, e.g. 'dense 10'");
-  LAM_TRY(nn_word_int(p, 1, 1, 1 << 24, "dense's outputs", &n->oc));
+  LAM_TRY(nn_word_int(p, 1, 1, 1 << 24, "dense's outputs", &n->a.dense.oc));
   nn_tensor *y = nn_out(m, n);
-  y->c = n->oc, y->h = y->w = 1, y->flat = 1;
-  n->nw = (size_t)n->oc * nn_size(x);
-  n->nb = (size_t)n->oc;
+  y->c = n->a.dense.oc, y->h = y->w = 1, y->flat = 1;
+  n->nw = (size_t)n->a.dense.oc * nn_size(x);
+  n->nb = (size_t)n->a.dense.oc;
   return LAM_OK;
 }
 
@@ -34,7 +34,7 @@ static void dense_init(const lam_model *m, const nn_node *n, void *rng, float *p
 /* 16-bit activations: y (16-bit) = x W^T + b; dW += dy^T x, db += the column sums of dy, dx = dy W. */
 static lam_status dense16_fwd(lam_model *m, nn_node *n, int B) {
   lam_ctx *ctx = m->ctx;
-  int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
+  int in = (int)nn_size(nn_in(m, n, 0)), out = n->a.dense.oc;
   void *y = nn_out(m, n)->data;
   LAM_TRY(ctx->be->gemm_half(ctx, m->fmt.dt, 0, 1, B, out, in, 1.0f, nn_in(m, n, 0)->data, in, m->params_lo + n->w_off,
                              in, 0.0f, y, 1, out));
@@ -42,7 +42,7 @@ static lam_status dense16_fwd(lam_model *m, nn_node *n, int B) {
 }
 static lam_status dense16_bwd(lam_model *m, nn_node *n, int B) {
   lam_ctx *ctx = m->ctx;
-  int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
+  int in = (int)nn_size(nn_in(m, n, 0)), out = n->a.dense.oc;
   const void *dy = nn_out(m, n)->grad;
   void *din = nn_din(m, n, 0);
   LAM_TRY(ctx->be->gemm_half(ctx, m->fmt.dt, 1, 0, out, in, B, 1.0f, dy, out, nn_in(m, n, 0)->data, in, 1.0f,
@@ -61,7 +61,7 @@ static lam_status dense_fwd(lam_model *m, nn_node *n, int B, int train) {
   const lam_backend *be = ctx->be;
   const float *x = nn_in(m, n, 0)->data, *W = m->params + n->w_off;
   float *y = nn_out(m, n)->data;
-  int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
+  int in = (int)nn_size(nn_in(m, n, 0)), out = n->a.dense.oc;
   const int dt = nn_half(m);
   if (dt) {
     uint16_t *xlo = n->aux, *Wlo = m->params_lo + n->w_off;
@@ -81,7 +81,7 @@ static lam_status dense_bwd(lam_model *m, nn_node *n, int B) {
   const lam_backend *be = ctx->be;
   const float *x = nn_in(m, n, 0)->data, *W = m->params + n->w_off, *dy = nn_out(m, n)->grad;
   float *dW = m->grads + n->w_off, *db = m->grads + n->b_off, *din = (float *)nn_din(m, n, 0);
-  int in = (int)nn_size(nn_in(m, n, 0)), out = n->oc;
+  int in = (int)nn_size(nn_in(m, n, 0)), out = n->a.dense.oc;
   const int dt = nn_half(m);
   if (dt) { /* dy rounded; x and W as the forward rounded them */
     uint16_t *dylo = (uint16_t *)m->scratch, *xlo = n->aux, *Wlo = m->params_lo + n->w_off;
@@ -102,7 +102,7 @@ static size_t dense_aux(const lam_model *m, const nn_node *n, int B) { /* x as 1
 }
 static size_t dense_scratch(const lam_model *m, const nn_node *n, int B) { /* half precisions: dy as 16-bit */
   (void)m;
-  return ((size_t)B * n->oc + 1) / 2;
+  return ((size_t)B * n->a.dense.oc + 1) / 2;
 }
 static double dense_macs(const lam_model *m, const nn_node *n) {
   (void)m;
@@ -111,7 +111,7 @@ static double dense_macs(const lam_model *m, const nn_node *n) {
 
 /* nn.Linear's (out, in), over the input flattened in C, H, W order */
 static int dense_torch(const lam_model *m, const nn_node *n, int64_t s[4]) {
-  s[0] = n->oc, s[1] = (int64_t)nn_size(&m->tensor[n->in[0]]);
+  s[0] = n->a.dense.oc, s[1] = (int64_t)nn_size(&m->tensor[n->in[0]]);
   return 2;
 }
 const nn_op nn_op_dense = {NN_NAMES("dense"), .parse = dense_parse, .init = dense_init, .fwd = dense_fwd,

@@ -9,13 +9,13 @@
 
 /* bn [momentum M] [eps E] */
 static lam_status bn_parse(nn_parse *p, lam_model *m, nn_node *n) {
-  n->momentum = 0.1f, n->eps = 1e-5f;
+  n->a.bn.momentum = 0.1f, n->a.bn.eps = 1e-5f;
   for (int j = 1; j <= p->nargs; j += 2) {
     int is_eps = nn_word_is(p, j, "eps");
     if (!is_eps && !nn_word_is(p, j, "momentum"))
       return nn_spec_error(p, j, "bn's options are 'momentum M' (default 0.1) and 'eps E' (default 1e-5)");
     LAM_TRY(nn_word_float(p, j + 1, is_eps ? 1e-12 : 0.0, is_eps ? 1.0 : 1.0, is_eps ? "eps" : "momentum",
-                          is_eps ? &n->eps : &n->momentum));
+                          is_eps ? &n->a.bn.eps : &n->a.bn.momentum));
   }
   const nn_tensor *x = nn_in(m, n, 0);
   nn_tensor *y = nn_out(m, n);
@@ -41,10 +41,10 @@ static lam_status bn_sync_fwd(lam_model *m, nn_node *n, int B) {
   LAM_TRY(be->bn_sums(m->ctx, m->fmt, B, C, P, x->data, NULL, NULL, NULL, sums, NULL, NULL));
   LAM_TRY(m->sync_sum(m->sync_user, sums, 2 * (size_t)C, 1.0f));
   const double rows = (double)m->sync_batch * x->t; /* the global batch's rows: frames of clips are rows */
-  LAM_TRY(be->bn_sync_stats(m->ctx, C, rows * P, sums, n->eps, n->momentum, mean, invstd, var, run,
+  LAM_TRY(be->bn_sync_stats(m->ctx, C, rows * P, sums, n->a.bn.eps, n->a.bn.momentum, mean, invstd, var, run,
                             run + C));
   return be->bn_fwd(m->ctx, m->fmt, B, C, P, x->data, m->params + n->w_off, m->params + n->b_off, nn_out(m, n)->data,
-                    NULL, NULL, mean, var, n->momentum, n->eps, 0);
+                    NULL, NULL, mean, var, n->a.bn.momentum, n->a.bn.eps, 0);
 }
 /* Its backward: dgamma, dbeta from this rank's sums (the gradients are summed over the ranks later, as every
  * parameter's); dx from the sums of all ranks, each weighted by its share of the batch as its loss is. */
@@ -69,7 +69,7 @@ static lam_status bn_fwd(lam_model *m, nn_node *n, int B, int train) {
   const nn_tensor *x = nn_in(m, n, 0);
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
   return m->ctx->be->bn_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, m->params + n->w_off, m->params + n->b_off,
-                            nn_out(m, n)->data, mean, invstd, run, run + x->c, n->momentum, n->eps, train);
+                            nn_out(m, n)->data, mean, invstd, run, run + x->c, n->a.bn.momentum, n->a.bn.eps, train);
 }
 static lam_status bn_bwd(lam_model *m, nn_node *n, int B) {
   if (m->sync_sum) return bn_sync_bwd(m, n, B);
@@ -86,9 +86,9 @@ static lam_status bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
   const nn_tensor *x = nn_in(m, n, 0);
   const nn_node *act = &m->node[n->tail];
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
-  return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, NULL,
-                                m->params + n->w_off, m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run, run + x->c, n->momentum,
-                                n->eps, train);
+  return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, NULL,
+                                m->params + n->w_off, m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run, run + x->c, n->a.bn.momentum,
+                                n->a.bn.eps, train);
 }
 
 static lam_status bn_act_bwd(lam_model *m, nn_node *n, int B) {
@@ -97,7 +97,7 @@ static lam_status bn_act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *y = nn_out(m, act);
   const float *mean = n->aux, *invstd = mean + x->c;
   void *din = nn_din(m, n, 0);
-  return m->ctx->be->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, y->data, y->grad,
+  return m->ctx->be->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, y->data, y->grad,
                                 m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch, NULL,
                                 0, m->grads + n->w_off, m->grads + n->b_off);
 }
@@ -123,9 +123,9 @@ static lam_status bn_add_act_fwd(lam_model *m, nn_node *n, int B, int train) {
   const nn_node *act = &m->node[n->tail];
   const void *r = m->tensor[fused_add(m, n)->in[residual_slot(m, n)]].data;
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
-  return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, r,
+  return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, r,
                                 m->params + n->w_off, m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run,
-                                run + x->c, n->momentum, n->eps, train);
+                                run + x->c, n->a.bn.momentum, n->a.bn.eps, train);
 }
 static lam_status bn_add_act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
@@ -134,7 +134,7 @@ static lam_status bn_add_act_bwd(lam_model *m, nn_node *n, int B) {
   const int j = residual_slot(m, n);
   const float *mean = n->aux, *invstd = mean + x->c;
   void *din = nn_din(m, n, 0), *dr = nn_din(m, add, j); /* the add writes its gradients itself (NN_ADDS_GRAD) */
-  return m->ctx->be->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->act, act->alpha, x->data, y->data, y->grad,
+  return m->ctx->be->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, y->data, y->grad,
                                 m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch, dr,
                                 dr ? nn_adds(add, j) : 0, m->grads + n->w_off, m->grads + n->b_off);
 }
@@ -145,7 +145,7 @@ static int bn_add_act_match(const lam_model *m, int i, int a[2]) {
   const nn_node *add = &m->node[a[0]];
   if (add->out == m->output || nn_readers(m, add->out, &a[1]) != 1 || a[1] != i + 2) return 0;
   const nn_node *act = &m->node[a[1]];
-  return (act->op->flags & NN_ACT) && act->act != LAM_ACT_GELU ? 2 : 0;
+  return (act->op->flags & NN_ACT) && act->a.act.kind != LAM_ACT_GELU ? 2 : 0;
 }
 const nn_fusion nn_fusion_bn_add_act = {.name = "bn_add_act", .fwd_mark = "bn_add_act.fwd",
                                         .bwd_mark = "bn_add_act.bwd", .kind = NN_FUSE_ACT, .match = bn_add_act_match,
@@ -180,18 +180,18 @@ const nn_op nn_op_bn = {NN_NAMES("bn"), .parse = bn_parse, .init = bn_init, .fwd
 static lam_status groupnorm_parse(nn_parse *p, lam_model *m, nn_node *n) {
   const int layer = n->op == &nn_op_layernorm, first = layer ? 1 : 2;
   const nn_tensor *x = nn_in(m, n, 0);
-  n->eps = 1e-5f, n->groups = 1;
+  n->a.groupnorm.eps = 1e-5f, n->a.groupnorm.groups = 1;
   if (!layer) {
     if (p->nargs < 1) return nn_spec_error(p, 0, "groupnorm takes its number of groups, e.g. 'groupnorm 8'");
-    LAM_TRY(nn_word_int(p, 1, 1, 1 << 16, "groupnorm's groups", &n->groups));
-    if (x->c % n->groups)
-      return nn_spec_error(p, 1, "groupnorm %d needs channels that %d divides, but its input has %d", n->groups,
-                           n->groups, x->c);
+    LAM_TRY(nn_word_int(p, 1, 1, 1 << 16, "groupnorm's groups", &n->a.groupnorm.groups));
+    if (x->c % n->a.groupnorm.groups)
+      return nn_spec_error(p, 1, "groupnorm %d needs channels that %d divides, but its input has %d", n->a.groupnorm.groups,
+                           n->a.groupnorm.groups, x->c);
   }
   for (int j = first; j <= p->nargs; j += 2) {
     if (!nn_word_is(p, j, "eps"))
       return nn_spec_error(p, j, "%s's option is 'eps E' (default 1e-5)", n->op->name);
-    LAM_TRY(nn_word_float(p, j + 1, 1e-12, 1.0, "eps", &n->eps));
+    LAM_TRY(nn_word_float(p, j + 1, 1e-12, 1.0, "eps", &n->a.groupnorm.eps));
   }
   nn_tensor *y = nn_out(m, n);
   y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat;
@@ -205,22 +205,22 @@ static void groupnorm_init(const lam_model *m, const nn_node *n, void *rng, floa
 static lam_status groupnorm_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  float *mean = n->aux, *invstd = mean + (size_t)B * n->groups;
-  return m->ctx->be->groupnorm_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, n->groups, x->data, m->params + n->w_off,
-                                   m->params + n->b_off, nn_out(m, n)->data, mean, invstd, n->eps);
+  float *mean = n->aux, *invstd = mean + (size_t)B * n->a.groupnorm.groups;
+  return m->ctx->be->groupnorm_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, n->a.groupnorm.groups, x->data, m->params + n->w_off,
+                                   m->params + n->b_off, nn_out(m, n)->data, mean, invstd, n->a.groupnorm.eps);
 }
 static lam_status groupnorm_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
-  const float *mean = n->aux, *invstd = mean + (size_t)B * n->groups;
+  const float *mean = n->aux, *invstd = mean + (size_t)B * n->a.groupnorm.groups;
   void *din = nn_din(m, n, 0);
   float *work = m->scratch, *dx = din ? din : (void *)(m->scratch + 2 * (size_t)B * x->c); /* an unwanted dx: scratch */
-  return m->ctx->be->groupnorm_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, n->groups, x->data, nn_out(m, n)->grad,
+  return m->ctx->be->groupnorm_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, n->a.groupnorm.groups, x->data, nn_out(m, n)->grad,
                                    m->params + n->w_off, mean, invstd, dx, m->grads + n->w_off, m->grads + n->b_off,
                                    work);
 }
 static size_t groupnorm_aux(const lam_model *m, const nn_node *n, int B) {
   (void)m;
-  return 2 * (size_t)B * n->groups * sizeof(float);
+  return 2 * (size_t)B * n->a.groupnorm.groups * sizeof(float);
 }
 /* the backward's per-sample channel sums, and room for an unwanted dx */
 static size_t groupnorm_scratch(const lam_model *m, const nn_node *n, int B) {
@@ -236,7 +236,7 @@ static int groupnorm_torch(const lam_model *m, const nn_node *n, int64_t s[4]) {
 }
 static void groupnorm_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
   (void)m;
-  snprintf(buf, size, "G%d", n->groups);
+  snprintf(buf, size, "G%d", n->a.groupnorm.groups);
 }
 const nn_op nn_op_groupnorm = {NN_NAMES("groupnorm"), .parse = groupnorm_parse, .init = groupnorm_init,
                                .fwd = groupnorm_fwd, .bwd = groupnorm_bwd, .aux_bytes = groupnorm_aux,

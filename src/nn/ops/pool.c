@@ -5,27 +5,27 @@
 
 static lam_pool_geom pool_geom(const lam_model *m, const nn_node *n) {
   const nn_tensor *x = &m->tensor[n->in[0]], *y = &m->tensor[n->out];
-  return (lam_pool_geom){x->c, x->h, x->w, n->k, n->stride, y->h, y->w};
+  return (lam_pool_geom){x->c, x->h, x->w, n->a.pool.k, n->a.pool.stride, y->h, y->w};
 }
 
 /* maxpool K [stride S]  and  avgpool K [stride S] */
 static lam_status pool_parse(nn_parse *p, lam_model *m, nn_node *n) {
   LAM_TRY(nn_need_image(p, m, n));
   if (p->nargs < 1) return nn_spec_error(p, 0, "%s takes K [stride S], e.g. '%s 2'", n->op->name, n->op->name);
-  LAM_TRY(nn_word_int(p, 1, 1, 64, "the window K", &n->k));
-  n->stride = n->k;
+  LAM_TRY(nn_word_int(p, 1, 1, 64, "the window K", &n->a.pool.k));
+  n->a.pool.stride = n->a.pool.k;
   if (p->nargs == 3 && nn_word_is(p, 2, "stride")) {
-    LAM_TRY(nn_word_int(p, 3, 1, 64, "stride", &n->stride));
+    LAM_TRY(nn_word_int(p, 3, 1, 64, "stride", &n->a.pool.stride));
   } else if (p->nargs != 1) {
     return nn_spec_error(p, 2, "%s takes K [stride S]", n->op->name);
   }
   const nn_tensor *x = nn_in(m, n, 0);
-  if (n->k > x->h || n->k > x->w)
-    return nn_spec_error(p, 1, "%s window %d is larger than its %dx%d input", n->op->name, n->k, x->h, x->w);
+  if (n->a.pool.k > x->h || n->a.pool.k > x->w)
+    return nn_spec_error(p, 1, "%s window %d is larger than its %dx%d input", n->op->name, n->a.pool.k, x->h, x->w);
   nn_tensor *y = nn_out(m, n);
   y->c = x->c;
-  y->h = (x->h - n->k) / n->stride + 1;
-  y->w = (x->w - n->k) / n->stride + 1;
+  y->h = (x->h - n->a.pool.k) / n->a.pool.stride + 1;
+  y->w = (x->w - n->a.pool.k) / n->a.pool.stride + 1;
   return LAM_OK;
 }
 
@@ -42,11 +42,11 @@ static size_t maxpool_aux(const lam_model *m, const nn_node *n, int B) { /* the 
   return (size_t)B * nn_size(&m->tensor[n->out]) * sizeof(int32_t);
 }
 static double pool_macs(const lam_model *m, const nn_node *n) {
-  return (double)nn_size(&m->tensor[n->out]) * n->k * n->k;
+  return (double)nn_size(&m->tensor[n->out]) * n->a.pool.k * n->a.pool.k;
 }
 static void pool_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
   (void)m;
-  snprintf(buf, size, "k%d s%d", n->k, n->stride);
+  snprintf(buf, size, "k%d s%d", n->a.pool.k, n->a.pool.stride);
 }
 const nn_op nn_op_maxpool = {NN_NAMES("maxpool"), .parse = pool_parse, .fwd = maxpool_fwd, .bwd = maxpool_bwd,
                              .aux_bytes = maxpool_aux, .macs = pool_macs, .usage = "maxpool K [stride S]",
@@ -91,22 +91,22 @@ const nn_op nn_op_gap = {NN_NAMES("gap"), .parse = gap_parse, .fwd = gap_fwd, .b
 static lam_status upsample_parse(nn_parse *p, lam_model *m, nn_node *n) {
   LAM_TRY(nn_need_image(p, m, n));
   if (p->nargs != 1) return nn_spec_error(p, p->nargs ? 2 : 0, "upsample takes one whole number F, e.g. 'upsample 2'");
-  LAM_TRY(nn_word_int(p, 1, 1, 64, "upsample's factor F", &n->f));
+  LAM_TRY(nn_word_int(p, 1, 1, 64, "upsample's factor F", &n->a.upsample.f));
   const nn_tensor *x = nn_in(m, n, 0);
-  if ((long)x->h * n->f > 65536 || (long)x->w * n->f > 65536)
-    return nn_spec_error(p, 1, "upsampling %dx%d by %d makes an image larger than 65536", x->h, x->w, n->f);
+  if ((long)x->h * n->a.upsample.f > 65536 || (long)x->w * n->a.upsample.f > 65536)
+    return nn_spec_error(p, 1, "upsampling %dx%d by %d makes an image larger than 65536", x->h, x->w, n->a.upsample.f);
   nn_tensor *y = nn_out(m, n);
-  y->c = x->c, y->h = x->h * n->f, y->w = x->w * n->f;
+  y->c = x->c, y->h = x->h * n->a.upsample.f, y->w = x->w * n->a.upsample.f;
   return LAM_OK;
 }
 static lam_status upsample_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->upsample_fwd(m->ctx, m->fmt, B, x->c, x->h, x->w, n->f, x->data, nn_out(m, n)->data);
+  return m->ctx->be->upsample_fwd(m->ctx, m->fmt, B, x->c, x->h, x->w, n->a.upsample.f, x->data, nn_out(m, n)->data);
 }
 static lam_status upsample_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->upsample_bwd(m->ctx, m->fmt, B, x->c, x->h, x->w, n->f, nn_out(m, n)->grad, nn_din(m, n, 0));
+  return m->ctx->be->upsample_bwd(m->ctx, m->fmt, B, x->c, x->h, x->w, n->a.upsample.f, nn_out(m, n)->grad, nn_din(m, n, 0));
 }
 static double upsample_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_upsample = {NN_NAMES("upsample"), .parse = upsample_parse, .fwd = upsample_fwd,
@@ -122,7 +122,7 @@ static lam_status tpool_parse(nn_parse *p, lam_model *m, nn_node *n) {
   if (x->t < 2)
     return nn_spec_error(p, 0, "tpool pools over a clip's frames, but here a sample is one %s (the model's input is "
                          "not clips, or a tpool or tcat came before)", m->in_t > 1 ? "pooled clip" : "image");
-  n->tmax = nn_word_is(p, 1, "max");
+  n->a.tpool.max = nn_word_is(p, 1, "max");
   nn_tensor *y = nn_out(m, n);
   y->c = x->c, y->h = x->h, y->w = x->w, y->flat = x->flat, y->t = 1;
   return LAM_OK;
@@ -131,24 +131,24 @@ static lam_status tpool_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status tpool_fwd(lam_model *m, nn_node *n, int R, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->tpool_fwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->tmax, x->data, nn_out(m, n)->data, n->aux);
+  return m->ctx->be->tpool_fwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->a.tpool.max, x->data, nn_out(m, n)->data, n->aux);
 }
 static lam_status tpool_bwd(lam_model *m, nn_node *n, int R) {
   const nn_tensor *x = nn_in(m, n, 0);
   void *dx = nn_din(m, n, 0);
   if (!dx) return LAM_OK;
-  return m->ctx->be->tpool_bwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->tmax, nn_out(m, n)->grad, n->aux, dx);
+  return m->ctx->be->tpool_bwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->a.tpool.max, nn_out(m, n)->grad, n->aux, dx);
 }
 static size_t tpool_aux(const lam_model *m, const nn_node *n, int R) { /* max: the frame of every maximum */
   const nn_tensor *x = &m->tensor[n->in[0]];
-  return n->tmax ? (size_t)(R / x->t) * nn_size(x) : 0;
+  return n->a.tpool.max ? (size_t)(R / x->t) * nn_size(x) : 0;
 }
 static double tpool_macs(const lam_model *m, const nn_node *n) { /* per frame, as the other ops' */
   return (double)nn_size(&m->tensor[n->in[0]]);
 }
 /* "max of 16": the pool and the frames it pools */
 static void tpool_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
-  snprintf(buf, size, "%s of %d", n->tmax ? "max" : "mean", m->tensor[n->in[0]].t);
+  snprintf(buf, size, "%s of %d", n->a.tpool.max ? "max" : "mean", m->tensor[n->in[0]].t);
 }
 const nn_op nn_op_tpool = {NN_NAMES("tpool"), .parse = tpool_parse, .fwd = tpool_fwd, .bwd = tpool_bwd,
                            .aux_bytes = tpool_aux, .macs = tpool_macs, .flags = NN_FLAT_OK, .usage = "tpool mean|max",
