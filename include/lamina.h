@@ -950,6 +950,67 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
  * NULL. The model's input must be the set's samples; its output a class per sample. */
 lam_status lam_predict_clips(lam_model *m, const lam_dataset *d, int batch, double *probs, uint8_t *labels);
 
+/* The mean IoU over the classes present of a C x C confusion matrix (rows true, columns predicted), TP / (TP + FP +
+ * FN) per class: into iou each class's (NULL: not wanted; -1 for a class neither true nor predicted anywhere), into
+ * present how many classes count (NULL: not wanted). */
+double lam_confusion_iou(const uint64_t *confusion, int C, double *iou, int *present);
+
+/* ---- the epoch loop: lam_fit ---------------------------------------------------------------------- */
+
+/* What lam_fit follows to keep the best model and to stop early: the validation loss (lower is better) or the
+ * validation mean IoU (higher is better; a set of a label per pixel). */
+typedef enum lam_fit_monitor { LAM_FIT_MONITOR_LOSS = 0, LAM_FIT_MONITOR_MIOU = 1 } lam_fit_monitor;
+/* One epoch of lam_fit: NAN where a figure was not measured. */
+typedef struct lam_fit_epoch {
+  lam_epoch_stats es;                     /* the training part's */
+  double lr;                              /* of the epoch's last step */
+  double val_loss, val_acc, val_miou;     /* after the epoch, with a validation set (mIoU: a label per pixel) */
+  double test_loss, test_acc, test_miou;  /* without one after every epoch; with one once, in the last epoch's row */
+  double loss_scale, skipped_steps;       /* fp16: the loss scale at the epoch's end, the steps skipped so far */
+  lam_stream_stats stream;                /* the data path of the epoch */
+  int improved;                           /* the monitored figure is the best so far (save_best written) */
+} lam_fit_epoch;
+/* Called after each epoch (its figures measured, its files written), on the calling thread; non-zero stops the
+ * fit after this epoch (lam_fit_result.stopped). */
+typedef int (*lam_fit_epoch_fn)(void *user, const lam_fit_epoch *e);
+typedef struct lam_fit_opts {
+  int epochs;               /* train until the trainer has done this many (a resumed one continues its count) */
+  const lam_dataset *val;   /* evaluated after every epoch; NULL: none, and test is evaluated after every epoch */
+  const lam_dataset *test;  /* with val: evaluated once, at the end (the last model, and the one save_best kept) */
+  lam_fit_monitor monitor;
+  int patience;             /* stop when the monitored figure has not improved for this many epochs (0: never) */
+  double best_loss, best_miou; /* the figures to beat; the default: none */
+  int resume_best;          /* save_best's file, where it holds a model of this spec, is the one to beat (resuming) */
+  const char *save;         /* a checkpoint (model and trainer) after every epoch, or NULL */
+  const char *save_best;    /* the model of the best epoch (needs val), or NULL */
+  const char *log;          /* a CSV of every epoch so far, rewritten atomically after each, or NULL */
+  lam_progress_fn on_step;  /* lam_trainer_epoch's progress, every step_every steps (0: 50 reports an epoch) */
+  int step_every;
+  lam_fit_epoch_fn on_epoch;
+  void *user;               /* for on_step and on_epoch */
+  lam_fit_epoch *history;   /* room for epochs - lam_trainer_epochs_done(t) rows, or NULL */
+  int epoch_offset;         /* added to the epochs' numbers (rows, log, best_epoch): the caller's epochs before t's */
+} lam_fit_opts;
+typedef struct lam_fit_result {
+  int epochs;                   /* run by this call (rows of history) */
+  int best_epoch;               /* 0: no epoch beat the best (or no validation set) */
+  double best_loss, best_miou;  /* the best epoch's validation figures (or those to beat, where none beat them) */
+  int resumed_best;             /* resume_best found save_best's model and its figures are the ones to beat */
+  double best_test_acc;         /* save_best's model on the test part, NAN where not measured */
+  double test_acc, test_miou;   /* the last model on the test part (NAN where not measured) */
+  int stopped_early;            /* patience ran out */
+  int stopped;                  /* on_epoch asked */
+} lam_fit_result;
+lam_fit_opts lam_fit_opts_default(void);
+/* Trains t's model epoch after epoch, as `lamina train` and Python's Model.fit do: after each epoch the validation
+ * set is evaluated (over the trainer's ranks, each its share, where it has several), the checkpoint saved, the best
+ * model kept by the monitored figure, the log rewritten, on_epoch called; patience stops it early; at the end the
+ * test part is evaluated for the last model and for the best one. The trainer's stop flag (lam_trainer_set_stop),
+ * seen during an epoch or between two, returns LAM_ERR_INTERRUPTED with the trainer holding its place (save it to
+ * resume) and *r as far as it got. On ranks other than 0, give no files (rank 0 writes them). Every batch is the
+ * trainer's: evaluation at a larger one would grow the model's batch buffers for the rest of the run. */
+lam_status lam_fit(lam_trainer *t, const lam_fit_opts *o, lam_fit_result *r);
+
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
 /* ---- files: what a run reads and writes ---------------------------------------------------------- */

@@ -194,6 +194,35 @@ class EpochStats(Structure):
                 ("images_per_s", c_double)]
 
 
+class StreamStats(Structure):
+    _fields_ = [("buffers", c_int), ("epoch_ms", c_double), ("data_wait_ms", c_double), ("loader_wait_ms", c_double),
+                ("why", c_char * 200)]
+
+
+class FitEpoch(Structure):  # lam_fit_epoch
+    _fields_ = [("es", EpochStats), ("lr", c_double), ("val_loss", c_double), ("val_acc", c_double),
+                ("val_miou", c_double), ("test_loss", c_double), ("test_acc", c_double), ("test_miou", c_double),
+                ("loss_scale", c_double), ("skipped_steps", c_double), ("stream", StreamStats), ("improved", c_int)]
+
+
+FitEpochFn = CFUNCTYPE(c_int, c_void_p, POINTER(FitEpoch))
+ProgressFn = CFUNCTYPE(None, c_void_p, c_int, c_int, c_double, c_double)
+
+
+class FitOpts(Structure):  # lam_fit_opts
+    _fields_ = [("epochs", c_int), ("val", POINTER(Dataset)), ("test", POINTER(Dataset)), ("monitor", c_int),
+                ("patience", c_int), ("best_loss", c_double), ("best_miou", c_double), ("resume_best", c_int),
+                ("save", c_char_p), ("save_best", c_char_p), ("log", c_char_p), ("on_step", ProgressFn),
+                ("step_every", c_int), ("on_epoch", FitEpochFn), ("user", c_void_p), ("history", POINTER(FitEpoch)),
+                ("epoch_offset", c_int)]
+
+
+class FitResult(Structure):  # lam_fit_result
+    _fields_ = [("epochs", c_int), ("best_epoch", c_int), ("best_loss", c_double), ("best_miou", c_double),
+                ("resumed_best", c_int), ("best_test_acc", c_double), ("test_acc", c_double), ("test_miou", c_double),
+                ("stopped_early", c_int), ("stopped", c_int)]
+
+
 # enums (C ints)
 LAM_OK = 0
 LAM_ERR_INVALID_ARG, LAM_ERR_NO_DEVICE, LAM_ERR_CUDA, LAM_ERR_OUT_OF_MEMORY, LAM_ERR_UNSUPPORTED, LAM_ERR_IO = range(1, 7)
@@ -209,7 +238,8 @@ LABEL_IGNORE = 255  # a per-pixel label that counts for nothing (LAM_LABEL_IGNOR
 OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
 PRECISIONS = {"fp32": 0, "tf32": 1, "bf16": 2, "fp16": 3}  # lam_precision
 
-ProgressFn = CFUNCTYPE(None, c_void_p, c_int, c_int, c_double, c_double)
+LAM_ERR_INTERRUPTED = 8
+FIT_MONITOR = {"loss": 0, "miou": 1}  # lam_fit_monitor
 
 # ---- functions ------------------------------------------------------------------------------------
 
@@ -272,6 +302,10 @@ _SIGNATURES = {
     "lam_opt_check": (_status, [POINTER(Opt)]),
     "lam_trainer_create": (_status, [_P, POINTER(Opt), c_int, c_uint64, POINTER(Dataset), POINTER(c_void_p)]),
     "lam_trainer_free": (None, [_P]),
+    "lam_trainer_set_stop": (_status, [_P, POINTER(c_int)]),
+    "lam_fit_opts_default": (FitOpts, []),
+    "lam_confusion_iou": (c_double, [_P, c_int, _P, POINTER(c_int)]),
+    "lam_fit": (_status, [_P, POINTER(FitOpts), POINTER(FitResult)]),
     "lam_trainer_epoch": (_status, [_P, ProgressFn, c_void_p, c_int, POINTER(EpochStats)]),
     "lam_trainer_epochs_done": (c_int, [_P]),
     "lam_lr_schedule_parse": (_status, [c_char_p, POINTER(LrSchedule)]),

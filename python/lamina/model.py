@@ -2,6 +2,7 @@
 fit on uint8 images of any channel count with a class per image or a mask per image, evaluate, predict,
 save and load — the same C engine and checkpoint files as `lamina train` / `lamina eval`."""
 import errno
+import math
 import os
 import struct
 import sys
@@ -9,7 +10,7 @@ from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from ctypes import POINTER, byref, c_char_p, c_double, c_float, c_int, c_long, c_void_p, create_string_buffer
+from ctypes import POINTER, byref, pointer, c_char_p, c_double, c_float, c_int, c_void_p, create_string_buffer
 
 from . import _arrays, _folder, _lib
 from ._context import Closing, ModelContext, get_context
@@ -82,6 +83,39 @@ def _dataset(x8, y8, classes):
                         label_h=lh, label_w=lw, t=t)
 
 
+def _set_ptr(data, classes, keep):
+    """A pointer to the lam_dataset of data, (x8, y8) arrays or a StreamedSet, for C to read; keep holds what it
+    points into alive."""
+    if isinstance(data, _folder.StreamedSet):
+        return data.ptr
+    ds = _dataset(*data, classes)
+    keep.append((ds, data))
+    return pointer(ds)
+
+
+def _fit_record(row):
+    """fit()'s history entry of a lam_fit_epoch: the figures measured, by their Python names."""
+    es = row.es
+    rec = {"epoch": es.epoch, "loss": es.train_loss, "accuracy": es.train_acc, "lr": row.lr, "seconds": es.seconds,
+           "images_per_s": es.images_per_s}
+    for key, v in (("loss_scale", row.loss_scale), ("skipped_steps", row.skipped_steps),
+                   ("val_loss", row.val_loss), ("val_accuracy", row.val_acc), ("val_mean_iou", row.val_miou),
+                   ("test_loss", row.test_loss), ("test_accuracy", row.test_acc), ("test_mean_iou", row.test_miou)):
+        if math.isfinite(v):
+            rec[key] = int(v) if key == "skipped_steps" else v
+    return rec
+
+
+def _fit_line(rec):
+    """fit()'s line for an epoch (verbose=1)."""
+    line = (f"epoch {rec['epoch']}: loss {rec['loss']:.4f}  accuracy {rec['accuracy']:.4f}  "
+            f"{rec['seconds']:.2f} s  {rec['images_per_s']:,.0f} images/s")
+    for key in ("val_loss", "val_accuracy", "val_mean_iou", "test_loss", "test_accuracy", "test_mean_iou"):
+        if key in rec:
+            line += f"  {key} {rec[key]:.4f}"
+    return line
+
+
 def _channel_values(v, c, name):
     """One number, or c of them (one per channel), as float32 (c,)."""
     try:
@@ -106,13 +140,14 @@ def _norm_pair(mean, std, c):
 
 def _iou(conf):
     """Per-class intersection over union from a confusion matrix (rows: true, columns: predicted), NaN for
-    a class that is neither in the labels nor in the predictions, and their mean over the other classes."""
-    conf = conf.astype(np.float64)
-    tp = np.diag(conf)
-    union = conf.sum(axis=0) + conf.sum(axis=1) - tp
-    iou = np.full(tp.shape, np.nan)
-    np.divide(tp, union, out=iou, where=union > 0)
-    return iou, (float(np.mean(iou[union > 0])) if np.any(union > 0) else float("nan"))
+    a class that is neither in the labels nor in the predictions, and their mean over the other classes:
+    lam_confusion_iou's, the figures fit() and `lamina eval` give."""
+    conf = np.ascontiguousarray(conf, np.uint64)
+    k = conf.shape[0]
+    iou, present = np.empty(k, np.float64), c_int()
+    mean = lib.lam_confusion_iou(conf.ctypes.data, k, iou.ctypes.data, byref(present))
+    iou[iou < 0] = np.nan
+    return iou, (mean if present.value else float("nan"))
 
 
 def _per_pixel(data):
@@ -577,90 +612,65 @@ class Model(Closing):
 
         live = bool(verbose) and sys.stdout.isatty()
         steps = ((x.n if streamed else x8.shape[0]) + batch_size - 1) // batch_size
-        interrupted = []
+        # The epoch loop is the library's (lam_fit, as `lamina train`'s): these callbacks only report. An exception
+        # cannot propagate through C, so a Ctrl-C in one raises the stop flag the trainer reads after every step,
+        # and is raised again here when lam_fit returns.
+        stop = c_int(0)
+        history = []
+        base = self.epochs_done
 
         def progress(_user, step, nsteps, loss, ips):
-            # Runs inside the C epoch loop: an exception here cannot propagate through C, so a Ctrl-C
-            # is noted and raised when the epoch returns.
             try:
                 print(f"\r  epoch {self.epochs_done + 1}: step {step}/{nsteps}  loss {loss:.4f}  "
                       f"{ips:,.0f} images/s", end="", flush=True)
             except KeyboardInterrupt:
-                interrupted.append(True)
+                stop.value = 1
+
+        def epoch_done(_user, row):
+            try:
+                self.epochs_done += 1
+                rec = _fit_record(row.contents)
+                history.append(rec)
+                if live:
+                    print("\r" + " " * 79 + "\r", end="")
+                if verbose:
+                    print(_fit_line(rec), flush=True)
+            except KeyboardInterrupt:
+                stop.value = 1
+            return 0
 
         # Each progress report waits for the device to read the loss; a few dozen per epoch are free.
         cb = _lib.ProgressFn(progress) if live else _lib.ProgressFn()
-        every = max(1, steps // 40) if live else 0
-        history = []
-        miou = monitor == "miou"
-        best, since_best = -float("inf") if miou else float("inf"), 0
-        for _ in range(epochs):
-            st = _lib.EpochStats()
+        on_epoch = _lib.FitEpochFn(epoch_done)
+        rows = (_lib.FitEpoch * epochs)()
+        fo = lib.lam_fit_opts_default()
+        fo.epochs, fo.monitor, fo.patience = epochs, _lib.FIT_MONITOR[monitor], early_stop or 0
+        keep = []
+        fo.val = None if val is None else _set_ptr(val, self.outputs, keep)
+        fo.test = None if test is None else _set_ptr(test, self.outputs, keep)
+        fo.save_best = None if save_best is None else os.fsencode(save_best)
+        fo.log = None if log is None else os.fsencode(log)
+        fo.on_step, fo.step_every, fo.on_epoch = cb, max(1, steps // 40), on_epoch
+        fo.history, fo.epoch_offset = rows, base
+        fr = _lib.FitResult()
+        check(lib.lam_trainer_set_stop(self._trainer, byref(stop)))
+        try:
             with self._ctx.lock:
-                check(lib.lam_trainer_epoch(self._trainer, cb, None, every, byref(st)))
-            if live:
-                print("\r" + " " * 79 + "\r", end="")
-            if interrupted:
-                raise KeyboardInterrupt
-            self.epochs_done += 1
-            rec = {"epoch": self.epochs_done, "loss": st.train_loss, "accuracy": st.train_acc,
-                   "lr": lib.lam_trainer_lr(self._trainer), "seconds": st.seconds, "images_per_s": st.images_per_s}
-            scale, skipped = c_double(0), c_long(0)
-            check(lib.lam_trainer_loss_scale(self._trainer, byref(scale), byref(skipped)))
-            if scale.value > 0:  # fp16: the loss scale at the epoch's end, the steps skipped so far
-                rec["loss_scale"], rec["skipped_steps"] = scale.value, skipped.value
-            if val is not None:
-                # at the training batch: a larger one would grow the batch buffers the trainer keeps
-                ev = self._evaluate(val, batch_size=batch_size)
-                rec["val_loss"], rec["val_accuracy"] = ev["loss"], ev["accuracy"]
-                if "mean_iou" in ev:
-                    rec["val_mean_iou"] = ev["mean_iou"]
-            elif test is not None:
-                self._test_record(rec, test, batch_size)
-            history.append(rec)
-            if verbose:
-                line = (f"epoch {rec['epoch']}: loss {rec['loss']:.4f}  accuracy {rec['accuracy']:.4f}  "
-                        f"{rec['seconds']:.2f} s  {rec['images_per_s']:,.0f} images/s")
-                if "val_accuracy" in rec:
-                    line += f"  val_loss {rec['val_loss']:.4f}  val_accuracy {rec['val_accuracy']:.4f}"
-                if "val_mean_iou" in rec:
-                    line += f"  val_mean_iou {rec['val_mean_iou']:.4f}"
-                if "test_accuracy" in rec:
-                    line += f"  test_loss {rec['test_loss']:.4f}  test_accuracy {rec['test_accuracy']:.4f}"
-                if "test_mean_iou" in rec:
-                    line += f"  test_mean_iou {rec['test_mean_iou']:.4f}"
-                print(line, flush=True)
-            if log is not None:
-                self._write_log(log, history)
-            if val is None:
-                continue
-            score = rec["val_mean_iou"] if miou else rec["val_loss"]
-            if score > best if miou else score < best:
-                best, since_best = score, 0
-                if save_best is not None:
-                    with self._ctx.lock:
-                        check(lib.lam_checkpoint_save(os.fsencode(save_best), self._handle(), None))
-            else:
-                since_best += 1
-                if early_stop is not None and since_best >= early_stop:
-                    if verbose:
-                        print(f"early stop: val_{'mean_iou' if miou else 'loss'} has not improved for {since_best} "
-                              f"epochs (best {best:.4f})")
-                    break
-        if val is not None and test is not None and history:
-            # as `lamina train --val-split`: the test part once, for the model the run ends with
-            self._test_record(history[-1], test, batch_size)
-            if log is not None:
-                self._write_log(log, history)
+                status = lib.lam_fit(self._trainer, byref(fo), byref(fr))
+        finally:
+            lib.lam_trainer_set_stop(self._trainer, None)
+        if live:
+            print("\r" + " " * 79 + "\r", end="")
+        if status == _lib.LAM_ERR_INTERRUPTED and stop.value:
+            raise KeyboardInterrupt
+        check(status)
+        if fr.stopped_early and verbose:
+            best = fr.best_miou if monitor == "miou" else fr.best_loss
+            print(f"early stop: val_{'mean_iou' if monitor == 'miou' else 'loss'} has not improved for {early_stop} "
+                  f"epochs (best {best:.4f})")
+        if val is not None and test is not None and history:  # lam_fit's test of the model the run ends with
+            history[-1].update(_fit_record(rows[fr.epochs - 1]))
         return history
-
-    def _test_record(self, rec, test, batch_size):
-        """The test part's figures in an epoch's record (at the training batch: a larger one would grow the
-        batch buffers the trainer keeps)."""
-        ev = self._evaluate(test, batch_size=batch_size)
-        rec["test_loss"], rec["test_accuracy"] = ev["loss"], ev["accuracy"]
-        if "mean_iou" in ev:
-            rec["test_mean_iou"] = ev["mean_iou"]
 
     def _folder_parts(self, path, size, reduce_zero_label, label_map, skip_bad, stream, max_memory, frames=None,
                       frame_stride=None):
@@ -749,17 +759,6 @@ class Model(Closing):
             raise ValueError(f"warmup must be a number of epochs from 0 to less than epochs ({epochs}), not {warmup!r}")
         s.epochs, s.warmup_epochs = epochs, float(warmup)
         return s
-
-    @staticmethod
-    def _write_log(path, history):
-        cols = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "test_accuracy", "lr", "seconds",
-                "images_per_s", "val_mean_iou", "test_mean_iou", "loss_scale", "skipped_steps")
-        rows = ["epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou,"
-                "loss_scale,skipped_steps"]
-        for r in history:
-            rows.append(",".join("" if r.get(c) is None else f"{r[c]:.6g}" for c in cols))
-        data = ("\n".join(rows) + "\n").encode()
-        check(lib.lam_output_write_atomic(os.fsencode(path), b"log (log=)", data, len(data)))
 
     # ---- evaluation and inference --------------------------------------------------------------
 

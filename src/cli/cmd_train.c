@@ -462,20 +462,25 @@ static int parse(const char *cmd, int argc, char **argv, train_opts *o) {
   return 0;
 }
 
-typedef struct progress_state {
-  int epoch, epochs;
-  double t0;
-} progress_state;
+/* What the CLI's lam_fit callbacks print from. */
+typedef struct fit_state {
+  const struct train_opts *o;
+  lam_ctx *ctx;
+  lam_model *m;
+  lam_trainer *t;
+  int val, show_lr, epochs; /* a validation part; the rate is printed; epochs reported so far */
+  double t0;                /* the epoch's start (the progress line's ETA) */
+} fit_state;
 
 static void progress(void *user, int step, int steps, double loss, double ips) {
-  progress_state *p = user;
+  fit_state *p = user;
   double elapsed = (cli_now_ms() - p->t0) / 1e3, eta = step ? elapsed * (steps - step) / step : 0;
   int width = 30, filled = steps ? width * step / steps : 0;
   char bar[64];
   for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
   bar[width] = '\0';
-  fprintf(stderr, "\r  epoch %d/%d [%s] %3d%%  loss %.4f  %7.0f img/s  ETA %4.0fs ", p->epoch, p->epochs, bar,
-          steps ? 100 * step / steps : 0, loss, ips, eta);
+  fprintf(stderr, "\r  epoch %d/%d [%s] %3d%%  loss %.4f  %7.0f img/s  ETA %4.0fs ", lam_trainer_epochs_done(p->t) + 1,
+          p->o->epochs, bar, steps ? 100 * step / steps : 0, loss, ips, eta);
   if (step == steps) fprintf(stderr, "\r%*s\r", 100, "");
   fflush(stderr);
 }
@@ -489,6 +494,33 @@ static void print_memory(lam_ctx *ctx, lam_model *m, lam_trainer *t) {
          "%.2f MB), data %.2f MB; in use %.2f MB, reserved %.2f MB, peak %.2f MB\n",
          lam_device_str(lam_ctx_device(ctx)), mm.params / MB, mm.grads / MB, mm.optimizer / MB, mm.activations / MB,
          mm.scratch / MB, mm.data / MB, ms.in_use / MB, ms.reserved / MB, ms.peak / MB);
+}
+
+/* lam_fit's epoch callback: the epoch's line (the best so far starred), the data path's waits, the memory once. */
+static int epoch_done(void *user, const lam_fit_epoch *r) {
+  fit_state *p = user;
+  const train_opts *o = p->o;
+  p->epochs++;
+  if (!o->json) {
+    const lam_epoch_stats *es = &r->es;
+    printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  ", es->epoch, o->epochs, es->train_loss, 100 * es->train_acc);
+    if (p->val) printf("val loss %.4f%s  val acc %.2f%%  ", r->val_loss, r->improved ? "*" : " ", 100 * r->val_acc);
+    else printf("test acc %.2f%%  ", 100 * r->test_acc);
+    if (isfinite(p->val ? r->val_miou : r->test_miou))
+      printf("%s mIoU %.2f%%  ", p->val ? "val" : "test", 100 * (p->val ? r->val_miou : r->test_miou));
+    if (p->show_lr) printf("lr %.3g  ", r->lr);
+    if (isfinite(r->loss_scale)) printf("loss scale %.0f (%.0f steps skipped)  ", r->loss_scale, r->skipped_steps);
+    printf("%.2f s  %.0f img/s\n", es->seconds, es->images_per_s);
+    if (r->stream.buffers)
+      printf("  streaming (%d pinned buffers; %s): the device waited for data %.2f ms (%.2f%% of the epoch), "
+             "the loop for the loader %.2f ms\n",
+             r->stream.buffers, r->stream.why, r->stream.data_wait_ms, 100 * r->stream.data_wait_ms / r->stream.epoch_ms,
+             r->stream.loader_wait_ms);
+    if (p->epochs == 1) print_memory(p->ctx, p->m, p->t);
+    fflush(stdout);
+  }
+  p->t0 = cli_now_ms();
+  return 0;
 }
 
 static lam_status print_profile(lam_trainer *t, FILE *f) {
@@ -798,52 +830,9 @@ static int set_schedule(const train_opts *o, lam_trainer *t) {
   return 0;
 }
 
-/* --log: the whole CSV, rewritten atomically after every epoch (a reader never sees half a row). */
-typedef struct epoch_row {
-  lam_epoch_stats es;
-  double val_loss, val_acc, test_acc, lr; /* NAN: not measured */
-  double val_miou, test_miou;            /* mean IoU, sets of a label per pixel (NAN otherwise) */
-  double loss_scale, skipped;            /* fp16: the loss scale at the epoch's end, steps skipped so far (else NAN) */
-  lam_stream_stats sst;
-} epoch_row;
-
-static void csv_num(char **p, size_t *left, double v, const char *fmt) {
-  int k = isfinite(v) ? snprintf(*p, *left, fmt, v) : 0;
-  if (k < 0 || (size_t)k >= *left) k = 0;
-  *p += k, *left -= (size_t)k;
-  if (*left > 1) *(*p)++ = ',', (*left)--;
-}
-static int write_log(const char *path, const epoch_row *rows, int n) {
-  size_t cap = 192 + (size_t)n * 272, left = cap;
-  char *buf = malloc(cap), *p = buf;
-  if (!buf) return fail("train", "--log: out of host memory");
-  int k = snprintf(p, left, "epoch,train_loss,train_acc,val_loss,val_acc,test_acc,lr,seconds,images_per_s,val_miou,test_miou,loss_scale,skipped_steps\n");
-  p += k, left -= (size_t)k;
-  for (int i = 0; i < n; i++) {
-    const epoch_row *r = &rows[i];
-    csv_num(&p, &left, r->es.epoch, "%.0f");
-    csv_num(&p, &left, r->es.train_loss, "%.6f");
-    csv_num(&p, &left, r->es.train_acc, "%.6f");
-    csv_num(&p, &left, r->val_loss, "%.6f");
-    csv_num(&p, &left, r->val_acc, "%.6f");
-    csv_num(&p, &left, r->test_acc, "%.6f");
-    csv_num(&p, &left, r->lr, "%.6g");
-    csv_num(&p, &left, r->es.seconds, "%.4f");
-    csv_num(&p, &left, r->es.images_per_s, "%.1f");
-    csv_num(&p, &left, r->val_miou, "%.6f");
-    csv_num(&p, &left, r->test_miou, "%.6f");
-    csv_num(&p, &left, r->loss_scale, "%.0f");
-    csv_num(&p, &left, r->skipped, "%.0f");
-    p[-1] = '\n'; /* the last comma */
-  }
-  lam_status s = lam_output_write_atomic(path, "log (--log)", buf, (size_t)(p - buf));
-  free(buf);
-  return s == LAM_OK ? 0 : fail("train", NULL);
-}
-
-static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_trainer *t, int batch, const epoch_row *rows,
-                      int n, double test_acc, int best_epoch, double best_loss, double best_miou, double best_test,
-                      int stopped_early) {
+static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_trainer *t, int batch,
+                      const lam_fit_epoch *rows, const lam_fit_result *fr) {
+  const int n = fr->epochs;
   int graph = 0;
   lam_trainer_graph(t, &graph);
   lam_lr_schedule ls;
@@ -891,7 +880,7 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
     bad |= json_object_set_new(root, "image_folder", f);
   }
   for (int i = 0; i < n && !bad; i++) {
-    const epoch_row *r = &rows[i];
+    const lam_fit_epoch *r = &rows[i];
     json_t *e = json_object();
     bad |= !e;
     bad |= json_object_set_new(e, "epoch", json_integer(r->es.epoch));
@@ -907,28 +896,28 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
     bad |= json_object_set_new(e, "lr", cli_json_num(r->lr));
     bad |= json_object_set_new(e, "seconds", cli_json_num(r->es.seconds));
     bad |= json_object_set_new(e, "images_per_s", cli_json_num(r->es.images_per_s));
-    bad |= json_object_set_new(e, "stream_buffers", json_integer(r->sst.buffers));
-    bad |= json_object_set_new(e, "data_wait_ms", cli_json_num(r->sst.data_wait_ms));
-    bad |= json_object_set_new(e, "loader_wait_ms", cli_json_num(r->sst.loader_wait_ms));
+    bad |= json_object_set_new(e, "stream_buffers", json_integer(r->stream.buffers));
+    bad |= json_object_set_new(e, "data_wait_ms", cli_json_num(r->stream.data_wait_ms));
+    bad |= json_object_set_new(e, "loader_wait_ms", cli_json_num(r->stream.loader_wait_ms));
     if (isfinite(r->loss_scale)) {
       bad |= json_object_set_new(e, "loss_scale", cli_json_num(r->loss_scale));
-      bad |= json_object_set_new(e, "skipped_steps", json_integer((json_int_t)r->skipped));
+      bad |= json_object_set_new(e, "skipped_steps", json_integer((json_int_t)r->skipped_steps));
     }
     bad |= json_array_append_new(epochs, e);
   }
   bad |= json_object_set_new(root, "epochs", epochs);
-  bad |= json_object_set_new(root, "test_acc", cli_json_num(test_acc));
-  if (n && isfinite(rows[n - 1].test_miou)) bad |= json_object_set_new(root, "test_miou", cli_json_num(rows[n - 1].test_miou));
+  bad |= json_object_set_new(root, "test_acc", cli_json_num(fr->test_acc));
+  if (isfinite(fr->test_miou)) bad |= json_object_set_new(root, "test_miou", cli_json_num(fr->test_miou));
   size_t peak = 0;
   lam_host_memory(NULL, &peak);
   bad |= json_object_set_new(root, "host_peak_bytes", json_integer((json_int_t)peak));
   if (o->val_split) {
-    bad |= json_object_set_new(root, "best_epoch", best_epoch ? json_integer(best_epoch) : json_null());
-    bad |= json_object_set_new(root, "best_val_loss", cli_json_num(best_loss));
-    if (o->monitor_miou) bad |= json_object_set_new(root, "best_val_miou", cli_json_num(best_miou));
+    bad |= json_object_set_new(root, "best_epoch", fr->best_epoch ? json_integer(fr->best_epoch) : json_null());
+    bad |= json_object_set_new(root, "best_val_loss", cli_json_num(fr->best_loss));
+    if (o->monitor_miou) bad |= json_object_set_new(root, "best_val_miou", cli_json_num(fr->best_miou));
     bad |= json_object_set_new(root, "monitor", cli_json_str(o->monitor_miou ? "miou" : "loss"));
-    if (o->save_best) bad |= json_object_set_new(root, "best_test_acc", cli_json_num(best_test));
-    bad |= json_object_set_new(root, "early_stopped", json_boolean(stopped_early));
+    if (o->save_best) bad |= json_object_set_new(root, "best_test_acc", cli_json_num(fr->best_test_acc));
+    bad |= json_object_set_new(root, "early_stopped", json_boolean(fr->stopped_early));
   }
   lam_model_memory mm = {0};
   lam_mem_stats ms = {0};
@@ -946,83 +935,7 @@ static int print_json(const train_opts *o, lam_ctx *ctx, lam_model *m, lam_train
   return cli_json_print(root);
 }
 
-/* The IoU of each class from a C x C confusion matrix (rows true, columns predicted) into iou (NULL: not
- * wanted; -1 for a class absent from both), and their mean over the classes present: TP / (TP + FP + FN). */
-static double iou_from_confusion(const uint64_t *conf, int C, double *iou, int *present) {
-  double sum = 0;
-  int n = 0;
-  for (int k = 0; k < C; k++) {
-    uint64_t tp = conf[(size_t)k * C + k], fp = 0, fn = 0;
-    for (int j = 0; j < C; j++)
-      if (j != k) fp += conf[(size_t)j * C + k], fn += conf[(size_t)k * C + j];
-    double v = tp + fp + fn ? (double)tp / (double)(tp + fp + fn) : -1.0;
-    if (iou) iou[k] = v;
-    if (v >= 0) sum += v, n++;
-  }
-  if (present) *present = n;
-  return n ? sum / n : 0.0;
-}
-
 static int per_pixel_set(const lam_dataset *d) { return d->label_h > 1 || d->label_w > 1; }
-
-/* lam_evaluate on a set of a label per pixel, with its mean IoU in *miou. */
-static lam_status evaluate_miou(lam_model *m, const lam_dataset *d, int batch, double *acc, double *loss, double *miou) {
-  /* the confusion matrix is d->classes wide: as wide as the model's outputs, so every prediction has a column */
-  lam_dataset wide = *d;
-  int outs = lam_model_outputs(m);
-  if (outs > wide.classes) wide.classes = outs;
-  uint64_t *conf = calloc((size_t)wide.classes * wide.classes, sizeof *conf);
-  if (!conf) return LAM_ERR_OUT_OF_MEMORY;
-  lam_status s = lam_evaluate(m, &wide, batch, acc, loss, conf);
-  if (s == LAM_OK) *miou = iou_from_confusion(conf, wide.classes, NULL, NULL);
-  free(conf);
-  return s;
-}
-
-/* lam_evaluate over the ranks: each evaluates its share of the set (lam_rank_share, as a batch is split)
- * and the sums are summed, so every rank gets the same figures for the whole set. Sets with a label per
- * pixel are evaluated whole on every rank (their accuracy counts pixels, not images), and give their mean
- * IoU in *miou (NAN for a set of a label per image, or miou NULL). */
-static lam_status rank_evaluate(const cli_ranks *rk, lam_trainer *t, lam_model *m, const lam_dataset *d, int batch,
-                                double *acc, double *loss, double *miou) {
-  double a = 0, l = 0;
-  if (miou) *miou = NAN;
-  if (per_pixel_set(d) && miou) return evaluate_miou(m, d, batch, acc, loss ? loss : &l, miou);
-  if (rk->world == 1 || d->label_h > 0 || d->source) /* a streamed set: whole on every rank, as it has no images */
-    return lam_evaluate(m, d, batch, acc, loss ? loss : &l, NULL);
-  size_t lo, len;
-  lam_rank_share(d->n, rk->rank, rk->world, &lo, &len);
-  double v[3] = {0, 0, (double)len};
-  if (len) {
-    lam_dataset part = *d;
-    part.n = len;
-    part.images = d->images + lo * lam_dataset_sample_bytes(d);
-    part.labels = d->labels + lo;
-    lam_status s = lam_evaluate(m, &part, batch, &a, &l, NULL);
-    if (s != LAM_OK) return s; /* the CLI then ends every rank (cli_ranks_finish) */
-    v[0] = a * (double)len, v[1] = l * (double)len;
-  }
-  lam_status s = lam_trainer_sum(t, v, 3);
-  if (s != LAM_OK) return s;
-  *acc = v[0] / (double)d->n;
-  if (loss) *loss = v[1] / (double)d->n;
-  return LAM_OK;
-}
-
-/* Accuracy and loss (and mean IoU, where miou and d has a label per pixel) on d of the model saved at path
- * (--save-best's); with spec, a model of another
- * spec is LAM_ERR_INVALID_ARG, with no message (not this run's model: the resume path starts afresh). */
-static lam_status eval_saved(lam_ctx *ctx, const char *path, const char *spec, const lam_dataset *d, int batch,
-                             double *acc, double *loss, double *miou) {
-  lam_model *b = NULL;
-  lam_status s = lam_checkpoint_load(ctx, path, &b, NULL, NULL);
-  if (s == LAM_OK && spec && strcmp(lam_model_spec(b), spec)) s = LAM_ERR_INVALID_ARG; /* the caller says nothing */
-  double l = 0;
-  if (s == LAM_OK && miou && per_pixel_set(d)) s = evaluate_miou(b, d, batch, acc, loss ? loss : &l, miou);
-  else if (s == LAM_OK) s = lam_evaluate(b, d, batch, acc, loss, NULL);
-  lam_model_free(b);
-  return s;
-}
 
 /* LAMINA_SHARE_GPU=1: ranks may share a GPU (tests on a machine of one). */
 static int share_gpu(void) {
@@ -1101,9 +1014,10 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   lam_ctx *ctx = NULL;
   lam_model *m = NULL;
   lam_trainer *t = NULL;
-  epoch_row *rows = calloc((size_t)o.epochs, sizeof *rows);
+  lam_fit_epoch *rows = calloc((size_t)o.epochs, sizeof *rows);
+  lam_fit_result fr = {0};
   char *spec = NULL, resume_notes[1024] = "";
-  int nrows = 0, ret = 1, batch = o.batch;
+  int ret = 1, batch = o.batch;
   if (!rows) {
     fprintf(stderr, "lamina train: out of host memory\n");
     goto out;
@@ -1352,96 +1266,26 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   } else {
     fputs(resume_notes, stderr); /* stdout is the JSON document */
   }
-  /* the best epoch's validation loss and mean IoU so far (--monitor says which decides): on resume, those of
-   * the model --save-best holds, if there is one */
-  double best_loss = INFINITY, best_miou = -INFINITY, best_test = NAN;
-  int best_epoch = 0, since_best = 0, stopped_early = 0;
   const char *monitored = o.monitor_miou ? "validation mean IoU" : "validation loss";
-  if (o.resume && o.save_best && access(o.save_best, F_OK) == 0) {
-    double a = 0;
-    if (eval_saved(ctx, o.save_best, lam_model_spec(m), val, batch, &a, &best_loss, o.monitor_miou ? &best_miou : NULL) ==
-        LAM_OK) {
-      if (!o.json && o.monitor_miou) printf("  best so far: %s, validation mean IoU %.4f\n", o.save_best, best_miou);
-      else if (!o.json) printf("  best so far: %s, validation loss %.4f\n", o.save_best, best_loss);
-    } else {
-      best_loss = INFINITY, best_miou = -INFINITY; /* not this run's model: the next epoch replaces it */
-    }
+  fit_state fs = {.o = &o, .ctx = ctx, .m = m, .t = t, .val = val != NULL, .show_lr = show_lr, .t0 = cli_now_ms()};
+  lam_fit_opts fo = lam_fit_opts_default();
+  fo.epochs = o.epochs, fo.val = val, fo.test = test, fo.patience = o.early_stop;
+  fo.monitor = o.monitor_miou ? LAM_FIT_MONITOR_MIOU : LAM_FIT_MONITOR_LOSS;
+  fo.save = o.save, fo.save_best = o.save_best, fo.log = o.log, fo.resume_best = o.resume != NULL;
+  fo.on_step = show ? progress : NULL, fo.on_epoch = epoch_done, fo.user = &fs, fo.history = rows;
+  lam_status fit_s = lam_fit(t, &fo, &fr);
+  if (fit_s == LAM_ERR_INTERRUPTED) {
+    if (show) fprintf(stderr, "\n");
+    ret = stopped(&o, m, t);
+    goto out;
   }
-  while (lam_trainer_epochs_done(t) < o.epochs) {
-    if (g_signal) { /* came while evaluating or saving */
-      ret = stopped(&o, m, t);
-      goto out;
-    }
-    progress_state ps = {lam_trainer_epochs_done(t) + 1, o.epochs, cli_now_ms()};
-    epoch_row *r = &rows[nrows];
-    *r = (epoch_row){.val_loss = NAN, .val_acc = NAN, .test_acc = NAN, .val_miou = NAN, .test_miou = NAN,
-                     .loss_scale = NAN, .skipped = NAN};
-    int steps = (int)((train->n + (size_t)batch - 1) / (size_t)batch);
-    lam_status es_s = lam_trainer_epoch(t, show ? progress : NULL, &ps, steps / 50 > 0 ? steps / 50 : 1, &r->es);
-    if (es_s == LAM_ERR_INTERRUPTED) {
-      if (show) fprintf(stderr, "\n");
-      ret = stopped(&o, m, t);
-      goto out;
-    }
-    if (es_s != LAM_OK) {
-      ret = fail("train", "training");
-      goto out;
-    }
-    r->lr = lam_trainer_lr(t);
-    double scale = 0;
-    long skipped = 0;
-    lam_trainer_loss_scale(t, &scale, &skipped);
-    if (scale > 0) r->loss_scale = scale, r->skipped = (double)skipped;
-    /* The training batch: a larger one would grow the model's batch buffers for the rest of the run. */
-    lam_status ev = val ? rank_evaluate(rk, t, m, val, batch, &r->val_acc, &r->val_loss, &r->val_miou)
-                        : rank_evaluate(rk, t, m, test, batch, &r->test_acc, NULL, &r->test_miou);
-    if (ev != LAM_OK) {
-      ret = fail("train", "evaluating");
-      goto out;
-    }
-    lam_trainer_stream_stats(t, &r->sst);
-    nrows++;
-    int improved = val && (o.monitor_miou ? r->val_miou > best_miou : r->val_loss < best_loss);
-    if (!o.json) {
-      const lam_epoch_stats *es = &r->es;
-      printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  ", es->epoch, o.epochs, es->train_loss, 100 * es->train_acc);
-      if (val) printf("val loss %.4f%s  val acc %.2f%%  ", r->val_loss, improved ? "*" : " ", 100 * r->val_acc);
-      else printf("test acc %.2f%%  ", 100 * r->test_acc);
-      if (isfinite(val ? r->val_miou : r->test_miou))
-        printf("%s mIoU %.2f%%  ", val ? "val" : "test", 100 * (val ? r->val_miou : r->test_miou));
-      if (show_lr) printf("lr %.3g  ", r->lr);
-      if (isfinite(r->loss_scale)) printf("loss scale %.0f (%.0f steps skipped)  ", r->loss_scale, r->skipped);
-      printf("%.2f s  %.0f img/s\n", es->seconds, es->images_per_s);
-      fflush(stdout);
-    }
-    if (!o.json && r->sst.buffers)
-      printf("  streaming (%d pinned buffers; %s): the device waited for data %.2f ms (%.2f%% of the epoch), "
-             "the loop for the loader %.2f ms\n",
-             r->sst.buffers, r->sst.why, r->sst.data_wait_ms, 100 * r->sst.data_wait_ms / r->sst.epoch_ms,
-             r->sst.loader_wait_ms);
-    if (!o.json && nrows == 1) print_memory(ctx, m, t);
-    if (o.save && lam_checkpoint_save(o.save, m, t) != LAM_OK) {
-      ret = fail("train", "saving");
-      goto out;
-    }
-    if (improved) {
-      best_loss = r->val_loss, best_miou = r->val_miou, best_epoch = r->es.epoch, since_best = 0;
-      if (o.save_best && lam_checkpoint_save(o.save_best, m, NULL) != LAM_OK) {
-        ret = fail("train", "saving the best model");
-        goto out;
-      }
-    } else if (val) {
-      since_best++;
-    }
-    if (o.log && write_log(o.log, rows, nrows)) goto out;
-    if (o.early_stop && since_best >= o.early_stop) {
-      stopped_early = 1;
-      if (!o.json)
-        printf("early stop: the %s has not improved for %d epochs (best %.4f, epoch %d)\n", monitored, since_best,
-               o.monitor_miou ? best_miou : best_loss, best_epoch);
-      break;
-    }
+  if (fit_s != LAM_OK) {
+    ret = fail("train", NULL);
+    goto out;
   }
+  if (fr.stopped_early && !o.json)
+    printf("early stop: the %s has not improved for %d epochs (best %.4f, epoch %d)\n", monitored, o.early_stop,
+           o.monitor_miou ? fr.best_miou : fr.best_loss, fr.best_epoch);
   o.replaced = lam_dataset_replaced(train) + (test != train ? lam_dataset_replaced(test) : 0);
   for (int k = 0; k < 2; k++) { /* a video folder's cache, both parts (a split's share one) */
     size_t h = 0, mi = 0;
@@ -1451,27 +1295,18 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
   if (o.replaced && !o.json)
     printf("  %zu time%s a sample could not be decoded and the next of its part took its place (--skip-bad)\n",
            o.replaced, o.replaced == 1 ? "" : "s");
-  double test_acc = nrows ? rows[nrows - 1].test_acc : NAN;
-  if (val && nrows) { /* the test part, once, for the model the run ends with (and the best one) */
-    if (rank_evaluate(rk, t, m, test, batch, &test_acc, NULL, &rows[nrows - 1].test_miou) != LAM_OK) {
-      ret = fail("train", "evaluating");
-      goto out;
-    }
-    rows[nrows - 1].test_acc = test_acc;
-    if (o.log && write_log(o.log, rows, nrows)) goto out;
-    if (o.save_best && best_epoch && eval_saved(ctx, o.save_best, NULL, test, batch, &best_test, NULL, NULL) != LAM_OK) {
-      ret = fail("train", "evaluating the best model");
-      goto out;
-    }
-    if (!o.json) {
-      if (isfinite(rows[nrows - 1].test_miou))
-        printf("test acc %.2f%%, mIoU %.2f%% (the model after epoch %d)\n", 100 * test_acc,
-               100 * rows[nrows - 1].test_miou, rows[nrows - 1].es.epoch);
-      else printf("test acc %.2f%% (the model after epoch %d)\n", 100 * test_acc, rows[nrows - 1].es.epoch);
-      if (o.save_best && best_epoch)
-        printf("best epoch %d (%s %.4f): test acc %.2f%%, saved %s\n", best_epoch, monitored,
-               o.monitor_miou ? best_miou : best_loss, 100 * best_test, o.save_best);
-    }
+  if (val && fr.epochs && !o.json) { /* lam_fit measured the test part once, for the model the run ends with */
+    const lam_fit_epoch *last = &rows[fr.epochs - 1];
+    if (isfinite(fr.test_miou))
+      printf("test acc %.2f%%, mIoU %.2f%% (the model after epoch %d)\n", 100 * fr.test_acc, 100 * fr.test_miou,
+             last->es.epoch);
+    else printf("test acc %.2f%% (the model after epoch %d)\n", 100 * fr.test_acc, last->es.epoch);
+    if (o.save_best && fr.best_epoch)
+      printf("best epoch %d (%s %.4f): test acc %.2f%%, saved %s\n", fr.best_epoch, monitored,
+             o.monitor_miou ? fr.best_miou : fr.best_loss, 100 * fr.best_test_acc, o.save_best);
+    else if (o.save_best && fr.resumed_best)
+      printf("the best model stays %s, from before --resume (%s %.4f)\n", o.save_best, monitored,
+             o.monitor_miou ? fr.best_miou : fr.best_loss);
   }
   if (o.profile && print_profile(t, o.json ? stderr : stdout) != LAM_OK) {
     ret = fail("train", "the profile");
@@ -1485,7 +1320,7 @@ static int train_run(int argc, char **argv, const cli_ranks *rk) {
     if (!o.json) printf("trace written to %s (open it in Perfetto: ui.perfetto.dev)\n", o.trace);
   }
   if (o.json) {
-    if (print_json(&o, ctx, m, t, batch, rows, nrows, test_acc, best_epoch, best_loss, best_miou, best_test, stopped_early)) goto out;
+    if (print_json(&o, ctx, m, t, batch, rows, &fr)) goto out;
   } else if (o.save) {
     printf("saved %s\n", o.save);
   }
@@ -1552,7 +1387,7 @@ int cmd_eval(int argc, char **argv) {
   const int clips = lam_dataset_clips(test); /* a video folder's test clips a video: counted per video */
   double *iou = calloc((size_t)C, sizeof *iou), miou = 0;
   int nvalid = 0;
-  if (iou) miou = iou_from_confusion(conf, C, iou, &nvalid); /* classes absent from both are left out */
+  if (iou) miou = lam_confusion_iou(conf, C, iou, &nvalid); /* classes absent from both are left out */
   if (o.json) {
     json_t *root = json_object(), *rowsj = json_array(), *ious = per_pixel && iou ? json_array() : NULL;
     int bad = !root || !rowsj || (per_pixel && iou && !ious);

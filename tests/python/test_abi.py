@@ -17,7 +17,7 @@ HEADER = os.environ.get("LAMINA_HEADER") or os.path.join(REPO, "include", "lamin
 
 # C types that are ints at the ABI level (enums included).
 _INT_TYPES = {"int", "lam_status", "lam_device", "lam_dtype", "lam_layout", "lam_opt_kind", "lam_precision",
-              "lam_file_kind", "int32_t"}
+              "lam_file_kind", "lam_fit_monitor", "int32_t"}
 _U64_TYPES = {"size_t", "uint64_t"}  # both are c_ulong on LP64: ctypes cannot tell them apart either
 
 
@@ -40,7 +40,7 @@ def _c_kind(decl):
         return "i64"
     if base in ("float", "double", "void"):
         return base
-    if base == "lam_progress_fn":
+    if base in ("lam_progress_fn", "lam_fit_epoch_fn"):
         return "function"
     return base  # a struct by value
 
@@ -68,7 +68,8 @@ def _py_kind(t):
 _STRUCTS = {"lam_build_info": _lib.BuildInfo, "lam_cuda_device_info": _lib.CudaDeviceInfo,
             "lam_mem_stats": _lib.MemStats, "lam_hidden_timing": _lib.HiddenTiming, "lam_dataset": _lib.Dataset,
             "lam_node_info": _lib.NodeInfo, "lam_model_memory": _lib.ModelMemory, "lam_opt": _lib.Opt, "lam_epoch_stats": _lib.EpochStats,
-            "lam_image_opts": _lib.ImageOpts}
+            "lam_image_opts": _lib.ImageOpts, "lam_stream_stats": _lib.StreamStats, "lam_fit_epoch": _lib.FitEpoch,
+            "lam_fit_opts": _lib.FitOpts, "lam_fit_result": _lib.FitResult}
 _STRUCT_FOR_PY = {cls.__name__: c for c, cls in _STRUCTS.items()}
 
 
@@ -117,7 +118,8 @@ class HeaderMatchesCtypes(unittest.TestCase):
                     for part in [first] + [base + " " + r for r in rest]:
                         fname = re.findall(r"(\w+)\s*(?:\[\s*\w+\s*\])?$", part)[0]
                         fields.append((fname, _c_kind(part)))
-                py = [(n, "pointer" if issubclass(t, ctypes.Array) else _py_kind(t)) for n, t in cls._fields_]
+                py = [(n, "pointer" if issubclass(t, ctypes.Array) else _STRUCT_FOR_PY.get(_py_kind(t), _py_kind(t)))
+                      for n, t in cls._fields_]
                 self.assertEqual(py, fields, f"struct {cname} changed in the header: update {cls.__name__} in _lib.py")
 
     def enum(self, name):
@@ -139,6 +141,9 @@ class HeaderMatchesCtypes(unittest.TestCase):
         self.assertEqual(st["LAM_OK"], _lib.LAM_OK)
         self.assertEqual(st["LAM_ERR_INVALID_ARG"], _lib.LAM_ERR_INVALID_ARG)
         self.assertEqual(st["LAM_ERR_IO"], _lib.LAM_ERR_IO)
+        self.assertEqual(st["LAM_ERR_INTERRUPTED"], _lib.LAM_ERR_INTERRUPTED)
+        mon = self.enum("lam_fit_monitor")
+        self.assertEqual({k: mon["LAM_FIT_MONITOR_" + k.upper()] for k in _lib.FIT_MONITOR}, _lib.FIT_MONITOR)
         dev = self.enum("lam_device")
         self.assertEqual({k: dev["LAM_DEVICE_" + k.upper()] for k in _lib.DEVICES}, _lib.DEVICES)
         dt = self.enum("lam_dtype")

@@ -62,7 +62,7 @@ class Folders(unittest.TestCase):
             rows = [r.split(",") for r in f.read().splitlines()]
         self.assertEqual(rows[0][9:], ["val_miou", "test_miou", "loss_scale", "skipped_steps"])
         self.assertEqual([r[9] for r in rows[1:]], ["", ""])
-        self.assertEqual([float(r[10]) for r in rows[1:]], [float(f"{r['test_mean_iou']:.6g}") for r in h])
+        self.assertEqual([float(r[10]) for r in rows[1:]], [float(f"{r['test_mean_iou']:.6f}") for r in h])
         with self.assertRaisesRegex(TypeError, "no y"):
             m.fit(self.seg, np.zeros(40, np.uint8))
         with self.assertRaisesRegex(ValueError, "mask folders"):
