@@ -112,6 +112,23 @@ template <typename Perf> static int first_fit(const Perf *a, int n, size_t limit
   return -1;
 }
 
+/* One direction's algorithm into *algo: the fastest measured (find: cuDNN runs each) or the heuristics' best,
+ * the first of the list whose workspace fits in limit. */
+enum { ALGOS = 16 }; /* more than cuDNN has for any direction */
+template <typename Perf, typename Algo, typename Find, typename Get>
+static lam_status choose(bool find, const char *what, size_t limit, Algo *algo, Find find_fn, Get get_fn) {
+  Perf a[ALGOS];
+  int n = 0;
+  char call[96];
+  snprintf(call, sizeof call, "cuDNN's %s algorithm %s", what, find ? "measurement (cudnnFind...)" : "heuristics (cudnnGet..._v7)");
+  LAM_TRY(cudnn_status(find ? find_fn(a, &n) : get_fn(a, &n), call, __FILE__, __LINE__));
+  const int k = first_fit(a, n, limit);
+  if (k < 0) return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no %s algorithm for this convolution (workspace limit %zu bytes)",
+                             what, limit);
+  *algo = a[k].algo;
+  return LAM_OK;
+}
+
 /* The plan for this geometry whose workspaces fit in limit bytes: cached, or chosen now (the heuristics' first
  * algorithms whose workspace fits; with find_wanted, the fastest measured ones that fit). The descriptors are set
  * for it either way. The trainer reserves its scratch by asking with CONV_WS_MAX at its batch; a batch it did not
@@ -160,30 +177,31 @@ static lam_status plan_of(lam_ctx *ctx, cudnn_state *c, lam_fmt fm, const lam_co
   conv_plan p;
   memset(&p, 0, sizeof p);
   p.g = *g, p.OC = OC, p.B = B, p.math = math, p.dt = fm.dt, p.nhwc = fm.nhwc;
-  int find = find_wanted() && !cuda_st(ctx)->capturing, n = 0, k;
-  cudnnConvolutionFwdAlgoPerf_t f[16];
-  if (find)
-    CUDNN_TRY(cudnnFindConvolutionForwardAlgorithm(c->h, c->x, c->w, c->c, c->y, 16, &n, f));
-  else
-    CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(c->h, c->x, c->w, c->c, c->y, 16, &n, f));
-  if ((k = first_fit(f, n, limit)) < 0) return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no forward algorithm for this convolution");
-  p.fwd = f[k].algo;
-  cudnnConvolutionBwdDataAlgoPerf_t d[16];
-  if (find)
-    CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(c->h, c->w, c->y, c->c, c->x, 16, &n, d));
-  else
-    CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->h, c->w, c->y, c->c, c->x, 16, &n, d));
-  if ((k = first_fit(d, n, limit)) < 0)
-    return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no backward-data algorithm for this convolution");
-  p.bwd_data = d[k].algo;
-  cudnnConvolutionBwdFilterAlgoPerf_t w[16];
-  if (find)
-    CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(c->h, c->x, c->y, c->c, c->w, 16, &n, w));
-  else
-    CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->h, c->x, c->y, c->c, c->w, 16, &n, w));
-  if ((k = first_fit(w, n, limit)) < 0)
-    return LAM_FAIL(LAM_ERR_CUDA, "cuDNN has no backward-filter algorithm for this convolution");
-  p.bwd_filter = w[k].algo;
+  const bool find = find_wanted() && !cuda_st(ctx)->capturing;
+  LAM_TRY(choose<cudnnConvolutionFwdAlgoPerf_t>(
+      find, "forward", limit, &p.fwd,
+      [&](cudnnConvolutionFwdAlgoPerf_t *a, int *n) {
+        return cudnnFindConvolutionForwardAlgorithm(c->h, c->x, c->w, c->c, c->y, ALGOS, n, a);
+      },
+      [&](cudnnConvolutionFwdAlgoPerf_t *a, int *n) {
+        return cudnnGetConvolutionForwardAlgorithm_v7(c->h, c->x, c->w, c->c, c->y, ALGOS, n, a);
+      }));
+  LAM_TRY(choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+      find, "backward-data", limit, &p.bwd_data,
+      [&](cudnnConvolutionBwdDataAlgoPerf_t *a, int *n) {
+        return cudnnFindConvolutionBackwardDataAlgorithm(c->h, c->w, c->y, c->c, c->x, ALGOS, n, a);
+      },
+      [&](cudnnConvolutionBwdDataAlgoPerf_t *a, int *n) {
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(c->h, c->w, c->y, c->c, c->x, ALGOS, n, a);
+      }));
+  LAM_TRY(choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      find, "backward-filter", limit, &p.bwd_filter,
+      [&](cudnnConvolutionBwdFilterAlgoPerf_t *a, int *n) {
+        return cudnnFindConvolutionBackwardFilterAlgorithm(c->h, c->x, c->y, c->c, c->w, ALGOS, n, a);
+      },
+      [&](cudnnConvolutionBwdFilterAlgoPerf_t *a, int *n) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->h, c->x, c->y, c->c, c->w, ALGOS, n, a);
+      }));
   /* the workspaces from the size queries of the chosen algorithms */
   CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(c->h, c->x, c->w, c->c, c->y, p.fwd, &p.ws[0]));
   CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(c->h, c->w, c->y, c->c, c->x, p.bwd_data, &p.ws[1]));
