@@ -72,6 +72,20 @@ static void make(lam_ctx *ctx, float lr, lam_model **m, lam_trainer **t) {
   TU_OK(lam_trainer_create(*m, &o, BATCH, TRAIN_SEED, &g_train, t));
 }
 
+/* A context on the CPU with a model and its trainer at rate lr; closed by close_cpu. */
+typedef struct { lam_ctx *ctx; lam_model *m; lam_trainer *t; } cpu_run;
+static cpu_run open_cpu(float lr) {
+  cpu_run r = {0};
+  TU_OK(lam_ctx_create(&r.ctx, LAM_DEVICE_CPU));
+  make(r.ctx, lr, &r.m, &r.t);
+  return r;
+}
+static void close_cpu(cpu_run *r) {
+  lam_trainer_free(r->t);
+  lam_model_free(r->m);
+  lam_ctx_free(r->ctx);
+}
+
 /* Within the log's printed digits (%.6f), or both unmeasured (an empty field, NAN). */
 static void assert_field(const char *field, double want, const char *what, int epoch) {
   if (!isfinite(want)) {
@@ -193,11 +207,8 @@ static void test_fit_matches_hand_loop(void **state) {
  * ends the fit after patience more; epoch_offset numbers the epochs. */
 static void test_fit_early_stop(void **state) {
   (void)state;
-  lam_ctx *ctx = NULL;
-  TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_CPU));
-  lam_model *m = NULL;
-  lam_trainer *t = NULL;
-  make(ctx, 0, &m, &t);
+  cpu_run run = open_cpu(0);
+  lam_trainer *t = run.t;
   lam_fit_epoch rows[10];
   lam_fit_opts o = lam_fit_opts_default();
   o.epochs = 10, o.val = &g_val, o.patience = 2, o.history = rows, o.epoch_offset = 7;
@@ -211,9 +222,7 @@ static void test_fit_early_stop(void **state) {
   assert_true(rows[0].improved && !rows[1].improved && !rows[2].improved);
   assert_true(rows[1].val_loss == rows[0].val_loss);
   assert_true(isnan(r.test_acc)); /* no test part given */
-  lam_trainer_free(t);
-  lam_model_free(m);
-  lam_ctx_free(ctx);
+  close_cpu(&run);
 }
 
 static int g_calls, g_stop_at;
@@ -235,11 +244,8 @@ static int raise_flag(void *user, const lam_fit_epoch *e) {
  * LAM_ERR_INTERRUPTED before the next, the trainer holding its place. */
 static void test_fit_stops(void **state) {
   (void)state;
-  lam_ctx *ctx = NULL;
-  TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_CPU));
-  lam_model *m = NULL;
-  lam_trainer *t = NULL;
-  make(ctx, 1e-3f, &m, &t);
+  cpu_run run = open_cpu(1e-3f);
+  lam_trainer *t = run.t;
   lam_fit_opts o = lam_fit_opts_default();
   o.epochs = 5, o.test = &g_val, o.on_epoch = stop_at;
   g_calls = 0, g_stop_at = 2;
@@ -258,19 +264,14 @@ static void test_fit_stops(void **state) {
   assert_int_equal(g_calls, 1);
   assert_int_equal(lam_trainer_epochs_done(t), 3);
   assert_non_null(strstr(lam_last_error(), "stopped"));
-  lam_trainer_free(t);
-  lam_model_free(m);
-  lam_ctx_free(ctx);
+  close_cpu(&run);
 }
 
 /* Options that cannot work fail before any epoch, saying which. */
 static void test_fit_bad_opts(void **state) {
   (void)state;
-  lam_ctx *ctx = NULL;
-  TU_OK(lam_ctx_create(&ctx, LAM_DEVICE_CPU));
-  lam_model *m = NULL;
-  lam_trainer *t = NULL;
-  make(ctx, 1e-3f, &m, &t);
+  cpu_run run = open_cpu(1e-3f);
+  lam_trainer *t = run.t;
   lam_fit_opts o = lam_fit_opts_default();
   lam_fit_result r;
   o.save_best = path_of("never.lamina");
@@ -291,9 +292,7 @@ static void test_fit_bad_opts(void **state) {
   assert_int_equal(lam_trainer_epochs_done(t), 0);
   struct stat st;
   assert_int_not_equal(stat(path_of("never.lamina"), &st), 0);
-  lam_trainer_free(t);
-  lam_model_free(m);
-  lam_ctx_free(ctx);
+  close_cpu(&run);
 }
 
 /* The mean IoU of a 3-class confusion matrix worked by hand, a class absent from both left out. */
