@@ -4,8 +4,10 @@ save and load — the same C engine and checkpoint files as `lamina train` / `la
 import errno
 import math
 import os
+import signal
 import struct
 import sys
+import threading
 from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
@@ -613,35 +615,41 @@ class Model(Closing):
         live = bool(verbose) and sys.stdout.isatty()
         steps = ((x.n if streamed else x8.shape[0]) + batch_size - 1) // batch_size
         # The epoch loop is the library's (lam_fit, as `lamina train`'s): these callbacks only report. An exception
-        # cannot propagate through C, so a Ctrl-C in one raises the stop flag the trainer reads after every step,
-        # and is raised again here when lam_fit returns.
+        # cannot propagate through C: one in a callback is kept, stops the fit (the trainer's stop flag, read after
+        # every step) and is raised when lam_fit returns. A Ctrl-C reaches Python only when a callback runs, so
+        # while fit runs SIGINT (where Python's default handler has it) raises the stop flag instead, and fit
+        # raises KeyboardInterrupt when lam_fit returns.
         stop = c_int(0)
-        history = []
+        history, failed = [], []
         base = self.epochs_done
 
+        def guarded(fn, on_error):
+            def call(*args):
+                try:
+                    return fn(*args)
+                except BaseException as e:  # noqa: B902 — re-raised by fit() once lam_fit has returned
+                    failed.append(e)
+                    stop.value = 1
+                    return on_error
+            return call
+
         def progress(_user, step, nsteps, loss, ips):
-            try:
-                print(f"\r  epoch {self.epochs_done + 1}: step {step}/{nsteps}  loss {loss:.4f}  "
-                      f"{ips:,.0f} images/s", end="", flush=True)
-            except KeyboardInterrupt:
-                stop.value = 1
+            print(f"\r  epoch {self.epochs_done + 1}: step {step}/{nsteps}  loss {loss:.4f}  {ips:,.0f} images/s",
+                  end="", flush=True)
 
         def epoch_done(_user, row):
-            try:
-                self.epochs_done += 1
-                rec = _fit_record(row.contents)
-                history.append(rec)
-                if live:
-                    print("\r" + " " * 79 + "\r", end="")
-                if verbose:
-                    print(_fit_line(rec), flush=True)
-            except KeyboardInterrupt:
-                stop.value = 1
+            self.epochs_done += 1
+            rec = _fit_record(row.contents)
+            history.append(rec)
+            if live:
+                print("\r" + " " * 79 + "\r", end="")
+            if verbose:
+                print(_fit_line(rec), flush=True)
             return 0
 
         # Each progress report waits for the device to read the loss; a few dozen per epoch are free.
-        cb = _lib.ProgressFn(progress) if live else _lib.ProgressFn()
-        on_epoch = _lib.FitEpochFn(epoch_done)
+        cb = _lib.ProgressFn(guarded(progress, None)) if live else _lib.ProgressFn()
+        on_epoch = _lib.FitEpochFn(guarded(epoch_done, 1))
         rows = (_lib.FitEpoch * epochs)()
         fo = lib.lam_fit_opts_default()
         fo.epochs, fo.monitor, fo.patience = epochs, _lib.FIT_MONITOR[monitor], early_stop or 0
@@ -654,14 +662,28 @@ class Model(Closing):
         fo.history, fo.epoch_offset = rows, base
         fr = _lib.FitResult()
         check(lib.lam_trainer_set_stop(self._trainer, byref(stop)))
+        interrupted = []
+
+        def on_sigint(_signum, _frame):
+            interrupted.append(True)
+            stop.value = 1
+
+        own_sigint = (threading.current_thread() is threading.main_thread()
+                      and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        if own_sigint:
+            signal.signal(signal.SIGINT, on_sigint)
         try:
             with self._ctx.lock:
                 status = lib.lam_fit(self._trainer, byref(fo), byref(fr))
         finally:
+            if own_sigint:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             lib.lam_trainer_set_stop(self._trainer, None)
         if live:
             print("\r" + " " * 79 + "\r", end="")
-        if status == _lib.LAM_ERR_INTERRUPTED and stop.value:
+        if failed:
+            raise failed[0]
+        if interrupted:
             raise KeyboardInterrupt
         check(status)
         if fr.stopped_early and verbose:

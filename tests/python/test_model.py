@@ -389,6 +389,25 @@ class Training(unittest.TestCase):
         for m in (py, py_best, cli_model):
             m.close()
 
+    def test_ctrl_c_stops_the_fit(self):
+        # A Ctrl-C while lam_fit runs (here interrupt_main, as the terminal's SIGINT) reaches Python only in a
+        # callback: fit() raises the trainer's stop flag there and raises KeyboardInterrupt when lam_fit returns,
+        # within the epoch after; the model stays usable.
+        import _thread
+        import threading
+        m = lamina.Model("mlp", device=DEV, seed=6)
+        timer = threading.Timer(0.5, _thread.interrupt_main)
+        timer.start()
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                m.fit(self.x[:512], self.y[:512], epochs=100000, verbose=0)
+        finally:
+            timer.cancel()
+        self.assertGreater(m.epochs_done, 0)
+        self.assertLess(m.epochs_done, 100000)
+        self.assertGreater(m.evaluate(self.xt, self.yt)["accuracy"], 0.3)
+        m.close()
+
     def test_second_fit_continues(self):
         m = lamina.Model("mlp", device=DEV, seed=5)
         h1 = m.fit(self.x[:512], self.y[:512], epochs=1, verbose=0)
