@@ -3526,26 +3526,38 @@ static void test_poison(void **state) {
   }
 }
 
-/* Every primitive of the backend's list (prims.h's LAM_NN_PRIMS) is called by a case in this file: a primitive added
- * without a test fails here. */
+/* Every primitive of the backend's list (prims.h's LAM_NN_PRIMS) is called by a case in test_prims' sources (the
+ * build passes their paths as LAMINA_TEST_PRIMS_SRC, '|' between them): a primitive added without a test fails here. */
 static void test_every_prim_has_a_case(void **state) {
   (void)state;
 #define NAME_OF(name, args) #name,
   static const char *const prims[] = {LAM_NN_PRIMS(NAME_OF)};
 #undef NAME_OF
-  FILE *f = fopen(LAMINA_TEST_PRIMS_SRC, "rb");
-  if (!f) fail_msg("cannot read this test's source %s", LAMINA_TEST_PRIMS_SRC);
+  enum { N_PRIMS = sizeof prims / sizeof prims[0] };
+  int found[N_PRIMS] = {0};
   static char src[1 << 20];
-  size_t n = fread(src, 1, sizeof src - 1, f);
-  fclose(f);
-  src[n] = 0;
-  int missing = 0;
-  for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++) {
-    char call[80];
-    snprintf(call, sizeof call, "->%s(", prims[i]);
-    if (!strstr(src, call)) print_error("primitive %s has no case in test_prims.c\n", prims[i]), missing++;
+  size_t files = 0;
+  for (const char *p = LAMINA_TEST_PRIMS_SRC; *p; files++) {
+    const size_t len = strcspn(p, "|");
+    char path[4096];
+    snprintf(path, sizeof path, "%.*s", (int)len, p);
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot read this test's source %s", path);
+    size_t n = fread(src, 1, sizeof src - 1, f);
+    fclose(f);
+    if (n == sizeof src - 1) fail_msg("%s: longer than the %zu bytes this check reads", path, sizeof src - 1);
+    src[n] = 0;
+    for (size_t i = 0; i < N_PRIMS; i++) {
+      char call[80];
+      snprintf(call, sizeof call, "->%s(", prims[i]);
+      if (strstr(src, call)) found[i] = 1;
+    }
+    p += len + (p[len] == '|');
   }
-  if (missing) fail_msg("%d of %zu primitives have no case in test_prims.c", missing, sizeof prims / sizeof prims[0]);
+  int missing = 0;
+  for (size_t i = 0; i < N_PRIMS; i++)
+    if (!found[i]) print_error("primitive %s has no case in test_prims' sources (files read: %zu)\n", prims[i], files), missing++;
+  if (missing) fail_msg("%d of %zu primitives have no case in test_prims' sources", missing, (size_t)N_PRIMS);
   print_message("  each of the %zu primitives of prims.h has a case here\n", sizeof prims / sizeof prims[0]);
 }
 
