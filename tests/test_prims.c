@@ -12,229 +12,14 @@
  * buffer has guard bytes after it, so a write past the end fails. Tolerances are next to each check, as
  * |got - want| <= tol * scale with the element's scale (the sum of the magnitudes that went into it);
  * scale 0 asks for the exact value. */
-#include "testutil.h"
+#include "prims/prims_test.h"
 
-#include "../src/aug.h"
-#include "../src/math/half.h"
-#include "../src/math/hash.h"
-#include "../src/math/optim.h"
-#include "../src/internal.h"
-
-static int g_cuda;       /* the backend under test is CUDA (else the CPU) */
-static lam_fmt g_fmt;    /* the format the primitives of activations run in: NCHW float32, or with the argument
-                          * "nhwc" NHWC float32 (inputs converted in, outputs back, by the backend's convert) */
-static lam_ctx *g_ctx;   /* the backend under test */
-static lam_ctx *g_cpu;   /* with "cuda": the CPU backend, the oracle */
-static tu_rng g_r;
-
-/* ---- data ---- */
-
-static void seed_case(const char *op, uint64_t k) {
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a of the op's name, then the case number */
-  for (const char *c = op; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ULL;
-  tu_rng_seed(&g_r, tu_case_seed(h ^ (k * 0x9e3779b97f4a7c15ULL)));
-}
-static double U(double a, double b) { return tu_uniform(&g_r, a, b); }
-static float fr(double a, double b) { /* uniform in [a, b), never exactly 0 */
-  float v = (float)U(a, b);
-  return v == 0.0f ? 0.125f : v;
-}
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  assert_non_null(p);
-  return p;
-}
-static float *frand(size_t n, double a, double b) {
-  float *p = xmalloc(n * sizeof *p);
-  for (size_t i = 0; i < n; i++) p[i] = fr(a, b);
-  return p;
-}
-static float *fnan(size_t n) {
-  float *p = xmalloc(n * sizeof *p);
-  for (size_t i = 0; i < n; i++) p[i] = NAN;
-  return p;
-}
-static float *fdup(const float *x, size_t n) {
-  float *p = xmalloc(n * sizeof *p);
-  memcpy(p, x, n * sizeof *p);
-  return p;
-}
-static double *dzero(size_t n) {
-  double *p = calloc(n ? n : 1, sizeof *p);
-  assert_non_null(p);
-  return p;
-}
-static uint8_t *u8rand(size_t n, int lo, int hi) { /* uniform integers in [lo, hi] */
-  uint8_t *p = xmalloc(n);
-  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(lo + (int)(tu_next(&g_r) % (uint64_t)(hi - lo + 1)));
-  return p;
-}
-static void *bdup(const void *x, size_t bytes) {
-  void *p = xmalloc(bytes);
-  memcpy(p, x, bytes);
-  return p;
-}
-/* The 16-bit type the half-precision cases run in: bfloat16, and again IEEE half (the *_f16 tests). */
-static int g_half = LAM_DT_BF16;
-/* An output buffer poisoned with NaN: n floats, or n 16-bit values of type g_half (bf16 = 1). */
-static void *poison(size_t n, int bf16) {
-  if (!bf16) return fnan(n);
-  uint16_t *p = xmalloc(n * 2);
-  for (size_t i = 0; i < n; i++) p[i] = g_half == LAM_DT_F16 ? 0x7e00 : 0x7fc0;
-  return p;
-}
-static const char *half_name(void) { return g_half == LAM_DT_F16 ? "f16" : "bf16"; }
-static double half_ulp(void) { return g_half == LAM_DT_F16 ? 0x1p-11 : 0x1p-8; } /* a rounding's relative bound */
-static uint16_t *bf16rand(size_t n, double a, double b) { /* of type g_half */
-  uint16_t *p = xmalloc(n * sizeof *p);
-  for (size_t i = 0; i < n; i++) p[i] = lam_f32_to_half(g_half, fr(a, b));
-  return p;
-}
-
-/* ---- backend memory, with GUARD bytes after each buffer ---- */
-
-#define GUARD 64
-#define GUARD_BYTE 0xA5
-
-/* A copy of host in the backend's memory (NULL for NULL). */
-static void *dput(lam_ctx *ctx, const void *host, size_t bytes) {
-  if (!host) return NULL;
-  uint8_t *t = xmalloc(bytes + GUARD);
-  memcpy(t, host, bytes);
-  memset(t + bytes, GUARD_BYTE, GUARD);
-  void *d = NULL;
-  TU_OK(lam_mem_alloc(ctx, &d, bytes + GUARD));
-  TU_OK(lam_mem_upload(ctx, d, t, bytes + GUARD));
-  free(t);
-  return d;
-}
-/* Waits for the backend, reads bytes back into host and checks the guard. */
-static void dget(lam_ctx *ctx, void *host, const void *d, size_t bytes, const char *what) {
-  uint8_t *t = xmalloc(bytes + GUARD);
-  TU_OK(lam_ctx_sync(ctx));
-  TU_OK(lam_mem_download(ctx, t, d, bytes + GUARD));
-  for (size_t i = 0; i < GUARD; i++)
-    if (t[bytes + i] != GUARD_BYTE) fail_msg("%s: wrote past the end of its %zu bytes (guard byte %zu)", what, bytes, i);
-  memcpy(host, t, bytes);
-  free(t);
-}
-static void dfree(lam_ctx *ctx, void *d) {
-  if (d) TU_OK(lam_mem_free(ctx, d));
-}
-#define BE(ctx) ((ctx)->be)
-
-/* ---- the format under test: a primitive's device buffers in g_fmt, made from and read back into the plain
- * (NCHW float32) ones the checks use ---- */
-
-/* d (plain, B x C x P) as a new buffer in g_fmt (with guard bytes), or d itself where g_fmt is plain. */
-static void *fin(lam_ctx *ctx, void *d, int B, int C, size_t P) {
-  if (!d || lam_fmt_plain(g_fmt)) return d;
-  size_t bytes = (size_t)B * C * P * lam_dt_size(g_fmt.dt);
-  uint8_t *guard = xmalloc(bytes + GUARD);
-  memset(guard, GUARD_BYTE, bytes + GUARD);
-  void *f = dput(ctx, guard, bytes); /* its guard is checked when fout reads it back */
-  free(guard);
-  TU_OK(BE(ctx)->convert(ctx, B, C, (int)P, LAM_FMT_NCHW, d, g_fmt, f));
-  return f;
-}
-/* f (from fin) back into d, and freed, checking its guard bytes; nothing where f is d. */
-static void fout(lam_ctx *ctx, void *f, void *d, int B, int C, size_t P, const char *what) {
-  if (!f || f == d) return;
-  size_t bytes = (size_t)B * C * P * lam_dt_size(g_fmt.dt);
-  uint8_t *t = xmalloc(bytes);
-  dget(ctx, t, f, bytes, what); /* the guard */
-  free(t);
-  TU_OK(BE(ctx)->convert(ctx, B, C, (int)P, g_fmt, f, LAM_FMT_NCHW, d));
-  dfree(ctx, f);
-}
-/* n values with no layout (elementwise primitives, weights): only g_fmt's type. */
-static void *fin_flat(lam_ctx *ctx, void *d, size_t n) {
-  lam_fmt keep = g_fmt;
-  g_fmt = lam_fmt_of(keep.dt, 0);
-  void *f = fin(ctx, d, 1, 1, n);
-  g_fmt = keep;
-  return f;
-}
-static void fout_flat(lam_ctx *ctx, void *f, void *d, size_t n, const char *what) {
-  lam_fmt keep = g_fmt;
-  g_fmt = lam_fmt_of(keep.dt, 0);
-  fout(ctx, f, d, 1, 1, n, what);
-  g_fmt = keep;
-}
-/* An int32 buffer per value (a maxpool's argmax) moves as float32 values do: its layout, never its type. */
-static lam_fmt fmt_i32(void) { return lam_fmt_of(LAM_DT_F32, g_fmt.nhwc); }
-static void *fin_i32(lam_ctx *ctx, void *d, int B, int C, size_t P) {
-  lam_fmt keep = g_fmt;
-  g_fmt = fmt_i32();
-  void *f = fin(ctx, d, B, C, P);
-  g_fmt = keep;
-  return f;
-}
-static void fout_i32(lam_ctx *ctx, void *f, void *d, int B, int C, size_t P, const char *what) {
-  lam_fmt keep = g_fmt;
-  g_fmt = fmt_i32();
-  fout(ctx, f, d, B, C, P, what);
-  g_fmt = keep;
-}
-
-/* ---- checks ---- */
-
-/* Every element: |got - want| <= tol * scale[i] (scale NULL: |want|); a NaN fails. */
-static void cmp_f(const char *what, size_t n, const float *got, const double *want, const double *scale, double tol) {
-  size_t bad = 0, worst = 0;
-  double worst_r = -1.0;
-  for (size_t i = 0; i < n; i++) {
-    double g = got[i], w = want[i], lim = tol * (scale ? scale[i] : fabs(w)), e = fabs(g - w);
-    int ok = !isnan(g) && !isnan(w) && e <= lim;
-    double r = ok ? (lim > 0 ? e / lim : 0.0) : INFINITY;
-    if (r > worst_r) worst_r = r, worst = i;
-    if (!ok) {
-      if (bad < 5)
-        print_error("%s: element %zu of %zu: got %.9g, want %.9g, |diff| %.3g > %.3g (tol %.1e x scale %.3g)\n", what,
-                    i, n, g, w, e, lim, tol, scale ? scale[i] : fabs(w));
-      bad++;
-    }
-  }
-  if (getenv("LAMINA_TEST_VERBOSE")) /* how close each check came to its tolerance */
-    printf("  %-100.100s worst |diff| / tolerance = %.3g\n", what, worst_r);
-  if (bad)
-    fail_msg("%s: %zu of %zu elements outside the tolerance (worst at %zu: got %.9g, want %.9g)", what, bad, n, worst,
-             (double)got[worst], want[worst]);
-}
-
-/* The backend's float output: on the CPU against the float64 reference ref (tolerance tol_ref), with
- * "cuda" against the CPU backend's output cpu (tolerance tol_cpu), each on the element's scale. */
-static void verify(const char *what, size_t n, const float *got, const double *ref, const float *cpu,
-                   const double *scale, double tol_ref, double tol_cpu) {
-  if (!g_cuda) {
-    cmp_f(what, n, got, ref, scale, tol_ref);
-    return;
-  }
-  double *w = dzero(n);
-  for (size_t i = 0; i < n; i++) w[i] = cpu[i];
-  char buf[320];
-  snprintf(buf, sizeof buf, "%s [cuda vs cpu]", what);
-  cmp_f(buf, n, got, w, scale, tol_cpu);
-  free(w);
-}
-
-/* Exact outputs (bytes, indices, bit patterns): equal to the reference, or with "cuda" to the CPU's. */
-static void verify_bytes(const char *what, size_t n, size_t size, const void *got, const void *ref, const void *cpu) {
-  const uint8_t *g = got, *w = g_cuda ? cpu : ref;
-  for (size_t i = 0; i < n; i++)
-    if (memcmp(g + i * size, w + i * size, size)) {
-      long long gv = 0, wv = 0;
-      memcpy(&gv, g + i * size, size < 8 ? size : 8);
-      memcpy(&wv, w + i * size, size < 8 ? size : 8);
-      fail_msg("%s%s: element %zu of %zu: got %lld, want %lld", what, g_cuda ? " [cuda vs cpu]" : "", i, n, gv, wv);
-    }
-}
-
-static float *as_float_bf16(const uint16_t *h, size_t n) { /* of type g_half */
-  float *p = xmalloc(n * sizeof *p);
-  for (size_t i = 0; i < n; i++) p[i] = lam_half_to_f32(g_half, h[i]);
-  return p;
-}
+int g_cuda;    /* prims_test.h says what each is */
+lam_fmt g_fmt;
+lam_ctx *g_ctx;
+lam_ctx *g_cpu;
+tu_rng g_r;
+int g_half = LAM_DT_BF16;
 
 /* ---- matrix products, bfloat16, zero ---- */
 
@@ -346,27 +131,6 @@ static void test_gemm_bf16(void **state) {
           free(A16), free(B16), free(C16), free(A), free(B), free(C0), free(ref), free(scale), free(got), free(cpu);
           free(gf), free(cf);
         }
-}
-
-/* Round to nearest even, by comparing the two neighbouring bfloat16 values (not the library's bit trick); for IEEE
- * half, the compiler's own conversion (_Float16, libgcc's soft-float rounding). */
-static uint16_t ref_bf16_only(float f) {
-  uint32_t u, lo, hi;
-  memcpy(&u, &f, 4);
-  lo = u & 0xffff0000u, hi = lo + 0x10000u;
-  float flo, fhi;
-  memcpy(&flo, &lo, 4), memcpy(&fhi, &hi, 4);
-  double dl = fabs((double)f - flo), dh = fabs((double)fhi - f);
-  if (dl != dh) return (uint16_t)((dl < dh ? lo : hi) >> 16);
-  return (uint16_t)(((lo >> 16) & 1) ? hi >> 16 : lo >> 16);
-}
-static uint16_t ref_bf16(float f) { /* of type g_half */
-  if (g_half != LAM_DT_F16) return ref_bf16_only(f);
-  _Float16 h = (_Float16)f;
-  uint16_t u;
-  memcpy(&u, &h, 2);
-  if (f != f) u = 0x7e00; /* any NaN: the library's quiet NaN */
-  return u;
 }
 
 static void run_to_bf16(lam_ctx *ctx, size_t n, const float *x, uint16_t *y) {
@@ -834,28 +598,6 @@ static void run_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const f
   dfree(ctx, ddy), dfree(ctx, ddx);
 }
 
-/* Central differences of L = sum(w * f(x)) over every x[i] (steps of h, as the floats round them), f
- * run by `fwd` on the CPU backend, against the analytic gradient g: |g - fd| <= atol + rtol |fd|. */
-typedef void (*fwd_fn)(const void *args, const float *x, double *loss);
-static void check_fd(const char *what, size_t n, float *x, const float *g, fwd_fn fwd, const void *args, double h,
-                     double atol, double rtol) {
-  for (size_t i = 0; i < n; i++) {
-    float x0 = x[i];
-    double lp, lm, hh = h;
-    x[i] = (float)(x0 + hh);
-    double up = (double)x[i] - x0;
-    fwd(args, x, &lp);
-    x[i] = (float)(x0 - hh);
-    double dn = x0 - (double)x[i];
-    fwd(args, x, &lm);
-    x[i] = x0;
-    double fd = (lp - lm) / (up + dn);
-    if (!(fabs(g[i] - fd) <= atol + rtol * fabs(fd)))
-      fail_msg("%s: d/dx[%zu]: backward %.9g, central difference %.9g (tolerance %.2g + %.2g |fd|)", what, i,
-               (double)g[i], fd, atol, rtol);
-  }
-}
-
 typedef struct pool_fd {
   const lam_pool_geom *g;
   int B, avg;
@@ -1213,33 +955,6 @@ static void test_upsample(void **state) {
 }
 
 /* ---- activations ---- */
-
-static const char *act_name(int a) {
-  static const char *n[] = {"relu", "tanh", "sigmoid", "gelu", "leaky"};
-  return n[a];
-}
-static double act_ref(int a, double alpha, double x) {
-  switch (a) {
-    case LAM_ACT_RELU: return x > 0 ? x : 0;
-    case LAM_ACT_TANH: return tanh(x);
-    case LAM_ACT_SIGMOID: return 1 / (1 + exp(-x));
-    case LAM_ACT_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
-    default: return x > 0 ? x : alpha * x;
-  }
-}
-/* act'(x); and the magnitude its float evaluation works with, for the tolerance */
-static double act_grad_ref(int a, double alpha, double x) {
-  switch (a) {
-    case LAM_ACT_RELU: return x > 0 ? 1 : 0;
-    case LAM_ACT_TANH: return 1 - tanh(x) * tanh(x);
-    case LAM_ACT_SIGMOID: {
-      double s = 1 / (1 + exp(-x));
-      return s * (1 - s);
-    }
-    case LAM_ACT_GELU: return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
-    default: return x > 0 ? 1 : alpha;
-  }
-}
 
 static void run_act(lam_ctx *ctx, int bwd, int act, float alpha, size_t n, const float *x, const float *y,
                     const float *dy, float *out, int inplace) {
@@ -2978,40 +2693,6 @@ static void test_normalize_images(void **state) {
 
 /* ---- bfloat16 activations: each primitive in NHWC bfloat16 against itself in the format under test, on the
  * same inputs (bfloat16 values, so both formats read the same numbers) ---- */
-
-static void round_bf16(float *x, size_t n) { /* to g_half */
-  for (size_t i = 0; i < n; i++) x[i] = lam_half_to_f32(g_half, lam_f32_to_half(g_half, x[i]));
-}
-static float *frand16(size_t n, double a, double b) {
-  float *p = frand(n, a, b);
-  round_bf16(p, n);
-  return p;
-}
-/* got (the bfloat16 run) against want (float32): within twice the output's rounding, 2^-8 |want|, and 2e-4 of
- * the largest |want| for sums that the two runs take in other orders or through another algorithm. */
-static void cmp_bf16(const char *what, size_t n, const float *got, const float *want) {
-  double big = 0.0;
-  for (size_t i = 0; i < n; i++) big = fmax(big, fabs(want[i]));
-  double *w = dzero(n), *sc = dzero(n);
-  for (size_t i = 0; i < n; i++) w[i] = want[i], sc[i] = fabs(want[i]) + 0.05 * big;
-  cmp_f(what, n, got, w, sc, 1.0 / 256);
-  free(w), free(sc);
-}
-/* The same for an output the primitive adds into (a parameter's gradient): its increment over base, the
- * value before, is compared (a bfloat16 gradient's rounding is relative to the gradient, not to the sum). */
-static void cmp_bf16_added(const char *what, size_t n, const float *got, const float *want, const float *base) {
-  float *g = xmalloc(n * sizeof *g), *w = xmalloc(n * sizeof *w);
-  for (size_t i = 0; i < n; i++) g[i] = (float)((double)got[i] - base[i]), w[i] = (float)((double)want[i] - base[i]);
-  cmp_bf16(what, n, g, w);
-  free(g), free(w);
-}
-#define IN_BF16(stmt)                          \
-  do {                                         \
-    lam_fmt keep_ = g_fmt;                     \
-    g_fmt = lam_fmt_of(g_half, 1);             \
-    stmt;                                      \
-    g_fmt = keep_;                             \
-  } while (0)
 
 /* ---- tcat: a clip's frames as channels, x (B*T, C, P) -> y (B, T*C, P), channel t*C + k = frame t's k. Values
  * move unchanged, so in plain NCHW order y is x value for value; checked exactly, in every format and in bfloat16
