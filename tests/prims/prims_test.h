@@ -2,7 +2,9 @@
  * a file per op family of src/prims.h. Here: the state of the run (the backend under test, the CPU oracle, the
  * format, the random stream, the 16-bit type; defined in test_prims.c), random data, backend buffers with guard
  * bytes, a primitive's buffers in the format under test and back, the checks and their tolerances, and the float64
- * references, central differences and bfloat16 helpers that several families use. */
+ * references, central differences and bfloat16 helpers that several families use. The last part declares the
+ * shapes, types and runners one family's tests borrow from another's (each defined in its family's file) and each
+ * family's list of tests. */
 #ifndef LAMINA_TEST_PRIMS_TEST_H
 #define LAMINA_TEST_PRIMS_TEST_H
 
@@ -337,5 +339,89 @@ static inline void cmp_bf16_added(const char *what, size_t n, const float *got, 
     stmt;                                      \
     g_fmt = keep_;                             \
   } while (0)
+
+/* A 16-bit case again in IEEE half (the fp16 precision): name##_f16, listed after its family's other cases, which
+ * run in bfloat16. */
+#define IN_F16_TEST(name)                 \
+  static void name##_f16(void **state) { \
+    g_half = LAM_DT_F16;                  \
+    name(state);                          \
+    g_half = LAM_DT_BF16;                 \
+  }
+
+/* ---- shared between families: shapes, the types of some outputs, runners (each defined in its family's file:
+ * it puts the host inputs in the backend's memory and the format under test, calls the primitive and reads the
+ * outputs back, checking the guard bytes) ---- */
+
+typedef struct bcp_case {
+  int B, C, P;
+} bcp_case;
+/* test_layout's shapes (conv.c), over which the BatchNorm cases (norm.c) run too */
+extern const bcp_case k_bcp[];
+extern const size_t n_bcp;
+#define N_BCP n_bcp
+
+/* conv.c */
+typedef struct conv_io {
+  const float *x, *W, *dy; /* inputs */
+  float *y, *dx, *dW;      /* outputs: y overwritten, dx overwritten or (acc) added to, dW accumulated */
+  int acc;
+} conv_io;
+void run_conv2d(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, conv_io *io, int tight);
+void run_channel_bias_fwd(lam_ctx *ctx, int B, int C, int P, float *y, const float *bias);
+void run_channel_bias_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *db);
+
+/* pool.c */
+void run_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg);
+void run_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx);
+void run_avgpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y);
+void run_avgpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, float *dx);
+void run_plane_mean_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, float *y);
+void run_plane_mean_bwd(lam_ctx *ctx, int B, int C, int P, const float *dy, float *dx);
+void run_upsample(lam_ctx *ctx, int bwd, int B, int C, int H, int W, int F, const float *in, float *out);
+
+/* norm.c */
+typedef struct bn_bufs { /* host copies of every output */
+  float *y, *mean, *invstd, *rm, *rv;
+} bn_bufs;
+void run_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta,
+                bn_bufs *o, float momentum, float eps, int train, int inplace);
+void run_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
+                const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta, int inplace);
+void run_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *gamma,
+                    const float *beta, bn_bufs *o, float momentum, float eps, int train);
+/* y may be NULL (gelu); dx, dgamma, dbeta are read back. */
+void run_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
+                    const float *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,
+                    float *dx, float *dgamma, float *dbeta);
+
+/* act.c */
+void run_act(lam_ctx *ctx, int bwd, int act, float alpha, size_t n, const float *x, const float *y,
+             const float *dy, float *out, int inplace);
+void run_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y,
+                    int inplace);
+
+/* loss.c */
+typedef struct xent_out {
+  float *dl, stats[3];
+  uint8_t *pred;
+} xent_out;
+void run_xent(lam_ctx *ctx, int B, int C, int P, const float *logits, const uint8_t *labels, float scale,
+              const float *lscale, const float *count, float s, xent_out *o);
+
+/* layout.c */
+void run_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y, int alias);
+
+/* ---- each family's cases, in the order they run (test_prims.c runs them all as one group) ---- */
+
+const struct CMUnitTest *prims_gemm_tests(size_t *n);
+const struct CMUnitTest *prims_conv_tests(size_t *n);
+const struct CMUnitTest *prims_pool_tests(size_t *n);
+const struct CMUnitTest *prims_norm_tests(size_t *n);
+const struct CMUnitTest *prims_act_tests(size_t *n);
+const struct CMUnitTest *prims_loss_tests(size_t *n);
+const struct CMUnitTest *prims_optim_tests(size_t *n);
+const struct CMUnitTest *prims_data_tests(size_t *n);
+const struct CMUnitTest *prims_layout_tests(size_t *n);
 
 #endif /* LAMINA_TEST_PRIMS_TEST_H */
