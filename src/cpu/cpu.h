@@ -19,7 +19,7 @@ lam_status cpu_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 
 
 
-/* A loop of n items on the pool (pool.c): fn(arg, begin, end) over chunks of about an eighth of a thread's
+/* A loop of n items on the pool (threadpool.c): fn(arg, begin, end) over chunks of about an eighth of a thread's
  * share, so that a thread whose core another process holds does less of it and no call waits for a thread
  * that has not been scheduled (an OpenMP region's join does). One thread where the loop's work (values
  * touched) is at most min_work. Each item must write only its own outputs: the results then do not depend
