@@ -8,9 +8,8 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "kernels.h"
 #include "../math/half.h"
-
-#define PAR_MIN ((size_t)32768)
 
 static inline float load(int dt, const void *p, size_t i) {
   return dt == LAM_DT_F32 ? ((const float *)p)[i] : lam_half_to_f32(dt, ((const uint16_t *)p)[i]);

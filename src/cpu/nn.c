@@ -1,23 +1,17 @@
 /* nn.c — the CPU twins of the nn primitives (prims.h): im2col/col2im, layout changes with bias,
- * max-pool, activations, softmax cross-entropy, the batch gather and the optimizers. The CUDA twins
- * are in cuda/nn.cu under the same names. Loops are plain so the compiler vectorizes them. The
- * convolution's loops (im2col, col2im, the fused relu + pool), the batch gather and the optimizers run on
- * the pool (cpu_par): a call does not wait for a thread whose core another process holds. The others
- * split the outer loop with OpenMP's static schedule. Either way each item writes its own outputs, so
- * results are bitwise the same run to run. */
+ * max-pool, activations and softmax cross-entropy. The CUDA twins are in cuda/nn.cu under the same
+ * names. Loops are plain so the compiler vectorizes them. The convolution's loops (im2col, col2im, the
+ * fused relu + pool) run on the pool (cpu_par): a call does not wait for a thread whose core another
+ * process holds. The others split the outer loop with OpenMP's static schedule. Either way each item
+ * writes its own outputs, so results are bitwise the same run to run. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
+#include "kernels.h"
 #include "../math/act.h"
-#include "../math/optim.h"
-#include "../aug.h"
 #include "../math/half.h"
-
-/* Below this many values a loop runs on one thread: starting a team costs more than it saves, and
- * with many cores (16 on the GPU machine) tiny models would spend their time in fork and join. */
-#define PAR_MIN ((size_t)32768)
 
 lam_status cpu_zero(lam_ctx *ctx, void *p, size_t bytes) {
   (void)ctx;
@@ -431,182 +425,6 @@ static lam_status plain_xent(lam_ctx *ctx, int B, int C, int P, const float *log
   return LAM_OK;
 }
 
-typedef struct gather_args {
-  int T, C;
-  size_t P, label_size, sample;
-  const uint8_t *images, *labels;
-  const int32_t *idx;
-  const lam_aug *aug;
-  int on;
-  int32_t ctr;
-  float a[LAM_NORM_MAX_CHANNELS], k[LAM_NORM_MAX_CHANNELS]; /* (u / 255 - mean) / std = u * a + k */
-  float *x;
-  uint8_t *y;
-} gather_args;
-
-/* Items b: sample b of the batch. */
-static void gather_items(void *argp, size_t lo, size_t hi) {
-  const gather_args *A = argp;
-  const int T = A->T, C = A->C;
-  const size_t P = A->P, sample = A->sample, label_size = A->label_size;
-  const float *a = A->a, *k = A->k;
-  for (size_t b = lo; b < hi; b++) {
-    const uint8_t *src = A->images + (size_t)A->idx[b] * sample;
-    float *dst = A->x + b * sample; /* frame t of sample b is row b*T + t: the same bytes in order */
-    uint8_t *lab = A->y + b * label_size;
-    const uint8_t *lsrc = A->labels + (size_t)A->idx[b] * label_size;
-    if (!A->on) {
-      for (size_t tc = 0; tc < (size_t)T * C; tc++) {
-        const int c = (int)(tc % (size_t)C);
-        for (size_t p = 0; p < P; p++) dst[tc * P + p] = (float)src[tc * P + p] * a[c] + k[c];
-      }
-      memcpy(lab, lsrc, label_size);
-      continue;
-    }
-    const lam_aug_draw d = lam_aug_sample(A->aug, A->ctr, (int)b);
-    for (size_t tc = 0; tc < (size_t)T * C; tc++) {
-      const int c = (int)(tc % (size_t)C);
-      for (size_t p = 0; p < P; p++) {
-        const long s = lam_aug_src(A->aug, d, (long)p);
-        dst[tc * P + p] = (float)(s < 0 ? 0 : src[tc * P + (size_t)s]) * a[c] + k[c];
-      }
-    }
-    if (label_size != P) memcpy(lab, lsrc, label_size); /* a class per sample */
-    else
-      for (size_t p = 0; p < P; p++) {
-        const long s = lam_aug_src(A->aug, d, (long)p);
-        lab[p] = s < 0 ? (uint8_t)LAM_LABEL_IGNORE : lsrc[s];
-      }
-  }
-}
-
-static lam_status plain_gather(lam_ctx *ctx, int B, int T, int C, size_t P, const uint8_t *images, size_t label_size,
-                      const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm,
-                      const lam_aug *aug, float *x, uint8_t *y) {
-  (void)ctx;
-  if (cursor) idx += *cursor;
-  gather_args A = {.T = T, .C = C, .P = P, .label_size = label_size, .sample = (size_t)T * C * P, .images = images,
-                   .labels = labels, .idx = idx, .aug = aug, .on = lam_aug_on(aug), .x = x, .y = y};
-  for (int c = 0; c < C; c++) A.a[c] = 1.0f / (255.0f * norm->std[c]), A.k[c] = -norm->mean[c] / norm->std[c];
-  A.ctr = A.on && aug->ctr ? *aug->ctr : 0;
-  cpu_par((size_t)B, (size_t)B * A.sample, PAR_MIN, gather_items, &A);
-  return LAM_OK;
-}
-
-typedef struct optim_args {
-  float *p, *m, *v;
-  const float *g;
-  float lr, b1, b2, eps, wd, step_size, bc2_sqrt, momentum, inv; /* inv: 1, or the loss scaler's 1 / scale */
-  int decoupled, first;
-} optim_args;
-
-static void adam_items(void *arg, size_t lo, size_t hi) {
-  const optim_args *a = arg;
-  float *p = a->p, *m = a->m, *v = a->v;
-  const float *g = a->g;
-  const float b1 = a->b1, b2 = a->b2, lr = a->lr, wd = a->wd, eps = a->eps, step_size = a->step_size,
-              bc2_sqrt = a->bc2_sqrt, inv = a->inv;
-  const int decoupled = a->decoupled;
-#pragma omp simd
-  for (size_t i = lo; i < hi; i++)
-    lam_adam_update(&p[i], &m[i], &v[i], g[i] * inv, lr, b1, b2, eps, wd, decoupled, step_size, bc2_sqrt);
-}
-
-lam_status cpu_adam(lam_ctx *ctx, size_t n, float *p, const float *g, float *m, float *v, float lr, float b1, float b2,
-                    float eps, float wd, int decoupled, long step, const float *sched, const int32_t *k,
-                    const lam_scaler *ls) {
-  (void)ctx;
-  /* As torch.optim.Adam/AdamW (single-tensor): the bias corrections are computed in double precision
-   * and folded into the step size, then the element loop runs in float. */
-  float coef[2], inv = 1.0f;
-  if (ls && ls->found) return LAM_OK; /* a skipped step */
-  if (ls) coef[0] = ls->coef[0], coef[1] = ls->coef[1], lr = ls->coef[2], inv = ls->inv;
-  else if (sched) coef[0] = sched[3 * *k], coef[1] = sched[3 * *k + 1], lr = sched[3 * *k + 2];
-  else lam_adam_coef(lr, b1, b2, step, coef);
-  optim_args a = {.p = p, .m = m, .v = v, .g = g, .lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd,
-                  .step_size = coef[0], .bc2_sqrt = coef[1], .inv = inv, .decoupled = decoupled};
-  cpu_par(n, n, PAR_MIN, adam_items, &a);
-  return LAM_OK;
-}
-
-static void sgd_items(void *arg, size_t lo, size_t hi) {
-  const optim_args *a = arg;
-  float *p = a->p, *buf = a->m;
-  const float *g = a->g;
-  const float lr = a->lr, wd = a->wd, momentum = a->momentum, inv = a->inv;
-  const int first = a->first;
-#pragma omp simd
-  for (size_t i = lo; i < hi; i++) lam_sgd_update(&p[i], &buf[i], g[i] * inv, lr, momentum, wd, first);
-}
-
-lam_status cpu_sgd(lam_ctx *ctx, size_t n, float *p, const float *g, float *buf, float lr, float momentum, float wd,
-                   int first, const float *sched, const int32_t *k, const lam_scaler *ls) {
-  (void)ctx;
-  float inv = 1.0f;
-  if (ls && ls->found) return LAM_OK; /* a skipped step */
-  if (ls) first = ls->coef[0] != 0.0f, lr = ls->coef[2], inv = ls->inv;
-  else if (sched) first = sched[3 * *k] != 0.0f, lr = sched[3 * *k + 2];
-  optim_args a = {.p = p, .m = buf, .g = g, .lr = lr, .wd = wd, .momentum = momentum, .inv = inv, .first = first};
-  cpu_par(n, n, PAR_MIN, sgd_items, &a);
-  return LAM_OK;
-}
-
-lam_status cpu_grad_check(lam_ctx *ctx, size_t n, const float *g, lam_scaler *s) {
-  (void)ctx;
-  int found = 0;
-#pragma omp parallel for reduction(| : found) schedule(static) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) found |= !isfinite(g[i]);
-  if (found) s->found = 1;
-  return LAM_OK;
-}
-
-lam_status cpu_scaler_update(lam_ctx *ctx, lam_scaler *s, int adam, float b1, float b2, const float *sched,
-                             const int32_t *k) {
-  (void)ctx;
-  lam_scaler_decide(s, adam, b1, b2, sched[3 * *k + 2], *k);
-  return LAM_OK;
-}
-
-lam_status cpu_step_advance(lam_ctx *ctx, int32_t *state, int B, float *stats) {
-  (void)ctx;
-  state[0] += B;
-  state[1] += 1;
-  if (stats && !isfinite(stats[0]) && stats[3] == 0.0f) stats[3] = (float)state[1];
-  return LAM_OK;
-}
-
-lam_status cpu_backprop_step(lam_ctx *ctx, size_t n, const float *err, const float *in, float lr, float *w) {
-  (void)ctx;
-#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
-    float gradient = err[i] * in[i];
-    w[i] -= lr * gradient;
-  }
-  return LAM_OK;
-}
-
-lam_status cpu_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, int nhwc, const uint8_t *in,
-                                const float *mean, const float *std, int bf16, void *out) {
-  (void)ctx;
-  float a[LAM_NORMALIZE_MAX_CHANNELS], b[LAM_NORMALIZE_MAX_CHANNELS];
-  for (int i = 0; i < c; i++) a[i] = 1.0f / (255.0f * std[i]), b[i] = -mean[i] / std[i]; /* x * a + b */
-  const size_t plane = (size_t)h * w, image = plane * c, step = nhwc ? (size_t)c : 1;
-#pragma omp parallel for collapse(2) schedule(static) if (n * image > PAR_MIN)
-  for (size_t k = 0; k < n; k++)
-    for (int ch = 0; ch < c; ch++) {
-      const uint8_t *src = in + k * image + (nhwc ? (size_t)ch : (size_t)ch * plane);
-      size_t o = k * image + (size_t)ch * plane;
-      if (bf16) {
-        uint16_t *dst = (uint16_t *)out + o;
-        for (size_t p = 0; p < plane; p++) dst[p] = lam_f32_to_bf16((float)src[p * step] * a[ch] + b[ch]);
-      } else {
-        float *dst = (float *)out + o;
-        for (size_t p = 0; p < plane; p++) dst[p] = (float)src[p * step] * a[ch] + b[ch];
-      }
-    }
-  return LAM_OK;
-}
-
 typedef struct conv_pool_args {
   const lam_pool_geom *g;
   int B;
@@ -845,13 +663,4 @@ lam_status cpu_xent(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *lo
   float *td = cpu_fmt_out(&j, B, C, P, dlogits, 0);
   return cpu_fmt_end(&j, j.status ? j.status : plain_xent(ctx, B, C, P, tl, labels, td, scale, lscale, count, smoothing, stats,
                                                           pred));
-}
-
-lam_status cpu_gather(lam_ctx *ctx, int B, int T, int C, size_t P, const uint8_t *images, size_t label_size,
-                      const uint8_t *labels, const int32_t *idx, const int32_t *cursor, const lam_norm *norm,
-                      const lam_aug *aug, lam_fmt f, void *x, uint8_t *y) {
-  cpu_fmt_job j = cpu_fmt_begin(f);
-  float *tx = cpu_fmt_out(&j, (size_t)B * T, C, P, x, 0);
-  return cpu_fmt_end(&j, j.status ? j.status : plain_gather(ctx, B, T, C, P, images, label_size, labels, idx, cursor, norm,
-                                                            aug, tx, y));
 }

@@ -8,11 +8,9 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "kernels.h"
 #include "../math/act.h"
 #include "../math/hash.h"
-
-/* Below this many values a loop runs on one thread (as in nn.c). */
-#define PAR_MIN ((size_t)32768)
 
 /* ---- per-channel bias over (B, C, P) ---- */
 
