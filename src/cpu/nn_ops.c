@@ -1,6 +1,6 @@
 /* nn_ops.c — the CPU twins of the nn primitives beyond the CNN's first set (prims.h): per-channel bias,
  * average and global average pooling, nearest upsampling, BatchNorm (alone and followed by an
- * activation), dropout and the small helpers of concatenation, residual sums and per-pixel losses. The
+ * activation) and the small helpers of concatenation and residual sums. The
  * CUDA twins are in cuda/nn_ops.cu under the same names. This is the tests' oracle: plain loops,
  * reductions summed in double, OpenMP over the outer loop with a static schedule (the same bits every
  * run). */
@@ -10,7 +10,6 @@
 #include "cpu.h"
 #include "kernels.h"
 #include "../math/act.h"
-#include "../math/hash.h"
 
 /* ---- per-channel bias over (B, C, P) ---- */
 
@@ -338,21 +337,6 @@ static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, f
 
 /* ---- dropout and elementwise helpers ---- */
 
-lam_status cpu_dropout_mask(lam_ctx *ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
-  (void)ctx;
-  const uint64_t key = lam_draw_key(seed, ctr ? *ctr : 0);
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) mask[i] = lam_draw_uniform(key, i) >= p;
-  return LAM_OK;
-}
-
-static lam_status plain_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y) {
-  (void)ctx;
-#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) y[i] = mask[i] ? x[i] * scale : 0.0f;
-  return LAM_OK;
-}
-
 static lam_status plain_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
   (void)ctx;
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
@@ -431,15 +415,6 @@ lam_status cpu_tcat_fwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, 
 lam_status cpu_tcat_bwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *dy, void *dx) {
   (void)ctx;
   return tcat_move(f, B, T, C, P, dy, dx, 1);
-}
-
-lam_status cpu_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float *count) {
-  (void)ctx;
-  size_t k = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : k) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) k += labels[i] != LAM_LABEL_IGNORE;
-  *count = (float)k;
-  return LAM_OK;
 }
 
 /* ---- the primitives above in any format: through their plain twins (cpu/fmt.c) ---- */
@@ -560,12 +535,6 @@ lam_status cpu_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act,
 }
 
 /* Elementwise: n values, only the type matters. */
-lam_status cpu_mask_scale(lam_ctx *ctx, lam_fmt f, size_t n, const void *x, const uint8_t *mask, float scale, void *y) {
-  cpu_fmt_job j = cpu_fmt_begin(lam_fmt_of(f.dt, 0));
-  const float *tx = cpu_fmt_in(&j, 1, 1, n, x);
-  float *ty = cpu_fmt_out(&j, 1, 1, n, y, 0);
-  return cpu_fmt_end(&j, j.status ? j.status : plain_mask_scale(ctx, n, tx, mask, scale, ty));
-}
 lam_status cpu_add(lam_ctx *ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y) {
   cpu_fmt_job j = cpu_fmt_begin(lam_fmt_of(f.dt, 0));
   const float *ta = cpu_fmt_in(&j, 1, 1, n, a), *tb = cpu_fmt_in(&j, 1, 1, n, b);

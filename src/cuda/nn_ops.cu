@@ -1,6 +1,6 @@
 /* nn_ops.cu — the CUDA twins of the primitives in cpu/nn_ops.c (prims.h): per-channel bias, average and
- * global average pooling, nearest upsampling, BatchNorm (alone and followed by an activation), dropout, and
- * the helpers of concatenation, residual sums and per-pixel losses. Everything is queued on the context's
+ * global average pooling, nearest upsampling, BatchNorm (alone and followed by an activation), and
+ * the helpers of concatenation and residual sums. Everything is queued on the context's
  * stream. Elementwise kernels are grid-stride loops with 32-bit indices where the tensor allows (64-bit
  * divisions cost dozens of instructions). Per-channel reductions (channel_bias_bwd, bn_*fwd's statistics,
  * bn_*bwd's sums) are one block per channel, or S blocks per channel over ranges of samples whose sums go to
@@ -12,7 +12,6 @@
 #include "../math/act.h"
 #include "vec.cuh"
 #include "bn.cuh"
-#include "../math/hash.h"
 
 /* 32-bit indices when every index and index + grid stride fits: n < 2^31. */
 static bool fits32(size_t n) { return n < ((size_t)1 << 31); }
@@ -674,47 +673,6 @@ static lam_status nchw_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, fl
 
 /* ---- dropout and elementwise helpers ---- */
 
-/* The counter is read here, on the device: a replayed graph draws the mask of the step it replays. The
- * grid is capped so that each thread draws many values from the key it mixed once. */
-#define DROPOUT_BLOCKS 2048
-__global__ void dropout_mask_kernel(size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
-  const uint64_t key = lam_draw_key(seed, ctr ? *ctr : 0);
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    mask[i] = lam_draw_uniform(key, i) >= p;
-}
-
-lam_status cuda_dropout_mask(lam_ctx *ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
-  cuda_state *st = cuda_st(ctx);
-  unsigned blocks = blocks_for(n);
-  dropout_mask_kernel<<<blocks < DROPOUT_BLOCKS ? blocks : DROPOUT_BLOCKS, NT, 0, st->stream>>>(n, p, seed, ctr, mask);
-  LAUNCH_CHECK(st, "dropout_mask_kernel");
-  return LAM_OK;
-}
-
-/* Thread per V values of type T (n counts groups of V); x may be y. */
-template <typename T, int V>
-__global__ void mask_scale_kernel(size_t n, const T *x, const uint8_t *__restrict__ mask, float scale, T *y) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float v[V];
-    tload<T, V>(v, x, i);
-#pragma unroll
-    for (int q = 0; q < V; q++) v[q] = mask[i * V + q] ? v[q] * scale : 0.0f;
-    tstore<T, V>(y, i, v);
-  }
-}
-
-lam_status cuda_mask_scale(lam_ctx *ctx, lam_fmt f, size_t n, const void *x, const uint8_t *mask, float scale, void *y) {
-  cuda_state *st = cuda_st(ctx);
-  const int V = (int)(16 / lam_dt_size(f.dt));
-  const bool vec = n % V == 0 && aligned16(x) && aligned16(y);
-  LAM_DT_DISPATCH(f.dt, T, {
-    if (vec) mask_scale_kernel<T, lam_vw<T>::value><<<blocks_for(n / V), NT, 0, st->stream>>>(n / V, (const T *)x, mask, scale, (T *)y);
-    else mask_scale_kernel<T, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, (const T *)x, mask, scale, (T *)y);
-  });
-  LAUNCH_CHECK(st, "mask_scale_kernel");
-  return LAM_OK;
-}
-
 /* Thread per V values; y may be a or b. */
 template <typename T, int V> __global__ void add_kernel(size_t n, const T *a, const T *b, T *y) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -861,51 +819,6 @@ lam_status cuda_copy_rows(lam_ctx *ctx, lam_fmt f, size_t rows, size_t cols, con
   else if (es == 2) copy_rows_launch<uint16_t>(st, rows, cols, src, lds, dst, ldd);
   else copy_rows_launch<float>(st, rows, cols, src, lds, dst, ldd);
   LAUNCH_CHECK(st, "copy_rows_kernel");
-  return LAM_OK;
-}
-
-/* Counting is integer work: each block's count to part (as unsigned), then one block adds them up. */
-#define COUNT_BLOCKS 1024
-static_assert(COUNT_BLOCKS <= ROW_SUM_PART_FLOATS, "label_count's partial counts live in rowsum_part");
-
-__global__ void label_count_kernel(size_t n, const uint8_t *__restrict__ labels, unsigned *part) {
-  __shared__ unsigned warp_sum[NT / 32];
-  unsigned k = 0;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    k += labels[i] != LAM_LABEL_IGNORE;
-  for (int off = 16; off > 0; off /= 2) k += __shfl_down_sync(0xffffffffu, k, off);
-  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = k;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned t = 0;
-    for (int w = 0; w < NT / 32; w++) t += warp_sum[w];
-    part[blockIdx.x] = t;
-  }
-}
-
-__global__ void label_count_final_kernel(int nparts, const unsigned *part, float *count) {
-  __shared__ unsigned long long warp_sum[NT / 32];
-  unsigned long long k = 0;
-  for (int i = threadIdx.x; i < nparts; i += NT) k += part[i];
-  for (int off = 16; off > 0; off /= 2) k += __shfl_down_sync(0xffffffffu, k, off);
-  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = k;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long t = 0;
-    for (int w = 0; w < NT / 32; w++) t += warp_sum[w];
-    *count = (float)t; /* rounded to nearest, as the CPU twin's conversion */
-  }
-}
-
-lam_status cuda_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float *count) {
-  cuda_state *st = cuda_st(ctx);
-  size_t nb = (n + NT - 1) / NT;
-  int blocks = (int)(nb < COUNT_BLOCKS ? (nb ? nb : 1) : COUNT_BLOCKS);
-  unsigned *part = (unsigned *)st->rowsum_part;
-  label_count_kernel<<<blocks, NT, 0, st->stream>>>(n, labels, part);
-  LAUNCH_CHECK(st, "label_count_kernel");
-  label_count_final_kernel<<<1, NT, 0, st->stream>>>(blocks, part, count);
-  LAUNCH_CHECK(st, "label_count_final_kernel");
   return LAM_OK;
 }
 
