@@ -1,6 +1,6 @@
 /* act.c — the CPU twins of the activation primitives (prims.h): act_fwd and act_bwd, dropout_mask and
  * mask_scale; the CUDA twins are in cuda/act.cu under the same names. Elementwise loops on OpenMP's static
- * schedule (any format: through the plain float32 loops, cpu/fmt.c). */
+ * schedule (any format: through the plain float32 loops, cpu/layout.c). */
 #include <math.h>
 
 #include "cpu.h"

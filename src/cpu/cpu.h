@@ -39,7 +39,7 @@ LAM_NN_PRIMS(LAM_CPU_PRIM)
 #undef LAM_CPU_PRIM
 lam_status cpu_set_precision(lam_ctx *ctx, int p);
 
-/* cpu/fmt.c: a primitive's buffers in a format other than NCHW float32, as float32 NCHW copies for its plain
+/* cpu/layout.c: a primitive's buffers in a format other than NCHW float32, as float32 NCHW copies for its plain
  * twin. A job converts inputs (cpu_fmt_in) and makes output buffers (cpu_fmt_out; load_it: with dst's values,
  * for an output that is added to); cpu_fmt_end writes the outputs back in the job's format (when the status is
  * LAM_OK) and frees the copies. With a plain format the buffers are passed through. A failure sets the job's

@@ -13,18 +13,6 @@
 #include "../math/act.h"
 #include "../math/half.h"
 
-lam_status cpu_zero(lam_ctx *ctx, void *p, size_t bytes) {
-  (void)ctx;
-  memset(p, 0, bytes);
-  return LAM_OK;
-}
-
-lam_status cpu_poison(lam_ctx *ctx, void *p, size_t bytes) {
-  (void)ctx;
-  memset(p, 0xFF, bytes);
-  return LAM_OK;
-}
-
 /* The output columns ow whose input column ow*stride - pad + kj lies inside [0, W): [*lo, *hi). */
 static void valid_cols(const lam_conv_geom *g, int kj, int *lo, int *hi) {
   int a = g->pad - kj; /* ow*stride >= a */
@@ -488,7 +476,7 @@ lam_status cpu_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, const
   return LAM_OK;
 }
 
-/* ---- the primitives above in any format: through their plain twins (cpu/fmt.c) ---- */
+/* ---- the primitives above in any format: through their plain twins (cpu/layout.c) ---- */
 
 lam_status cpu_maxpool_fwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *x, void *y,
                            int32_t *arg) {

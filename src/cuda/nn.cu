@@ -167,16 +167,6 @@ lam_status cuda_to_half(lam_ctx *ctx, int dt, size_t n, const float *src, uint16
   return LAM_OK;
 }
 
-lam_status cuda_zero(lam_ctx *ctx, void *p, size_t bytes) {
-  CUDA_TRY(cudaMemsetAsync(p, 0, bytes, cuda_st(ctx)->stream));
-  return LAM_OK;
-}
-
-lam_status cuda_poison(lam_ctx *ctx, void *p, size_t bytes) {
-  CUDA_TRY(cudaMemsetAsync(p, 0xFF, bytes, cuda_st(ctx)->stream));
-  return LAM_OK;
-}
-
 static dim3 grid_2d(size_t n, int y) {
   size_t b = (n + NT - 1) / NT;
   return dim3((unsigned)(b < 65535 * 16 ? (b ? b : 1) : 65535 * 16), (unsigned)y);
