@@ -1,5 +1,5 @@
-/* aug.h — the draws of the batch gather's augmentation (prims.h, lam_aug), one definition for the CPU (cpu/nn.c)
- * and the CUDA kernel (cuda/nn.cu), so both crop and flip every sample alike, bit for bit. */
+/* aug.h — the draws of the batch gather's augmentation (prims.h, lam_aug), one definition for the CPU (cpu/data.c)
+ * and the CUDA kernel (cuda/data.cu), so both crop and flip every sample alike, bit for bit. */
 #ifndef LAMINA_AUG_H
 #define LAMINA_AUG_H
 

@@ -220,7 +220,7 @@ size_t lam_mem_available(void);
  * over o->memory_cap, or without one over three quarters of the memory available; notes them in o->part_bytes. */
 int lam_stream_wanted(lam_image_opts *o, size_t part_bytes);
 
-/* cpu/pool.c: fn(arg, begin, end) over [0, n) in chunks of `chunk` items, taken from a shared counter by
+/* cpu/threadpool.c: fn(arg, begin, end) over [0, n) in chunks of `chunk` items, taken from a shared counter by
  * the calling thread and the pool's workers (lam_pool_set_threads of them in all); returns when every
  * chunk is done. A thread that is not scheduled takes no chunk and so holds nothing up. */
 typedef void (*lam_pool_fn)(void *arg, size_t begin, size_t end);

@@ -1,5 +1,5 @@
 /* test_threads.c — how many threads the host work uses and how it is divided (src/cpu/threads.c,
- * src/cpu/pool.c): the cgroup CPU quota read from made-up /proc and /sys trees (v2 nested, v1 with joined
+ * src/cpu/threadpool.c): the cgroup CPU quota read from made-up /proc and /sys trees (v2 nested, v1 with joined
  * controllers, a container's mount root, none set); the default count under a restricted affinity; the
  * pool visiting every index exactly once with several threads, from two threads at once, nested, with a
  * thread whose core is held, and in a fork's child; and the hidden layer's per-call choice on a CPU build.

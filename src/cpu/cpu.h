@@ -19,7 +19,7 @@ lam_status cpu_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
 
 
 
-/* A loop of n items on the pool (pool.c): fn(arg, begin, end) over chunks of about an eighth of a thread's
+/* A loop of n items on the pool (threadpool.c): fn(arg, begin, end) over chunks of about an eighth of a thread's
  * share, so that a thread whose core another process holds does less of it and no call waits for a thread
  * that has not been scheduled (an OpenMP region's join does). One thread where the loop's work (values
  * touched) is at most min_work. Each item must write only its own outputs: the results then do not depend
@@ -39,7 +39,7 @@ LAM_NN_PRIMS(LAM_CPU_PRIM)
 #undef LAM_CPU_PRIM
 lam_status cpu_set_precision(lam_ctx *ctx, int p);
 
-/* cpu/fmt.c: a primitive's buffers in a format other than NCHW float32, as float32 NCHW copies for its plain
+/* cpu/layout.c: a primitive's buffers in a format other than NCHW float32, as float32 NCHW copies for its plain
  * twin. A job converts inputs (cpu_fmt_in) and makes output buffers (cpu_fmt_out; load_it: with dst's values,
  * for an output that is added to); cpu_fmt_end writes the outputs back in the job's format (when the status is
  * LAM_OK) and frees the copies. With a plain format the buffers are passed through. A failure sets the job's

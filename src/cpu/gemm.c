@@ -26,7 +26,7 @@ static void sgemm_one(int ta, int tb, int M, int N, int K, float alpha, const fl
  * one of the 2 cores held by another process, the reference CNN's epoch took 6.8x its one-thread time.
  * So a product big enough to share is cut into blocks of C (columns, else rows) or, where C is small and
  * the sum long (a weight gradient), into slices of the sum added up afterwards in slice order; the pool
- * (pool.c) hands the blocks to threads as they come free, each a single-threaded OpenBLAS call. Block
+ * (threadpool.c) hands the blocks to threads as they come free, each a single-threaded OpenBLAS call. Block
  * sizes are fixed, so the results do not depend on the thread count. */
 #define GEMM_SHARE_MIN ((size_t)1 << 18) /* multiply-adds below which one call does it all */
 #define GEMM_NB 256                        /* columns of C a block */

@@ -1,5 +1,5 @@
 /* hidden.c — the hidden layer on the CPU: out = tanh(grey / 255 * w) in one fused pass, SIMD within a
- * thread, and the course's three separate steps. The loops run on the pool (pool.c): chunks taken from a
+ * thread, and the course's three separate steps. The loops run on the pool (threadpool.c): chunks taken from a
  * shared counter, so a thread whose core another process holds does less of the work instead of making
  * the others wait for it, and each chunk's output pages are faulted in by the thread that writes them,
  * on all threads at once (with LAMINA_PREFAULT=1 in one call a chunk: lam_prefault). The CUDA twins are in

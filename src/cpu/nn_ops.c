@@ -1,18 +1,14 @@
 /* nn_ops.c — the CPU twins of the nn primitives beyond the CNN's first set (prims.h): per-channel bias,
  * average and global average pooling, nearest upsampling, BatchNorm (alone and followed by an
- * activation), dropout and the small helpers of concatenation, residual sums and per-pixel losses. The
- * CUDA twins are in cuda/nn_ops.cu under the same names. This is the tests' oracle: plain loops,
+ * activation) and the pooling over a clip's frames. The CUDA twins are in cuda/nn_ops.cu under the same names. This is the tests' oracle: plain loops,
  * reductions summed in double, OpenMP over the outer loop with a static schedule (the same bits every
  * run). */
 #include <math.h>
 #include <string.h>
 
 #include "cpu.h"
+#include "kernels.h"
 #include "../math/act.h"
-#include "../math/hash.h"
-
-/* Below this many values a loop runs on one thread (as in nn.c). */
-#define PAR_MIN ((size_t)32768)
 
 /* ---- per-channel bias over (B, C, P) ---- */
 
@@ -340,28 +336,6 @@ static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, f
 
 /* ---- dropout and elementwise helpers ---- */
 
-lam_status cpu_dropout_mask(lam_ctx *ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
-  (void)ctx;
-  const uint64_t key = lam_draw_key(seed, ctr ? *ctr : 0);
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) mask[i] = lam_draw_uniform(key, i) >= p;
-  return LAM_OK;
-}
-
-static lam_status plain_mask_scale(lam_ctx *ctx, size_t n, const float *x, const uint8_t *mask, float scale, float *y) {
-  (void)ctx;
-#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) y[i] = mask[i] ? x[i] * scale : 0.0f;
-  return LAM_OK;
-}
-
-static lam_status plain_add(lam_ctx *ctx, size_t n, const float *a, const float *b, float *y) {
-  (void)ctx;
-#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
-  return LAM_OK;
-}
-
 /* Over a clip's frames: rows b*T .. b*T + T-1 of x pool into row b of y. */
 static lam_status plain_tpool_fwd(int B, int T, size_t S, int max, const float *x, float *y, uint8_t *arg) {
 #pragma omp parallel for schedule(static) if ((size_t)B * T * S > PAR_MIN)
@@ -408,43 +382,7 @@ lam_status cpu_tpool_bwd(lam_ctx *ctx, lam_fmt f, int B, int T, size_t S, int ma
   return cpu_fmt_end(&j, j.status ? j.status : plain_tpool_bwd(B, T, S, max, tdy, arg, tdx));
 }
 
-/* tcat: values move, none changes, so the element type is only a size. In NCHW a clip's rows already are its
- * T*C channels; in NHWC each sample's (T, P, C) becomes (P, T, C). back = 0: x -> y, 1: y -> x. */
-static lam_status tcat_move(lam_fmt f, int B, int T, int C, size_t P, const void *from, void *to, int back) {
-  const size_t es = lam_dt_size(f.dt), row = (size_t)C * es, n = (size_t)B * T * P;
-  if (!f.nhwc) {
-    memcpy(to, from, n * row);
-    return LAM_OK;
-  }
-  const uint8_t *src = from;
-  uint8_t *dst = to;
-#pragma omp parallel for schedule(static) if (n * C > PAR_MIN)
-  for (size_t r = 0; r < n; r++) { /* r: x's (b, t, p), a run of C values in both */
-    const size_t p = r % P, bt = r / P, t = bt % (size_t)T, b = bt / (size_t)T;
-    const size_t yo = ((b * P + p) * (size_t)T + t) * row, xo = r * row;
-    memcpy(dst + (back ? xo : yo), src + (back ? yo : xo), row);
-  }
-  return LAM_OK;
-}
-lam_status cpu_tcat_fwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *x, void *y) {
-  (void)ctx;
-  return tcat_move(f, B, T, C, P, x, y, 0);
-}
-lam_status cpu_tcat_bwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *dy, void *dx) {
-  (void)ctx;
-  return tcat_move(f, B, T, C, P, dy, dx, 1);
-}
-
-lam_status cpu_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float *count) {
-  (void)ctx;
-  size_t k = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : k) if (n > PAR_MIN)
-  for (size_t i = 0; i < n; i++) k += labels[i] != LAM_LABEL_IGNORE;
-  *count = (float)k;
-  return LAM_OK;
-}
-
-/* ---- the primitives above in any format: through their plain twins (cpu/fmt.c) ---- */
+/* ---- the primitives above in any format: through their plain twins (cpu/layout.c) ---- */
 
 lam_status cpu_channel_bias_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, void *y, const float *bias) {
   cpu_fmt_job j = cpu_fmt_begin(f);
@@ -559,29 +497,4 @@ lam_status cpu_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act,
   float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
   return cpu_fmt_end(&j, j.status ? j.status : plain_bn_act_bwd(ctx, B, C, P, act, alpha, tx, ty, tdy, gamma, beta, mean,
                                                                  invstd, tdx, tdr, dr_add, dgamma, dbeta));
-}
-
-/* Elementwise: n values, only the type matters. */
-lam_status cpu_mask_scale(lam_ctx *ctx, lam_fmt f, size_t n, const void *x, const uint8_t *mask, float scale, void *y) {
-  cpu_fmt_job j = cpu_fmt_begin(lam_fmt_of(f.dt, 0));
-  const float *tx = cpu_fmt_in(&j, 1, 1, n, x);
-  float *ty = cpu_fmt_out(&j, 1, 1, n, y, 0);
-  return cpu_fmt_end(&j, j.status ? j.status : plain_mask_scale(ctx, n, tx, mask, scale, ty));
-}
-lam_status cpu_add(lam_ctx *ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y) {
-  cpu_fmt_job j = cpu_fmt_begin(lam_fmt_of(f.dt, 0));
-  const float *ta = cpu_fmt_in(&j, 1, 1, n, a), *tb = cpu_fmt_in(&j, 1, 1, n, b);
-  float *ty = cpu_fmt_out(&j, 1, 1, n, y, 0);
-  return cpu_fmt_end(&j, j.status ? j.status : plain_add(ctx, n, ta, tb, ty));
-}
-/* A copy needs no conversion: rows of cols values of the format's size. */
-lam_status cpu_copy_rows(lam_ctx *ctx, lam_fmt f, size_t rows, size_t cols, const void *src, size_t lds, void *dst,
-                         size_t ldd) {
-  (void)ctx;
-  const size_t es = lam_dt_size(f.dt);
-  const char *s = src;
-  char *d = dst;
-#pragma omp parallel for schedule(static) if (rows * cols > PAR_MIN)
-  for (size_t r = 0; r < rows; r++) memcpy(d + r * ldd * es, s + r * lds * es, cols * es);
-  return LAM_OK;
 }

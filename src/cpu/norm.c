@@ -6,8 +6,7 @@
 #include <math.h>
 
 #include "cpu.h"
-
-#define PAR_MIN ((size_t)32768)
+#include "kernels.h"
 
 static lam_status plain_groupnorm_fwd(int B, int C, int P, int G, const float *x, const float *gamma, const float *beta,
                                       float *y, float *mean, float *invstd, float eps) {

@@ -4,7 +4,7 @@
  * cores gives 2 threads, as Go's automaxprocs rounds, since a third thread would only be throttled).
  * Not the host's load: /proc/stat counts every process on the machine, in a container other tenants'
  * too, and sampling it once gave 1 thread of 16 on the GPU machine (2026-12-03). A core that another
- * process keeps busy is instead handled where the work is divided: the pool (pool.c) hands out small
+ * process keeps busy is instead handled where the work is divided: the pool (threadpool.c) hands out small
  * chunks from a shared counter, so a thread that shares its core does less of the work. LAMINA_THREADS,
  * OMP_NUM_THREADS (which OpenMP reads itself) and lam_ctx_set_threads (the CLI's --threads) choose the
  * count instead; one past the cores this process may use is cut to them, with a note. */

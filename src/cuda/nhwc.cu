@@ -1,6 +1,6 @@
 /* nhwc.cu — the CUDA kernels of the primitives on NHWC activations (prims.h: lam_fmt), float32, bfloat16 or half:
  * per-channel bias, BatchNorm (alone and followed by an activation), max and average pooling, the global
- * average pool, nearest upsampling, and the format conversion. The primitives in nn.cu and nn_ops.cu call
+ * average pool and nearest upsampling (the format conversion is in layout.cu). The primitives in nn.cu and nn_ops.cu call
  * these for an NHWC format; their NCHW float32 kernels stay as they were.
  *
  * In NHWC a pixel's C channels lie together, so a warp reads consecutive channels of a few pixels: each
@@ -13,10 +13,9 @@
 #include <stdint.h>
 
 #include "cuda.h"
+#include "kernels.cuh"
 #include "bn.cuh"
 #include "vec.cuh"
-
-#define GRID_STRIDE(i, n) for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 /* Calls F<T, V>(args) for the format's type, with V = the 16-byte width where ok, else 1. */
 #define NHWC_DISPATCH(f, ok, F, ...)                          \
@@ -555,7 +554,7 @@ __device__ inline void nhwc_covering(int i, int K, int stride, int n_out, int *l
 template <typename T, int V, bool MAX>
 __global__ void nhwc_pool_fwd_kernel(size_t n, lam_pool_geom g, const T *x, T *y, int32_t *arg) {
   const int CV = g.C / V;
-  GRID_STRIDE(i, n) {
+  GRID_STRIDE(size_t, i, n) {
     const int cv = (int)(i % CV);
     const size_t pix = i / CV;
     const int ow = (int)(pix % g.OW), oh = (int)(pix / g.OW % g.OH);
@@ -592,7 +591,7 @@ __global__ void nhwc_pool_fwd_kernel(size_t n, lam_pool_geom g, const T *x, T *y
 template <typename T, int V, bool MAX>
 __global__ void nhwc_pool_bwd_kernel(size_t n, lam_pool_geom g, const T *dy, const int32_t *__restrict__ arg, T *dx) {
   const int CV = g.C / V;
-  GRID_STRIDE(i, n) {
+  GRID_STRIDE(size_t, i, n) {
     const int cv = (int)(i % CV);
     const size_t pix = i / CV;
     const int w = (int)(pix % g.W), h = (int)(pix / g.W % g.H);
@@ -648,7 +647,7 @@ lam_status nhwc_pool(lam_ctx *ctx, lam_fmt f, int kind, const lam_pool_geom *g, 
  * double: here in float, P being small); backward: dx = dy / P everywhere. */
 template <typename T, int V> __global__ void nhwc_gap_fwd_kernel(size_t n, int C, int P, const T *x, T *y) {
   const int CV = C / V;
-  GRID_STRIDE(i, n) { /* i over (b, cv) */
+  GRID_STRIDE(size_t, i, n) { /* i over (b, cv) */
     const size_t b = i / CV;
     const int cv = (int)(i % CV);
     float s[V];
@@ -667,7 +666,7 @@ template <typename T, int V> __global__ void nhwc_gap_fwd_kernel(size_t n, int C
 }
 template <typename T, int V> __global__ void nhwc_gap_bwd_kernel(size_t n, int C, int P, const T *dy, T *dx) {
   const int CV = C / V;
-  GRID_STRIDE(i, n) { /* i over (b, p, cv) */
+  GRID_STRIDE(size_t, i, n) { /* i over (b, p, cv) */
     const int cv = (int)(i % CV);
     const size_t b = i / CV / P;
     float v[V];
@@ -698,7 +697,7 @@ lam_status nhwc_plane_mean(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int P
  * F x F block summed in row order (as the CPU twin). */
 template <typename T, int V> __global__ void nhwc_upsample_fwd_kernel(size_t n, int C, int H, int W, int F, const T *x, T *y) {
   const int CV = C / V, OW = W * F, OH = H * F;
-  GRID_STRIDE(i, n) {
+  GRID_STRIDE(size_t, i, n) {
     const int cv = (int)(i % CV);
     const size_t pix = i / CV;
     const int ow = (int)(pix % OW), oh = (int)(pix / OW % OH);
@@ -710,7 +709,7 @@ template <typename T, int V> __global__ void nhwc_upsample_fwd_kernel(size_t n, 
 }
 template <typename T, int V> __global__ void nhwc_upsample_bwd_kernel(size_t n, int C, int H, int W, int F, const T *dy, T *dx) {
   const int CV = C / V, OW = W * F;
-  GRID_STRIDE(i, n) {
+  GRID_STRIDE(size_t, i, n) {
     const int cv = (int)(i % CV);
     const size_t pix = i / CV;
     const int w = (int)(pix % W), h = (int)(pix / W % H);
@@ -744,58 +743,5 @@ lam_status nhwc_upsample(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int H, 
   if (B <= 0 || C <= 0) return LAM_OK;
   NHWC_DISPATCH(f, vec_ok(f.dt, C, in, out), up_launch, st, bwd, B, C, H, W, F, in, out);
   LAUNCH_CHECK(st, bwd ? "nhwc_upsample_bwd_kernel" : "nhwc_upsample_fwd_kernel");
-  return LAM_OK;
-}
-
-/* ---- convert: (B, C, P) between layouts and types. Same layout: elementwise; NCHW <-> NHWC: a transpose of
- * each sample's (C, P) through 32 x 32 tiles in shared memory, both sides coalesced. ---- */
-
-template <typename S, typename D> __global__ void retype_kernel(size_t n, const S *src, D *dst) {
-  GRID_STRIDE(i, n) tput(dst, i, tget(src, i));
-}
-
-/* Sample b = blockIdx.z: src (R, Q) -> dst (Q, R), R rows of Q (NCHW -> NHWC: R = C, Q = P). */
-template <typename S, typename D>
-__global__ void transpose_kernel(int R, int Q, const S *__restrict__ src, D *__restrict__ dst) {
-  __shared__ float tile[32][33];
-  const size_t base = (size_t)blockIdx.z * R * Q;
-  const int q0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
-  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
-    const int r = r0 + k, q = q0 + threadIdx.x;
-    if (r < R && q < Q) tile[k][threadIdx.x] = tget(src, base + (size_t)r * Q + q);
-  }
-  __syncthreads();
-  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
-    const int q = q0 + k, r = r0 + threadIdx.x;
-    if (r < R && q < Q) tput(dst, base + (size_t)q * R + r, tile[threadIdx.x][k]);
-  }
-}
-
-template <typename S, typename D>
-static void convert_launch(cuda_state *st, int B, int C, int P, int transpose, int to_nhwc, const void *src, void *dst) {
-  if (!transpose) {
-    const size_t n = (size_t)B * C * P;
-    retype_kernel<S, D><<<blocks_for(n), NT, 0, st->stream>>>(n, (const S *)src, (D *)dst);
-    return;
-  }
-  const int R = to_nhwc ? C : P, Q = to_nhwc ? P : C;
-  dim3 grid((unsigned)((Q + 31) / 32), (unsigned)((R + 31) / 32), (unsigned)B);
-  transpose_kernel<S, D><<<grid, dim3(32, 8), 0, st->stream>>>(R, Q, (const S *)src, (D *)dst);
-}
-
-lam_status cuda_convert(lam_ctx *ctx, int B, int C, int P, lam_fmt fs, const void *src, lam_fmt fd,
-                                   void *dst) {
-  cuda_state *st = cuda_st(ctx);
-  if (B <= 0 || C <= 0 || P <= 0) return LAM_OK;
-  const int transpose = fs.nhwc != fd.nhwc && C > 1 && P > 1;
-  const int R = fd.nhwc ? C : P; /* the transpose's rows: gridDim.y */
-  if (transpose && ((R + 31) / 32 > 65535 || B > 65535))
-    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "convert: %d x %d x %d is beyond the transpose's grid", B, C, P);
-  if (!transpose && fs.dt == fd.dt) {
-    CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)B * C * P * lam_dt_size(fs.dt), cudaMemcpyDeviceToDevice, st->stream));
-    return LAM_OK;
-  }
-  LAM_DT_DISPATCH(fs.dt, S, LAM_DT_DISPATCH(fd.dt, D, convert_launch<S, D>(st, B, C, P, transpose, fd.nhwc, src, dst)));
-  LAUNCH_CHECK(st, transpose ? "transpose_kernel" : "retype_kernel");
   return LAM_OK;
 }

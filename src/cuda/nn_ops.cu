@@ -1,7 +1,6 @@
 /* nn_ops.cu — the CUDA twins of the primitives in cpu/nn_ops.c (prims.h): per-channel bias, average and
- * global average pooling, nearest upsampling, BatchNorm (alone and followed by an activation), dropout, and
- * the helpers of concatenation, residual sums and per-pixel losses. Everything is queued on the context's
- * stream. Elementwise kernels are grid-stride loops with 32-bit indices where the tensor allows (64-bit
+ * global average pooling, nearest upsampling, BatchNorm (alone and followed by an activation) and the
+ * pooling over a clip's frames. Everything is queued on the context's stream. Elementwise kernels are grid-stride loops with 32-bit indices where the tensor allows (64-bit
  * divisions cost dozens of instructions). Per-channel reductions (channel_bias_bwd, bn_*fwd's statistics,
  * bn_*bwd's sums) are one block per channel, or S blocks per channel over ranges of samples whose sums go to
  * the scratch rowsum_part and are added up in a fixed order by a second kernel: no float atomics, so the
@@ -9,37 +8,10 @@
 #include <stdint.h>
 
 #include "cuda.h"
+#include "kernels.cuh"
 #include "../math/act.h"
 #include "vec.cuh"
 #include "bn.cuh"
-#include "../math/hash.h"
-
-/* 32-bit indices when every index and index + grid stride fits: n < 2^31. */
-static bool fits32(size_t n) { return n < ((size_t)1 << 31); }
-
-#define GRID_STRIDE(I, i, n) for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (I)gridDim.x * blockDim.x)
-
-/* Launches KERNEL<unsigned> or KERNEL<size_t> over n elements, by what n needs. */
-#define LAUNCH_ELEMENTWISE(st, KERNEL, n, ...)                                                          \
-  do {                                                                                                \
-    if (fits32(n)) KERNEL<unsigned><<<blocks_for(n), NT, 0, (st)->stream>>>((unsigned)(n), __VA_ARGS__); \
-    else KERNEL<size_t><<<blocks_for(n), NT, 0, (st)->stream>>>((size_t)(n), __VA_ARGS__);              \
-    LAUNCH_CHECK(st, #KERNEL);                                                                        \
-  } while (0)
-
-/* The same for KERNEL<I, V> over the n values of rows of P (planes of (B, C, P), say), which gets
- * (n / V, P / V, ...): float4s (V = 4) where vec is true (P % 4 == 0, pointers 16-byte aligned). */
-#define LAUNCH_ROWWISE(st, KERNEL, vec, n, P, ...)                                                      \
-  do {                                                                                                \
-    const size_t nv_ = (vec) ? (n) / 4 : (n), pv_ = (vec) ? (size_t)(P) / 4 : (size_t)(P);             \
-    if ((vec) && fits32(nv_))                                                                         \
-      KERNEL<unsigned, 4><<<blocks_for(nv_), NT, 0, (st)->stream>>>((unsigned)nv_, (unsigned)pv_, __VA_ARGS__); \
-    else if (vec) KERNEL<size_t, 4><<<blocks_for(nv_), NT, 0, (st)->stream>>>(nv_, pv_, __VA_ARGS__);  \
-    else if (fits32(nv_))                                                                             \
-      KERNEL<unsigned, 1><<<blocks_for(nv_), NT, 0, (st)->stream>>>((unsigned)nv_, (unsigned)pv_, __VA_ARGS__); \
-    else KERNEL<size_t, 1><<<blocks_for(nv_), NT, 0, (st)->stream>>>(nv_, pv_, __VA_ARGS__);             \
-    LAUNCH_CHECK(st, #KERNEL);                                                                        \
-  } while (0)
 
 /* ---- per-channel reductions over (B, C, P) ---- */
 
@@ -674,59 +646,6 @@ static lam_status nchw_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, fl
 
 /* ---- dropout and elementwise helpers ---- */
 
-/* The counter is read here, on the device: a replayed graph draws the mask of the step it replays. The
- * grid is capped so that each thread draws many values from the key it mixed once. */
-#define DROPOUT_BLOCKS 2048
-__global__ void dropout_mask_kernel(size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
-  const uint64_t key = lam_draw_key(seed, ctr ? *ctr : 0);
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    mask[i] = lam_draw_uniform(key, i) >= p;
-}
-
-lam_status cuda_dropout_mask(lam_ctx *ctx, size_t n, float p, uint64_t seed, const int32_t *ctr, uint8_t *mask) {
-  cuda_state *st = cuda_st(ctx);
-  unsigned blocks = blocks_for(n);
-  dropout_mask_kernel<<<blocks < DROPOUT_BLOCKS ? blocks : DROPOUT_BLOCKS, NT, 0, st->stream>>>(n, p, seed, ctr, mask);
-  LAUNCH_CHECK(st, "dropout_mask_kernel");
-  return LAM_OK;
-}
-
-/* Thread per V values of type T (n counts groups of V); x may be y. */
-template <typename T, int V>
-__global__ void mask_scale_kernel(size_t n, const T *x, const uint8_t *__restrict__ mask, float scale, T *y) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float v[V];
-    tload<T, V>(v, x, i);
-#pragma unroll
-    for (int q = 0; q < V; q++) v[q] = mask[i * V + q] ? v[q] * scale : 0.0f;
-    tstore<T, V>(y, i, v);
-  }
-}
-
-lam_status cuda_mask_scale(lam_ctx *ctx, lam_fmt f, size_t n, const void *x, const uint8_t *mask, float scale, void *y) {
-  cuda_state *st = cuda_st(ctx);
-  const int V = (int)(16 / lam_dt_size(f.dt));
-  const bool vec = n % V == 0 && aligned16(x) && aligned16(y);
-  LAM_DT_DISPATCH(f.dt, T, {
-    if (vec) mask_scale_kernel<T, lam_vw<T>::value><<<blocks_for(n / V), NT, 0, st->stream>>>(n / V, (const T *)x, mask, scale, (T *)y);
-    else mask_scale_kernel<T, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, (const T *)x, mask, scale, (T *)y);
-  });
-  LAUNCH_CHECK(st, "mask_scale_kernel");
-  return LAM_OK;
-}
-
-/* Thread per V values; y may be a or b. */
-template <typename T, int V> __global__ void add_kernel(size_t n, const T *a, const T *b, T *y) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float u[V], v[V];
-    tload<T, V>(u, a, i);
-    tload<T, V>(v, b, i);
-#pragma unroll
-    for (int q = 0; q < V; q++) u[q] += v[q];
-    tstore<T, V>(y, i, u);
-  }
-}
-
 /* Over a clip's frames (prims.h): a thread per pooled value (b, s), reading its T frames down the rows, so
  * consecutive threads read consecutive values of every frame. */
 template <typename T>
@@ -770,142 +689,6 @@ lam_status cuda_tpool_bwd(lam_ctx *ctx, lam_fmt f, int B, int F, size_t S, int m
   const size_t n = (size_t)B * F * S;
   LAM_DT_DISPATCH(f.dt, T, tpool_bwd_kernel<T><<<blocks_for(n), NT, 0, st->stream>>>(n, F, S, max, (const T *)dy, arg, (T *)dx));
   LAUNCH_CHECK(st, "tpool_bwd_kernel");
-  return LAM_OK;
-}
-
-/* tcat in NHWC (prims.h): each sample's (T, P, C) <-> (P, T, C), moved in units U of a run of C values; a thread
- * per unit of the side written, so the writes are coalesced (back = 0: x -> y, 1: y -> x). */
-template <typename U>
-__global__ void tcat_kernel(size_t n, int T, size_t P, size_t cu, int back, const U *__restrict__ src,
-                            U *__restrict__ dst) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const size_t u = i % cu, r = i / cu; /* r: a run of C values, in the written side's order */
-    size_t b, t, p;
-    if (back) p = r % P, t = (r / P) % T, b = r / P / T; /* dx (b, t, p) */
-    else t = r % T, p = (r / T) % P, b = r / T / P;       /* y (b, p, t) */
-    const size_t other = back ? ((b * P + p) * T + t) : ((b * T + t) * P + p);
-    dst[i] = src[other * cu + u];
-  }
-}
-static lam_status tcat_move(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *from, void *to,
-                            int back) {
-  cuda_state *st = cuda_st(ctx);
-  const size_t row = (size_t)C * lam_dt_size(f.dt), runs = (size_t)B * T * P;
-  if (!f.nhwc) { /* NCHW: a clip's rows already are its T*C channels */
-    CUDA_TRY(cudaMemcpyAsync(to, from, runs * row, cudaMemcpyDeviceToDevice, st->stream));
-    return LAM_OK;
-  }
-  const uintptr_t al = (uintptr_t)from | (uintptr_t)to | row;
-  if (al % 16 == 0)
-    tcat_kernel<uint4><<<blocks_for(runs * (row / 16)), NT, 0, st->stream>>>(runs * (row / 16), T, P, row / 16, back,
-                                                                             (const uint4 *)from, (uint4 *)to);
-  else if (al % 4 == 0)
-    tcat_kernel<uint32_t><<<blocks_for(runs * (row / 4)), NT, 0, st->stream>>>(runs * (row / 4), T, P, row / 4, back,
-                                                                                (const uint32_t *)from, (uint32_t *)to);
-  else
-    tcat_kernel<uint16_t><<<blocks_for(runs * (row / 2)), NT, 0, st->stream>>>(runs * (row / 2), T, P, row / 2, back,
-                                                                                (const uint16_t *)from, (uint16_t *)to);
-  LAUNCH_CHECK(st, "tcat_kernel");
-  return LAM_OK;
-}
-lam_status cuda_tcat_fwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *x, void *y) {
-  return tcat_move(ctx, f, B, T, C, P, x, y, 0);
-}
-lam_status cuda_tcat_bwd(lam_ctx *ctx, lam_fmt f, int B, int T, int C, size_t P, const void *dy, void *dx) {
-  return tcat_move(ctx, f, B, T, C, P, dy, dx, 1);
-}
-
-lam_status cuda_add(lam_ctx *ctx, lam_fmt f, size_t n, const void *a, const void *b, void *y) {
-  cuda_state *st = cuda_st(ctx);
-  const int V = (int)(16 / lam_dt_size(f.dt));
-  const bool vec = n % V == 0 && aligned16(a) && aligned16(b) && aligned16(y);
-  LAM_DT_DISPATCH(f.dt, T, {
-    const T *ta = (const T *)a, *tb = (const T *)b;
-    if (vec) add_kernel<T, lam_vw<T>::value><<<blocks_for(n / V), NT, 0, st->stream>>>(n / V, ta, tb, (T *)y);
-    else add_kernel<T, 1><<<blocks_for(n), NT, 0, st->stream>>>(n, ta, tb, (T *)y);
-  });
-  LAUNCH_CHECK(st, "add_kernel");
-  return LAM_OK;
-}
-
-/* Thread per element (row, column) of rows x cols, grid-stride over all of them: a concat in NHWC copies
- * many short rows (a pixel's channels), where a block a row left most threads idle (v1: 145 us for a U-Net
- * level's concat at batch 64). U is the unit moved: 16 bytes where the rows and pointers allow, else a
- * value; a copy needs no arithmetic. */
-template <typename I, typename U>
-__global__ void copy_rows_kernel(I rows, I cols, const U *__restrict__ src, size_t lds, U *__restrict__ dst, size_t ldd) {
-  const I n = rows * cols;
-  for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (I)gridDim.x * blockDim.x) {
-    const I r = e / cols, i = e - r * cols; /* 32-bit where the count allows: a 64-bit division costs dozens */
-    dst[(size_t)r * ldd + i] = src[(size_t)r * lds + i];
-  }
-}
-template <typename U>
-static void copy_rows_launch(cuda_state *st, size_t rows, size_t cols, const void *src, size_t lds, void *dst,
-                             size_t ldd) {
-  if (fits32(rows * cols))
-    copy_rows_kernel<unsigned, U><<<blocks_for(rows * cols), NT, 0, st->stream>>>(
-        (unsigned)rows, (unsigned)cols, (const U *)src, lds, (U *)dst, ldd);
-  else
-    copy_rows_kernel<size_t, U><<<blocks_for(rows * cols), NT, 0, st->stream>>>(rows, cols, (const U *)src, lds,
-                                                                               (U *)dst, ldd);
-}
-
-lam_status cuda_copy_rows(lam_ctx *ctx, lam_fmt f, size_t rows, size_t cols, const void *src, size_t lds, void *dst,
-                          size_t ldd) {
-  cuda_state *st = cuda_st(ctx);
-  if (!rows || !cols) return LAM_OK;
-  const size_t es = lam_dt_size(f.dt), per = 16 / es; /* values in 16 bytes */
-  if (cols % per == 0 && lds % per == 0 && ldd % per == 0 && aligned16(src) && aligned16(dst))
-    copy_rows_launch<uint4>(st, rows, cols / per, src, lds / per, dst, ldd / per);
-  else if (es == 2) copy_rows_launch<uint16_t>(st, rows, cols, src, lds, dst, ldd);
-  else copy_rows_launch<float>(st, rows, cols, src, lds, dst, ldd);
-  LAUNCH_CHECK(st, "copy_rows_kernel");
-  return LAM_OK;
-}
-
-/* Counting is integer work: each block's count to part (as unsigned), then one block adds them up. */
-#define COUNT_BLOCKS 1024
-static_assert(COUNT_BLOCKS <= ROW_SUM_PART_FLOATS, "label_count's partial counts live in rowsum_part");
-
-__global__ void label_count_kernel(size_t n, const uint8_t *__restrict__ labels, unsigned *part) {
-  __shared__ unsigned warp_sum[NT / 32];
-  unsigned k = 0;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    k += labels[i] != LAM_LABEL_IGNORE;
-  for (int off = 16; off > 0; off /= 2) k += __shfl_down_sync(0xffffffffu, k, off);
-  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = k;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned t = 0;
-    for (int w = 0; w < NT / 32; w++) t += warp_sum[w];
-    part[blockIdx.x] = t;
-  }
-}
-
-__global__ void label_count_final_kernel(int nparts, const unsigned *part, float *count) {
-  __shared__ unsigned long long warp_sum[NT / 32];
-  unsigned long long k = 0;
-  for (int i = threadIdx.x; i < nparts; i += NT) k += part[i];
-  for (int off = 16; off > 0; off /= 2) k += __shfl_down_sync(0xffffffffu, k, off);
-  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = k;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long t = 0;
-    for (int w = 0; w < NT / 32; w++) t += warp_sum[w];
-    *count = (float)t; /* rounded to nearest, as the CPU twin's conversion */
-  }
-}
-
-lam_status cuda_label_count(lam_ctx *ctx, size_t n, const uint8_t *labels, float *count) {
-  cuda_state *st = cuda_st(ctx);
-  size_t nb = (n + NT - 1) / NT;
-  int blocks = (int)(nb < COUNT_BLOCKS ? (nb ? nb : 1) : COUNT_BLOCKS);
-  unsigned *part = (unsigned *)st->rowsum_part;
-  label_count_kernel<<<blocks, NT, 0, st->stream>>>(n, labels, part);
-  LAUNCH_CHECK(st, "label_count_kernel");
-  label_count_final_kernel<<<1, NT, 0, st->stream>>>(blocks, part, count);
-  LAUNCH_CHECK(st, "label_count_final_kernel");
   return LAM_OK;
 }
 

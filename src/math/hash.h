@@ -1,5 +1,5 @@
-/* hash.h — the counter-based hash behind dropout's masks, one definition for the CPU (cpu/nn_ops.c)
- * and the CUDA kernels (cuda/nn_ops.cu), so both draw the same mask bit for bit: element i of the draw
+/* hash.h — the counter-based hash behind dropout's masks, one definition for the CPU (cpu/act.c)
+ * and the CUDA kernels (cuda/act.cu), so both draw the same mask bit for bit: element i of the draw
  * (seed, ctr) is a pure function of the three, with no state carried between elements or calls. */
 #ifndef LAMINA_HASH_H
 #define LAMINA_HASH_H

@@ -1,5 +1,5 @@
-/* optim.h — the optimizers' update of one parameter, written once for the CPU's loops (cpu/nn.c) and the CUDA
- * kernels (cuda/nn.cu): the same float expressions in the same order, so both backends step alike. The step's
+/* optim.h — the optimizers' update of one parameter, written once for the CPU's loops (cpu/optim.c) and the CUDA
+ * kernels (cuda/optim.cu): the same float expressions in the same order, so both backends step alike. The step's
  * scalars (Adam's step size and bias correction, SGD's first-step flag and rate) come from the caller, per step or
  * from the trainer's table (prims.h's adam and sgd). */
 #ifndef LAMINA_OPTIM_H

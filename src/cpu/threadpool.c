@@ -1,4 +1,4 @@
-/* pool.c — the host threads' work pool: a loop over [0, n) cut into chunks that the calling thread and
+/* threadpool.c — the host threads' work pool: a loop over [0, n) cut into chunks that the calling thread and
  * the pool's workers take one at a time from a shared counter.
  *
  * Why not an OpenMP `parallel for`: a region ends only when every thread of its team has arrived, so a
