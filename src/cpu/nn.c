@@ -1,5 +1,5 @@
 /* nn.c — the CPU twins of the nn primitives (prims.h): im2col/col2im, layout changes with bias,
- * max-pool and the fused conv -> relu -> maxpool. The CUDA twins are in cuda/nn.cu under the same
+ * the dense bias and the fused conv -> relu -> maxpool. The CUDA twins are in cuda/nn.cu under the same
  * names. Loops are plain so the compiler vectorizes them. The convolution's loops (im2col, col2im, the
  * fused relu + pool) run on the pool (cpu_par): a call does not wait for a thread whose core another
  * process holds. The others split the outer loop with OpenMP's static schedule. Either way each item
@@ -184,119 +184,6 @@ lam_status cpu_bias_grad(lam_ctx *ctx, int rows, int cols, const float *dy, floa
     for (int c = 0; c < cols; c++) db[c] += dy[(size_t)r * cols + c];
   return LAM_OK;
 }
-
-/* The first maximum of a 2x2 window in row order (NaN wins), the choice of the general window loops,
- * with selects rather than branches: where the maximum lies is random. *m gets it; the return value is
- * its offset in the plane, 0, 1, W or W + 1. */
-/* v is NaN, by its bits: an integer compare, where v != v made gcc branch on the parity flag */
-static inline int is_nan_bits(float v) {
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  return (u & 0x7fffffffu) > 0x7f800000u;
-}
-static inline int window2_max(float v0, float v1, float v2, float v3, int W, float *m) {
-  /* no || and no v != v: both made gcc branch, and on random data every other branch was mispredicted
-   * (the batch-64 conv1 block: 6.8 ms on one thread where a pass over its data takes 0.2) */
-  float x = v0;
-  int i = 0, t = (v1 > x) | is_nan_bits(v1);
-  x = t ? v1 : x, i = t ? 1 : i;
-  t = (v2 > x) | is_nan_bits(v2);
-  x = t ? v2 : x, i = t ? W : i;
-  t = (v3 > x) | is_nan_bits(v3);
-  x = t ? v3 : x, i = t ? W + 1 : i;
-  *m = x;
-  return i;
-}
-
-/* The 2x2 stride-2 windows of a plane, their top-left corners given (off, n of them): one loop over all
- * the plane's windows, which the compiler vectorizes with gathers. Per row, 13 windows (conv1 of the
- * reference CNN) or 5 (conv2) left nearly all the work to the vector loop's scalar remainder. conv
- * (the fused block): bias is added to every value and the max clamped at 0 (relu after the max = the max of
- * the relus); else (max-pool) the values are taken as they are, bit for bit. */
-#define WINDOW2_MAX_OFF 4096
-static inline void window2_plane(const float *plane, int W, const int32_t *off, int n, float bias, int conv, float *y,
-                                 int32_t *arg) {
-  const float b = conv ? bias : -0.0f; /* x + -0 is x, -0 included */
-#pragma omp simd
-  for (int k = 0; k < n; k++) {
-    const int at = off[k];
-    float m;
-    int i = window2_max(plane[at] + b, plane[at + 1] + b, plane[at + W] + b, plane[at + W + 1] + b, W, &m);
-    y[k] = conv ? lam_relu(m) : m;
-    arg[k] = at + i;
-  }
-}
-/* The corners for window2_plane (n = OH*OW <= WINDOW2_MAX_OFF). */
-static void window2_offsets(int W, int OH, int OW, int32_t *off) {
-  for (int oh = 0; oh < OH; oh++)
-    for (int ow = 0; ow < OW; ow++) off[oh * OW + ow] = 2 * oh * W + 2 * ow;
-}
-/* Every 2x2 stride-2 window of a plane (OH x OW of them), as window2_plane: through the corners off where
- * the caller made them (a plane of at most WINDOW2_MAX_OFF windows), else a vectorized loop a row. */
-static inline void window2_pool(const float *plane, int W, int OH, int OW, const int32_t *off, float bias, int conv,
-                                float *y, int32_t *arg) {
-  if (off) {
-    window2_plane(plane, W, off, OH * OW, bias, conv, y, arg);
-    return;
-  }
-  const float b = conv ? bias : -0.0f;
-  for (int oh = 0; oh < OH; oh++) {
-    const float *r0 = plane + (size_t)(2 * oh) * W, *r1 = r0 + W;
-    float *yr = y + (size_t)oh * OW;
-    int32_t *ar = arg + (size_t)oh * OW;
-    const int base = 2 * oh * W;
-#pragma omp simd
-    for (int ow = 0; ow < OW; ow++) {
-      float m;
-      int i = window2_max(r0[2 * ow] + b, r0[2 * ow + 1] + b, r1[2 * ow] + b, r1[2 * ow + 1] + b, W, &m);
-      yr[ow] = conv ? lam_relu(m) : m;
-      ar[ow] = base + 2 * ow + i;
-    }
-  }
-}
-
-static lam_status plain_maxpool_fwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *x, float *y, int32_t *arg) {
-  (void)ctx;
-  int32_t off[WINDOW2_MAX_OFF];
-  const int use_off = g->K == 2 && g->stride == 2 && g->OH * g->OW <= WINDOW2_MAX_OFF;
-  if (use_off) window2_offsets(g->W, g->OH, g->OW, off);
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * g->C * g->H * g->W > PAR_MIN)
-  for (int b = 0; b < B; b++)
-    for (int c = 0; c < g->C; c++) {
-      const float *xs = x + ((size_t)b * g->C + c) * g->H * g->W;
-      size_t o = ((size_t)b * g->C + c) * g->OH * g->OW;
-      if (g->K == 2 && g->stride == 2) { /* the common case, vectorized */
-        window2_pool(xs, g->W, g->OH, g->OW, use_off ? off : NULL, 0.0f, 0, y + o, arg + o);
-        continue;
-      }
-      for (int oh = 0; oh < g->OH; oh++)
-        for (int ow = 0; ow < g->OW; ow++) {
-          int base = (oh * g->stride) * g->W + ow * g->stride, best = base;
-          float m = xs[best];
-          for (int i = 0; i < g->K; i++) {
-            const float *r = xs + base + i * g->W;
-            for (int j = 0; j < g->K; j++)
-              if (r[j] > m || r[j] != r[j]) m = r[j], best = base + i * g->W + j; /* NaN wins, as in PyTorch */
-          }
-          y[o + oh * g->OW + ow] = m;
-          arg[o + oh * g->OW + ow] = best;
-        }
-    }
-  return LAM_OK;
-}
-
-static lam_status plain_maxpool_bwd(lam_ctx *ctx, const lam_pool_geom *g, int B, const float *dy, const int32_t *arg, float *dx) {
-  (void)ctx;
-  size_t plane_in = (size_t)g->H * g->W, plane_out = (size_t)g->OH * g->OW;
-#pragma omp parallel for schedule(static) if ((size_t)B * g->C * plane_in > PAR_MIN)
-  for (size_t bc = 0; bc < (size_t)B * g->C; bc++) {
-    float *d = dx + bc * plane_in;
-    memset(d, 0, plane_in * sizeof *d);
-    for (size_t o = 0; o < plane_out; o++) d[arg[bc * plane_out + o]] += dy[bc * plane_out + o];
-  }
-  return LAM_OK;
-}
-
 typedef struct conv_pool_args {
   const lam_pool_geom *g;
   int B;
@@ -474,41 +361,4 @@ lam_status cpu_conv_pool_direct_bwd(lam_ctx *ctx, const lam_conv_geom *cg, const
     db[oc] += gb;
   }
   return LAM_OK;
-}
-
-/* ---- the primitives above in any format: through their plain twins (cpu/layout.c) ---- */
-
-lam_status cpu_maxpool_fwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *x, void *y,
-                           int32_t *arg) {
-  cpu_fmt_job j = cpu_fmt_begin(f);
-  const float *tx = cpu_fmt_in(&j, B, g->C, (size_t)g->H * g->W, x);
-  float *ty = cpu_fmt_out(&j, B, g->C, (size_t)g->OH * g->OW, y, 0);
-  lam_status s = j.status;
-  if (s == LAM_OK && !lam_fmt_plain(f)) { /* arg is per output, in the output's layout */
-    int32_t *targ = malloc(((size_t)B * g->C * g->OH * g->OW + 1) * sizeof *targ);
-    if (!targ) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "maxpool_fwd: no host memory for the argmax copy");
-    if (s == LAM_OK) s = plain_maxpool_fwd(ctx, g, B, tx, ty, targ);
-    if (s == LAM_OK) cpu_relayout_i32(B, g->C, g->OH * g->OW, 0, targ, f.nhwc, arg);
-    free(targ);
-    return cpu_fmt_end(&j, s);
-  }
-  return cpu_fmt_end(&j, s ? s : plain_maxpool_fwd(ctx, g, B, tx, ty, arg));
-}
-lam_status cpu_maxpool_bwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *dy, const int32_t *arg,
-                           void *dx) {
-  cpu_fmt_job j = cpu_fmt_begin(f);
-  const float *tdy = cpu_fmt_in(&j, B, g->C, (size_t)g->OH * g->OW, dy);
-  float *tdx = cpu_fmt_out(&j, B, g->C, (size_t)g->H * g->W, dx, 0);
-  lam_status s = j.status;
-  if (s == LAM_OK && !lam_fmt_plain(f)) {
-    int32_t *targ = malloc(((size_t)B * g->C * g->OH * g->OW + 1) * sizeof *targ);
-    if (!targ) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "maxpool_bwd: no host memory for the argmax copy");
-    if (s == LAM_OK) {
-      cpu_relayout_i32(B, g->C, g->OH * g->OW, f.nhwc, arg, 0, targ);
-      s = plain_maxpool_bwd(ctx, g, B, tdy, targ, tdx);
-    }
-    free(targ);
-    return cpu_fmt_end(&j, s);
-  }
-  return cpu_fmt_end(&j, s ? s : plain_maxpool_bwd(ctx, g, B, tdy, arg, tdx));
 }

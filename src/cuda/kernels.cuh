@@ -1,9 +1,11 @@
 /* kernels.cuh — what the CUDA nn kernels of several op families share (cuda/<family>.cu): the check of a
- * grid's 32-bit indexing, grid-stride loops and the launchers of elementwise and row-wise kernels. */
+ * grid's 32-bit indexing, grid-stride loops, the launchers of elementwise and row-wise kernels, and the
+ * dispatch of the NHWC kernels by element type and vector width. */
 #ifndef LAMINA_CUDA_KERNELS_CUH
 #define LAMINA_CUDA_KERNELS_CUH
 
 #include "cuda.h"
+#include "vec.cuh"
 
 /* The grids that check here put a channel (or channel x sample) in blockIdx.y and index within it in 32 bits:
  * 64-bit divisions by run-time sizes cost dozens of instructions each. */
@@ -41,5 +43,18 @@ static inline bool fits32(size_t n) { return n < ((size_t)1 << 31); }
     else KERNEL<size_t, 1><<<blocks_for(nv_), NT, 0, (st)->stream>>>(nv_, pv_, __VA_ARGS__);             \
     LAUNCH_CHECK(st, #KERNEL);                                                                        \
   } while (0)
+
+/* Calls F<T, V>(args) for the format's type, with V = the 16-byte width where ok, else 1. */
+#define NHWC_DISPATCH(f, ok, F, ...)                          \
+  LAM_DT_DISPATCH((f).dt, T_, {                               \
+    if (ok) F<T_, lam_vw<T_>::value>(__VA_ARGS__);            \
+    else F<T_, 1>(__VA_ARGS__);                               \
+  })
+
+/* Whether C channels and these pointers (NULL ignored) take 16-byte vectors of type dt. */
+static inline bool vec_ok(int dt, int C, const void *a, const void *b = NULL, const void *c = NULL, const void *d = NULL) {
+  const int V = (int)(16 / lam_dt_size(dt));
+  return C % V == 0 && aligned16(a) && (!b || aligned16(b)) && (!c || aligned16(c)) && (!d || aligned16(d));
+}
 
 #endif

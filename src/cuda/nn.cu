@@ -432,61 +432,6 @@ lam_status cuda_bias_grad(lam_ctx *ctx, int rows, int cols, const float *dy, flo
   return LAM_OK;
 }
 
-__global__ void maxpool_fwd_kernel(lam_pool_geom g, int B, const float *x, float *y, int32_t *arg) {
-  size_t total = (size_t)B * g.C * g.OH * g.OW;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-    int ow = (int)(i % g.OW), oh = (int)(i / g.OW % g.OH);
-    size_t bc = i / ((size_t)g.OW * g.OH);
-    const float *xs = x + bc * g.H * g.W;
-    int best = (oh * g.stride) * g.W + ow * g.stride;
-    float m = xs[best];
-    for (int a = 0; a < g.K; a++)
-      for (int b2 = 0; b2 < g.K; b2++) {
-        int idx = (oh * g.stride + a) * g.W + ow * g.stride + b2;
-        float v = xs[idx];
-        if (v > m || v != v) m = v, best = idx; /* NaN wins, as on the CPU and in PyTorch */
-      }
-    y[i] = m;
-    arg[i] = best;
-  }
-}
-
-lam_status cuda_maxpool_fwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *xv, void *yv,
-                            int32_t *arg) {
-  cuda_state *st = cuda_st(ctx);
-  if (f.nhwc) return nhwc_pool(ctx, f, 0, g, B, xv, yv, arg);
-  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("maxpool_fwd");
-  const float *x = (const float *)xv;
-  float *y = (float *)yv;
-  maxpool_fwd_kernel<<<blocks_for((size_t)B * g->C * g->OH * g->OW), NT, 0, st->stream>>>(*g, B, x, y, arg);
-  LAUNCH_CHECK(st, "maxpool_fwd_kernel");
-  return LAM_OK;
-}
-
-/* Overlapping windows (stride < K) can route two outputs to one input: atomicAdd. */
-__global__ void maxpool_bwd_kernel(lam_pool_geom g, int B, const float *dy, const int32_t *arg, float *dx) {
-  size_t total = (size_t)B * g.C * g.OH * g.OW;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-    size_t bc = i / ((size_t)g.OW * g.OH);
-    float *d = dx + bc * g.H * g.W + arg[i];
-    if (g.stride >= g.K) *d += dy[i];
-    else atomicAdd(d, dy[i]);
-  }
-}
-
-lam_status cuda_maxpool_bwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, const void *dyv, const int32_t *arg,
-                            void *dxv) {
-  cuda_state *st = cuda_st(ctx);
-  if (f.nhwc) return nhwc_pool(ctx, f, 1, g, B, dyv, dxv, (int32_t *)arg);
-  if (f.dt != LAM_DT_F32) return nchw_bf16_unsupported("maxpool_bwd");
-  const float *dy = (const float *)dyv;
-  float *dx = (float *)dxv;
-  CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)B * g->C * g->H * g->W * sizeof(float), st->stream));
-  maxpool_bwd_kernel<<<blocks_for((size_t)B * g->C * g->OH * g->OW), NT, 0, st->stream>>>(*g, B, dy, arg, dx);
-  LAUNCH_CHECK(st, "maxpool_bwd_kernel");
-  return LAM_OK;
-}
-
 /* ---- fused conv -> relu -> maxpool ---- */
 
 /* Block row c, one thread per pooled output (b, ph, pw) of channel c: the K x K window of G (C, B*H*W)
