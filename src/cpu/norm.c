@@ -1,12 +1,267 @@
-/* norm.c — the CPU twins of the normalizations over groups of channels (prims.h): GroupNorm, and LayerNorm as its
- * one group. The CUDA twins are in cuda/norm.cu under the same names. Plain loops, sums in double, OpenMP over the
- * (sample, group) pairs with a static schedule; the parameter gradients summed per sample first, then over the
- * samples in order: the same bits every run and thread count. In NCHW a group's C/G channels lie together, so
- * each (sample, group) is one run of C/G x P values. */
+/* norm.c — the CPU twins of the normalization primitives (prims.h): BatchNorm (alone, followed by an activation,
+ * with a residual add, and synchronized over ranks: bn_sums, bn_sync_stats, bn_sync_dx), and GroupNorm, with
+ * LayerNorm as its one group. The CUDA twins are in cuda/norm.cu under the same names. This is the tests'
+ * oracle: plain loops, statistics and gradient sums in double, OpenMP with a static schedule; the same bits
+ * every run and thread count. */
 #include <math.h>
 
 #include "cpu.h"
 #include "kernels.h"
+#include "../math/act.h"
+
+/* ---- BatchNorm, and BatchNorm followed by an activation ---- */
+
+/* Channel c's mean and invstd: train, those of x over b and p (saved, and the running statistics
+ * updated); else the running ones. Shared by bn_fwd and bn_act_fwd, so the two agree bit for bit. */
+static void bn_channel_stats(int B, int C, int P, int c, const float *x, float *mean, float *invstd, float *run_mean,
+                             float *run_var, float momentum, float eps, int train, float *m_out, float *is_out) {
+  const size_t N = (size_t)B * P;
+  float m, is;
+  if (train) { /* two passes in double: the mean, then the squares about it */
+    double s = 0.0, v = 0.0;
+    for (int b = 0; b < B; b++) {
+      const float *xs = x + ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) s += xs[p];
+    }
+    const double mu = s / (double)N;
+    for (int b = 0; b < B; b++) {
+      const float *xs = x + ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) v += ((double)xs[p] - mu) * ((double)xs[p] - mu);
+    }
+    const double var = v / (double)N;
+    m = (float)mu, is = (float)(1.0 / sqrt(var + (double)eps));
+    mean[c] = m, invstd[c] = is;
+    if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
+    if (run_var) /* the unbiased variance, as PyTorch (one value: the biased one, to stay finite) */
+      run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1 ? var * N / (double)(N - 1) : var);
+  } else {
+    m = run_mean[c], is = 1.0f / sqrtf(run_var[c] + eps);
+  }
+  *m_out = m, *is_out = is;
+}
+
+static lam_status plain_bn_fwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *gamma, const float *beta, float *y,
+                      float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps,
+                      int train) {
+  (void)ctx;
+  if (train && (!mean || !invstd))
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_fwd: training needs mean and invstd to save the batch statistics in");
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    float m, is;
+    bn_channel_stats(B, C, P, c, x, mean, invstd, run_mean, run_var, momentum, eps, train, &m, &is);
+    const float sc = is * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) y[o + p] = (x[o + p] - m) * sc + bt;
+    }
+  }
+  return LAM_OK;
+}
+
+/* Channel c's sum(dy) and sum(dy xhat) in double, and its dx = k (dy - mdy - xhat mdx) with xhat = (x - m) is:
+ * bn_bwd's two passes, shared with sync BN's twins (which sum over the ranks between them). */
+static void bn_channel_dy_sums(int B, int C, int P, int c, const float *x, const float *dy, double m, double is,
+                               double *s1, double *s2) {
+  double a = 0.0, b2 = 0.0;
+  for (int b = 0; b < B; b++) {
+    size_t o = ((size_t)b * C + c) * P;
+    for (int p = 0; p < P; p++) {
+      double g = dy[o + p];
+      a += g;
+      b2 += g * (((double)x[o + p] - m) * is);
+    }
+  }
+  *s1 = a, *s2 = b2;
+}
+static void bn_channel_dx(int B, int C, int P, int c, const float *x, const float *dy, double m, double is, double k,
+                          double mdy, double mdx, float *dx) {
+  for (int b = 0; b < B; b++) {
+    size_t o = ((size_t)b * C + c) * P;
+    for (int p = 0; p < P; p++) dx[o + p] = (float)(k * ((double)dy[o + p] - mdy - ((double)x[o + p] - m) * is * mdx));
+  }
+}
+
+static lam_status plain_bn_bwd(lam_ctx *ctx, int B, int C, int P, const float *x, const float *dy, const float *gamma,
+                      const float *mean, const float *invstd, float *dx, float *dgamma, float *dbeta) {
+  (void)ctx;
+  const double N = (double)B * P;
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    const double m = mean[c], is = invstd[c];
+    double s1, s2; /* sum(dy), sum(dy xhat) */
+    bn_channel_dy_sums(B, C, P, c, x, dy, m, is, &s1, &s2);
+    if (dgamma) dgamma[c] += (float)s2;
+    if (dbeta) dbeta[c] += (float)s1;
+    bn_channel_dx(B, C, P, c, x, dy, m, is, (gamma ? gamma[c] : 1.0) * is, s1 / N, s2 / N, dx);
+  }
+  return LAM_OK;
+}
+
+static lam_status plain_bn_sums(int B, int C, int P, const float *x, const float *dy, const float *mean,
+                                const float *invstd, float *out, float *dgamma, float *dbeta) {
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    double s1 = 0.0, s2 = 0.0;
+    if (dy) {
+      bn_channel_dy_sums(B, C, P, c, x, dy, mean[c], invstd[c], &s1, &s2);
+    } else {
+      for (int b = 0; b < B; b++) {
+        size_t o = ((size_t)b * C + c) * P;
+        for (int p = 0; p < P; p++) {
+          const double v = x[o + p];
+          s1 += v, s2 += v * v;
+        }
+      }
+    }
+    out[c] = (float)s1, out[C + c] = (float)s2;
+    if (dbeta) dbeta[c] += (float)s1;
+    if (dgamma) dgamma[c] += (float)s2;
+  }
+  return LAM_OK;
+}
+
+static lam_status plain_bn_sync_dx(int B, int C, int P, const float *x, const float *dy, const float *gamma,
+                                   const float *mean, const float *invstd, const float *sums, double N, float *dx) {
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    const double is = invstd[c];
+    bn_channel_dx(B, C, P, c, x, dy, mean[c], is, (gamma ? gamma[c] : 1.0) * is, sums[c] / N, sums[C + c] / N, dx);
+  }
+  return LAM_OK;
+}
+
+static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x,
+                          const float *r, const float *gamma, const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                          float momentum, float eps, int train) {
+  (void)ctx;
+  if (train && (!mean || !invstd))
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_fwd: training needs mean and invstd to save the batch statistics in");
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    float m, is;
+    bn_channel_stats(B, C, P, c, x, mean, invstd, run_mean, run_var, momentum, eps, train, &m, &is);
+    const float sc = is * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      if (r)
+        for (int p = 0; p < P; p++) y[o + p] = lam_act(act, alpha, (x[o + p] - m) * sc + bt + r[o + p]);
+      else
+        for (int p = 0; p < P; p++) y[o + p] = lam_act(act, alpha, (x[o + p] - m) * sc + bt);
+    }
+  }
+  return LAM_OK;
+}
+
+static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
+                          const float *dy, const float *gamma, const float *beta, const float *mean,
+                          const float *invstd, float *dx, float *dr, int dr_add, float *dgamma, float *dbeta) {
+  (void)ctx;
+  const double N = (double)B * P;
+  const int gelu = act == LAM_ACT_GELU; /* dz from z, recomputed as bn_act_fwd computed it; else from y */
+  if (!gelu && !y)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: relu, leaky, tanh and sigmoid read y, which is NULL");
+  if (gelu && dr) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: a residual's gradient needs an activation read from y, not gelu");
+#pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
+  for (int c = 0; c < C; c++) {
+    const float mf = mean[c], sc = invstd[c] * (gamma ? gamma[c] : 1.0f), bt = beta ? beta[c] : 0.0f;
+    const double m = mean[c], is = invstd[c];
+    double s1 = 0.0, s2 = 0.0; /* sum(dz), sum(dz xhat) */
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) {
+        float z = gelu ? (x[o + p] - mf) * sc + bt : 0.0f, yv = gelu ? 0.0f : y[o + p];
+        double g = lam_act_grad(act, alpha, z, yv, dy[o + p]);
+        s1 += g;
+        s2 += g * (((double)x[o + p] - m) * is);
+      }
+    }
+    if (dgamma) dgamma[c] += (float)s2;
+    if (dbeta) dbeta[c] += (float)s1;
+    const double mdz = s1 / N, mdx = s2 / N, k = (gamma ? gamma[c] : 1.0) * is;
+    for (int b = 0; b < B; b++) {
+      size_t o = ((size_t)b * C + c) * P;
+      for (int p = 0; p < P; p++) { /* dz again: each value is read before dx's is written (dx may be dy) */
+        float z = gelu ? (x[o + p] - mf) * sc + bt : 0.0f, yv = gelu ? 0.0f : y[o + p];
+        double g = lam_act_grad(act, alpha, z, yv, dy[o + p]);
+        if (dr) dr[o + p] = dr_add ? dr[o + p] + (float)g : (float)g;
+        dx[o + p] = (float)(k * (g - mdz - ((double)x[o + p] - m) * is * mdx));
+      }
+    }
+  }
+  return LAM_OK;
+}
+
+/* ---- BatchNorm in any format: through its plain twins (cpu/layout.c) ---- */
+
+lam_status cpu_bn_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const float *gamma,
+                      const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                      float momentum, float eps, int train) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x);
+  float *ty = cpu_fmt_out(&j, B, C, P, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_fwd(ctx, B, C, P, tx, gamma, beta, ty, mean, invstd, run_mean,
+                                                             run_var, momentum, eps, train));
+}
+lam_status cpu_bn_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma,
+                      const float *mean, const float *invstd, void *dx, float *dgamma, float *dbeta) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *tdy = cpu_fmt_in(&j, B, C, P, dy);
+  float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_bwd(ctx, B, C, P, tx, tdy, gamma, mean, invstd, tdx, dgamma,
+                                                             dbeta));
+}
+lam_status cpu_bn_sums(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *mean,
+                       const float *invstd, float *out, float *dgamma, float *dbeta) {
+  (void)ctx;
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *tdy = dy ? cpu_fmt_in(&j, B, C, P, dy) : NULL;
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_sums(B, C, P, tx, tdy, mean, invstd, out, dgamma, dbeta));
+}
+/* Per channel, in double as bn_fwd's statistics are; invstd as bn_fwd computes it from running statistics
+ * (eval), which the synchronized forward then runs with these. */
+lam_status cpu_bn_sync_stats(lam_ctx *ctx, int C, double N, const float *sums, float eps, float momentum, float *mean,
+                             float *invstd, float *var, float *run_mean, float *run_var) {
+  (void)ctx;
+  for (int c = 0; c < C; c++) {
+    const double mu = sums[c] / N, v = fmax(sums[C + c] / N - mu * mu, 0.0);
+    mean[c] = (float)mu, var[c] = (float)v, invstd[c] = 1.0f / sqrtf(var[c] + eps);
+    if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * mean[c];
+    if (run_var) run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1 ? v * N / (N - 1) : v);
+  }
+  return LAM_OK;
+}
+lam_status cpu_bn_sync_dx(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma,
+                          const float *mean, const float *invstd, const float *sums, double N, void *dx) {
+  (void)ctx;
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *tdy = cpu_fmt_in(&j, B, C, P, dy);
+  float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_sync_dx(B, C, P, tx, tdy, gamma, mean, invstd, sums, N, tdx));
+}
+lam_status cpu_bn_act_fwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
+                          const void *r, const float *gamma, const float *beta, void *y, float *mean, float *invstd,
+                          float *run_mean, float *run_var, float momentum, float eps, int train) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *tr = r ? cpu_fmt_in(&j, B, C, P, r) : NULL;
+  float *ty = cpu_fmt_out(&j, B, C, P, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_act_fwd(ctx, B, C, P, act, alpha, tx, tr, gamma, beta, ty, mean,
+                                                                 invstd, run_mean, run_var, momentum, eps, train));
+}
+lam_status cpu_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x,
+                          const void *y, const void *dy, const float *gamma, const float *beta, const float *mean,
+                          const float *invstd, void *dx, void *dr, int dr_add, float *dgamma, float *dbeta) {
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *ty = cpu_fmt_in(&j, B, C, P, y), *tdy = cpu_fmt_in(&j, B, C, P, dy);
+  float *tdr = dr ? cpu_fmt_out(&j, B, C, P, dr, dr_add) : NULL; /* before dx: dx may be dy, dr never */
+  float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_act_bwd(ctx, B, C, P, act, alpha, tx, ty, tdy, gamma, beta, mean,
+                                                                 invstd, tdx, tdr, dr_add, dgamma, dbeta));
+}
+
+/* ---- GroupNorm, and LayerNorm as its one group: OpenMP over the (sample, group) pairs; the parameter gradients
+ * summed per sample first, then over the samples in order. In NCHW a group's C/G channels lie together, so each
+ * (sample, group) is one run of C/G x P values. ---- */
 
 static lam_status plain_groupnorm_fwd(int B, int C, int P, int G, const float *x, const float *gamma, const float *beta,
                                       float *y, float *mean, float *invstd, float eps) {

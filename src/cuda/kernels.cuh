@@ -1,6 +1,6 @@
 /* kernels.cuh — what the CUDA nn kernels of several op families share (cuda/<family>.cu): the check of a
  * grid's 32-bit indexing, grid-stride loops, the launchers of elementwise and row-wise kernels, and the
- * dispatch of the NHWC kernels by element type and vector width. */
+ * dispatch of the NHWC kernels by element type and vector width, and which formats take them. */
 #ifndef LAMINA_CUDA_KERNELS_CUH
 #define LAMINA_CUDA_KERNELS_CUH
 
@@ -56,5 +56,8 @@ static inline bool vec_ok(int dt, int C, const void *a, const void *b = NULL, co
   const int V = (int)(16 / lam_dt_size(dt));
   return C % V == 0 && aligned16(a) && (!b || aligned16(b)) && (!c || aligned16(c)) && (!d || aligned16(d));
 }
+
+/* The NHWC kernels serve f: NHWC, or a flat tensor in any layout. */
+static inline bool as_nhwc(lam_fmt f, int P) { return f.nhwc || (P == 1 && f.dt != LAM_DT_F32); }
 
 #endif
