@@ -182,23 +182,3 @@ lam_status cpu_set_precision(lam_ctx *ctx, int p) {
                     "(bf16 and fp16 are emulated there, for checking)", ctx->be->name);
   return LAM_OK;
 }
-
-/* ---- the 2-D convolution as im2col + GEMM (conv_im2col.h) ---- */
-#include "../conv_im2col.h"
-
-lam_status cpu_conv2d_workspace(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, size_t *bytes) {
-  (void)ctx;
-  return conv_im2col_workspace(f, g, OC, B, bytes);
-}
-lam_status cpu_conv2d_fwd(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x, const void *W,
-                          void *y, void *ws, size_t ws_bytes) {
-  return conv_im2col_fwd(ctx, f, g, OC, B, x, W, y, ws, ws_bytes);
-}
-lam_status cpu_conv2d_bwd_data(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *dy,
-                               const void *W, void *dx, int accumulate, void *ws, size_t ws_bytes) {
-  return conv_im2col_bwd_data(ctx, f, g, OC, B, dy, W, dx, accumulate, ws, ws_bytes);
-}
-lam_status cpu_conv2d_bwd_filter(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x,
-                                 const void *dy, float *dW, void *ws, size_t ws_bytes) {
-  return conv_im2col_bwd_filter(ctx, f, g, OC, B, x, dy, dW, ws, ws_bytes);
-}
