@@ -2,7 +2,9 @@
  * else a plain blocked loop (correct, several times slower), so lamina still builds where no BLAS is
  * installed, e.g. a GPU machine whose CPU backend only serves as the tests' reference. gemm_half
  * widens its bfloat16 operands and multiplies in fp32 — the tensor cores' numbers up to the order of
- * summation: the bf16 and fp16 precisions are emulated on the CPU, for checking the GPU, not for speed. */
+ * summation: the bf16 and fp16 precisions are emulated on the CPU, for checking the GPU, not for speed.
+ * Beside it, what a dense layer adds to its product: the bias (add_bias) and its gradient (bias_grad). The
+ * CUDA twins are in cuda/gemm.cu under the same names. */
 #include <stdlib.h>
 
 #include "cpu.h"
@@ -180,5 +182,21 @@ lam_status cpu_set_precision(lam_ctx *ctx, int p) {
   if (p == LAM_PRECISION_TF32)
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "lam_ctx_set_precision: tf32 needs tensor cores; the %s backend computes in fp32 "
                     "(bf16 and fp16 are emulated there, for checking)", ctx->be->name);
+  return LAM_OK;
+}
+
+/* ---- a dense layer's bias over the rows of its GEMM's output (rows, cols) ---- */
+
+lam_status cpu_add_bias(lam_ctx *ctx, int rows, int cols, float *y, const float *b) {
+  (void)ctx;
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) y[(size_t)r * cols + c] += b[c];
+  return LAM_OK;
+}
+
+lam_status cpu_bias_grad(lam_ctx *ctx, int rows, int cols, const float *dy, float *db) {
+  (void)ctx;
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) db[c] += dy[(size_t)r * cols + c];
   return LAM_OK;
 }

@@ -1,7 +1,8 @@
-/* nn.cu — the CUDA twins of the nn primitives (prims.h; CPU versions in cpu/nn.c under the same
- * names). Everything is queued on the context's stream; nothing here waits for the device. GEMMs go to
- * cuBLAS (row-major calls mapped onto its column-major API); a dense layer's bias (add_bias, bias_grad)
- * beside them; the convolutions' kernels are in conv.cu. */
+/* gemm.cu — the CUDA twins of the matrix-product primitives (prims.h; CPU versions in cpu/gemm.c under the same
+ * names): gemm through cuBLAS's sgemm (row-major calls mapped onto its column-major API), gemm_half through
+ * cublasGemmEx (bfloat16 or half operands, fp32 sums), to_half, the precision's math mode; and beside them a
+ * dense layer's bias (add_bias, bias_grad). Everything is queued on the context's stream; nothing here waits
+ * for the device. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <dlfcn.h>
