@@ -33,7 +33,8 @@ static inline void cpu_par(size_t n, size_t work, size_t min_work, lam_pool_fn f
   lam_pool_for(n, chunk ? chunk : 1, fn, arg);
 }
 
-/* The nn primitives (prims.h), cpu_ prefix: cpu/nn.c, cpu/nn_ops.c, cpu/gemm.c. */
+/* The nn primitives (prims.h), cpu_ prefix: cpu/<family>.c (gemm, conv, pool, norm, act, loss, optim, data,
+ * layout). */
 #define LAM_CPU_PRIM(name, params) lam_status cpu_##name params;
 LAM_NN_PRIMS(LAM_CPU_PRIM)
 #undef LAM_CPU_PRIM

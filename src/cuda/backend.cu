@@ -1,6 +1,6 @@
 /* backend.cu — the CUDA backend's table: device discovery, context set-up, device and pinned memory,
  * copies, queues, events and graphs, and the error checks every CUDA call goes through. The ops are in
- * the other .cu files by family (hidden.cu, nn.cu, nn_ops.cu, nhwc.cu, conv.cu, jpeg.cu, comm.cu). */
+ * the other .cu files by family (hidden.cu, gemm.cu, conv.cu, pool.cu, norm.cu, act.cu, loss.cu, optim.cu, data.cu, layout.cu, jpeg.cu, comm.cu). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

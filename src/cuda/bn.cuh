@@ -1,4 +1,4 @@
-/* bn.cuh — what the BatchNorm kernels of both layouts share (nn_ops.cu: NCHW; nhwc.cu: NHWC): the activation
+/* bn.cuh — what the BatchNorm kernels of both layouts share (norm.cu, and reduce.cuh's sums): the activation
  * a fused BatchNorm applies, the finish of a channel's statistics, and gamma and beta where not given. */
 #ifndef LAMINA_CUDA_BN_CUH
 #define LAMINA_CUDA_BN_CUH

@@ -13,7 +13,7 @@
 #ifdef LAMINA_WITH_NCCL
 #include <nccl.h>
 
-/* NCCL is loaded at the first collective, not with liblamina, for the reason cuBLAS is (nn.cu): a process
+/* NCCL is loaded at the first collective, not with liblamina, for the reason cuBLAS is (gemm.cu): a process
  * of one rank — every plain run — never maps it. The soname first, then the toolkit's folder. */
 #define NCCL_SONAME "libnccl.so.2"
 static struct {

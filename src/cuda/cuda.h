@@ -17,7 +17,7 @@
 #define ROW_SUM_CHUNK 4096
 #define ROW_SUM_MAX_CHUNKS 64
 #define ROW_SUM_PART_FLOATS 8192
-/* The NHWC per-channel reductions' partial sums (nhwc.cu): blocks x channels x 2, and 2 per channel after. */
+/* The NHWC per-channel reductions' partial sums (reduce.cuh): blocks x channels x 2, and 2 per channel after. */
 #define NHWC_PART_FLOATS ((size_t)1 << 20)
 
 typedef struct cuda_slot {
@@ -44,15 +44,15 @@ typedef struct cuda_state {
   int slots;          /* slots in use, LAM_CUDA_SLOTS_DEFAULT or LAMINA_STREAMS */
   size_t chunk_env;   /* LAMINA_CHUNK (values per chunk), 0: chosen by size */
   int sync_debug;
-  void *cublas; /* cublasHandle_t, made at the first matrix product (nn.cu) */
+  void *cublas; /* cublasHandle_t, made at the first matrix product (gemm.cu) */
   void *cublas_ws; /* its workspace */
   int capturing;   /* queue 0 is being captured into a graph: launches must not synchronize */
   cudaEvent_t *marks; /* the profiler's clock (nn/prof.c), made on demand and kept */
   size_t marks_cap;
   cudaStream_t copy_stream; /* queue 1: host->device copies that overlap the work on `stream` */
-  float *rowsum_part;       /* ROW_SUM_PART_FLOATS partial row sums (nn.cu's row_sum) */
-  float *nhwc_part;         /* NHWC_PART_FLOATS partial sums of nhwc.cu's reductions */
-  unsigned *xent_done;      /* xent's count of finished blocks (nn.cu), 0 between calls */
+  float *rowsum_part;       /* ROW_SUM_PART_FLOATS partial row sums (conv.cu's row_sum, reduce.cuh, loss.cu) */
+  float *nhwc_part;         /* NHWC_PART_FLOATS partial sums of the NHWC reductions (reduce.cuh) */
+  unsigned *xent_done;      /* xent's count of finished blocks (loss.cu), 0 between calls */
   void *cudnn;              /* conv.cu's cuDNN handle and plans, made at the first convolution */
   int cudnn_failed;         /* cuDNN could not be loaded: im2col + GEMM */
   cudaEvent_t *events;      /* the event slots of event_record & co., made on demand and kept */
@@ -87,7 +87,7 @@ lam_status cuda_comm_sum_host(lam_ctx *ctx, void *comm, double *x, size_t n);
 #define CUDA_TRY(expr) LAM_TRY(cuda_status((expr), #expr, __FILE__, __LINE__))
 #define CUDA_LAUNCH_TRY(st, stream, kernel) LAM_TRY(cuda_after_launch((st), (stream), (kernel), __FILE__, __LINE__))
 
-/* The nn kernels' launches (nn.cu, nn_ops.cu, nhwc.cu): NT threads a block, blocks_for(n) blocks for n threads'
+/* The nn kernels' launches (cuda/<family>.cu): NT threads a block, blocks_for(n) blocks for n threads'
  * work (at most 2^30, at least 1; grid-stride loops cover the rest), and the check after each launch. */
 #define NT 256
 static inline unsigned blocks_for(size_t n) {
@@ -108,14 +108,15 @@ lam_status cuda_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtyp
 lam_status cuda_normalize(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out);
 lam_status cuda_weigh(lam_ctx *ctx, size_t n, const float *a, const float *w, float *out);
 lam_status cuda_tanh(lam_ctx *ctx, size_t n, const float *x, float *out);
-/* The nn primitives (prims.h), cuda_ prefix: nn.cu, nn_ops.cu. */
+/* The nn primitives (prims.h), cuda_ prefix: cuda/<family>.cu (gemm, conv, pool, norm, act, loss, optim, data,
+ * layout). */
 #define LAM_CUDA_PRIM(name, params) lam_status cuda_##name params;
 LAM_NN_PRIMS(LAM_CUDA_PRIM)
 #undef LAM_CUDA_PRIM
 lam_status cuda_set_precision(lam_ctx *ctx, int p);
 void cuda_nn_destroy(cuda_state *st);
 
-/* The NHWC kernels behind the primitives (nhwc.cu), for an NHWC format f (float32, bfloat16 or half); N = B*P rows
+/* The NHWC kernels behind the primitives (conv.cu's channel bias, norm.cu, pool.cu), for an NHWC format f (float32, bfloat16 or half); N = B*P rows
  * of C channels. nhwc_bn_* serve bn_* and bn_act_* (act BN_ACT_NONE, bn.cuh, for the plain BatchNorm);
  * nhwc_pool: kind 0 maxpool_fwd, 1 maxpool_bwd (in = dy), 2 avgpool_fwd, 3 avgpool_bwd. */
 lam_status nhwc_channel_bias_fwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, void *y, const float *bias);

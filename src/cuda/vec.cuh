@@ -1,4 +1,4 @@
-/* vec.cuh — 128-bit loads and stores for the memory-bound kernels of nn.cu and nn_ops.cu. A kernel
+/* vec.cuh — 128-bit loads and stores for the memory-bound kernels (cuda/<family>.cu). A kernel
  * instantiated with V = 4 moves a float4 (four values, one instruction) per index, with V = 1 one float;
  * the launcher picks V = 4 where every pointer is 16-byte aligned and the rows it walks are a multiple
  * of 4 long, so index arithmetic (divisions for a channel, say) is paid once per four values. */

@@ -1,5 +1,5 @@
 /* act.h — the activations and their derivatives, written once for every place that computes them: the
- * CPU's act_* and bn_act_* (cpu/act.c, cpu/nn_ops.c) and the CUDA kernels (cuda/act.cu, cuda/nn_ops.cu).
+ * CPU's act_* and bn_act_* (cpu/act.c, cpu/norm.c) and the CUDA kernels (cuda/act.cu, cuda/norm.cu).
  * One float expression each, so a fused BatchNorm + activation gives what the two ops give apart (gelu's
  * derivative to an ulp: its a b + c d may be contracted into an fma differently at each call site).
  * act is LAM_ACT_* (prims.h), alpha leaky relu's slope; with act a compile-time constant the switch folds. */
