@@ -62,8 +62,8 @@ static void test_every_prim_has_a_case(void **state) {
   print_message("  each of the %zu primitives of prims.h has a case here\n", sizeof prims / sizeof prims[0]);
 }
 
-/* Every primitive of the list has a case in --perf's table too (tests/prims/perf.c): a kernel without a way to time
- * it fails here. */
+/* Every primitive of the list has a case in --perf's table too (tests/prims/perf_cases.c): a kernel without a way
+ * to time it fails here. */
 static void test_every_prim_has_a_perf_case(void **state) {
   (void)state;
 #define NAME_OF(name, args) #name,
@@ -72,7 +72,8 @@ static void test_every_prim_has_a_perf_case(void **state) {
   enum { N_PRIMS = sizeof prims / sizeof prims[0] };
   int missing = 0;
   for (size_t i = 0; i < N_PRIMS; i++)
-    if (!prims_perf_covers(prims[i])) print_error("primitive %s has no case in --perf's table (tests/prims/perf.c)\n", prims[i]), missing++;
+    if (!prims_perf_covers(prims[i]))
+      print_error("primitive %s has no case in --perf's table (tests/prims/perf_cases.c)\n", prims[i]), missing++;
   if (missing) fail_msg("%d of %zu primitives have no perf case", missing, (size_t)N_PRIMS);
   print_message("  each of the %zu primitives of prims.h has a perf case\n", (size_t)N_PRIMS);
 }
