@@ -33,7 +33,7 @@ Prints "ok - ..." / "not ok - ..." / "skip - ..." per check and a summary; exits
    option a command's --help lists appears in the file; every --option the hand-written text names
    exists in that section's command (the text before the first command section: in any command).
    The other docs (docs/**/*.md) may name only options that some command has, or another program's
-   that they show (OTHER_PROGRAMS_OPTIONS: torchrun, mpirun, pip, cmake, pkg-config, ctest).
+   that they show (OTHER_PROGRAMS_OPTIONS: torchrun, mpirun, pip, cmake, pkg-config, ctest, test_prims).
 4. Paths: every word in `code` in README.md, BENCHMARKS.md, docs/bench/JOURNAL.md (the measurements' journal, which
    the commands of 1. leave out with the rest of docs/bench/) and docs/**/*.md that looks like a path into
    the repository (its first part is a top-level entry of the repository, or `..`), and every relative
@@ -339,7 +339,8 @@ OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 # design.md), pkg-config's, ctest's, and python/examples/train_fashion_mnist.py's --limit.
 OTHER_PROGRAMS_OPTIONS = {"--nproc-per-node", "--no-python", "--allow-run-as-root", "--no-build-isolation",
                           "--system-site-packages", "--build", "--install", "--prefix", "--cflags", "--libs",
-                          "--test-dir", "--limit"}
+                          "--test-dir", "--limit",
+                          "--perf", "--sizes", "--only"}  # test_prims' kernel lab (docs/design.md, Tests)
 
 
 def help_options(args):

@@ -15,7 +15,8 @@
  *
  * The cases are in tests/prims/, a file per op family (gemm, conv, pool, norm, act, loss, optim, data, layout;
  * prims_test.h: what they share); this file parses the arguments, makes the contexts and runs every family's cases
- * as one group, with the check that each primitive has a case somewhere in those files. */
+ * as one group, with the check that each primitive has a case somewhere in those files and one in --perf's table.
+ * With --perf it runs none of them: it times every primitive instead (tests/prims/perf.c, the kernel lab). */
 
 #include "prims/prims_test.h"
 
@@ -61,10 +62,29 @@ static void test_every_prim_has_a_case(void **state) {
   print_message("  each of the %zu primitives of prims.h has a case here\n", sizeof prims / sizeof prims[0]);
 }
 
+/* Every primitive of the list has a case in --perf's table too (tests/prims/perf_cases.c): a kernel without a way
+ * to time it fails here. */
+static void test_every_prim_has_a_perf_case(void **state) {
+  (void)state;
+#define NAME_OF(name, args) #name,
+  static const char *const prims[] = {LAM_NN_PRIMS(NAME_OF)};
+#undef NAME_OF
+  enum { N_PRIMS = sizeof prims / sizeof prims[0] };
+  int missing = 0;
+  for (size_t i = 0; i < N_PRIMS; i++)
+    if (!prims_perf_covers(prims[i]))
+      print_error("primitive %s has no case in --perf's table (tests/prims/perf_cases.c)\n", prims[i]), missing++;
+  if (missing) fail_msg("%d of %zu primitives have no perf case", missing, (size_t)N_PRIMS);
+  print_message("  each of the %zu primitives of prims.h has a perf case\n", (size_t)N_PRIMS);
+}
+
 int main(int argc, char **argv) {
   g_fmt = LAM_FMT_NCHW;
-  for (int i = 1; i < argc; i++)
+  int perf = 0;
+  for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "nhwc")) g_fmt = lam_fmt_of(LAM_DT_F32, 1);
+    if (!strcmp(argv[i], "--perf")) perf = 1;
+  }
   if (argc > 1 && !strcmp(argv[1], "cuda")) {
     const char *why = NULL;
     if (lam_cuda_device_count(&why) == 0) {
@@ -82,12 +102,18 @@ int main(int argc, char **argv) {
     fprintf(stderr, "test_prims: %s\n", lam_last_error());
     return 1;
   }
+  if (perf) { /* the kernel lab (tests/prims/perf.c) instead of the tests */
+    int rc = prims_perf(g_ctx, argc, argv);
+    lam_ctx_free(g_ctx);
+    if (g_cpu) lam_ctx_free(g_cpu);
+    return rc;
+  }
   /* every family's cases, then this file's own */
   const struct CMUnitTest *(*const families[])(size_t *) = {prims_gemm_tests,  prims_conv_tests, prims_pool_tests,
                                                              prims_norm_tests,  prims_act_tests,  prims_loss_tests,
                                                              prims_optim_tests, prims_data_tests, prims_layout_tests};
   const size_t nfam = sizeof families / sizeof families[0];
-  size_t total = 1;
+  size_t total = 2;
   for (size_t f = 0; f < nfam; f++) {
     size_t n = 0;
     families[f](&n);
@@ -102,6 +128,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) tests[nt++] = t[i];
   }
   tests[nt++] = (struct CMUnitTest)cmocka_unit_test(test_every_prim_has_a_case);
+  tests[nt++] = (struct CMUnitTest)cmocka_unit_test(test_every_prim_has_a_perf_case);
   const char *name = g_cuda ? (g_fmt.nhwc ? "prims_nhwc_cuda" : "prims_cuda") : (g_fmt.nhwc ? "prims_nhwc" : "prims");
   int failed = tu_run_group(name, tests, nt, NULL, NULL);
   free(tests);

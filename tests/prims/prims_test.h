@@ -424,4 +424,9 @@ const struct CMUnitTest *prims_optim_tests(size_t *n);
 const struct CMUnitTest *prims_data_tests(size_t *n);
 const struct CMUnitTest *prims_layout_tests(size_t *n);
 
+/* perf.c: test_prims --perf on ctx (its arguments: the usage there), the exit status; and whether its table has a
+ * case of the primitive named (test_every_prim_has_a_perf_case). */
+int prims_perf(lam_ctx *ctx, int argc, char **argv);
+int prims_perf_covers(const char *prim);
+
 #endif /* LAMINA_TEST_PRIMS_TEST_H */
