@@ -90,18 +90,18 @@ static void fwd(lam_ctx *ctx, const block *k, int B, bufs *u, int v) {
   lam_pool_geom pg = pgeom(k);
   int P = g.OH * g.OW, taps = k->C * k->K * k->K, BP = B * P;
   if (v == 3) {
-    T(be->conv_pool_direct_fwd(ctx, &g, &pg, B, u->x, u->W, u->b, u->y, u->arg));
+    T(be->prim->conv_pool_direct_fwd(ctx, &g, &pg, B, u->x, u->W, u->b, u->y, u->arg));
     return;
   }
-  T(be->im2col(ctx, &g, B, u->x, u->col, 0));
-  T(be->gemm(ctx, 0, 0, k->OC, BP, taps, 1.0f, u->W, taps, u->col, BP, 0.0f, u->G, BP));
+  T(be->prim->im2col(ctx, &g, B, u->x, u->col, 0));
+  T(be->prim->gemm(ctx, 0, 0, k->OC, BP, taps, 1.0f, u->W, taps, u->col, BP, 0.0f, u->G, BP));
   if (v == 2) {
-    T(be->conv_pool_fwd(ctx, &pg, B, u->G, u->b, u->y, u->arg));
+    T(be->prim->conv_pool_fwd(ctx, &pg, B, u->G, u->b, u->y, u->arg));
     return;
   }
-  T(be->cbp_to_bcp(ctx, B, k->OC, P, u->G, u->b, u->conv));
-  T(be->act_fwd(ctx, LAM_ACT_RELU, 0.0f, (size_t)k->OC * BP, u->conv, u->act));
-  T(be->maxpool_fwd(ctx, &pg, B, u->act, u->y, u->arg));
+  T(be->prim->cbp_to_bcp(ctx, B, k->OC, P, u->G, u->b, u->conv));
+  T(be->prim->act_fwd(ctx, lam_fmt_of(LAM_DT_F32, 0), LAM_ACT_RELU, 0.0f, (size_t)k->OC * BP, u->conv, u->act));
+  T(be->prim->maxpool_fwd(ctx, lam_fmt_of(LAM_DT_F32, 0), &pg, B, u->act, u->y, u->arg));
 }
 
 static void bwd(lam_ctx *ctx, const block *k, int B, bufs *u, int v) {
@@ -109,22 +109,22 @@ static void bwd(lam_ctx *ctx, const block *k, int B, bufs *u, int v) {
   lam_conv_geom g = cgeom(k);
   lam_pool_geom pg = pgeom(k);
   int P = g.OH * g.OW, taps = k->C * k->K * k->K, BP = B * P;
-  T(be->zero(ctx, u->dW, (size_t)k->OC * taps * 4));
-  T(be->zero(ctx, u->db, (size_t)k->OC * 4));
+  T(be->prim->zero(ctx, u->dW, (size_t)k->OC * taps * 4));
+  T(be->prim->zero(ctx, u->db, (size_t)k->OC * 4));
   if (v == 3) {
-    T(be->conv_pool_direct_bwd(ctx, &g, &pg, B, u->x, u->dy, u->y, u->arg, u->dW, u->db, u->work));
+    T(be->prim->conv_pool_direct_bwd(ctx, &g, &pg, B, u->x, u->dy, u->y, u->arg, u->dW, u->db, u->work));
     return;
   }
-  if (v == 2) T(be->conv_pool_bwd(ctx, &pg, B, u->dy, u->y, u->arg, u->dG, 0, u->db));
+  if (v == 2) T(be->prim->conv_pool_bwd(ctx, &pg, B, u->dy, u->y, u->arg, u->dG, 0, u->db));
   else {
-    T(be->maxpool_bwd(ctx, &pg, B, u->dy, u->arg, u->dact));
-    T(be->act_bwd(ctx, LAM_ACT_RELU, 0.0f, (size_t)k->OC * BP, NULL, u->act, u->dact, u->dconv));
-    T(be->bcp_to_cbp(ctx, B, k->OC, P, u->dconv, u->dG, u->db));
+    T(be->prim->maxpool_bwd(ctx, lam_fmt_of(LAM_DT_F32, 0), &pg, B, u->dy, u->arg, u->dact));
+    T(be->prim->act_bwd(ctx, lam_fmt_of(LAM_DT_F32, 0), LAM_ACT_RELU, 0.0f, (size_t)k->OC * BP, NULL, u->act, u->dact, u->dconv));
+    T(be->prim->bcp_to_cbp(ctx, B, k->OC, P, u->dconv, u->dG, u->db));
   }
-  T(be->gemm(ctx, 0, 1, k->OC, taps, BP, 1.0f, u->dG, BP, u->col, BP, 1.0f, u->dW, taps));
+  T(be->prim->gemm(ctx, 0, 1, k->OC, taps, BP, 1.0f, u->dG, BP, u->col, BP, 1.0f, u->dW, taps));
   if (k->need_dx) {
-    T(be->gemm(ctx, 1, 0, taps, BP, k->OC, 1.0f, u->W, taps, u->dG, BP, 0.0f, u->dcol, BP));
-    T(be->col2im(ctx, &g, B, u->dcol, 0, u->dx));
+    T(be->prim->gemm(ctx, 1, 0, taps, BP, k->OC, 1.0f, u->W, taps, u->dG, BP, 0.0f, u->dcol, BP));
+    T(be->prim->col2im(ctx, &g, B, u->dcol, 0, 0, u->dx));
   }
 }
 
@@ -144,14 +144,14 @@ static int check(const char *what, lam_ctx *dev, const float *dp, lam_ctx *cpu, 
 
 static double time_us(lam_ctx *ctx, const block *k, int B, bufs *u, int v, int backward, int reps) {
   const lam_backend *be = ctx->be;
-  T(be->event_reserve(ctx, 2));
+  T(be->queue->event_reserve(ctx, 2));
   for (int i = 0; i < 3; i++) backward ? bwd(ctx, k, B, u, v) : fwd(ctx, k, B, u, v);
-  T(be->event_record(ctx, 0, 0));
+  T(be->queue->event_record(ctx, 0, 0));
   for (int i = 0; i < reps; i++) backward ? bwd(ctx, k, B, u, v) : fwd(ctx, k, B, u, v);
-  T(be->event_record(ctx, 1, 0));
-  T(be->event_sync(ctx, 1));
+  T(be->queue->event_record(ctx, 1, 0));
+  T(be->queue->event_sync(ctx, 1));
   double ms;
-  T(be->event_ms(ctx, 0, 1, &ms));
+  T(be->queue->event_ms(ctx, 0, 1, &ms));
   return ms * 1e3 / reps;
 }
 

@@ -52,11 +52,11 @@ lam_status lam_nccl_unique_id(unsigned char id[LAM_NCCL_ID_BYTES]) {
 
 static lam_status cache_raw_alloc(void *owner, void **p, size_t bytes) {
   lam_ctx *ctx = owner;
-  return ctx->be->raw_alloc(ctx, p, bytes);
+  return ctx->be->mem->raw_alloc(ctx, p, bytes);
 }
 static void cache_raw_free(void *owner, void *p) {
   lam_ctx *ctx = owner;
-  ctx->be->raw_free(ctx, p);
+  ctx->be->mem->raw_free(ctx, p);
 }
 
 lam_status lam_device_parse(const char *s, lam_device *out) {
@@ -216,7 +216,7 @@ lam_status lam_ctx_create(lam_ctx **out, lam_device want) {
 
 void lam_ctx_free(lam_ctx *ctx) {
   if (!ctx) return;
-  if (ctx->be->sync) ctx->be->sync(ctx); /* nothing may still be using the memory we free */
+  if (ctx->be->queue->sync) ctx->be->queue->sync(ctx); /* nothing may still be using the memory we free */
   lam_cache_destroy(&ctx->cache);
   ctx->be->destroy(ctx);
   free(ctx);
@@ -246,7 +246,7 @@ const char *lam_ctx_choice_reason(const lam_ctx *ctx) { return ctx ? ctx->reason
 
 lam_status lam_ctx_sync(lam_ctx *ctx) {
   LAM_CHECK_ARG(ctx, "lam_ctx_sync: ctx is NULL");
-  return ctx->be->sync(ctx);
+  return ctx->be->queue->sync(ctx);
 }
 
 void lam_build_info_get(lam_build_info *info) {
@@ -281,7 +281,7 @@ lam_status lam_mem_stats_get(const lam_ctx *ctx, lam_mem_stats *out) {
 lam_status lam_mem_alloc(lam_ctx *ctx, void **ptr, size_t bytes) {
   LAM_CHECK_ARG(ctx && ptr, "lam_mem_alloc: %s is NULL", ctx ? "ptr" : "ctx");
   LAM_TRY(lam_cache_alloc(&ctx->cache, ptr, bytes));
-  return ctx->poison && bytes ? ctx->be->poison(ctx, *ptr, bytes) : LAM_OK;
+  return ctx->poison && bytes ? ctx->be->prim->poison(ctx, *ptr, bytes) : LAM_OK;
 }
 
 lam_status lam_mem_free(lam_ctx *ctx, void *ptr) {
@@ -327,7 +327,7 @@ void lam_host_memory(size_t *resident, size_t *peak) {
 
 lam_status lam_mem_release_cached(lam_ctx *ctx, size_t *released) {
   LAM_CHECK_ARG(ctx, "lam_mem_release_cached: ctx is NULL");
-  LAM_TRY(ctx->be->sync(ctx)); /* a cached block may still be read by queued work */
+  LAM_TRY(ctx->be->queue->sync(ctx)); /* a cached block may still be read by queued work */
   size_t r = lam_cache_release(&ctx->cache);
   if (released) *released = r;
   return LAM_OK;
@@ -337,26 +337,26 @@ lam_status lam_mem_upload(lam_ctx *ctx, void *dst, const void *src_host, size_t 
   LAM_CHECK_ARG(ctx, "lam_mem_upload: ctx is NULL");
   if (bytes == 0) return LAM_OK;
   LAM_CHECK_ARG(dst && src_host, "lam_mem_upload: %s is NULL", dst ? "src_host" : "dst");
-  return ctx->be->upload(ctx, dst, src_host, bytes);
+  return ctx->be->mem->upload(ctx, dst, src_host, bytes);
 }
 
 lam_status lam_mem_download(lam_ctx *ctx, void *dst_host, const void *src, size_t bytes) {
   LAM_CHECK_ARG(ctx, "lam_mem_download: ctx is NULL");
   if (bytes == 0) return LAM_OK;
   LAM_CHECK_ARG(dst_host && src, "lam_mem_download: %s is NULL", dst_host ? "src" : "dst_host");
-  return ctx->be->download(ctx, dst_host, src, bytes);
+  return ctx->be->mem->download(ctx, dst_host, src, bytes);
 }
 
 lam_status lam_host_alloc(lam_ctx *ctx, void **ptr, size_t bytes) {
   LAM_CHECK_ARG(ctx && ptr, "lam_host_alloc: %s is NULL", ctx ? "ptr" : "ctx");
   *ptr = NULL;
-  return ctx->be->host_alloc(ctx, ptr, bytes ? bytes : 1);
+  return ctx->be->mem->host_alloc(ctx, ptr, bytes ? bytes : 1);
 }
 
 lam_status lam_host_free(lam_ctx *ctx, void *ptr) {
   LAM_CHECK_ARG(ctx, "lam_host_free: ctx is NULL");
   if (!ptr) return LAM_OK;
-  return ctx->be->host_free(ctx, ptr);
+  return ctx->be->mem->host_free(ctx, ptr);
 }
 
 lam_status lam_precision_parse(const char *s, lam_precision *out) {
@@ -381,10 +381,17 @@ lam_status lam_ctx_set_precision(lam_ctx *ctx, lam_precision p) {
   LAM_CHECK_ARG(ctx, "lam_ctx_set_precision: ctx is NULL");
   LAM_CHECK_ARG(p == LAM_PRECISION_FP32 || p == LAM_PRECISION_TF32 || p == LAM_PRECISION_BF16 || p == LAM_PRECISION_FP16,
                 "lam_ctx_set_precision: precision %d is not known", (int)p);
-  if (p != LAM_PRECISION_FP32 && !ctx->be->set_precision)
+  if (p != LAM_PRECISION_FP32 && !ctx->be->prim->set_precision)
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "lam_ctx_set_precision: %s needs tensor cores; the %s backend computes in fp32",
                     lam_precision_str(p), ctx->be->name);
-  if (ctx->be->set_precision) LAM_TRY(ctx->be->set_precision(ctx, (int)p));
+  if (ctx->be->prim->set_precision) LAM_TRY(ctx->be->prim->set_precision(ctx, (int)p));
   ctx->precision = p;
   return LAM_OK;
+}
+
+const char *lam_prim_name(int prim) {
+#define LAM_PRIM_NAME(name, params) #name,
+  static const char *const names[] = {LAM_NN_PRIMS(LAM_PRIM_NAME)};
+#undef LAM_PRIM_NAME
+  return prim >= 0 && prim < LAM_PRIM_COUNT ? names[prim] : "an unknown primitive";
 }

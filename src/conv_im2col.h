@@ -50,7 +50,7 @@ static inline conv_im2col_tmp conv_im2col_tmps(const lam_conv_geom *g, int OC, i
 /* W (OC, C*K*K) of type dt as float32 into t->W. */
 static inline lam_status conv_im2col_weights(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, const void *W,
                                              float *Wf) {
-  return ctx->be->convert(ctx, OC, 1, (int)conv_im2col_taps(g), lam_fmt_of(f.dt, 0), W, LAM_FMT_NCHW, Wf);
+  return ctx->be->prim->convert(ctx, OC, 1, (int)conv_im2col_taps(g), lam_fmt_of(f.dt, 0), W, LAM_FMT_NCHW, Wf);
 }
 
 /* y = W col(x): the GEMM's (OC, B*P) output, then transposed to (B, OC, P). */
@@ -58,9 +58,9 @@ static inline lam_status conv_im2col_fwd_plain(lam_ctx *ctx, const lam_conv_geom
                                                const float *W, float *y, void *ws) {
   const int K = (int)conv_im2col_taps(g), BP = (int)conv_im2col_cols(g, B);
   float *col = (float *)ws, *G = col + (size_t)K * BP;
-  LAM_TRY(ctx->be->im2col(ctx, g, B, x, col, 0));
-  LAM_TRY(ctx->be->gemm(ctx, 0, 0, OC, BP, K, 1.0f, W, K, col, BP, 0.0f, G, BP));
-  return ctx->be->cbp_to_bcp(ctx, B, OC, g->OH * g->OW, G, NULL, y);
+  LAM_TRY(ctx->be->prim->im2col(ctx, g, B, x, col, 0));
+  LAM_TRY(ctx->be->prim->gemm(ctx, 0, 0, OC, BP, K, 1.0f, W, K, col, BP, 0.0f, G, BP));
+  return ctx->be->prim->cbp_to_bcp(ctx, B, OC, g->OH * g->OW, G, NULL, y);
 }
 static inline lam_status conv_im2col_fwd(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x,
                                          const void *W, void *y, void *ws, size_t ws_bytes) {
@@ -68,10 +68,10 @@ static inline lam_status conv_im2col_fwd(lam_ctx *ctx, lam_fmt f, const lam_conv
   if (lam_fmt_plain(f)) return conv_im2col_fwd_plain(ctx, g, OC, B, (const float *)x, (const float *)W, (float *)y, ws);
   conv_im2col_tmp t = conv_im2col_tmps(g, OC, B, ws);
   const int HW = g->H * g->W, OP = g->OH * g->OW;
-  LAM_TRY(ctx->be->convert(ctx, B, g->C, HW, f, x, LAM_FMT_NCHW, t.x));
+  LAM_TRY(ctx->be->prim->convert(ctx, B, g->C, HW, f, x, LAM_FMT_NCHW, t.x));
   LAM_TRY(conv_im2col_weights(ctx, f, g, OC, W, t.W));
   LAM_TRY(conv_im2col_fwd_plain(ctx, g, OC, B, t.x, t.W, t.y, ws));
-  return ctx->be->convert(ctx, B, OC, OP, LAM_FMT_NCHW, t.y, f, y);
+  return ctx->be->prim->convert(ctx, B, OC, OP, LAM_FMT_NCHW, t.y, f, y);
 }
 
 /* dx = col2im(W^T dy^T) (accumulate: dx +=) */
@@ -80,9 +80,9 @@ static inline lam_status conv_im2col_bwd_data_plain(lam_ctx *ctx, const lam_conv
                                                     void *ws) {
   const int K = (int)conv_im2col_taps(g), BP = (int)conv_im2col_cols(g, B);
   float *dcol = (float *)ws, *dyT = dcol + (size_t)K * BP;
-  LAM_TRY(ctx->be->bcp_to_cbp(ctx, B, OC, g->OH * g->OW, dy, dyT, NULL));
-  LAM_TRY(ctx->be->gemm(ctx, 1, 0, K, BP, OC, 1.0f, W, K, dyT, BP, 0.0f, dcol, BP));
-  return ctx->be->col2im(ctx, g, B, dcol, 0, accumulate, dx);
+  LAM_TRY(ctx->be->prim->bcp_to_cbp(ctx, B, OC, g->OH * g->OW, dy, dyT, NULL));
+  LAM_TRY(ctx->be->prim->gemm(ctx, 1, 0, K, BP, OC, 1.0f, W, K, dyT, BP, 0.0f, dcol, BP));
+  return ctx->be->prim->col2im(ctx, g, B, dcol, 0, accumulate, dx);
 }
 static inline lam_status conv_im2col_bwd_data(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B,
                                               const void *dy, const void *W, void *dx, int accumulate, void *ws,
@@ -92,11 +92,11 @@ static inline lam_status conv_im2col_bwd_data(lam_ctx *ctx, lam_fmt f, const lam
     return conv_im2col_bwd_data_plain(ctx, g, OC, B, (const float *)dy, (const float *)W, (float *)dx, accumulate, ws);
   conv_im2col_tmp t = conv_im2col_tmps(g, OC, B, ws);
   const int HW = g->H * g->W, OP = g->OH * g->OW;
-  LAM_TRY(ctx->be->convert(ctx, B, OC, OP, f, dy, LAM_FMT_NCHW, t.y));
+  LAM_TRY(ctx->be->prim->convert(ctx, B, OC, OP, f, dy, LAM_FMT_NCHW, t.y));
   LAM_TRY(conv_im2col_weights(ctx, f, g, OC, W, t.W));
-  if (accumulate) LAM_TRY(ctx->be->convert(ctx, B, g->C, HW, f, dx, LAM_FMT_NCHW, t.x));
+  if (accumulate) LAM_TRY(ctx->be->prim->convert(ctx, B, g->C, HW, f, dx, LAM_FMT_NCHW, t.x));
   LAM_TRY(conv_im2col_bwd_data_plain(ctx, g, OC, B, t.y, t.W, t.x, accumulate, ws));
-  return ctx->be->convert(ctx, B, g->C, HW, LAM_FMT_NCHW, t.x, f, dx);
+  return ctx->be->prim->convert(ctx, B, g->C, HW, LAM_FMT_NCHW, t.x, f, dx);
 }
 
 /* dW += dy^T col(x)^T */
@@ -104,17 +104,17 @@ static inline lam_status conv_im2col_bwd_filter_plain(lam_ctx *ctx, const lam_co
                                                       const float *x, const float *dy, float *dW, void *ws) {
   const int K = (int)conv_im2col_taps(g), BP = (int)conv_im2col_cols(g, B);
   float *col = (float *)ws, *dyT = col + (size_t)K * BP;
-  LAM_TRY(ctx->be->im2col(ctx, g, B, x, col, 0));
-  LAM_TRY(ctx->be->bcp_to_cbp(ctx, B, OC, g->OH * g->OW, dy, dyT, NULL));
-  return ctx->be->gemm(ctx, 0, 1, OC, K, BP, 1.0f, dyT, BP, col, BP, 1.0f, dW, K);
+  LAM_TRY(ctx->be->prim->im2col(ctx, g, B, x, col, 0));
+  LAM_TRY(ctx->be->prim->bcp_to_cbp(ctx, B, OC, g->OH * g->OW, dy, dyT, NULL));
+  return ctx->be->prim->gemm(ctx, 0, 1, OC, K, BP, 1.0f, dyT, BP, col, BP, 1.0f, dW, K);
 }
 static inline lam_status conv_im2col_bwd_filter(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B,
                                                 const void *x, const void *dy, float *dW, void *ws, size_t ws_bytes) {
   LAM_TRY(conv_im2col_check(f, g, OC, B, ws_bytes));
   if (lam_fmt_plain(f)) return conv_im2col_bwd_filter_plain(ctx, g, OC, B, (const float *)x, (const float *)dy, dW, ws);
   conv_im2col_tmp t = conv_im2col_tmps(g, OC, B, ws);
-  LAM_TRY(ctx->be->convert(ctx, B, g->C, g->H * g->W, f, x, LAM_FMT_NCHW, t.x));
-  LAM_TRY(ctx->be->convert(ctx, B, OC, g->OH * g->OW, f, dy, LAM_FMT_NCHW, t.y));
+  LAM_TRY(ctx->be->prim->convert(ctx, B, g->C, g->H * g->W, f, x, LAM_FMT_NCHW, t.x));
+  LAM_TRY(ctx->be->prim->convert(ctx, B, OC, g->OH * g->OW, f, dy, LAM_FMT_NCHW, t.y));
   return conv_im2col_bwd_filter_plain(ctx, g, OC, B, t.x, t.y, dW, ws);
 }
 

@@ -45,7 +45,7 @@ static lam_status best_ms(lam_ctx *ctx, int cpu, size_t n, const cal_arrays *a, 
   *ms = 0;
   for (int r = 0; r < CAL_REPS; r++) {
     double t0 = lam_now_ms();
-    LAM_TRY((cpu ? &lam_cpu_backend : ctx->be)->hidden(ctx, n, a->g, LAM_DTYPE_F32, a->w, a->out, NULL));
+    LAM_TRY((cpu ? &lam_cpu_backend : ctx->be)->hidden->run(ctx, n, a->g, LAM_DTYPE_F32, a->w, a->out, NULL));
     double t = lam_now_ms() - t0;
     if (r == 0 || t < *ms) *ms = t;
   }
@@ -62,7 +62,7 @@ static void fit(double t_small, double t_big, size_t b_small, size_t b_big, doub
 
 lam_status lam_hidden_calibrate(lam_ctx *ctx) {
   LAM_CHECK_ARG(ctx, "lam_hidden_calibrate: ctx is NULL");
-  if (ctx->device != LAM_DEVICE_CUDA || !ctx->be->host_memory)
+  if (ctx->device != LAM_DEVICE_CUDA || !ctx->be->mem->host_memory)
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "lam_hidden_calibrate: a %s context has one place to run the hidden layer, "
                     "nothing to choose", lam_device_str(ctx->device));
   if (ctx->hidden.fixed) return LAM_OK;
@@ -79,7 +79,7 @@ lam_status lam_hidden_calibrate(lam_ctx *ctx) {
                     3 * CAL_SMALL * 4 * sizeof(float) >> 20);
   cal_fill(&a, n);
   double gs = 0, gb = 0, cs = 0, cb = 0;
-  lam_status s = ctx->be->sync(ctx);
+  lam_status s = ctx->be->queue->sync(ctx);
   if (s == LAM_OK) s = best_ms(ctx, 0, CAL_SMALL, &a, &gs);
   if (s == LAM_OK) s = best_ms(ctx, 0, n, &a, &gb);
   if (s == LAM_OK) s = best_ms(ctx, 1, CAL_SMALL, &a, &cs);
@@ -123,10 +123,10 @@ lam_status lam_hidden_auto(lam_ctx *ctx, size_t n, const void *grey, lam_dtype g
                            lam_hidden_timing *timing) {
   lam_hidden_timing local;
   lam_hidden_timing *t = timing ? timing : &local;
-  int host = ctx->be->host_memory(ctx, grey) && ctx->be->host_memory(ctx, w) && ctx->be->host_memory(ctx, out);
+  int host = ctx->be->mem->host_memory(ctx, grey) && ctx->be->mem->host_memory(ctx, w) && ctx->be->mem->host_memory(ctx, out);
   if (!host) {
     snprintf(ctx->hidden_choice, sizeof ctx->hidden_choice, "cuda (auto: an array is in device memory)");
-    LAM_TRY(ctx->be->hidden(ctx, n, grey, gt, w, out, timing));
+    LAM_TRY(ctx->be->hidden->run(ctx, n, grey, gt, w, out, timing));
     if (timing) timing->device = LAM_DEVICE_CUDA;
     return LAM_OK;
   }
@@ -137,10 +137,10 @@ lam_status lam_hidden_auto(lam_ctx *ctx, size_t n, const void *grey, lam_dtype g
   int on_cpu = cpu <= gpu;
   double t0 = lam_now_ms();
   if (on_cpu) {
-    LAM_TRY(ctx->be->sync(ctx)); /* work queued before the call comes first, as on the GPU's path */
-    LAM_TRY(lam_cpu_backend.hidden(ctx, n, grey, gt, w, out, t));
+    LAM_TRY(ctx->be->queue->sync(ctx)); /* work queued before the call comes first, as on the GPU's path */
+    LAM_TRY(lam_cpu_backend.hidden->run(ctx, n, grey, gt, w, out, t));
   } else {
-    LAM_TRY(ctx->be->hidden(ctx, n, grey, gt, w, out, t));
+    LAM_TRY(ctx->be->hidden->run(ctx, n, grey, gt, w, out, t));
   }
   t->total = lam_now_ms() - t0;
   t->device = on_cpu ? LAM_DEVICE_CPU : LAM_DEVICE_CUDA;

@@ -1,5 +1,6 @@
-/* internal.h — the context and the backend table: what every backend provides and what a context
- * holds. The backend is chosen once, in context.c; nothing else in the library asks which it is. */
+/* internal.h — the context and the backend: what every backend provides, in a table per concern (memory, queue,
+ * primitives with their supports check, communication, the hidden layer), and what a context holds. The backend
+ * is chosen once, in context.c; nothing else in the library asks which it is. */
 #ifndef LAMINA_INTERNAL_H
 #define LAMINA_INTERNAL_H
 
@@ -40,75 +41,101 @@ typedef struct lam_hidden_model {
 lam_status lam_hidden_auto(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
                            lam_hidden_timing *timing);
 
-typedef struct lam_backend {
-  const char *name; /* "cpu" or "cuda" */
-  int direct_first_conv; /* 1: conv_pool_direct_* beat im2col + GEMM here (the GPU); the CPU's GEMMs win */
-  /* Convolutions run fastest on NHWC activations here (cuDNN's tensor-core kernels): 1 on CUDA, where
-   * nn_choose_fmt then lays out models with a conv of their own in NHWC; 0 on the CPU (its twins convert). */
-  int nhwc_convs;
-  /* Raw backend memory, behind the caching allocator. */
+/* The backend, by concern: each part a table of its own (designated initializers in each backend's backend.c/.cu),
+ * so a reader finds memory, the queue, the primitives, the ranks' sums and the course's hidden layer apart. */
+
+/* Raw backend memory (behind the caching allocator, cache.c), pinned host memory and the copies that wait. */
+typedef struct lam_mem_ops {
   lam_status (*raw_alloc)(lam_ctx *ctx, void **ptr, size_t bytes);
   void (*raw_free)(lam_ctx *ctx, void *ptr);
   lam_status (*upload)(lam_ctx *ctx, void *dst, const void *src_host, size_t bytes);
   lam_status (*download)(lam_ctx *ctx, void *dst_host, const void *src, size_t bytes);
   lam_status (*host_alloc)(lam_ctx *ctx, void **ptr, size_t bytes);
   lam_status (*host_free)(lam_ctx *ctx, void *ptr);
-  lam_status (*sync)(lam_ctx *ctx);
-  void (*destroy)(lam_ctx *ctx); /* frees the backend state, not the cache */
-  /* Ops: arguments are validated by the caller (ops.c). */
-  lam_status (*hidden)(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w,
-                       float *out, lam_hidden_timing *timing);
   /* 1 where p is host memory (pageable or pinned), 0 where it is the device's. NULL: all memory is host. */
   int (*host_memory)(lam_ctx *ctx, const void *p);
-  /* NULL where the backend has no host staging (the CPU). */
-  lam_status (*staging_floor)(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
-                              double *ms);
-  lam_status (*normalize)(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out);
-  lam_status (*weigh)(lam_ctx *ctx, size_t n, const float *a, const float *w, float *out);
-  lam_status (*tanh_)(lam_ctx *ctx, size_t n, const float *x, float *out);
+} lam_mem_ops;
 
-  /* ---- the nn primitives (prims.h): nn/ builds the model's ops from these ---- */
-#define LAM_PRIM_FIELD(name, params) lam_status(*name) params;
-  LAM_NN_PRIMS(LAM_PRIM_FIELD)
-#undef LAM_PRIM_FIELD
-
-  /* ---- two queues and events, so host->device copies overlap compute (streaming batches, the
-   * transfer benchmark). Queue 0 is where every op above runs; queue 1 is for copies. Events are
-   * numbered slots, reserved before use (event_reserve only grows the pool; do not call it while
-   * another thread may sync on an event). On the CPU everything runs at once on the calling thread:
-   * copies are memcpy, an event is the host clock when recorded, waits return at once. ---- */
+/* Two queues and events, so host->device copies overlap compute (streaming batches, the transfer benchmark).
+ * Queue 0 is where every primitive runs; queue 1 is for copies. Events are numbered slots, reserved before use
+ * (event_reserve only grows the pool; do not call it while another thread may sync on an event). On the CPU
+ * everything runs at once on the calling thread: copies are memcpy, an event is the host clock when recorded, waits
+ * return at once. */
+typedef struct lam_queue_ops {
+  lam_status (*sync)(lam_ctx *ctx); /* the host waits for all of the context's work */
   lam_status (*copy_async)(lam_ctx *ctx, int queue, void *dst, const void *src, size_t bytes);
   lam_status (*event_reserve)(lam_ctx *ctx, size_t n);
   lam_status (*event_record)(lam_ctx *ctx, size_t ev, int queue);
   lam_status (*queue_wait)(lam_ctx *ctx, int queue, size_t ev); /* later work on queue waits for ev */
   lam_status (*event_sync)(lam_ctx *ctx, size_t ev);             /* the host waits for ev; any thread */
   lam_status (*event_ms)(lam_ctx *ctx, size_t a, size_t b, double *ms); /* from a to b, both done */
-
-  /* ---- graphs: queue 0's work from graph_begin to graph_end is captured once (nothing runs) and
-   * replayed by graph_launch with the same pointers (CUDA graphs). NULL on backends without them. ---- */
+  /* Graphs: queue 0's work from graph_begin to graph_end is captured once (nothing runs) and replayed by
+   * graph_launch with the same pointers (CUDA graphs). NULL on backends without them. */
   lam_status (*graph_begin)(lam_ctx *ctx);
   lam_status (*graph_end)(lam_ctx *ctx, void **graph); /* ends the capture even on failure (*graph NULL) */
   lam_status (*graph_launch)(lam_ctx *ctx, void *graph);
   void (*graph_free)(lam_ctx *ctx, void *graph);
-  /* Matrix products in precision p (lam_precision): LAM_ERR_UNSUPPORTED for one the backend lacks. */
-  lam_status (*set_precision)(lam_ctx *ctx, int p);
-
-  /* The profiler's clock: marks are numbered slots of a pool. mark records "now" in the order the
-   * backend executes its work (an event on the stream on CUDA); mark_read gives the milliseconds from
-   * slot 0 to slot i once that work is done. NULL on backends whose ops run synchronously on the host:
-   * there the profiler reads the host clock itself. */
+  /* The profiler's clock: marks are numbered slots of a pool. mark records "now" in the order the backend executes
+   * its work (an event on the stream on CUDA); mark_read gives the milliseconds from slot 0 to slot i once that work
+   * is done. NULL on backends whose ops run synchronously on the host: there the profiler reads the host clock. */
   lam_status (*mark_reserve)(lam_ctx *ctx, size_t n);
   lam_status (*mark)(lam_ctx *ctx, size_t i);
   lam_status (*mark_read)(lam_ctx *ctx, size_t i, double *ms);
+} lam_queue_ops;
 
-  /* ---- sums over data-parallel ranks (nn/train.c), NCCL's on CUDA (cuda/comm.cu); NULL on the CPU,
-   * whose ranks sum through the caller's lam_collective. comm_init blocks until every rank has joined;
-   * comm_sum sums weight · x over the ranks on the queue (0 or 1; capturable); comm_sum_host sums host
-   * doubles in place and waits for queue 0. ---- */
-  lam_status (*comm_init)(lam_ctx *ctx, void **comm, int rank, int world, const unsigned char *id);
-  void (*comm_free)(lam_ctx *ctx, void *comm);
-  lam_status (*comm_sum)(lam_ctx *ctx, void *comm, int queue, float *x, size_t n, float weight);
-  lam_status (*comm_sum_host)(lam_ctx *ctx, void *comm, double *x, size_t n);
+/* The nn primitives (prims.h), which nn/ builds the model's ops from; arguments are validated by the caller. */
+#define LAM_PRIM_ID(name, params) LAM_PRIM_##name,
+enum { LAM_NN_PRIMS(LAM_PRIM_ID) LAM_PRIM_COUNT };
+#undef LAM_PRIM_ID
+const char *lam_prim_name(int prim); /* "gemm" for LAM_PRIM_gemm (context.c) */
+typedef struct lam_prim_ops {
+  /* Matrix products in precision p (lam_precision): LAM_ERR_UNSUPPORTED for one the backend lacks. */
+  lam_status (*set_precision)(lam_ctx *ctx, int p);
+  /* Whether primitive prim (LAM_PRIM_*) runs on activations in format f here: 1, or 0 with *why (a sentence) set.
+   * nn_graph_check asks it of every primitive a model's nodes call, so a format the backend lacks fails when the
+   * model is made, not in its first step. Shape limits (a kernel's grid) are the primitives' own errors. */
+  int (*supports)(int prim, lam_fmt f, const char **why);
+#define LAM_PRIM_FIELD(name, params) lam_status(*name) params;
+  LAM_NN_PRIMS(LAM_PRIM_FIELD)
+#undef LAM_PRIM_FIELD
+} lam_prim_ops;
+
+/* Sums over data-parallel ranks (nn/train.c), NCCL's on CUDA (cuda/comm.cu); the CPU has none (lam_backend.comm
+ * NULL): its ranks sum through the caller's lam_collective. init blocks until every rank has joined; sum
+ * sums weight * x over the ranks on the queue (0 or 1; capturable); sum_host sums host doubles in place and
+ * waits for queue 0. */
+typedef struct lam_comm_ops {
+  lam_status (*init)(lam_ctx *ctx, void **comm, int rank, int world, const unsigned char *id);
+  void (*free)(lam_ctx *ctx, void *comm);
+  lam_status (*sum)(lam_ctx *ctx, void *comm, int queue, float *x, size_t n, float weight);
+  lam_status (*sum_host)(lam_ctx *ctx, void *comm, double *x, size_t n);
+} lam_comm_ops;
+
+/* The course's hidden layer, out = tanh(grey / 255 * w) (ops.c validates; hidden.c / hidden.cu run it). */
+typedef struct lam_hidden_ops {
+  lam_status (*run)(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
+                    lam_hidden_timing *timing);
+  /* The host copies of a call on host arrays without the device's work; NULL where there is no host staging. */
+  lam_status (*staging_floor)(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
+                              double *ms);
+  /* Its three steps as separate calls (the course's way, for comparison). */
+  lam_status (*normalize)(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out);
+  lam_status (*weigh)(lam_ctx *ctx, size_t n, const float *a, const float *w, float *out);
+  lam_status (*tanh_)(lam_ctx *ctx, size_t n, const float *x, float *out);
+} lam_hidden_ops;
+
+typedef struct lam_backend {
+  const char *name; /* "cpu" or "cuda" */
+  int direct_first_conv; /* 1: conv_pool_direct_* beat im2col + GEMM here (the GPU); the CPU's GEMMs win */
+  /* Convolutions run fastest on NHWC activations here (cuDNN's tensor-core kernels): 1 on CUDA, where
+   * nn_choose_fmt then lays out models with a conv of their own in NHWC; 0 on the CPU (its twins convert). */
+  int nhwc_convs;
+  const lam_mem_ops *mem;
+  const lam_queue_ops *queue;
+  const lam_prim_ops *prim;
+  const lam_comm_ops *comm; /* NULL: no collective of its own */
+  const lam_hidden_ops *hidden;
+  void (*destroy)(lam_ctx *ctx); /* frees the backend state, not the cache */
 } lam_backend;
 
 struct lam_ctx {

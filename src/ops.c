@@ -28,10 +28,10 @@ lam_status lam_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, co
   size_t gb = n * lam_dtype_size(gt), fb = n * sizeof(float);
   LAM_CHECK_ARG(!(o < g + gb && g < o + fb), "lam_hidden: out overlaps grey; use a separate output buffer");
   LAM_CHECK_ARG(o == wc || !(o < wc + fb && wc < o + fb), "lam_hidden: out partly overlaps w; use out == w or a separate buffer");
-  if (ctx->want == LAM_DEVICE_AUTO && ctx->device == LAM_DEVICE_CUDA && ctx->be->host_memory)
+  if (ctx->want == LAM_DEVICE_AUTO && ctx->device == LAM_DEVICE_CUDA && ctx->be->mem->host_memory)
     return lam_hidden_auto(ctx, n, grey, gt, w, out, timing);
   snprintf(ctx->hidden_choice, sizeof ctx->hidden_choice, "%s", lam_device_str(ctx->device));
-  LAM_TRY(ctx->be->hidden(ctx, n, grey, gt, w, out, timing));
+  LAM_TRY(ctx->be->hidden->run(ctx, n, grey, gt, w, out, timing));
   if (timing) timing->device = ctx->device;
   return LAM_OK;
 }
@@ -44,8 +44,8 @@ lam_status lam_hidden_memory_floor(lam_ctx *ctx, size_t n, const void *grey, lam
   *ms = 0;
   if (n == 0) return LAM_OK;
   LAM_CHECK_ARG(grey && w && out, "lam_hidden_memory_floor: %s is NULL (n = %zu)", !grey ? "grey" : !w ? "w" : "out", n);
-  if (ctx->be->host_memory)
-    LAM_CHECK_ARG(ctx->be->host_memory(ctx, grey) && ctx->be->host_memory(ctx, w) && ctx->be->host_memory(ctx, out),
+  if (ctx->be->mem->host_memory)
+    LAM_CHECK_ARG(ctx->be->mem->host_memory(ctx, grey) && ctx->be->mem->host_memory(ctx, w) && ctx->be->mem->host_memory(ctx, out),
                   "lam_hidden_memory_floor: the arrays must be host memory (the floor is the host's)");
   double t0 = lam_now_ms();
   cpu_memory_floor(n, grey, gt, w, out);
@@ -59,11 +59,11 @@ lam_status lam_hidden_staging_floor(lam_ctx *ctx, size_t n, const void *grey, la
   LAM_TRY(check_dtype("lam_hidden_staging_floor", gt));
   LAM_CHECK_ARG(ms, "lam_hidden_staging_floor: ms is NULL");
   *ms = 0;
-  if (!ctx->be->staging_floor)
+  if (!ctx->be->hidden->staging_floor)
     return LAM_FAIL(LAM_ERR_UNSUPPORTED, "lam_hidden_staging_floor: the %s backend stages nothing", ctx->be->name);
   if (n == 0) return LAM_OK;
   LAM_CHECK_ARG(grey && w && out, "lam_hidden_staging_floor: %s is NULL (n = %zu)", !grey ? "grey" : !w ? "w" : "out", n);
-  return ctx->be->staging_floor(ctx, n, grey, gt, w, out, ms);
+  return ctx->be->hidden->staging_floor(ctx, n, grey, gt, w, out, ms);
 }
 
 lam_status lam_normalize(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, float *out) {
@@ -71,21 +71,21 @@ lam_status lam_normalize(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt,
   LAM_TRY(check_dtype("lam_normalize", gt));
   if (n == 0) return LAM_OK;
   LAM_CHECK_ARG(grey && out, "lam_normalize: %s is NULL (n = %zu)", !grey ? "grey" : "out", n);
-  return ctx->be->normalize(ctx, n, grey, gt, out);
+  return ctx->be->hidden->normalize(ctx, n, grey, gt, out);
 }
 
 lam_status lam_weigh(lam_ctx *ctx, size_t n, const float *a, const float *w, float *out) {
   LAM_TRY(check_common("lam_weigh", ctx, n));
   if (n == 0) return LAM_OK;
   LAM_CHECK_ARG(a && w && out, "lam_weigh: %s is NULL (n = %zu)", !a ? "a" : !w ? "w" : "out", n);
-  return ctx->be->weigh(ctx, n, a, w, out);
+  return ctx->be->hidden->weigh(ctx, n, a, w, out);
 }
 
 lam_status lam_tanh(lam_ctx *ctx, size_t n, const float *x, float *out) {
   LAM_TRY(check_common("lam_tanh", ctx, n));
   if (n == 0) return LAM_OK;
   LAM_CHECK_ARG(x && out, "lam_tanh: %s is NULL (n = %zu)", !x ? "x" : "out", n);
-  return ctx->be->tanh_(ctx, n, x, out);
+  return ctx->be->hidden->tanh_(ctx, n, x, out);
 }
 
 lam_status lam_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, lam_layout layout, const uint8_t *in,
@@ -105,6 +105,6 @@ lam_status lam_normalize_images(lam_ctx *ctx, size_t n, int c, int h, int w, lam
                 !in ? "in" : !mean ? "mean" : !std ? "std" : "out");
   for (int i = 0; i < c; i++)
     LAM_CHECK_ARG(std[i] > 0, "lam_normalize_images: std[%d] = %g must be greater than 0", i, (double)std[i]);
-  return ctx->be->normalize_images(ctx, n, c, h, w, layout == LAM_LAYOUT_NHWC, in, mean, std,
+  return ctx->be->prim->normalize_images(ctx, n, c, h, w, layout == LAM_LAYOUT_NHWC, in, mean, std,
                                    out_dtype == LAM_DTYPE_BF16, out);
 }

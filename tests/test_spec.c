@@ -3,12 +3,16 @@
  * number ("word 3", counting every word of the spec, commas not counted); the empty and NULL spec and
  * bad input shapes are rejected with a message; good specs build: the presets expand (lam_model_spec) to
  * the header's text, with PyTorch's parameter counts (cnn on 1x28x28: 34826, mlp: 203530), and every
- * spec's parameter count and outputs agree with the test's own reading of the grammar (nnutil.h).
+ * spec's parameter count and outputs agree with the test's own reading of the grammar (nnutil.h); a backend
+ * that refuses a primitive a layer calls (lam_prim_ops.supports) fails the model's creation, naming the layer and
+ * the primitive, and a rank-only primitive is not asked for a model on one rank.
  */
 #define _GNU_SOURCE /* strcasestr */
 #include <strings.h>
 
 #include "nnutil.h"
+#include "../src/internal.h"
+#include "../src/nn/nn.h"
 
 static lam_ctx *g_ctx;
 
@@ -279,6 +283,46 @@ static void test_layer_list(void **state) {
   assert_true(layers >= 19);
 }
 
+/* A CPU backend that takes everything but maxpool's forward and BatchNorm's rank sums. */
+static int refusing_supports(int prim, lam_fmt f, const char **why) {
+  (void)f;
+  if (prim != LAM_PRIM_maxpool_fwd && prim != LAM_PRIM_bn_sums) return 1;
+  *why = "refused by the test";
+  return 0;
+}
+
+static void test_backend_refusal(void **state) {
+  (void)state;
+  lam_prim_ops prim = *lam_cpu_backend.prim;
+  prim.supports = refusing_supports;
+  lam_backend be = lam_cpu_backend;
+  be.prim = &prim;
+  const lam_backend *saved = g_ctx->be;
+  g_ctx->be = &be;
+  lam_model *m = (lam_model *)1;
+  lam_status s = lam_model_create(g_ctx, "conv 4 3, relu, maxpool 2, flatten, dense 10", 1, 8, 8, 10, &m);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", lam_last_error());
+  lam_model *ok = NULL, *bn = NULL;
+  lam_status s_ok = lam_model_create(g_ctx, "conv 4 3, relu, avgpool 2, flatten, dense 10", 1, 8, 8, 10, &ok);
+  lam_status s_bn = lam_model_create(g_ctx, "conv 4 3, bn, relu, gap, dense 10", 1, 8, 8, 10, &bn);
+  g_ctx->be = saved;
+  lam_model_free(ok), lam_model_free(bn);
+  assert_int_equal(s, LAM_ERR_UNSUPPORTED);
+  assert_null(m);
+  if (!strstr(msg, "layer 3 (maxpool, word 5 of the spec)") || !strstr(msg, "maxpool_fwd") || !strstr(msg, "refused by the test"))
+    fail_msg("the refusal does not name the layer, the primitive and the reason: %s", msg);
+  assert_int_equal(s_ok, LAM_OK);
+  assert_int_equal(s_bn, LAM_OK); /* bn_sums runs only when BatchNorm is synchronized over ranks */
+  print_message("  refused at creation: %s\n", msg);
+  for (int i = 0; nn_op_at(i); i++) { /* an op without its list would never be asked about */
+    const nn_op *op = nn_op_at(i);
+    if (!op->prims) fail_msg("op '%s' lists no primitives (nn_op.prims)", op->name);
+    for (const int *p = op->prims; *p >= 0; p++)
+      if ((*p & ~NN_RANKED) >= LAM_PRIM_COUNT) fail_msg("op '%s' lists primitive %d, not one of prims.h", op->name, *p);
+  }
+}
+
 int main(void) {
   lam_status st = lam_ctx_create(&g_ctx, LAM_DEVICE_CPU);
   if (st != LAM_OK || !g_ctx) {
@@ -291,6 +335,7 @@ int main(void) {
       cmocka_unit_test(test_presets),
       cmocka_unit_test(test_good_specs),
       cmocka_unit_test(test_layer_list),
+      cmocka_unit_test(test_backend_refusal),
   };
   int failed = TU_RUN_GROUP("spec", tests, NULL, NULL);
   lam_ctx_free(g_ctx);

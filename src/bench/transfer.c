@@ -38,7 +38,7 @@ static int cmp_double(const void *a, const void *b) {
 
 static lam_status host_buffer(bench *b, size_t bytes) {
   b->host_pinned = b->c->pinned;
-  if (b->host_pinned) return b->ctx->be->host_alloc(b->ctx, &b->host, bytes);
+  if (b->host_pinned) return b->ctx->be->mem->host_alloc(b->ctx, &b->host, bytes);
   b->host = malloc(bytes);
   if (!b->host) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_bench_transfer: no host memory for %zu bytes", bytes);
   memset(b->host, 0, bytes); /* touch every page now, not inside the first timed copy */
@@ -47,7 +47,7 @@ static lam_status host_buffer(bench *b, size_t bytes) {
 
 static void bench_free(bench *b) {
   free(b->raw);
-  if (b->host && b->host_pinned) b->ctx->be->host_free(b->ctx, b->host);
+  if (b->host && b->host_pinned) b->ctx->be->mem->host_free(b->ctx, b->host);
   else free(b->host);
   lam_mem_free(b->ctx, b->dev_in);
   lam_mem_free(b->ctx, b->dev_out);
@@ -102,36 +102,36 @@ static lam_status bench_once(bench *b) {
   lam_ctx *ctx = b->ctx;
   const lam_backend *be = ctx->be;
   int nhwc = c->layout == LAM_LAYOUT_NHWC;
-  LAM_TRY(be->event_record(ctx, EV_START, 0));
+  LAM_TRY(be->queue->event_record(ctx, EV_START, 0));
   switch (c->method) {
   case LAM_XFER_COPY:
-    LAM_TRY(be->copy_async(ctx, 0, b->dev_in, b->host, b->host_bytes));
+    LAM_TRY(be->queue->copy_async(ctx, 0, b->dev_in, b->host, b->host_bytes));
     break;
   case LAM_XFER_CPU_NORMALIZE: /* the host's threads normalize, then the floats cross */
     LAM_TRY(cpu_normalize_images(ctx, c->n, c->c, c->h, c->w, nhwc, b->raw, b->mean, b->std, 0, b->host));
-    LAM_TRY(be->copy_async(ctx, 0, b->dev_in, b->host, b->host_bytes));
+    LAM_TRY(be->queue->copy_async(ctx, 0, b->dev_in, b->host, b->host_bytes));
     break;
   case LAM_XFER_GPU_NORMALIZE: {
     int chunks = b->host_bytes >= CHUNKED_BYTES && c->n >= CHUNKS ? CHUNKS : 1;
     size_t per = (c->n + chunks - 1) / chunks;
     size_t osz = lam_dtype_size(c->dtype);
-    LAM_TRY(be->queue_wait(ctx, 1, EV_START)); /* the copies start no earlier than the clock */
+    LAM_TRY(be->queue->queue_wait(ctx, 1, EV_START)); /* the copies start no earlier than the clock */
     for (int j = 0; j < chunks; j++) {
       size_t first = (size_t)j * per, count = c->n - first < per ? c->n - first : per;
       if (count == 0) break;
       const uint8_t *src = (const uint8_t *)b->host + first * b->image;
       uint8_t *din = (uint8_t *)b->dev_in + first * b->image;
-      LAM_TRY(be->copy_async(ctx, 1, din, src, count * b->image));
-      LAM_TRY(be->event_record(ctx, EV_CHUNK + (size_t)j, 1));
-      LAM_TRY(be->queue_wait(ctx, 0, EV_CHUNK + (size_t)j));
-      LAM_TRY(be->normalize_images(ctx, count, c->c, c->h, c->w, nhwc, din, b->mean, b->std,
+      LAM_TRY(be->queue->copy_async(ctx, 1, din, src, count * b->image));
+      LAM_TRY(be->queue->event_record(ctx, EV_CHUNK + (size_t)j, 1));
+      LAM_TRY(be->queue->queue_wait(ctx, 0, EV_CHUNK + (size_t)j));
+      LAM_TRY(be->prim->normalize_images(ctx, count, c->c, c->h, c->w, nhwc, din, b->mean, b->std,
                                    c->dtype == LAM_DTYPE_BF16, (char *)b->dev_out + first * b->image * osz));
     }
     break;
   }
   }
-  LAM_TRY(be->event_record(ctx, EV_STOP, 0));
-  return be->event_sync(ctx, EV_STOP);
+  LAM_TRY(be->queue->event_record(ctx, EV_STOP, 0));
+  return be->queue->event_sync(ctx, EV_STOP);
 }
 
 /* Every value the last repetition left on the device, against the host's own. */
@@ -190,7 +190,7 @@ lam_status lam_bench_transfer(lam_ctx *ctx, const lam_xfer_case *c, lam_xfer_res
   }
   double *ev = malloc((size_t)c->reps * sizeof *ev), *wall = malloc((size_t)c->reps * sizeof *wall);
   lam_status s = ev && wall ? LAM_OK : LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_bench_transfer: no host memory");
-  if (s == LAM_OK) s = ctx->be->event_reserve(ctx, EV_CHUNK + CHUNKS);
+  if (s == LAM_OK) s = ctx->be->queue->event_reserve(ctx, EV_CHUNK + CHUNKS);
   if (s == LAM_OK) s = bench_setup(&b);
   for (int i = 0; i < c->warmup && s == LAM_OK; i++) s = bench_once(&b);
   double spent = 0;
@@ -201,7 +201,7 @@ lam_status lam_bench_transfer(lam_ctx *ctx, const lam_xfer_case *c, lam_xfer_res
     s = bench_once(&b);
     wall[done] = (lam_now_ms() - t0) * 1e3;
     spent += wall[done] / 1e3;
-    if (s == LAM_OK) s = ctx->be->event_ms(ctx, EV_START, EV_STOP, &ev[done]);
+    if (s == LAM_OK) s = ctx->be->queue->event_ms(ctx, EV_START, EV_STOP, &ev[done]);
     ev[done] *= 1e3;
   }
   if (s == LAM_OK) s = bench_check(&b);

@@ -1,5 +1,6 @@
-/* backend.c — the CPU backend's table: its memory is host memory, its copies are (parallel) memcpy,
- * and its ops are in the other files of this folder. */
+/* backend.c — the CPU backend's tables (internal.h): its memory is host memory, its copies are (parallel) memcpy,
+ * it supports every primitive in every format, it has no collective, and its ops are in the other files of this
+ * folder. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,34 +87,56 @@ static void cpu_destroy(lam_ctx *ctx) {
   ctx->state = NULL;
 }
 
-const lam_backend lam_cpu_backend = {
-    .name = "cpu",
-    .direct_first_conv = 0, /* its twin is the oracle of the CUDA one (test_fused, LAMINA_FUSE=2) */
-    .nhwc_convs = 0,
+/* Every primitive in every format: the twins of the other formats convert to NCHW float32 and back (layout.c). */
+static int cpu_supports(int prim, lam_fmt f, const char **why) {
+  (void)prim, (void)f, (void)why;
+  return 1;
+}
+
+static const lam_mem_ops cpu_mem = {
     .raw_alloc = cpu_raw_alloc,
     .raw_free = cpu_raw_free,
     .upload = cpu_copy,
     .download = cpu_copy,
     .host_alloc = cpu_raw_alloc,
     .host_free = cpu_host_free,
-    .sync = cpu_sync,
-    .destroy = cpu_destroy,
-    .hidden = cpu_hidden,
     .host_memory = NULL,
-    .staging_floor = NULL,
-    .normalize = cpu_normalize,
-    .weigh = cpu_weigh,
-    .tanh_ = cpu_tanh,
-#define LAM_CPU_ENTRY(name, params) .name = cpu_##name,
-    LAM_NN_PRIMS(LAM_CPU_ENTRY)
-#undef LAM_CPU_ENTRY
+};
+static const lam_queue_ops cpu_queue = {
+    .sync = cpu_sync,
     .copy_async = cpu_copy_async,
     .event_reserve = cpu_event_reserve,
     .event_record = cpu_event_record,
     .queue_wait = cpu_queue_wait,
     .event_sync = cpu_event_sync,
     .event_ms = cpu_event_ms,
+    /* no graphs; the profiler reads the host clock */
+};
+static const lam_prim_ops cpu_prim = {
     .set_precision = cpu_set_precision,
+    .supports = cpu_supports,
+#define LAM_CPU_ENTRY(name, params) .name = cpu_##name,
+    LAM_NN_PRIMS(LAM_CPU_ENTRY)
+#undef LAM_CPU_ENTRY
+};
+static const lam_hidden_ops cpu_hidden_ops = {
+    .run = cpu_hidden,
+    .staging_floor = NULL,
+    .normalize = cpu_normalize,
+    .weigh = cpu_weigh,
+    .tanh_ = cpu_tanh,
+};
+
+const lam_backend lam_cpu_backend = {
+    .name = "cpu",
+    .direct_first_conv = 0, /* its twin is the oracle of the CUDA one (test_fused, LAMINA_FUSE=2) */
+    .nhwc_convs = 0,
+    .mem = &cpu_mem,
+    .queue = &cpu_queue,
+    .prim = &cpu_prim,
+    .comm = NULL, /* CPU ranks sum through the caller's lam_collective */
+    .hidden = &cpu_hidden_ops,
+    .destroy = cpu_destroy,
 };
 
 void lam_cpu_name(lam_ctx *ctx) {

@@ -1,6 +1,7 @@
-/* backend.cu — the CUDA backend's table: device discovery, context set-up, device and pinned memory,
- * copies, queues, events and graphs, and the error checks every CUDA call goes through. The ops are in
- * the other .cu files by family (hidden.cu, gemm.cu, conv.cu, pool.cu, norm.cu, act.cu, loss.cu, optim.cu, data.cu, layout.cu, jpeg.cu, comm.cu). */
+/* backend.cu — the CUDA backend's tables (internal.h): device discovery, context set-up, device and pinned memory,
+ * copies, queues, events and graphs, which primitives take which activation formats (cuda_supports), and the error
+ * checks every CUDA call goes through. The ops are in the other .cu files by family (hidden.cu, gemm.cu, conv.cu,
+ * pool.cu, norm.cu, act.cu, loss.cu, optim.cu, data.cu, layout.cu, jpeg.cu, comm.cu). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,17 +330,89 @@ static void cuda_destroy(lam_ctx *ctx) {
   ctx->state = NULL;
 }
 
-/* In the table's order (internal.h): nvcc's C++ takes no out-of-order designated initializers. */
-#define LAM_CUDA_ENTRY(name, params) cuda_##name,
-static const lam_backend cuda_backend = {
-    "cuda", 1, 1, cuda_raw_alloc, cuda_raw_free, cuda_upload, cuda_upload, cuda_host_alloc, cuda_host_free, cuda_sync,
-    cuda_destroy, cuda_hidden, cuda_host_memory, cuda_staging_floor, cuda_normalize, cuda_weigh, cuda_tanh,
+/* What the kernels run on, by format: NCHW activations in float32 only for the primitives that know the layout (the
+ * 16-bit types are NHWC's: cuDNN's tensor cores want them so, and nn_choose_fmt never asks for NCHW bf16), and
+ * BatchNorm synchronized over ranks on NHWC rows only (or a plane of one pixel, which lies alike in both). The
+ * primitives give the same errors themselves; this is the check nn_graph_finish makes before any work. */
+static int cuda_supports(int prim, lam_fmt f, const char **why) {
+  if (f.nhwc) return 1;
+  switch (prim) {
+  case LAM_PRIM_bn_sums:
+  case LAM_PRIM_bn_sync_dx:
+    *why = "BatchNorm synchronized over ranks runs on NHWC activations on CUDA (the default layout for models with "
+           "convs; unset LAMINA_LAYOUT=nchw)";
+    return 0;
+  case LAM_PRIM_conv2d_workspace: case LAM_PRIM_conv2d_fwd: case LAM_PRIM_conv2d_bwd_data:
+  case LAM_PRIM_conv2d_bwd_filter: case LAM_PRIM_channel_bias_fwd: case LAM_PRIM_channel_bias_bwd:
+  case LAM_PRIM_maxpool_fwd: case LAM_PRIM_maxpool_bwd: case LAM_PRIM_avgpool_fwd: case LAM_PRIM_avgpool_bwd:
+  case LAM_PRIM_plane_mean_fwd: case LAM_PRIM_plane_mean_bwd: case LAM_PRIM_upsample_fwd: case LAM_PRIM_upsample_bwd:
+  case LAM_PRIM_bn_fwd: case LAM_PRIM_bn_bwd: case LAM_PRIM_bn_act_fwd: case LAM_PRIM_bn_act_bwd:
+  case LAM_PRIM_gather: case LAM_PRIM_xent:
+    if (f.dt == LAM_DT_F32) return 1;
+    *why = "NCHW 16-bit activations are not a CUDA format (NHWC 16-bit or NCHW float32 are)";
+    return 0;
+  default:
+    return 1;
+  }
+}
+
+/* The tables, by concern (internal.h). nvcc's C++ takes designated initializers only in the fields' order. */
+static const lam_mem_ops cuda_mem = {
+    .raw_alloc = cuda_raw_alloc,
+    .raw_free = cuda_raw_free,
+    .upload = cuda_upload,
+    .download = cuda_upload,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .host_memory = cuda_host_memory,
+};
+static const lam_queue_ops cuda_queue = {
+    .sync = cuda_sync,
+    .copy_async = cuda_copy_async,
+    .event_reserve = cuda_event_reserve,
+    .event_record = cuda_event_record,
+    .queue_wait = cuda_queue_wait,
+    .event_sync = cuda_event_sync,
+    .event_ms = cuda_event_ms,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
+    .mark_reserve = cuda_mark_reserve,
+    .mark = cuda_mark,
+    .mark_read = cuda_mark_read,
+};
+#define LAM_CUDA_ENTRY(name, params) .name = cuda_##name,
+static const lam_prim_ops cuda_prim = {
+    .set_precision = cuda_set_precision,
+    .supports = cuda_supports,
     LAM_NN_PRIMS(LAM_CUDA_ENTRY)
-    cuda_copy_async, cuda_event_reserve, cuda_event_record, cuda_queue_wait, cuda_event_sync, cuda_event_ms,
-    cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free, cuda_set_precision, cuda_mark_reserve,
-    cuda_mark, cuda_mark_read, cuda_comm_init, cuda_comm_free, cuda_comm_sum, cuda_comm_sum_host,
 };
 #undef LAM_CUDA_ENTRY
+static const lam_comm_ops cuda_comm = {
+    .init = cuda_comm_init,
+    .free = cuda_comm_free,
+    .sum = cuda_comm_sum,
+    .sum_host = cuda_comm_sum_host,
+};
+static const lam_hidden_ops cuda_hidden_ops = {
+    .run = cuda_hidden,
+    .staging_floor = cuda_staging_floor,
+    .normalize = cuda_normalize,
+    .weigh = cuda_weigh,
+    .tanh_ = cuda_tanh,
+};
+static const lam_backend cuda_backend = {
+    .name = "cuda",
+    .direct_first_conv = 1,
+    .nhwc_convs = 1,
+    .mem = &cuda_mem,
+    .queue = &cuda_queue,
+    .prim = &cuda_prim,
+    .comm = &cuda_comm,
+    .hidden = &cuda_hidden_ops,
+    .destroy = cuda_destroy,
+};
 
 extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
   const char *why = NULL;

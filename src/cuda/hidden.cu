@@ -486,7 +486,7 @@ lam_status cuda_staging_floor(lam_ctx *ctx, size_t n, const void *grey, lam_dtyp
   cuda_state *st = cuda_st(ctx);
   host_arrays ha;
   LAM_TRY(classify(st, grey, w, out, &ha));
-  LAM_TRY(ctx->be->sync(ctx)); /* the staging buffers must be idle */
+  LAM_TRY(ctx->be->queue->sync(ctx)); /* the staging buffers must be idle */
   double t0 = lam_now_ms();
   LAM_TRY(hidden_host(ctx, n, grey, gt, w, out, &ha, 1, NULL));
   *ms = lam_now_ms() - t0;

@@ -75,7 +75,7 @@ static void run_in_place(lam_model *m) {
   }
 }
 
-void nn_graph_finish(lam_model *m, lam_fmt f) {
+static void finish(lam_model *m, lam_fmt f) {
   m->fmt = f;
   for (int t = 1; t < m->ntensors; t++) m->tensor[t].view_of = -1, m->tensor[t].fused_away = 0;
   for (int i = 0; i < m->nnodes; i++) {
@@ -111,6 +111,55 @@ void nn_graph_finish(lam_model *m, lam_fmt f) {
   }
 }
 
+/* The primitives the graph itself calls beside its nodes': the batch in (gather, convert), the loss (xent), the
+ * gradient adds (add), the 16-bit weights (to_half), dropout's counter. */
+static const int *const graph_prims = NN_PRIMS(LAM_PRIM_gather, LAM_PRIM_convert, LAM_PRIM_zero, LAM_PRIM_xent,
+                                               LAM_PRIM_label_count, LAM_PRIM_add, LAM_PRIM_to_half,
+                                               LAM_PRIM_step_advance);
+
+/* Whether the backend runs each primitive of list in format f on a tensor of P pixels a plane (one pixel: NCHW and
+ * NHWC lie alike, so it is asked as NHWC); the error names who calls it. */
+static lam_status check_prims(const lam_model *m, const int *list, lam_fmt f, int P, const char *who, int layer,
+                              int word) {
+  const lam_prim_ops *po = m->ctx->be->prim;
+  if (!list || !po->supports) return LAM_OK;
+  if (P == 1) f.nhwc = 1;
+  for (; *list >= 0; list++) {
+    if ((*list & NN_RANKED) && !m->sync_sum) continue;
+    const int prim = *list & ~NN_RANKED;
+    const char *why = "";
+    if (po->supports(prim, f, &why)) continue;
+    const char *dt = f.dt == LAM_DT_F32 ? "float32" : f.dt == LAM_DT_BF16 ? "bfloat16" : "float16";
+    if (layer >= 0)
+      return LAM_FAIL(LAM_ERR_UNSUPPORTED,
+                      "layer %d (%s, word %d of the spec): the %s backend does not run %s on %s %s activations: %s",
+                      layer + 1, who, word + 1, m->ctx->be->name, lam_prim_name(prim), f.nhwc ? "NHWC" : "NCHW", dt, why);
+    return LAM_FAIL(LAM_ERR_UNSUPPORTED, "%s: the %s backend does not run %s on %s %s activations: %s", who,
+                    m->ctx->be->name, lam_prim_name(prim), f.nhwc ? "NHWC" : "NCHW", dt, why);
+  }
+  return LAM_OK;
+}
+
+/* Asks the backend about every primitive the finished graph calls (its nodes', its fusions', its own). */
+static lam_status check_graph(const lam_model *m) {
+  const lam_fmt f = m->fmt;
+  for (int i = 0; i < m->nnodes; i++) {
+    const nn_node *n = &m->node[i];
+    const nn_tensor *x = &m->tensor[n->in[0]];
+    const int P = x->h * x->w;
+    if (n->fusion) LAM_TRY(check_prims(m, n->fusion->prims, f, P, n->fusion->name, i, n->word));
+    if (!n->absorbed || !n->fusion) LAM_TRY(check_prims(m, n->op->prims, f, P, n->op->name, i, n->word));
+  }
+  const nn_tensor *out = &m->tensor[m->output];
+  LAM_TRY(check_prims(m, graph_prims, f, m->tensor[0].h * m->tensor[0].w, "the model's input", -1, -1));
+  return check_prims(m, graph_prims, f, out->h * out->w, "the model's loss", -1, -1);
+}
+
+lam_status nn_graph_finish(lam_model *m, lam_fmt f) {
+  finish(m, f);
+  return check_graph(m);
+}
+
 void *nn_din(lam_model *m, const nn_node *n, int i) {
   const nn_tensor *t = &m->tensor[n->in[i]];
   if (!t->need_grad) return NULL;
@@ -121,7 +170,7 @@ lam_status nn_din_done(lam_model *m, const nn_node *n, int i, int B) {
   nn_tensor *t = &m->tensor[n->in[i]];
   if (!t->need_grad || !n->accum[i] || nn_adds(n, i)) return LAM_OK;
   size_t count = (size_t)B * nn_size(t); /* B: the node's rows */
-  LAM_TRY(m->ctx->be->add(m->ctx, m->fmt, count, t->grad, n->gtmp[i], t->grad));
+  LAM_TRY(m->ctx->be->prim->add(m->ctx, m->fmt, count, t->grad, n->gtmp[i], t->grad));
   NN_PROF(m, "grad_add", nn_index(m, n) + 1);
   return LAM_OK;
 }
@@ -133,9 +182,9 @@ int nn_has_dropout(const lam_model *m) {
 }
 
 lam_status nn_forward(lam_model *m, int B, int train) {
-  if (train && nn_has_dropout(m)) LAM_TRY(m->ctx->be->step_advance(m->ctx, m->rng_ctr, 0, NULL)); /* a new mask per step */
+  if (train && nn_has_dropout(m)) LAM_TRY(m->ctx->be->prim->step_advance(m->ctx, m->rng_ctr, 0, NULL)); /* a new mask per step */
   if (m->fmt.dt != LAM_DT_F32) { /* the weights as 16-bit activations' layers read them, rounded once a step */
-    LAM_TRY(m->ctx->be->to_half(m->ctx, m->fmt.dt, m->nparams, m->params, m->params_lo));
+    LAM_TRY(m->ctx->be->prim->to_half(m->ctx, m->fmt.dt, m->nparams, m->params, m->params_lo));
     NN_PROF(m, "weights_half", 0);
   }
   for (int i = 0; i < m->nnodes; i++) {
@@ -161,8 +210,8 @@ lam_status nn_loss(lam_model *m, int B, int backward, float smoothing, uint8_t *
    * device first, so a captured step needs no host value) */
   float scale = P == 1 ? 1.0f / (float)B : 1.0f;
   const float *count = P == 1 ? NULL : m->count;
-  if (backward && count) LAM_TRY(ctx->be->label_count(ctx, (size_t)B * P, m->y, m->count));
-  LAM_TRY(ctx->be->xent(ctx, m->fmt, B, out->c, P, out->data, m->y, backward ? out->grad : NULL, scale,
+  if (backward && count) LAM_TRY(ctx->be->prim->label_count(ctx, (size_t)B * P, m->y, m->count));
+  LAM_TRY(ctx->be->prim->xent(ctx, m->fmt, B, out->c, P, out->data, m->y, backward ? out->grad : NULL, scale,
                         backward ? m->lscale : NULL, count, smoothing, m->stats, pred));
   NN_PROF(m, "softmax_xent", 0);
   return LAM_OK;

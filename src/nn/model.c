@@ -42,7 +42,10 @@ lam_status lam_model_create_clip(lam_ctx *ctx, const char *spec, int T, int in_c
     free(m);
     return s;
   }
-  nn_graph_finish(m, nn_choose_fmt(m));
+  if ((s = nn_graph_finish(m, nn_choose_fmt(m))) != LAM_OK) {
+    free(m);
+    return s;
+  }
   size_t np = m->nparams ? m->nparams : 1, ns = m->nstate ? m->nstate : 1;
   float *host = NULL, *hstate = NULL;
   /* the backend buffers first: a model over the memory cap fails there, before any host staging */
@@ -53,7 +56,7 @@ lam_status lam_model_create_clip(lam_ctx *ctx, const char *spec, int T, int in_c
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->stats, 4 * sizeof(float));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->count, sizeof(float));
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&m->rng_ctr, 4 * sizeof(int32_t));
-  if (s == LAM_OK) s = ctx->be->zero(ctx, m->rng_ctr, 4 * sizeof(int32_t));
+  if (s == LAM_OK) s = ctx->be->prim->zero(ctx, m->rng_ctr, 4 * sizeof(int32_t));
   if (s == LAM_OK) {
     host = malloc(np * sizeof *host), hstate = malloc(ns * sizeof *hstate);
     if (!host || !hstate) s = LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "lam_model_create: no host memory for %zu parameters", np);
@@ -66,7 +69,7 @@ lam_status lam_model_create_clip(lam_ctx *ctx, const char *spec, int T, int in_c
     s = lam_mem_upload(ctx, m->params, host, m->nparams * sizeof(float));
   }
   if (s == LAM_OK && m->nstate) s = lam_mem_upload(ctx, m->state, hstate, m->nstate * sizeof(float));
-  if (s == LAM_OK) s = ctx->be->zero(ctx, m->grads, np * sizeof(float));
+  if (s == LAM_OK) s = ctx->be->prim->zero(ctx, m->grads, np * sizeof(float));
   free(host);
   free(hstate);
   if (s != LAM_OK) {
@@ -96,7 +99,7 @@ static void free_batch(lam_model *m) {
 
 void lam_model_free(lam_model *m) {
   if (!m) return;
-  if (m->ctx->be->sync) m->ctx->be->sync(m->ctx);
+  if (m->ctx->be->queue->sync) m->ctx->be->queue->sync(m->ctx);
   free_batch(m);
   lam_mem_free(m->ctx, m->params);
   lam_mem_free(m->ctx, m->grads);
@@ -126,11 +129,18 @@ lam_status nn_model_reserve(lam_model *m, int B) {
   if (B < m->cap) B = m->cap; /* a new precision: the same capacity, planned again */
   if (B < 1 || B > (1 << 20)) return LAM_FAIL(LAM_ERR_INVALID_ARG, "batch %d is out of range (1 to 1048576)", B);
   lam_ctx *ctx = m->ctx;
-  LAM_TRY(ctx->be->sync(ctx)); /* queued work may still use the old buffers */
+  LAM_TRY(ctx->be->queue->sync(ctx)); /* queued work may still use the old buffers */
   free_batch(m);
   m->gen++; /* a captured graph that used the old buffers is stale */
   lam_fmt f = nn_choose_fmt(m); /* a new precision can mean another format: the graph's passes again */
-  if (f.dt != m->fmt.dt || f.nhwc != m->fmt.nhwc) nn_graph_finish(m, f);
+  if (f.dt != m->fmt.dt || f.nhwc != m->fmt.nhwc) {
+    const lam_fmt before = m->fmt;
+    lam_status s = nn_graph_finish(m, f);
+    if (s != LAM_OK) {
+      nn_graph_finish(m, before); /* passed before */
+      return s;
+    }
+  }
   size_t arena = 0, in = nn_batch_size(&m->tensor[0], 1);
   m->label_size = label_size(m);
   lam_status s = nn_plan(m, B, NULL, &arena);
@@ -159,7 +169,7 @@ lam_status nn_model_reserve(lam_model *m, int B) {
 lam_status lam_model_release_batch(lam_model *m) {
   LAM_CHECK_ARG(m, "lam_model_release_batch: model is NULL");
   if (!m->cap) return LAM_OK; /* nothing planned (or already released) */
-  LAM_TRY(m->ctx->be->sync(m->ctx)); /* queued work may still use the buffers */
+  LAM_TRY(m->ctx->be->queue->sync(m->ctx)); /* queued work may still use the buffers */
   free_batch(m);                     /* cap 0: the next nn_model_reserve plans again */
   m->tensor[0].data = NULL;
   m->gen++; /* a captured graph that used the buffers is stale */
@@ -315,7 +325,7 @@ static lam_status upload_batch(lam_model *m, const char *fn, int B, const float 
   if (lam_fmt_plain(m->fmt)) return lam_mem_upload(m->ctx, m->x, x, bytes);
   if (!m->x32) LAM_TRY(batch_alloc(m, (void **)&m->x32, (size_t)m->cap * nn_batch_size(&m->tensor[0], 1) * sizeof(float)));
   LAM_TRY(lam_mem_upload(m->ctx, m->x32, x, bytes));
-  return m->ctx->be->convert(m->ctx, B * m->in_t, m->in_c, m->in_h * m->in_w, LAM_FMT_NCHW, m->x32, m->fmt, m->x);
+  return m->ctx->be->prim->convert(m->ctx, B * m->in_t, m->in_c, m->in_h * m->in_w, LAM_FMT_NCHW, m->x32, m->fmt, m->x);
 }
 
 /* Forward of the batch in m->x, and its logits to the host as NCHW float32. */
@@ -325,7 +335,7 @@ static lam_status forward_out(lam_model *m, int B, float *logits) {
   const size_t bytes = (size_t)B * nn_size(out) * sizeof(float);
   if (lam_fmt_plain(m->fmt)) return lam_mem_download(m->ctx, logits, out->data, bytes);
   if (!m->logits32) LAM_TRY(batch_alloc(m, (void **)&m->logits32, (size_t)m->cap * nn_size(out) * sizeof(float)));
-  LAM_TRY(m->ctx->be->convert(m->ctx, B, out->c, out->h * out->w, m->fmt, out->data, LAM_FMT_NCHW, m->logits32));
+  LAM_TRY(m->ctx->be->prim->convert(m->ctx, B, out->c, out->h * out->w, m->fmt, out->data, LAM_FMT_NCHW, m->logits32));
   return lam_mem_download(m->ctx, logits, m->logits32, bytes);
 }
 
@@ -351,10 +361,10 @@ lam_status lam_model_forward_u8(lam_model *m, int B, const uint8_t *images, floa
   if (s == LAM_OK) s = lam_mem_upload(ctx, d_idx, idx, (size_t)B * sizeof *idx);
   /* no labels: none are gathered (label_size 0), the images stand in for the pointer */
   if (s == LAM_OK)
-    s = ctx->be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, d_img, 0, d_img, d_idx, NULL, &m->norm, NULL,
+    s = ctx->be->prim->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, d_img, 0, d_img, d_idx, NULL, &m->norm, NULL,
                         m->fmt, m->x, m->y);
   if (s == LAM_OK) s = forward_out(m, B, logits);
-  if (d_img || d_idx) ctx->be->sync(ctx); /* the gather has read them before they go back to the cache */
+  if (d_img || d_idx) ctx->be->queue->sync(ctx); /* the gather has read them before they go back to the cache */
   lam_mem_free(ctx, d_img);
   lam_mem_free(ctx, d_idx);
   free(idx);
@@ -372,8 +382,8 @@ lam_status lam_model_loss_backward(lam_model *m, int B, const float *x, const ui
                   i / m->label_size, C);
   lam_ctx *ctx = m->ctx;
   LAM_TRY(lam_mem_upload(ctx, m->y, labels, n));
-  LAM_TRY(ctx->be->zero(ctx, m->grads, m->nparams * sizeof(float)));
-  LAM_TRY(ctx->be->zero(ctx, m->stats, 4 * sizeof(float)));
+  LAM_TRY(ctx->be->prim->zero(ctx, m->grads, m->nparams * sizeof(float)));
+  LAM_TRY(ctx->be->prim->zero(ctx, m->stats, 4 * sizeof(float)));
   LAM_TRY(nn_forward(m, B, 1));
   LAM_TRY(nn_loss(m, B, 1, m->smoothing, NULL));
   LAM_TRY(nn_backward(m, B));

@@ -65,7 +65,13 @@ typedef struct nn_op {
    * torch_stats: BatchNorm's running_mean, running_var and num_batches_tracked are in the files too. */
   int (*torch_weight)(const struct lam_model *m, const struct nn_node *n, int64_t shape[4]);
   int torch_stats;
+  /* The primitives its forward and backward may call (NN_PRIMS), which nn_graph_finish asks the backend about. */
+  const int *prims;
 } nn_op;
+/* A list of LAM_PRIM_* ids for nn_op.prims and nn_fusion.prims, ended by -1. NN_RANKED marks one called only while
+ * BatchNorm is synchronized over ranks (lam_trainer_set_sync_bn). */
+#define NN_PRIMS(...) ((const int[]){__VA_ARGS__, -1})
+#define NN_RANKED 0x10000
 #define NN_NAMES(s) .name = s, .fwd_mark = s ".fwd", .bwd_mark = s ".bwd"
 enum {
   NN_IN_BWD = 1,   /* backward reads the input's data */
@@ -93,6 +99,7 @@ typedef struct nn_fusion {
   void (*setup)(struct lam_model *m, struct nn_node *n);
   lam_status (*fwd)(struct lam_model *m, struct nn_node *n, int B, int train);
   lam_status (*bwd)(struct lam_model *m, struct nn_node *n, int B);
+  const int *prims; /* what its fwd and bwd may call (NN_PRIMS) */
 } nn_fusion;
 
 typedef struct nn_node {
@@ -282,8 +289,10 @@ lam_status nn_parse_spec(lam_model *m, const char *spec);
  * runs on its own; LAMINA_LAYOUT (m->layout) forces a layout. */
 lam_fmt nn_choose_fmt(const lam_model *m);
 /* For the format f: gradients needed, views, fusion, in-place activations, and which gradient writes add
- * (graph.c). Done again whenever the format changes (nn_model_reserve). */
-void nn_graph_finish(lam_model *m, lam_fmt f);
+ * (graph.c). Done again whenever the format changes (nn_model_reserve) or BatchNorm's sync does. Fails (naming the
+ * node, the primitive and the format) where the backend does not run a primitive a node calls in that format
+ * (lam_prim_ops.supports): the model is then left as it was finished before, or unusable at its creation. */
+lam_status nn_graph_finish(lam_model *m, lam_fmt f);
 /* Plans the arena for `batch` samples (plan.c): offsets of every tensor's data and gradient and every
  * node's aux buffer by liveness over forward + backward; *bytes is the arena's size. With base non-NULL
  * the pointers are set into it. */

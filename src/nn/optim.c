@@ -34,10 +34,10 @@ static lam_status opt_state(lam_model *m, lam_opt_kind kind, int need_v) {
   m->opt_step = 0;
   m->gen++; /* a captured step that used the old state is stale */
   LAM_TRY(lam_mem_alloc(ctx, (void **)&m->opt_m, bytes));
-  LAM_TRY(ctx->be->zero(ctx, m->opt_m, bytes));
+  LAM_TRY(ctx->be->prim->zero(ctx, m->opt_m, bytes));
   if (need_v) {
     LAM_TRY(lam_mem_alloc(ctx, (void **)&m->opt_v, bytes));
-    LAM_TRY(ctx->be->zero(ctx, m->opt_v, bytes));
+    LAM_TRY(ctx->be->prim->zero(ctx, m->opt_v, bytes));
   }
   m->opt_kind = kind;
   return LAM_OK;
@@ -75,9 +75,9 @@ static lam_status opt_apply(lam_model *m, const lam_opt *o, const float *sched, 
   LAM_TRY(opt_state(m, o->kind, o->kind != LAM_OPT_SGD));
   if (!sched) m->opt_step++;
   if (o->kind == LAM_OPT_SGD)
-    return ctx->be->sgd(ctx, m->nparams, m->params, m->grads, m->opt_m, o->lr, o->momentum, o->weight_decay,
+    return ctx->be->prim->sgd(ctx, m->nparams, m->params, m->grads, m->opt_m, o->lr, o->momentum, o->weight_decay,
                         m->opt_step == 1, sched, k, ls);
-  return ctx->be->adam(ctx, m->nparams, m->params, m->grads, m->opt_m, m->opt_v, o->lr, o->beta1, o->beta2, o->eps,
+  return ctx->be->prim->adam(ctx, m->nparams, m->params, m->grads, m->opt_m, m->opt_v, o->lr, o->beta1, o->beta2, o->eps,
                        o->weight_decay, o->kind == LAM_OPT_ADAMW, m->opt_step, sched, k, ls);
 }
 
@@ -110,5 +110,5 @@ lam_status lam_backprop_step(lam_ctx *ctx, size_t n, const float *error, const f
   LAM_CHECK_ARG(ctx, "lam_backprop_step: ctx is NULL");
   if (n == 0) return LAM_OK;
   LAM_CHECK_ARG(error && input && w, "lam_backprop_step: %s is NULL", !error ? "error" : !input ? "input" : "w");
-  return ctx->be->backprop_step(ctx, n, error, input, lr, w);
+  return ctx->be->prim->backprop_step(ctx, n, error, input, lr, w);
 }

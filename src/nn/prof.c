@@ -10,7 +10,7 @@
 
 static lam_status take_mark(lam_prof *p, size_t i) {
   const lam_backend *be = p->ctx->be;
-  if (be->mark) return be->mark(p->ctx, i);
+  if (be->queue->mark) return be->queue->mark(p->ctx, i);
   p->host_ms[i] = lam_now_ms();
   return LAM_OK;
 }
@@ -26,7 +26,7 @@ lam_status prof_begin(lam_prof *p, lam_ctx *ctx, size_t max_marks) {
     prof_free(p);
     return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "profiler: no host memory for %zu marks", max_marks);
   }
-  if (ctx->be->mark_reserve) LAM_TRY(ctx->be->mark_reserve(ctx, max_marks));
+  if (ctx->be->queue->mark_reserve) LAM_TRY(ctx->be->queue->mark_reserve(ctx, max_marks));
   p->active = 1;
   p->nmarks = 1;
   return take_mark(p, 0);
@@ -44,7 +44,7 @@ lam_status prof_resolve(lam_prof *p) {
   p->active = 0;
   const lam_backend *be = p->ctx->be;
   for (size_t i = 0; i < p->nmarks; i++) {
-    if (be->mark_read) LAM_TRY(be->mark_read(p->ctx, i, &p->ms[i]));
+    if (be->queue->mark_read) LAM_TRY(be->queue->mark_read(p->ctx, i, &p->ms[i]));
     else p->ms[i] = p->host_ms[i] - p->host_ms[0];
   }
   p->resolved = 1;

@@ -94,7 +94,7 @@ static void *loader(void *arg) {
     uint8_t *px[MAX_BUF], *lb[MAX_BUF];
     for (int q = 0; q < g && s == LAM_OK; q++) {
       const int k = (i + q) % f->nbuf;
-      if (in_copy[q]) s = be->event_sync(f->ctx, EV_COPIED(k)); /* the copy out of it must be done first */
+      if (in_copy[q]) s = be->queue->event_sync(f->ctx, EV_COPIED(k)); /* the copy out of it must be done first */
       px[q] = f->h_buf[k], lb[q] = f->h_buf[k] + (size_t)f->batch * f->sample;
     }
     const size_t off = (size_t)i * f->batch, end = off + (size_t)g * f->batch < f->n ? off + (size_t)g * f->batch : f->n;
@@ -118,9 +118,9 @@ void feed_free(lam_feed *f) {
     double a, b;
     feed_finish(f, &a, &b);
   }
-  f->ctx->be->sync(f->ctx);
+  f->ctx->be->queue->sync(f->ctx);
   for (int k = 0; k < f->nbuf; k++) {
-    if (f->h_buf[k]) f->ctx->be->host_free(f->ctx, f->h_buf[k]);
+    if (f->h_buf[k]) f->ctx->be->mem->host_free(f->ctx, f->h_buf[k]);
     lam_mem_free(f->ctx, f->d_buf[k]);
   }
   lam_mem_free(f->ctx, f->d_iota);
@@ -153,7 +153,7 @@ lam_status feed_create(lam_ctx *ctx, int nbuf, int batch, size_t sample, size_t 
   pthread_cond_init(&f->cv, NULL);
   lam_status s = LAM_OK;
   for (int k = 0; k < nbuf && s == LAM_OK; k++) {
-    s = ctx->be->host_alloc(ctx, (void **)&f->h_buf[k], f->slot_bytes);
+    s = ctx->be->mem->host_alloc(ctx, (void **)&f->h_buf[k], f->slot_bytes);
     if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&f->d_buf[k], f->slot_bytes);
     if (s == LAM_OK) memset(f->h_buf[k], 0, f->slot_bytes); /* a short last batch copies defined bytes */
   }
@@ -191,7 +191,7 @@ lam_status feed_start(lam_feed *f, const lam_dataset *d, const int32_t *idx, siz
   f->loader_wait_ms = 0;
   for (int k = 0; k < f->nbuf; k++) f->filled[k] = -1;
   /* in_copy[] carries over: a buffer's last copy of the previous epoch may still be in flight */
-  LAM_TRY(f->ctx->be->event_reserve(f->ctx, EV_WAIT(f->steps) + 2));
+  LAM_TRY(f->ctx->be->queue->event_reserve(f->ctx, EV_WAIT(f->steps) + 2));
   int e = pthread_create(&f->thread, NULL, loader, f);
   if (e) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "streaming: could not start the loader thread (error %d)", e);
   f->running = 1;
@@ -214,21 +214,21 @@ lam_status feed_next(lam_feed *f, int T, int C, size_t P, const lam_norm *norm, 
   size_t off = (size_t)i * f->batch;
   int B = (int)(f->n - off < (size_t)f->batch ? f->n - off : (size_t)f->batch);
   /* the device buffer is free once the batch it held (i - nbuf) was normalized */
-  if (i >= f->nbuf) LAM_TRY(be->queue_wait(ctx, 1, EV_CONSUMED(k)));
-  LAM_TRY(be->copy_async(ctx, 1, f->d_buf[k], f->h_buf[k], f->slot_bytes));
-  LAM_TRY(be->event_record(ctx, EV_COPIED(k), 1));
+  if (i >= f->nbuf) LAM_TRY(be->queue->queue_wait(ctx, 1, EV_CONSUMED(k)));
+  LAM_TRY(be->queue->copy_async(ctx, 1, f->d_buf[k], f->h_buf[k], f->slot_bytes));
+  LAM_TRY(be->queue->event_record(ctx, EV_COPIED(k), 1));
   pthread_mutex_lock(&f->mu);
   f->filled[k] = -1;
   f->in_copy[k] = 1;
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
-  LAM_TRY(be->event_record(ctx, EV_WAIT(i), 0));
-  LAM_TRY(be->queue_wait(ctx, 0, EV_COPIED(k)));
-  LAM_TRY(be->event_record(ctx, EV_WAIT(i) + 1, 0));
+  LAM_TRY(be->queue->event_record(ctx, EV_WAIT(i), 0));
+  LAM_TRY(be->queue->queue_wait(ctx, 0, EV_COPIED(k)));
+  LAM_TRY(be->queue->event_record(ctx, EV_WAIT(i) + 1, 0));
   if (x) /* else only the copy (lam_data_bench: the data path alone) */
-    LAM_TRY(be->gather(ctx, B, T, C, P, f->d_buf[k], f->label_size, f->d_buf[k] + (size_t)f->batch * f->sample,
+    LAM_TRY(be->prim->gather(ctx, B, T, C, P, f->d_buf[k], f->label_size, f->d_buf[k] + (size_t)f->batch * f->sample,
                        f->d_iota, NULL, norm, aug, fmt, x, y));
-  LAM_TRY(be->event_record(ctx, EV_CONSUMED(k), 0));
+  LAM_TRY(be->queue->event_record(ctx, EV_CONSUMED(k), 0));
   f->next++;
   return LAM_OK;
 }
@@ -242,11 +242,11 @@ lam_status feed_finish(lam_feed *f, double *data_wait_ms, double *loader_wait_ms
   pthread_mutex_unlock(&f->mu);
   pthread_join(f->thread, NULL);
   f->running = 0;
-  lam_status s = f->ctx->be->sync(f->ctx);
+  lam_status s = f->ctx->be->queue->sync(f->ctx);
   double sum = 0;
   for (int i = 0; i < f->next && s == LAM_OK; i++) {
     double ms = 0;
-    s = f->ctx->be->event_ms(f->ctx, EV_WAIT(i), EV_WAIT(i) + 1, &ms);
+    s = f->ctx->be->queue->event_ms(f->ctx, EV_WAIT(i), EV_WAIT(i) + 1, &ms);
     sum += ms;
   }
   *data_wait_ms = sum;

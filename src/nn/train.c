@@ -103,9 +103,9 @@ lam_status lam_trainer_loss_scale(const lam_trainer *t, double *scale, long *ski
 void lam_trainer_free(lam_trainer *t) {
   if (!t) return;
   lam_ctx *ctx = t->m->ctx;
-  ctx->be->sync(ctx);
+  ctx->be->queue->sync(ctx);
   feed_free(t->feed);
-  if (t->graph) ctx->be->graph_free(ctx, t->graph);
+  if (t->graph) ctx->be->queue->graph_free(ctx, t->graph);
   t->m->prof = NULL;
   prof_free(&t->prof);
   lam_mem_free(ctx, t->d_images);
@@ -117,13 +117,13 @@ void lam_trainer_free(lam_trainer *t) {
   free(t->h_idx);
   free(t->h_sched);
   free(t->h_sum);
-  if (t->comm) ctx->be->comm_free(ctx, t->comm);
+  if (t->comm) ctx->be->comm->free(ctx, t->comm);
   free(t);
 }
 
 static void free_resident(lam_trainer *t) {
   lam_ctx *ctx = t->m->ctx;
-  ctx->be->sync(ctx);
+  ctx->be->queue->sync(ctx);
   lam_mem_free(ctx, t->d_images);
   lam_mem_free(ctx, t->d_labels);
   lam_mem_free(ctx, t->d_idx);
@@ -211,8 +211,8 @@ lam_status lam_trainer_create(lam_model *m, const lam_opt *opt, int batch, uint6
 static void drop_graph(lam_trainer *t) {
   lam_ctx *ctx = t->m->ctx;
   if (!t->graph) return;
-  ctx->be->sync(ctx);
-  ctx->be->graph_free(ctx, t->graph);
+  ctx->be->queue->sync(ctx);
+  ctx->be->queue->graph_free(ctx, t->graph);
   t->graph = NULL;
 }
 
@@ -327,7 +327,7 @@ lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c) {
   const int gpu = c->nccl_id != NULL;
   LAM_CHECK_ARG(c->world >= 1 && c->rank >= 0 && c->rank < c->world,
                 "lam_trainer_set_collective: rank %d of %d ranks is out of range", c->rank, c->world);
-  LAM_CHECK_ARG(!gpu || be->comm_init, "lam_trainer_set_collective: an nccl_id is for CUDA contexts, and this one is "
+  LAM_CHECK_ARG(!gpu || be->comm, "lam_trainer_set_collective: an nccl_id is for CUDA contexts, and this one is "
                 "on the %s; CPU ranks sum through the caller's `sum`", be->name);
   LAM_CHECK_ARG(gpu || c->world == 1 || ctx->device == LAM_DEVICE_CPU,
                 "lam_trainer_set_collective: GPU ranks sum through NCCL: give the collective NCCL's unique id "
@@ -346,12 +346,12 @@ lam_status lam_trainer_set_collective(lam_trainer *t, const lam_collective *c) {
   }
   drop_graph(t);
   if (t->comm) {
-    be->comm_free(ctx, t->comm);
+    be->comm->free(ctx, t->comm);
     t->comm = NULL;
   }
   t->coll = (lam_collective){.rank = 0, .world = 1};
   t->bucket = 0, t->m->grad_ready = NULL, t->m->grad_user = NULL; /* buckets are the old communicator's */
-  if (gpu) LAM_TRY(be->comm_init(ctx, &t->comm, c->rank, c->world, c->nccl_id));
+  if (gpu) LAM_TRY(be->comm->init(ctx, &t->comm, c->rank, c->world, c->nccl_id));
   t->coll = *c;
   t->coll.nccl_id = NULL; /* the caller's bytes; the communicator is made */
   return LAM_OK;
@@ -370,7 +370,7 @@ static lam_status host_sum(lam_trainer *t, float *x, size_t n, double w, size_t 
 static lam_status bn_sync_sum(void *user, float *x, size_t n, float weight) {
   lam_trainer *t = user;
   lam_ctx *ctx = t->m->ctx;
-  if (t->comm) return ctx->be->comm_sum(ctx, t->comm, 0, x, n, weight);
+  if (t->comm) return ctx->be->comm->sum(ctx, t->comm, 0, x, n, weight);
   return host_sum(t, x, n, weight, 0); /* n = 2C <= the parameters: h_sum holds it */
 }
 
@@ -391,13 +391,17 @@ lam_status lam_trainer_set_sync_bn(lam_trainer *t, int on) {
   LAM_TRY(lam_model_release_batch(m)); /* the graph's passes and the plan change: planned again at the next step */
   m->sync_sum = on ? bn_sync_sum : NULL;
   m->sync_user = on ? t : NULL;
-  nn_graph_finish(m, m->fmt);
-  return LAM_OK;
+  lam_status s = nn_graph_finish(m, m->fmt);
+  if (s != LAM_OK) { /* the backend cannot sync this model's BatchNorm: it trains as it did */
+    m->sync_sum = NULL, m->sync_user = NULL;
+    nn_graph_finish(m, m->fmt);
+  }
+  return s;
 }
 
 /* n doubles summed over the ranks: NCCL's for GPU ranks, the caller's for CPU ones. */
 static lam_status coll_sum(lam_trainer *t, double *x, size_t n) {
-  if (t->comm) return t->m->ctx->be->comm_sum_host(t->m->ctx, t->comm, x, n);
+  if (t->comm) return t->m->ctx->be->comm->sum_host(t->m->ctx, t->comm, x, n);
   return t->coll.sum(t->coll.user, x, n);
 }
 
@@ -415,9 +419,9 @@ static lam_status bucket_send(lam_trainer *t, size_t lo) {
   lam_ctx *ctx = m->ctx;
   const lam_backend *be = ctx->be;
   const size_t ev = t->bucket_ev++;
-  LAM_TRY(be->event_record(ctx, ev, 0));
-  LAM_TRY(be->queue_wait(ctx, 1, ev));
-  LAM_TRY(be->comm_sum(ctx, t->comm, 1, m->grads + lo, t->sent - lo, (float)t->weight));
+  LAM_TRY(be->queue->event_record(ctx, ev, 0));
+  LAM_TRY(be->queue->queue_wait(ctx, 1, ev));
+  LAM_TRY(be->comm->sum(ctx, t->comm, 1, m->grads + lo, t->sent - lo, (float)t->weight));
   t->sent = lo;
   return LAM_OK;
 }
@@ -429,8 +433,8 @@ static lam_status bucket_flush(lam_trainer *t) {
   if (t->sent > 0) LAM_TRY(bucket_send(t, 0));
   lam_ctx *ctx = t->m->ctx;
   const size_t ev = t->bucket_ev++;
-  LAM_TRY(ctx->be->event_record(ctx, ev, 1));
-  return ctx->be->queue_wait(ctx, 0, ev);
+  LAM_TRY(ctx->be->queue->event_record(ctx, ev, 1));
+  return ctx->be->queue->queue_wait(ctx, 0, ev);
 }
 
 lam_status lam_trainer_set_buckets(lam_trainer *t, size_t bytes) {
@@ -442,7 +446,7 @@ lam_status lam_trainer_set_buckets(lam_trainer *t, size_t bytes) {
                 "own queue between the buckets' (lam_trainer_set_sync_bn(t, 0) first)");
   LAM_CHECK_ARG(!bytes || bytes >= sizeof(float), "lam_trainer_set_buckets: %zu bytes is less than one gradient",
                 bytes);
-  if (bytes) LAM_TRY(m->ctx->be->event_reserve(m->ctx, (size_t)m->nnodes + 2)); /* a bucket a node at most, the join */
+  if (bytes) LAM_TRY(m->ctx->be->queue->event_reserve(m->ctx, (size_t)m->nnodes + 2)); /* a bucket a node at most, the join */
   drop_graph(t);
   t->bucket = bytes / sizeof(float);
   m->grad_ready = bytes ? bucket_ready : NULL;
@@ -458,7 +462,7 @@ static lam_status sum_grads(lam_trainer *t) {
   lam_model *m = t->m;
   size_t n = m->nparams;
   if (t->comm && t->bucket) return bucket_flush(t); /* the last bucket, and the join */
-  if (t->comm) return m->ctx->be->comm_sum(m->ctx, t->comm, 0, m->grads, n, (float)t->weight);
+  if (t->comm) return m->ctx->be->comm->sum(m->ctx, t->comm, 0, m->grads, n, (float)t->weight);
   t->h_sum[n] = t->stop && *t->stop ? 1.0 : 0.0;
   LAM_TRY(host_sum(t, m->grads, n, t->weight, 1));
   t->stop_all = t->h_sum[n] > 0;
@@ -532,13 +536,13 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
   const lam_backend *be = ctx->be;
   lam_aug aug;
   const lam_aug *a = nn_aug(m, t->seed, &aug);
-  if (a && !t->feed) LAM_TRY(be->step_advance(ctx, m->rng_ctr + 2, 0, NULL)); /* new crops and flips every step */
+  if (a && !t->feed) LAM_TRY(be->prim->step_advance(ctx, m->rng_ctr + 2, 0, NULL)); /* new crops and flips every step */
   if (!t->feed && B > 0) {
-    LAM_TRY(be->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
+    LAM_TRY(be->prim->gather(ctx, B, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, t->d_images, t->label_size, t->d_labels, t->d_idx,
                        t->d_state, &m->norm, a, m->fmt, m->x, m->y));
     NN_PROF(m, "gather_normalize", 0);
   }
-  LAM_TRY(be->zero(ctx, m->grads, m->nparams * sizeof(float)));
+  LAM_TRY(be->prim->zero(ctx, m->grads, m->nparams * sizeof(float)));
   NN_PROF(m, "zero_grad", 0);
   lam_scaler *ls = scaling(t) ? t->d_scaler : NULL;
   m->sync_batch = G; /* sync BN's global batch (a graph is captured for full batches only: G is theirs) */
@@ -554,26 +558,26 @@ static lam_status step_ops(lam_trainer *t, int B, size_t G) {
   } else if (nn_has_dropout(m)) {
     /* A rank's empty share of a short last batch: no gradient of its own, but the same step as the
      * others; dropout's counter moves as a forward would have moved it. */
-    LAM_TRY(be->step_advance(ctx, m->rng_ctr, 0, NULL));
+    LAM_TRY(be->prim->step_advance(ctx, m->rng_ctr, 0, NULL));
   }
   if (ranked(t)) {
     LAM_TRY(sum_grads(t));
     NN_PROF(m, "allreduce", 0);
   }
   if (ls) { /* the step taken or skipped, decided on the device */
-    LAM_TRY(be->zero(ctx, &ls->found, sizeof ls->found));
-    LAM_TRY(be->grad_check(ctx, m->nparams, m->grads, ls));
-    LAM_TRY(be->scaler_update(ctx, ls, t->opt.kind != LAM_OPT_SGD, t->opt.beta1, t->opt.beta2, t->d_sched, t->d_state + 1));
+    LAM_TRY(be->prim->zero(ctx, &ls->found, sizeof ls->found));
+    LAM_TRY(be->prim->grad_check(ctx, m->nparams, m->grads, ls));
+    LAM_TRY(be->prim->scaler_update(ctx, ls, t->opt.kind != LAM_OPT_SGD, t->opt.beta1, t->opt.beta2, t->d_sched, t->d_state + 1));
     NN_PROF(m, "loss_scale", 0);
   }
   LAM_TRY(nn_opt_step_sched(m, &t->opt, t->d_sched, t->d_state + 1, ls));
   NN_PROF(m, t->opt.kind == LAM_OPT_SGD ? "sgd" : "adam", 0);
-  return be->step_advance(ctx, t->d_state, B, m->stats); /* and notes the first step with a non-finite loss */
+  return be->prim->step_advance(ctx, t->d_state, B, m->stats); /* and notes the first step with a non-finite loss */
 }
 
 static int graph_wanted(const lam_trainer *t) {
   const lam_backend *be = t->m->ctx->be;
-  return !t->graph_off && be->graph_begin && !t->m->ctx->no_graphs && !t->m->prof &&
+  return !t->graph_off && be->queue->graph_begin && !t->m->ctx->no_graphs && !t->m->prof &&
          (t->coll.world == 1 || t->comm); /* CPU ranks sum on the host */
 }
 
@@ -587,19 +591,19 @@ static lam_status step_body(lam_trainer *t, int B, size_t G) {
   LAM_TRY(nn_model_reserve(m, t->batch)); /* nothing to do unless the precision changed since the plan */
   if (B != t->batch || !graph_wanted(t)) return step_ops(t, B, G);
   if (t->graph && t->graph_gen != m->gen) { /* buffers it uses moved */
-    be->graph_free(ctx, t->graph);
+    be->queue->graph_free(ctx, t->graph);
     t->graph = NULL;
   }
   if (!t->graph) {
     if (t->eager_full_steps++ == 0) return step_ops(t, B, G);
-    LAM_TRY(be->graph_begin(ctx));
+    LAM_TRY(be->queue->graph_begin(ctx));
     lam_status s = step_ops(t, B, G);
-    lam_status e = be->graph_end(ctx, &t->graph); /* ends the capture whatever happened */
+    lam_status e = be->queue->graph_end(ctx, &t->graph); /* ends the capture whatever happened */
     if (s != LAM_OK) return s;
     LAM_TRY(e);
     t->graph_gen = m->gen;
   }
-  return be->graph_launch(ctx, t->graph);
+  return be->queue->graph_launch(ctx, t->graph);
 }
 
 lam_status lam_trainer_set_graph(lam_trainer *t, int on) {
@@ -731,7 +735,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
     const float st[4] = {t->part[0], t->part[1], t->part[2], 0.0f};
     LAM_TRY(lam_mem_upload(ctx, m->stats, st, sizeof st));
   } else {
-    LAM_TRY(be->zero(ctx, m->stats, 4 * sizeof(float)));
+    LAM_TRY(be->prim->zero(ctx, m->stats, 4 * sizeof(float)));
   }
   /* The streaming feed writes into m->x before step_body plans: after lam_model_release_batch the
    * buffers must exist first. */
@@ -746,7 +750,7 @@ static lam_status epoch_steps(lam_trainer *t, lam_progress_fn cb, void *user, in
       const lam_aug *a = nn_aug(m, t->seed, &aug);
       /* the step's draw advanced before its batch is gathered, as step_body does for a resident set: the same crops
        * and flips either way */
-      if (a) LAM_TRY(ctx->be->step_advance(ctx, m->rng_ctr + 2, 0, NULL));
+      if (a) LAM_TRY(ctx->be->prim->step_advance(ctx, m->rng_ctr + 2, 0, NULL));
       LAM_TRY(feed_next(t->feed, m->in_t, m->in_c, (size_t)m->in_h * m->in_w, &m->norm, a, m->fmt, m->x, m->y));
       NN_PROF(m, "gather_normalize", 0);
     }
@@ -798,7 +802,7 @@ static lam_status evaluate_streamed(lam_model *m, const lam_dataset *d, int batc
   for (size_t i = 0; s == LAM_OK && i < d->n; i++) idx[i] = (int32_t)i;
   if (s == LAM_OK) s = lam_mem_alloc(ctx, (void **)&pred, (size_t)batch * L);
   if (s == LAM_OK) s = feed_create(ctx, 2, batch, lam_dataset_sample_bytes(d), L, &f);
-  if (s == LAM_OK) s = ctx->be->zero(ctx, m->stats, 4 * sizeof(float));
+  if (s == LAM_OK) s = ctx->be->prim->zero(ctx, m->stats, 4 * sizeof(float));
   if (s == LAM_OK) s = feed_start(f, d, idx, d->n);
   for (size_t off = 0; off < d->n && s == LAM_OK; off += (size_t)batch) {
     int B = (int)(d->n - off < (size_t)batch ? d->n - off : (size_t)batch);
@@ -858,10 +862,10 @@ lam_status lam_evaluate(lam_model *m, const lam_dataset *d, int batch, double *a
     for (size_t i = 0; i < d->n; i++) h_idx[i] = (int32_t)i;
     s = lam_mem_upload(ctx, idx, h_idx, d->n * sizeof(int32_t));
   }
-  if (s == LAM_OK) s = be->zero(ctx, m->stats, 4 * sizeof(float));
+  if (s == LAM_OK) s = be->prim->zero(ctx, m->stats, 4 * sizeof(float));
   for (size_t off = 0; off < d->n && s == LAM_OK; off += (size_t)batch) {
     int B = (int)(d->n - off < (size_t)batch ? d->n - off : (size_t)batch);
-    s = be->gather(ctx, B, m->in_t, m->in_c, (size_t)d->h * d->w, images, L, labels, idx + off, NULL, &m->norm, NULL, m->fmt, m->x, m->y);
+    s = be->prim->gather(ctx, B, m->in_t, m->in_c, (size_t)d->h * d->w, images, L, labels, idx + off, NULL, &m->norm, NULL, m->fmt, m->x, m->y);
     if (s == LAM_OK) s = nn_forward(m, B, 0);
     if (s == LAM_OK) s = nn_loss(m, B, 0, 0.0f, pred + off * L);
   }

@@ -119,9 +119,9 @@ static lam_status perf_time(perf_run *r, perf_fn fn, int host, int reps, double 
   lam_status s;
   for (int i = 0; i < PERF_WARMUP; i++)
     if ((s = fn(r)) != LAM_OK) return s;
-  const int marks = be->mark && !host;
+  const int marks = be->queue->mark && !host;
   double *t = xmalloc(((size_t)reps + 1) * sizeof *t);
-  if (marks ? be->mark(r->ctx, 0) != LAM_OK : be->sync(r->ctx) != LAM_OK) perf_die(r, "the first mark");
+  if (marks ? be->queue->mark(r->ctx, 0) != LAM_OK : be->queue->sync(r->ctx) != LAM_OK) perf_die(r, "the first mark");
   t[0] = lam_now_ms();
   for (int i = 0; i < reps; i++) {
     if ((s = fn(r)) != LAM_OK) {
@@ -129,14 +129,14 @@ static lam_status perf_time(perf_run *r, perf_fn fn, int host, int reps, double 
       return s;
     }
     if (marks) {
-      if (be->mark(r->ctx, (size_t)i + 1) != LAM_OK) perf_die(r, "mark");
+      if (be->queue->mark(r->ctx, (size_t)i + 1) != LAM_OK) perf_die(r, "mark");
     } else t[i + 1] = lam_now_ms();
   }
-  if (be->sync(r->ctx) != LAM_OK) perf_die(r, "the batch's synchronisation");
+  if (be->queue->sync(r->ctx) != LAM_OK) perf_die(r, "the batch's synchronisation");
   if (marks) {
     t[0] = 0;
     for (int i = 1; i <= reps; i++)
-      if (be->mark_read(r->ctx, (size_t)i, &t[i]) != LAM_OK) perf_die(r, "mark_read");
+      if (be->queue->mark_read(r->ctx, (size_t)i, &t[i]) != LAM_OK) perf_die(r, "mark_read");
   }
   for (int i = 0; i < reps; i++) t[i] = t[i + 1] - t[i];
   qsort(t, (size_t)reps, sizeof *t, cmp_double);
@@ -244,13 +244,13 @@ int prims_perf(lam_ctx *ctx, int argc, char **argv) {
       }
       p += l + (p[l] == ',');
     }
-  if (ctx->be->mark_reserve && ctx->be->mark_reserve(ctx, (size_t)reps + 1) != LAM_OK) perf_die(NULL, "mark_reserve");
+  if (ctx->be->queue->mark_reserve && ctx->be->queue->mark_reserve(ctx, (size_t)reps + 1) != LAM_OK) perf_die(NULL, "mark_reserve");
   pools_make();
   printf("test_prims --perf on %s; fp32 matrix products\n", lam_ctx_device_name(ctx));
   printf("each row: the median of %d calls after %d warm-up, timed by %s; MB: the bytes one call must read + write\n"
          "at the least (tests/prims/perf_cases.c: what each case counts), GB/s those over the time, GFLOP/s where it\n"
          "computes\n\n",
-         reps, PERF_WARMUP, ctx->be->mark ? "the backend's marks (events on the stream)" : "the host clock");
+         reps, PERF_WARMUP, ctx->be->queue->mark ? "the backend's marks (events on the stream)" : "the host clock");
   printf("%-20s %-9s %-9s %-5s %-22s %9s %10s %8s %9s\n", "primitive", "variant", "format", "size", "shape", "MB", "us",
          "GB/s", "GFLOP/s");
   int rows = 0, unsupported = 0;

@@ -69,7 +69,7 @@ static inline void *put(perf_run *r, const void *host, size_t bytes) { return pe
 static inline void img(perf_run *r) { perf_img(r); }
 static inline void flat(perf_run *r) { perf_flat(r); }
 #define NB(count) ((double)(count) * r->es) /* bytes of count activation values */
-#define BEC (r->ctx->be)
+#define BEC (r->ctx->be->prim)
 #define CTX (r->ctx)
 /* A primitive run while setting up (a forward that makes what the timed call reads): unsupported in this format,
  * the row says so; any other failure ends the run. */

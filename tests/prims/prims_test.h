@@ -117,7 +117,7 @@ static inline void dget(lam_ctx *ctx, void *host, const void *d, size_t bytes, c
 static inline void dfree(lam_ctx *ctx, void *d) {
   if (d) TU_OK(lam_mem_free(ctx, d));
 }
-#define BE(ctx) ((ctx)->be)
+#define BE(ctx) ((ctx)->be->prim)
 
 /* ---- the format under test: a primitive's device buffers in g_fmt, made from and read back into the plain
  * (NCHW float32) ones the checks use ---- */

@@ -24,20 +24,21 @@ static lam_status act_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status act_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->act_fwd(m->ctx, m->fmt, n->a.act.kind, n->a.act.alpha, (size_t)B * nn_size(x), x->data, nn_out(m, n)->data);
+  return m->ctx->be->prim->act_fwd(m->ctx, m->fmt, n->a.act.kind, n->a.act.alpha, (size_t)B * nn_size(x), x->data, nn_out(m, n)->data);
 }
 static lam_status act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0), *y = nn_out(m, n);
   void *din = nn_din(m, n, 0);
   if (!din) return LAM_OK;
-  return m->ctx->be->act_bwd(m->ctx, m->fmt, n->a.act.kind, n->a.act.alpha, (size_t)B * nn_size(x), n->a.act.kind == LAM_ACT_GELU ? x->data : NULL,
+  return m->ctx->be->prim->act_bwd(m->ctx, m->fmt, n->a.act.kind, n->a.act.alpha, (size_t)B * nn_size(x), n->a.act.kind == LAM_ACT_GELU ? x->data : NULL,
                              n->a.act.kind == LAM_ACT_GELU ? NULL : y->data, y->grad, din);
 }
 static double act_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
 
 #define ACT_OP(var, str, fl, use, what)                                                                       \
   const nn_op var = {NN_NAMES(str), .parse = act_parse, .fwd = act_fwd, .bwd = act_bwd, .macs = act_macs, \
-                     .flags = (fl) | NN_FLAT_OK | NN_ACT, .usage = use, .about = what}
+                     .flags = (fl) | NN_FLAT_OK | NN_ACT, .usage = use, .about = what,                   \
+                     .prims = NN_PRIMS(LAM_PRIM_act_fwd, LAM_PRIM_act_bwd)}
 ACT_OP(nn_op_relu, "relu", NN_OUT_BWD, "relu", "max(x, 0)");
 ACT_OP(nn_op_tanh, "tanh", NN_OUT_BWD, "tanh", "the hyperbolic tangent");
 ACT_OP(nn_op_sigmoid, "sigmoid", NN_OUT_BWD, "sigmoid", "1 / (1 + exp(-x))");
@@ -72,20 +73,21 @@ static lam_status dropout_fwd(lam_model *m, nn_node *n, int B, int train) {
   lam_ctx *ctx = m->ctx;
   const nn_tensor *x = nn_in(m, n, 0);
   size_t count = (size_t)B * nn_size(x);
-  if (!train) return ctx->be->copy_rows(ctx, m->fmt, 1, count, x->data, count, nn_out(m, n)->data, count);
+  if (!train) return ctx->be->prim->copy_rows(ctx, m->fmt, 1, count, x->data, count, nn_out(m, n)->data, count);
   if (n->fixed_mask) LAM_TRY(upload_mask(m, n, B));
-  else LAM_TRY(ctx->be->dropout_mask(ctx, count, n->a.dropout.p, m->seed + (uint64_t)nn_index(m, n) * 0x9E3779B97F4A7C15ull,
+  else LAM_TRY(ctx->be->prim->dropout_mask(ctx, count, n->a.dropout.p, m->seed + (uint64_t)nn_index(m, n) * 0x9E3779B97F4A7C15ull,
                                      m->rng_ctr + 1, n->aux));
-  return ctx->be->mask_scale(ctx, m->fmt, count, x->data, n->aux, 1.0f / (1.0f - n->a.dropout.p), nn_out(m, n)->data);
+  return ctx->be->prim->mask_scale(ctx, m->fmt, count, x->data, n->aux, 1.0f / (1.0f - n->a.dropout.p), nn_out(m, n)->data);
 }
 static lam_status dropout_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *y = nn_out(m, n);
   void *din = nn_din(m, n, 0);
   if (!din) return LAM_OK;
-  return m->ctx->be->mask_scale(m->ctx, m->fmt, (size_t)B * nn_size(y), y->grad, n->aux, 1.0f / (1.0f - n->a.dropout.p), din);
+  return m->ctx->be->prim->mask_scale(m->ctx, m->fmt, (size_t)B * nn_size(y), y->grad, n->aux, 1.0f / (1.0f - n->a.dropout.p), din);
 }
 static size_t dropout_aux(const lam_model *m, const nn_node *n, int B) { return (size_t)B * nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_dropout = {NN_NAMES("dropout"), .parse = dropout_parse, .fwd = dropout_fwd, .bwd = dropout_bwd,
                              .aux_bytes = dropout_aux, .macs = act_macs, .flags = NN_FLAT_OK, .usage = "dropout P",
                              .about = "in training, each value zeroed with probability P, the rest scaled by "
-                                      "1/(1-P)"};
+                                      "1/(1-P)",
+                             .prims = NN_PRIMS(LAM_PRIM_dropout_mask, LAM_PRIM_mask_scale, LAM_PRIM_copy_rows)};

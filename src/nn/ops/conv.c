@@ -102,15 +102,15 @@ static lam_status conv_gemm_fwd(lam_model *m, nn_node *n, int B) {
   const lam_backend *be = m->ctx->be;
   lam_conv_geom g = conv_geom(m, n);
   int K = (int)taps(m, n), BP = (int)planes(m, n, B), li = nn_index(m, n) + 1;
-  LAM_TRY(be->im2col(m->ctx, &g, B, (const float *)nn_in(m, n, 0)->data, n->aux, nn_half(m)));
+  LAM_TRY(be->prim->im2col(m->ctx, &g, B, (const float *)nn_in(m, n, 0)->data, n->aux, nn_half(m)));
   NN_PROF(m, "conv.im2col", li);
   if (nn_half(m)) {
     uint16_t *Wlo = m->params_lo + n->w_off;
-    LAM_TRY(be->to_half(m->ctx, nn_half(m), (size_t)n->a.conv.oc * K, m->params + n->w_off, Wlo));
-    LAM_TRY(be->gemm_half(m->ctx, nn_half(m), 0, 0, n->a.conv.oc, BP, K, 1.0f, Wlo, K, (const uint16_t *)n->aux, BP, 0.0f,
+    LAM_TRY(be->prim->to_half(m->ctx, nn_half(m), (size_t)n->a.conv.oc * K, m->params + n->w_off, Wlo));
+    LAM_TRY(be->prim->gemm_half(m->ctx, nn_half(m), 0, 0, n->a.conv.oc, BP, K, 1.0f, Wlo, K, (const uint16_t *)n->aux, BP, 0.0f,
                           m->scratch, 0, BP));
   } else {
-    LAM_TRY(be->gemm(m->ctx, 0, 0, n->a.conv.oc, BP, K, 1.0f, m->params + n->w_off, K, n->aux, BP, 0.0f, m->scratch, BP));
+    LAM_TRY(be->prim->gemm(m->ctx, 0, 0, n->a.conv.oc, BP, K, 1.0f, m->params + n->w_off, K, n->aux, BP, 0.0f, m->scratch, BP));
   }
   NN_PROF(m, "conv.gemm", li);
   return LAM_OK;
@@ -134,21 +134,21 @@ static lam_status conv_gemm_bwd(lam_model *m, nn_node *n, int B, int dy16_ready)
   const int dt = nn_half(m);
   if (dt) {
     uint16_t *dy16 = conv_dy16(m, n, B), *dcol16 = dy16 + (size_t)n->a.conv.oc * BP;
-    if (!dy16_ready) LAM_TRY(be->to_half(ctx, dt, (size_t)n->a.conv.oc * BP, dyT, dy16));
-    LAM_TRY(be->gemm_half(ctx, dt, 0, 1, n->a.conv.oc, K, BP, 1.0f, dy16, BP, (const uint16_t *)n->aux, BP, 1.0f, dW, 0, K));
+    if (!dy16_ready) LAM_TRY(be->prim->to_half(ctx, dt, (size_t)n->a.conv.oc * BP, dyT, dy16));
+    LAM_TRY(be->prim->gemm_half(ctx, dt, 0, 1, n->a.conv.oc, K, BP, 1.0f, dy16, BP, (const uint16_t *)n->aux, BP, 1.0f, dW, 0, K));
     NN_PROF(m, "conv.gemm_dw", li);
     if (!din) return LAM_OK;
-    LAM_TRY(be->gemm_half(ctx, dt, 1, 0, K, BP, n->a.conv.oc, 1.0f, m->params_lo + n->w_off, K, dy16, BP, 0.0f, dcol16, 1, BP));
+    LAM_TRY(be->prim->gemm_half(ctx, dt, 1, 0, K, BP, n->a.conv.oc, 1.0f, m->params_lo + n->w_off, K, dy16, BP, 0.0f, dcol16, 1, BP));
     NN_PROF(m, "conv.gemm_dx", li);
-    LAM_TRY(be->col2im(ctx, &g, B, dcol16, dt, nn_adds(n, 0), din));
+    LAM_TRY(be->prim->col2im(ctx, &g, B, dcol16, dt, nn_adds(n, 0), din));
   } else {
     float *dcol = m->scratch + (size_t)n->a.conv.oc * BP;
-    LAM_TRY(be->gemm(ctx, 0, 1, n->a.conv.oc, K, BP, 1.0f, dyT, BP, n->aux, BP, 1.0f, dW, K));
+    LAM_TRY(be->prim->gemm(ctx, 0, 1, n->a.conv.oc, K, BP, 1.0f, dyT, BP, n->aux, BP, 1.0f, dW, K));
     NN_PROF(m, "conv.gemm_dw", li);
     if (!din) return LAM_OK;
-    LAM_TRY(be->gemm(ctx, 1, 0, K, BP, n->a.conv.oc, 1.0f, m->params + n->w_off, K, dyT, BP, 0.0f, dcol, BP));
+    LAM_TRY(be->prim->gemm(ctx, 1, 0, K, BP, n->a.conv.oc, 1.0f, m->params + n->w_off, K, dyT, BP, 0.0f, dcol, BP));
     NN_PROF(m, "conv.gemm_dx", li);
-    LAM_TRY(be->col2im(ctx, &g, B, dcol, LAM_DT_F32, nn_adds(n, 0), din));
+    LAM_TRY(be->prim->col2im(ctx, &g, B, dcol, LAM_DT_F32, nn_adds(n, 0), din));
   }
   NN_PROF(m, "conv.col2im", li);
   return LAM_OK;
@@ -174,12 +174,12 @@ static lam_status conv_fwd(lam_model *m, nn_node *n, int B, int train) {
   if (whole_conv(m, n)) {
     lam_conv_geom g = conv_geom(m, n);
     nn_tensor *y = nn_out(m, n);
-    LAM_TRY(m->ctx->be->conv2d_fwd(m->ctx, m->fmt, &g, n->a.conv.oc, B, nn_in(m, n, 0)->data, conv_weights(m, n), y->data,
+    LAM_TRY(m->ctx->be->prim->conv2d_fwd(m->ctx, m->fmt, &g, n->a.conv.oc, B, nn_in(m, n, 0)->data, conv_weights(m, n), y->data,
                                    m->scratch,
                                    m->scratch_bytes));
     NN_PROF(m, "conv.conv2d", nn_index(m, n) + 1);
     if (n->nb) {
-      LAM_TRY(m->ctx->be->channel_bias_fwd(m->ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->data, m->params + n->b_off));
+      LAM_TRY(m->ctx->be->prim->channel_bias_fwd(m->ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->data, m->params + n->b_off));
       NN_PROF(m, "conv.bias", nn_index(m, n) + 1);
     }
     return LAM_OK;
@@ -187,7 +187,7 @@ static lam_status conv_fwd(lam_model *m, nn_node *n, int B, int train) {
   LAM_TRY(conv_gemm_fwd(m, n, B));
   const nn_tensor *y = nn_out(m, n);
   /* (OC, B*P) in scratch to (B, OC, P) with the bias */
-  LAM_TRY(m->ctx->be->cbp_to_bcp(m->ctx, B, n->a.conv.oc, y->h * y->w, m->scratch, bias_of(m, n), (float *)y->data));
+  LAM_TRY(m->ctx->be->prim->cbp_to_bcp(m->ctx, B, n->a.conv.oc, y->h * y->w, m->scratch, bias_of(m, n), (float *)y->data));
   NN_PROF(m, "conv.bias_t", nn_index(m, n) + 1);
   return LAM_OK;
 }
@@ -199,18 +199,18 @@ static lam_status conv_bwd(lam_model *m, nn_node *n, int B) {
     lam_conv_geom g = conv_geom(m, n);
     int li = nn_index(m, n) + 1;
     void *din = nn_din(m, n, 0);
-    if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->grad, m->grads + n->b_off));
-    LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, m->fmt, &g, n->a.conv.oc, B, nn_in(m, n, 0)->data, y->grad, m->grads + n->w_off,
+    if (n->nb) LAM_TRY(ctx->be->prim->channel_bias_bwd(ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->grad, m->grads + n->b_off));
+    LAM_TRY(ctx->be->prim->conv2d_bwd_filter(ctx, m->fmt, &g, n->a.conv.oc, B, nn_in(m, n, 0)->data, y->grad, m->grads + n->w_off,
                                        m->scratch, m->scratch_bytes));
     NN_PROF(m, "conv.conv2d_dw", li);
     if (din) {
-      LAM_TRY(ctx->be->conv2d_bwd_data(ctx, m->fmt, &g, n->a.conv.oc, B, y->grad, conv_weights(m, n), din, nn_adds(n, 0),
+      LAM_TRY(ctx->be->prim->conv2d_bwd_data(ctx, m->fmt, &g, n->a.conv.oc, B, y->grad, conv_weights(m, n), din, nn_adds(n, 0),
                                        m->scratch, m->scratch_bytes));
       NN_PROF(m, "conv.conv2d_dx", li);
     }
     return LAM_OK;
   }
-  LAM_TRY(m->ctx->be->bcp_to_cbp(m->ctx, B, n->a.conv.oc, y->h * y->w, (const float *)y->grad, m->scratch, dbias_of(m, n)));
+  LAM_TRY(m->ctx->be->prim->bcp_to_cbp(m->ctx, B, n->a.conv.oc, y->h * y->w, (const float *)y->grad, m->scratch, dbias_of(m, n)));
   NN_PROF(m, "conv.bias_t", nn_index(m, n) + 1);
   return conv_gemm_bwd(m, n, B, 0);
 }
@@ -226,13 +226,13 @@ static lam_status conv_block_fwd(lam_model *m, nn_node *n, int B, int train) {
   int li = nn_index(m, n) + 1;
   if (n->fuse == NN_FUSE_DIRECT) {
     lam_conv_geom cg = conv_geom(m, n);
-    LAM_TRY(be->conv_pool_direct_fwd(m->ctx, &cg, &pg, B, (const float *)nn_in(m, n, 0)->data, m->params + n->w_off,
+    LAM_TRY(be->prim->conv_pool_direct_fwd(m->ctx, &cg, &pg, B, (const float *)nn_in(m, n, 0)->data, m->params + n->w_off,
                                      bias_of(m, n), (float *)y->data, pool->aux));
     NN_PROF(m, "conv_relu_pool.direct_fwd", li);
     return LAM_OK;
   }
   LAM_TRY(conv_gemm_fwd(m, n, B));
-  LAM_TRY(be->conv_pool_fwd(m->ctx, &pg, B, m->scratch, bias_of(m, n), (float *)y->data, pool->aux));
+  LAM_TRY(be->prim->conv_pool_fwd(m->ctx, &pg, B, m->scratch, bias_of(m, n), (float *)y->data, pool->aux));
   NN_PROF(m, "conv_relu_pool.fwd", li);
   return LAM_OK;
 }
@@ -245,14 +245,14 @@ static lam_status conv_block_bwd(lam_model *m, nn_node *n, int B) {
   int li = nn_index(m, n) + 1;
   if (n->fuse == NN_FUSE_DIRECT) { /* the input is the model's: no gradient for it */
     lam_conv_geom cg = conv_geom(m, n);
-    LAM_TRY(be->conv_pool_direct_bwd(m->ctx, &cg, &pg, B, (const float *)nn_in(m, n, 0)->data, (const float *)y->grad,
+    LAM_TRY(be->prim->conv_pool_direct_bwd(m->ctx, &cg, &pg, B, (const float *)nn_in(m, n, 0)->data, (const float *)y->grad,
                                      (const float *)y->data, pool->aux, m->grads + n->w_off, m->grads + n->b_off,
                                      m->scratch));
     NN_PROF(m, "conv_relu_pool.direct_bwd", li);
     return LAM_OK;
   }
   void *dG = nn_half(m) ? (void *)conv_dy16(m, n, B) : (void *)m->scratch; /* 16-bit: straight into the GEMMs' form */
-  LAM_TRY(be->conv_pool_bwd(m->ctx, &pg, B, (const float *)y->grad, (const float *)y->data, pool->aux, dG, nn_half(m),
+  LAM_TRY(be->prim->conv_pool_bwd(m->ctx, &pg, B, (const float *)y->grad, (const float *)y->data, pool->aux, dG, nn_half(m),
                             dbias_of(m, n)));
   NN_PROF(m, "conv_relu_pool.bwd", li);
   return conv_gemm_bwd(m, n, B, nn_half(m) != 0);
@@ -273,7 +273,8 @@ static void conv_block_setup(lam_model *m, nn_node *c) {
   if (want_direct && c->in[0] == 0 && !c->a.conv.nobias && x->c * c->a.conv.k * c->a.conv.k <= LAM_DIRECT_TAPS) c->fuse = NN_FUSE_DIRECT;
 }
 const nn_fusion nn_fusion_conv_block = {.name = "conv_relu_pool", .kind = NN_FUSE_POOL, .match = conv_block_match,
-                                        .setup = conv_block_setup, .fwd = conv_block_fwd, .bwd = conv_block_bwd};
+                                        .setup = conv_block_setup, .fwd = conv_block_fwd, .bwd = conv_block_bwd,
+                                        .prims = NN_PRIMS(LAM_PRIM_conv_pool_fwd, LAM_PRIM_conv_pool_bwd, LAM_PRIM_conv_pool_direct_fwd, LAM_PRIM_conv_pool_direct_bwd, LAM_PRIM_im2col, LAM_PRIM_col2im, LAM_PRIM_gemm, LAM_PRIM_gemm_half, LAM_PRIM_to_half)};
 
 /* im2col (K, B*P) as float; the half precisions use the first half. None for the direct block and for a
  * whole conv (which keeps its input instead). */
@@ -286,7 +287,7 @@ static size_t conv_scratch(const lam_model *m, const nn_node *n, int B) {
   if (whole_conv(m, n)) {
     lam_conv_geom g = conv_geom(m, n);
     size_t bytes = 0;
-    if (m->ctx->be->conv2d_workspace(m->ctx, m->fmt, &g, n->a.conv.oc, B, &bytes) != LAM_OK) return (size_t)-1; /* reserve says why */
+    if (m->ctx->be->prim->conv2d_workspace(m->ctx, m->fmt, &g, n->a.conv.oc, B, &bytes) != LAM_OK) return (size_t)-1; /* reserve says why */
     return (bytes + sizeof(float) - 1) / sizeof(float);
   }
   size_t K = taps(m, n), BP = planes(m, n, B);
@@ -310,9 +311,9 @@ static lam_status convt_fwd(lam_model *m, nn_node *n, int B, int train) {
   nn_tensor *y = nn_out(m, n);
   lam_conv_geom g = convt_geom(m, n);
   /* y is the "input" of the conv it transposes, x that conv's "output" of IC channels */
-  LAM_TRY(ctx->be->conv2d_bwd_data(ctx, m->fmt, &g, nn_in(m, n, 0)->c, B, nn_in(m, n, 0)->data, conv_weights(m, n),
+  LAM_TRY(ctx->be->prim->conv2d_bwd_data(ctx, m->fmt, &g, nn_in(m, n, 0)->c, B, nn_in(m, n, 0)->data, conv_weights(m, n),
                                    y->data, 0, m->scratch, m->scratch_bytes));
-  if (n->nb) LAM_TRY(ctx->be->channel_bias_fwd(ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->data, m->params + n->b_off));
+  if (n->nb) LAM_TRY(ctx->be->prim->channel_bias_fwd(ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->data, m->params + n->b_off));
   return LAM_OK;
 }
 
@@ -322,18 +323,18 @@ static lam_status convt_bwd(lam_model *m, nn_node *n, int B) {
   nn_tensor *y = nn_out(m, n);
   lam_conv_geom g = convt_geom(m, n);
   void *din = nn_din(m, n, 0);
-  if (n->nb) LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->grad, m->grads + n->b_off));
-  LAM_TRY(ctx->be->conv2d_bwd_filter(ctx, m->fmt, &g, x->c, B, y->grad, x->data, m->grads + n->w_off, m->scratch,
+  if (n->nb) LAM_TRY(ctx->be->prim->channel_bias_bwd(ctx, m->fmt, B, n->a.conv.oc, y->h * y->w, y->grad, m->grads + n->b_off));
+  LAM_TRY(ctx->be->prim->conv2d_bwd_filter(ctx, m->fmt, &g, x->c, B, y->grad, x->data, m->grads + n->w_off, m->scratch,
                                      m->scratch_bytes));
   if (!din) return LAM_OK;
-  return ctx->be->conv2d_fwd(ctx, m->fmt, &g, x->c, B, y->grad, conv_weights(m, n), din, m->scratch,
+  return ctx->be->prim->conv2d_fwd(ctx, m->fmt, &g, x->c, B, y->grad, conv_weights(m, n), din, m->scratch,
                              m->scratch_bytes);
 }
 
 static size_t convt_scratch(const lam_model *m, const nn_node *n, int B) {
   lam_conv_geom g = convt_geom(m, n);
   size_t bytes = 0;
-  if (m->ctx->be->conv2d_workspace(m->ctx, m->fmt, &g, m->tensor[n->in[0]].c, B, &bytes) != LAM_OK) return (size_t)-1;
+  if (m->ctx->be->prim->conv2d_workspace(m->ctx, m->fmt, &g, m->tensor[n->in[0]].c, B, &bytes) != LAM_OK) return (size_t)-1;
   return (bytes + sizeof(float) - 1) / sizeof(float);
 }
 static double convt_macs(const lam_model *m, const nn_node *n) {
@@ -354,12 +355,15 @@ static int convt_torch(const lam_model *m, const nn_node *n, int64_t s[4]) {
   s[0] = m->tensor[n->in[0]].c, s[1] = n->a.conv.oc, s[2] = s[3] = n->a.conv.k;
   return 4;
 }
+#define CONV_PRIMS                                                                                        \
+  NN_PRIMS(LAM_PRIM_conv2d_workspace, LAM_PRIM_conv2d_fwd, LAM_PRIM_conv2d_bwd_data, LAM_PRIM_conv2d_bwd_filter, LAM_PRIM_channel_bias_fwd, LAM_PRIM_channel_bias_bwd, LAM_PRIM_cbp_to_bcp, LAM_PRIM_bcp_to_cbp, LAM_PRIM_im2col, LAM_PRIM_col2im, LAM_PRIM_gemm, LAM_PRIM_gemm_half, LAM_PRIM_to_half)
 const nn_op nn_op_conv = {NN_NAMES("conv"), .parse = conv_parse, .init = conv_init, .fwd = conv_fwd, .bwd = conv_bwd,
                           .aux_bytes = conv_aux, .scratch_floats = conv_scratch, .macs = conv_macs,
                           .flags = NN_OWN_MARKS | NN_ADDS_GRAD, .usage = "conv OUT K [stride S] [pad P] [nobias]",
-                          .about = "2-D convolution, K×K kernel", .describe = conv_describe, .torch_weight = conv_torch};
+                          .about = "2-D convolution, K×K kernel", .describe = conv_describe, .torch_weight = conv_torch,
+                          .prims = CONV_PRIMS};
 const nn_op nn_op_convt = {NN_NAMES("convt"), .parse = convt_parse, .init = convt_init, .fwd = convt_fwd,
                            .bwd = convt_bwd, .scratch_floats = convt_scratch, .macs = convt_macs,
                            .usage = "convt OUT K [stride S] [pad P] [nobias]",
                            .about = "transposed convolution (e.g. 'convt 64 2 stride 2' doubles H, W)",
-                           .describe = conv_describe, .torch_weight = convt_torch};
+                           .describe = conv_describe, .torch_weight = convt_torch, .prims = CONV_PRIMS};

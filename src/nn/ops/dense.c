@@ -36,20 +36,20 @@ static lam_status dense16_fwd(lam_model *m, nn_node *n, int B) {
   lam_ctx *ctx = m->ctx;
   int in = (int)nn_size(nn_in(m, n, 0)), out = n->a.dense.oc;
   void *y = nn_out(m, n)->data;
-  LAM_TRY(ctx->be->gemm_half(ctx, m->fmt.dt, 0, 1, B, out, in, 1.0f, nn_in(m, n, 0)->data, in, m->params_lo + n->w_off,
+  LAM_TRY(ctx->be->prim->gemm_half(ctx, m->fmt.dt, 0, 1, B, out, in, 1.0f, nn_in(m, n, 0)->data, in, m->params_lo + n->w_off,
                              in, 0.0f, y, 1, out));
-  return ctx->be->channel_bias_fwd(ctx, m->fmt, B, out, 1, y, m->params + n->b_off);
+  return ctx->be->prim->channel_bias_fwd(ctx, m->fmt, B, out, 1, y, m->params + n->b_off);
 }
 static lam_status dense16_bwd(lam_model *m, nn_node *n, int B) {
   lam_ctx *ctx = m->ctx;
   int in = (int)nn_size(nn_in(m, n, 0)), out = n->a.dense.oc;
   const void *dy = nn_out(m, n)->grad;
   void *din = nn_din(m, n, 0);
-  LAM_TRY(ctx->be->gemm_half(ctx, m->fmt.dt, 1, 0, out, in, B, 1.0f, dy, out, nn_in(m, n, 0)->data, in, 1.0f,
+  LAM_TRY(ctx->be->prim->gemm_half(ctx, m->fmt.dt, 1, 0, out, in, B, 1.0f, dy, out, nn_in(m, n, 0)->data, in, 1.0f,
                              m->grads + n->w_off, 0, in));
-  LAM_TRY(ctx->be->channel_bias_bwd(ctx, m->fmt, B, out, 1, dy, m->grads + n->b_off));
+  LAM_TRY(ctx->be->prim->channel_bias_bwd(ctx, m->fmt, B, out, 1, dy, m->grads + n->b_off));
   if (din)
-    LAM_TRY(ctx->be->gemm_half(ctx, m->fmt.dt, 0, 0, B, in, out, 1.0f, dy, out, m->params_lo + n->w_off, in, 0.0f, din, 1,
+    LAM_TRY(ctx->be->prim->gemm_half(ctx, m->fmt.dt, 0, 0, B, in, out, 1.0f, dy, out, m->params_lo + n->w_off, in, 0.0f, din, 1,
                                in));
   return LAM_OK;
 }
@@ -65,13 +65,13 @@ static lam_status dense_fwd(lam_model *m, nn_node *n, int B, int train) {
   const int dt = nn_half(m);
   if (dt) {
     uint16_t *xlo = n->aux, *Wlo = m->params_lo + n->w_off;
-    LAM_TRY(be->to_half(ctx, dt, (size_t)B * in, x, xlo));
-    LAM_TRY(be->to_half(ctx, dt, (size_t)out * in, W, Wlo));
-    LAM_TRY(be->gemm_half(ctx, dt, 0, 1, B, out, in, 1.0f, xlo, in, Wlo, in, 0.0f, y, 0, out));
+    LAM_TRY(be->prim->to_half(ctx, dt, (size_t)B * in, x, xlo));
+    LAM_TRY(be->prim->to_half(ctx, dt, (size_t)out * in, W, Wlo));
+    LAM_TRY(be->prim->gemm_half(ctx, dt, 0, 1, B, out, in, 1.0f, xlo, in, Wlo, in, 0.0f, y, 0, out));
   } else {
-    LAM_TRY(be->gemm(ctx, 0, 1, B, out, in, 1.0f, x, in, W, in, 0.0f, y, out));
+    LAM_TRY(be->prim->gemm(ctx, 0, 1, B, out, in, 1.0f, x, in, W, in, 0.0f, y, out));
   }
-  return be->add_bias(ctx, B, out, y, m->params + n->b_off);
+  return be->prim->add_bias(ctx, B, out, y, m->params + n->b_off);
 }
 
 /* dW (out, in) += dy^T x; db += column sums of dy; dx (B, in) = dy W */
@@ -85,15 +85,15 @@ static lam_status dense_bwd(lam_model *m, nn_node *n, int B) {
   const int dt = nn_half(m);
   if (dt) { /* dy rounded; x and W as the forward rounded them */
     uint16_t *dylo = (uint16_t *)m->scratch, *xlo = n->aux, *Wlo = m->params_lo + n->w_off;
-    LAM_TRY(be->to_half(ctx, dt, (size_t)B * out, dy, dylo));
-    LAM_TRY(be->gemm_half(ctx, dt, 1, 0, out, in, B, 1.0f, dylo, out, xlo, in, 1.0f, dW, 0, in));
-    LAM_TRY(be->bias_grad(ctx, B, out, dy, db));
-    if (din) LAM_TRY(be->gemm_half(ctx, dt, 0, 0, B, in, out, 1.0f, dylo, out, Wlo, in, 0.0f, din, 0, in));
+    LAM_TRY(be->prim->to_half(ctx, dt, (size_t)B * out, dy, dylo));
+    LAM_TRY(be->prim->gemm_half(ctx, dt, 1, 0, out, in, B, 1.0f, dylo, out, xlo, in, 1.0f, dW, 0, in));
+    LAM_TRY(be->prim->bias_grad(ctx, B, out, dy, db));
+    if (din) LAM_TRY(be->prim->gemm_half(ctx, dt, 0, 0, B, in, out, 1.0f, dylo, out, Wlo, in, 0.0f, din, 0, in));
     return LAM_OK;
   }
-  LAM_TRY(be->gemm(ctx, 1, 0, out, in, B, 1.0f, dy, out, x, in, 1.0f, dW, in));
-  LAM_TRY(be->bias_grad(ctx, B, out, dy, db));
-  if (din) LAM_TRY(be->gemm(ctx, 0, 0, B, in, out, 1.0f, dy, out, W, in, 0.0f, din, in));
+  LAM_TRY(be->prim->gemm(ctx, 1, 0, out, in, B, 1.0f, dy, out, x, in, 1.0f, dW, in));
+  LAM_TRY(be->prim->bias_grad(ctx, B, out, dy, db));
+  if (din) LAM_TRY(be->prim->gemm(ctx, 0, 0, B, in, out, 1.0f, dy, out, W, in, 0.0f, din, in));
   return LAM_OK;
 }
 
@@ -118,7 +118,8 @@ const nn_op nn_op_dense = {NN_NAMES("dense"), .parse = dense_parse, .init = dens
                            .bwd = dense_bwd, .aux_bytes = dense_aux, .scratch_floats = dense_scratch,
                            .macs = dense_macs, .flags = NN_IN_BWD | NN_FLAT_OK, .usage = "dense OUT",
                            .about = "fully connected (after flatten or gap; 'linear OUT' too)",
-                           .torch_weight = dense_torch};
+                           .torch_weight = dense_torch,
+                           .prims = NN_PRIMS(LAM_PRIM_gemm, LAM_PRIM_gemm_half, LAM_PRIM_to_half, LAM_PRIM_add_bias, LAM_PRIM_bias_grad, LAM_PRIM_channel_bias_fwd, LAM_PRIM_channel_bias_bwd)};
 
 /* ---- flatten: (c, h, w) -> (c*h*w, 1, 1): the same memory (nn_node.view), or from NHWC to NCHW order ---- */
 static lam_status flatten_parse(nn_parse *p, lam_model *m, nn_node *n) {
@@ -131,14 +132,14 @@ static lam_status flatten_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   if (n->view) return LAM_OK;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->convert(m->ctx, B, x->c, x->h * x->w, m->fmt, x->data, lam_fmt_of(m->fmt.dt, 0), nn_out(m, n)->data);
+  return m->ctx->be->prim->convert(m->ctx, B, x->c, x->h * x->w, m->fmt, x->data, lam_fmt_of(m->fmt.dt, 0), nn_out(m, n)->data);
 }
 static lam_status flatten_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
   void *din = nn_din(m, n, 0);
   if (n->view || !din) return LAM_OK;
-  return m->ctx->be->convert(m->ctx, B, x->c, x->h * x->w, lam_fmt_of(m->fmt.dt, 0), nn_out(m, n)->grad, m->fmt, din);
+  return m->ctx->be->prim->convert(m->ctx, B, x->c, x->h * x->w, lam_fmt_of(m->fmt.dt, 0), nn_out(m, n)->grad, m->fmt, din);
 }
 const nn_op nn_op_flatten = {NN_NAMES("flatten"), .parse = flatten_parse, .fwd = flatten_fwd, .bwd = flatten_bwd,
                              .flags = NN_VIEW | NN_FLAT_OK, .usage = "flatten",
-                             .about = "C×H×W as C·H·W×1×1 (before dense)"};
+                             .about = "C×H×W as C·H·W×1×1 (before dense)", .prims = NN_PRIMS(LAM_PRIM_convert)};

@@ -33,14 +33,14 @@ static lam_status join_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status add_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   size_t count = (size_t)B * nn_size(nn_out(m, n));
-  return m->ctx->be->add(m->ctx, m->fmt, count, nn_in(m, n, 0)->data, nn_in(m, n, 1)->data, nn_out(m, n)->data);
+  return m->ctx->be->prim->add(m->ctx, m->fmt, count, nn_in(m, n, 0)->data, nn_in(m, n, 1)->data, nn_out(m, n)->data);
 }
 static lam_status add_bwd(lam_model *m, nn_node *n, int B) {
   size_t count = (size_t)B * nn_size(nn_out(m, n));
   for (int i = 0; i < 2; i++) {
     void *din = nn_din(m, n, i), *dy = nn_out(m, n)->grad;
-    if (din && nn_adds(n, i)) LAM_TRY(m->ctx->be->add(m->ctx, m->fmt, count, din, dy, din));
-    else if (din) LAM_TRY(m->ctx->be->copy_rows(m->ctx, m->fmt, 1, count, dy, count, din, count));
+    if (din && nn_adds(n, i)) LAM_TRY(m->ctx->be->prim->add(m->ctx, m->fmt, count, din, dy, din));
+    else if (din) LAM_TRY(m->ctx->be->prim->copy_rows(m->ctx, m->fmt, 1, count, dy, count, din, count));
   }
   return LAM_OK;
 }
@@ -51,7 +51,8 @@ static void join_describe(const lam_model *m, const nn_node *n, char *buf, size_
 }
 const nn_op nn_op_add = {NN_NAMES("add"), .parse = join_parse, .fwd = add_fwd, .bwd = add_bwd, .macs = join_macs,
                          .flags = NN_FLAT_OK | NN_ADDS_GRAD, .usage = "add @NAME",
-                         .about = "the current tensor plus NAME (a residual)", .describe = join_describe};
+                         .about = "the current tensor plus NAME (a residual)", .describe = join_describe,
+                         .prims = NN_PRIMS(LAM_PRIM_add, LAM_PRIM_copy_rows)};
 
 /* A concat's copies: rows of a's values, then of b's, in y's rows. NCHW: a row is a sample (a's channels,
  * then b's, whole planes each); NHWC: a pixel (a's channels, then b's). */
@@ -68,16 +69,17 @@ static lam_status concat_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const concat_rows r = concat_shape(m, n, B);
   void *y = nn_out(m, n)->data;
-  LAM_TRY(m->ctx->be->copy_rows(m->ctx, m->fmt, r.rows, r.a, nn_in(m, n, 0)->data, r.a, y, r.y));
-  return m->ctx->be->copy_rows(m->ctx, m->fmt, r.rows, r.b, nn_in(m, n, 1)->data, r.b, nn_at(m, y, r.a), r.y);
+  LAM_TRY(m->ctx->be->prim->copy_rows(m->ctx, m->fmt, r.rows, r.a, nn_in(m, n, 0)->data, r.a, y, r.y));
+  return m->ctx->be->prim->copy_rows(m->ctx, m->fmt, r.rows, r.b, nn_in(m, n, 1)->data, r.b, nn_at(m, y, r.a), r.y);
 }
 static lam_status concat_bwd(lam_model *m, nn_node *n, int B) {
   const concat_rows r = concat_shape(m, n, B);
   void *dy = nn_out(m, n)->grad, *da = nn_din(m, n, 0), *db = nn_din(m, n, 1);
-  if (da) LAM_TRY(m->ctx->be->copy_rows(m->ctx, m->fmt, r.rows, r.a, dy, r.y, da, r.a));
-  if (db) LAM_TRY(m->ctx->be->copy_rows(m->ctx, m->fmt, r.rows, r.b, nn_at(m, dy, r.a), r.y, db, r.b));
+  if (da) LAM_TRY(m->ctx->be->prim->copy_rows(m->ctx, m->fmt, r.rows, r.a, dy, r.y, da, r.a));
+  if (db) LAM_TRY(m->ctx->be->prim->copy_rows(m->ctx, m->fmt, r.rows, r.b, nn_at(m, dy, r.a), r.y, db, r.b));
   return LAM_OK;
 }
 const nn_op nn_op_concat = {NN_NAMES("concat"), .parse = join_parse, .fwd = concat_fwd, .bwd = concat_bwd,
                             .macs = join_macs, .flags = NN_FLAT_OK, .usage = "concat @NAME",
-                            .about = "NAME's channels after the current tensor's (a skip)", .describe = join_describe};
+                            .about = "NAME's channels after the current tensor's (a skip)", .describe = join_describe,
+                            .prims = NN_PRIMS(LAM_PRIM_copy_rows)};

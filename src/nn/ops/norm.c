@@ -38,12 +38,12 @@ static lam_status bn_sync_fwd(lam_model *m, nn_node *n, int B) {
   const lam_backend *be = m->ctx->be;
   const int C = x->c, P = x->h * x->w;
   float *mean = n->aux, *invstd = mean + C, *sums = invstd + C, *var = sums + 2 * C, *run = m->state + n->s_off;
-  LAM_TRY(be->bn_sums(m->ctx, m->fmt, B, C, P, x->data, NULL, NULL, NULL, sums, NULL, NULL));
+  LAM_TRY(be->prim->bn_sums(m->ctx, m->fmt, B, C, P, x->data, NULL, NULL, NULL, sums, NULL, NULL));
   LAM_TRY(m->sync_sum(m->sync_user, sums, 2 * (size_t)C, 1.0f));
   const double rows = (double)m->sync_batch * x->t; /* the global batch's rows: frames of clips are rows */
-  LAM_TRY(be->bn_sync_stats(m->ctx, C, rows * P, sums, n->a.bn.eps, n->a.bn.momentum, mean, invstd, var, run,
+  LAM_TRY(be->prim->bn_sync_stats(m->ctx, C, rows * P, sums, n->a.bn.eps, n->a.bn.momentum, mean, invstd, var, run,
                             run + C));
-  return be->bn_fwd(m->ctx, m->fmt, B, C, P, x->data, m->params + n->w_off, m->params + n->b_off, nn_out(m, n)->data,
+  return be->prim->bn_fwd(m->ctx, m->fmt, B, C, P, x->data, m->params + n->w_off, m->params + n->b_off, nn_out(m, n)->data,
                     NULL, NULL, mean, var, n->a.bn.momentum, n->a.bn.eps, 0);
 }
 /* Its backward: dgamma, dbeta from this rank's sums (the gradients are summed over the ranks later, as every
@@ -56,19 +56,19 @@ static lam_status bn_sync_bwd(lam_model *m, nn_node *n, int B) {
   float *sums = (float *)invstd + C;
   const void *dy = nn_out(m, n)->grad;
   void *din = nn_din(m, n, 0);
-  LAM_TRY(be->bn_sums(m->ctx, m->fmt, B, C, P, x->data, dy, mean, invstd, sums, m->grads + n->w_off,
+  LAM_TRY(be->prim->bn_sums(m->ctx, m->fmt, B, C, P, x->data, dy, mean, invstd, sums, m->grads + n->w_off,
                       m->grads + n->b_off));
   if (!din) return LAM_OK; /* alike on every rank: the same graph */
   const double rows = (double)m->sync_batch * x->t; /* B is this rank's rows */
   LAM_TRY(m->sync_sum(m->sync_user, sums, 2 * (size_t)C, (float)((double)B / rows)));
-  return be->bn_sync_dx(m->ctx, m->fmt, B, C, P, x->data, dy, gamma, mean, invstd, sums, (double)B * P, din);
+  return be->prim->bn_sync_dx(m->ctx, m->fmt, B, C, P, x->data, dy, gamma, mean, invstd, sums, (double)B * P, din);
 }
 
 static lam_status bn_fwd(lam_model *m, nn_node *n, int B, int train) {
   if (train && m->sync_sum) return bn_sync_fwd(m, n, B);
   const nn_tensor *x = nn_in(m, n, 0);
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
-  return m->ctx->be->bn_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, m->params + n->w_off, m->params + n->b_off,
+  return m->ctx->be->prim->bn_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, m->params + n->w_off, m->params + n->b_off,
                             nn_out(m, n)->data, mean, invstd, run, run + x->c, n->a.bn.momentum, n->a.bn.eps, train);
 }
 static lam_status bn_bwd(lam_model *m, nn_node *n, int B) {
@@ -77,7 +77,7 @@ static lam_status bn_bwd(lam_model *m, nn_node *n, int B) {
   const float *mean = n->aux, *invstd = mean + x->c;
   void *din = nn_din(m, n, 0);
   /* the input gradient is needed for dgamma's and dbeta's sums anyway: without one, use scratch */
-  return m->ctx->be->bn_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, nn_out(m, n)->grad, m->params + n->w_off, mean,
+  return m->ctx->be->prim->bn_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, nn_out(m, n)->grad, m->params + n->w_off, mean,
                             invstd, din ? din : m->scratch, m->grads + n->w_off, m->grads + n->b_off);
 }
 /* With the activation after it (the graph's fusion pass): y = act(bn(x)) in one pass, the BatchNorm's own
@@ -86,7 +86,7 @@ static lam_status bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
   const nn_tensor *x = nn_in(m, n, 0);
   const nn_node *act = &m->node[n->tail];
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
-  return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, NULL,
+  return m->ctx->be->prim->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, NULL,
                                 m->params + n->w_off, m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run, run + x->c, n->a.bn.momentum,
                                 n->a.bn.eps, train);
 }
@@ -97,7 +97,7 @@ static lam_status bn_act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *y = nn_out(m, act);
   const float *mean = n->aux, *invstd = mean + x->c;
   void *din = nn_din(m, n, 0);
-  return m->ctx->be->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, y->data, y->grad,
+  return m->ctx->be->prim->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, y->data, y->grad,
                                 m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch, NULL,
                                 0, m->grads + n->w_off, m->grads + n->b_off);
 }
@@ -109,7 +109,8 @@ static int bn_act_match(const lam_model *m, int i, int a[1]) {
          (m->node[a[0]].op->flags & NN_ACT);
 }
 const nn_fusion nn_fusion_bn_act = {.name = "bn_act", .fwd_mark = "bn_act.fwd", .bwd_mark = "bn_act.bwd",
-                                    .kind = NN_FUSE_ACT, .match = bn_act_match, .fwd = bn_act_fwd, .bwd = bn_act_bwd};
+                                    .kind = NN_FUSE_ACT, .match = bn_act_match, .fwd = bn_act_fwd, .bwd = bn_act_bwd,
+                                    .prims = NN_PRIMS(LAM_PRIM_bn_act_fwd, LAM_PRIM_bn_act_bwd)};
 
 /* A BatchNorm, the residual add after it and that sum's activation (a residual block's end: "bn, add @r, relu"):
  * y = act(bn(x) + r) in one pass, neither the BatchNorm's output nor the sum stored. Backward forms dz = dy act'(y),
@@ -123,7 +124,7 @@ static lam_status bn_add_act_fwd(lam_model *m, nn_node *n, int B, int train) {
   const nn_node *act = &m->node[n->tail];
   const void *r = m->tensor[fused_add(m, n)->in[residual_slot(m, n)]].data;
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
-  return m->ctx->be->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, r,
+  return m->ctx->be->prim->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, r,
                                 m->params + n->w_off, m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run,
                                 run + x->c, n->a.bn.momentum, n->a.bn.eps, train);
 }
@@ -134,7 +135,7 @@ static lam_status bn_add_act_bwd(lam_model *m, nn_node *n, int B) {
   const int j = residual_slot(m, n);
   const float *mean = n->aux, *invstd = mean + x->c;
   void *din = nn_din(m, n, 0), *dr = nn_din(m, add, j); /* the add writes its gradients itself (NN_ADDS_GRAD) */
-  return m->ctx->be->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, y->data, y->grad,
+  return m->ctx->be->prim->bn_act_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, y->data, y->grad,
                                 m->params + n->w_off, m->params + n->b_off, mean, invstd, din ? din : m->scratch, dr,
                                 dr ? nn_adds(add, j) : 0, m->grads + n->w_off, m->grads + n->b_off);
 }
@@ -149,7 +150,8 @@ static int bn_add_act_match(const lam_model *m, int i, int a[2]) {
 }
 const nn_fusion nn_fusion_bn_add_act = {.name = "bn_add_act", .fwd_mark = "bn_add_act.fwd",
                                         .bwd_mark = "bn_add_act.bwd", .kind = NN_FUSE_ACT, .match = bn_add_act_match,
-                                        .fwd = bn_add_act_fwd, .bwd = bn_add_act_bwd};
+                                        .fwd = bn_add_act_fwd, .bwd = bn_add_act_bwd,
+                                        .prims = NN_PRIMS(LAM_PRIM_bn_act_fwd, LAM_PRIM_bn_act_bwd)};
 
 static size_t bn_aux(const lam_model *m, const nn_node *n, int B) {
   (void)B;
@@ -169,7 +171,8 @@ const nn_op nn_op_bn = {NN_NAMES("bn"), .parse = bn_parse, .init = bn_init, .fwd
                         .flags = NN_IN_BWD | NN_FLAT_OK, .usage = "bn [momentum M] [eps E]",
                         .about = "BatchNorm (batch statistics in training, running ones in eval; momentum 0.1, eps "
                                  "1e-5 as PyTorch's)",
-                        .torch_weight = bn_torch, .torch_stats = 1};
+                        .torch_weight = bn_torch, .torch_stats = 1,
+                        .prims = NN_PRIMS(LAM_PRIM_bn_fwd, LAM_PRIM_bn_bwd, LAM_PRIM_bn_sums | NN_RANKED, LAM_PRIM_bn_sync_stats | NN_RANKED, LAM_PRIM_bn_sync_dx | NN_RANKED)};
 
 /* ---- GroupNorm (PyTorch's GroupNorm(G, C)) and LayerNorm, its one group: each sample normalized over each group of
  * C/G channels and all its pixels, then a per-channel scale and shift (gamma, beta: 1 and 0). No batch statistics:
@@ -206,7 +209,7 @@ static lam_status groupnorm_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
   float *mean = n->aux, *invstd = mean + (size_t)B * n->a.groupnorm.groups;
-  return m->ctx->be->groupnorm_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, n->a.groupnorm.groups, x->data, m->params + n->w_off,
+  return m->ctx->be->prim->groupnorm_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, n->a.groupnorm.groups, x->data, m->params + n->w_off,
                                    m->params + n->b_off, nn_out(m, n)->data, mean, invstd, n->a.groupnorm.eps);
 }
 static lam_status groupnorm_bwd(lam_model *m, nn_node *n, int B) {
@@ -214,7 +217,7 @@ static lam_status groupnorm_bwd(lam_model *m, nn_node *n, int B) {
   const float *mean = n->aux, *invstd = mean + (size_t)B * n->a.groupnorm.groups;
   void *din = nn_din(m, n, 0);
   float *work = m->scratch, *dx = din ? din : (void *)(m->scratch + 2 * (size_t)B * x->c); /* an unwanted dx: scratch */
-  return m->ctx->be->groupnorm_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, n->a.groupnorm.groups, x->data, nn_out(m, n)->grad,
+  return m->ctx->be->prim->groupnorm_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, n->a.groupnorm.groups, x->data, nn_out(m, n)->grad,
                                    m->params + n->w_off, mean, invstd, dx, m->grads + n->w_off, m->grads + n->b_off,
                                    work);
 }
@@ -244,11 +247,12 @@ const nn_op nn_op_groupnorm = {NN_NAMES("groupnorm"), .parse = groupnorm_parse, 
                                .flags = NN_IN_BWD | NN_FLAT_OK, .usage = "groupnorm G [eps E]",
                                .about = "GroupNorm: each sample over G groups of channels (PyTorch's GroupNorm(G, C), "
                                         "eps 1e-5)",
-                               .describe = groupnorm_describe, .torch_weight = groupnorm_torch};
+                               .describe = groupnorm_describe, .torch_weight = groupnorm_torch,
+                               .prims = NN_PRIMS(LAM_PRIM_groupnorm_fwd, LAM_PRIM_groupnorm_bwd)};
 const nn_op nn_op_layernorm = {NN_NAMES("layernorm"), .parse = groupnorm_parse, .init = groupnorm_init,
                                .fwd = groupnorm_fwd, .bwd = groupnorm_bwd, .aux_bytes = groupnorm_aux,
                                .scratch_floats = groupnorm_scratch, .macs = groupnorm_macs,
                                .flags = NN_IN_BWD | NN_FLAT_OK, .usage = "layernorm [eps E]",
                                .about = "LayerNorm: each sample over all its channels and pixels, a scale and shift "
                                         "per channel (GroupNorm(1, C); LayerNorm(C) on a flat input)",
-                               .torch_weight = groupnorm_torch};
+                               .torch_weight = groupnorm_torch, .prims = NN_PRIMS(LAM_PRIM_groupnorm_fwd, LAM_PRIM_groupnorm_bwd)};

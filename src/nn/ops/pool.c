@@ -32,11 +32,11 @@ static lam_status pool_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status maxpool_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   lam_pool_geom g = pool_geom(m, n);
-  return m->ctx->be->maxpool_fwd(m->ctx, m->fmt, &g, B, nn_in(m, n, 0)->data, nn_out(m, n)->data, n->aux);
+  return m->ctx->be->prim->maxpool_fwd(m->ctx, m->fmt, &g, B, nn_in(m, n, 0)->data, nn_out(m, n)->data, n->aux);
 }
 static lam_status maxpool_bwd(lam_model *m, nn_node *n, int B) {
   lam_pool_geom g = pool_geom(m, n);
-  return m->ctx->be->maxpool_bwd(m->ctx, m->fmt, &g, B, nn_out(m, n)->grad, n->aux, nn_din(m, n, 0));
+  return m->ctx->be->prim->maxpool_bwd(m->ctx, m->fmt, &g, B, nn_out(m, n)->grad, n->aux, nn_din(m, n, 0));
 }
 static size_t maxpool_aux(const lam_model *m, const nn_node *n, int B) { /* the argmax of every output */
   return (size_t)B * nn_size(&m->tensor[n->out]) * sizeof(int32_t);
@@ -51,20 +51,21 @@ static void pool_describe(const lam_model *m, const nn_node *n, char *buf, size_
 const nn_op nn_op_maxpool = {NN_NAMES("maxpool"), .parse = pool_parse, .fwd = maxpool_fwd, .bwd = maxpool_bwd,
                              .aux_bytes = maxpool_aux, .macs = pool_macs, .usage = "maxpool K [stride S]",
                              .about = "the maximum of each K×K window (stride K unless said)",
-                             .describe = pool_describe};
+                             .describe = pool_describe, .prims = NN_PRIMS(LAM_PRIM_maxpool_fwd, LAM_PRIM_maxpool_bwd)};
 
 static lam_status avgpool_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   lam_pool_geom g = pool_geom(m, n);
-  return m->ctx->be->avgpool_fwd(m->ctx, m->fmt, &g, B, nn_in(m, n, 0)->data, nn_out(m, n)->data);
+  return m->ctx->be->prim->avgpool_fwd(m->ctx, m->fmt, &g, B, nn_in(m, n, 0)->data, nn_out(m, n)->data);
 }
 static lam_status avgpool_bwd(lam_model *m, nn_node *n, int B) {
   lam_pool_geom g = pool_geom(m, n);
-  return m->ctx->be->avgpool_bwd(m->ctx, m->fmt, &g, B, nn_out(m, n)->grad, nn_din(m, n, 0));
+  return m->ctx->be->prim->avgpool_bwd(m->ctx, m->fmt, &g, B, nn_out(m, n)->grad, nn_din(m, n, 0));
 }
 const nn_op nn_op_avgpool = {NN_NAMES("avgpool"), .parse = pool_parse, .fwd = avgpool_fwd, .bwd = avgpool_bwd,
                              .macs = pool_macs, .usage = "avgpool K [stride S]",
-                             .about = "the mean of each K×K window (stride K unless said)", .describe = pool_describe};
+                             .about = "the mean of each K×K window (stride K unless said)", .describe = pool_describe,
+                             .prims = NN_PRIMS(LAM_PRIM_avgpool_fwd, LAM_PRIM_avgpool_bwd)};
 
 /* ---- gap: (c, h, w) -> (c, 1, 1), the mean of each plane ---- */
 static lam_status gap_parse(nn_parse *p, lam_model *m, nn_node *n) {
@@ -77,15 +78,16 @@ static lam_status gap_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status gap_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->plane_mean_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, nn_out(m, n)->data);
+  return m->ctx->be->prim->plane_mean_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, nn_out(m, n)->data);
 }
 static lam_status gap_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->plane_mean_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, nn_out(m, n)->grad, nn_din(m, n, 0));
+  return m->ctx->be->prim->plane_mean_bwd(m->ctx, m->fmt, B, x->c, x->h * x->w, nn_out(m, n)->grad, nn_din(m, n, 0));
 }
 static double gap_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->in[0]]); }
 const nn_op nn_op_gap = {NN_NAMES("gap"), .parse = gap_parse, .fwd = gap_fwd, .bwd = gap_bwd, .macs = gap_macs,
-                         .usage = "gap", .about = "global average pooling: C×H×W -> C×1×1"};
+                         .usage = "gap", .about = "global average pooling: C×H×W -> C×1×1",
+                         .prims = NN_PRIMS(LAM_PRIM_plane_mean_fwd, LAM_PRIM_plane_mean_bwd)};
 
 /* ---- upsample F: nearest, (c, h, w) -> (c, h*F, w*F) ---- */
 static lam_status upsample_parse(nn_parse *p, lam_model *m, nn_node *n) {
@@ -102,16 +104,17 @@ static lam_status upsample_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status upsample_fwd(lam_model *m, nn_node *n, int B, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->upsample_fwd(m->ctx, m->fmt, B, x->c, x->h, x->w, n->a.upsample.f, x->data, nn_out(m, n)->data);
+  return m->ctx->be->prim->upsample_fwd(m->ctx, m->fmt, B, x->c, x->h, x->w, n->a.upsample.f, x->data, nn_out(m, n)->data);
 }
 static lam_status upsample_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->upsample_bwd(m->ctx, m->fmt, B, x->c, x->h, x->w, n->a.upsample.f, nn_out(m, n)->grad, nn_din(m, n, 0));
+  return m->ctx->be->prim->upsample_bwd(m->ctx, m->fmt, B, x->c, x->h, x->w, n->a.upsample.f, nn_out(m, n)->grad, nn_din(m, n, 0));
 }
 static double upsample_macs(const lam_model *m, const nn_node *n) { return (double)nn_size(&m->tensor[n->out]); }
 const nn_op nn_op_upsample = {NN_NAMES("upsample"), .parse = upsample_parse, .fwd = upsample_fwd,
                               .bwd = upsample_bwd, .macs = upsample_macs, .usage = "upsample F",
-                              .about = "nearest-neighbour upsampling: H, W times F"};
+                              .about = "nearest-neighbour upsampling: H, W times F",
+                              .prims = NN_PRIMS(LAM_PRIM_upsample_fwd, LAM_PRIM_upsample_bwd)};
 
 /* ---- tpool mean|max: a clip's T frames (each (c, h, w), a row of the batch) -> one (c, h, w) per clip ---- */
 static lam_status tpool_parse(nn_parse *p, lam_model *m, nn_node *n) {
@@ -131,13 +134,13 @@ static lam_status tpool_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status tpool_fwd(lam_model *m, nn_node *n, int R, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->tpool_fwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->a.tpool.max, x->data, nn_out(m, n)->data, n->aux);
+  return m->ctx->be->prim->tpool_fwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->a.tpool.max, x->data, nn_out(m, n)->data, n->aux);
 }
 static lam_status tpool_bwd(lam_model *m, nn_node *n, int R) {
   const nn_tensor *x = nn_in(m, n, 0);
   void *dx = nn_din(m, n, 0);
   if (!dx) return LAM_OK;
-  return m->ctx->be->tpool_bwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->a.tpool.max, nn_out(m, n)->grad, n->aux, dx);
+  return m->ctx->be->prim->tpool_bwd(m->ctx, m->fmt, R / x->t, x->t, nn_size(x), n->a.tpool.max, nn_out(m, n)->grad, n->aux, dx);
 }
 static size_t tpool_aux(const lam_model *m, const nn_node *n, int R) { /* max: the frame of every maximum */
   const nn_tensor *x = &m->tensor[n->in[0]];
@@ -155,7 +158,7 @@ const nn_op nn_op_tpool = {NN_NAMES("tpool"), .parse = tpool_parse, .fwd = tpool
                            .about = "clips: pools each value over the frames; layers before it run on every frame (the "
                                     "frames folded into the batch), after it once per clip; a model of clips needs "
                                     "one (or a tcat) before its output",
-                           .describe = tpool_describe};
+                           .describe = tpool_describe, .prims = NN_PRIMS(LAM_PRIM_tpool_fwd, LAM_PRIM_tpool_bwd)};
 
 /* ---- tcat: a clip's T frames (each (c, h, w), a row of the batch) -> one (T*c, h, w) per clip, frame t's channels
  * at t*c.. (early fusion: the next conv sees every frame at once, as PyTorch's reshape of (B, T, C, H, W) to
@@ -177,13 +180,13 @@ static lam_status tcat_parse(nn_parse *p, lam_model *m, nn_node *n) {
 static lam_status tcat_fwd(lam_model *m, nn_node *n, int R, int train) {
   (void)train;
   const nn_tensor *x = nn_in(m, n, 0);
-  return m->ctx->be->tcat_fwd(m->ctx, m->fmt, R / x->t, x->t, x->c, (size_t)x->h * x->w, x->data, nn_out(m, n)->data);
+  return m->ctx->be->prim->tcat_fwd(m->ctx, m->fmt, R / x->t, x->t, x->c, (size_t)x->h * x->w, x->data, nn_out(m, n)->data);
 }
 static lam_status tcat_bwd(lam_model *m, nn_node *n, int R) {
   const nn_tensor *x = nn_in(m, n, 0);
   void *dx = nn_din(m, n, 0);
   if (!dx) return LAM_OK;
-  return m->ctx->be->tcat_bwd(m->ctx, m->fmt, R / x->t, x->t, x->c, (size_t)x->h * x->w, nn_out(m, n)->grad, dx);
+  return m->ctx->be->prim->tcat_bwd(m->ctx, m->fmt, R / x->t, x->t, x->c, (size_t)x->h * x->w, nn_out(m, n)->grad, dx);
 }
 static void tcat_describe(const lam_model *m, const nn_node *n, char *buf, size_t size) {
   snprintf(buf, size, "of %d", m->tensor[n->in[0]].t);
@@ -193,4 +196,4 @@ const nn_op nn_op_tcat = {NN_NAMES("tcat"), .parse = tcat_parse, .fwd = tcat_fwd
                           .usage = "tcat",
                           .about = "clips: the frames as channels (T×C×H×W -> T·C×H×W, frame t's channels "
                                    "first-to-last), so the next layer sees every frame",
-                          .describe = tcat_describe};
+                          .describe = tcat_describe, .prims = NN_PRIMS(LAM_PRIM_tcat_fwd, LAM_PRIM_tcat_bwd)};
