@@ -172,8 +172,7 @@ static lam_status cuda_sync(lam_ctx *ctx) {
   cuda_state *st = cuda_st(ctx);
   CUDA_TRY(cudaStreamSynchronize(st->stream));
   CUDA_TRY(cudaStreamSynchronize(st->copy_stream));
-  for (int i = 0; i < LAM_CUDA_SLOTS; i++) CUDA_TRY(cudaStreamSynchronize(st->slot[i].stream));
-  return LAM_OK;
+  return cuda_hidden_sync(ctx);
 }
 
 /* ---- the profiler's clock: events on the context's stream ---- */
@@ -318,13 +317,7 @@ static void cuda_destroy(lam_ctx *ctx) {
   if (st->rowsum_part) cudaFree(st->rowsum_part);
   if (st->nhwc_part) cudaFree(st->nhwc_part);
   if (st->xent_done) cudaFree(st->xent_done);
-  cuda_staging_free(ctx);
-  for (size_t i = 0; i < 4 * st->ev_pool_chunks; i++) cudaEventDestroy(st->ev_pool[i]);
-  free(st->ev_pool);
-  for (int i = 0; i < LAM_CUDA_SLOTS; i++)
-    if (st->slot[i].stream) cudaStreamDestroy(st->slot[i].stream);
-  if (st->ev_start) cudaEventDestroy(st->ev_start);
-  if (st->ev_stop) cudaEventDestroy(st->ev_stop);
+  cuda_hidden_state_free(ctx);
   if (st->stream) cudaStreamDestroy(st->stream);
   free(st);
   ctx->state = NULL;
@@ -443,27 +436,6 @@ extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
     }
     st->device = (int)v;
   }
-  st->slots = LAM_CUDA_SLOTS_DEFAULT;
-  const char *e = getenv("LAMINA_STREAMS");
-  if (e && *e) {
-    int v = atoi(e);
-    if (v < 1 || v > LAM_CUDA_SLOTS) {
-      ctx->state = NULL;
-      free(st);
-      return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_STREAMS='%s': expected a whole number from 1 to %d", e, LAM_CUDA_SLOTS);
-    }
-    st->slots = v;
-  }
-  e = getenv("LAMINA_CHUNK");
-  if (e && *e) {
-    long long v = atoll(e);
-    if (v < 4096 || v > (1LL << 28)) {
-      ctx->state = NULL;
-      free(st);
-      return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_CHUNK='%s': expected values per chunk from 4096 to 2^28", e);
-    }
-    st->chunk_env = (size_t)(v + 4095) / 4096 * 4096;
-  }
   lam_status s = LAM_OK;
   cudaDeviceProp p;
 #define INIT_TRY(expr)                                             \
@@ -478,15 +450,12 @@ extern "C" lam_status cuda_ctx_init(lam_ctx *ctx) {
   st->max_threads_per_sm = p.maxThreadsPerMultiProcessor;
   INIT_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
   INIT_TRY(cudaStreamCreateWithFlags(&st->copy_stream, cudaStreamNonBlocking));
-  INIT_TRY(cudaEventCreate(&st->ev_start));
-  INIT_TRY(cudaEventCreate(&st->ev_stop));
   INIT_TRY(cudaMalloc((void **)&st->rowsum_part, ROW_SUM_PART_FLOATS * sizeof(float)));
   INIT_TRY(cudaMalloc((void **)&st->nhwc_part, NHWC_PART_FLOATS * sizeof(float)));
   INIT_TRY(cudaMalloc((void **)&st->xent_done, sizeof(unsigned)));
   INIT_TRY(cudaMemset(st->xent_done, 0, sizeof(unsigned)));
-  for (int i = 0; i < LAM_CUDA_SLOTS; i++)
-    INIT_TRY(cudaStreamCreateWithFlags(&st->slot[i].stream, cudaStreamNonBlocking));
 #undef INIT_TRY
+  if ((s = cuda_hidden_state_create(ctx)) != LAM_OK) goto fail;
   snprintf(ctx->name, sizeof ctx->name, "cuda:%d %s (sm_%d%d, %d SMs, %.0f GiB)", st->device, p.name, p.major, p.minor,
            p.multiProcessorCount, p.totalGlobalMem / 1073741824.0);
   return LAM_OK;

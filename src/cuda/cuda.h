@@ -20,29 +20,15 @@
 /* The NHWC per-channel reductions' partial sums (reduce.cuh): blocks x channels x 2, and 2 per channel after. */
 #define NHWC_PART_FLOATS ((size_t)1 << 20)
 
-typedef struct cuda_slot {
-  cudaStream_t stream;
-  void *h_grey;      /* pinned staging, staging_cap elements of up to 4 bytes */
-  float *h_w, *h_out;
-} cuda_slot;
+/* The hidden layer's streams, pinned staging and events (hidden.cu's; nothing else reads them). */
+typedef struct cuda_hidden_state cuda_hidden_state;
 
 typedef struct cuda_state {
   int device;
   int sm_count;
   int max_threads_per_sm;
   cudaStream_t stream; /* the context's stream: device-resident ops are queued here */
-  cudaEvent_t ev_start, ev_stop;
-  cuda_slot slot[LAM_CUDA_SLOTS];
-  size_t staging_cap; /* elements per pinned staging buffer (0: none yet) */
-  void *staging_base;  /* the one registered host region the slots' staging buffers lie in */
-  size_t staging_bytes;
-  int staging_same_address; /* the device reads the region at its host addresses (zero-copy may use it) */
-  /* Four events per chunk of the host path (before copy in, after copy in, after the kernel, after
-   * copy out), kept between calls and grown as needed: chunks may all be in flight at once. */
-  cudaEvent_t *ev_pool;
-  size_t ev_pool_chunks;
-  int slots;          /* slots in use, LAM_CUDA_SLOTS_DEFAULT or LAMINA_STREAMS */
-  size_t chunk_env;   /* LAMINA_CHUNK (values per chunk), 0: chosen by size */
+  cuda_hidden_state *hidden; /* the hidden layer's (hidden.cu), made with the context */
   int sync_debug;
   void *cublas; /* cublasHandle_t, made at the first matrix product (gemm.cu) */
   void *cublas_ws; /* its workspace */
@@ -141,7 +127,11 @@ lam_status nhwc_upsample(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int H, 
                                 "float32 are)", what)
 void cuda_conv_destroy(cuda_state *st); /* conv.cu */
 
-/* Frees the pinned staging buffers (after the slots' work is done). */
-void cuda_staging_free(lam_ctx *ctx);
+/* hidden.cu: the hidden layer's state — LAMINA_STREAMS and LAMINA_CHUNK read (a bad value is LAM_ERR_INVALID_ARG),
+ * its streams and events made; its sync waits for its streams; its free (after that work) frees everything, pinned
+ * staging included, and is a no-op for a context without one. */
+lam_status cuda_hidden_state_create(lam_ctx *ctx);
+lam_status cuda_hidden_sync(lam_ctx *ctx);
+void cuda_hidden_state_free(lam_ctx *ctx);
 
 #endif

@@ -1,7 +1,9 @@
 /* hidden.cu — the hidden layer on CUDA, out = tanh(grey / 255 * w), and the course's three separate
  * steps. Device-resident arrays: one fused, grid-stride kernel with 16-byte loads. Host arrays: the
  * call cuts the work into chunks that cycle through several streams (4 by default), so that host threads
- * staging pageable data, copies in, the kernel and copies out of different chunks overlap. */
+ * staging pageable data, copies in, the kernel and copies out of different chunks overlap. Those streams, their
+ * pinned staging and events are this module's own state (cuda_hidden_state, made with the context); the nn core's
+ * cuda_state only points at it. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -152,23 +154,100 @@ int cuda_host_memory(lam_ctx *ctx, const void *p) {
   return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
 }
 
+/* ---- the module's state: streams, pinned staging, events ---- */
+
+typedef struct cuda_slot {
+  cudaStream_t stream;
+  void *h_grey; /* pinned staging, staging_cap elements of up to 4 bytes */
+  float *h_w, *h_out;
+} cuda_slot;
+
+struct cuda_hidden_state {
+  cudaEvent_t ev_start, ev_stop;
+  cuda_slot slot[LAM_CUDA_SLOTS];
+  int slots;            /* slots in use, LAM_CUDA_SLOTS_DEFAULT or LAMINA_STREAMS */
+  size_t chunk_env;     /* LAMINA_CHUNK (values per chunk), 0: chosen by size */
+  size_t staging_cap;   /* elements per pinned staging buffer (0: none yet) */
+  void *staging_base;   /* the one registered host region the slots' staging buffers lie in */
+  size_t staging_bytes;
+  int staging_same_address; /* the device reads the region at its host addresses (zero-copy may use it) */
+  /* Four events per chunk of the host path (before copy in, after copy in, after the kernel, after
+   * copy out), kept between calls and grown as needed: chunks may all be in flight at once. */
+  cudaEvent_t *ev_pool;
+  size_t ev_pool_chunks;
+};
+
+static cuda_hidden_state *hid(lam_ctx *ctx) { return cuda_st(ctx)->hidden; }
+
+lam_status cuda_hidden_state_create(lam_ctx *ctx) {
+  cuda_state *st = cuda_st(ctx);
+  int slots = LAM_CUDA_SLOTS_DEFAULT;
+  size_t chunk = 0;
+  const char *e = getenv("LAMINA_STREAMS");
+  if (e && *e) {
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (*end || v < 1 || v > LAM_CUDA_SLOTS)
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_STREAMS='%s': expected a whole number from 1 to %d", e, LAM_CUDA_SLOTS);
+    slots = (int)v;
+  }
+  e = getenv("LAMINA_CHUNK");
+  if (e && *e) {
+    char *end;
+    long long v = strtoll(e, &end, 10);
+    if (*end || v < 4096 || v > (1LL << 28))
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_CHUNK='%s': expected values per chunk from 4096 to 2^28", e);
+    chunk = (size_t)(v + 4095) / 4096 * 4096;
+  }
+  cuda_hidden_state *h = (cuda_hidden_state *)calloc(1, sizeof *h);
+  if (!h) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for the hidden layer's state");
+  st->hidden = h;
+  h->slots = slots;
+  h->chunk_env = chunk;
+  CUDA_TRY(cudaEventCreate(&h->ev_start)); /* on failure the context's destroy frees what was made */
+  CUDA_TRY(cudaEventCreate(&h->ev_stop));
+  for (int i = 0; i < LAM_CUDA_SLOTS; i++) CUDA_TRY(cudaStreamCreateWithFlags(&h->slot[i].stream, cudaStreamNonBlocking));
+  return LAM_OK;
+}
+
+lam_status cuda_hidden_sync(lam_ctx *ctx) {
+  cuda_hidden_state *h = hid(ctx);
+  for (int i = 0; h && i < LAM_CUDA_SLOTS; i++)
+    if (h->slot[i].stream) CUDA_TRY(cudaStreamSynchronize(h->slot[i].stream));
+  return LAM_OK;
+}
+
 /* ---- pinned staging ---- */
 
-void cuda_staging_free(lam_ctx *ctx) {
-  cuda_state *st = cuda_st(ctx);
+static void staging_free(lam_ctx *ctx) {
+  cuda_hidden_state *h = hid(ctx);
   for (int i = 0; i < LAM_CUDA_SLOTS; i++) {
-    cuda_slot *sl = &st->slot[i];
+    cuda_slot *sl = &h->slot[i];
     if (sl->stream) cudaStreamSynchronize(sl->stream);
     sl->h_grey = sl->h_w = sl->h_out = NULL;
   }
-  if (st->staging_base) {
-    cudaHostUnregister(st->staging_base);
-    munmap(st->staging_base, st->staging_bytes);
+  if (h->staging_base) {
+    cudaHostUnregister(h->staging_base);
+    munmap(h->staging_base, h->staging_bytes);
   }
-  st->staging_base = NULL;
-  st->staging_bytes = 0;
-  st->staging_cap = 0;
+  h->staging_base = NULL;
+  h->staging_bytes = 0;
+  h->staging_cap = 0;
   ctx->pinned_staging = 0;
+}
+
+void cuda_hidden_state_free(lam_ctx *ctx) {
+  cuda_hidden_state *h = hid(ctx);
+  if (!h) return;
+  staging_free(ctx);
+  for (size_t i = 0; i < 4 * h->ev_pool_chunks; i++) cudaEventDestroy(h->ev_pool[i]);
+  free(h->ev_pool);
+  for (int i = 0; i < LAM_CUDA_SLOTS; i++)
+    if (h->slot[i].stream) cudaStreamDestroy(h->slot[i].stream);
+  if (h->ev_start) cudaEventDestroy(h->ev_start);
+  if (h->ev_stop) cudaEventDestroy(h->ev_stop);
+  free(h);
+  cuda_st(ctx)->hidden = NULL;
 }
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -180,11 +259,11 @@ void cuda_staging_free(lam_ctx *ctx) {
  * way (7 touch + 9 register, 2026-12-02) — and it was most of what a fresh process's first call
  * spent outside the CUDA context itself. */
 static lam_status staging_reserve(lam_ctx *ctx, size_t elems) {
-  cuda_state *st = cuda_st(ctx);
-  if (st->staging_cap >= elems) return LAM_OK;
-  cuda_staging_free(ctx);
+  cuda_hidden_state *h = hid(ctx);
+  if (h->staging_cap >= elems) return LAM_OK;
+  staging_free(ctx);
   size_t bytes = (elems * sizeof(float) + 4095) / 4096 * 4096; /* each buffer page-aligned */
-  size_t total = 3 * bytes * (size_t)st->slots, mapped = (total + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+  size_t total = 3 * bytes * (size_t)h->slots, mapped = (total + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
   /* Over-map by a huge page so the region can start on a huge-page boundary; the ends are unmapped. */
   char *raw = (char *)mmap(NULL, mapped + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED)
@@ -200,47 +279,47 @@ static lam_status staging_reserve(lam_ctx *ctx, size_t elems) {
     munmap(base, mapped);
     return cuda_status(e, "cudaHostRegister(staging)", __FILE__, __LINE__);
   }
-  st->staging_base = base;
-  st->staging_bytes = mapped;
+  h->staging_base = base;
+  h->staging_bytes = mapped;
   /* Zero-copy kernels take the staging's host addresses as device addresses (true where the device can
    * use host pointers of registered memory, as every 64-bit UVA system can); checked, not assumed. */
   void *dev = NULL;
-  st->staging_same_address = cudaHostGetDevicePointer(&dev, base, 0) == cudaSuccess && dev == base;
+  h->staging_same_address = cudaHostGetDevicePointer(&dev, base, 0) == cudaSuccess && dev == base;
   cudaGetLastError();
-  for (int i = 0; i < st->slots; i++) {
+  for (int i = 0; i < h->slots; i++) {
     char *p = base + 3 * bytes * (size_t)i;
-    st->slot[i].h_grey = p;
-    st->slot[i].h_w = (float *)(p + bytes);
-    st->slot[i].h_out = (float *)(p + 2 * bytes);
+    h->slot[i].h_grey = p;
+    h->slot[i].h_w = (float *)(p + bytes);
+    h->slot[i].h_out = (float *)(p + 2 * bytes);
   }
-  st->staging_cap = elems;
+  h->staging_cap = elems;
   ctx->pinned_staging = total;
   return LAM_OK;
 }
 
 /* Events for `chunks` chunks (four each), created once and kept. */
-static lam_status events_reserve(cuda_state *st, size_t chunks) {
-  if (st->ev_pool_chunks >= chunks) return LAM_OK;
-  cudaEvent_t *pool = (cudaEvent_t *)realloc(st->ev_pool, 4 * chunks * sizeof *pool);
+static lam_status events_reserve(cuda_hidden_state *h, size_t chunks) {
+  if (h->ev_pool_chunks >= chunks) return LAM_OK;
+  cudaEvent_t *pool = (cudaEvent_t *)realloc(h->ev_pool, 4 * chunks * sizeof *pool);
   if (!pool) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "no host memory for %zu CUDA events", 4 * chunks);
-  st->ev_pool = pool;
-  for (size_t i = 4 * st->ev_pool_chunks; i < 4 * chunks; i++) {
+  h->ev_pool = pool;
+  for (size_t i = 4 * h->ev_pool_chunks; i < 4 * chunks; i++) {
     lam_status s = cuda_status(cudaEventCreate(&pool[i]), "cudaEventCreate", __FILE__, __LINE__);
     if (s != LAM_OK) {
-      st->ev_pool_chunks = i / 4; /* whole chunk-sets only; a partial set is destroyed */
+      h->ev_pool_chunks = i / 4; /* whole chunk-sets only; a partial set is destroyed */
       for (size_t j = 4 * (i / 4); j < i; j++) cudaEventDestroy(pool[j]);
       return s;
     }
   }
-  st->ev_pool_chunks = chunks;
+  h->ev_pool_chunks = chunks;
   return LAM_OK;
 }
 
 /* Chunk size: about n/16 so the pipeline fills and drains quickly, at least 256 Ki values so each copy
  * runs near full PCIe speed, at most 4 Mi so the staging stays small (48 MiB a slot). A multiple of
  * 4096 values keeps every chunk's pointers as aligned as the arrays themselves. */
-static size_t chunk_elems(const cuda_state *st, size_t n) {
-  if (st->chunk_env) return st->chunk_env;
+static size_t chunk_elems(const cuda_hidden_state *h, size_t n) {
+  if (h->chunk_env) return h->chunk_env;
   size_t c = n / 16;
   if (c < ((size_t)1 << 18)) c = (size_t)1 << 18;
   if (c > ((size_t)1 << 22)) c = (size_t)1 << 22;
@@ -252,6 +331,7 @@ static size_t chunk_elems(const cuda_state *st, size_t n) {
 typedef struct pipe {
   lam_ctx *ctx;
   cuda_state *st;
+  cuda_hidden_state *h;
   size_t n, c, gsz;
   const char *grey;
   const float *w;
@@ -281,12 +361,12 @@ typedef struct pipe {
 static lam_status enqueue_chunk(pipe *p, size_t k) {
   lam_status s;
   int i = (int)(k % (size_t)p->nslots);
-  cuda_slot *sl = &p->st->slot[i];
+  cuda_slot *sl = &p->h->slot[i];
   size_t off = k * p->c, len = p->n - off < p->c ? p->n - off : p->c;
   const void *g = p->grey + off * p->gsz;
   const float *w = p->w + off;
   float *o = p->out + off;
-  cudaEvent_t *ev = p->st->ev_pool + 4 * k;
+  cudaEvent_t *ev = p->h->ev_pool + 4 * k;
   PIPE_TRY(cudaEventRecord(ev[0], sl->stream));
   if (p->zero_copy) {
     float *dst = p->ko == MEM_DEVICE ? o : p->ko == MEM_PINNED ? p->odev + off : sl->h_out;
@@ -319,10 +399,10 @@ static lam_status enqueue_chunk(pipe *p, size_t k) {
 /* Waits for chunk k, adds its event times, and (pageable out) adds the copy of its result to jobs. */
 static lam_status finish_chunk(pipe *p, size_t k, lam_copy_job *jobs, int *njobs) {
   lam_status s;
-  cuda_slot *sl = &p->st->slot[k % (size_t)p->nslots];
+  cuda_slot *sl = &p->h->slot[k % (size_t)p->nslots];
   float a = 0, b = 0, c = 0;
   if (!p->dry) {
-    cudaEvent_t *ev = p->st->ev_pool + 4 * k;
+    cudaEvent_t *ev = p->h->ev_pool + 4 * k;
     PIPE_TRY(cudaEventSynchronize(ev[3]));
     PIPE_TRY(cudaEventElapsedTime(&a, ev[0], ev[1]));
     PIPE_TRY(cudaEventElapsedTime(&b, ev[1], ev[2]));
@@ -339,7 +419,7 @@ static lam_status finish_chunk(pipe *p, size_t k, lam_copy_job *jobs, int *njobs
 }
 
 static void stage_inputs(pipe *p, size_t k, lam_copy_job *jobs, int *njobs) {
-  cuda_slot *sl = &p->st->slot[k % (size_t)p->nslots];
+  cuda_slot *sl = &p->h->slot[k % (size_t)p->nslots];
   size_t off = k * p->c, len = p->n - off < p->c ? p->n - off : p->c;
   if (p->kg == MEM_PAGEABLE) jobs[(*njobs)++] = (lam_copy_job){sl->h_grey, p->grey + off * p->gsz, len * p->gsz};
   if (p->kw == MEM_PAGEABLE) jobs[(*njobs)++] = (lam_copy_job){sl->h_w, p->w + off, len * 4};
@@ -360,10 +440,10 @@ static lam_status pipeline_run(pipe *p) {
    * the copy engines never wait for the host. */
   int paced = p->kg == MEM_PAGEABLE || p->kw == MEM_PAGEABLE || p->ko == MEM_PAGEABLE;
   size_t window = paced ? (size_t)p->nslots : nchunks;
-  if (!p->dry) LAM_TRY(events_reserve(p->st, nchunks));
+  if (!p->dry) LAM_TRY(events_reserve(p->h, nchunks));
   /* Work queued earlier on the context's stream (an upload, an op writing an input) comes first. */
-  PIPE_TRY(cudaEventRecord(p->st->ev_start, p->st->stream));
-  for (int i = 0; i < p->nslots; i++) PIPE_TRY(cudaStreamWaitEvent(p->st->slot[i].stream, p->st->ev_start, 0));
+  PIPE_TRY(cudaEventRecord(p->h->ev_start, p->st->stream));
+  for (int i = 0; i < p->nslots; i++) PIPE_TRY(cudaStreamWaitEvent(p->h->slot[i].stream, p->h->ev_start, 0));
   for (size_t k = 0; k < nchunks; k++) {
     lam_copy_job jobs[3];
     int njobs = 0;
@@ -398,6 +478,7 @@ typedef struct host_arrays {
 static lam_status hidden_host(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, const float *w, float *out,
                               const host_arrays *ha, int dry, lam_hidden_timing *timing) {
   cuda_state *st = cuda_st(ctx);
+  cuda_hidden_state *h = st->hidden;
   mem_kind kg = ha->kg, kw = ha->kw, ko = ha->ko;
   pipe p;
   memset(&p, 0, sizeof p);
@@ -408,8 +489,9 @@ static lam_status hidden_host(lam_ctx *ctx, size_t n, const void *grey, lam_dtyp
   p.odev = (float *)ha->odev;
   p.ctx = ctx;
   p.st = st;
+  p.h = h;
   p.n = n;
-  p.c = chunk_elems(st, n);
+  p.c = chunk_elems(h, n);
   p.gsz = lam_dtype_size(gt);
   p.grey = (const char *)grey;
   p.w = w;
@@ -419,10 +501,10 @@ static lam_status hidden_host(lam_ctx *ctx, size_t n, const void *grey, lam_dtyp
   p.ko = ko;
   p.dry = dry;
   size_t nchunks = (n + p.c - 1) / p.c;
-  p.nslots = nchunks < (size_t)st->slots ? (int)nchunks : st->slots;
+  p.nslots = nchunks < (size_t)h->slots ? (int)nchunks : h->slots;
   if (kg == MEM_PAGEABLE || kw == MEM_PAGEABLE || ko == MEM_PAGEABLE) {
     LAM_TRY(staging_reserve(ctx, p.c));
-    if (!st->staging_same_address) p.zero_copy = 0;
+    if (!h->staging_same_address) p.zero_copy = 0;
   }
 
   lam_status s = LAM_OK;
@@ -433,7 +515,7 @@ static lam_status hidden_host(lam_ctx *ctx, size_t n, const void *grey, lam_dtyp
   }
   if (s == LAM_OK) s = pipeline_run(&p);
   if (s != LAM_OK) /* nothing queued may outlive the call: it would touch the caller's arrays */
-    for (int i = 0; i < p.nslots; i++) cudaStreamSynchronize(st->slot[i].stream);
+    for (int i = 0; i < p.nslots; i++) cudaStreamSynchronize(h->slot[i].stream);
   for (int i = 0; i < p.nslots; i++) {
     lam_cache_free(&ctx->cache, p.dg[i]);
     lam_cache_free(&ctx->cache, p.dw[i]);
@@ -465,12 +547,13 @@ lam_status cuda_hidden(lam_ctx *ctx, size_t n, const void *grey, lam_dtype gt, c
   if (ha.kg == MEM_DEVICE && ha.kw == MEM_DEVICE && ha.ko == MEM_DEVICE) {
     if (!timing) return launch_hidden(st, st->stream, n, grey, gt, w, out);
     /* Timed: events around the kernel, and wait, so the figures are complete on return. */
-    CUDA_TRY(cudaEventRecord(st->ev_start, st->stream));
+    cuda_hidden_state *h = st->hidden;
+    CUDA_TRY(cudaEventRecord(h->ev_start, st->stream));
     LAM_TRY(launch_hidden(st, st->stream, n, grey, gt, w, out));
-    CUDA_TRY(cudaEventRecord(st->ev_stop, st->stream));
-    CUDA_TRY(cudaEventSynchronize(st->ev_stop));
+    CUDA_TRY(cudaEventRecord(h->ev_stop, st->stream));
+    CUDA_TRY(cudaEventSynchronize(h->ev_stop));
     float ms = 0;
-    CUDA_TRY(cudaEventElapsedTime(&ms, st->ev_start, st->ev_stop));
+    CUDA_TRY(cudaEventElapsedTime(&ms, h->ev_start, h->ev_stop));
     timing->kernel = ms;
     timing->chunks = 1;
     timing->total = lam_now_ms() - t0;
