@@ -8,6 +8,7 @@
 #include "cpu.h"
 #include "kernels.h"
 #include "../math/act.h"
+#include "../math/norm.h"
 
 /* ---- BatchNorm, and BatchNorm followed by an activation ---- */
 
@@ -29,13 +30,11 @@ static void bn_channel_stats(int B, int C, int P, int c, const float *x, float *
       for (int p = 0; p < P; p++) v += ((double)xs[p] - mu) * ((double)xs[p] - mu);
     }
     const double var = v / (double)N;
-    m = (float)mu, is = (float)(1.0 / sqrt(var + (double)eps));
+    m = (float)mu, is = lam_bn_invstd(var, eps);
     mean[c] = m, invstd[c] = is;
-    if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
-    if (run_var) /* the unbiased variance, as PyTorch (one value: the biased one, to stay finite) */
-      run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1 ? var * N / (double)(N - 1) : var);
+    lam_bn_running(run_mean, run_var, c, momentum, m, var, (double)N);
   } else {
-    m = run_mean[c], is = 1.0f / sqrtf(run_var[c] + eps);
+    m = run_mean[c], is = lam_bn_invstd_running(run_var[c], eps);
   }
   *m_out = m, *is_out = is;
 }
@@ -223,12 +222,7 @@ lam_status cpu_bn_sums(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void 
 lam_status cpu_bn_sync_stats(lam_ctx *ctx, int C, double N, const float *sums, float eps, float momentum, float *mean,
                              float *invstd, float *var, float *run_mean, float *run_var) {
   (void)ctx;
-  for (int c = 0; c < C; c++) {
-    const double mu = sums[c] / N, v = fmax(sums[C + c] / N - mu * mu, 0.0);
-    mean[c] = (float)mu, var[c] = (float)v, invstd[c] = 1.0f / sqrtf(var[c] + eps);
-    if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * mean[c];
-    if (run_var) run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1 ? v * N / (N - 1) : v);
-  }
+  for (int c = 0; c < C; c++) lam_bn_sync_stats_channel(c, C, N, sums, eps, momentum, mean, invstd, var, run_mean, run_var);
   return LAM_OK;
 }
 lam_status cpu_bn_sync_dx(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const void *x, const void *dy, const float *gamma,

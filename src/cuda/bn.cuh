@@ -4,6 +4,7 @@
 #define LAMINA_CUDA_BN_CUH
 
 #include "../math/act.h"
+#include "../math/norm.h"
 
 /* The activation after a BatchNorm (bn_act_*), fixed at compile time, with leaky's slope alpha; BN_ACT_NONE
  * is none: the plain BatchNorm (bn_fwd, bn_bwd), whose kernels these are too. The expressions are act.h's,
@@ -35,10 +36,9 @@ __device__ inline void bn_finish(int c, double a, double b, double N, float K, f
                                  float *invstd, float *run_mean, float *run_var, float *m_out, float *is_out) {
   double d = a / N, var = b / N - d * d;
   if (var < 0.0) var = 0.0;
-  float m = (float)((double)K + d), is = (float)(1.0 / sqrt(var + (double)eps));
+  float m = (float)((double)K + d), is = lam_bn_invstd(var, eps);
   mean[c] = m, invstd[c] = is;
-  if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * m;
-  if (run_var) run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1.0 ? var * N / (N - 1.0) : var);
+  lam_bn_running(run_mean, run_var, c, momentum, m, var, N);
   *m_out = m, *is_out = is;
 }
 

@@ -82,7 +82,7 @@ __global__ void bn_apply_kernel(I n, I PV, I C, bn_act<ACT> act, const float *x,
                                 const float *run_var, float eps, int train) {
   GRID_STRIDE(I, i, n) {
     I c = i / PV % C;
-    float m = train ? mean[c] : run_mean[c], is = train ? invstd[c] : 1.0f / sqrtf(run_var[c] + eps);
+    float m = train ? mean[c] : run_mean[c], is = train ? invstd[c] : lam_bn_invstd_running(run_var[c], eps);
     float sc = is * gamma_of(gamma, c), bt = beta_of(beta, c), v[V], rv[V];
     vload<V>(v, x, i);
     if (res) vload<V>(rv, res, i);
@@ -309,7 +309,7 @@ __global__ void nhwc_bn_apply_kernel(size_t N, int C, int TX, int TY, bn_act<ACT
   for (int q = 0; q < V; q++) {
     const int c = cv * V + q;
     m[q] = train ? mean[c] : run_mean[c];
-    const float is = train ? invstd[c] : 1.0f / sqrtf(run_var[c] + eps);
+    const float is = train ? invstd[c] : lam_bn_invstd_running(run_var[c], eps);
     sc[q] = is * gamma_of(gamma, c), bt[q] = beta_of(beta, c);
   }
   for (size_t row = r0 + ty; row < r1; row += TY) {
@@ -619,11 +619,7 @@ lam_status cuda_bn_sync_dx(lam_ctx *ctx, lam_fmt f, int B, int C, int P, const v
 __global__ void bn_sync_stats_kernel(int C, double N, const float *sums, float eps, float momentum, float *mean,
                                      float *invstd, float *var, float *run_mean, float *run_var) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const double mu = sums[c] / N, v = fmax(sums[C + c] / N - mu * mu, 0.0);
-  mean[c] = (float)mu, var[c] = (float)v, invstd[c] = 1.0f / sqrtf(var[c] + eps);
-  if (run_mean) run_mean[c] = (1.0f - momentum) * run_mean[c] + momentum * mean[c];
-  if (run_var) run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(N > 1 ? v * N / (N - 1) : v);
+  if (c < C) lam_bn_sync_stats_channel(c, C, N, sums, eps, momentum, mean, invstd, var, run_mean, run_var);
 }
 lam_status cuda_bn_sync_stats(lam_ctx *ctx, int C, double N, const float *sums, float eps, float momentum, float *mean,
                               float *invstd, float *var, float *run_mean, float *run_var) {
