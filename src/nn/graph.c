@@ -111,11 +111,11 @@ static void finish(lam_model *m, lam_fmt f) {
   }
 }
 
-/* The primitives the graph itself calls beside its nodes': the batch in (gather, convert), the loss (xent), the
- * gradient adds (add), the 16-bit weights (to_half), dropout's counter. */
-static const int *const graph_prims = NN_PRIMS(LAM_PRIM_gather, LAM_PRIM_convert, LAM_PRIM_zero, LAM_PRIM_xent,
-                                               LAM_PRIM_label_count, LAM_PRIM_add, LAM_PRIM_to_half,
-                                               LAM_PRIM_step_advance);
+/* The primitives the graph itself calls beside its nodes': the batch in (on the input's planes), the loss (on the
+ * output's), and the step's own (the gradient adds, the 16-bit weights, zeroing, dropout's counter). */
+static const int *const input_prims = NN_PRIMS(LAM_PRIM_gather, LAM_PRIM_convert);
+static const int *const loss_prims = NN_PRIMS(LAM_PRIM_xent, LAM_PRIM_label_count);
+static const int *const step_prims = NN_PRIMS(LAM_PRIM_zero, LAM_PRIM_add, LAM_PRIM_to_half, LAM_PRIM_step_advance);
 
 /* Whether the backend runs each primitive of list in format f on a tensor of P pixels a plane (one pixel: NCHW and
  * NHWC lie alike, so it is asked as NHWC); the error names who calls it. */
@@ -151,8 +151,9 @@ static lam_status check_graph(const lam_model *m) {
     if (!n->absorbed || !n->fusion) LAM_TRY(check_prims(m, n->op->prims, f, P, n->op->name, i, n->word));
   }
   const nn_tensor *out = &m->tensor[m->output];
-  LAM_TRY(check_prims(m, graph_prims, f, m->tensor[0].h * m->tensor[0].w, "the model's input", -1, -1));
-  return check_prims(m, graph_prims, f, out->h * out->w, "the model's loss", -1, -1);
+  LAM_TRY(check_prims(m, input_prims, f, m->tensor[0].h * m->tensor[0].w, "the model's input", -1, -1));
+  LAM_TRY(check_prims(m, loss_prims, f, out->h * out->w, "the model's loss", -1, -1));
+  return check_prims(m, step_prims, f, out->h * out->w, "the training step", -1, -1);
 }
 
 lam_status nn_graph_finish(lam_model *m, lam_fmt f) {
