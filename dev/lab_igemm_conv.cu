@@ -278,6 +278,7 @@ static void check(const conv_shape &s, const half *dy, const double *dref, const
 }
 
 int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0); // each line out as it is printed: a crash or a timeout keeps what was measured
   const int N = argc > 1 ? atoi(argv[1]) : 512;
   const conv_shape shapes[] = {{N, 32, 32, 64, 64, 3, 3, 1}, {N, 16, 16, 128, 128, 3, 3, 1}, {N, 8, 8, 256, 256, 3, 3, 1},
                                {N, 32, 32, 64, 256, 1, 1, 0}, {N, 16, 16, 128, 64, 3, 3, 1}};
