@@ -16,7 +16,9 @@
 // after the activation) into XOR-swizzled shared memory, double-buffered, read with ldmatrix;
 // mma.sync.m16n8k16 with fp32 accumulators. The epilogue stores the fp16 output and, with STATS, sums the stored
 // (rounded) values and their squares per channel: warp shuffles, then shared memory across the block's warps,
-// then one float atomicAdd per channel and block.
+// then one float atomicAdd per channel and block. v2 keeps the tiles and the epilogue but fills shared memory by
+// cp.async, three stages deep, and runs the prologue on the A fragments after ldmatrix in half2 arithmetic, the
+// padding's rows masked back to zero; each version is checked against a reference that rounds as it does.
 //
 // Checked against a float64 reference computed on the GPU (every output element, and the sums), then timed: 3
 // warm-up calls, the median of 15 CUDA-graph replays of 10 calls each. cuDNN's side: the legacy forward call
@@ -183,6 +185,155 @@ __global__ void __launch_bounds__(NT) igemm_fwd(conv_shape s, const half *__rest
   }
 }
 
+// ---- v2: cp.async, STAGES deep ----
+// The same tiles, but global → shared by cp.async (zero-filled where the tap falls in the padding), STAGES - 1 tiles
+// in flight while one is multiplied; the prologue then runs on the A fragments after ldmatrix, in half2 arithmetic
+// (scale and bias rounded to half), with the padding's rows masked back to zero (relu(bias) is not zero).
+enum { STAGES = 3 };
+static const int PIPE_SMEM = STAGES * (BM + BN) * BK * (int)sizeof(half);
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int K> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(K)); }
+
+__device__ __forceinline__ void pixel(const conv_shape &s, int m, int &n, int &h, int &w) {
+  if (m >= s.N * s.H * s.W) { n = -1, h = w = 0; return; }
+  n = m / (s.H * s.W);
+  const int rem = m - n * s.H * s.W;
+  h = rem / s.W, w = rem - h * s.W;
+}
+__device__ __forceinline__ bool inside(const conv_shape &s, int n, int h, int w) {
+  return n >= 0 && h >= 0 && h < s.H && w >= 0 && w < s.W;
+}
+
+template <bool PRO, bool STATS>
+__global__ void __launch_bounds__(NT) igemm_fwd_pipe(conv_shape s, const half *__restrict__ x, const half *__restrict__ w,
+                                                     const half2 *__restrict__ sc2, const half2 *__restrict__ bi2,
+                                                     half *__restrict__ y, float *__restrict__ sum, float *__restrict__ sqsum) {
+  extern __shared__ __align__(16) half smem[];
+  half *As = smem, *Bs = smem + STAGES * BM * BK;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 3, wn = warp >> 2;
+  const int M = s.N * s.H * s.W, Kred = s.R * s.S * s.C, nq = Kred / BK;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN, ch = tid & 7;
+  int ln[4], lh[4], lw[4], fn[2][2], fh[2][2], fw[2][2]; // the rows this thread loads; its A fragments' rows
+#pragma unroll
+  for (int i = 0; i < 4; i++) pixel(s, m0 + ((tid + NT * i) >> 3), ln[i], lh[i], lw[i]);
+#pragma unroll
+  for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) pixel(s, m0 + wm * 32 + mi * 16 + (lane >> 2) + 8 * hr, fn[mi][hr], fh[mi][hr], fw[mi][hr]);
+  auto issue = [&](int q) {
+    if (q < nq) {
+      const int k0 = q * BK, tap = k0 / s.C, c0 = k0 - tap * s.C, r = tap / s.S, t = tap - r * s.S;
+      half *a = As + (q % STAGES) * BM * BK, *b = Bs + (q % STAGES) * BN * BK;
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int ih = lh[i] + r - s.pad, iw = lw[i] + t - s.pad;
+        const bool ok = inside(s, ln[i], ih, iw);
+        const half *src = ok ? x + (((size_t)ln[i] * s.H + ih) * s.W + iw) * s.C + c0 + ch * 8 : x;
+        cp_async16(&a[swz((tid + NT * i) >> 3, ch)], src, ok);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+        cp_async16(&b[swz((tid + NT * i) >> 3, ch)], w + (size_t)(n0 + ((tid + NT * i) >> 3)) * Kred + k0 + ch * 8, true);
+    }
+    cp_commit(); // an empty group past the end keeps the wait count uniform
+  };
+  float acc[2][4][4] = {};
+#pragma unroll
+  for (int q = 0; q < STAGES - 1; q++) issue(q);
+  for (int q = 0; q < nq; q++) {
+    cp_wait<STAGES - 2>();
+    __syncthreads(); // tile q is in; everyone is done with tile q - 1, whose stage the next issue fills
+    issue(q + STAGES - 1);
+    const half *a_s = As + (q % STAGES) * BM * BK, *b_s = Bs + (q % STAGES) * BN * BK;
+    const int k0 = q * BK, tap = k0 / s.C, c0 = k0 - tap * s.C, r = tap / s.S, t = tap - r * s.S;
+    bool ok[2][2];
+    if (PRO)
+#pragma unroll
+      for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) ok[mi][hr] = inside(s, fn[mi][hr], fh[mi][hr] + r - s.pad, fw[mi][hr] + t - s.pad);
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; kk++) {
+      uint32_t a[2][4], b[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; mi++) ldmatrix_x4(a[mi], &a_s[swz(wm * 32 + mi * 16 + (lane & 15), kk * 2 + (lane >> 4))]);
+#pragma unroll
+      for (int nj = 0; nj < 2; nj++)
+        ldmatrix_x4(b[nj], &b_s[swz(wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1))]);
+      if (PRO) { // a0, a1: channels c + 2t, c + 2t + 1 of rows g, g + 8; a2, a3: those + 8
+        const int c = (c0 + kk * 16 + (lane & 3) * 2) >> 1;
+        const half2 slo = __ldg(sc2 + c), blo = __ldg(bi2 + c), shi = __ldg(sc2 + c + 4), bhi = __ldg(bi2 + c + 4);
+        const half2 zero = __float2half2_rn(0.0f);
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            half2 v = *(half2 *)&a[mi][j];
+            v = ok[mi][j & 1] ? __hmax2(__hfma2(v, j < 2 ? slo : shi, j < 2 ? blo : bhi), zero) : zero;
+            a[mi][j] = *(uint32_t *)&v;
+          }
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) mma16816(acc[mi][ni], a[mi], b[ni >> 1][(ni & 1) * 2], b[ni >> 1][(ni & 1) * 2 + 1]);
+    }
+  }
+  cp_wait<0>();
+  __syncthreads(); // shared memory is the statistics' now
+  float cs[4][2] = {}, cq[4][2] = {};
+#pragma unroll
+  for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      const int m = m0 + wm * 32 + mi * 16 + (lane >> 2) + hr * 8;
+      if (m >= M) continue;
+#pragma unroll
+      for (int ni = 0; ni < 4; ni++) {
+        const int n = n0 + wn * 32 + ni * 8 + (lane & 3) * 2;
+        const half2 v = __floats2half2_rn(acc[mi][ni][hr * 2], acc[mi][ni][hr * 2 + 1]);
+        *(half2 *)(y + (size_t)m * s.K + n) = v;
+        if (STATS) {
+          const float2 f = __half22float2(v);
+          cs[ni][0] += f.x, cs[ni][1] += f.y, cq[ni][0] += f.x * f.x, cq[ni][1] += f.y * f.y;
+        }
+      }
+    }
+  if (!STATS) return;
+  float(*red)[4][BN] = reinterpret_cast<float(*)[4][BN]>(smem);
+#pragma unroll
+  for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) {
+        cs[ni][e] += __shfl_xor_sync(0xffffffffu, cs[ni][e], o);
+        cq[ni][e] += __shfl_xor_sync(0xffffffffu, cq[ni][e], o);
+      }
+      if (lane < 4) {
+        red[0][wm][wn * 32 + ni * 8 + lane * 2 + e] = cs[ni][e];
+        red[1][wm][wn * 32 + ni * 8 + lane * 2 + e] = cq[ni][e];
+      }
+    }
+  __syncthreads();
+  if (tid < 2 * BN) {
+    const int which = tid / BN, c = tid % BN;
+    const float v = red[which][0][c] + red[which][1][c] + red[which][2][c] + red[which][3][c];
+    atomicAdd((which ? sqsum : sum) + n0 + c, v);
+  }
+}
+
+__global__ void to_half2(int C, const float *f, half2 *h) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < C / 2) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+}
+
 // ---- the float64 reference: one thread per output element; then the channel sums of the rounded outputs ----
 __global__ void ref_fwd(conv_shape s, const half *x, const half *w, const float *scale, const float *bias, int pro,
                         double *yref) {
@@ -200,7 +351,9 @@ __global__ void ref_fwd(conv_shape s, const half *x, const half *w, const float 
       const half *wp = w + (((size_t)k * s.R + r) * s.S + t) * s.C;
       for (int c = 0; c < s.C; c++) {
         float v = __half2float(xp[c]);
-        if (pro) v = __half2float(__float2half_rn(fmaxf(fmaf(v, scale[c], bias[c]), 0.0f))); // as the kernel rounds
+        if (pro == 1) v = __half2float(__float2half_rn(fmaxf(fmaf(v, scale[c], bias[c]), 0.0f))); // as v1 rounds
+        if (pro == 2) v = __half2float(__hmax(__hfma(__float2half_rn(v), __float2half_rn(scale[c]), __float2half_rn(bias[c])),
+                                              __float2half_rn(0.0f))); // as v2: half arithmetic
         a += (double)v * (double)__half2float(wp[c]);
       }
     }
@@ -238,12 +391,27 @@ template <typename F> static float graph_us(cudaStream_t st, F call) {
   return median15(t);
 }
 
-template <bool PRO, bool STATS>
-static void launch(cudaStream_t st, const conv_shape &s, const half *x, const half *w, const float *sc, const float *bi,
-                   half *y, float *sum, float *sq) {
+// version V (1: register-staged, 2: cp.async) of the kernel, its sums zeroed first where it keeps them
+struct bn_params { const float *sc, *bi; const half2 *sc2, *bi2; }; // the prologue's, in float (v1) and half2 (v2)
+template <int V, bool PRO, bool STATS>
+static void launch(cudaStream_t st, const conv_shape &s, const half *x, const half *w, const bn_params &p, half *y,
+                   float *sum) {
   const int M = s.N * s.H * s.W;
+  const dim3 grid((M + BM - 1) / BM, s.K / BN);
   if (STATS) CK(cudaMemsetAsync(sum, 0, 2 * (size_t)s.K * sizeof(float), st));
-  igemm_fwd<PRO, STATS><<<dim3((M + BM - 1) / BM, s.K / BN), NT, 0, st>>>(s, x, w, sc, bi, y, sum, sq);
+  if (V == 1) igemm_fwd<PRO, STATS><<<grid, NT, 0, st>>>(s, x, w, p.sc, p.bi, y, sum, sum + s.K);
+  else igemm_fwd_pipe<PRO, STATS><<<grid, NT, PIPE_SMEM, st>>>(s, x, w, p.sc2, p.bi2, y, sum, sum + s.K);
+}
+template <int V> static void launch_mode(cudaStream_t st, int mode, const conv_shape &s, const half *x, const half *w,
+                                         const bn_params &p, half *y, float *sum) {
+  if (mode == 0) launch<V, false, false>(st, s, x, w, p, y, sum);
+  else if (mode == 1) launch<V, false, true>(st, s, x, w, p, y, sum);
+  else launch<V, true, true>(st, s, x, w, p, y, sum);
+}
+static void run(int V, cudaStream_t st, int mode, const conv_shape &s, const half *x, const half *w, const bn_params &p,
+                half *y, float *sum) {
+  if (V == 1) launch_mode<1>(st, mode, s, x, w, p, y, sum);
+  else launch_mode<2>(st, mode, s, x, w, p, y, sum);
 }
 
 // max |got - ref| over max |ref|, the outputs; and the same for the sums (of the rounded outputs, in double)
@@ -291,6 +459,9 @@ int main(int argc, char **argv) {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   DN(cudnnSetStream(H, st));
+  CK(cudaFuncSetAttribute(igemm_fwd_pipe<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, PIPE_SMEM));
+  CK(cudaFuncSetAttribute(igemm_fwd_pipe<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, PIPE_SMEM));
+  CK(cudaFuncSetAttribute(igemm_fwd_pipe<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, PIPE_SMEM));
   int bad = 0;
   for (const conv_shape &s : shapes) {
     const size_t M = (size_t)s.N * s.H * s.W, nx = M * s.C, nw = (size_t)s.K * s.R * s.S * s.C, ny = M * s.K;
@@ -305,22 +476,27 @@ int main(int argc, char **argv) {
     std::vector<float> hs(s.C), hb(s.C);
     for (int c = 0; c < s.C; c++) hs[c] = 0.5f + (float)((c * 37) % 64) / 64.0f, hb[c] = -0.5f + (float)((c * 11) % 32) / 32.0f;
     CK(cudaMemcpy(sc, hs.data(), s.C * 4, cudaMemcpyHostToDevice)); CK(cudaMemcpy(bi, hb.data(), s.C * 4, cudaMemcpyHostToDevice));
+    half2 *sc2, *bi2;
+    CK(cudaMalloc(&sc2, s.C * 2)); CK(cudaMalloc(&bi2, s.C * 2));
+    to_half2<<<(s.C / 2 + 255) / 256, 256>>>(s.C, sc, sc2);
+    to_half2<<<(s.C / 2 + 255) / 256, 256>>>(s.C, bi, bi2);
+    const bn_params bp = {sc, bi, sc2, bi2};
     printf("\nC %d -> K %d, %dx%d, %dx%d filter (%.1f MB in, %.1f MB out)\n", s.C, s.K, s.H, s.W, s.R, s.S, nx * 2e-6, ny * 2e-6);
-    // correctness: plain, then prologue + statistics, each against float64
-    for (int pro = 0; pro < 2; pro++) {
-      CK(cudaMemsetAsync(y, 0xff, ny * 2, st)); // NaN: an element not written fails
-      if (pro) launch<true, true>(st, s, x, w, sc, bi, y, sum, sum + s.K);
-      else launch<false, false>(st, s, x, w, sc, bi, y, sum, sum + s.K);
-      ref_fwd<<<(unsigned)((ny + 255) / 256), 256, 0, st>>>(s, x, w, sc, bi, pro, ref);
-      CK(cudaStreamSynchronize(st));
-      CK(cudaGetLastError());
-      double ey, es;
-      check(s, y, ref, sum, pro, &ey, &es);
-      const bool good = ey < 2e-3 && (!pro || es < 1e-4);
-      bad |= !good;
-      printf("  check %-18s y %.2e%s%.2e  %s\n", pro ? "prologue + stats" : "plain", ey, pro ? "  sums " : "", pro ? es : 0.0,
-             good ? "ok" : "FAILED");
-    }
+    // correctness: each version plain, then with the prologue and the statistics, against float64
+    for (int V = 1; V <= 2; V++)
+      for (int pro = 0; pro < 2; pro++) {
+        CK(cudaMemsetAsync(y, 0xff, ny * 2, st)); // NaN: an element not written fails
+        run(V, st, pro ? 2 : 0, s, x, w, bp, y, sum);
+        ref_fwd<<<(unsigned)((ny + 255) / 256), 256, 0, st>>>(s, x, w, sc, bi, pro ? V : 0, ref);
+        CK(cudaStreamSynchronize(st));
+        CK(cudaGetLastError());
+        double ey, es;
+        check(s, y, ref, sum, pro, &ey, &es);
+        const bool good = ey < 2e-3 && (!pro || es < 1e-4);
+        bad |= !good;
+        printf("  check v%d %-18s y %.2e%s%.2e  %s\n", V, pro ? "prologue + stats" : "plain", ey, pro ? "  sums " : "",
+               pro ? es : 0.0, good ? "ok" : "FAILED");
+      }
     // cuDNN: the fastest of its found algorithms on the same tensors
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
@@ -348,17 +524,19 @@ int main(int argc, char **argv) {
       if (best < 0 || us < best) best = us, algo = (int)a;
       if (ws) CK(cudaFree(ws));
     }
-    const float t_plain = graph_us(st, [&] { launch<false, false>(st, s, x, w, sc, bi, y, sum, sum + s.K); });
-    const float t_stats = graph_us(st, [&] { launch<false, true>(st, s, x, w, sc, bi, y, sum, sum + s.K); });
-    const float t_full = graph_us(st, [&] { launch<true, true>(st, s, x, w, sc, bi, y, sum, sum + s.K); });
-    printf("  cuDNN conv (algo %d)    %8.1f us  %6.1f TFLOP/s\n", algo, best, flops / best * 1e-6);
-    printf("  lamina igemm plain      %8.1f us  %6.1f TFLOP/s  %.2fx cuDNN's time\n", t_plain, flops / t_plain * 1e-6, t_plain / best);
-    printf("  lamina igemm + stats    %8.1f us  (+%.1f)\n", t_stats, t_stats - t_plain);
-    printf("  lamina igemm prologue + stats %8.1f us  (+%.1f over plain)\n", t_full, t_full - t_plain);
+    printf("  cuDNN conv (algo %d)             %8.1f us  %6.1f TFLOP/s\n", algo, best, flops / best * 1e-6);
+    for (int V = 1; V <= 2; V++) {
+      float t[3];
+      for (int mode = 0; mode < 3; mode++) t[mode] = graph_us(st, [&] { run(V, st, mode, s, x, w, bp, y, sum); });
+      printf("  lamina v%d plain                 %8.1f us  %6.1f TFLOP/s  %.2fx cuDNN's time\n", V, t[0],
+             flops / t[0] * 1e-6, t[0] / best);
+      printf("  lamina v%d + stats               %8.1f us  (+%.1f)\n", V, t[1], t[1] - t[0]);
+      printf("  lamina v%d prologue + stats      %8.1f us  (+%.1f over plain)\n", V, t[2], t[2] - t[0]);
+    }
     cudnnDestroyTensorDescriptor(xd), cudnnDestroyTensorDescriptor(yd), cudnnDestroyFilterDescriptor(wd);
     cudnnDestroyConvolutionDescriptor(cd);
     CK(cudaFree(x)); CK(cudaFree(w)); CK(cudaFree(y)); CK(cudaFree(y2)); CK(cudaFree(sc)); CK(cudaFree(bi)); CK(cudaFree(sum));
-    CK(cudaFree(ref));
+    CK(cudaFree(ref)); CK(cudaFree(sc2)); CK(cudaFree(bi2));
   }
   cudnnDestroy(H);
   printf("\n%s\n", bad ? "lab_igemm_conv: a check FAILED" : "lab_igemm_conv: every check passed");
