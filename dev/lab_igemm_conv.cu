@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <algorithm>
 #include <vector>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -329,6 +330,112 @@ __global__ void __launch_bounds__(NT) igemm_fwd_pipe(conv_shape s, const half *_
   }
 }
 
+// ---- the weight gradient: dW[k][r,s,c] = Σ over pixels of dy[p][k] · act(x[p shifted by the tap][c]) ----
+// The GEMM is K × (R·S·C) over the N·H·W pixels: a block computes 64 output channels × one tap's 64 input channels
+// over a range of pixels (split-K: the pixels are many, the tiles few), 4 warps of 32 × 32, the pixels in steps of 32.
+// Both tiles are stored as they lie in memory, pixel rows of 64 channels (dy's and x's), and read transposed by
+// ldmatrix.trans. A thread's 16-byte chunk is the same column at every step, so its 8 channels' scale and bias sit in
+// registers and the prologue runs as the chunk is staged (register-staged, double-buffered, as v1); the padding stays
+// zero. Each block adds its fp32 partial sums into dW with float2 atomics (dW zeroed first: part of the timed call).
+enum { WM = 64, WN = 64, WK = 32, WT = 128 };
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&d)[4], const half *p) {
+  uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(a));
+}
+
+template <bool PRO>
+__global__ void __launch_bounds__(WT) igemm_wgrad(conv_shape s, int span, const half *__restrict__ x,
+                                                  const half *__restrict__ dy, const float *__restrict__ scale,
+                                                  const float *__restrict__ bias, float *__restrict__ dw) {
+  __shared__ __align__(16) half As[2][WK * WM]; // dy: 32 pixel rows × 64 output channels
+  __shared__ __align__(16) half Bs[2][WK * WN]; // act(x) at the block's tap: 32 pixel rows × 64 input channels
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 1, wn = warp >> 1, ch = tid & 7;
+  const int P = s.N * s.H * s.W, Kred = s.R * s.S * s.C;
+  const int k0 = blockIdx.x * WM, j0 = blockIdx.y * WN;
+  const int tap = j0 / s.C, c0 = j0 - tap * s.C, r = tap / s.S, t = tap - r * s.S;
+  const int p0 = blockIdx.z * span, p1 = min(P, p0 + span), nq = (p1 - p0 + WK - 1) / WK;
+  if (nq <= 0) return;
+  int pn[2], ph[2], pw[2]; // the pixels of this thread's two rows, advanced by WK a step
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int p = p0 + (tid >> 3) + 16 * i;
+    pn[i] = p / (s.H * s.W);
+    const int rem = p - pn[i] * s.H * s.W;
+    ph[i] = rem / s.W, pw[i] = rem - ph[i] * s.W;
+  }
+  float sc[8], bi[8];
+  if (PRO)
+#pragma unroll
+    for (int j = 0; j < 8; j++) sc[j] = __ldg(scale + c0 + ch * 8 + j), bi[j] = __ldg(bias + c0 + ch * 8 + j);
+  uint4 ra[2], rb[2];
+  auto load = [&](int q) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int p = p0 + q * WK + (tid >> 3) + 16 * i;
+      ra[i] = rb[i] = make_uint4(0, 0, 0, 0);
+      if (p < p1) {
+        ra[i] = __ldg((const uint4 *)(dy + (size_t)p * s.K + k0 + ch * 8));
+        const int ih = ph[i] + r - s.pad, iw = pw[i] + t - s.pad;
+        if (ih >= 0 && ih < s.H && iw >= 0 && iw < s.W) {
+          rb[i] = __ldg((const uint4 *)(x + (((size_t)pn[i] * s.H + ih) * s.W + iw) * s.C + c0 + ch * 8));
+          if (PRO) rb[i] = prologue(rb[i], sc, bi);
+        }
+      }
+      pw[i] += WK; // on to the next step's pixel
+      while (pw[i] >= s.W) {
+        pw[i] -= s.W;
+        if (++ph[i] == s.H) ph[i] = 0, pn[i]++;
+      }
+    }
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      *(uint4 *)&As[buf][swz((tid >> 3) + 16 * i, ch)] = ra[i];
+      *(uint4 *)&Bs[buf][swz((tid >> 3) + 16 * i, ch)] = rb[i];
+    }
+  };
+  float acc[2][4][4] = {};
+  load(0);
+  store(0);
+  __syncthreads();
+  for (int q = 0; q < nq; q++) {
+    const int buf = q & 1;
+    if (q + 1 < nq) load(q + 1);
+#pragma unroll
+    for (int kk = 0; kk < WK / 16; kk++) {
+      uint32_t a[2][4], b[2][4];
+      // A = dyᵀ (channels × pixels): matrices (m 0-7 | 8-15) × (k 0-7 | 8-15), lanes 8i..8i+7 point at matrix i's rows
+#pragma unroll
+      for (int mi = 0; mi < 2; mi++)
+        ldmatrix_x4_trans(a[mi], &As[buf][swz(kk * 16 + (lane & 7) + ((lane >> 4) << 3), wm * 4 + mi * 2 + ((lane >> 3) & 1))]);
+      // B = act(x) (pixels × channels): matrices (k 0-7 | 8-15) of n 0-7, then of n 8-15
+#pragma unroll
+      for (int nj = 0; nj < 2; nj++)
+        ldmatrix_x4_trans(b[nj], &Bs[buf][swz(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), wn * 4 + nj * 2 + (lane >> 4))]);
+#pragma unroll
+      for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) mma16816(acc[mi][ni], a[mi], b[ni >> 1][(ni & 1) * 2], b[ni >> 1][(ni & 1) * 2 + 1]);
+    }
+    if (q + 1 < nq) store(buf ^ 1);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      const int m = k0 + wm * 32 + mi * 16 + (lane >> 2) + hr * 8;
+#pragma unroll
+      for (int ni = 0; ni < 4; ni++) {
+        const int n = j0 + wn * 32 + ni * 8 + (lane & 3) * 2;
+        atomicAdd((float2 *)(dw + (size_t)m * Kred + n), make_float2(acc[mi][ni][hr * 2], acc[mi][ni][hr * 2 + 1]));
+      }
+    }
+}
+
 __global__ void to_half2(int C, const float *f, half2 *h) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < C / 2) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
@@ -358,6 +465,25 @@ __global__ void ref_fwd(conv_shape s, const half *x, const half *w, const float 
       }
     }
   yref[i] = a;
+}
+
+// dW's float64 reference: one thread per element of dW (k, r, s, c), over every pixel
+__global__ void ref_wgrad(conv_shape s, const half *x, const half *dy, const float *scale, const float *bias, int pro,
+                          double *ref) {
+  const size_t Kred = (size_t)s.R * s.S * s.C, i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (size_t)s.K * Kred) return;
+  const int k = (int)(i / Kred), j = (int)(i % Kred), c = j % s.C, tap = j / s.C, r = tap / s.S, t = tap % s.S;
+  double a = 0.0;
+  for (int n = 0; n < s.N; n++)
+    for (int h = 0; h < s.H; h++)
+      for (int wc = 0; wc < s.W; wc++) {
+        const int ih = h + r - s.pad, iw = wc + t - s.pad;
+        if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
+        float v = __half2float(x[(((size_t)n * s.H + ih) * s.W + iw) * s.C + c]);
+        if (pro) v = __half2float(__float2half_rn(fmaxf(fmaf(v, scale[c], bias[c]), 0.0f)));
+        a += (double)v * (double)__half2float(dy[(((size_t)n * s.H + h) * s.W + wc) * s.K + k]);
+      }
+  ref[i] = a;
 }
 
 __global__ void fill_half(half *p, size_t n, uint64_t seed, float lo, float hi) {
@@ -443,6 +569,35 @@ static void check(const conv_shape &s, const half *dy, const double *dref, const
     es = fmax(es, d);
   }
   *err_s = es;
+}
+
+// the weight gradient over `span` pixels a block (0: as many blocks as `waves` × the SMs call for), dW zeroed first
+static int wgrad_span(const conv_shape &s, int sms, int waves) {
+  const int P = s.N * s.H * s.W, tiles = (s.K / WM) * (s.R * s.S * s.C / WN);
+  const int splits = std::max(1, std::min(P / (WK * 8), (waves * sms + tiles - 1) / tiles));
+  return ((P + splits - 1) / splits + WK - 1) / WK * WK;
+}
+static void wgrad(cudaStream_t st, bool pro, const conv_shape &s, int span, const half *x, const half *dy,
+                  const bn_params &p, float *dw) {
+  const int P = s.N * s.H * s.W, Kred = s.R * s.S * s.C;
+  CK(cudaMemsetAsync(dw, 0, (size_t)s.K * Kred * sizeof(float), st));
+  const dim3 grid(s.K / WM, Kred / WN, (P + span - 1) / span);
+  if (pro) igemm_wgrad<true><<<grid, WT, 0, st>>>(s, span, x, dy, p.sc, p.bi, dw);
+  else igemm_wgrad<false><<<grid, WT, 0, st>>>(s, span, x, dy, p.sc, p.bi, dw);
+}
+// max |got - ref| over max |ref| for dW
+static double check_wgrad(size_t n, const float *ddw, const double *dref) {
+  std::vector<float> g(n);
+  std::vector<double> ref(n);
+  CK(cudaMemcpy(g.data(), ddw, n * sizeof(float), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(ref.data(), dref, n * sizeof(double), cudaMemcpyDeviceToHost));
+  double e = 0.0, mx = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)g[i] - ref[i]);
+    if (!(d <= 1e300)) d = INFINITY;
+    e = fmax(e, d), mx = fmax(mx, fabs(ref[i]));
+  }
+  return e / mx;
 }
 
 int main(int argc, char **argv) {
@@ -532,6 +687,58 @@ int main(int argc, char **argv) {
              flops / t[0] * 1e-6, t[0] / best);
       printf("  lamina v%d + stats               %8.1f us  (+%.1f)\n", V, t[1], t[1] - t[0]);
       printf("  lamina v%d prologue + stats      %8.1f us  (+%.1f over plain)\n", V, t[2], t[2] - t[0]);
+    }
+    // the weight gradient, with and without the prologue: checked on the first images (float64 over every pixel is
+    // slow), one block for all pixels and an odd split, then timed against cuDNN's backward-filter algorithms
+    {
+      half *dyb;
+      float *dw;
+      double *wref;
+      half *dwh;
+      CK(cudaMalloc(&dyb, ny * 2)); CK(cudaMalloc(&dw, nw * 4)); CK(cudaMalloc(&wref, nw * 8)); CK(cudaMalloc(&dwh, nw * 2));
+      fill_half<<<(unsigned)((ny + 255) / 256), 256>>>(dyb, ny, 3, -1.0f, 1.0f);
+      conv_shape sm = s;
+      sm.N = std::min(s.N, 16);
+      const int Psm = sm.N * sm.H * sm.W;
+      for (int pro = 0; pro < 2; pro++) {
+        ref_wgrad<<<(unsigned)((nw + 255) / 256), 256, 0, st>>>(sm, x, dyb, sc, bi, pro, wref);
+        const int spans[2] = {Psm, 1000};
+        for (int span : spans) {
+          CK(cudaMemsetAsync(dw, 0xff, nw * 4, st));
+          wgrad(st, pro, sm, span, x, dyb, bp, dw);
+          CK(cudaStreamSynchronize(st));
+          CK(cudaGetLastError());
+          const double e = check_wgrad(nw, dw, wref);
+          const bool good = e < 1e-4;
+          bad |= !good;
+          printf("  check wgrad %-9s %5d pixels a block: dW %.2e  %s\n", pro ? "prologue" : "plain", span, e, good ? "ok" : "FAILED");
+        }
+      }
+      cudnnConvolutionBwdFilterAlgoPerf_t bperf[8];
+      int bgot = 0;
+      DN(cudnnFindConvolutionBackwardFilterAlgorithm(H, xd, yd, cd, wd, 8, &bgot, bperf));
+      float bbest = -1;
+      int balgo = -1;
+      for (int i = 0; i < bgot; i++) {
+        if (bperf[i].status != CUDNN_STATUS_SUCCESS) continue;
+        void *ws = NULL;
+        if (bperf[i].memory) CK(cudaMalloc(&ws, bperf[i].memory));
+        const float one = 1.0f, zero = 0.0f;
+        const cudnnConvolutionBwdFilterAlgo_t a = bperf[i].algo;
+        const size_t wsb = bperf[i].memory;
+        const float us = graph_us(st, [&] { cudnnConvolutionBackwardFilter(H, &one, xd, x, yd, dyb, cd, a, ws, wsb, &zero, wd, dwh); });
+        if (bbest < 0 || us < bbest) bbest = us, balgo = (int)a;
+        if (ws) CK(cudaFree(ws));
+      }
+      printf("  cuDNN wgrad (algo %d)            %8.1f us  %6.1f TFLOP/s\n", balgo, bbest, flops / bbest * 1e-6);
+      for (int waves : {2, 4, 8}) {
+        const int span = wgrad_span(s, prop.multiProcessorCount, waves);
+        const float t0 = graph_us(st, [&] { wgrad(st, false, s, span, x, dyb, bp, dw); });
+        const float t1 = graph_us(st, [&] { wgrad(st, true, s, span, x, dyb, bp, dw); });
+        printf("  lamina wgrad, %d px a block     %8.1f us  %6.1f TFLOP/s  %.2fx cuDNN's time; prologue %8.1f us (+%.1f)\n",
+               span, t0, flops / t0 * 1e-6, t0 / bbest, t1, t1 - t0);
+      }
+      CK(cudaFree(dyb)); CK(cudaFree(dw)); CK(cudaFree(wref)); CK(cudaFree(dwh));
     }
     cudnnDestroyTensorDescriptor(xd), cudnnDestroyTensorDescriptor(yd), cudnnDestroyFilterDescriptor(wd);
     cudnnDestroyConvolutionDescriptor(cd);
