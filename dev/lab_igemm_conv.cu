@@ -1,8 +1,9 @@
 // lab_igemm_conv — the kernel lab of issue #34's item 4: lamina's own implicit-GEMM convolution on tensor cores
 // (fp16 NHWC activations, KRSC filters, fp32 sums), forward, with the previous BatchNorm's scale + bias + ReLU
 // applied while its input tile is loaded (the prologue) and the per-channel sum and sum of squares of its output
-// summed in its epilogue (what the next BatchNorm's statistics need), timed shape by shape against cuDNN's own
-// forward convolution on the same tensors.
+// summed in its epilogue (what the next BatchNorm's statistics need); and the weight gradient with the same prologue
+// on its input; each timed shape by shape against cuDNN's own forward and backward-filter algorithms on the same
+// tensors.
 //
 // Why: cuDNN's fused conv-BN engines cost about as much as the passes they fold in once the weight gradient's
 // prologue is counted (docs/bench/JOURNAL.md, 2026-12-07's budget), so the step's BatchNorm passes can only go if a
