@@ -499,21 +499,23 @@ static float median15(float *t) {
   for (int i = 1; i < 15; i++) for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float v = t[j]; t[j] = t[j - 1]; t[j - 1] = v; }
   return t[7];
 }
-// 10 calls issued on the stream, 3 warm-up rounds, the median of 15, per call, in µs (for calls a graph cannot hold)
-template <typename F> static float stream_us(cudaStream_t st, F call) {
+// ten() issues 10 calls: 3 warm-up rounds, then the median of 15, per call, in µs
+template <typename F> static float ten_us(cudaStream_t st, F ten) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
   float t[15];
   for (int i = 0; i < 18; i++) {
-    CK(cudaEventRecord(e0, st));
-    for (int j = 0; j < 10; j++) call();
-    CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1));
-    if (i >= 3) { CK(cudaEventElapsedTime(&t[i - 3], e0, e1)); t[i - 3] *= 100.0f; }
+    CK(cudaEventRecord(e0, st)); ten(); CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1));
+    if (i >= 3) { CK(cudaEventElapsedTime(&t[i - 3], e0, e1)); t[i - 3] *= 100.0f; } // ms / 10 calls → µs
   }
   CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
   return median15(t);
 }
-// 10 calls in a CUDA graph, 3 warm-up replays, the median of 15, per call, in µs
+// 10 calls issued on the stream (for calls a graph cannot hold)
+template <typename F> static float stream_us(cudaStream_t st, F call) {
+  return ten_us(st, [&] { for (int i = 0; i < 10; i++) call(); });
+}
+// 10 calls in a CUDA graph, the graph replayed
 template <typename F> static float graph_us(cudaStream_t st, F call) {
   cudaGraph_t g;
   cudaGraphExec_t gx;
@@ -521,15 +523,44 @@ template <typename F> static float graph_us(cudaStream_t st, F call) {
   for (int i = 0; i < 10; i++) call();
   CK(cudaStreamEndCapture(st, &g));
   CK(cudaGraphInstantiate(&gx, g, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-  float t[15];
-  for (int i = 0; i < 18; i++) {
-    CK(cudaEventRecord(e0, st)); CK(cudaGraphLaunch(gx, st)); CK(cudaEventRecord(e1, st)); CK(cudaEventSynchronize(e1));
-    if (i >= 3) { CK(cudaEventElapsedTime(&t[i - 3], e0, e1)); t[i - 3] *= 100.0f; } // ms / 10 calls → µs
+  const float us = ten_us(st, [&] { CK(cudaGraphLaunch(gx, st)); });
+  CK(cudaGraphExecDestroy(gx)); CK(cudaGraphDestroy(g));
+  return us;
+}
+
+// The fastest of cuDNN's found algorithms (perf, got: what cudnnFind* returned); call(algo, ws, bytes) makes one
+// call and returns its status. Each is called once outside a graph first, so a failing one is reported, not timed
+// (a capture hides its status), then timed in a graph, or on the stream where its capture failed.
+template <typename P, typename F>
+static float fastest(cudaStream_t st, const char *what, const P *perf, int got, int *algo, F call) {
+  float best = -1;
+  *algo = -1;
+  for (int i = 0; i < got; i++) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    void *ws = NULL;
+    if (perf[i].memory) CK(cudaMalloc(&ws, perf[i].memory));
+    const auto a = perf[i].algo;
+    const size_t bytes = perf[i].memory;
+    cudnnStatus_t e = call(a, ws, bytes);
+    CK(cudaStreamSynchronize(st));
+    float us = -1;
+    if (e != CUDNN_STATUS_SUCCESS) {
+      printf("  cuDNN %s algo %d: %s\n", what, (int)a, cudnnGetErrorString(e));
+    } else {
+      us = graph_us(st, [&] {
+        const cudnnStatus_t c = call(a, ws, bytes);
+        if (c != CUDNN_STATUS_SUCCESS) e = c;
+      });
+      if (e != CUDNN_STATUS_SUCCESS) {
+        us = stream_us(st, [&] { call(a, ws, bytes); });
+        printf("  cuDNN %s algo %d: %s in a graph's capture; %.1f us on the stream\n", what, (int)a,
+               cudnnGetErrorString(e), us);
+      }
+    }
+    if (us >= 0 && (best < 0 || us < best)) best = us, *algo = (int)a;
+    if (ws) CK(cudaFree(ws));
   }
-  CK(cudaGraphExecDestroy(gx)); CK(cudaGraphDestroy(g)); CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
-  return median15(t);
+  return best;
 }
 
 // version V (1: register-staged, 2: cp.async) of the kernel, its sums zeroed first where it keeps them
@@ -681,19 +712,11 @@ int main(int argc, char **argv) {
     cudnnConvolutionFwdAlgoPerf_t perf[8];
     int got = 0;
     DN(cudnnFindConvolutionForwardAlgorithm(H, xd, wd, cd, yd, 8, &got, perf));
-    float best = -1;
-    int algo = -1;
-    for (int i = 0; i < got; i++) {
-      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-      void *ws = NULL;
-      if (perf[i].memory) CK(cudaMalloc(&ws, perf[i].memory));
-      const float one = 1.0f, zero = 0.0f;
-      const cudnnConvolutionFwdAlgo_t a = perf[i].algo;
-      const size_t wsb = perf[i].memory;
-      const float us = graph_us(st, [&] { cudnnConvolutionForward(H, &one, xd, x, wd, w, cd, a, ws, wsb, &zero, yd, y2); });
-      if (best < 0 || us < best) best = us, algo = (int)a;
-      if (ws) CK(cudaFree(ws));
-    }
+    int algo;
+    const float one = 1.0f, zero = 0.0f;
+    const float best = fastest(st, "conv", perf, got, &algo, [&](cudnnConvolutionFwdAlgo_t a, void *ws, size_t bytes) {
+      return cudnnConvolutionForward(H, &one, xd, x, wd, w, cd, a, ws, bytes, &zero, yd, y2);
+    });
     printf("  cuDNN conv (algo %d)             %8.1f us  %6.1f TFLOP/s\n", algo, best, flops / best * 1e-6);
     for (int V = 1; V <= 2; V++) {
       float t[3];
@@ -732,36 +755,10 @@ int main(int argc, char **argv) {
       cudnnConvolutionBwdFilterAlgoPerf_t bperf[8];
       int bgot = 0;
       DN(cudnnFindConvolutionBackwardFilterAlgorithm(H, xd, yd, cd, wd, 8, &bgot, bperf));
-      float bbest = -1;
-      int balgo = -1;
-      for (int i = 0; i < bgot; i++) {
-        if (bperf[i].status != CUDNN_STATUS_SUCCESS) continue;
-        void *ws = NULL;
-        if (bperf[i].memory) CK(cudaMalloc(&ws, bperf[i].memory));
-        const float one = 1.0f, zero = 0.0f;
-        const cudnnConvolutionBwdFilterAlgo_t a = bperf[i].algo;
-        const size_t wsb = bperf[i].memory;
-        // asked once outside a graph first: a failing call is reported, not timed (a capture hides its status)
-        const cudnnStatus_t bs = cudnnConvolutionBackwardFilter(H, &one, xd, x, yd, dyb, cd, a, ws, wsb, &zero, wd, dwh);
-        CK(cudaStreamSynchronize(st));
-        cudnnStatus_t cs = CUDNN_STATUS_SUCCESS;
-        float us = -1;
-        if (bs == CUDNN_STATUS_SUCCESS)
-          us = graph_us(st, [&] {
-            const cudnnStatus_t e = cudnnConvolutionBackwardFilter(H, &one, xd, x, yd, dyb, cd, a, ws, wsb, &zero, wd, dwh);
-            if (e != CUDNN_STATUS_SUCCESS) cs = e;
-          });
-        if (bs != CUDNN_STATUS_SUCCESS || cs != CUDNN_STATUS_SUCCESS) {
-          printf("  cuDNN wgrad algo %d: %s%s\n", (int)a, cudnnGetErrorString(bs != CUDNN_STATUS_SUCCESS ? bs : cs),
-                 bs != CUDNN_STATUS_SUCCESS ? "" : " (in a graph's capture)");
-          us = stream_us(st, [&] { cudnnConvolutionBackwardFilter(H, &one, xd, x, yd, dyb, cd, a, ws, wsb, &zero, wd, dwh); });
-          if (bs != CUDNN_STATUS_SUCCESS) us = -1;
-          else printf("  cuDNN wgrad algo %d outside a graph: %.1f us\n", (int)a, us);
-        }
-        if (us < 0) { if (ws) CK(cudaFree(ws)); continue; }
-        if (bbest < 0 || us < bbest) bbest = us, balgo = (int)a;
-        if (ws) CK(cudaFree(ws));
-      }
+      int balgo;
+      const float bbest = fastest(st, "wgrad", bperf, bgot, &balgo, [&](cudnnConvolutionBwdFilterAlgo_t a, void *ws, size_t bytes) {
+        return cudnnConvolutionBackwardFilter(H, &one, xd, x, yd, dyb, cd, a, ws, bytes, &zero, wd, dwh);
+      });
       printf("  cuDNN wgrad (algo %d)            %8.1f us  %6.1f TFLOP/s\n", balgo, bbest, flops / bbest * 1e-6);
       for (int waves : {2, 4, 8}) {
         const int span = wgrad_span(s, prop.multiProcessorCount, waves);
