@@ -24,9 +24,9 @@
 // Checked against a float64 reference computed on the GPU (every output element, and the sums), then timed: 3
 // warm-up calls, the median of 15 CUDA-graph replays of 10 calls each. cuDNN's side: the legacy forward call
 // lamina makes (NHWC half, FLOAT compute, tensor-op math), the fastest of cudnnFindConvolutionForwardAlgorithm's
-// algorithms. Not part of the build:
-//   nvcc -O3 -arch=sm_90 -std=c++17 dev/lab_igemm_conv.cu -lcudnn -o /tmp/lab_igemm_conv
-//   /tmp/lab_igemm_conv [N]     (batch, default 512)
+// algorithms. v3 (below) is the same GEMM on Hopper's warp-group MMA and tensor-memory accelerator. Not part of the build:
+//   nvcc -O3 -arch=sm_90a -std=c++17 dev/lab_igemm_conv.cu -lcudnn -o /tmp/lab_igemm_conv
+//   /tmp/lab_igemm_conv [N] [fwd]     (batch, default 512; fwd: the forward's v2 and v3 only)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <algorithm>
 #include <vector>
 
@@ -331,6 +332,350 @@ __global__ void __launch_bounds__(NT) igemm_fwd_pipe(conv_shape s, const half *_
   }
 }
 
+// ---- v3: warp-group MMA fed by the tensor-memory accelerator (sm_90a) ----
+// mma.sync tops out at 160-204 TFLOP/s here (v1, v2) where cuDNN's sm90 kernels reach 389-713, so v3 is Hopper's way:
+// a producer warp has the TMA engine copy each reduction step's tiles into shared memory, STAGES deep on mbarriers,
+// and two consumer warpgroups multiply them with wgmma.mma_async, 64·MI output pixels × BN output channels each.
+// The implicit GEMM needs no gather: a block's BM pixels are whole image rows (BM a multiple of W, the images
+// tiling into BM or BM into one image), so tap (r, s)'s A tile is one 4-D box of x — channels c0..c0+63 × W × rows ×
+// images — at (c0, s - pad, h0 + r - pad, n0): the engine fills what falls outside the image with zeros, which is the
+// convolution's padding. B is the KRSC filter's box of BN rows × 64. Both land 128-byte swizzled, as wgmma's K-major
+// descriptors read them. SS takes both from shared memory; RS loads A into registers by ldmatrix first and runs the
+// prologue there, in half2 as v2 does: for it the padding is filled with the engine's OOB-NaN, which
+// fma.rn.oob.relu turns into +0 (relu(bias) is not zero), so scale, bias, ReLU and the mask are one instruction. RS is
+// pipelined a stage at a time or (KSTEP) a 16-channel k-step at a time: the first needs a second set of fragments to
+// overlap, which the large tiles have no registers for. The epilogue stages the fp16 tile in shared memory for a TMA
+// store and, with STATS, sums each channel's stored values and their squares from there (shared-memory atomics across
+// the warps, one global atomic per channel and block).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include "lab_wgmma.cuh"
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *b, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect(uint64_t *b, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+// a wait that never ends is a bug of the lab's: it traps (the run stops with an error) instead of hanging; no printf
+// here, as a call inside the kernel makes ptxas serialize its wgmma pipeline
+__device__ __forceinline__ void mbar_wait(uint64_t *b, int parity) {
+  uint32_t done;
+  for (long tries = 0;; tries++) {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(smem_u32(b)), "r"(parity) : "memory");
+    if (done) return;
+    if (tries == (1l << 28)) __trap();
+  }
+}
+__device__ __forceinline__ void tma_4d(void *dst, const CUtensorMap *m, int c0, int c1, int c2, int c3, uint64_t *bar) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+               ::"r"(smem_u32(dst)), "l"((uint64_t)m), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *m, int c0, int c1, uint64_t *bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+               ::"r"(smem_u32(dst)), "l"((uint64_t)m), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *m, int c0, int c1, const void *src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+               ::"l"((uint64_t)m), "r"(c0), "r"(c1), "r"(smem_u32(src)) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// a K-major operand of 128-byte rows, 128-byte swizzled: 8-row groups 1024 bytes apart (the leading offset is unused)
+__device__ __forceinline__ uint64_t sw128_desc(const void *p) {
+  return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// the accumulators are the asm's outputs: keep the compiler from reading them before the wait that completes them
+template <int R> __device__ __forceinline__ void pin(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// BN output channels × BM = 128·MI pixels a block (two consumer warpgroups, one producer warp); MINB blocks an SM (the stages fill what shared memory that leaves)
+template <int BN_, int MI_, int MINB_> struct wg_cfg {
+  static constexpr int BN = BN_, MI = MI_, MINB = MINB_, BM = 128 * MI, ACC = BN / 2, THREADS = 288;
+  static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE = A_BYTES + B_BYTES;
+  static constexpr int ST_ = (MINB == 2 ? 110 * 1024 : 220 * 1024) / STAGE, ST = ST_ > 6 ? 6 : ST_;
+  static constexpr int SMEM = 1024 + ST * STAGE + 2 * ST * 8 + 2 * BN * 4 + 2 * 256 * 4; // + sums, scale and bias (C ≤ 512)
+};
+
+template <int BN, int MI, int MINB, bool RS, bool PRO, bool STATS, bool KSTEP>
+__global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __grid_constant__ CUtensorMap tx,
+                                                          const __grid_constant__ CUtensorMap tw,
+                                                          const __grid_constant__ CUtensorMap ty,
+                                                          const half2 *__restrict__ sc2, const half2 *__restrict__ bi2,
+                                                          float *__restrict__ sum, float *__restrict__ sqsum) {
+  using C = wg_cfg<BN, MI, MINB>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t *base = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023); // the swizzle repeats every 1024 bytes
+  uint8_t *Bs = base + C::ST * C::A_BYTES;
+  uint64_t *full = (uint64_t *)(Bs + C::ST * C::B_BYTES), *empty = full + C::ST;
+  float *red = (float *)(empty + C::ST);
+  half2 *ssc = (half2 *)(red + 2 * BN), *sbi = ssc + 256; // the prologue's scale and bias, half2 pairs of channels
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int cpt = s.C / 64, nq = s.R * s.S * cpt, HW = s.H * s.W;
+  const int k0 = blockIdx.x * BN, m0 = blockIdx.y * C::BM, img = m0 / HW, h0 = (m0 - img * HW) / s.W;
+  if (tid == 0) {
+    for (int i = 0; i < C::ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8); // empty: each consumer warp
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if (STATS)
+    for (int i = tid; i < 2 * BN; i += C::THREADS) red[i] = 0.0f;
+  if (PRO)
+    for (int i = tid; i < s.C / 2; i += C::THREADS) ssc[i] = sc2[i], sbi[i] = bi2[i];
+  __syncthreads();
+  if (warp == 8) { // the producer warp: one thread of it issues every load
+    if (lane == 0)
+      for (int q = 0; q < nq; q++) {
+        const int st = q % C::ST, tap = q / cpt, c0 = (q - tap * cpt) * 64, r = tap / s.S, t = tap - r * s.S;
+        if (q >= C::ST) mbar_wait(&empty[st], (q / C::ST - 1) & 1);
+        mbar_expect(&full[st], C::STAGE);
+        tma_4d(base + st * C::A_BYTES, &tx, c0, t - s.pad, h0 + r - s.pad, img, &full[st]);
+        tma_2d(Bs + st * C::B_BYTES, &tw, tap * s.C + c0, k0, &full[st]);
+      }
+    return;
+  }
+  const int wg = warp >> 2, wq = warp & 3, wt = tid & 127;
+  float acc[MI][C::ACC]; // the first MMA overwrites them (scale_d 0): no zeroing for ptxas to order against the MMAs
+  if (RS) {
+    if constexpr (KSTEP) {
+      // RS, a k-step at a time (KSTEP): k-step ks (stage ks / 4, its 16 channels ks % 4), its fragment prepared as above
+      auto prep = [&](int ks, uint32_t (&fa)[MI][4]) {
+        const int q = ks >> 2, kk = ks & 3, st = q % C::ST;
+        if (kk == 0) mbar_wait(&full[st], (q / C::ST) & 1);
+        const uint8_t *a_s = base + st * C::A_BYTES + wg * MI * 64 * 128;
+        uint32_t slo, blo, shi, bhi;
+        if (PRO) { // a0 a1: rows g, channels 2t, 2t + 1; a2 a3: rows g + 8; then the same with channels 8 on
+          const int c = ((q % cpt) * 64 + kk * 16 + (lane & 3) * 2) >> 1;
+          slo = *(const uint32_t *)&ssc[c], blo = *(const uint32_t *)&sbi[c];
+          shi = *(const uint32_t *)&ssc[c + 4], bhi = *(const uint32_t *)&sbi[c + 4];
+        }
+  #pragma unroll
+        for (int mi = 0; mi < MI; mi++) {
+          const int rr = mi * 64 + wq * 16 + (lane & 15), ch = kk * 2 + (lane >> 4);
+          ldmatrix_x4(fa[mi], (const half *)(a_s + rr * 128 + ((ch ^ (rr & 7)) << 4)));
+          if (PRO)
+  #pragma unroll
+            for (int j = 0; j < 4; j++)
+              asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(fa[mi][j]) : "r"(j < 2 ? slo : shi), "r"(j < 2 ? blo : bhi));
+        }
+      };
+      // k-step ks's MMAs on cur; once the step before is done, its fragments' registers (nxt) take step ks + 1's,
+      // prepared while these MMAs run; a stage goes back to the producer when the MMAs of its last k-step are done
+      const int steps = 4 * nq;
+      auto step = [&](int ks, uint32_t (&cur)[MI][4], uint32_t (&nxt)[MI][4]) {
+        const int q = ks >> 2, kk = ks & 3;
+        const uint8_t *b_s = Bs + (q % C::ST) * C::B_BYTES;
+        wg_fence();
+  #pragma unroll
+        for (int mi = 0; mi < MI; mi++) wgmma_rs(acc[mi], cur[mi], sw128_desc(b_s + kk * 32), ks > 0);
+        wg_commit();
+        wg_wait<1>();
+        if (kk == 0 && q > 0 && lane == 0) mbar_arrive(&empty[(q - 1) % C::ST]);
+        if (ks + 1 < steps) prep(ks + 1, nxt);
+      };
+      uint32_t f0[MI][4], f1[MI][4];
+      prep(0, f0);
+      for (int ks = 0; ks < steps; ks += 2) step(ks, f0, f1), step(ks + 1, f1, f0); // steps is a multiple of 4
+    } else {
+      // RS, a stage at a time: stage q's A fragments (4 k-steps of 16 channels) from shared memory by ldmatrix, through
+      // the prologue: one fma.rn.oob.relu.f16x2 a register, scale·x + bias, ReLU, and +0 where x is the engine's
+      // OOB-NaN, i.e. the padding (xn's fill)
+      auto prep = [&](int q, uint32_t (&fa)[MI][4][4]) {
+        const int st = q % C::ST, c0 = (q % cpt) * 64;
+        mbar_wait(&full[st], (q / C::ST) & 1);
+        const uint8_t *a_s = base + st * C::A_BYTES + wg * MI * 64 * 128;
+  #pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+          uint32_t slo, blo, shi, bhi;
+          if (PRO) { // a0 a1: rows g, channels 2t, 2t + 1; a2 a3: rows g + 8; then the same with channels 8 on
+            const int c = (c0 + kk * 16 + (lane & 3) * 2) >> 1;
+            slo = *(const uint32_t *)&ssc[c], blo = *(const uint32_t *)&sbi[c];
+            shi = *(const uint32_t *)&ssc[c + 4], bhi = *(const uint32_t *)&sbi[c + 4];
+          }
+  #pragma unroll
+          for (int mi = 0; mi < MI; mi++) {
+            const int rr = mi * 64 + wq * 16 + (lane & 15), ch = kk * 2 + (lane >> 4);
+            ldmatrix_x4(fa[mi][kk], (const half *)(a_s + rr * 128 + ((ch ^ (rr & 7)) << 4)));
+            if (PRO)
+  #pragma unroll
+              for (int j = 0; j < 4; j++)
+                asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(fa[mi][kk][j]) : "r"(j < 2 ? slo : shi), "r"(j < 2 ? blo : bhi));
+          }
+        }
+      };
+      // stage q's MMAs on cur; where the registers allow (DB), stage q + 1's fragments are prepared in nxt meanwhile
+      constexpr bool DB = MI * C::ACC <= 64;
+      auto step = [&](int q, uint32_t (&cur)[MI][4][4], auto &nxt) {
+        const uint8_t *b_s = Bs + (q % C::ST) * C::B_BYTES;
+        wg_fence();
+  #pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+  #pragma unroll
+          for (int mi = 0; mi < MI; mi++) wgmma_rs(acc[mi], cur[mi][kk], sw128_desc(b_s + kk * 32), q > 0 || kk > 0);
+        wg_commit();
+        if constexpr (DB) {
+          if (q + 1 < nq) prep(q + 1, nxt);
+        }
+        wg_wait<0>(); // the fragments are registers: this stage's MMAs finish before they are written again
+        if (lane == 0) mbar_arrive(&empty[q % C::ST]);
+      };
+      uint32_t fa0[MI][4][4], fa1[MI][4][DB ? 4 : 1];
+      if constexpr (DB) {
+        prep(0, fa0);
+        for (int q = 0; q < nq; q += 2) {
+          step(q, fa0, fa1);
+          if (q + 1 < nq) step(q + 1, fa1, fa0);
+        }
+      } else {
+        for (int q = 0; q < nq; q++) prep(q, fa0), step(q, fa0, fa0);
+      }
+    }
+  } else {
+    for (int q = 0; q < nq; q++) {
+      const int st = q % C::ST;
+      mbar_wait(&full[st], (q / C::ST) & 1);
+      const uint8_t *a_s = base + st * C::A_BYTES + wg * MI * 64 * 128, *b_s = Bs + st * C::B_BYTES;
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+          wgmma_ss(acc[mi], sw128_desc(a_s + mi * 64 * 128 + kk * 32), sw128_desc(b_s + kk * 32), q > 0 || kk > 0);
+      wg_commit();
+      wg_wait<1>(); // the previous step's MMAs are done: its stage goes back to the producer
+      if (q > 0 && lane == 0) mbar_arrive(&empty[(q - 1) % C::ST]);
+    }
+  }
+  wg_wait<0>();
+#pragma unroll
+  for (int mi = 0; mi < MI; mi++) pin(acc[mi]);
+  // epilogue: the tile through shared memory (the stages are free once both warpgroups are past their last MMA), as
+  // BN/64 slabs a warpgroup of its 64·MI rows × 64 channels, 128-byte swizzled, which the TMA engine stores to y; the
+  // statistics are summed from there. Fragment j of m64nN holds columns 8j + 2(lane % 4) + {0, 1} of rows g, g + 8.
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  uint8_t *ep = base + wg * (MI * 64 * BN * 2);
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+      for (int hr = 0; hr < 2; hr++) {
+        const int rr = mi * 64 + wq * 16 + (lane >> 2) + 8 * hr;
+        *(half2 *)(ep + (j >> 3) * (MI * 64 * 128) + rr * 128 + (((j & 7) ^ (rr & 7)) << 4) + (lane & 3) * 4) =
+            __floats2half2_rn(acc[mi][4 * j + 2 * hr], acc[mi][4 * j + 2 * hr + 1]);
+      }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // the stores, made visible to the TMA engine
+  asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");
+  if (wt == 0) {
+#pragma unroll
+    for (int sl = 0; sl < BN / 64; sl++) tma_store_2d(&ty, k0 + sl * 64, m0 + wg * MI * 64, ep + sl * (MI * 64 * 128));
+    bulk_commit();
+  }
+  if (STATS) { // a thread sums a pair of columns over every (128 / (BN/2))-th row of its warpgroup's
+    constexpr int PAIRS = BN / 2, GROUPS = 128 / PAIRS > 1 ? 128 / PAIRS : 1;
+    for (int pr = wt % PAIRS; pr < PAIRS; pr += 128) {
+      const int col = 2 * pr, j = col >> 3;
+      const uint8_t *src = ep + (j >> 3) * (MI * 64 * 128) + (col & 7) * 2;
+      float s0 = 0.0f, s1 = 0.0f, q0 = 0.0f, q1 = 0.0f;
+      for (int rr = wt / PAIRS; rr < MI * 64; rr += GROUPS) {
+        const float2 f = __half22float2(*(const half2 *)(src + rr * 128 + (((j & 7) ^ (rr & 7)) << 4)));
+        s0 += f.x, s1 += f.y, q0 += f.x * f.x, q1 += f.y * f.y;
+      }
+      atomicAdd(&red[col], s0), atomicAdd(&red[col + 1], s1);
+      atomicAdd(&red[BN + col], q0), atomicAdd(&red[BN + col + 1], q1);
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory"); // the consumers only: the producer warp has left
+    for (int i = tid; i < 2 * BN; i += 256) atomicAdd((i < BN ? sum : sqsum) + k0 + i % BN, red[i]);
+  }
+  if (wt == 0) bulk_wait_read(); // the block's shared memory lives until the engine has read the tile
+}
+
+// the driver's tensor-map encoder, through the runtime (no -lcuda)
+static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static PFN_cuTensorMapEncodeTiled_v12000 f = NULL;
+  if (!f) {
+    cudaDriverEntryPointQueryResult q;
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&f, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !f) { printf("cuTensorMapEncodeTiled: not found in the driver\n"); exit(1); }
+  }
+  return f;
+}
+struct wg_maps { CUtensorMap x, xn, w, y; }; // xn: x with the padding filled by OOB-NaN (the prologue's)
+// whether a BM × BN tiling of whole image rows fits the shape
+static bool wg_fits(const conv_shape &s, int BM, int BN) {
+  const int HW = s.H * s.W;
+  return s.C % 64 == 0 && s.C <= 512 && s.K % BN == 0 && ((size_t)s.N * HW) % BM == 0 && BM % s.W == 0 &&
+         (HW % BM == 0 || BM % HW == 0) && s.W <= 256 && s.H <= 256 && BM / HW <= 256;
+}
+static wg_maps wg_make_maps(const conv_shape &s, int BM, int BN, const half *x, const half *w, half *y) {
+  wg_maps m;
+  const int HW = s.H * s.W, Kred = s.R * s.S * s.C;
+  const cuuint64_t dx[4] = {(cuuint64_t)s.C, (cuuint64_t)s.W, (cuuint64_t)s.H, (cuuint64_t)s.N};
+  const cuuint64_t sx[3] = {(cuuint64_t)s.C * 2, (cuuint64_t)s.W * s.C * 2, (cuuint64_t)HW * s.C * 2};
+  const cuuint32_t bx[4] = {64, (cuuint32_t)s.W, (cuuint32_t)(BM <= HW ? BM / s.W : s.H), (cuuint32_t)(BM <= HW ? 1 : BM / HW)};
+  const cuuint32_t e[4] = {1, 1, 1, 1};
+  CUresult r = encode_tiled()(&m.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)x, dx, sx, bx, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (x): error %d\n", (int)r); exit(1); }
+  r = encode_tiled()(&m.xn, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)x, dx, sx, bx, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
+  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (x, NaN fill): error %d\n", (int)r); exit(1); }
+  const cuuint64_t dw[2] = {(cuuint64_t)Kred, (cuuint64_t)s.K}, sw[1] = {(cuuint64_t)Kred * 2};
+  const cuuint32_t bw[2] = {64, (cuuint32_t)BN};
+  r = encode_tiled()(&m.w, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)w, dw, sw, bw, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (w): error %d\n", (int)r); exit(1); }
+  const cuuint64_t dy[2] = {(cuuint64_t)s.K, (cuuint64_t)s.N * HW}, sy[1] = {(cuuint64_t)s.K * 2};
+  const cuuint32_t by[2] = {64, (cuuint32_t)BM / 2}; // a warpgroup's rows, one 64-channel slab
+  r = encode_tiled()(&m.y, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)y, dy, sy, by, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (y): error %d\n", (int)r); exit(1); }
+  return m;
+}
+// mode 0: SS plain, 1: SS + statistics, 2: RS plain, 3: RS prologue + statistics
+// 4: RS prologue + statistics, pipelined a k-step of 16 channels at a time instead of a stage of 64
+enum { WG_MODES = 5 };
+static const char *const wg_mode_name[WG_MODES] = {"SS plain", "SS + stats", "RS plain", "RS prologue + stats",
+                                                   "RS/k16 prologue + stats"};
+template <int BN, int MI, int MINB, bool RS, bool PRO, bool STATS, bool KSTEP>
+static void wg_launch(cudaStream_t st, const conv_shape &s, const wg_maps &m, const half2 *sc2, const half2 *bi2,
+                      float *sum) { // y is the one m.y maps
+  using C = wg_cfg<BN, MI, MINB>;
+  static bool ready = false; // the first call is a check's, outside any capture
+  if (!ready) {
+    CK(cudaFuncSetAttribute(igemm_fwd_wg<BN, MI, MINB, RS, PRO, STATS, KSTEP>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+    ready = true;
+  }
+  if (STATS) CK(cudaMemsetAsync(sum, 0, 2 * (size_t)s.K * sizeof(float), st));
+  const dim3 grid(s.K / BN, (unsigned)((size_t)s.N * s.H * s.W / C::BM)); // the channel tiles of a pixel tile run together
+  igemm_fwd_wg<BN, MI, MINB, RS, PRO, STATS, KSTEP><<<grid, C::THREADS, C::SMEM, st>>>(s, PRO ? m.xn : m.x, m.w, m.y, sc2, bi2, sum, sum + s.K);
+}
+template <int BN, int MI, int MINB>
+static void wg_run(int mode, cudaStream_t st, const conv_shape &s, const wg_maps &m, const half2 *sc2, const half2 *bi2,
+                   float *sum) {
+  if (mode == 0) wg_launch<BN, MI, MINB, false, false, false, false>(st, s, m, sc2, bi2, sum);
+  else if (mode == 1) wg_launch<BN, MI, MINB, false, false, true, false>(st, s, m, sc2, bi2, sum);
+  else if (mode == 2) wg_launch<BN, MI, MINB, true, false, false, false>(st, s, m, sc2, bi2, sum);
+  else if (mode == 3) wg_launch<BN, MI, MINB, true, true, true, false>(st, s, m, sc2, bi2, sum);
+  else wg_launch<BN, MI, MINB, true, true, true, true>(st, s, m, sc2, bi2, sum);
+}
+struct wg_variant {
+  int BN, MI, MINB, stages;
+  void (*run)(int, cudaStream_t, const conv_shape &, const wg_maps &, const half2 *, const half2 *, float *);
+};
+#define WG_VARIANT(bn, mi, minb) {bn, mi, minb, wg_cfg<bn, mi, minb>::ST, wg_run<bn, mi, minb>}
+static const wg_variant wg_variants[] = {WG_VARIANT(64, 1, 2), WG_VARIANT(64, 2, 1), WG_VARIANT(128, 1, 2),
+                                         WG_VARIANT(128, 1, 1), WG_VARIANT(128, 2, 1), WG_VARIANT(256, 1, 1)};
+
 // ---- the weight gradient: dW[k][r,s,c] = Σ over pixels of dy[p][k] · act(x[p shifted by the tap][c]) ----
 // The GEMM is K × (R·S·C) over the N·H·W pixels: a block computes 64 output channels × one tap's 64 input channels
 // over a range of pixels (split-K: the pixels are many, the tiles few), 4 warps of 32 × 32, the pixels in steps of 32.
@@ -586,31 +931,115 @@ static void run(int V, cudaStream_t st, int mode, const conv_shape &s, const hal
   else launch_mode<2>(st, mode, s, x, w, p, y, sum);
 }
 
-// max |got - ref| over max |ref|, the outputs; and the same for the sums (of the rounded outputs, in double)
-static void check(const conv_shape &s, const half *dy, const double *dref, const float *dsum, bool stats,
-                  double *err_y, double *err_s) {
-  const size_t n = (size_t)s.N * s.H * s.W * s.K;
-  std::vector<half> y(n);
-  std::vector<double> ref(n), ds(2 * (size_t)s.K, 0.0), da(s.K, 0.0);
-  std::vector<float> su(2 * (size_t)s.K);
-  CK(cudaMemcpy(y.data(), dy, n * sizeof(half), cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(ref.data(), dref, n * sizeof(double), cudaMemcpyDeviceToHost));
-  double e = 0.0, mx = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    const double v = __half2float(y[i]);
-    double d = fabs(v - ref[i]);
-    if (!(d <= 1e300)) d = INFINITY; // an element left NaN (never written) fails
-    e = fmax(e, d);
-    mx = fmax(mx, fabs(ref[i]));
-    const double r = (double)__half2float(__float2half_rn((float)ref[i])); // the sums are of the stored, rounded outputs
-    ds[i % s.K] += r, ds[s.K + i % s.K] += r * r, da[i % s.K] += fabs(r);
+// ---- the passes the fusion takes away, as an unfused step runs them beside cuDNN's convolution ----
+// BatchNorm's apply + ReLU over the convolution's input (read x, write a = relu(scale·x + bias), fp16 as lamina's
+// bn_act stores it), and the statistics pass over its output (each channel's sum and sum of squares); 16 bytes a
+// thread a step, grid-stride, the statistics reduced in shared memory and added by one atomic per channel and block.
+__global__ void pass_bn_apply(size_t chunks, int C, const uint4 *__restrict__ x, const half2 *__restrict__ sc2,
+                              const half2 *__restrict__ bi2, uint4 *__restrict__ a) {
+  const size_t step = (size_t)gridDim.x * blockDim.x; // a multiple of C/8: a thread's 8 channels stay the same
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= chunks) return;
+  const int g = (int)(i % (C / 8)) * 4;
+  half2 sc[4], bi[4];
+  for (int j = 0; j < 4; j++) sc[j] = sc2[g + j], bi[j] = bi2[g + j];
+  const half2 zero = __float2half2_rn(0.0f);
+  for (; i < chunks; i += step) {
+    uint4 v = x[i];
+    half2 *h = (half2 *)&v;
+#pragma unroll
+    for (int j = 0; j < 4; j++) h[j] = __hmax2(__hfma2(h[j], sc[j], bi[j]), zero);
+    a[i] = v;
   }
+}
+__global__ void pass_stats(size_t rows, int K, const uint4 *__restrict__ y, float *__restrict__ sum, float *__restrict__ sqsum) {
+  extern __shared__ float sh[]; // 2·K
+  const int groups = K / 8, g = threadIdx.x % groups, r0 = threadIdx.x / groups, rstep = blockDim.x / groups;
+  for (int i = threadIdx.x; i < 2 * K; i += blockDim.x) sh[i] = 0.0f;
+  __syncthreads();
+  float s8[8] = {}, q8[8] = {};
+  const size_t rs = (size_t)gridDim.x * rstep;
+  if (r0 < rstep)
+    for (size_t r = (size_t)blockIdx.x * rstep + r0; r < rows; r += 4 * rs) { // four loads in flight
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) v[u] = r + u * rs < rows ? y[(r + u * rs) * groups + g] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const half2 *h = (const half2 *)&v[u];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          const float2 f = __half22float2(h[j]);
+          s8[2 * j] += f.x, s8[2 * j + 1] += f.y, q8[2 * j] += f.x * f.x, q8[2 * j + 1] += f.y * f.y;
+        }
+      }
+    }
+  for (int j = 0; j < 8; j++) atomicAdd(&sh[g * 8 + j], s8[j]), atomicAdd(&sh[K + g * 8 + j], q8[j]);
+  __syncthreads();
+  for (int i = threadIdx.x; i < 2 * K; i += blockDim.x) atomicAdd((i < K ? sum : sqsum) + i % K, sh[i]);
+}
+
+// max |y - ref| and max |ref| over every output element, on the device (an element left NaN, never written, counts
+// as infinite); non-negative doubles order as their bit patterns do, so one atomicMax each
+__global__ void max_err(size_t n, const half *y, const double *ref, unsigned long long *out) {
+  __shared__ double se[256], sm[256];
+  double e = 0.0, m = 0.0;
+  for (size_t i = (size_t)blockIdx.x * 256 + threadIdx.x; i < n; i += (size_t)gridDim.x * 256) {
+    double d = fabs((double)__half2float(y[i]) - ref[i]);
+    if (!(d <= 1e300)) d = INFINITY;
+    e = fmax(e, d), m = fmax(m, fabs(ref[i]));
+  }
+  se[threadIdx.x] = e, sm[threadIdx.x] = m;
+  __syncthreads();
+  for (int o = 128; o > 0; o >>= 1) {
+    if (threadIdx.x < o) se[threadIdx.x] = fmax(se[threadIdx.x], se[threadIdx.x + o]), sm[threadIdx.x] = fmax(sm[threadIdx.x], sm[threadIdx.x + o]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicMax(out, (unsigned long long)__double_as_longlong(se[0])), atomicMax(out + 1, (unsigned long long)__double_as_longlong(sm[0]));
+}
+// channel c's sum and sum of squares of the reference rounded as the kernels store it, and the sum of its |·| (the
+// scale of the sum's error): out[c], out[K + c], out[2K + c]; one block a channel
+__global__ void ref_sums(conv_shape s, const double *ref, double *out) {
+  __shared__ double r3[3][256];
+  const size_t M = (size_t)s.N * s.H * s.W;
+  const int c = blockIdx.x;
+  double a = 0.0, q = 0.0, b = 0.0;
+  for (size_t m = threadIdx.x; m < M; m += 256) {
+    const double r = (double)__half2float(__float2half_rn((float)ref[m * s.K + c]));
+    a += r, q += r * r, b += fabs(r);
+  }
+  r3[0][threadIdx.x] = a, r3[1][threadIdx.x] = q, r3[2][threadIdx.x] = b;
+  __syncthreads();
+  for (int o = 128; o > 0; o >>= 1) {
+    if (threadIdx.x < o)
+      for (int k = 0; k < 3; k++) r3[k][threadIdx.x] += r3[k][threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[c] = r3[0][0], out[s.K + c] = r3[1][0], out[2 * s.K + c] = r3[2][0];
+}
+
+// max |got - ref| over max |ref|, the outputs; each sum's error over the sum of its terms' magnitudes (|y| for the
+// sums, y² for the squares), against ref_sums' rsums
+static void check(const conv_shape &s, const half *dy, const double *dref, const double *drsums, const float *dsum,
+                  bool stats, double *err_y, double *err_s) {
+  const size_t n = (size_t)s.N * s.H * s.W * s.K;
+  unsigned long long *d, h[2];
+  CK(cudaMalloc(&d, sizeof h));
+  CK(cudaMemset(d, 0, sizeof h));
+  max_err<<<1024, 256>>>(n, dy, dref, d);
+  CK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+  CK(cudaFree(d));
+  double e, mx;
+  memcpy(&e, &h[0], 8), memcpy(&mx, &h[1], 8);
   *err_y = e / mx, *err_s = 0.0;
   if (!stats) return;
+  std::vector<float> su(2 * (size_t)s.K);
+  std::vector<double> rs(3 * (size_t)s.K);
   CK(cudaMemcpy(su.data(), dsum, su.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  double es = 0.0; // each sum's error over the sum of its terms' magnitudes (|y| for the sums, y² for the squares)
+  CK(cudaMemcpy(rs.data(), drsums, rs.size() * sizeof(double), cudaMemcpyDeviceToHost));
+  double es = 0.0;
   for (size_t c = 0; c < su.size(); c++) {
-    double d = fabs(su[c] - ds[c]) / (c < (size_t)s.K ? da[c] : ds[c]);
+    double d = fabs(su[c] - rs[c]) / (c < (size_t)s.K ? rs[2 * s.K + c] : rs[c]);
     if (!(d <= 1e300)) d = INFINITY;
     es = fmax(es, d);
   }
@@ -649,6 +1078,8 @@ static double check_wgrad(size_t n, const float *ddw, const double *dref) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0); // each line out as it is printed: a crash or a timeout keeps what was measured
   const int N = argc > 1 ? atoi(argv[1]) : 512;
+  const bool fwd_only = argc > 2 && !strcmp(argv[2], "fwd"); // the forward kernels only, v2 and v3 (no v1, no wgrad)
+  const int first_v = fwd_only ? 2 : 1;
   const conv_shape shapes[] = {{N, 32, 32, 64, 64, 3, 3, 1}, {N, 16, 16, 128, 128, 3, 3, 1}, {N, 8, 8, 256, 256, 3, 3, 1},
                                {N, 32, 32, 64, 256, 1, 1, 0}, {N, 16, 16, 128, 64, 3, 3, 1}};
   cudaDeviceProp prop;
@@ -683,21 +1114,48 @@ int main(int argc, char **argv) {
     to_half2<<<(s.C / 2 + 255) / 256, 256>>>(s.C, bi, bi2);
     const bn_params bp = {sc, bi, sc2, bi2};
     printf("\nC %d -> K %d, %dx%d, %dx%d filter (%.1f MB in, %.1f MB out)\n", s.C, s.K, s.H, s.W, s.R, s.S, nx * 2e-6, ny * 2e-6);
-    // correctness: each version plain, then with the prologue and the statistics, against float64
-    for (int V = 1; V <= 2; V++)
+    // correctness: each version plain, then with the prologue and the statistics, against float64 (refs[p]: the
+    // reference without the prologue, with v1's float one, with v2's half one)
+    double *refs[3] = {ref, NULL, NULL}, *rsums[3];
+    for (int p = 1; p < 3; p++) CK(cudaMalloc(&refs[p], ny * 8));
+    for (int p = 0; p < 3; p++) {
+      CK(cudaMalloc(&rsums[p], 3 * (size_t)s.K * 8));
+      ref_fwd<<<(unsigned)((ny + 255) / 256), 256, 0, st>>>(s, x, w, sc, bi, p, refs[p]);
+      ref_sums<<<s.K, 256, 0, st>>>(s, refs[p], rsums[p]);
+    }
+    auto verdict = [&](const char *what, int p, bool stats) {
+      CK(cudaStreamSynchronize(st));
+      CK(cudaGetLastError());
+      double ey, es;
+      check(s, y, refs[p], rsums[p], sum, stats, &ey, &es);
+      const bool good = ey < 2e-3 && (!stats || es < 1e-4);
+      bad |= !good;
+      printf("  check %-28s y %.2e", what, ey);
+      if (stats) printf("  sums %.2e", es);
+      printf("  %s\n", good ? "ok" : "FAILED");
+    };
+    for (int V = first_v; V <= 2; V++)
       for (int pro = 0; pro < 2; pro++) {
         CK(cudaMemsetAsync(y, 0xff, ny * 2, st)); // NaN: an element not written fails
         run(V, st, pro ? 2 : 0, s, x, w, bp, y, sum);
-        ref_fwd<<<(unsigned)((ny + 255) / 256), 256, 0, st>>>(s, x, w, sc, bi, pro ? V : 0, ref);
-        CK(cudaStreamSynchronize(st));
-        CK(cudaGetLastError());
-        double ey, es;
-        check(s, y, ref, sum, pro, &ey, &es);
-        const bool good = ey < 2e-3 && (!pro || es < 1e-4);
-        bad |= !good;
-        printf("  check v%d %-18s y %.2e%s%.2e  %s\n", V, pro ? "prologue + stats" : "plain", ey, pro ? "  sums " : "",
-               pro ? es : 0.0, good ? "ok" : "FAILED");
+        char what[64];
+        snprintf(what, sizeof what, "v%d %s", V, pro ? "prologue + stats" : "plain");
+        verdict(what, pro ? V : 0, pro);
       }
+    // v3: every tiling that fits the shape, every mode
+    std::vector<const wg_variant *> wgv;
+    std::vector<wg_maps> wgm;
+    for (const wg_variant &v : wg_variants)
+      if (wg_fits(s, 128 * v.MI, v.BN)) wgv.push_back(&v), wgm.push_back(wg_make_maps(s, 128 * v.MI, v.BN, x, w, y));
+    for (size_t i = 0; i < wgv.size(); i++)
+      for (int mode = 0; mode < WG_MODES; mode++) {
+        CK(cudaMemsetAsync(y, 0xff, ny * 2, st));
+        wgv[i]->run(mode, st, s, wgm[i], sc2, bi2, sum);
+        char what[64];
+        snprintf(what, sizeof what, "v3 %dx%d/%d %s", 128 * wgv[i]->MI, wgv[i]->BN, wgv[i]->MINB, wg_mode_name[mode]);
+        verdict(what, mode >= 3 ? 2 : 0, mode == 1 || mode >= 3);
+      }
+    for (int p = 1; p < 3; p++) CK(cudaFree(refs[p]));
     // cuDNN: the fastest of its found algorithms on the same tensors
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
@@ -718,7 +1176,7 @@ int main(int argc, char **argv) {
       return cudnnConvolutionForward(H, &one, xd, x, wd, w, cd, a, ws, bytes, &zero, yd, y2);
     });
     printf("  cuDNN conv (algo %d)             %8.1f us  %6.1f TFLOP/s\n", algo, best, flops / best * 1e-6);
-    for (int V = 1; V <= 2; V++) {
+    for (int V = first_v; V <= 2; V++) {
       float t[3];
       for (int mode = 0; mode < 3; mode++) t[mode] = graph_us(st, [&] { run(V, st, mode, s, x, w, bp, y, sum); });
       printf("  lamina v%d plain                 %8.1f us  %6.1f TFLOP/s  %.2fx cuDNN's time\n", V, t[0],
@@ -726,9 +1184,74 @@ int main(int argc, char **argv) {
       printf("  lamina v%d + stats               %8.1f us  (+%.1f)\n", V, t[1], t[1] - t[0]);
       printf("  lamina v%d prologue + stats      %8.1f us  (+%.1f over plain)\n", V, t[2], t[2] - t[0]);
     }
+    float fused = -1;
+    for (size_t i = 0; i < wgv.size(); i++) {
+      float t[WG_MODES];
+      for (int mode = 0; mode < WG_MODES; mode++)
+        t[mode] = graph_us(st, [&] { wgv[i]->run(mode, st, s, wgm[i], sc2, bi2, sum); });
+      printf("  lamina v3 %3dx%-3d /%d, %d stages: SS %7.1f us %6.1f TFLOP/s %.2fx cuDNN's time; + stats %7.1f (+%.1f); "
+             "RS %7.1f; RS prologue + stats %7.1f (+%.1f over SS), a k-step at a time %7.1f\n", 128 * wgv[i]->MI,
+             wgv[i]->BN, wgv[i]->MINB, wgv[i]->stages, t[0], flops / t[0] * 1e-6, t[0] / best, t[1], t[1] - t[0], t[2],
+             t[3], t[3] - t[0], t[4]);
+      for (int mode = 3; mode < WG_MODES; mode++) fused = fused < 0 || t[mode] < fused ? t[mode] : fused;
+    }
+    { // the unfused way: cuDNN's convolution, the apply + ReLU pass over its input, the statistics pass over its output
+      int sms;
+      CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+      const size_t chunks = nx / 8;
+      const int ablocks = (int)std::min((size_t)sms * 8, (chunks + 255) / 256); // 256 threads: a multiple of C/8
+      half *a;
+      CK(cudaMalloc(&a, nx * 2));
+      // checked first: a against relu(scale·x + bias) in half arithmetic on the first 2^20 values (all channels), the
+      // sums of cuDNN's output against float64's of the reference (cuDNN rounds its own way: 1e-3)
+      pass_bn_apply<<<ablocks, 256, 0, st>>>(chunks, s.C, (const uint4 *)x, sc2, bi2, (uint4 *)a);
+      CK(cudaMemsetAsync(sum, 0, 2 * (size_t)s.K * sizeof(float), st));
+      pass_stats<<<sms * 2, 256, 2 * s.K * sizeof(float), st>>>(M, s.K, (const uint4 *)y2, sum, sum + s.K);
+      CK(cudaStreamSynchronize(st));
+      CK(cudaGetLastError());
+      {
+        const size_t n = std::min(nx, (size_t)1 << 20);
+        std::vector<half> hx(n), ha(n);
+        CK(cudaMemcpy(hx.data(), x, n * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(ha.data(), a, n * 2, cudaMemcpyDeviceToHost));
+        size_t wrong = 0;
+        for (size_t i = 0; i < n; i++) {
+          const int c = (int)(i % s.C);
+          const double v = (double)__half2float(hx[i]) * __half2float(__float2half_rn(hs[c])) +
+                           __half2float(__float2half_rn(hb[c])); // exact: one rounding, to half, as __hfma2 does
+          const float want = fmaxf(__half2float(__double2half(v)), 0.0f);
+          wrong += want != __half2float(ha[i]);
+        }
+        std::vector<float> su(2 * (size_t)s.K);
+        std::vector<double> rs(3 * (size_t)s.K);
+        CK(cudaMemcpy(su.data(), sum, su.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(rs.data(), rsums[0], rs.size() * 8, cudaMemcpyDeviceToHost));
+        double es = 0.0;
+        for (size_t c = 0; c < su.size(); c++) {
+          double d = fabs(su[c] - rs[c]) / (c < (size_t)s.K ? rs[2 * s.K + c] : rs[c]);
+          es = fmax(es, d <= 1e300 ? d : INFINITY);
+        }
+        const bool good = wrong == 0 && es < 1e-3;
+        bad |= !good;
+        printf("  check passes: apply %zu of %zu wrong, stats of cuDNN's output %.2e  %s\n", wrong, n, es, good ? "ok" : "FAILED");
+      }
+      const float t_apply = graph_us(st, [&] {
+        pass_bn_apply<<<ablocks, 256, 0, st>>>(chunks, s.C, (const uint4 *)x, sc2, bi2, (uint4 *)a);
+      });
+      const float t_stats = graph_us(st, [&] {
+        CK(cudaMemsetAsync(sum, 0, 2 * (size_t)s.K * sizeof(float), st));
+        pass_stats<<<sms * 2, 256, 2 * s.K * sizeof(float), st>>>(M, s.K, (const uint4 *)y2, sum, sum + s.K);
+      });
+      CK(cudaFree(a));
+      printf("  unfused: cuDNN conv %.1f + BN apply + ReLU pass %.1f (%.0f GB/s) + stats pass %.1f (%.0f GB/s) = %.1f us; "
+             "lamina v3 fused (best RS prologue + stats) %.1f us: %.2fx the unfused time\n", best, t_apply,
+             nx * 4.0 / t_apply * 1e-3, t_stats, ny * 2.0 / t_stats * 1e-3, best + t_apply + t_stats, fused,
+             fused / (best + t_apply + t_stats));
+    }
+    for (int p = 0; p < 3; p++) CK(cudaFree(rsums[p]));
     // the weight gradient, with and without the prologue: checked on the first images (float64 over every pixel is
     // slow), one block for all pixels and an odd split, then timed against cuDNN's backward-filter algorithms
-    {
+    if (!fwd_only) {
       half *dyb;
       float *dw;
       double *wref;
