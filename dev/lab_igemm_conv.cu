@@ -25,8 +25,9 @@
 // warm-up calls, the median of 15 CUDA-graph replays of 10 calls each. cuDNN's side: the legacy forward call
 // lamina makes (NHWC half, FLOAT compute, tensor-op math), the fastest of cudnnFindConvolutionForwardAlgorithm's
 // algorithms. v3 (below) is the same GEMM on Hopper's warp-group MMA and tensor-memory accelerator. Not part of the build:
-//   nvcc -O3 -arch=sm_90a -std=c++17 dev/lab_igemm_conv.cu -lcudnn -o /tmp/lab_igemm_conv
-//   /tmp/lab_igemm_conv [N] [fwd]     (batch, default 512; fwd: the forward's v2 and v3 only)
+//   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -std=c++17 dev/lab_igemm_conv.cu -lcudnn -o /tmp/lab_igemm_conv
+//   /tmp/lab_igemm_conv [N] [fwd|wgrad]     (batch, default 512; fwd: the forward's v2 and v3 only; wgrad: the
+//   weight gradients only)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -782,6 +783,229 @@ __global__ void __launch_bounds__(WT) igemm_wgrad(conv_shape s, int span, const 
     }
 }
 
+// ---- v3's weight gradient: dWᵀ = act(x)ᵀ · dy on wgmma, fed by TMA ----
+// For one tap and 64 input channels, D[c][k] = Σ over pixels p of act(x[p shifted by the tap][c]) · dy[p][k]: M = the
+// 64 channels, N = BN output channels, the reduction over a span of pixels (split-K: the pixels are many, the tiles
+// few; each split stores its fp32 partial sums in its slice of a workspace, which wgrad_sum adds up). A stage is PX
+// pixels, whole image rows, so x's tile is the forward's 4-D box at the tap's offset (zeros, or OOB-NaN for the
+// prologue, where it falls outside) and dy's is a 2-D box of PX pixel rows × 64 channels a slab; both land 128-byte
+// swizzled with the pixels as rows, which makes them MN-major operands (the channels run along the rows): the
+// descriptors' 8-row groups are 1024 bytes apart along the reduction (SBO) and dy's 64-channel slabs a stage's PX
+// rows apart along N (LBO), read with the transpose flags. RS loads act(x)ᵀ's fragments by ldmatrix.trans instead and runs the prologue on them: each register
+// holds two pixels of one channel, so the thread's two channels' scale and bias are fixed for the whole block.
+// NWG consumer warpgroups a block, each its own (tap, 64 channels) item of the R·S·C/64, all on the same dy tile; a
+// stage is PX pixels (64 or 128); MINB blocks an SM as the accumulators' registers and three stages' bytes allow
+template <int BN, int NWG, int PX> struct wgw_cfg {
+  static constexpr int A_BYTES = NWG * PX * 128, B_BYTES = PX * 128 * (BN / 64), STAGE = A_BYTES + B_BYTES, G = PX / 64;
+  static constexpr int MINB_R = NWG * BN == 64 ? 3 : NWG * BN == 128 ? 2 : 1, MINB_S = 224 * 1024 / (3 * STAGE + 2048);
+  static constexpr int MINB = MINB_R < MINB_S ? MINB_R : MINB_S, ST_ = (224 * 1024 / MINB - 2048) / STAGE;
+  static constexpr int ST = ST_ > 6 ? 6 : ST_, THREADS = NWG * 128 + 32;
+  static constexpr int SMEM = 1024 + ST * STAGE + 2 * ST * 8;
+};
+// an MN-major operand of 128-byte swizzled rows: 8-row groups 1024 bytes apart, 64-element slabs lbo bytes apart
+__device__ __forceinline__ uint64_t sw128_mn_desc(const void *p, int lbo) {
+  return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+template <int BN, int NWG, int PX, bool RS, bool PRO>
+__global__ void __launch_bounds__(wgw_cfg<BN, NWG, PX>::THREADS, wgw_cfg<BN, NWG, PX>::MINB)
+    igemm_wgrad_wg(conv_shape s, int span, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tdy,
+                   const half2 *__restrict__ sc2, const half2 *__restrict__ bi2, float *__restrict__ dw) {
+  using C = wgw_cfg<BN, NWG, PX>;
+  constexpr int G = C::G, LBO = PX * 128; // 64-pixel groups a stage; dy's slabs' distance
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t *base = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  uint8_t *Bs = base + C::ST * C::A_BYTES;
+  uint64_t *full = (uint64_t *)(Bs + C::ST * C::B_BYTES), *empty = full + C::ST;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int P = s.N * s.H * s.W, HW = s.H * s.W, Kred = s.R * s.S * s.C, cpt = s.C / 64;
+  const int k0 = blockIdx.x * BN, items = s.R * s.S * cpt, nwg = min(NWG, items - (int)blockIdx.y * NWG);
+  const int p0 = blockIdx.z * span, p1 = min(P, p0 + span), nq = (p1 - p0) / PX;
+  if (nq <= 0) return;
+  if (tid == 0) {
+    for (int i = 0; i < C::ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 4 * NWG);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (warp == 4 * NWG) { // the producer: each warpgroup's x box at its tap, and the one dy box
+    if (lane == 0)
+      for (int q = 0; q < nq; q++) {
+        const int st = q % C::ST, p = p0 + q * PX, n = p / HW, h = (p % HW) / s.W;
+        if (q >= C::ST) mbar_wait(&empty[st], (q / C::ST - 1) & 1);
+        mbar_expect(&full[st], nwg * PX * 128 + C::B_BYTES);
+        for (int g = 0; g < nwg; g++) {
+          const int it = blockIdx.y * NWG + g, tap = it / cpt, c0 = (it % cpt) * 64, r = tap / s.S, t = tap % s.S;
+          tma_4d(base + st * C::A_BYTES + g * PX * 128, &tx, c0, t - s.pad, h + r - s.pad, n, &full[st]);
+        }
+#pragma unroll
+        for (int sl = 0; sl < BN / 64; sl++) tma_2d(Bs + st * C::B_BYTES + sl * LBO, &tdy, k0 + sl * 64, p, &full[st]);
+      }
+    return;
+  }
+  // a warpgroup past the last item only keeps the pipeline's count: it waits for and releases each stage
+  const int wg = warp >> 2, wq = warp & 3, it = blockIdx.y * NWG + wg; // rows (channels) 16·wq .. of its 64
+  if (wg >= nwg) {
+    for (int q = 0; q < nq; q++) {
+      mbar_wait(&full[q % C::ST], (q / C::ST) & 1);
+      if (lane == 0) mbar_arrive(&empty[q % C::ST]);
+    }
+    return;
+  }
+  const int tap = it / cpt, c0 = (it % cpt) * 64;
+  float acc[BN / 2];
+  uint32_t slo = 0, shi = 0, blo = 0, bhi = 0; // channels 16wq + g and + 8, each twice (a register's two pixels)
+  if (PRO) {
+    const int c = c0 + wq * 16 + (lane >> 2);
+    const half s_lo = ((const half *)sc2)[c], s_hi = ((const half *)sc2)[c + 8];
+    const half b_lo = ((const half *)bi2)[c], b_hi = ((const half *)bi2)[c + 8];
+    const half2 v0 = __halves2half2(s_lo, s_lo), v1 = __halves2half2(s_hi, s_hi);
+    const half2 v2 = __halves2half2(b_lo, b_lo), v3 = __halves2half2(b_hi, b_hi);
+    slo = *(const uint32_t *)&v0, shi = *(const uint32_t *)&v1, blo = *(const uint32_t *)&v2, bhi = *(const uint32_t *)&v3;
+  }
+  if (RS) {
+    // group gq (64 pixels: stage gq / G, its part gq % G): the fragments of act(x)ᵀ for 4 k-steps of 16 pixels,
+    // matrices (c 0-7 | 8-15) × (p 0-7 | 8-15), lane group i of ldmatrix.x4.trans pointing at matrix i's pixel rows
+    auto prep = [&](int gq, uint32_t (&fa)[4][4]) {
+      const int q = gq / G, st = q % C::ST;
+      if (gq % G == 0) mbar_wait(&full[st], (q / C::ST) & 1);
+      const uint8_t *a_s = base + st * C::A_BYTES + wg * PX * 128 + (gq % G) * 64 * 128;
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) {
+        const int rr = kk * 16 + (lane & 7) + ((lane >> 4) << 3), ch = wq * 2 + ((lane >> 3) & 1);
+        ldmatrix_x4_trans(fa[kk], (const half *)(a_s + rr * 128 + ((ch ^ (rr & 7)) << 4)));
+        if (PRO)
+#pragma unroll
+          for (int j = 0; j < 4; j++)
+            asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(fa[kk][j]) : "r"(j & 1 ? shi : slo), "r"(j & 1 ? bhi : blo));
+      }
+    };
+    const int groups = nq * G;
+    auto step = [&](int gq, uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4]) {
+      const int q = gq / G;
+      const uint8_t *b_s = Bs + (q % C::ST) * C::B_BYTES + (gq % G) * 64 * 128;
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) wgmma_rs<1>(acc, cur[kk], sw128_mn_desc(b_s + kk * 2048, LBO), gq > 0 || kk > 0);
+      wg_commit();
+      if (gq + 1 < groups) prep(gq + 1, nxt);
+      wg_wait<0>();
+      if (gq % G == G - 1 && lane == 0) mbar_arrive(&empty[q % C::ST]);
+    };
+    uint32_t f0[4][4], f1[4][4];
+    prep(0, f0);
+    for (int gq = 0; gq < groups; gq += 2) {
+      step(gq, f0, f1);
+      if (gq + 1 < groups) step(gq + 1, f1, f0);
+    }
+  } else {
+    for (int q = 0; q < nq; q++) {
+      const int st = q % C::ST;
+      mbar_wait(&full[st], (q / C::ST) & 1);
+      const uint8_t *a_s = base + st * C::A_BYTES + wg * PX * 128, *b_s = Bs + st * C::B_BYTES;
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < PX / 16; kk++)
+        wgmma_ss<1, 1>(acc, sw128_mn_desc(a_s + kk * 2048, LBO), sw128_mn_desc(b_s + kk * 2048, LBO), q > 0 || kk > 0);
+      wg_commit();
+      wg_wait<1>();
+      if (q > 0 && lane == 0) mbar_arrive(&empty[(q - 1) % C::ST]);
+    }
+  }
+  wg_wait<0>();
+  pin(acc);
+  // D[c][k]: fragment j holds k = 8j + 2(lane % 4) + {0, 1} of channels g and g + 8 (this warp's 16). Stored, not
+  // added: split z's partial sums go to its own slice of dw (dw itself where there is one split), and wgrad_sum adds
+  // the slices, so no two blocks write one address and dW comes out the same every run
+  float *out = dw + (size_t)blockIdx.z * s.K * Kred;
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int c = c0 + wq * 16 + (lane >> 2) + 8 * (e >> 1), k = k0 + j * 8 + (lane & 3) * 2 + (e & 1);
+      out[(size_t)k * Kred + tap * s.C + c] = acc[4 * j + e];
+    }
+}
+// dW = the sum of the splits' slices of ws, four floats a thread
+__global__ void wgrad_sum(size_t n4, int splits, const float4 *__restrict__ ws, float4 *__restrict__ dw) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+    float4 a = ws[i];
+    for (int z = 1; z < splits; z++) {
+      const float4 b = ws[z * n4 + i];
+      a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+    }
+    dw[i] = a;
+  }
+}
+static bool wgw_fits(const conv_shape &s, int BN, int PX) {
+  const int HW = s.H * s.W;
+  return s.C % 64 == 0 && s.K % BN == 0 && PX % s.W == 0 && (HW % PX == 0 || PX % HW == 0) && (s.N * HW) % PX == 0;
+}
+struct wgw_maps { CUtensorMap x, xn, dy; };
+static wgw_maps wgw_make_maps(const conv_shape &s, int PX, const half *x, const half *dy) {
+  wgw_maps m;
+  const int HW = s.H * s.W;
+  const cuuint64_t dx[4] = {(cuuint64_t)s.C, (cuuint64_t)s.W, (cuuint64_t)s.H, (cuuint64_t)s.N};
+  const cuuint64_t sx[3] = {(cuuint64_t)s.C * 2, (cuuint64_t)s.W * s.C * 2, (cuuint64_t)HW * s.C * 2};
+  const cuuint32_t bx[4] = {64, (cuuint32_t)s.W, (cuuint32_t)(PX <= HW ? PX / s.W : s.H), (cuuint32_t)(PX <= HW ? 1 : PX / HW)};
+  const cuuint32_t e[4] = {1, 1, 1, 1};
+  for (int nan = 0; nan < 2; nan++) {
+    const CUresult r = encode_tiled()(nan ? &m.xn : &m.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)x, dx, sx, bx, e,
+                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                      nan ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (wgrad x): error %d\n", (int)r); exit(1); }
+  }
+  const cuuint64_t dd[2] = {(cuuint64_t)s.K, (cuuint64_t)s.N * HW}, sd[1] = {(cuuint64_t)s.K * 2};
+  const cuuint32_t bd[2] = {64, (cuuint32_t)PX};
+  const CUresult r = encode_tiled()(&m.dy, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)dy, dd, sd, bd, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (wgrad dy): error %d\n", (int)r); exit(1); }
+  return m;
+}
+// mode 0: SS plain, 1: RS plain, 2: RS prologue
+enum { WGW_MODES = 3 };
+static const char *const wgw_mode_name[WGW_MODES] = {"SS plain", "RS plain", "RS prologue"};
+// ws: the splits' partial sums (splits · K · R·S·C floats), where there is more than one split
+template <int BN, int NWG, int PX, bool RS, bool PRO>
+static void wgw_launch(cudaStream_t st, const conv_shape &s, int span, const wgw_maps &m, const half2 *sc2,
+                       const half2 *bi2, float *dw, float *ws) {
+  using C = wgw_cfg<BN, NWG, PX>;
+  static bool ready = false;
+  if (!ready) {
+    CK(cudaFuncSetAttribute(igemm_wgrad_wg<BN, NWG, PX, RS, PRO>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+    ready = true;
+  }
+  const int P = s.N * s.H * s.W, Kred = s.R * s.S * s.C, splits = (P + span - 1) / span;
+  const dim3 grid(s.K / BN, (s.R * s.S * (s.C / 64) + NWG - 1) / NWG, splits);
+  igemm_wgrad_wg<BN, NWG, PX, RS, PRO><<<grid, C::THREADS, C::SMEM, st>>>(s, span, PRO ? m.xn : m.x, m.dy, sc2, bi2,
+                                                                          splits > 1 ? ws : dw);
+  if (splits > 1) {
+    const size_t n4 = (size_t)s.K * Kred / 4;
+    wgrad_sum<<<(unsigned)std::min((size_t)2048, (n4 + 255) / 256), 256, 0, st>>>(n4, splits, (const float4 *)ws, (float4 *)dw);
+  }
+}
+template <int BN, int NWG, int PX>
+static void wgw_run(int mode, cudaStream_t st, const conv_shape &s, int span, const wgw_maps &m, const half2 *sc2,
+                    const half2 *bi2, float *dw, float *ws) {
+  if (mode == 0) wgw_launch<BN, NWG, PX, false, false>(st, s, span, m, sc2, bi2, dw, ws);
+  else if (mode == 1) wgw_launch<BN, NWG, PX, true, false>(st, s, span, m, sc2, bi2, dw, ws);
+  else wgw_launch<BN, NWG, PX, true, true>(st, s, span, m, sc2, bi2, dw, ws);
+}
+struct wgw_variant {
+  int BN, NWG, PX, MINB, stages;
+  void (*run)(int, cudaStream_t, const conv_shape &, int, const wgw_maps &, const half2 *, const half2 *, float *, float *);
+};
+#define WGW_VARIANT(bn, nwg, px) \
+  {bn, nwg, px, wgw_cfg<bn, nwg, px>::MINB, wgw_cfg<bn, nwg, px>::ST, wgw_run<bn, nwg, px>}
+static const wgw_variant wgw_variants[] = {WGW_VARIANT(64, 1, 64), WGW_VARIANT(64, 1, 128), WGW_VARIANT(128, 1, 64),
+                                           WGW_VARIANT(128, 1, 128), WGW_VARIANT(64, 2, 128), WGW_VARIANT(128, 2, 128)};
+// pixels a block (a multiple of PX) for at most `waves` of blocks over the SMs' slots: the splits are rounded down,
+// and the span up, so that one block more than the slots hold does not make a second wave
+static int wgw_span(const conv_shape &s, const wgw_variant &v, int sms, double waves) {
+  const int P = s.N * s.H * s.W, tiles = (s.K / v.BN) * ((s.R * s.S * (s.C / 64) + v.NWG - 1) / v.NWG);
+  const int splits = std::max(1, std::min(P / v.PX, (int)floor(waves * v.MINB * sms / tiles)));
+  return ((P + splits - 1) / splits + v.PX - 1) / v.PX * v.PX;
+}
+
 __global__ void to_half2(int C, const float *f, half2 *h) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < C / 2) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
@@ -826,7 +1050,9 @@ __global__ void ref_wgrad(conv_shape s, const half *x, const half *dy, const flo
         const int ih = h + r - s.pad, iw = wc + t - s.pad;
         if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
         float v = __half2float(x[(((size_t)n * s.H + ih) * s.W + iw) * s.C + c]);
-        if (pro) v = __half2float(__float2half_rn(fmaxf(fmaf(v, scale[c], bias[c]), 0.0f)));
+        if (pro == 1) v = __half2float(__float2half_rn(fmaxf(fmaf(v, scale[c], bias[c]), 0.0f))); // as v1 rounds
+        if (pro == 2) v = __half2float(__hmax(__hfma(__float2half_rn(v), __float2half_rn(scale[c]), __float2half_rn(bias[c])),
+                                              __float2half_rn(0.0f))); // as v3: half arithmetic
         a += (double)v * (double)__half2float(dy[(((size_t)n * s.H + h) * s.W + wc) * s.K + k]);
       }
   ref[i] = a;
@@ -1078,8 +1304,10 @@ static double check_wgrad(size_t n, const float *ddw, const double *dref) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0); // each line out as it is printed: a crash or a timeout keeps what was measured
   const int N = argc > 1 ? atoi(argv[1]) : 512;
-  const bool fwd_only = argc > 2 && !strcmp(argv[2], "fwd"); // the forward kernels only, v2 and v3 (no v1, no wgrad)
-  const int first_v = fwd_only ? 2 : 1;
+  // fwd: the forward kernels only, v2 and v3 (no v1, no weight gradient); wgrad: cuDNN's forward and the weight
+  // gradients only
+  const bool fwd_only = argc > 2 && !strcmp(argv[2], "fwd"), wgrad_only = argc > 2 && !strcmp(argv[2], "wgrad");
+  const int first_v = fwd_only ? 2 : wgrad_only ? 3 : 1;
   const conv_shape shapes[] = {{N, 32, 32, 64, 64, 3, 3, 1}, {N, 16, 16, 128, 128, 3, 3, 1}, {N, 8, 8, 256, 256, 3, 3, 1},
                                {N, 32, 32, 64, 256, 1, 1, 0}, {N, 16, 16, 128, 64, 3, 3, 1}};
   cudaDeviceProp prop;
@@ -1120,6 +1348,7 @@ int main(int argc, char **argv) {
     for (int p = 1; p < 3; p++) CK(cudaMalloc(&refs[p], ny * 8));
     for (int p = 0; p < 3; p++) {
       CK(cudaMalloc(&rsums[p], 3 * (size_t)s.K * 8));
+      if (wgrad_only) continue; // no forward to check
       ref_fwd<<<(unsigned)((ny + 255) / 256), 256, 0, st>>>(s, x, w, sc, bi, p, refs[p]);
       ref_sums<<<s.K, 256, 0, st>>>(s, refs[p], rsums[p]);
     }
@@ -1146,7 +1375,7 @@ int main(int argc, char **argv) {
     std::vector<const wg_variant *> wgv;
     std::vector<wg_maps> wgm;
     for (const wg_variant &v : wg_variants)
-      if (wg_fits(s, 128 * v.MI, v.BN)) wgv.push_back(&v), wgm.push_back(wg_make_maps(s, 128 * v.MI, v.BN, x, w, y));
+      if (!wgrad_only && wg_fits(s, 128 * v.MI, v.BN)) wgv.push_back(&v), wgm.push_back(wg_make_maps(s, 128 * v.MI, v.BN, x, w, y));
     for (size_t i = 0; i < wgv.size(); i++)
       for (int mode = 0; mode < WG_MODES; mode++) {
         CK(cudaMemsetAsync(y, 0xff, ny * 2, st));
@@ -1195,7 +1424,7 @@ int main(int argc, char **argv) {
              t[3], t[3] - t[0], t[4]);
       for (int mode = 3; mode < WG_MODES; mode++) fused = fused < 0 || t[mode] < fused ? t[mode] : fused;
     }
-    { // the unfused way: cuDNN's convolution, the apply + ReLU pass over its input, the statistics pass over its output
+    if (!wgv.empty()) { // the unfused way: cuDNN's convolution, the apply + ReLU pass over its input, the statistics pass over its output
       int sms;
       CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
       const size_t chunks = nx / 8;
@@ -1289,6 +1518,48 @@ int main(int argc, char **argv) {
         const float t1 = graph_us(st, [&] { wgrad(st, true, s, span, x, dyb, bp, dw); });
         printf("  lamina wgrad, %d px a block     %8.1f us  %6.1f TFLOP/s  %.2fx cuDNN's time; prologue %8.1f us (+%.1f)\n",
                span, t0, flops / t0 * 1e-6, t0 / bbest, t1, t1 - t0);
+      }
+      // v3's weight gradient: checked on the first images against float64 (without the prologue, and with it in half
+      // arithmetic), one split and an odd one, then timed over the whole batch
+      {
+        double *wref2;
+        CK(cudaMalloc(&wref2, nw * 8));
+        float *ws; // the most splits any call below makes: the odd split of the small batch, or three waves' spans
+        size_t max_splits = (Psm + 1151) / 1152;
+        for (const wgw_variant &v : wgw_variants)
+          if (wgw_fits(s, v.BN, v.PX)) {
+            const size_t span = wgw_span(s, v, prop.multiProcessorCount, 3.0);
+            max_splits = std::max(max_splits, (M + span - 1) / span);
+          }
+        CK(cudaMalloc(&ws, max_splits * nw * 4));
+        ref_wgrad<<<(unsigned)((nw + 255) / 256), 256, 0, st>>>(sm, x, dyb, sc, bi, 0, wref);
+        ref_wgrad<<<(unsigned)((nw + 255) / 256), 256, 0, st>>>(sm, x, dyb, sc, bi, 2, wref2);
+        for (const wgw_variant &v : wgw_variants) {
+          if (!wgw_fits(s, v.BN, v.PX)) continue;
+          const wgw_maps msm = wgw_make_maps(sm, v.PX, x, dyb), mfull = wgw_make_maps(s, v.PX, x, dyb);
+          for (int mode = 0; mode < WGW_MODES; mode++)
+            for (int span : {Psm, 1152}) {
+              CK(cudaMemsetAsync(dw, 0xff, nw * 4, st));
+              v.run(mode, st, sm, span, msm, sc2, bi2, dw, ws);
+              CK(cudaStreamSynchronize(st));
+              CK(cudaGetLastError());
+              const double e = check_wgrad(nw, dw, mode == 2 ? wref2 : wref);
+              const bool good = e < 1e-4;
+              bad |= !good;
+              printf("  check v3 wgrad %dx64x%d/%dpx %-12s %5d pixels a block: dW %.2e  %s\n", v.NWG, v.BN, v.PX,
+                     wgw_mode_name[mode], span, e, good ? "ok" : "FAILED");
+            }
+          for (double waves : {1.0, 2.0, 3.0}) {
+            const int span = wgw_span(s, v, prop.multiProcessorCount, waves);
+            float t[WGW_MODES];
+            for (int mode = 0; mode < WGW_MODES; mode++) t[mode] = graph_us(st, [&] { v.run(mode, st, s, span, mfull, sc2, bi2, dw, ws); });
+            printf("  lamina v3 wgrad %dx64x%-3d %3dpx /%d, %d stages, %5d px a block: SS %7.1f us %6.1f TFLOP/s %.2fx cuDNN's "
+                   "time; RS %7.1f; RS prologue %7.1f (+%.1f over SS)\n", v.NWG, v.BN, v.PX, v.MINB, v.stages, span, t[0],
+                   flops / t[0] * 1e-6, t[0] / bbest, t[1], t[2], t[2] - t[0]);
+          }
+        }
+        CK(cudaFree(ws));
+        CK(cudaFree(wref2));
       }
       CK(cudaFree(dyb)); CK(cudaFree(dw)); CK(cudaFree(wref)); CK(cudaFree(dwh));
     }
