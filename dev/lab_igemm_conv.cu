@@ -30,6 +30,7 @@
 //   weight gradients only)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cuda_profiler_api.h>
 #include <cudnn.h>
 #include <math.h>
 #include <stdint.h>
@@ -925,11 +926,20 @@ __global__ void __launch_bounds__(wgw_cfg<BN, NWG, PX>::THREADS, wgw_cfg<BN, NWG
       out[(size_t)k * Kred + tap * s.C + c] = acc[4 * j + e];
     }
 }
-// dW = the sum of the splits' slices of ws, four floats a thread
+// dW = the sum of the splits' slices of ws, four floats a thread, four slices' loads in flight (dW is small: a
+// thread has tens of slices to add, which one load at a time left latency-bound)
 __global__ void wgrad_sum(size_t n4, int splits, const float4 *__restrict__ ws, float4 *__restrict__ dw) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
-    float4 a = ws[i];
-    for (int z = 1; z < splits; z++) {
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    int z = 0;
+    for (; z + 4 <= splits; z += 4) {
+      float4 b[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) b[u] = ws[(z + u) * n4 + i];
+#pragma unroll
+      for (int u = 0; u < 4; u++) a.x += b[u].x, a.y += b[u].y, a.z += b[u].z, a.w += b[u].w;
+    }
+    for (; z < splits; z++) {
       const float4 b = ws[z * n4 + i];
       a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
     }
@@ -1323,7 +1333,23 @@ int main(int argc, char **argv) {
   CK(cudaFuncSetAttribute(igemm_fwd_pipe<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, PIPE_SMEM));
   CK(cudaFuncSetAttribute(igemm_fwd_pipe<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, PIPE_SMEM));
   int bad = 0;
+  // LAB_SHAPES=0,2: only those shapes (by index); LAB_PROFILE=1: after each shape's timings, cuDNN's fastest call and
+  // lamina's fastest plain and fused kernels once more each between cudaProfilerStart and Stop, for
+  // `ncu --profile-from-start off`
+  const char *only = getenv("LAB_SHAPES");
+  const bool profile = getenv("LAB_PROFILE") && atoi(getenv("LAB_PROFILE"));
   for (const conv_shape &s : shapes) {
+    if (only) {
+      char key[8];
+      snprintf(key, sizeof key, "%d", (int)(&s - shapes));
+      bool listed = false;
+      for (const char *q = only; *q;) {
+        const size_t n = strcspn(q, ",");
+        listed |= n == strlen(key) && !strncmp(q, key, n);
+        q += n + (q[n] == ',');
+      }
+      if (!listed) continue;
+    }
     const size_t M = (size_t)s.N * s.H * s.W, nx = M * s.C, nw = (size_t)s.K * s.R * s.S * s.C, ny = M * s.K;
     const double flops = 2.0 * M * s.K * s.R * s.S * s.C;
     half *x, *w, *y, *y2;
@@ -1413,7 +1439,8 @@ int main(int argc, char **argv) {
       printf("  lamina v%d + stats               %8.1f us  (+%.1f)\n", V, t[1], t[1] - t[0]);
       printf("  lamina v%d prologue + stats      %8.1f us  (+%.1f over plain)\n", V, t[2], t[2] - t[0]);
     }
-    float fused = -1;
+    float fused = -1, plain = -1;
+    int fused_v = 0, fused_mode = 3, plain_v = 0;
     for (size_t i = 0; i < wgv.size(); i++) {
       float t[WG_MODES];
       for (int mode = 0; mode < WG_MODES; mode++)
@@ -1422,7 +1449,26 @@ int main(int argc, char **argv) {
              "RS %7.1f; RS prologue + stats %7.1f (+%.1f over SS), a k-step at a time %7.1f\n", 128 * wgv[i]->MI,
              wgv[i]->BN, wgv[i]->MINB, wgv[i]->stages, t[0], flops / t[0] * 1e-6, t[0] / best, t[1], t[1] - t[0], t[2],
              t[3], t[3] - t[0], t[4]);
-      for (int mode = 3; mode < WG_MODES; mode++) fused = fused < 0 || t[mode] < fused ? t[mode] : fused;
+      for (int mode = 3; mode < WG_MODES; mode++)
+        if (fused < 0 || t[mode] < fused) fused = t[mode], fused_v = (int)i, fused_mode = mode;
+      if (plain < 0 || t[0] < plain) plain = t[0], plain_v = (int)i;
+    }
+    if (profile && !wgv.empty()) {
+      size_t bytes = 0;
+      void *wsp = NULL;
+      DN(cudnnGetConvolutionForwardWorkspaceSize(H, xd, wd, cd, yd, (cudnnConvolutionFwdAlgo_t)algo, &bytes));
+      if (bytes) CK(cudaMalloc(&wsp, bytes));
+      CK(cudaStreamSynchronize(st));
+      CK(cudaProfilerStart());
+      DN(cudnnConvolutionForward(H, &one, xd, x, wd, w, cd, (cudnnConvolutionFwdAlgo_t)algo, wsp, bytes, &zero, yd, y2));
+      wgv[plain_v]->run(0, st, s, wgm[plain_v], sc2, bi2, sum);
+      wgv[fused_v]->run(fused_mode, st, s, wgm[fused_v], sc2, bi2, sum);
+      CK(cudaStreamSynchronize(st));
+      CK(cudaProfilerStop());
+      if (wsp) CK(cudaFree(wsp));
+      printf("  profiled: cuDNN conv algo %d, v3 %dx%d/%d %s, v3 %dx%d/%d %s\n", algo, 128 * wgv[plain_v]->MI, wgv[plain_v]->BN,
+             wgv[plain_v]->MINB, wg_mode_name[0], 128 * wgv[fused_v]->MI, wgv[fused_v]->BN, wgv[fused_v]->MINB,
+             wg_mode_name[fused_mode]);
     }
     if (!wgv.empty()) { // the unfused way: cuDNN's convolution, the apply + ReLU pass over its input, the statistics pass over its output
       int sms;
@@ -1534,6 +1580,9 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&ws, max_splits * nw * 4));
         ref_wgrad<<<(unsigned)((nw + 255) / 256), 256, 0, st>>>(sm, x, dyb, sc, bi, 0, wref);
         ref_wgrad<<<(unsigned)((nw + 255) / 256), 256, 0, st>>>(sm, x, dyb, sc, bi, 2, wref2);
+        float wplain = -1, wfused = -1;
+        const wgw_variant *wplain_v = NULL, *wfused_v = NULL;
+        int wplain_span = 0, wfused_span = 0;
         for (const wgw_variant &v : wgw_variants) {
           if (!wgw_fits(s, v.BN, v.PX)) continue;
           const wgw_maps msm = wgw_make_maps(sm, v.PX, x, dyb), mfull = wgw_make_maps(s, v.PX, x, dyb);
@@ -1556,7 +1605,28 @@ int main(int argc, char **argv) {
             printf("  lamina v3 wgrad %dx64x%-3d %3dpx /%d, %d stages, %5d px a block: SS %7.1f us %6.1f TFLOP/s %.2fx cuDNN's "
                    "time; RS %7.1f; RS prologue %7.1f (+%.1f over SS)\n", v.NWG, v.BN, v.PX, v.MINB, v.stages, span, t[0],
                    flops / t[0] * 1e-6, t[0] / bbest, t[1], t[2], t[2] - t[0]);
+            if (wplain < 0 || t[0] < wplain) wplain = t[0], wplain_v = &v, wplain_span = span;
+            if (wfused < 0 || t[2] < wfused) wfused = t[2], wfused_v = &v, wfused_span = span;
           }
+        }
+        if (profile && wplain_v) {
+          size_t bytes = 0;
+          void *wsp = NULL;
+          DN(cudnnGetConvolutionBackwardFilterWorkspaceSize(H, xd, yd, cd, wd, (cudnnConvolutionBwdFilterAlgo_t)balgo, &bytes));
+          if (bytes) CK(cudaMalloc(&wsp, bytes));
+          const wgw_maps mp = wgw_make_maps(s, wplain_v->PX, x, dyb), mf = wgw_make_maps(s, wfused_v->PX, x, dyb);
+          CK(cudaStreamSynchronize(st));
+          CK(cudaProfilerStart());
+          DN(cudnnConvolutionBackwardFilter(H, &one, xd, x, yd, dyb, cd, (cudnnConvolutionBwdFilterAlgo_t)balgo, wsp, bytes,
+                                            &zero, wd, dwh));
+          wplain_v->run(0, st, s, wplain_span, mp, sc2, bi2, dw, ws);
+          wfused_v->run(2, st, s, wfused_span, mf, sc2, bi2, dw, ws);
+          CK(cudaStreamSynchronize(st));
+          CK(cudaProfilerStop());
+          if (wsp) CK(cudaFree(wsp));
+          printf("  profiled: cuDNN wgrad algo %d, v3 wgrad %dx64x%d/%dpx SS (%d px a block), %dx64x%d/%dpx RS prologue (%d)\n",
+                 balgo, wplain_v->NWG, wplain_v->BN, wplain_v->PX, wplain_span, wfused_v->NWG, wfused_v->BN, wfused_v->PX,
+                 wfused_span);
         }
         CK(cudaFree(ws));
         CK(cudaFree(wref2));
