@@ -1016,6 +1016,172 @@ static int wgw_span(const conv_shape &s, const wgw_variant &v, int sms, double w
   return ((P + splits - 1) / splits + v.PX - 1) / v.PX * v.PX;
 }
 
+// ---- v3's weight gradient over the nine taps at once (3×3, padding 1) ----
+// The one-tap kernel above reads its x box and the whole dy from L2 once per tap: 32 flops a byte, and Nsight
+// Compute has it L2-bound. Here a block owns 64 input channels × 64 output channels for all nine taps: a stage is PX
+// output pixels (whole rows RW of one image) of dy and the haloed x patch under them, (RW + 2) × (W + 2) pixels of
+// 64 channels, one 4-D box at (c0, -1, h0 - 1, n) whose outside the engine fills (zeros, or OOB-NaN for the
+// prologue). Three warpgroups take a filter row each (r = 0, 1, 2) and its three taps, three accumulators of
+// 64 × 64; tap (r, s)'s operand act(x)ᵀ is the patch shifted by r rows and s columns, gathered by ldmatrix.trans
+// with each lane's own row address (a shifted view is not a descriptor's regular layout, and in registers it needs
+// none), then the one-instruction prologue. dy is the MN-major descriptor operand, as above. Each stage's MMAs are
+// 9 × 64 × 64 × PX × 2 flops for (RW + 2)(W + 2) + PX rows of 128 bytes: about 7 times the one-tap kernel's reuse.
+// Status: written and compiled on 2026-12-07 after that session's last GPU call; it has not run yet. The lab checks it
+// against float64 (plain and with the prologue, one split and an odd one) before it times it.
+enum { W9_ST = 4, W9_A_MAX = 26 * 1024, W9_THREADS = 3 * 128 };
+static const int W9_SMEM = 1024 + W9_ST * (W9_A_MAX + 128 * 128) + 2 * W9_ST * 8;
+template <int G, bool PRO> // G: 64-pixel groups a stage (PX = 64·G)
+__global__ void __launch_bounds__(W9_THREADS, 1) igemm_wgrad9_wg(conv_shape s, int span, const __grid_constant__ CUtensorMap tx,
+                                                                const __grid_constant__ CUtensorMap tdy,
+                                                                const half2 *__restrict__ sc2, const half2 *__restrict__ bi2,
+                                                                float *__restrict__ dw) {
+  constexpr int PX = 64 * G;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t *base = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  uint8_t *Bs = base + W9_ST * W9_A_MAX;
+  uint64_t *full = (uint64_t *)(Bs + W9_ST * PX * 128), *empty = full + W9_ST;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int P = s.N * s.H * s.W, HW = s.H * s.W, Kred = 9 * s.C, RW = PX / s.W, PW = s.W + 2;
+  const int k0 = blockIdx.x * 64, c0 = blockIdx.y * 64;
+  const int p0 = blockIdx.z * span, p1 = min(P, p0 + span), nq = (p1 - p0) / PX;
+  if (nq <= 0) return;
+  // no producer warp (its registers are the third accumulator's): thread 0 issues stage q's loads, the first
+  // W9_ST at once, then each as the stage it reuses is released by all twelve warps
+  auto issue = [&](int q) {
+    const int st = q % W9_ST, p = p0 + q * PX, n = p / HW, h = (p % HW) / s.W;
+    mbar_expect(&full[st], (RW + 2) * PW * 128 + PX * 128);
+    tma_4d(base + st * W9_A_MAX, &tx, c0, -1, h - 1, n, &full[st]);
+    tma_2d(Bs + st * PX * 128, &tdy, k0, p, &full[st]);
+  };
+  if (tid == 0) {
+    for (int i = 0; i < W9_ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 12);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int q = 0; q < W9_ST && q < nq; q++) issue(q);
+  }
+  __syncthreads();
+  const int r = warp >> 2, wq = warp & 3; // the filter row this warpgroup takes; channels 16·wq .. of the 64
+  // this lane's patch line for k-step (gk, kk) at tap (0, 0): pixel kk·16 + (lane & 7) + 8·(lane / 16) of group gk
+  int line[G][4];
+#pragma unroll
+  for (int gk = 0; gk < G; gk++)
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+      const int pi = gk * 64 + kk * 16 + (lane & 7) + ((lane >> 4) << 3);
+      line[gk][kk] = (pi / s.W + r) * PW + pi % s.W;
+    }
+  const int ch = wq * 2 + ((lane >> 3) & 1);
+  uint32_t slo = 0, shi = 0, blo = 0, bhi = 0; // channels 16wq + g and + 8, each twice (a register's two pixels)
+  if (PRO) {
+    const int c = c0 + wq * 16 + (lane >> 2);
+    const half s_lo = ((const half *)sc2)[c], s_hi = ((const half *)sc2)[c + 8];
+    const half b_lo = ((const half *)bi2)[c], b_hi = ((const half *)bi2)[c + 8];
+    const half2 v0 = __halves2half2(s_lo, s_lo), v1 = __halves2half2(s_hi, s_hi);
+    const half2 v2 = __halves2half2(b_lo, b_lo), v3 = __halves2half2(b_hi, b_hi);
+    slo = *(const uint32_t *)&v0, shi = *(const uint32_t *)&v1, blo = *(const uint32_t *)&v2, bhi = *(const uint32_t *)&v3;
+  }
+  float acc[3][32];
+  for (int q = 0; q < nq; q++) {
+    const int st = q % W9_ST;
+    mbar_wait(&full[st], (q / W9_ST) & 1);
+    const uint8_t *patch = base + st * W9_A_MAX, *b_s = Bs + st * PX * 128;
+#pragma unroll
+    for (int t = 0; t < 3; t++)
+#pragma unroll
+      for (int gk = 0; gk < G; gk++) {
+        uint32_t fa[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+          const int L = line[gk][kk] + t;
+          ldmatrix_x4_trans(fa[kk], (const half *)(patch + L * 128 + ((ch ^ (L & 7)) << 4)));
+          if (PRO)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+              asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(fa[kk][j]) : "r"(j & 1 ? shi : slo), "r"(j & 1 ? bhi : blo));
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+          wgmma_rs<1>(acc[t], fa[kk], sw128_mn_desc(b_s + (gk * 4 + kk) * 2048, PX * 128), q > 0 || gk > 0 || kk > 0);
+        wg_commit();
+        wg_wait<0>(); // the fragments are one set of registers: these MMAs finish before the next are gathered
+      }
+    if (lane == 0) mbar_arrive(&empty[st]);
+    if (tid == 0 && q + W9_ST < nq) {
+      mbar_wait(&empty[st], (q / W9_ST) & 1);
+      issue(q + W9_ST);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < 3; t++) pin(acc[t]);
+  float *out = dw + (size_t)blockIdx.z * s.K * Kred; // split z's slice (dw itself where there is one split)
+#pragma unroll
+  for (int t = 0; t < 3; t++)
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int c = c0 + wq * 16 + (lane >> 2) + 8 * (e >> 1), k = k0 + j * 8 + (lane & 3) * 2 + (e & 1);
+        out[(size_t)k * Kred + (r * 3 + t) * s.C + c] = acc[t][4 * j + e];
+      }
+}
+// G (PX = 64·G pixels a stage) for this shape, or 0 where the nine-tap kernel does not fit it
+static int w9_groups(const conv_shape &s) {
+  if (s.R != 3 || s.S != 3 || s.pad != 1 || s.C % 64 || s.K % 64 || s.W + 2 > 256) return 0;
+  const int HW = s.H * s.W;
+  for (int G = 2; G >= 1; G--) {
+    const int PX = 64 * G;
+    if (PX % s.W == 0 && HW % PX == 0 && (PX / s.W + 2) * (s.W + 2) * 128 <= W9_A_MAX) return G;
+  }
+  return 0;
+}
+static wgw_maps w9_make_maps(const conv_shape &s, int G, const half *x, const half *dy) {
+  wgw_maps m;
+  const int HW = s.H * s.W, PX = 64 * G;
+  const cuuint64_t dx[4] = {(cuuint64_t)s.C, (cuuint64_t)s.W, (cuuint64_t)s.H, (cuuint64_t)s.N};
+  const cuuint64_t sx[3] = {(cuuint64_t)s.C * 2, (cuuint64_t)s.W * s.C * 2, (cuuint64_t)HW * s.C * 2};
+  const cuuint32_t bx[4] = {64, (cuuint32_t)s.W + 2, (cuuint32_t)(PX / s.W + 2), 1}, e[4] = {1, 1, 1, 1};
+  for (int nan = 0; nan < 2; nan++) {
+    const CUresult r = encode_tiled()(nan ? &m.xn : &m.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)x, dx, sx, bx, e,
+                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                      nan ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (wgrad9 x): error %d\n", (int)r); exit(1); }
+  }
+  const cuuint64_t dd[2] = {(cuuint64_t)s.K, (cuuint64_t)s.N * HW}, sd[1] = {(cuuint64_t)s.K * 2};
+  const cuuint32_t bd[2] = {64, (cuuint32_t)PX};
+  const CUresult r = encode_tiled()(&m.dy, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)dy, dd, sd, bd, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (wgrad9 dy): error %d\n", (int)r); exit(1); }
+  return m;
+}
+template <int G, bool PRO>
+static void w9_launch(cudaStream_t st, const conv_shape &s, int span, const wgw_maps &m, const half2 *sc2, const half2 *bi2,
+                      float *dw, float *ws) {
+  static bool ready = false;
+  if (!ready) {
+    CK(cudaFuncSetAttribute(igemm_wgrad9_wg<G, PRO>, cudaFuncAttributeMaxDynamicSharedMemorySize, W9_SMEM));
+    ready = true;
+  }
+  const int P = s.N * s.H * s.W, splits = (P + span - 1) / span;
+  igemm_wgrad9_wg<G, PRO><<<dim3(s.K / 64, s.C / 64, splits), W9_THREADS, W9_SMEM, st>>>(s, span, PRO ? m.xn : m.x, m.dy,
+                                                                                        sc2, bi2, splits > 1 ? ws : dw);
+  if (splits > 1) {
+    const size_t n4 = (size_t)s.K * 9 * s.C / 4;
+    wgrad_sum<<<(unsigned)std::min((size_t)2048, (n4 + 255) / 256), 256, 0, st>>>(n4, splits, (const float4 *)ws, (float4 *)dw);
+  }
+}
+// mode 0: plain, 1: the prologue
+static void w9_run(int G, int mode, cudaStream_t st, const conv_shape &s, int span, const wgw_maps &m, const half2 *sc2,
+                   const half2 *bi2, float *dw, float *ws) {
+  if (G == 2) mode ? w9_launch<2, true>(st, s, span, m, sc2, bi2, dw, ws) : w9_launch<2, false>(st, s, span, m, sc2, bi2, dw, ws);
+  else mode ? w9_launch<1, true>(st, s, span, m, sc2, bi2, dw, ws) : w9_launch<1, false>(st, s, span, m, sc2, bi2, dw, ws);
+}
+// pixels a block for at most `waves` of one block an SM
+static int w9_span(const conv_shape &s, int G, int sms, double waves) {
+  const int P = s.N * s.H * s.W, PX = 64 * G, tiles = (s.K / 64) * (s.C / 64);
+  const int splits = std::max(1, std::min(P / PX, (int)floor(waves * sms / tiles)));
+  return ((P + splits - 1) / splits + PX - 1) / PX * PX;
+}
+
 __global__ void to_half2(int C, const float *f, half2 *h) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < C / 2) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
@@ -1577,6 +1743,10 @@ int main(int argc, char **argv) {
             const size_t span = wgw_span(s, v, prop.multiProcessorCount, 3.0);
             max_splits = std::max(max_splits, (M + span - 1) / span);
           }
+        if (const int G = w9_groups(s)) {
+          const size_t span = w9_span(s, G, prop.multiProcessorCount, 3.0);
+          max_splits = std::max(max_splits, (M + span - 1) / span);
+        }
         CK(cudaMalloc(&ws, max_splits * nw * 4));
         ref_wgrad<<<(unsigned)((nw + 255) / 256), 256, 0, st>>>(sm, x, dyb, sc, bi, 0, wref);
         ref_wgrad<<<(unsigned)((nw + 255) / 256), 256, 0, st>>>(sm, x, dyb, sc, bi, 2, wref2);
@@ -1607,6 +1777,29 @@ int main(int argc, char **argv) {
                    flops / t[0] * 1e-6, t[0] / bbest, t[1], t[2], t[2] - t[0]);
             if (wplain < 0 || t[0] < wplain) wplain = t[0], wplain_v = &v, wplain_span = span;
             if (wfused < 0 || t[2] < wfused) wfused = t[2], wfused_v = &v, wfused_span = span;
+          }
+        }
+        if (const int G = w9_groups(s)) { // the nine-tap kernel
+          const int Gs = w9_groups(sm);
+          const wgw_maps msm = w9_make_maps(sm, Gs, x, dyb), mfull = w9_make_maps(s, G, x, dyb);
+          for (int mode = 0; mode < 2; mode++)
+            for (int span : {Psm, 1152}) {
+              CK(cudaMemsetAsync(dw, 0xff, nw * 4, st));
+              w9_run(Gs, mode, st, sm, span, msm, sc2, bi2, dw, ws);
+              CK(cudaStreamSynchronize(st));
+              CK(cudaGetLastError());
+              const double e = check_wgrad(nw, dw, mode ? wref2 : wref);
+              const bool good = e < 1e-4;
+              bad |= !good;
+              printf("  check v3 wgrad, nine taps, %dpx %-12s %5d pixels a block: dW %.2e  %s\n", 64 * Gs,
+                     mode ? "prologue" : "plain", span, e, good ? "ok" : "FAILED");
+            }
+          for (double waves : {1.0, 2.0, 3.0}) {
+            const int span = w9_span(s, G, prop.multiProcessorCount, waves);
+            const float t0 = graph_us(st, [&] { w9_run(G, 0, st, s, span, mfull, sc2, bi2, dw, ws); });
+            const float t1 = graph_us(st, [&] { w9_run(G, 1, st, s, span, mfull, sc2, bi2, dw, ws); });
+            printf("  lamina v3 wgrad, nine taps, %3dpx, %5d px a block: %7.1f us %6.1f TFLOP/s %.2fx cuDNN's time; prologue "
+                   "%7.1f (+%.1f)\n", 64 * G, span, t0, flops / t0 * 1e-6, t0 / bbest, t1, t1 - t0);
           }
         }
         if (profile && wplain_v) {
