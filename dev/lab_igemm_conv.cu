@@ -611,6 +611,35 @@ static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   }
   return f;
 }
+// a fp16 tensor of `dims` (innermost first, contiguous) as a map of boxes `box`, 128-byte swizzled; nan: what falls
+// outside is filled with the engine's OOB-NaN (which fma.rn.oob turns into 0) instead of zeros
+static CUtensorMap fp16_map(const char *what, const void *p, int rank, const cuuint64_t *dims, const cuuint32_t *box,
+                            CUtensorMapL2promotion l2, bool nan) {
+  CUtensorMap m;
+  cuuint64_t strides[4];
+  cuuint64_t stride = 2;
+  for (int i = 0; i + 1 < rank; i++) strides[i] = stride *= dims[i];
+  const cuuint32_t e[5] = {1, 1, 1, 1, 1};
+  const CUresult r = encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, rank, (void *)p, dims, strides, box, e,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, l2,
+                                    nan ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (%s): error %d\n", what, (int)r); exit(1); }
+  return m;
+}
+// x (N, H, W, C) in boxes of 64 channels × bw × bh × bn, with zeros and with OOB-NaN outside
+static void x_maps(const char *what, const conv_shape &s, const half *x, int bw, int bh, int bn, CUtensorMap *zero,
+                   CUtensorMap *nan) {
+  const cuuint64_t dims[4] = {(cuuint64_t)s.C, (cuuint64_t)s.W, (cuuint64_t)s.H, (cuuint64_t)s.N};
+  const cuuint32_t box[4] = {64, (cuuint32_t)bw, (cuuint32_t)bh, (cuuint32_t)bn};
+  *zero = fp16_map(what, x, 4, dims, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, false);
+  *nan = fp16_map(what, x, 4, dims, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, true);
+}
+// a matrix of rows × cols (cols contiguous) in boxes of 64 columns × box_rows
+static CUtensorMap rows_map(const char *what, const half *p, size_t cols, size_t rows, int box_rows, CUtensorMapL2promotion l2) {
+  const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+  const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+  return fp16_map(what, p, 2, dims, box, l2, false);
+}
 struct wg_maps { CUtensorMap x, xn, w, y; }; // xn: x with the padding filled by OOB-NaN (the prologue's)
 // whether a BM × BN tiling of whole image rows fits the shape
 static bool wg_fits(const conv_shape &s, int BM, int BN) {
@@ -620,27 +649,10 @@ static bool wg_fits(const conv_shape &s, int BM, int BN) {
 }
 static wg_maps wg_make_maps(const conv_shape &s, int BM, int BN, const half *x, const half *w, half *y) {
   wg_maps m;
-  const int HW = s.H * s.W, Kred = s.R * s.S * s.C;
-  const cuuint64_t dx[4] = {(cuuint64_t)s.C, (cuuint64_t)s.W, (cuuint64_t)s.H, (cuuint64_t)s.N};
-  const cuuint64_t sx[3] = {(cuuint64_t)s.C * 2, (cuuint64_t)s.W * s.C * 2, (cuuint64_t)HW * s.C * 2};
-  const cuuint32_t bx[4] = {64, (cuuint32_t)s.W, (cuuint32_t)(BM <= HW ? BM / s.W : s.H), (cuuint32_t)(BM <= HW ? 1 : BM / HW)};
-  const cuuint32_t e[4] = {1, 1, 1, 1};
-  CUresult r = encode_tiled()(&m.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)x, dx, sx, bx, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (x): error %d\n", (int)r); exit(1); }
-  r = encode_tiled()(&m.xn, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)x, dx, sx, bx, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
-  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (x, NaN fill): error %d\n", (int)r); exit(1); }
-  const cuuint64_t dw[2] = {(cuuint64_t)Kred, (cuuint64_t)s.K}, sw[1] = {(cuuint64_t)Kred * 2};
-  const cuuint32_t bw[2] = {64, (cuuint32_t)BN};
-  r = encode_tiled()(&m.w, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)w, dw, sw, bw, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (w): error %d\n", (int)r); exit(1); }
-  const cuuint64_t dy[2] = {(cuuint64_t)s.K, (cuuint64_t)s.N * HW}, sy[1] = {(cuuint64_t)s.K * 2};
-  const cuuint32_t by[2] = {64, (cuuint32_t)BM / 2}; // a warpgroup's rows, one 64-channel slab
-  r = encode_tiled()(&m.y, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)y, dy, sy, by, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (y): error %d\n", (int)r); exit(1); }
+  const int HW = s.H * s.W;
+  x_maps("x", s, x, s.W, BM <= HW ? BM / s.W : s.H, BM <= HW ? 1 : BM / HW, &m.x, &m.xn);
+  m.w = rows_map("w", w, (size_t)s.R * s.S * s.C, s.K, BN, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  m.y = rows_map("y", y, s.K, (size_t)s.N * HW, BM / 2, CU_TENSOR_MAP_L2_PROMOTION_NONE); // a warpgroup's rows, one slab
   return m;
 }
 // mode 0: SS plain, 1: SS + statistics, 2: RS plain, 3: RS prologue + statistics
@@ -808,6 +820,14 @@ __device__ __forceinline__ uint64_t sw128_mn_desc(const void *p, int lbo) {
   return (uint64_t)((smem_u32(p) & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
          (1ull << 62);
 }
+// the prologue's scale and bias of channels c and c + 8, each channel's as a half2 of itself: a register of act(x)ᵀ
+// holds two pixels of one channel
+__device__ __forceinline__ void channel_pairs(const half2 *sc2, const half2 *bi2, int c, uint32_t &slo, uint32_t &shi,
+                                              uint32_t &blo, uint32_t &bhi) {
+  const half *sc = (const half *)sc2, *bi = (const half *)bi2;
+  const half2 v0 = __half2half2(sc[c]), v1 = __half2half2(sc[c + 8]), v2 = __half2half2(bi[c]), v3 = __half2half2(bi[c + 8]);
+  slo = *(const uint32_t *)&v0, shi = *(const uint32_t *)&v1, blo = *(const uint32_t *)&v2, bhi = *(const uint32_t *)&v3;
+}
 template <int BN, int NWG, int PX, bool RS, bool PRO>
 __global__ void __launch_bounds__(wgw_cfg<BN, NWG, PX>::THREADS, wgw_cfg<BN, NWG, PX>::MINB)
     igemm_wgrad_wg(conv_shape s, int span, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tdy,
@@ -855,14 +875,7 @@ __global__ void __launch_bounds__(wgw_cfg<BN, NWG, PX>::THREADS, wgw_cfg<BN, NWG
   const int tap = it / cpt, c0 = (it % cpt) * 64;
   float acc[BN / 2];
   uint32_t slo = 0, shi = 0, blo = 0, bhi = 0; // channels 16wq + g and + 8, each twice (a register's two pixels)
-  if (PRO) {
-    const int c = c0 + wq * 16 + (lane >> 2);
-    const half s_lo = ((const half *)sc2)[c], s_hi = ((const half *)sc2)[c + 8];
-    const half b_lo = ((const half *)bi2)[c], b_hi = ((const half *)bi2)[c + 8];
-    const half2 v0 = __halves2half2(s_lo, s_lo), v1 = __halves2half2(s_hi, s_hi);
-    const half2 v2 = __halves2half2(b_lo, b_lo), v3 = __halves2half2(b_hi, b_hi);
-    slo = *(const uint32_t *)&v0, shi = *(const uint32_t *)&v1, blo = *(const uint32_t *)&v2, bhi = *(const uint32_t *)&v3;
-  }
+  if (PRO) channel_pairs(sc2, bi2, c0 + wq * 16 + (lane >> 2), slo, shi, blo, bhi);
   if (RS) {
     // group gq (64 pixels: stage gq / G, its part gq % G): the fragments of act(x)ᵀ for 4 k-steps of 16 pixels,
     // matrices (c 0-7 | 8-15) × (p 0-7 | 8-15), lane group i of ldmatrix.x4.trans pointing at matrix i's pixel rows
@@ -954,21 +967,8 @@ struct wgw_maps { CUtensorMap x, xn, dy; };
 static wgw_maps wgw_make_maps(const conv_shape &s, int PX, const half *x, const half *dy) {
   wgw_maps m;
   const int HW = s.H * s.W;
-  const cuuint64_t dx[4] = {(cuuint64_t)s.C, (cuuint64_t)s.W, (cuuint64_t)s.H, (cuuint64_t)s.N};
-  const cuuint64_t sx[3] = {(cuuint64_t)s.C * 2, (cuuint64_t)s.W * s.C * 2, (cuuint64_t)HW * s.C * 2};
-  const cuuint32_t bx[4] = {64, (cuuint32_t)s.W, (cuuint32_t)(PX <= HW ? PX / s.W : s.H), (cuuint32_t)(PX <= HW ? 1 : PX / HW)};
-  const cuuint32_t e[4] = {1, 1, 1, 1};
-  for (int nan = 0; nan < 2; nan++) {
-    const CUresult r = encode_tiled()(nan ? &m.xn : &m.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)x, dx, sx, bx, e,
-                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                      nan ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (wgrad x): error %d\n", (int)r); exit(1); }
-  }
-  const cuuint64_t dd[2] = {(cuuint64_t)s.K, (cuuint64_t)s.N * HW}, sd[1] = {(cuuint64_t)s.K * 2};
-  const cuuint32_t bd[2] = {64, (cuuint32_t)PX};
-  const CUresult r = encode_tiled()(&m.dy, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)dy, dd, sd, bd, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (wgrad dy): error %d\n", (int)r); exit(1); }
+  x_maps("wgrad x", s, x, s.W, PX <= HW ? PX / s.W : s.H, PX <= HW ? 1 : PX / HW, &m.x, &m.xn);
+  m.dy = rows_map("wgrad dy", dy, s.K, (size_t)s.N * HW, PX, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   return m;
 }
 // mode 0: SS plain, 1: RS plain, 2: RS prologue
@@ -1071,14 +1071,7 @@ __global__ void __launch_bounds__(W9_THREADS, 1) igemm_wgrad9_wg(conv_shape s, i
     }
   const int ch = wq * 2 + ((lane >> 3) & 1);
   uint32_t slo = 0, shi = 0, blo = 0, bhi = 0; // channels 16wq + g and + 8, each twice (a register's two pixels)
-  if (PRO) {
-    const int c = c0 + wq * 16 + (lane >> 2);
-    const half s_lo = ((const half *)sc2)[c], s_hi = ((const half *)sc2)[c + 8];
-    const half b_lo = ((const half *)bi2)[c], b_hi = ((const half *)bi2)[c + 8];
-    const half2 v0 = __halves2half2(s_lo, s_lo), v1 = __halves2half2(s_hi, s_hi);
-    const half2 v2 = __halves2half2(b_lo, b_lo), v3 = __halves2half2(b_hi, b_hi);
-    slo = *(const uint32_t *)&v0, shi = *(const uint32_t *)&v1, blo = *(const uint32_t *)&v2, bhi = *(const uint32_t *)&v3;
-  }
+  if (PRO) channel_pairs(sc2, bi2, c0 + wq * 16 + (lane >> 2), slo, shi, blo, bhi);
   float acc[3][32];
   for (int q = 0; q < nq; q++) {
     const int st = q % W9_ST;
@@ -1135,22 +1128,9 @@ static int w9_groups(const conv_shape &s) {
   return 0;
 }
 static wgw_maps w9_make_maps(const conv_shape &s, int G, const half *x, const half *dy) {
-  wgw_maps m;
-  const int HW = s.H * s.W, PX = 64 * G;
-  const cuuint64_t dx[4] = {(cuuint64_t)s.C, (cuuint64_t)s.W, (cuuint64_t)s.H, (cuuint64_t)s.N};
-  const cuuint64_t sx[3] = {(cuuint64_t)s.C * 2, (cuuint64_t)s.W * s.C * 2, (cuuint64_t)HW * s.C * 2};
-  const cuuint32_t bx[4] = {64, (cuuint32_t)s.W + 2, (cuuint32_t)(PX / s.W + 2), 1}, e[4] = {1, 1, 1, 1};
-  for (int nan = 0; nan < 2; nan++) {
-    const CUresult r = encode_tiled()(nan ? &m.xn : &m.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, (void *)x, dx, sx, bx, e,
-                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                      nan ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (wgrad9 x): error %d\n", (int)r); exit(1); }
-  }
-  const cuuint64_t dd[2] = {(cuuint64_t)s.K, (cuuint64_t)s.N * HW}, sd[1] = {(cuuint64_t)s.K * 2};
-  const cuuint32_t bd[2] = {64, (cuuint32_t)PX};
-  const CUresult r = encode_tiled()(&m.dy, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)dy, dd, sd, bd, e, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (wgrad9 dy): error %d\n", (int)r); exit(1); }
+  wgw_maps m; // x's box is the haloed patch: (W + 2) × (PX/W + 2) pixels
+  x_maps("wgrad9 x", s, x, s.W + 2, 64 * G / s.W + 2, 1, &m.x, &m.xn);
+  m.dy = rows_map("wgrad9 dy", dy, s.K, (size_t)s.N * s.H * s.W, 64 * G, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   return m;
 }
 template <int G, bool PRO>
