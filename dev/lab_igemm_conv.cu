@@ -402,29 +402,33 @@ template <int R> __device__ __forceinline__ void pin(float (&d)[R]) {
 }
 
 // BN output channels × BM = 128·MI pixels a block (two consumer warpgroups, one producer warp); MINB blocks an SM (the stages fill what shared memory that leaves)
-template <int BN_, int MI_, int MINB_> struct wg_cfg {
+// PERSIST: grid of at most MINB blocks an SM, each looping over tiles (the producer runs ahead into the next tile while
+// the consumers store this one), with an epilogue buffer of its own (EP bytes) as the stages are busy meanwhile
+template <int BN_, int MI_, int MINB_, bool PERSIST = false> struct wg_cfg {
   static constexpr int BN = BN_, MI = MI_, MINB = MINB_, BM = 128 * MI, ACC = BN / 2, THREADS = 288;
-  static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE = A_BYTES + B_BYTES;
-  static constexpr int ST_ = (MINB == 2 ? 110 * 1024 : 220 * 1024) / STAGE, ST = ST_ > 6 ? 6 : ST_;
-  static constexpr int SMEM = 1024 + ST * STAGE + 2 * ST * 8 + 2 * BN * 4 + 2 * 256 * 4; // + sums, scale and bias (C ≤ 512)
+  static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE = A_BYTES + B_BYTES, EP = PERSIST ? BM * BN * 2 : 0;
+  static constexpr int ST_ = ((MINB == 2 ? 110 * 1024 : 220 * 1024) - EP) / STAGE, ST = ST_ > 6 ? 6 : ST_;
+  static constexpr int SMEM = 1024 + EP + ST * STAGE + 2 * ST * 8 + 2 * BN * 4 + 2 * 256 * 4; // + sums, scale and bias (C ≤ 512)
 };
 
-template <int BN, int MI, int MINB, bool RS, bool PRO, bool STATS, bool KSTEP>
+template <int BN, int MI, int MINB, bool RS, bool PRO, bool STATS, bool KSTEP, bool PERSIST>
 __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __grid_constant__ CUtensorMap tx,
                                                           const __grid_constant__ CUtensorMap tw,
                                                           const __grid_constant__ CUtensorMap ty,
                                                           const half2 *__restrict__ sc2, const half2 *__restrict__ bi2,
                                                           float *__restrict__ sum, float *__restrict__ sqsum) {
-  using C = wg_cfg<BN, MI, MINB>;
+  using C = wg_cfg<BN, MI, MINB, PERSIST>;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t *base = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023); // the swizzle repeats every 1024 bytes
-  uint8_t *Bs = base + C::ST * C::A_BYTES;
+  uint8_t *epbuf = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023); // the swizzle repeats every 1024 bytes
+  uint8_t *base = epbuf + C::EP, *Bs = base + C::ST * C::A_BYTES;
   uint64_t *full = (uint64_t *)(Bs + C::ST * C::B_BYTES), *empty = full + C::ST;
   float *red = (float *)(empty + C::ST);
   half2 *ssc = (half2 *)(red + 2 * BN), *sbi = ssc + 256; // the prologue's scale and bias, half2 pairs of channels
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int cpt = s.C / 64, nq = s.R * s.S * cpt, HW = s.H * s.W;
-  const int k0 = blockIdx.x * BN, m0 = blockIdx.y * C::BM, img = m0 / HW, h0 = (m0 - img * HW) / s.W;
+  // the tiles, channel tiles of a pixel tile next to each other: one a block (the grid is K/BN × M/BM), or PERSIST's loop
+  const int ntn = s.K / BN, total = ntn * (int)((size_t)s.N * HW / C::BM);
+  const int t_first = PERSIST ? (int)blockIdx.x : (int)(blockIdx.y * ntn + blockIdx.x), t_step = PERSIST ? (int)gridDim.x : total;
   if (tid == 0) {
     for (int i = 0; i < C::ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8); // empty: each consumer warp
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -434,25 +438,30 @@ __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __
   if (PRO)
     for (int i = tid; i < s.C / 2; i += C::THREADS) ssc[i] = sc2[i], sbi[i] = bi2[i];
   __syncthreads();
-  if (warp == 8) { // the producer warp: one thread of it issues every load
+  if (warp == 8) { // the producer warp: one thread of it issues every load; g counts the block's steps over its tiles
     if (lane == 0)
-      for (int q = 0; q < nq; q++) {
-        const int st = q % C::ST, tap = q / cpt, c0 = (q - tap * cpt) * 64, r = tap / s.S, t = tap - r * s.S;
-        if (q >= C::ST) mbar_wait(&empty[st], (q / C::ST - 1) & 1);
-        mbar_expect(&full[st], C::STAGE);
-        tma_4d(base + st * C::A_BYTES, &tx, c0, t - s.pad, h0 + r - s.pad, img, &full[st]);
-        tma_2d(Bs + st * C::B_BYTES, &tw, tap * s.C + c0, k0, &full[st]);
+      for (int tile = t_first, g = 0; tile < total; tile += t_step) {
+        const int k0 = (tile % ntn) * BN, m0 = (tile / ntn) * C::BM, img = m0 / HW, h0 = (m0 - img * HW) / s.W;
+        for (int q = 0; q < nq; q++, g++) {
+          const int st = g % C::ST, tap = q / cpt, c0 = (q - tap * cpt) * 64, r = tap / s.S, t = tap - r * s.S;
+          if (g >= C::ST) mbar_wait(&empty[st], (g / C::ST - 1) & 1);
+          mbar_expect(&full[st], C::STAGE);
+          tma_4d(base + st * C::A_BYTES, &tx, c0, t - s.pad, h0 + r - s.pad, img, &full[st]);
+          tma_2d(Bs + st * C::B_BYTES, &tw, tap * s.C + c0, k0, &full[st]);
+        }
       }
     return;
   }
   const int wg = warp >> 2, wq = warp & 3, wt = tid & 127;
+  for (int tile = t_first, g0 = 0; tile < total; tile += t_step, g0 += nq) { // g0: the block's steps before this tile
+  const int k0 = (tile % ntn) * BN, m0 = (tile / ntn) * C::BM;
   float acc[MI][C::ACC]; // the first MMA overwrites them (scale_d 0): no zeroing for ptxas to order against the MMAs
   if (RS) {
     if constexpr (KSTEP) {
       // RS, a k-step at a time (KSTEP): k-step ks (stage ks / 4, its 16 channels ks % 4), its fragment prepared as above
       auto prep = [&](int ks, uint32_t (&fa)[MI][4]) {
-        const int q = ks >> 2, kk = ks & 3, st = q % C::ST;
-        if (kk == 0) mbar_wait(&full[st], (q / C::ST) & 1);
+        const int q = ks >> 2, kk = ks & 3, st = (g0 + q) % C::ST;
+        if (kk == 0) mbar_wait(&full[st], ((g0 + q) / C::ST) & 1);
         const uint8_t *a_s = base + st * C::A_BYTES + wg * MI * 64 * 128;
         uint32_t slo, blo, shi, bhi;
         if (PRO) { // a0 a1: rows g, channels 2t, 2t + 1; a2 a3: rows g + 8; then the same with channels 8 on
@@ -475,25 +484,29 @@ __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __
       const int steps = 4 * nq;
       auto step = [&](int ks, uint32_t (&cur)[MI][4], uint32_t (&nxt)[MI][4]) {
         const int q = ks >> 2, kk = ks & 3;
-        const uint8_t *b_s = Bs + (q % C::ST) * C::B_BYTES;
+        const uint8_t *b_s = Bs + ((g0 + q) % C::ST) * C::B_BYTES;
         wg_fence();
   #pragma unroll
         for (int mi = 0; mi < MI; mi++) wgmma_rs(acc[mi], cur[mi], sw128_desc(b_s + kk * 32), ks > 0);
         wg_commit();
         wg_wait<1>();
-        if (kk == 0 && q > 0 && lane == 0) mbar_arrive(&empty[(q - 1) % C::ST]);
+        if (kk == 0 && q > 0 && lane == 0) mbar_arrive(&empty[(g0 + q - 1) % C::ST]);
         if (ks + 1 < steps) prep(ks + 1, nxt);
       };
       uint32_t f0[MI][4], f1[MI][4];
       prep(0, f0);
       for (int ks = 0; ks < steps; ks += 2) step(ks, f0, f1), step(ks + 1, f1, f0); // steps is a multiple of 4
+      if (PERSIST) { // the tile's last stage goes back too: the producer is loading the next tile's
+        wg_wait<0>();
+        if (lane == 0) mbar_arrive(&empty[(g0 + nq - 1) % C::ST]);
+      }
     } else {
       // RS, a stage at a time: stage q's A fragments (4 k-steps of 16 channels) from shared memory by ldmatrix, through
       // the prologue: one fma.rn.oob.relu.f16x2 a register, scale·x + bias, ReLU, and +0 where x is the engine's
       // OOB-NaN, i.e. the padding (xn's fill)
       auto prep = [&](int q, uint32_t (&fa)[MI][4][4]) {
-        const int st = q % C::ST, c0 = (q % cpt) * 64;
-        mbar_wait(&full[st], (q / C::ST) & 1);
+        const int st = (g0 + q) % C::ST, c0 = (q % cpt) * 64;
+        mbar_wait(&full[st], ((g0 + q) / C::ST) & 1);
         const uint8_t *a_s = base + st * C::A_BYTES + wg * MI * 64 * 128;
   #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
@@ -517,7 +530,7 @@ __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __
       // stage q's MMAs on cur; where the registers allow (DB), stage q + 1's fragments are prepared in nxt meanwhile
       constexpr bool DB = MI * C::ACC <= 64;
       auto step = [&](int q, uint32_t (&cur)[MI][4][4], auto &nxt) {
-        const uint8_t *b_s = Bs + (q % C::ST) * C::B_BYTES;
+        const uint8_t *b_s = Bs + ((g0 + q) % C::ST) * C::B_BYTES;
         wg_fence();
   #pragma unroll
         for (int kk = 0; kk < 4; kk++)
@@ -528,7 +541,7 @@ __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __
           if (q + 1 < nq) prep(q + 1, nxt);
         }
         wg_wait<0>(); // the fragments are registers: this stage's MMAs finish before they are written again
-        if (lane == 0) mbar_arrive(&empty[q % C::ST]);
+        if (lane == 0) mbar_arrive(&empty[(g0 + q) % C::ST]);
       };
       uint32_t fa0[MI][4][4], fa1[MI][4][DB ? 4 : 1];
       if constexpr (DB) {
@@ -543,8 +556,8 @@ __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __
     }
   } else {
     for (int q = 0; q < nq; q++) {
-      const int st = q % C::ST;
-      mbar_wait(&full[st], (q / C::ST) & 1);
+      const int st = (g0 + q) % C::ST;
+      mbar_wait(&full[st], ((g0 + q) / C::ST) & 1);
       const uint8_t *a_s = base + st * C::A_BYTES + wg * MI * 64 * 128, *b_s = Bs + st * C::B_BYTES;
       wg_fence();
 #pragma unroll
@@ -554,17 +567,23 @@ __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __
           wgmma_ss(acc[mi], sw128_desc(a_s + mi * 64 * 128 + kk * 32), sw128_desc(b_s + kk * 32), q > 0 || kk > 0);
       wg_commit();
       wg_wait<1>(); // the previous step's MMAs are done: its stage goes back to the producer
-      if (q > 0 && lane == 0) mbar_arrive(&empty[(q - 1) % C::ST]);
+      if (q > 0 && lane == 0) mbar_arrive(&empty[(g0 + q - 1) % C::ST]);
     }
   }
   wg_wait<0>();
+  if (PERSIST && !RS && lane == 0) mbar_arrive(&empty[(g0 + nq - 1) % C::ST]); // SS: the tile's last stage
 #pragma unroll
   for (int mi = 0; mi < MI; mi++) pin(acc[mi]);
   // epilogue: the tile through shared memory (the stages are free once both warpgroups are past their last MMA), as
   // BN/64 slabs a warpgroup of its 64·MI rows × 64 channels, 128-byte swizzled, which the TMA engine stores to y; the
   // statistics are summed from there. Fragment j of m64nN holds columns 8j + 2(lane % 4) + {0, 1} of rows g, g + 8.
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  uint8_t *ep = base + wg * (MI * 64 * BN * 2);
+  uint8_t *ep = (PERSIST ? epbuf : base) + wg * (MI * 64 * BN * 2);
+  if (PERSIST) { // the previous tile's store has read the buffer
+    if (wt == 0) bulk_wait_read();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");
+  } else {
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  }
 #pragma unroll
   for (int j = 0; j < BN / 8; j++)
 #pragma unroll
@@ -596,8 +615,14 @@ __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __
       atomicAdd(&red[BN + col], q0), atomicAdd(&red[BN + col + 1], q1);
     }
     asm volatile("bar.sync 1, 256;\n" ::: "memory"); // the consumers only: the producer warp has left
-    for (int i = tid; i < 2 * BN; i += 256) atomicAdd((i < BN ? sum : sqsum) + k0 + i % BN, red[i]);
+    for (int i = tid; i < 2 * BN; i += 256) {
+      const float v = red[i];
+      red[i] = 0.0f; // for the next tile (PERSIST)
+      atomicAdd((i < BN ? sum : sqsum) + k0 + i % BN, v);
+    }
+    if (PERSIST) asm volatile("bar.sync 1, 256;\n" ::: "memory"); // every sum read and zeroed before the next tile's
   }
+  } // the tiles
   if (wt == 0) bulk_wait_read(); // the block's shared memory lives until the engine has read the tile
 }
 
@@ -660,35 +685,41 @@ static wg_maps wg_make_maps(const conv_shape &s, int BM, int BN, const half *x, 
 enum { WG_MODES = 5 };
 static const char *const wg_mode_name[WG_MODES] = {"SS plain", "SS + stats", "RS plain", "RS prologue + stats",
                                                    "RS/k16 prologue + stats"};
-template <int BN, int MI, int MINB, bool RS, bool PRO, bool STATS, bool KSTEP>
+template <int BN, int MI, int MINB, bool RS, bool PRO, bool STATS, bool KSTEP, bool PERSIST>
 static void wg_launch(cudaStream_t st, const conv_shape &s, const wg_maps &m, const half2 *sc2, const half2 *bi2,
                       float *sum) { // y is the one m.y maps
-  using C = wg_cfg<BN, MI, MINB>;
+  using C = wg_cfg<BN, MI, MINB, PERSIST>;
   static bool ready = false; // the first call is a check's, outside any capture
   if (!ready) {
-    CK(cudaFuncSetAttribute(igemm_fwd_wg<BN, MI, MINB, RS, PRO, STATS, KSTEP>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+    CK(cudaFuncSetAttribute(igemm_fwd_wg<BN, MI, MINB, RS, PRO, STATS, KSTEP, PERSIST>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
     ready = true;
   }
   if (STATS) CK(cudaMemsetAsync(sum, 0, 2 * (size_t)s.K * sizeof(float), st));
-  const dim3 grid(s.K / BN, (unsigned)((size_t)s.N * s.H * s.W / C::BM)); // the channel tiles of a pixel tile run together
-  igemm_fwd_wg<BN, MI, MINB, RS, PRO, STATS, KSTEP><<<grid, C::THREADS, C::SMEM, st>>>(s, PRO ? m.xn : m.x, m.w, m.y, sc2, bi2, sum, sum + s.K);
+  static int sms = 0;
+  if (!sms) CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const unsigned tiles_n = s.K / BN, tiles_m = (unsigned)((size_t)s.N * s.H * s.W / C::BM);
+  const dim3 grid = PERSIST ? dim3(std::min(tiles_n * tiles_m, (unsigned)(sms * MINB))) : dim3(tiles_n, tiles_m);
+  igemm_fwd_wg<BN, MI, MINB, RS, PRO, STATS, KSTEP, PERSIST><<<grid, C::THREADS, C::SMEM, st>>>(s, PRO ? m.xn : m.x, m.w, m.y, sc2, bi2, sum, sum + s.K);
 }
-template <int BN, int MI, int MINB>
+template <int BN, int MI, int MINB, bool PERSIST>
 static void wg_run(int mode, cudaStream_t st, const conv_shape &s, const wg_maps &m, const half2 *sc2, const half2 *bi2,
                    float *sum) {
-  if (mode == 0) wg_launch<BN, MI, MINB, false, false, false, false>(st, s, m, sc2, bi2, sum);
-  else if (mode == 1) wg_launch<BN, MI, MINB, false, false, true, false>(st, s, m, sc2, bi2, sum);
-  else if (mode == 2) wg_launch<BN, MI, MINB, true, false, false, false>(st, s, m, sc2, bi2, sum);
-  else if (mode == 3) wg_launch<BN, MI, MINB, true, true, true, false>(st, s, m, sc2, bi2, sum);
-  else wg_launch<BN, MI, MINB, true, true, true, true>(st, s, m, sc2, bi2, sum);
+  if (mode == 0) wg_launch<BN, MI, MINB, false, false, false, false, PERSIST>(st, s, m, sc2, bi2, sum);
+  else if (mode == 1) wg_launch<BN, MI, MINB, false, false, true, false, PERSIST>(st, s, m, sc2, bi2, sum);
+  else if (mode == 2) wg_launch<BN, MI, MINB, true, false, false, false, PERSIST>(st, s, m, sc2, bi2, sum);
+  else if (mode == 3) wg_launch<BN, MI, MINB, true, true, true, false, PERSIST>(st, s, m, sc2, bi2, sum);
+  else wg_launch<BN, MI, MINB, true, true, true, true, PERSIST>(st, s, m, sc2, bi2, sum);
 }
 struct wg_variant {
-  int BN, MI, MINB, stages;
+  int BN, MI, MINB, persist, stages;
   void (*run)(int, cudaStream_t, const conv_shape &, const wg_maps &, const half2 *, const half2 *, float *);
 };
-#define WG_VARIANT(bn, mi, minb) {bn, mi, minb, wg_cfg<bn, mi, minb>::ST, wg_run<bn, mi, minb>}
-static const wg_variant wg_variants[] = {WG_VARIANT(64, 1, 2), WG_VARIANT(64, 2, 1), WG_VARIANT(128, 1, 2),
-                                         WG_VARIANT(128, 1, 1), WG_VARIANT(128, 2, 1), WG_VARIANT(256, 1, 1)};
+#define WG_VARIANT(bn, mi, minb, p) {bn, mi, minb, p, wg_cfg<bn, mi, minb, p>::ST, wg_run<bn, mi, minb, p>}
+// the persistent ones (p 1) were added after 2026-12-07's last GPU call and have not run yet
+static const wg_variant wg_variants[] = {WG_VARIANT(64, 1, 2, 0), WG_VARIANT(64, 2, 1, 0), WG_VARIANT(128, 1, 2, 0),
+                                         WG_VARIANT(128, 1, 1, 0), WG_VARIANT(128, 2, 1, 0), WG_VARIANT(256, 1, 1, 0),
+                                         WG_VARIANT(64, 1, 2, 1), WG_VARIANT(128, 1, 1, 1), WG_VARIANT(128, 2, 1, 1),
+                                         WG_VARIANT(256, 1, 1, 1)};
 
 // ---- the weight gradient: dW[k][r,s,c] = Σ over pixels of dy[p][k] · act(x[p shifted by the tap][c]) ----
 // The GEMM is K × (R·S·C) over the N·H·W pixels: a block computes 64 output channels × one tap's 64 input channels
@@ -1553,7 +1584,8 @@ int main(int argc, char **argv) {
         CK(cudaMemsetAsync(y, 0xff, ny * 2, st));
         wgv[i]->run(mode, st, s, wgm[i], sc2, bi2, sum);
         char what[64];
-        snprintf(what, sizeof what, "v3 %dx%d/%d %s", 128 * wgv[i]->MI, wgv[i]->BN, wgv[i]->MINB, wg_mode_name[mode]);
+        snprintf(what, sizeof what, "v3 %dx%d/%d%s %s", 128 * wgv[i]->MI, wgv[i]->BN, wgv[i]->MINB, wgv[i]->persist ? "p" : "",
+                 wg_mode_name[mode]);
         verdict(what, mode >= 3 ? 2 : 0, mode == 1 || mode >= 3);
       }
     for (int p = 1; p < 3; p++) CK(cudaFree(refs[p]));
@@ -1591,9 +1623,9 @@ int main(int argc, char **argv) {
       float t[WG_MODES];
       for (int mode = 0; mode < WG_MODES; mode++)
         t[mode] = graph_us(st, [&] { wgv[i]->run(mode, st, s, wgm[i], sc2, bi2, sum); });
-      printf("  lamina v3 %3dx%-3d /%d, %d stages: SS %7.1f us %6.1f TFLOP/s %.2fx cuDNN's time; + stats %7.1f (+%.1f); "
+      printf("  lamina v3 %3dx%-3d /%d%s, %d stages: SS %7.1f us %6.1f TFLOP/s %.2fx cuDNN's time; + stats %7.1f (+%.1f); "
              "RS %7.1f; RS prologue + stats %7.1f (+%.1f over SS), a k-step at a time %7.1f\n", 128 * wgv[i]->MI,
-             wgv[i]->BN, wgv[i]->MINB, wgv[i]->stages, t[0], flops / t[0] * 1e-6, t[0] / best, t[1], t[1] - t[0], t[2],
+             wgv[i]->BN, wgv[i]->MINB, wgv[i]->persist ? " persistent" : "", wgv[i]->stages, t[0], flops / t[0] * 1e-6, t[0] / best, t[1], t[1] - t[0], t[2],
              t[3], t[3] - t[0], t[4]);
       for (int mode = 3; mode < WG_MODES; mode++)
         if (fused < 0 || t[mode] < fused) fused = t[mode], fused_v = (int)i, fused_mode = mode;
