@@ -23,6 +23,56 @@ __device__ __forceinline__ uint4 prologue(uint4 v, const float *sc, const float 
   return v;
 }
 
+// v1's and v2's epilogue: the 128 × 64 tile's fp16 output and, with STATS, each channel's sum and sum of squares of
+// the stored values (warp shuffles, then shared memory across the block's warps, then one float atomicAdd per channel
+// and block); red_smem: shared memory the tiles are done with, 2 × 4 × BN floats
+template <bool STATS>
+__device__ __forceinline__ void mma_epilogue(const conv_shape &s, const float (&acc)[2][4][4], half *__restrict__ y,
+                                             float *__restrict__ sum, float *__restrict__ sqsum, void *red_smem, int m0,
+                                             int n0, int tid) {
+  const int lane = tid & 31, warp = tid >> 5, wm = warp & 3, wn = warp >> 2, M = s.N * s.H * s.W;
+  float cs[4][2] = {}, cq[4][2] = {};
+#pragma unroll
+  for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+      const int m = m0 + wm * 32 + mi * 16 + (lane >> 2) + hr * 8;
+      if (m >= M) continue;
+#pragma unroll
+      for (int ni = 0; ni < 4; ni++) {
+        const int n = n0 + wn * 32 + ni * 8 + (lane & 3) * 2;
+        const half2 v = __floats2half2_rn(acc[mi][ni][hr * 2], acc[mi][ni][hr * 2 + 1]);
+        *(half2 *)(y + (size_t)m * s.K + n) = v;
+        if (STATS) {
+          const float2 f = __half22float2(v);
+          cs[ni][0] += f.x, cs[ni][1] += f.y, cq[ni][0] += f.x * f.x, cq[ni][1] += f.y * f.y;
+        }
+      }
+    }
+  if (!STATS) return;
+  float(*red)[4][BN] = reinterpret_cast<float(*)[4][BN]>(red_smem);
+#pragma unroll
+  for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) {
+        cs[ni][e] += __shfl_xor_sync(0xffffffffu, cs[ni][e], o);
+        cq[ni][e] += __shfl_xor_sync(0xffffffffu, cq[ni][e], o);
+      }
+      if (lane < 4) {
+        red[0][wm][wn * 32 + ni * 8 + lane * 2 + e] = cs[ni][e];
+        red[1][wm][wn * 32 + ni * 8 + lane * 2 + e] = cq[ni][e];
+      }
+    }
+  __syncthreads();
+  if (tid < 2 * BN) {
+    const int which = tid / BN, c = tid % BN;
+    const float v = red[which][0][c] + red[which][1][c] + red[which][2][c] + red[which][3][c];
+    atomicAdd((which ? sqsum : sum) + n0 + c, v);
+  }
+}
+
 template <bool PRO, bool STATS>
 __global__ void __launch_bounds__(NT) igemm_fwd(conv_shape s, const half *__restrict__ x, const half *__restrict__ w,
                                                 const float *__restrict__ scale, const float *__restrict__ bias,
@@ -95,47 +145,8 @@ __global__ void __launch_bounds__(NT) igemm_fwd(conv_shape s, const half *__rest
     if (q + 1 < nq) store(buf ^ 1); // that buffer's last readers passed the previous barrier
     __syncthreads();
   }
-  // epilogue: the output, and its channels' sums of the stored values
-  float cs[4][2] = {}, cq[4][2] = {};
-#pragma unroll
-  for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-      const int m = m0 + wm * 32 + mi * 16 + (lane >> 2) + hr * 8;
-      if (m >= M) continue;
-#pragma unroll
-      for (int ni = 0; ni < 4; ni++) {
-        const int n = n0 + wn * 32 + ni * 8 + (lane & 3) * 2;
-        const half2 v = __floats2half2_rn(acc[mi][ni][hr * 2], acc[mi][ni][hr * 2 + 1]);
-        *(half2 *)(y + (size_t)m * s.K + n) = v;
-        if (STATS) {
-          const float2 f = __half22float2(v);
-          cs[ni][0] += f.x, cs[ni][1] += f.y, cq[ni][0] += f.x * f.x, cq[ni][1] += f.y * f.y;
-        }
-      }
-    }
-  if (!STATS) return;
-  float(*red)[4][BN] = reinterpret_cast<float(*)[4][BN]>(&As[0][0]); // the tiles are done with (the loop's last barrier)
-#pragma unroll
-  for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-#pragma unroll
-      for (int o = 4; o < 32; o <<= 1) {
-        cs[ni][e] += __shfl_xor_sync(0xffffffffu, cs[ni][e], o);
-        cq[ni][e] += __shfl_xor_sync(0xffffffffu, cq[ni][e], o);
-      }
-      if (lane < 4) {
-        red[0][wm][wn * 32 + ni * 8 + lane * 2 + e] = cs[ni][e];
-        red[1][wm][wn * 32 + ni * 8 + lane * 2 + e] = cq[ni][e];
-      }
-    }
-  __syncthreads();
-  if (tid < 2 * BN) {
-    const int which = tid / BN, c = tid % BN;
-    const float v = red[which][0][c] + red[which][1][c] + red[which][2][c] + red[which][3][c];
-    atomicAdd((which ? sqsum : sum) + n0 + c, v);
-  }
+  // epilogue: the output, and its channels' sums of the stored values; the tiles are done with (the loop's last barrier)
+  mma_epilogue<STATS>(s, acc, y, sum, sqsum, &As[0][0], m0, n0, tid);
 }
 
 // ---- v2: cp.async, STAGES deep ----
@@ -240,46 +251,7 @@ __global__ void __launch_bounds__(NT) igemm_fwd_pipe(conv_shape s, const half *_
   }
   cp_wait<0>();
   __syncthreads(); // shared memory is the statistics' now
-  float cs[4][2] = {}, cq[4][2] = {};
-#pragma unroll
-  for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-      const int m = m0 + wm * 32 + mi * 16 + (lane >> 2) + hr * 8;
-      if (m >= M) continue;
-#pragma unroll
-      for (int ni = 0; ni < 4; ni++) {
-        const int n = n0 + wn * 32 + ni * 8 + (lane & 3) * 2;
-        const half2 v = __floats2half2_rn(acc[mi][ni][hr * 2], acc[mi][ni][hr * 2 + 1]);
-        *(half2 *)(y + (size_t)m * s.K + n) = v;
-        if (STATS) {
-          const float2 f = __half22float2(v);
-          cs[ni][0] += f.x, cs[ni][1] += f.y, cq[ni][0] += f.x * f.x, cq[ni][1] += f.y * f.y;
-        }
-      }
-    }
-  if (!STATS) return;
-  float(*red)[4][BN] = reinterpret_cast<float(*)[4][BN]>(smem);
-#pragma unroll
-  for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-#pragma unroll
-      for (int o = 4; o < 32; o <<= 1) {
-        cs[ni][e] += __shfl_xor_sync(0xffffffffu, cs[ni][e], o);
-        cq[ni][e] += __shfl_xor_sync(0xffffffffu, cq[ni][e], o);
-      }
-      if (lane < 4) {
-        red[0][wm][wn * 32 + ni * 8 + lane * 2 + e] = cs[ni][e];
-        red[1][wm][wn * 32 + ni * 8 + lane * 2 + e] = cq[ni][e];
-      }
-    }
-  __syncthreads();
-  if (tid < 2 * BN) {
-    const int which = tid / BN, c = tid % BN;
-    const float v = red[which][0][c] + red[which][1][c] + red[which][2][c] + red[which][3][c];
-    atomicAdd((which ? sqsum : sum) + n0 + c, v);
-  }
+  mma_epilogue<STATS>(s, acc, y, sum, sqsum, smem, m0, n0, tid);
 }
 
 // ---- the weight gradient: dW[k][r,s,c] = Σ over pixels of dy[p][k] · act(x[p shifted by the tap][c]) ----
