@@ -430,9 +430,9 @@ int main(int argc, char **argv) {
       for (int mode = 0; mode < WG_MODES; mode++)
         t[mode] = graph_us(st, [&] { wgv[i]->run(mode, st, s, wgm[i], sc2, bi2, sum); });
       printf("  lamina v3 %3dx%-3d /%d%s, %d stages: SS %7.1f us %6.1f TFLOP/s %.2fx cuDNN's time; + stats %7.1f (+%.1f); "
-             "RS %7.1f; RS prologue + stats %7.1f (+%.1f over SS), a k-step at a time %7.1f\n", 128 * wgv[i]->MI,
-             wgv[i]->BN, wgv[i]->MINB, wgv[i]->persist ? " persistent" : "", wgv[i]->stages, t[0], flops / t[0] * 1e-6, t[0] / best, t[1], t[1] - t[0], t[2],
-             t[3], t[3] - t[0], t[4]);
+             "RS %7.1f; RS prologue + stats %7.1f (+%.1f over SS), a k-step at a time %7.1f; SS, xform prologue + stats %7.1f (+%.1f)\n",
+             128 * wgv[i]->MI, wgv[i]->BN, wgv[i]->MINB, wgv[i]->persist ? " persistent" : "", wgv[i]->stages, t[0],
+             flops / t[0] * 1e-6, t[0] / best, t[1], t[1] - t[0], t[2], t[3], t[3] - t[0], t[4], t[5], t[5] - t[0]);
       for (int mode = 3; mode < WG_MODES; mode++)
         if (fused < 0 || t[mode] < fused) fused = t[mode], fused_v = (int)i, fused_mode = mode;
       if (plain < 0 || t[0] < plain) plain = t[0], plain_v = (int)i;

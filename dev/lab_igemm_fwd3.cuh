@@ -22,25 +22,35 @@
 // BN output channels × BM = 128·MI pixels a block (two consumer warpgroups, one producer warp); MINB blocks an SM (the stages fill what shared memory that leaves)
 // PERSIST: grid of at most MINB blocks an SM, each looping over tiles (the producer runs ahead into the next tile while
 // the consumers store this one), with an epilogue buffer of its own (EP bytes) as the stages are busy meanwhile
-template <int BN_, int MI_, int MINB_, bool PERSIST = false> struct wg_cfg {
-  static constexpr int BN = BN_, MI = MI_, MINB = MINB_, BM = 128 * MI, ACC = BN / 2, THREADS = 288;
+// XF: a transforming warp besides (the prologue in shared memory, below), 320 threads
+template <int BN_, int MI_, int MINB_, bool PERSIST = false, bool XF = false> struct wg_cfg {
+  static constexpr int BN = BN_, MI = MI_, MINB = MINB_, BM = 128 * MI, ACC = BN / 2, XT = XF ? 32 : 0, THREADS = 288 + XT;
   static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE = A_BYTES + B_BYTES, EP = PERSIST ? BM * BN * 2 : 0;
   static constexpr int ST_ = ((MINB == 2 ? 110 * 1024 : 220 * 1024) - EP) / STAGE, ST = ST_ > 6 ? 6 : ST_;
-  static constexpr int SMEM = 1024 + EP + ST * STAGE + 2 * ST * 8 + 2 * BN * 4 + 2 * 256 * 4; // + sums, scale and bias (C ≤ 512)
+  static constexpr int SMEM = 1024 + EP + ST * STAGE + 3 * ST * 8 + 2 * BN * 4 + 2 * 256 * 4; // + sums, scale and bias (C ≤ 512)
 };
 
+// SS with PRO: the prologue runs in shared memory, by a transforming warp (warp 9) between the producer and the
+// consumers. It waits for a stage's copies, rewrites the A tile in place — each 16-byte chunk of 8 channels
+// through four fma.rn.oob.relu.f16x2, the padding's OOB-NaN to +0 — makes its stores visible to wgmma's async proxy,
+// and arrives on the stage's `ready` barrier, which the consumers wait on. Each input value is still transformed once
+// per tap, but off the consumers' path and without RS's fragment registers, so the MMAs stay SS. One warp, not a
+// warpgroup: with 128 threads more, ptxas has 72 registers a thread for the two-blocks-an-SM tilings and 128 for the
+// others, too few for 64 accumulators (128x128/2) or 128 (256-wide and 256-row tiles); 32 more leave 96 and 200. A
+// warp's 16-byte loads and stores move a 16 KB A tile in about 500 cycles, under the 1,000-2,000 of its MMAs.
 template <int BN, int MI, int MINB, bool RS, bool PRO, bool STATS, bool KSTEP, bool PERSIST>
-__global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __grid_constant__ CUtensorMap tx,
+__global__ void __launch_bounds__(PRO && !RS ? 320 : 288, MINB) igemm_fwd_wg(conv_shape s, const __grid_constant__ CUtensorMap tx,
                                                           const __grid_constant__ CUtensorMap tw,
                                                           const __grid_constant__ CUtensorMap ty,
                                                           const half2 *__restrict__ sc2, const half2 *__restrict__ bi2,
                                                           float *__restrict__ sum, float *__restrict__ sqsum) {
-  using C = wg_cfg<BN, MI, MINB, PERSIST>;
+  constexpr bool XF = PRO && !RS;
+  using C = wg_cfg<BN, MI, MINB, PERSIST, XF>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t *epbuf = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023); // the swizzle repeats every 1024 bytes
   uint8_t *base = epbuf + C::EP, *Bs = base + C::ST * C::A_BYTES;
-  uint64_t *full = (uint64_t *)(Bs + C::ST * C::B_BYTES), *empty = full + C::ST;
-  float *red = (float *)(empty + C::ST);
+  uint64_t *full = (uint64_t *)(Bs + C::ST * C::B_BYTES), *empty = full + C::ST, *ready = empty + C::ST;
+  float *red = (float *)(ready + C::ST);
   half2 *ssc = (half2 *)(red + 2 * BN), *sbi = ssc + 256; // the prologue's scale and bias, half2 pairs of channels
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int cpt = s.C / 64, nq = s.R * s.S * cpt, HW = s.H * s.W;
@@ -48,7 +58,8 @@ __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __
   const int ntn = s.K / BN, total = ntn * (int)((size_t)s.N * HW / C::BM);
   const int t_first = PERSIST ? (int)blockIdx.x : (int)(blockIdx.y * ntn + blockIdx.x), t_step = PERSIST ? (int)gridDim.x : total;
   if (tid == 0) {
-    for (int i = 0; i < C::ST; i++) mbar_init(&full[i], 1), mbar_init(&empty[i], 8); // empty: each consumer warp
+    for (int i = 0; i < C::ST; i++) // empty: each consumer warp; ready: each transforming thread
+      mbar_init(&full[i], 1), mbar_init(&empty[i], 8), mbar_init(&ready[i], 32);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (STATS)
@@ -67,6 +78,29 @@ __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __
           tma_4d(base + st * C::A_BYTES, &tx, c0, t - s.pad, h0 + r - s.pad, img, &full[st]);
           tma_2d(Bs + st * C::B_BYTES, &tw, tap * s.C + c0, k0, &full[st]);
         }
+      }
+    return;
+  }
+  if (XF && warp == 9) { // the transforming warp: lane xt rewrites chunks xt, xt + 32, ... of each A tile
+    const int xt = tid - 288;
+    for (int tile = t_first, g = 0; tile < total; tile += t_step)
+      for (int q = 0; q < nq; q++, g++) {
+        const int st = g % C::ST, c0 = (q % cpt) * 64;
+        mbar_wait(&full[st], (g / C::ST) & 1);
+        uint8_t *a_s = base + st * C::A_BYTES;
+#pragma unroll 4
+        for (int v = xt; v < C::BM * 8; v += 32) {
+          const int row = v >> 3, ch = (v & 7) ^ (row & 7); // the chunk's channels: c0 + 8·ch .. + 7 (the swizzle)
+          uint4 d = *(uint4 *)(a_s + v * 16);
+          const uint4 sv = *(const uint4 *)&ssc[(c0 >> 1) + ch * 4], bv = *(const uint4 *)&sbi[(c0 >> 1) + ch * 4];
+          asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.x) : "r"(sv.x), "r"(bv.x));
+          asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.y) : "r"(sv.y), "r"(bv.y));
+          asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.z) : "r"(sv.z), "r"(bv.z));
+          asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.w) : "r"(sv.w), "r"(bv.w));
+          *(uint4 *)(a_s + v * 16) = d;
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // the stores, made visible to wgmma
+        mbar_arrive(&ready[st]);
       }
     return;
   }
@@ -176,6 +210,7 @@ __global__ void __launch_bounds__(288, MINB) igemm_fwd_wg(conv_shape s, const __
     for (int q = 0; q < nq; q++) {
       const int st = (g0 + q) % C::ST;
       mbar_wait(&full[st], ((g0 + q) / C::ST) & 1);
+      if (XF) mbar_wait(&ready[st], ((g0 + q) / C::ST) & 1);
       const uint8_t *a_s = base + st * C::A_BYTES + wg * MI * 64 * 128, *b_s = Bs + st * C::B_BYTES;
       wg_fence();
 #pragma unroll
@@ -261,13 +296,14 @@ static wg_maps wg_make_maps(const conv_shape &s, int BM, int BN, const half *x, 
 }
 // mode 0: SS plain, 1: SS + statistics, 2: RS plain, 3: RS prologue + statistics
 // 4: RS prologue + statistics, pipelined a k-step of 16 channels at a time instead of a stage of 64
-enum { WG_MODES = 5 };
+// 5: SS, the prologue by the transforming warp, + statistics
+enum { WG_MODES = 6 };
 static const char *const wg_mode_name[WG_MODES] = {"SS plain", "SS + stats", "RS plain", "RS prologue + stats",
-                                                   "RS/k16 prologue + stats"};
+                                                   "RS/k16 prologue + stats", "SS/xform prologue + stats"};
 template <int BN, int MI, int MINB, bool RS, bool PRO, bool STATS, bool KSTEP, bool PERSIST>
 static void wg_launch(cudaStream_t st, const conv_shape &s, const wg_maps &m, const half2 *sc2, const half2 *bi2,
                       float *sum) { // y is the one m.y maps
-  using C = wg_cfg<BN, MI, MINB, PERSIST>;
+  using C = wg_cfg<BN, MI, MINB, PERSIST, PRO && !RS>;
   static bool ready = false; // the first call is a check's, outside any capture
   if (!ready) {
     CK(cudaFuncSetAttribute(igemm_fwd_wg<BN, MI, MINB, RS, PRO, STATS, KSTEP, PERSIST>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
@@ -287,7 +323,8 @@ static void wg_run(int mode, cudaStream_t st, const conv_shape &s, const wg_maps
   else if (mode == 1) wg_launch<BN, MI, MINB, false, false, true, false, PERSIST>(st, s, m, sc2, bi2, sum);
   else if (mode == 2) wg_launch<BN, MI, MINB, true, false, false, false, PERSIST>(st, s, m, sc2, bi2, sum);
   else if (mode == 3) wg_launch<BN, MI, MINB, true, true, true, false, PERSIST>(st, s, m, sc2, bi2, sum);
-  else wg_launch<BN, MI, MINB, true, true, true, true, PERSIST>(st, s, m, sc2, bi2, sum);
+  else if (mode == 4) wg_launch<BN, MI, MINB, true, true, true, true, PERSIST>(st, s, m, sc2, bi2, sum);
+  else wg_launch<BN, MI, MINB, false, true, true, false, PERSIST>(st, s, m, sc2, bi2, sum);
 }
 struct wg_variant {
   int BN, MI, MINB, persist, stages;
