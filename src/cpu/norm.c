@@ -130,6 +130,9 @@ static lam_status plain_bn_sync_dx(int B, int C, int P, const float *x, const fl
   return LAM_OK;
 }
 
+/* relu's and leaky's dz from z (act.h's lam_act_grad_z), not y, where there is no residual: y is then not read */
+static int bn_act_z_mask(int act, const void *dr) { return !dr && (act == LAM_ACT_RELU || act == LAM_ACT_LEAKY); }
+
 static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x,
                           const float *r, const float *gamma, const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
                           float momentum, float eps, int train) {
@@ -152,14 +155,17 @@ static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, f
   return LAM_OK;
 }
 
-static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x, const float *y,
-                          const float *dy, const float *gamma, const float *beta, const float *mean,
-                          const float *invstd, float *dx, float *dr, int dr_add, float *dgamma, float *dbeta) {
+/* zt: relu's and leaky's bound of y's type (act.h's lam_act_zero_bound), their dz from z where no residual is given */
+static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, float zt, const float *x,
+                                   const float *y, const float *dy, const float *gamma, const float *beta,
+                                   const float *mean, const float *invstd, float *dx, float *dr, int dr_add,
+                                   float *dgamma, float *dbeta) {
   (void)ctx;
   const double N = (double)B * P;
-  const int gelu = act == LAM_ACT_GELU; /* dz from z, recomputed as bn_act_fwd computed it; else from y */
-  if (!gelu && !y)
-    return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: relu, leaky, tanh and sigmoid read y, which is NULL");
+  const int gelu = act == LAM_ACT_GELU, zmask = bn_act_z_mask(act, dr);
+  const int from_z = gelu || zmask; /* dz from z, recomputed as bn_act_fwd computed it; else from y */
+  if (!from_z && !y)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: tanh, sigmoid and a residual's relu or leaky read y, which is NULL");
   if (gelu && dr) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: a residual's gradient needs an activation read from y, not gelu");
 #pragma omp parallel for schedule(static) if ((size_t)B * C * P > PAR_MIN)
   for (int c = 0; c < C; c++) {
@@ -169,8 +175,8 @@ static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, f
     for (int b = 0; b < B; b++) {
       size_t o = ((size_t)b * C + c) * P;
       for (int p = 0; p < P; p++) {
-        float z = gelu ? (x[o + p] - mf) * sc + bt : 0.0f, yv = gelu ? 0.0f : y[o + p];
-        double g = lam_act_grad(act, alpha, z, yv, dy[o + p]);
+        float z = from_z ? (x[o + p] - mf) * sc + bt : 0.0f, yv = from_z ? 0.0f : y[o + p];
+        double g = zmask ? lam_act_grad_z(act, alpha, z, zt, dy[o + p]) : lam_act_grad(act, alpha, z, yv, dy[o + p]);
         s1 += g;
         s2 += g * (((double)x[o + p] - m) * is);
       }
@@ -181,8 +187,8 @@ static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, f
     for (int b = 0; b < B; b++) {
       size_t o = ((size_t)b * C + c) * P;
       for (int p = 0; p < P; p++) { /* dz again: each value is read before dx's is written (dx may be dy) */
-        float z = gelu ? (x[o + p] - mf) * sc + bt : 0.0f, yv = gelu ? 0.0f : y[o + p];
-        double g = lam_act_grad(act, alpha, z, yv, dy[o + p]);
+        float z = from_z ? (x[o + p] - mf) * sc + bt : 0.0f, yv = from_z ? 0.0f : y[o + p];
+        double g = zmask ? lam_act_grad_z(act, alpha, z, zt, dy[o + p]) : lam_act_grad(act, alpha, z, yv, dy[o + p]);
         if (dr) dr[o + p] = dr_add ? dr[o + p] + (float)g : (float)g;
         dx[o + p] = (float)(k * (g - mdz - ((double)x[o + p] - m) * is * mdx));
       }
@@ -246,11 +252,14 @@ lam_status cpu_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act,
                           const void *y, const void *dy, const float *gamma, const float *beta, const float *mean,
                           const float *invstd, void *dx, void *dr, int dr_add, float *dgamma, float *dbeta) {
   cpu_fmt_job j = cpu_fmt_begin(f);
-  const float *tx = cpu_fmt_in(&j, B, C, P, x), *ty = cpu_fmt_in(&j, B, C, P, y), *tdy = cpu_fmt_in(&j, B, C, P, dy);
+  const int reads_y = act != LAM_ACT_GELU && !bn_act_z_mask(act, dr);
+  const float *tx = cpu_fmt_in(&j, B, C, P, x), *ty = reads_y ? cpu_fmt_in(&j, B, C, P, y) : NULL,
+              *tdy = cpu_fmt_in(&j, B, C, P, dy);
   float *tdr = dr ? cpu_fmt_out(&j, B, C, P, dr, dr_add) : NULL; /* before dx: dx may be dy, dr never */
   float *tdx = cpu_fmt_out(&j, B, C, P, dx, 0);
-  return cpu_fmt_end(&j, j.status ? j.status : plain_bn_act_bwd(ctx, B, C, P, act, alpha, tx, ty, tdy, gamma, beta, mean,
-                                                                 invstd, tdx, tdr, dr_add, dgamma, dbeta));
+  return cpu_fmt_end(&j, j.status ? j.status
+                                  : plain_bn_act_bwd(ctx, B, C, P, act, alpha, lam_act_zero_bound(f.dt), tx, ty, tdy,
+                                                     gamma, beta, mean, invstd, tdx, tdr, dr_add, dgamma, dbeta));
 }
 
 /* ---- GroupNorm, and LayerNorm as its one group: OpenMP over the (sample, group) pairs; the parameter gradients

@@ -11,17 +11,25 @@
  * as act_fwd/act_bwd's and the CPU twins', so bn_act_* agree with bn_fwd + act_fwd and act_bwd + bn_bwd
  * (gelu's derivative to an ulp). */
 #define BN_ACT_NONE (-1)
+/* relu and leaky in a backward without a residual: their dz from z (act.h's lam_act_grad_z with zt, the bound of
+ * the stored y's type), so y is not read */
+#define BN_ACT_RELU_Z (-2)
+#define BN_ACT_LEAKY_Z (-3)
 template <int ACT> struct bn_act {
   float alpha;
-  /* dz is formed from y = act(z) (relu and leaky: y > 0; tanh; sigmoid), gelu's from z */
-  static constexpr bool from_y = ACT != BN_ACT_NONE && ACT != LAM_ACT_GELU;
+  float zt; /* BN_ACT_RELU_Z, BN_ACT_LEAKY_Z: lam_act_zero_bound of y's type */
+  /* dz is formed from y = act(z) (relu and leaky: y > 0; tanh; sigmoid), or from z recomputed (gelu; _Z) */
+  static constexpr bool from_z = ACT == LAM_ACT_GELU || ACT == BN_ACT_RELU_Z || ACT == BN_ACT_LEAKY_Z;
+  static constexpr bool from_y = ACT != BN_ACT_NONE && !from_z;
+  static constexpr int base = ACT == BN_ACT_RELU_Z ? LAM_ACT_RELU : ACT == BN_ACT_LEAKY_Z ? LAM_ACT_LEAKY : ACT;
   __device__ __forceinline__ float of(float z) const {
     if constexpr (ACT == BN_ACT_NONE) return z;
-    else return lam_act(ACT, alpha, z);
+    else return lam_act(base, alpha, z);
   }
   /* g act'(z), from y or z as from_y says (the other is not read) */
   __device__ __forceinline__ float dz(float z, float y, float g) const {
     if constexpr (ACT == BN_ACT_NONE) return g;
+    else if constexpr (ACT == BN_ACT_RELU_Z || ACT == BN_ACT_LEAKY_Z) return lam_act_grad_z(base, alpha, z, zt, g);
     else return lam_act_grad(ACT, alpha, z, y, g);
   }
 };

@@ -172,8 +172,8 @@ __global__ void bn_bwd_channel_kernel(red_args r, const float *gamma, float *dx,
   __syncthreads();
   const bn_act<ACT> act = {r.alpha};
   const float m = r.mean[c], is = r.invstd[c], k = gamma_of(gamma, c) * is, mdy = s_mdy, mdx = s_mdx;
-  const float sc = ACT == LAM_ACT_GELU ? is * gamma_of(gamma, c) : 0.0f; /* gelu's z, as the forward */
-  const float bt = ACT == LAM_ACT_GELU ? beta_of(r.beta, c) : 0.0f;
+  const float sc = bn_act<ACT>::from_z ? is * gamma_of(gamma, c) : 0.0f; /* z, as the forward computed it */
+  const float bt = bn_act<ACT>::from_z ? beta_of(r.beta, c) : 0.0f;
   const unsigned PV = (unsigned)r.P / V, n = (unsigned)r.B * PV;
   for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
     size_t o = ((size_t)(j / PV) * r.C + c) * PV + j % PV;
@@ -207,7 +207,7 @@ __global__ void bn_bwd_apply_kernel(I n, I PV, I C, bn_act<ACT> act, const float
   GRID_STRIDE(I, i, n) {
     I c = i / PV % C;
     float m = mean[c], is = invstd[c], k = gamma_of(gamma, c) * is, mdy = fin[2 * c], mdx = fin[2 * c + 1];
-    float sc = ACT == LAM_ACT_GELU ? k : 0.0f, bt = ACT == LAM_ACT_GELU ? beta_of(beta, c) : 0.0f;
+    float sc = bn_act<ACT>::from_z ? k : 0.0f, bt = bn_act<ACT>::from_z ? beta_of(beta, c) : 0.0f;
     float xv[V], gv[V];
     vload<V>(xv, x, i);
     vload<V>(gv, dy, i);
@@ -231,7 +231,7 @@ static lam_status bn_bwd_run(cuda_state *st, const char *what, int B, int C, int
   if (dr && !bn_act<ACT>::from_y)
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: a residual's gradient needs an activation read from y", what);
   if (!bn_act<ACT>::from_y) y = NULL; /* not read */
-  else if (!y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: relu, leaky, tanh and sigmoid read y, which is NULL", what);
+  else if (!y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: tanh, sigmoid and a residual's relu or leaky read y, which is NULL", what);
   const bool vec = red_vec(P, x, dy) && aligned16(y) && aligned16(dx) && aligned16(dr);
   red_args r = {B, C, P, x, dy, mean, invstd, y, gamma, beta, act.alpha};
   int S = channel_splits(B, C, P, 2, 2); /* 2 partials a block, and the two means a channel */
@@ -263,9 +263,9 @@ static lam_status nchw_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, fl
 #define BN_ACT_BWD(A)                                                                                               \
   bn_bwd_run(st, "bn_act_bwd", B, C, P, bn_act<A>{alpha}, x, y, dy, gamma, beta, mean, invstd, dx, dr, dr_add, dgamma, \
              dbeta)
-  switch (act) { /* as act_bwd: any other value is the sigmoid */
-    case LAM_ACT_RELU: return BN_ACT_BWD(LAM_ACT_RELU);
-    case LAM_ACT_LEAKY: return BN_ACT_BWD(LAM_ACT_LEAKY);
+  switch (act) { /* as act_bwd: any other value is the sigmoid; relu's and leaky's dz from z without a residual */
+    case LAM_ACT_RELU: return dr ? BN_ACT_BWD(LAM_ACT_RELU) : BN_ACT_BWD(BN_ACT_RELU_Z);
+    case LAM_ACT_LEAKY: return dr ? BN_ACT_BWD(LAM_ACT_LEAKY) : BN_ACT_BWD(BN_ACT_LEAKY_Z);
     case LAM_ACT_TANH: return BN_ACT_BWD(LAM_ACT_TANH);
     case LAM_ACT_GELU: return BN_ACT_BWD(LAM_ACT_GELU);
     default: return BN_ACT_BWD(LAM_ACT_SIGMOID);
@@ -410,7 +410,7 @@ __global__ void nhwc_bn_bwd_apply_kernel(size_t N, int C, int TX, int TY, bn_act
   for (int q = 0; q < V; q++) {
     const int c = cv * V + q;
     m[q] = mean[c], is[q] = invstd[c], k[q] = gamma_of(gamma, c) * is[q], mdy[q] = fin[2 * c], mdx[q] = fin[2 * c + 1];
-    sc[q] = ACT == LAM_ACT_GELU ? k[q] : 0.0f, bt[q] = ACT == LAM_ACT_GELU ? beta_of(beta, c) : 0.0f;
+    sc[q] = bn_act<ACT>::from_z ? k[q] : 0.0f, bt[q] = bn_act<ACT>::from_z ? beta_of(beta, c) : 0.0f;
   }
   for (size_t row = r0 + ty; row < r1; row += TY) {
     const size_t o = row * CV + cv;
@@ -444,7 +444,7 @@ struct nbn_bwd_args {
 
 template <typename T, int V, int ACT> static lam_status nhwc_bn_bwd_launch(cuda_state *st, const nbn_bwd_args &a,
                                                                            bn_act<ACT> act) {
-  nred_args r = {a.N, a.C, a.x, a.dy, a.y, a.mean, a.invstd, a.gamma, a.beta, act.alpha};
+  nred_args r = {a.N, a.C, a.x, a.dy, a.y, a.mean, a.invstd, a.gamma, a.beta, act.alpha, act.zt};
   chan_grid g;
   LAM_TRY(nred_grid("bn_bwd", a.N, a.C, V, &g));
   LAM_TRY((nred_launch<T, V, NR_BWD, ACT>(st, r, g)));
@@ -462,7 +462,7 @@ template <typename T, int V, int ACT> static lam_status nhwc_bn_bwd_launch(cuda_
 
 template <int ACT> static lam_status nhwc_bn_bwd_act(cuda_state *st, lam_fmt f, const nbn_bwd_args &a, float alpha) {
   const bool v = vec_ok(f.dt, a.C, a.x, a.dy, a.dx, bn_act<ACT>::from_y ? a.y : NULL) && (!a.dr || aligned16(a.dr));
-  const bn_act<ACT> act = {alpha};
+  const bn_act<ACT> act = {alpha, lam_act_zero_bound(f.dt)};
   LAM_DT_DISPATCH(f.dt, T, return v ? nhwc_bn_bwd_launch<T, lam_vw<T>::value, ACT>(st, a, act)
                                      : nhwc_bn_bwd_launch<T, 1, ACT>(st, a, act));
   return LAM_OK; /* not reached */
@@ -474,14 +474,18 @@ lam_status nhwc_bn_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float 
                                   float *dbeta) {
   cuda_state *st = cuda_st(ctx);
   if (!N || C <= 0) return LAM_OK;
-  const bool from_y = act != BN_ACT_NONE && act != LAM_ACT_GELU;
-  if (from_y && !y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: relu, leaky, tanh and sigmoid read y, which is NULL");
-  if (dr && !from_y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: a residual's gradient needs an activation read from y");
+  /* relu and leaky read y only for a residual's dz (its z is bn(x) + r); else theirs comes from z (bn.cuh) */
+  const bool z_mask = !dr && (act == LAM_ACT_RELU || act == LAM_ACT_LEAKY);
+  const bool from_y = act != BN_ACT_NONE && act != LAM_ACT_GELU && !z_mask;
+  if (from_y && !y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: tanh, sigmoid and a residual's relu or leaky read y, which is NULL");
+  if (dr && act == LAM_ACT_GELU) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: a residual's gradient needs an activation read from y, not gelu");
   nbn_bwd_args a = {N, C, x, from_y ? y : NULL, dy, gamma, beta, mean, invstd, dx, dr, dr_add, dgamma, dbeta};
   switch (act) {
     case BN_ACT_NONE: return nhwc_bn_bwd_act<BN_ACT_NONE>(st, f, a, alpha);
-    case LAM_ACT_RELU: return nhwc_bn_bwd_act<LAM_ACT_RELU>(st, f, a, alpha);
-    case LAM_ACT_LEAKY: return nhwc_bn_bwd_act<LAM_ACT_LEAKY>(st, f, a, alpha);
+    case LAM_ACT_RELU:
+      return z_mask ? nhwc_bn_bwd_act<BN_ACT_RELU_Z>(st, f, a, alpha) : nhwc_bn_bwd_act<LAM_ACT_RELU>(st, f, a, alpha);
+    case LAM_ACT_LEAKY:
+      return z_mask ? nhwc_bn_bwd_act<BN_ACT_LEAKY_Z>(st, f, a, alpha) : nhwc_bn_bwd_act<LAM_ACT_LEAKY>(st, f, a, alpha);
     case LAM_ACT_TANH: return nhwc_bn_bwd_act<LAM_ACT_TANH>(st, f, a, alpha);
     case LAM_ACT_GELU: return nhwc_bn_bwd_act<LAM_ACT_GELU>(st, f, a, alpha);
     default: return nhwc_bn_bwd_act<LAM_ACT_SIGMOID>(st, f, a, alpha);

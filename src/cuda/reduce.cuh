@@ -104,7 +104,7 @@ __device__ float2 thread_sums(const red_args &r, int c, int b0, int b1) {
   float a = 0.0f, b = 0.0f, K = 0.0f, m = 0.0f, is = 0.0f, sc = 0.0f, bt = 0.0f;
   if (MODE == RED_STATS) K = r.x[(size_t)c * r.P];
   if (MODE == RED_BWD) m = r.mean[c], is = r.invstd[c];
-  if (MODE == RED_BWD && ACT == LAM_ACT_GELU) sc = is * gamma_of(r.gamma, c), bt = beta_of(r.beta, c);
+  if (MODE == RED_BWD && bn_act<ACT>::from_z) sc = is * gamma_of(r.gamma, c), bt = beta_of(r.beta, c);
   for (unsigned j = threadIdx.x; j < n; j += RED_NT) {
     size_t o = ((size_t)(b0 + j / PV) * r.C + c) * PV + j % PV; /* in units of V values */
     float xv[V], gv[V];
@@ -202,8 +202,8 @@ struct nred_args {
   size_t N;
   int C;
   const void *x, *dy, *y; /* x: NR_STATS, NR_BWD; dy: NR_SUM, NR_BWD; y: NR_BWD after relu, leaky, tanh, sigmoid */
-  const float *mean, *invstd, *gamma, *beta; /* NR_BWD (gamma, beta: gelu's z) */
-  float alpha;
+  const float *mean, *invstd, *gamma, *beta; /* NR_BWD (gamma, beta: z's, where dz is formed from z) */
+  float alpha, zt; /* bn_act's */
 };
 
 /* dz = dy act'(.) (ACT after a BatchNorm), from y or from z = (x - m) sc + bt, as the NCHW kernels form it. */
@@ -233,15 +233,15 @@ __global__ void nred_part_kernel(nred_args r, int TX, int TY, float *part) {
   for (int q = 0; q < V; q++) a[q] = b[q] = 0.0f;
   if (cv >= 0) {
     const int c0 = cv * V;
-    const bn_act<ACT> act = {r.alpha};
+    const bn_act<ACT> act = {r.alpha, r.zt};
     float K[V], m[V], is[V], sc[V], bt[V];
 #pragma unroll
     for (int q = 0; q < V; q++) {
       K[q] = MODE == NR_STATS ? tget((const T *)r.x, (size_t)c0 + q) : 0.0f;
       m[q] = MODE == NR_BWD ? r.mean[c0 + q] : 0.0f;
       is[q] = MODE == NR_BWD ? r.invstd[c0 + q] : 0.0f;
-      sc[q] = MODE == NR_BWD && ACT == LAM_ACT_GELU ? is[q] * gamma_of(r.gamma, c0 + q) : 0.0f;
-      bt[q] = MODE == NR_BWD && ACT == LAM_ACT_GELU ? beta_of(r.beta, c0 + q) : 0.0f;
+      sc[q] = MODE == NR_BWD && bn_act<ACT>::from_z ? is[q] * gamma_of(r.gamma, c0 + q) : 0.0f;
+      bt[q] = MODE == NR_BWD && bn_act<ACT>::from_z ? beta_of(r.beta, c0 + q) : 0.0f;
     }
     for (size_t row = r0 + ty; row < r1; row += TY) {
       const size_t o = row * CV + cv;

@@ -42,4 +42,16 @@ LAM_HD float lam_act_grad(int act, float alpha, float z, float y, float g) {
   }
 }
 
+/* relu's and leaky's gradient from z instead of y, for bn_act_bwd without a residual, which then does not read y
+ * (an activation's worth of memory traffic, twice): y > 0 exactly when z exceeds zt, the largest positive float
+ * that y's type rounds to 0 — 0 in float, 2^-134 in bfloat16 and 2^-25 in IEEE half (half the smallest subnormal,
+ * a tie rounded to the even 0). From the z the forward computed this gives, bit for bit, what lam_act_grad gives
+ * from the y it stored, NaN included (a NaN z passes relu's gradient, and leaky's scaled, as a NaN y does). dt is a
+ * LAM_DT_*. */
+LAM_HD float lam_act_zero_bound(int dt) { return dt == LAM_DT_F16 ? 0x1p-25f : dt == LAM_DT_BF16 ? 0x1p-134f : 0.0f; }
+LAM_HD float lam_act_grad_z(int act, float alpha, float z, float zt, float g) {
+  if (act == LAM_ACT_RELU) return !(z <= zt) ? g : 0.0f;
+  return z > zt ? g : alpha * g; /* leaky */
+}
+
 #endif

@@ -198,13 +198,17 @@ static void relu_nan_bn_act(int bf16) {
   if (bf16) IN_BF16(run_bn_act_fwd(g_ctx, B, C, P, LAM_ACT_RELU, 0.0f, x, gamma, beta, &o, 0.1f, 1e-5f, 0));
   else run_bn_act_fwd(g_ctx, B, C, P, LAM_ACT_RELU, 0.0f, x, gamma, beta, &o, 0.1f, 1e-5f, 0);
   for (size_t i = 1; i < n; i += 3) want_nan(what, i, o.y[i]);
-  /* backward: y NaN in all of channel 0, so dbeta[0] += sum(dz) is the sum of dy there (0 if hidden) */
+  /* backward: x and so z NaN in all of channel 0 (relu's dz comes from z: no residual), so dbeta[0] += sum(dz) is
+   * the sum of dy there (0 if hidden); y is not read, and is NaN there too, as the forward would have made it */
   float *y = frand16(n, 0.1, 2), *dy = frand16(n, -1, 1), *dx = fnan(n), *mean = frand(C, -0.1, 0.1),
         *invstd = frand(C, 0.5, 2), *dg = frand(C, -1, 1), *db = fnan(C), *xf = frand16(n, -2, 2);
   for (int c = 0; c < C; c++) db[c] = 0.0f;
   double want = 0;
   for (int b = 0; b < B; b++)
-    for (int p = 0; p < P; p++) y[((size_t)b * C) * P + p] = NAN, want += dy[((size_t)b * C) * P + p];
+    for (int p = 0; p < P; p++) {
+      const size_t i = ((size_t)b * C) * P + p;
+      xf[i] = NAN, y[i] = NAN, want += dy[i];
+    }
   if (bf16) IN_BF16(run_bn_act_bwd(g_ctx, B, C, P, LAM_ACT_RELU, 0.0f, xf, y, dy, gamma, beta, mean, invstd, dx, dg, db));
   else run_bn_act_bwd(g_ctx, B, C, P, LAM_ACT_RELU, 0.0f, xf, y, dy, gamma, beta, mean, invstd, dx, dg, db);
   snprintf(what, sizeof what, "bn_act_bwd relu%s", bf16 ? " bf16" : "");
@@ -301,6 +305,40 @@ static void relu_nan_direct(void) {
   }
 }
 
+/* bn_act_bwd forms relu's and leaky's dz from z where there is no residual: z > zt, the largest value y's type
+ * rounds to 0 (act.h). With mean 0, invstd 1 and gamma 0.5, z is half an x of k units of the type's smallest
+ * subnormal u (2^-149 in float, 2^-133 in bfloat16, 2^-24 in IEEE half), so k = 1 gives z = u/2, which y's type
+ * rounds (a tie, to even) to 0: masked, as y = 0 would mask it; k >= 2 passes; k <= 0 is masked. Channel 0 holds
+ * k = 1, -1, 0, 1 (dbeta 0), channel 1 k = 2, 3, 4, 1 (dbeta the sum of its first three dy); leaky scales the
+ * masked ones by alpha instead. The mask placed a value away would fail one of the two. */
+static void relu_zero_bound(int dt) {
+  const int B = 1, C = 2, P = 4;
+  const size_t n = (size_t)B * C * P;
+  const double u = dt == LAM_DT_F16 ? 0x1p-24 : dt == LAM_DT_BF16 ? 0x1p-133 : 0x1p-149;
+  static const int k[8] = {1, -1, 0, 1, 2, 3, 4, 1};
+  char what[96];
+  for (int act = LAM_ACT_RELU; act <= LAM_ACT_LEAKY; act += LAM_ACT_LEAKY - LAM_ACT_RELU) {
+    const float alpha = act == LAM_ACT_LEAKY ? 0.25f : 0.0f;
+    float x[8], dy[8], dx[8], gamma[2] = {0.5f, 0.5f}, beta[2] = {0, 0}, mean[2] = {0, 0}, invstd[2] = {1, 1};
+    float dg[2] = {0, 0}, db[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) x[i] = (float)(k[i] * u), dy[i] = (float)(i + 1) * 0.125f; /* exact in each type */
+    if (dt == LAM_DT_F32) run_bn_act_bwd(g_ctx, B, C, P, act, alpha, x, NULL, dy, gamma, beta, mean, invstd, dx, dg, db);
+    else {
+      const int keep = g_half;
+      g_half = dt;
+      IN_BF16(run_bn_act_bwd(g_ctx, B, C, P, act, alpha, x, NULL, dy, gamma, beta, mean, invstd, dx, dg, db));
+      g_half = keep;
+    }
+    double want[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) want[i / P] += k[i] >= 2 ? dy[i] : alpha * dy[i];
+    snprintf(what, sizeof what, "bn_act_bwd %s %s at z = u/2", act_name(act), dt == LAM_DT_F32 ? "f32" : dt == LAM_DT_F16 ? "f16" : "bf16");
+    for (int c = 0; c < C; c++)
+      if (!(fabs(db[c] - want[c]) <= 1e-6 * (1 + fabs(want[c]))))
+        fail_msg("%s: dbeta[%d] is %g, want %g: relu's mask from z differs from the one the stored y gives", what, c,
+                 db[c], want[c]);
+  }
+}
+
 static void test_relu_nan(void **state) {
   (void)state;
   seed_case("relu_nan", 0);
@@ -308,6 +346,7 @@ static void test_relu_nan(void **state) {
   relu_nan_bn_act(0), relu_nan_bn_act(1);
   relu_nan_conv_pool();
   relu_nan_direct();
+  relu_zero_bound(LAM_DT_F32), relu_zero_bound(LAM_DT_BF16), relu_zero_bound(LAM_DT_F16);
 }
 
 const struct CMUnitTest *prims_act_tests(size_t *n) {
