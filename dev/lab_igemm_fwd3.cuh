@@ -27,7 +27,7 @@ template <int BN_, int MI_, int MINB_, bool PERSIST = false, bool XF = false> st
   static constexpr int BN = BN_, MI = MI_, MINB = MINB_, BM = 128 * MI, ACC = BN / 2, XT = XF ? 32 : 0, THREADS = 288 + XT;
   static constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128, STAGE = A_BYTES + B_BYTES, EP = PERSIST ? BM * BN * 2 : 0;
   static constexpr int ST_ = ((MINB == 2 ? 110 * 1024 : 220 * 1024) - EP) / STAGE, ST = ST_ > 6 ? 6 : ST_;
-  static constexpr int SMEM = 1024 + EP + ST * STAGE + 3 * ST * 8 + 2 * BN * 4 + 2 * 256 * 4; // + sums, scale and bias (C ≤ 512)
+  static constexpr int SMEM = 1024 + EP + ST * STAGE + 3 * ST * 8 + 16 + 2 * BN * 4 + 2 * 256 * 4; // + sums, scale and bias (C ≤ 512)
 };
 
 // SS with PRO: the prologue runs in shared memory, by a transforming warp (warp 9) between the producer and the
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(PRO && !RS ? 320 : 288, MINB) igemm_fwd_wg(con
   uint8_t *epbuf = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023); // the swizzle repeats every 1024 bytes
   uint8_t *base = epbuf + C::EP, *Bs = base + C::ST * C::A_BYTES;
   uint64_t *full = (uint64_t *)(Bs + C::ST * C::B_BYTES), *empty = full + C::ST, *ready = empty + C::ST;
-  float *red = (float *)(ready + C::ST);
+  float *red = (float *)(((uintptr_t)(ready + C::ST) + 15) & ~(uintptr_t)15); // 16-byte aligned: the xform's uint4 reads of ssc
   half2 *ssc = (half2 *)(red + 2 * BN), *sbi = ssc + 256; // the prologue's scale and bias, half2 pairs of channels
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int cpt = s.C / 64, nq = s.R * s.S * cpt, HW = s.H * s.W;
