@@ -82,22 +82,28 @@ __global__ void __launch_bounds__(PRO && !RS ? 320 : 288, MINB) igemm_fwd_wg(con
     return;
   }
   if (XF && warp == 9) { // the transforming warp: lane xt rewrites chunks xt, xt + 32, ... of each A tile
-    const int xt = tid - 288;
+    // chunk v is row v / 8's physical 16 bytes v % 8, which hold channels c0 + 8·ch .. + 7 with ch = (v % 8) ^ (row % 8)
+    // (the swizzle). A lane's v % 8 is fixed and its rows step by 4, so its ch alternates between two values: their
+    // scale and bias are four uint4 registers a stage, not two shared loads a chunk
+    const int xt = tid - 288, che = (xt & 7) ^ (xt >> 3), cho = (xt & 7) ^ ((xt >> 3) + 4);
+    const uint4 *ssc4 = (const uint4 *)ssc, *sbi4 = (const uint4 *)sbi;
+    auto xf = [](uint4 &d, const uint4 &sv, const uint4 &bv) {
+      asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.x) : "r"(sv.x), "r"(bv.x));
+      asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.y) : "r"(sv.y), "r"(bv.y));
+      asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.z) : "r"(sv.z), "r"(bv.z));
+      asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.w) : "r"(sv.w), "r"(bv.w));
+    };
     for (int tile = t_first, g = 0; tile < total; tile += t_step)
       for (int q = 0; q < nq; q++, g++) {
-        const int st = g % C::ST, c0 = (q % cpt) * 64;
+        const int st = g % C::ST, c8 = (q % cpt) * 8; // c0 / 8
+        const uint4 se = ssc4[c8 + che], be = sbi4[c8 + che], so = ssc4[c8 + cho], bo = sbi4[c8 + cho];
         mbar_wait(&full[st], (g / C::ST) & 1);
-        uint8_t *a_s = base + st * C::A_BYTES;
+        uint4 *a4 = (uint4 *)(base + st * C::A_BYTES) + xt;
 #pragma unroll 4
-        for (int v = xt; v < C::BM * 8; v += 32) {
-          const int row = v >> 3, ch = (v & 7) ^ (row & 7); // the chunk's channels: c0 + 8·ch .. + 7 (the swizzle)
-          uint4 d = *(uint4 *)(a_s + v * 16);
-          const uint4 sv = *(const uint4 *)&ssc[(c0 >> 1) + ch * 4], bv = *(const uint4 *)&sbi[(c0 >> 1) + ch * 4];
-          asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.x) : "r"(sv.x), "r"(bv.x));
-          asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.y) : "r"(sv.y), "r"(bv.y));
-          asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.z) : "r"(sv.z), "r"(bv.z));
-          asm("fma.rn.oob.relu.f16x2 %0, %0, %1, %2;\n" : "+r"(d.w) : "r"(sv.w), "r"(bv.w));
-          *(uint4 *)(a_s + v * 16) = d;
+        for (int i = 0; i < C::BM / 4; i += 2) { // chunks xt + 32i (rows ≡ xt / 8 mod 8) and xt + 32(i + 1) (those + 4)
+          uint4 d0 = a4[32 * i], d1 = a4[32 * i + 32];
+          xf(d0, se, be), xf(d1, so, bo);
+          a4[32 * i] = d0, a4[32 * i + 32] = d1;
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // the stores, made visible to wgmma
         mbar_arrive(&ready[st]);
