@@ -130,9 +130,6 @@ static lam_status plain_bn_sync_dx(int B, int C, int P, const float *x, const fl
   return LAM_OK;
 }
 
-/* relu's and leaky's dz from z (act.h's lam_act_grad_z), not y, where there is no residual: y is then not read */
-static int bn_act_z_mask(int act, const void *dr) { return !dr && (act == LAM_ACT_RELU || act == LAM_ACT_LEAKY); }
-
 static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, const float *x,
                           const float *r, const float *gamma, const float *beta, float *y, float *mean, float *invstd, float *run_mean, float *run_var,
                           float momentum, float eps, int train) {
@@ -162,8 +159,8 @@ static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, f
                                    float *dgamma, float *dbeta) {
   (void)ctx;
   const double N = (double)B * P;
-  const int gelu = act == LAM_ACT_GELU, zmask = bn_act_z_mask(act, dr);
-  const int from_z = gelu || zmask; /* dz from z, recomputed as bn_act_fwd computed it; else from y */
+  const int gelu = act == LAM_ACT_GELU, from_z = lam_bn_act_dz_from_z(act, dr != NULL); /* z as bn_act_fwd computed it */
+  const int zmask = from_z && !gelu; /* relu, leaky: lam_act_grad_z */
   if (!from_z && !y)
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: tanh, sigmoid and a residual's relu or leaky read y, which is NULL");
   if (gelu && dr) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: a residual's gradient needs an activation read from y, not gelu");
@@ -252,7 +249,7 @@ lam_status cpu_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act,
                           const void *y, const void *dy, const float *gamma, const float *beta, const float *mean,
                           const float *invstd, void *dx, void *dr, int dr_add, float *dgamma, float *dbeta) {
   cpu_fmt_job j = cpu_fmt_begin(f);
-  const int reads_y = act != LAM_ACT_GELU && !bn_act_z_mask(act, dr);
+  const int reads_y = !lam_bn_act_dz_from_z(act, dr != NULL);
   const float *tx = cpu_fmt_in(&j, B, C, P, x), *ty = reads_y ? cpu_fmt_in(&j, B, C, P, y) : NULL,
               *tdy = cpu_fmt_in(&j, B, C, P, dy);
   float *tdr = dr ? cpu_fmt_out(&j, B, C, P, dr, dr_add) : NULL; /* before dx: dx may be dy, dr never */
