@@ -190,8 +190,8 @@ typedef struct lam_scaler {
                  const float *gamma, const float *beta, void *y, float *mean, float *invstd, float *run_mean,         \
                  float *run_var, float momentum, float eps, int train))                                             \
   /* Its training-mode backward: dz = dy act'(.) formed on the fly (from y for tanh, sigmoid, and relu and leaky   \
-   * with a residual, as act_bwd; from z recomputed out of x, mean, invstd, gamma and beta for gelu, and relu and   \
-   * leaky without one, the same dz as from the y stored: then y is not read and may be NULL), then                \
+   * where y is given or with a residual, as act_bwd; from z recomputed out of x, mean, invstd, gamma and beta for  \
+   * gelu, and for relu and leaky where y is NULL and there is no residual: the same dz as from the y stored), then \
    * bn_bwd's math on dz: dgamma[c] += sum(dz xhat), dbeta[c] += sum(dz), dx = gamma invstd (dz - mean(dz) - xhat   \
    * mean(dz xhat)) (dx overwritten; dx may be dy). dz is never stored, but where dr is not NULL (the residual's   \
    * gradient, of a forward with r) it is dz: written, or with dr_add added to dr's values. */                       \

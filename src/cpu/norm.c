@@ -152,14 +152,15 @@ static lam_status plain_bn_act_fwd(lam_ctx *ctx, int B, int C, int P, int act, f
   return LAM_OK;
 }
 
-/* zt: relu's and leaky's bound of y's type (act.h's lam_act_zero_bound), their dz from z where no residual is given */
+/* zt: relu's and leaky's bound of y's type (act.h's lam_act_zero_bound), their dz from z where neither a residual
+ * nor y is given */
 static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, float alpha, float zt, const float *x,
                                    const float *y, const float *dy, const float *gamma, const float *beta,
                                    const float *mean, const float *invstd, float *dx, float *dr, int dr_add,
                                    float *dgamma, float *dbeta) {
   (void)ctx;
   const double N = (double)B * P;
-  const int gelu = act == LAM_ACT_GELU, from_z = lam_bn_act_dz_from_z(act, dr != NULL); /* z as bn_act_fwd computed it */
+  const int gelu = act == LAM_ACT_GELU, from_z = lam_bn_act_dz_from_z(act, dr != NULL, y != NULL); /* z as bn_act_fwd computed it */
   const int zmask = from_z && !gelu; /* relu, leaky: lam_act_grad_z */
   if (!from_z && !y)
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: tanh, sigmoid and a residual's relu or leaky read y, which is NULL");
@@ -249,7 +250,7 @@ lam_status cpu_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act,
                           const void *y, const void *dy, const float *gamma, const float *beta, const float *mean,
                           const float *invstd, void *dx, void *dr, int dr_add, float *dgamma, float *dbeta) {
   cpu_fmt_job j = cpu_fmt_begin(f);
-  const int reads_y = !lam_bn_act_dz_from_z(act, dr != NULL);
+  const int reads_y = !lam_bn_act_dz_from_z(act, dr != NULL, y != NULL);
   const float *tx = cpu_fmt_in(&j, B, C, P, x), *ty = reads_y ? cpu_fmt_in(&j, B, C, P, y) : NULL,
               *tdy = cpu_fmt_in(&j, B, C, P, dy);
   float *tdr = dr ? cpu_fmt_out(&j, B, C, P, dr, dr_add) : NULL; /* before dx: dx may be dy, dr never */

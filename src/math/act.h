@@ -49,10 +49,12 @@ LAM_HD float lam_act_grad(int act, float alpha, float z, float y, float g) {
  * from the y it stored, NaN included (a NaN z passes relu's gradient, and leaky's scaled, as a NaN y does). dt is a
  * LAM_DT_*. */
 LAM_HD float lam_act_zero_bound(int dt) { return dt == LAM_DT_F16 ? 0x1p-25f : dt == LAM_DT_BF16 ? 0x1p-134f : 0.0f; }
-/* Whether bn_act_bwd forms act's dz from z (gelu always; relu and leaky, by lam_act_grad_z, without a residual)
- * instead of from y, which it then does not read: the one rule both backends follow. */
-LAM_HD int lam_bn_act_dz_from_z(int act, int residual) {
-  return act == LAM_ACT_GELU || (!residual && (act == LAM_ACT_RELU || act == LAM_ACT_LEAKY));
+/* Whether bn_act_bwd forms act's dz from z (gelu always; relu and leaky, by lam_act_grad_z, where there is no
+ * residual and no y is given) instead of from y, which it then does not read: the one rule both backends follow.
+ * Where y is stored, reading it measured faster than recomputing z (the U-Net's step 2% slower from z on the H100,
+ * 2026-12-07), so only a caller without y — a convolution that applies the BatchNorm itself — takes z. */
+LAM_HD int lam_bn_act_dz_from_z(int act, int residual, int y_given) {
+  return act == LAM_ACT_GELU || (!residual && !y_given && (act == LAM_ACT_RELU || act == LAM_ACT_LEAKY));
 }
 LAM_HD float lam_act_grad_z(int act, float alpha, float z, float zt, float g) {
   if (act == LAM_ACT_RELU) return !(z <= zt) ? g : 0.0f;

@@ -198,8 +198,8 @@ static void relu_nan_bn_act(int bf16) {
   if (bf16) IN_BF16(run_bn_act_fwd(g_ctx, B, C, P, LAM_ACT_RELU, 0.0f, x, gamma, beta, &o, 0.1f, 1e-5f, 0));
   else run_bn_act_fwd(g_ctx, B, C, P, LAM_ACT_RELU, 0.0f, x, gamma, beta, &o, 0.1f, 1e-5f, 0);
   for (size_t i = 1; i < n; i += 3) want_nan(what, i, o.y[i]);
-  /* backward: x and so z NaN in all of channel 0 (relu's dz comes from z: no residual), so dbeta[0] += sum(dz) is
-   * the sum of dy there (0 if hidden); y is not read, and is NaN there too, as the forward would have made it */
+  /* backward: x, so z, and y NaN in all of channel 0, as the forward would have made them (relu's dz comes from y
+   * where it is given, from z where not), so dbeta[0] += sum(dz) is the sum of dy there (0 if hidden) */
   float *y = frand16(n, 0.1, 2), *dy = frand16(n, -1, 1), *dx = fnan(n), *mean = frand(C, -0.1, 0.1),
         *invstd = frand(C, 0.5, 2), *dg = frand(C, -1, 1), *db = fnan(C), *xf = frand16(n, -2, 2);
   for (int c = 0; c < C; c++) db[c] = 0.0f;
@@ -305,8 +305,8 @@ static void relu_nan_direct(void) {
   }
 }
 
-/* bn_act_bwd forms relu's and leaky's dz from z where there is no residual: z > zt, the largest value y's type
- * rounds to 0 (act.h). With mean 0, invstd 1 and gamma 0.5, z is half an x of k units of the type's smallest
+/* bn_act_bwd forms relu's and leaky's dz from z where neither a residual nor y is given: z > zt, the largest value
+ * y's type rounds to 0 (act.h). With mean 0, invstd 1 and gamma 0.5, z is half an x of k units of the type's smallest
  * subnormal u (2^-149 in float, 2^-133 in bfloat16, 2^-24 in IEEE half), so k = 1 gives z = u/2, which y's type
  * rounds (a tie, to even) to 0: masked, as y = 0 would mask it; k >= 2 passes; k <= 0 is masked. Channel 0 holds
  * k = 1, -1, 0, 1 (dbeta 0), channel 1 k = 2, 3, 4, 1 (dbeta the sum of its first three dy); leaky scales the

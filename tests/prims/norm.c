@@ -813,7 +813,9 @@ static void test_bn_act(void **state) {
                 dxscale[q] = fabs(kk) * (dzscale[q] + a1 / N + fabs(xh) * (1 + a2 / N) + fabs(mf[c]) * isf[c] * a2 / N);
               }
           }
-          const float *yarg = gelu || kink ? NULL : yin; /* not read: relu and leaky form dz from z here */
+          /* relu and leaky without y form dz from z (the path of a caller that never stores y); the comparison with
+           * act_bwd + bn_bwd below gives them y */
+          const float *yarg = gelu || kink ? NULL : yin;
           float *dx = fnan(n), *dgg = fdup(dg0, C), *dbg = fdup(db0, C), *dxc = NULL, *dgc = NULL, *dbc = NULL;
           run_bn_act_bwd(g_ctx, B, C, P, act, alpha, x, yarg, dy, gamma, beta, mf, isf, dx, dgg, dbg);
           if (g_cuda) {
