@@ -219,9 +219,17 @@ __device__ __forceinline__ void nhwc_dz(const bn_act<ACT> &act, const float (&xv
   }
 }
 
+/* Rows a thread of nred_part_kernel loads before it sums them, where its vectors are 16 bytes (NRED_ROWS; else 1).
+ * One row a time left about 32 KB in flight per SM: the statistics pass ran at 2 TB/s on the H200, well under what
+ * its memory gives. The sums are added in the same row order whatever U is, so the bits do not change with it. */
+#ifndef NRED_ROWS
+#define NRED_ROWS 4
+#endif
+
 /* Block (s, group): its rows' sums of its channels, to part[(c * S + s) * 2 + {0, 1}]: dy (NR_SUM); x - K and
- * (x - K)^2 with K the channel's first value (NR_STATS: shifted, as the NCHW kernels); dz and dz xhat (NR_BWD). */
-template <typename T, int V, int MODE, int ACT>
+ * (x - K)^2 with K the channel's first value (NR_STATS: shifted, as the NCHW kernels); dz and dz xhat (NR_BWD).
+ * Each thread takes rows ty, ty + TY, ... of the block's, U at a time: their loads first, then their sums. */
+template <typename T, int V, int MODE, int ACT, int U = (lam_vec16<T, V>::value ? NRED_ROWS : 1)>
 __global__ void nred_part_kernel(nred_args r, int TX, int TY, float *part) {
   __shared__ float sh[2 * NT * V];
   const int CV = r.C / V;
@@ -243,12 +251,9 @@ __global__ void nred_part_kernel(nred_args r, int TX, int TY, float *part) {
       sc[q] = MODE == NR_BWD && bn_act<ACT>::from_z ? is[q] * gamma_of(r.gamma, c0 + q) : 0.0f;
       bt[q] = MODE == NR_BWD && bn_act<ACT>::from_z ? beta_of(r.beta, c0 + q) : 0.0f;
     }
-    for (size_t row = r0 + ty; row < r1; row += TY) {
-      const size_t o = row * CV + cv;
-      float xv[V], gv[V], yv[V];
-      if (MODE != NR_SUM) tload<T, V>(xv, (const T *)r.x, o);
-      if (MODE != NR_STATS) tload<T, V>(gv, (const T *)r.dy, o);
-      if (MODE == NR_BWD && bn_act<ACT>::from_y) tload<T, V>(yv, (const T *)r.y, o);
+    constexpr bool LX = MODE != NR_SUM, LG = MODE != NR_STATS, LY = MODE == NR_BWD && bn_act<ACT>::from_y;
+    /* one row's values into the sums */
+    auto add = [&](float (&xv)[V], float (&gv)[V], float (&yv)[V]) {
       if (MODE == NR_BWD) nhwc_dz<ACT, V>(act, xv, yv, gv, m, sc, bt);
 #pragma unroll
       for (int q = 0; q < V; q++) {
@@ -259,6 +264,34 @@ __global__ void nred_part_kernel(nred_args r, int TX, int TY, float *part) {
         }
         if (MODE == NR_BWD) a[q] += gv[q], b[q] += gv[q] * ((xv[q] - m[q]) * is[q]);
       }
+    };
+    size_t row = r0 + ty;
+    if constexpr (U > 1)
+      for (; row + (size_t)(U - 1) * TY < r1; row += (size_t)U * TY) {
+        uint4 xr[U], gr[U], yr[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          const size_t o = (row + (size_t)u * TY) * CV + cv;
+          if (LX) xr[u] = reinterpret_cast<const uint4 *>(r.x)[o];
+          if (LG) gr[u] = reinterpret_cast<const uint4 *>(r.dy)[o];
+          if (LY) yr[u] = reinterpret_cast<const uint4 *>(r.y)[o];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          float xv[V], gv[V], yv[V];
+          if (LX) tunpack<T, V>(xv, xr[u]);
+          if (LG) tunpack<T, V>(gv, gr[u]);
+          if (LY) tunpack<T, V>(yv, yr[u]);
+          add(xv, gv, yv);
+        }
+      }
+    for (; row < r1; row += TY) {
+      const size_t o = row * CV + cv;
+      float xv[V], gv[V], yv[V];
+      if (LX) tload<T, V>(xv, (const T *)r.x, o);
+      if (LG) tload<T, V>(gv, (const T *)r.dy, o);
+      if (LY) tload<T, V>(yv, (const T *)r.y, o);
+      add(xv, gv, yv);
     }
   }
   chan_block_sum<V>(a, b, TX, TY, ty, sh);

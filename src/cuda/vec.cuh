@@ -75,28 +75,35 @@ template <typename T> __device__ __forceinline__ T tfrom(float v) {
 template <typename T> __device__ __forceinline__ float tget(const T *p, size_t i) { return tval(p[i]); }
 template <typename T> __device__ __forceinline__ void tput(T *p, size_t i, float v) { p[i] = tfrom<T>(v); }
 
-/* v = values V*i .. V*i + V - 1 of p. */
-template <typename T, int V> __device__ __forceinline__ void tload(float (&v)[V], const T *p, size_t i) {
-  if constexpr (V * sizeof(T) == 16) {
-    uint4 u = reinterpret_cast<const uint4 *>(p)[i];
-    if constexpr (sizeof(T) == 4) {
-      v[0] = __uint_as_float(u.x), v[1] = __uint_as_float(u.y), v[2] = __uint_as_float(u.z), v[3] = __uint_as_float(u.w);
-    } else if constexpr (std::is_same<T, lam_f16>::value) {
-      const unsigned w[4] = {u.x, u.y, u.z, u.w};
+/* A vector of V values of T is 16 bytes (one uint4 load): 4 floats, or 8 bfloat16 or halfs. */
+template <typename T, int V> struct lam_vec16 {
+  static constexpr bool value = V * sizeof(T) == 16;
+};
+/* v = the V values of T in the 16 bytes u, as floats. */
+template <typename T, int V> __device__ __forceinline__ void tunpack(float (&v)[V], uint4 u) {
+  static_assert(lam_vec16<T, V>::value, "tunpack takes a 16-byte vector");
+  if constexpr (sizeof(T) == 4) {
+    v[0] = __uint_as_float(u.x), v[1] = __uint_as_float(u.y), v[2] = __uint_as_float(u.z), v[3] = __uint_as_float(u.w);
+  } else if constexpr (std::is_same<T, lam_f16>::value) {
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-      for (int q = 0; q < 4; q++) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[q]));
-        v[2 * q] = f.x, v[2 * q + 1] = f.y;
-      }
-    } else {
-      const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int q = 0; q < 4; q++) { /* a bfloat16 is the high half of a float */
-        v[2 * q] = __uint_as_float(w[q] << 16);
-        v[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
-      }
+    for (int q = 0; q < 4; q++) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[q]));
+      v[2 * q] = f.x, v[2 * q + 1] = f.y;
     }
   } else {
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int q = 0; q < 4; q++) { /* a bfloat16 is the high half of a float */
+      v[2 * q] = __uint_as_float(w[q] << 16);
+      v[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
+    }
+  }
+}
+/* v = values V*i .. V*i + V - 1 of p. */
+template <typename T, int V> __device__ __forceinline__ void tload(float (&v)[V], const T *p, size_t i) {
+  if constexpr (lam_vec16<T, V>::value) tunpack<T, V>(v, reinterpret_cast<const uint4 *>(p)[i]);
+  else {
 #pragma unroll
     for (int q = 0; q < V; q++) v[q] = tget(p, (size_t)V * i + q);
   }
