@@ -219,9 +219,11 @@ __device__ __forceinline__ void nhwc_dz(const bn_act<ACT> &act, const float (&xv
   }
 }
 
-/* Rows a thread of nred_part_kernel loads before it sums them, where its vectors are 16 bytes (NRED_ROWS; else 1).
- * One row a time left about 32 KB in flight per SM: the statistics pass ran at 2 TB/s on the H200, well under what
- * its memory gives. The sums are added in the same row order whatever U is, so the bits do not change with it. */
+/* Rows a thread of nred_part_kernel loads before it sums them: NRED_ROWS for the statistics (16-byte vectors only),
+ * 1 for the others. dev/lab_bn_reduce.cu on the H100 (2026-12-07): 4 rows took the statistics pass of res's 67 and
+ * 34 MB activations from 30.8 to 29.3 and 14.9 to 13.5 us, while the backward's sums from y ran 3-20% slower with
+ * 2 to 8 rows (their two or three loads a row already fill the memory's queue). The sums are added in the same row
+ * order whatever U is, so the bits do not change with it. */
 #ifndef NRED_ROWS
 #define NRED_ROWS 4
 #endif
@@ -229,7 +231,8 @@ __device__ __forceinline__ void nhwc_dz(const bn_act<ACT> &act, const float (&xv
 /* Block (s, group): its rows' sums of its channels, to part[(c * S + s) * 2 + {0, 1}]: dy (NR_SUM); x - K and
  * (x - K)^2 with K the channel's first value (NR_STATS: shifted, as the NCHW kernels); dz and dz xhat (NR_BWD).
  * Each thread takes rows ty, ty + TY, ... of the block's, U at a time: their loads first, then their sums. */
-template <typename T, int V, int MODE, int ACT, int U = (lam_vec16<T, V>::value ? NRED_ROWS : 1)>
+template <typename T, int V, int MODE, int ACT,
+          int U = (lam_vec16<T, V>::value && MODE == NR_STATS ? NRED_ROWS : 1)>
 __global__ void nred_part_kernel(nred_args r, int TX, int TY, float *part) {
   __shared__ float sh[2 * NT * V];
   const int CV = r.C / V;
