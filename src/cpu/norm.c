@@ -160,8 +160,9 @@ static lam_status plain_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, f
                                    float *dgamma, float *dbeta) {
   (void)ctx;
   const double N = (double)B * P;
-  const int gelu = act == LAM_ACT_GELU, from_z = lam_bn_act_dz_from_z(act, dr != NULL, y != NULL); /* z as bn_act_fwd computed it */
-  const int zmask = from_z && !gelu; /* relu, leaky: lam_act_grad_z */
+  /* dz from z, recomputed as bn_act_fwd computed it (relu and leaky by lam_act_grad_z); else from y */
+  const int gelu = act == LAM_ACT_GELU, from_z = lam_bn_act_dz_from_z(act, dr != NULL, y != NULL);
+  const int zmask = from_z && !gelu;
   if (!from_z && !y)
     return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: tanh, sigmoid and a residual's relu or leaky read y, which is NULL");
   if (gelu && dr) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: a residual's gradient needs an activation read from y, not gelu");

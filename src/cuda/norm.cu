@@ -263,9 +263,10 @@ static lam_status nchw_bn_act_bwd(lam_ctx *ctx, int B, int C, int P, int act, fl
 #define BN_ACT_BWD(A)                                                                                               \
   bn_bwd_run(st, "bn_act_bwd", B, C, P, bn_act<A>{alpha}, x, y, dy, gamma, beta, mean, invstd, dx, dr, dr_add, dgamma, \
              dbeta)
+  const int from_z = lam_bn_act_dz_from_z(act, dr != NULL, y != NULL);
   switch (act) { /* as act_bwd: any other value is the sigmoid; relu's and leaky's dz from z without a residual or y */
-    case LAM_ACT_RELU: return lam_bn_act_dz_from_z(act, dr != NULL, y != NULL) ? BN_ACT_BWD(BN_ACT_RELU_Z) : BN_ACT_BWD(LAM_ACT_RELU);
-    case LAM_ACT_LEAKY: return lam_bn_act_dz_from_z(act, dr != NULL, y != NULL) ? BN_ACT_BWD(BN_ACT_LEAKY_Z) : BN_ACT_BWD(LAM_ACT_LEAKY);
+    case LAM_ACT_RELU: return from_z ? BN_ACT_BWD(BN_ACT_RELU_Z) : BN_ACT_BWD(LAM_ACT_RELU);
+    case LAM_ACT_LEAKY: return from_z ? BN_ACT_BWD(BN_ACT_LEAKY_Z) : BN_ACT_BWD(LAM_ACT_LEAKY);
     case LAM_ACT_TANH: return BN_ACT_BWD(LAM_ACT_TANH);
     case LAM_ACT_GELU: return BN_ACT_BWD(LAM_ACT_GELU);
     default: return BN_ACT_BWD(LAM_ACT_SIGMOID);
@@ -476,8 +477,8 @@ lam_status nhwc_bn_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float 
   if (!N || C <= 0) return LAM_OK;
   /* relu and leaky read y where it is given or for a residual's dz (its z is bn(x) + r); else theirs comes from z
    * (bn.cuh) */
-  const bool z_mask = lam_bn_act_dz_from_z(act, dr != NULL, y != NULL) && act != LAM_ACT_GELU;
-  const bool from_y = act != BN_ACT_NONE && !lam_bn_act_dz_from_z(act, dr != NULL, y != NULL);
+  const bool from_z = lam_bn_act_dz_from_z(act, dr != NULL, y != NULL);
+  const bool z_mask = from_z && act != LAM_ACT_GELU, from_y = act != BN_ACT_NONE && !from_z;
   if (from_y && !y) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: tanh, sigmoid and a residual's relu or leaky read y, which is NULL");
   if (dr && act == LAM_ACT_GELU) return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_bwd: a residual's gradient needs an activation read from y, not gelu");
   nbn_bwd_args a = {N, C, x, from_y ? y : NULL, dy, gamma, beta, mean, invstd, dx, dr, dr_add, dgamma, dbeta};
