@@ -8,6 +8,7 @@
  * MPI is started only when a launcher says there are several ranks: MPI_Init costs ~0.4 s even alone,
  * which a plain run need not pay. */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -213,12 +214,30 @@ static double rendezvous_timeout(void) {
   return v > 0 ? v : 300.0;
 }
 
+/* The socket `lamina train --gpus` already listens on for rank 0 (LAMINA_LISTEN_FD), if it is one on this
+ * rank's port; else -1. Handed over rather than bound again so that no other program can take the port between
+ * the launcher's choice and rank 0's start (seen on a busy host: EADDRINUSE). */
+static int inherited_listener(const cli_ranks *r) {
+  const char *e = getenv("LAMINA_LISTEN_FD");
+  if (!e || !*e) return -1;
+  unsetenv("LAMINA_LISTEN_FD"); /* not for anything this rank starts */
+  char *end;
+  long fd = strtol(e, &end, 10);
+  struct sockaddr_in a;
+  socklen_t len = sizeof a;
+  if (*end || fd < 3 || fd > 65535 || fcntl((int)fd, F_GETFD) < 0) return -1;
+  if (getsockname((int)fd, (struct sockaddr *)&a, &len) != 0 || a.sin_family != AF_INET || ntohs(a.sin_port) != r->port)
+    return -1;
+  fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+  return (int)fd;
+}
+
 static int serve_id(const cli_ranks *r, int ok, const unsigned char *id) {
   char port[16];
   snprintf(port, sizeof port, "%d", r->port);
   struct addrinfo hints = {.ai_family = AF_INET6, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
-  int fd = -1, one = 1, zero = 0;
-  if (getaddrinfo(NULL, port, &hints, &ai) == 0) { /* both IPv6 and IPv4 where the host allows */
+  int fd = inherited_listener(r), one = 1, zero = 0, have = fd >= 0;
+  if (!have && getaddrinfo(NULL, port, &hints, &ai) == 0) { /* both IPv6 and IPv4 where the host allows */
     fd = socket(ai->ai_family, ai->ai_socktype, 0);
     if (fd >= 0) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) || bind(fd, ai->ai_addr, ai->ai_addrlen))) {
@@ -227,7 +246,7 @@ static int serve_id(const cli_ranks *r, int ok, const unsigned char *id) {
     }
     freeaddrinfo(ai);
   }
-  if (fd < 0) { /* no IPv6 here: IPv4 alone */
+  if (fd < 0 && !have) { /* no IPv6 here: IPv4 alone */
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)r->port), .sin_addr.s_addr = htonl(INADDR_ANY)};
     fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) || bind(fd, (struct sockaddr *)&a, sizeof a))) {
@@ -237,7 +256,7 @@ static int serve_id(const cli_ranks *r, int ok, const unsigned char *id) {
       errno = e;
     }
   }
-  if (fd < 0 || listen(fd, r->world) != 0) {
+  if (fd < 0 || (!have && listen(fd, r->world) != 0)) {
     fprintf(stderr, "lamina train: rank 0 cannot listen on port %d for the other ranks: %s; %s\n", r->port, strerror(errno),
             errno == EADDRINUSE ? "another program holds it: set LAMINA_PORT (or MASTER_PORT) to a free port"
                                 : "set LAMINA_PORT to a port this host may open");
@@ -353,21 +372,24 @@ static volatile sig_atomic_t g_forward; /* a signal the parent passes on to its 
 static void on_parent_signal(int sig) { g_forward = sig; }
 
 int cli_ranks_spawn(int n, int argc, char **argv) {
-  /* a free port for rank 0: the kernel's pick, let go just before the ranks start */
+  /* A free port for rank 0, the kernel's pick, listened on here and handed to rank 0 open (LAMINA_LISTEN_FD):
+   * closed and bound again, another program's connection could take it in between. */
   int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, n) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
     port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
   if (!port) {
     fprintf(stderr, "lamina train --gpus: no free local port for the ranks to meet on: %s\n", strerror(errno));
+    if (fd >= 0) close(fd);
     return 1;
   }
   char self[4096];
   ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
   if (k <= 0) {
     fprintf(stderr, "lamina train --gpus: cannot find this program (/proc/self/exe): %s\n", strerror(errno));
+    close(fd);
     return 1;
   }
   self[k] = 0;
@@ -377,6 +399,7 @@ int cli_ranks_spawn(int n, int argc, char **argv) {
   if (!args || !pids || !codes) {
     free(args), free(pids), free(codes);
     fprintf(stderr, "lamina train --gpus: out of host memory\n");
+    close(fd);
     return 1;
   }
   args[0] = self;
@@ -414,12 +437,19 @@ int cli_ranks_spawn(int n, int argc, char **argv) {
       setenv("LAMINA_PORT", v, 1);
       unsetenv("TORCHELASTIC_USE_AGENT_STORE");
       setenv("LAMINA_LAUNCHER", "gpus", 1);
+      if (started == 0) {
+        snprintf(v, sizeof v, "%d", fd);
+        setenv("LAMINA_LISTEN_FD", v, 1);
+      } else {
+        close(fd);
+      }
       execv(self, args);
       fprintf(stderr, "lamina train --gpus: cannot run %s: %s\n", self, strerror(errno));
       _exit(1);
     }
     pids[started] = p;
   }
+  close(fd); /* rank 0 has it */
   /* Wait for all; when one fails (not a signal's orderly stop), the others would wait in NCCL for ever:
    * they are ended. The status is rank 0's, else the first failure's. */
   int left = started, first_bad = -1, killed = 0;
