@@ -83,10 +83,16 @@ typedef struct lam_model_options {
                     * it */
   int layout;      /* 0 (default) the graph's choice; 1 NCHW; 2 NHWC */
   int conv_im2col; /* 1: a conv on its own runs im2col + GEMM as the fused block does, not the backend's conv2d */
+  int conv_stats;  /* a conv whose output a BatchNorm normalizes in training computes that BatchNorm's batch
+                    * statistics with the conv: 0 never (each BatchNorm sums its own input); 1 (default) where the
+                    * backend can do it in the conv's own kernel (CUDA with cuDNN, float16 NHWC: its conv + GenStats
+                    * graph, taken where it measures faster than the conv and a separate sum); 2 on every backend and
+                    * format, and on CUDA in float16 cuDNN's graph wherever it has an engine, untimed (the route's
+                    * tests) */
 } lam_model_options;
 lam_model_options lam_model_options_default(void);
 /* A context starts with the defaults as the environment changes them: LAMINA_FUSE=0|1|2|3, LAMINA_LAYOUT=auto|nchw|
- * nhwc, LAMINA_CONV=im2col|auto (a value other than these makes lam_ctx_create fail, naming it). The models made
+ * nhwc, LAMINA_CONV=im2col|auto, LAMINA_CONV_STATS=0|1|2 (a value other than these makes lam_ctx_create fail, naming it). The models made
  * on ctx from then on (lam_model_create, a checkpoint's, a safetensors file's) take o; models made before keep
  * theirs. */
 lam_status lam_ctx_set_model_options(lam_ctx *ctx, const lam_model_options *o);
@@ -636,6 +642,9 @@ typedef struct lam_node_info {
   double flops;
   int fused;
   char fusion[24];
+  int stats; /* 1: a conv whose training forward sums the batch statistics of the BatchNorm after it (model option
+              * conv_stats) with a pass after the conv, or not run yet; 2: its last one summed them in the conv's
+              * own kernel (cuDNN's conv + GenStats); 3: that BatchNorm, which takes them from the conv */
 } lam_node_info;
 /* Fills up to max nodes (nodes may be NULL to count) and *count; *planned_bytes (may be NULL) is the
  * backend memory the batch buffers take at this batch: the planned arena (activations, gradients,

@@ -117,7 +117,7 @@ static size_t host_available_bytes(void) {
   return (size_t)kb * 1024;
 }
 
-lam_model_options lam_model_options_default(void) { return (lam_model_options){.fuse = 3, .layout = 0, .conv_im2col = 0}; }
+lam_model_options lam_model_options_default(void) { return (lam_model_options){.fuse = 3, .layout = 0, .conv_im2col = 0, .conv_stats = 1}; }
 
 static int is(const char *v, const char *s) { return !strcmp(v, s); }
 
@@ -143,14 +143,22 @@ static lam_status model_options_env(lam_model_options *o) {
                       "unset it", v);
     o->conv_im2col = is(v, "im2col");
   }
+  if ((v = getenv("LAMINA_CONV_STATS")) && *v) {
+    if (strlen(v) != 1 || v[0] < '0' || v[0] > '2')
+      return LAM_FAIL(LAM_ERR_INVALID_ARG, "LAMINA_CONV_STATS='%s' is not a choice: set it to 0 (each BatchNorm sums its "
+                      "input), 1 (the default: the conv sums them where that is faster) or 2 (wherever it can), or unset it",
+                      v);
+    o->conv_stats = v[0] - '0';
+  }
   return LAM_OK;
 }
 
 lam_status lam_ctx_set_model_options(lam_ctx *ctx, const lam_model_options *o) {
   LAM_CHECK_ARG(ctx && o, "lam_ctx_set_model_options: %s is NULL", ctx ? "o" : "ctx");
-  LAM_CHECK_ARG(o->fuse >= 0 && o->fuse <= 3 && o->layout >= 0 && o->layout <= 2 && (o->conv_im2col == 0 || o->conv_im2col == 1),
-                "lam_ctx_set_model_options: fuse %d (0 to 3), layout %d (0 auto, 1 NCHW, 2 NHWC), conv_im2col %d (0 or 1)",
-                o->fuse, o->layout, o->conv_im2col);
+  LAM_CHECK_ARG(o->fuse >= 0 && o->fuse <= 3 && o->layout >= 0 && o->layout <= 2 && (o->conv_im2col == 0 || o->conv_im2col == 1) &&
+                    o->conv_stats >= 0 && o->conv_stats <= 2,
+                "lam_ctx_set_model_options: fuse %d (0 to 3), layout %d (0 auto, 1 NCHW, 2 NHWC), conv_im2col %d (0 or 1), "
+                "conv_stats %d (0 to 2)", o->fuse, o->layout, o->conv_im2col, o->conv_stats);
   ctx->model_opts = *o;
   return LAM_OK;
 }

@@ -130,6 +130,9 @@ typedef struct lam_backend {
   /* Convolutions run fastest on NHWC activations here (cuDNN's tensor-core kernels): 1 on CUDA, where
    * nn_choose_fmt then lays out models with a conv of their own in NHWC; 0 on the CPU (its twins convert). */
   int nhwc_convs;
+  /* Whether conv2d_fwd_stats may sum in the conv's own kernel in format f: on CUDA with cuDNN, NHWC float16 (its
+   * conv + GenStats graph: cuDNN has no such engine for bfloat16 or float32); never on the CPU (a pass after). */
+  int (*conv_stats_one_pass)(lam_fmt f);
   const lam_mem_ops *mem;
   const lam_queue_ops *queue;
   const lam_prim_ops *prim;

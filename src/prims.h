@@ -133,6 +133,13 @@ typedef struct lam_scaler {
   /* y = conv(x, W) */                                                                                              \
   X(conv2d_fwd, (lam_ctx * ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x, const void *W,      \
                  void *y, void *ws, size_t ws_bytes))                                                               \
+  /* y = conv(x, W) and its statistics per channel o over the B x OH x OW values: sums[o] = sum(y), sums[OC + o] =   \
+   * sum(y^2) (float32; bn_sums's layout, of the values before or after y's rounding to 16 bits). CUDA: in one      \
+   * cuDNN graph (conv + GenStats) where conv_stats_one_pass says so, it has an engine, and the engine measured       \
+   * faster than the conv and a pass after it (with force: wherever it has an engine); *one_pass says whether it did. \
+   * Else, as the CPU, conv2d_fwd then bn_sums. */                                                                  \
+  X(conv2d_fwd_stats, (lam_ctx * ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x,               \
+                       const void *W, void *y, float *sums, int force, void *ws, size_t ws_bytes, int *one_pass))  \
   /* dx = the input gradient from dy (B, OC, OH, OW); with accumulate, dx += it (in bfloat16 rounded once, twice  \
    * where the CUDA backend pads the input's channels to its kernels' multiple) */                               \
   X(conv2d_bwd_data, (lam_ctx * ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *dy, const void *W, \

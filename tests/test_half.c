@@ -369,16 +369,42 @@ static void test_fp16_overflow_at_the_floor(void **state) {
   TU_OK(lam_ctx_set_precision(ctx, LAM_PRECISION_FP32));
 }
 
-/* The fused paths (BatchNorm + activation, BatchNorm + residual add + activation) against the plain ops
- * (lam_model_options fuse 0), in the precision under test with its 16-bit NHWC activations: 20 Adam steps on the
+/* Runs spec for STEPS Adam steps on two batches in turn (x, y: STEPS batches of B images of C x S x S) with model
+ * options mo, the losses into loss; returns how many nodes lam_model_nodes gave each stats value (0 to 3) after. */
+enum { FV_STEPS = 20 };
+static void fused_run(lam_ctx *ctx, const char *spec, lam_model_options mo, int B, int C, int S, const float *x,
+                      const uint8_t *y, float *loss, int stats[4]) {
+  TU_OK(lam_ctx_set_model_options(ctx, &mo));
+  TU_OK(lam_ctx_set_precision(ctx, g_p));
+  lam_model *m;
+  TU_OK(lam_model_create(ctx, spec, C, S, S, 11, &m));
+  lam_opt opt = lam_opt_default(LAM_OPT_ADAM);
+  opt.lr = 1e-2f;
+  for (int k = 0; k < FV_STEPS; k++) {
+    const int at = k % 2; /* two batches in turn: the net learns them, so the losses fall */
+    TU_OK(lam_model_loss_backward(m, B, x + (size_t)at * B * C * S * S, y + at * B, &loss[k]));
+    TU_OK(lam_model_step(m, &opt));
+  }
+  lam_node_info nodes[32];
+  int n = 0;
+  TU_OK(lam_model_nodes(m, B, nodes, 32, &n, NULL));
+  stats[0] = stats[1] = stats[2] = stats[3] = 0;
+  for (int i = 0; i < n && i < 32; i++) stats[nodes[i].stats]++;
+  lam_model_free(m);
+}
+
+/* The fused paths (BatchNorm + activation, BatchNorm + residual add + activation, and each conv -> bn pair's
+ * statistics summed by the conv: lam_model_options conv_stats 2, here on every backend) against the plain ops
+ * (fuse 0, conv_stats 0), in the precision under test with its 16-bit NHWC activations: 20 Adam steps on the
  * same batches give the same losses to the type's rounding (the fused pass keeps z and z + r in registers where the
- * plain ops round each to 16 bits: 2^-8 or 2^-11 relative a value, which 20 steps of training carry). */
+ * plain ops round each to 16 bits: 2^-8 or 2^-11 relative a value, which 20 steps of training carry; cuDNN's
+ * GenStats may sum y before its rounding). */
 static void test_half_fused_vs_plain(void **state) {
   (void)state;
   lam_ctx *ctx = g_dev ? g_dev : g_cpu;
   const char *spec = "conv 8 3 pad 1 nobias, bn, r: relu, conv 8 3 pad 1 nobias, bn, relu, conv 8 3 pad 1 nobias, bn, "
                      "add @r, relu, gap, dense 5";
-  enum { B = 8, C = 3, S = 8, STEPS = 20 };
+  enum { B = 8, C = 3, S = 8, STEPS = FV_STEPS };
   float loss[2][STEPS];
   tu_rng rng;
   float *x = malloc((size_t)STEPS * B * C * S * S * sizeof *x);
@@ -387,22 +413,16 @@ static void test_half_fused_vs_plain(void **state) {
   tu_rng_seed(&rng, tu_case_seed(700));
   for (size_t i = 0; i < (size_t)STEPS * B * C * S * S; i++) x[i] = (float)tu_uniform(&rng, -1, 1);
   for (int i = 0; i < STEPS * B; i++) y[i] = (uint8_t)(tu_next(&rng) % 5);
+  int stats[2][4];
   for (int fused = 0; fused < 2; fused++) {
     lam_model_options mo = lam_model_options_default();
-    mo.fuse = fused ? 3 : 0, mo.layout = 2;
-    TU_OK(lam_ctx_set_model_options(ctx, &mo));
-    TU_OK(lam_ctx_set_precision(ctx, g_p));
-    lam_model *m;
-    TU_OK(lam_model_create(ctx, spec, C, S, S, 11, &m));
-    lam_opt opt = lam_opt_default(LAM_OPT_ADAM);
-    opt.lr = 1e-2f;
-    for (int k = 0; k < STEPS; k++) {
-      const int at = k % 2; /* two batches in turn: the net learns them, so the losses fall */
-      TU_OK(lam_model_loss_backward(m, B, x + (size_t)at * B * C * S * S, y + at * B, &loss[fused][k]));
-      TU_OK(lam_model_step(m, &opt));
-    }
-    lam_model_free(m);
+    mo.fuse = fused ? 3 : 0, mo.layout = 2, mo.conv_stats = fused ? 2 : 0;
+    fused_run(ctx, spec, mo, B, C, S, x, y, loss[fused], stats[fused]);
   }
+  assert_int_equal(stats[0][1] + stats[0][2] + stats[0][3], 0);
+  assert_int_equal(stats[1][1] + stats[1][2], 3); /* every conv sums its BatchNorm's statistics */
+  assert_int_equal(stats[1][3], 3);
+  if (!g_dev) assert_int_equal(stats[1][2], 0); /* the CPU: a pass after the conv */
   TU_OK(lam_ctx_set_precision(ctx, LAM_PRECISION_FP32));
   lam_model_options mo = lam_model_options_default();
   TU_OK(lam_ctx_set_model_options(ctx, &mo));
@@ -410,10 +430,54 @@ static void test_half_fused_vs_plain(void **state) {
   double worst = 0;
   for (int k = 0; k < STEPS; k++) worst = fmax(worst, fabs((double)loss[1][k] - loss[0][k]) / fabs(loss[0][k]));
   print_message("  %s %s: fused against plain ops over %d Adam steps: losses %.4f -> %.4f and %.4f -> %.4f, worst %.2e "
-                "relative (tolerance %.0e)\n", g_dev ? "cuda" : "cpu", PNAME, STEPS, loss[0][0], loss[0][STEPS - 1],
-                loss[1][0], loss[1][STEPS - 1], worst, tol);
+                "relative (tolerance %.0e); %d of 3 convs summed their BatchNorm's statistics in their own kernel\n",
+                g_dev ? "cuda" : "cpu", PNAME, STEPS, loss[0][0], loss[0][STEPS - 1], loss[1][0], loss[1][STEPS - 1],
+                worst, tol, stats[1][2]);
   assert_true(worst <= tol);
   assert_true(loss[1][STEPS - 1] < 0.8f * loss[1][1]); /* and it trains (the same batch as step 1) */
+  free(x), free(y);
+}
+
+/* On the GPU in fp16, cuDNN's one graph (conv + GenStats) for each conv -> bn pair, forced (conv_stats 2) and as
+ * measured (1), against BatchNorm's own statistics pass (0), everything else alike (fuse 3), on 64 channels as
+ * the benchmark nets have them (the first conv's 3 input channels padded to 8): 20 Adam steps give the same losses
+ * to fp16's rounding, and with conv_stats 2 every conv ran the one graph (lam_model_nodes says so). */
+static void test_fp16_conv_genstats(void **state) {
+  (void)state;
+  const char *spec = "conv 64 3 pad 1 nobias, bn, r: relu, conv 64 3 pad 1 nobias, bn, relu, conv 64 3 pad 1 nobias, "
+                     "bn, add @r, relu, gap, dense 5";
+  enum { B = 16, C = 3, S = 16, STEPS = FV_STEPS };
+  g_p = LAM_PRECISION_FP16;
+  float loss[3][STEPS];
+  int stats[3][4];
+  tu_rng rng;
+  float *x = malloc((size_t)STEPS * B * C * S * S * sizeof *x);
+  uint8_t *y = malloc((size_t)STEPS * B);
+  assert_true(x && y);
+  tu_rng_seed(&rng, tu_case_seed(701));
+  for (size_t i = 0; i < (size_t)STEPS * B * C * S * S; i++) x[i] = (float)tu_uniform(&rng, -1, 1);
+  for (int i = 0; i < STEPS * B; i++) y[i] = (uint8_t)(tu_next(&rng) % 5);
+  for (int k = 0; k < 3; k++) {
+    lam_model_options mo = lam_model_options_default();
+    mo.layout = 2, mo.conv_stats = k;
+    fused_run(g_dev, spec, mo, B, C, S, x, y, loss[k], stats[k]);
+  }
+  TU_OK(lam_ctx_set_precision(g_dev, LAM_PRECISION_FP32));
+  lam_model_options mo = lam_model_options_default();
+  TU_OK(lam_ctx_set_model_options(g_dev, &mo));
+  g_p = LAM_PRECISION_BF16;
+  double worst[3] = {0, 0, 0};
+  for (int k = 1; k < 3; k++)
+    for (int s = 0; s < STEPS; s++) worst[k] = fmax(worst[k], fabs((double)loss[k][s] - loss[0][s]) / fabs(loss[0][s]));
+  print_message("  cuda fp16, 64 channels, %d Adam steps: BatchNorm's own pass %.4f -> %.4f; measured choice (%d of 3 "
+                "convs in one graph) worst %.2e relative; one graph forced (%d of 3) worst %.2e\n", STEPS, loss[0][0],
+                loss[0][STEPS - 1], stats[1][2], worst[1], stats[2][2], worst[2]);
+  assert_int_equal(stats[0][1] + stats[0][2] + stats[0][3], 0);
+  assert_int_equal(stats[1][1] + stats[1][2], 3);
+  assert_int_equal(stats[2][2], 3); /* cuDNN took the graph at each conv */
+  assert_int_equal(stats[2][3], 3);
+  assert_true(worst[1] <= 1e-2 && worst[2] <= 1e-2);
+  assert_true(loss[2][STEPS - 1] < 0.8f * loss[2][1]); /* and it trains */
   free(x), free(y);
 }
 
@@ -454,7 +518,8 @@ int main(int argc, char **argv) {
                                           cmocka_unit_test(test_half_cuda_matches_cpu_fp16),
                                           cmocka_unit_test(test_half_nhwc_fp16), cmocka_unit_test(test_half_cuda_trains_fp16),
                                           cmocka_unit_test(test_fp16_loss_scale), cmocka_unit_test(test_half_fused_vs_plain),
-                                          cmocka_unit_test(test_half_fused_vs_plain_fp16), cmocka_unit_test(test_fp16_overflow_at_the_floor)};
+                                          cmocka_unit_test(test_half_fused_vs_plain_fp16), cmocka_unit_test(test_fp16_overflow_at_the_floor),
+                                          cmocka_unit_test(test_fp16_conv_genstats)};
   int failed = g_dev ? TU_RUN_GROUP("half_cuda", cuda_tests, NULL, NULL) : TU_RUN_GROUP("half", cpu_tests, NULL, NULL);
   lam_ctx_free(g_dev);
   lam_ctx_free(g_cpu);

@@ -168,7 +168,8 @@ class ImageOpts(Structure):
 
 class NodeInfo(Structure):
     _fields_ = [("name", c_char * 32), ("op", c_char * 16), ("reads", c_char * 32), ("c", c_int), ("h", c_int),
-                ("w", c_int), ("params", c_size_t), ("flops", c_double), ("fused", c_int), ("fusion", c_char * 24)]
+                ("w", c_int), ("params", c_size_t), ("flops", c_double), ("fused", c_int), ("fusion", c_char * 24),
+                ("stats", c_int)]
 
 
 class ModelMemory(Structure):

@@ -360,15 +360,16 @@ class Model(Closing):
     def nodes(self):
         """The graph, one dict per node: name (its label or ""), op, reads (the label that add/concat
         reads, or ""), shape (c, h, w) of its output, params, flops (forward, per image), fused (1: it
-        runs inside another node's fused kernel, 2: it runs the fused block) and fusion (that block's name,
-        e.g. "bn_add_act", or "")."""
+        runs inside another node's fused kernel, 2: it runs the fused block), fusion (that block's name,
+        e.g. "bn_add_act", or "") and stats (1: a conv that sums the next BatchNorm's statistics, 2: did so in
+        its own kernel in its last training forward, 3: that BatchNorm; 0 otherwise)."""
         count = c_int()
         check(lib.lam_model_nodes(self._handle(), 1, None, 0, byref(count), None))
         arr = (_lib.NodeInfo * count.value)()
         check(lib.lam_model_nodes(self._handle(), 1, arr, count.value, byref(count), None))
         return [{"name": n.name.decode(), "op": n.op.decode(), "reads": n.reads.decode(), "shape": (n.c, n.h, n.w),
                  "params": int(n.params), "flops": float(n.flops), "fused": int(n.fused),
-                 "fusion": n.fusion.decode()} for n in arr]
+                 "fusion": n.fusion.decode(), "stats": int(n.stats)} for n in arr]
 
     def memory(self):
         """Where the model's (and its last trainer's) backend memory goes, in bytes."""

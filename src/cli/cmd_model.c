@@ -209,6 +209,7 @@ int cmd_model(int argc, char **argv) {
       bad |= json_object_set_new(nj, "flops", count_json(nodes[i].flops));
       bad |= json_object_set_new(nj, "fused", json_integer(nodes[i].fused));
       bad |= json_object_set_new(nj, "fusion", cli_json_str(nodes[i].fusion));
+      bad |= json_object_set_new(nj, "stats", json_integer(nodes[i].stats));
       bad |= json_array_append_new(jn, nj);
     }
     bad |= json_object_set_new(j, "nodes", jn);
@@ -225,6 +226,9 @@ int cmd_model(int argc, char **argv) {
       char shape[48], path[64] = "";
       snprintf(shape, sizeof shape, "%dx%dx%d", nodes[i].c, nodes[i].h, nodes[i].w);
       if (nodes[i].fused) snprintf(path, sizeof path, "  (%s %s)", nodes[i].fused == 2 ? "runs" : "in", nodes[i].fusion);
+      if (nodes[i].stats) /* the conv that sums a BatchNorm's statistics, and that BatchNorm */
+        snprintf(path + strlen(path), sizeof path - strlen(path), "  (%s)",
+                 nodes[i].stats == 3 ? "statistics from the conv" : "sums the BatchNorm's statistics");
       printf("  %3d %-12s %-10s %-12s %14s %10zu %14.3f%s\n", i + 1, nodes[i].name, nodes[i].op,
              nodes[i].reads[0] ? nodes[i].reads : "", shape, nodes[i].params, nodes[i].flops / 1e6, path);
     }

@@ -131,6 +131,7 @@ const lam_backend lam_cpu_backend = {
     .name = "cpu",
     .direct_first_conv = 0, /* its twin is the oracle of the CUDA one (test_fused, LAMINA_FUSE=2) */
     .nhwc_convs = 0,
+    .conv_stats_one_pass = NULL, /* the conv, then bn_sums's pass */
     .mem = &cpu_mem,
     .queue = &cpu_queue,
     .prim = &cpu_prim,

@@ -155,6 +155,15 @@ lam_status cpu_conv2d_fwd(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int O
                           void *y, void *ws, size_t ws_bytes) {
   return conv_im2col_fwd(ctx, f, g, OC, B, x, W, y, ws, ws_bytes);
 }
+/* The conv, then the statistics' pass of BatchNorm (norm.c): what the CUDA twin does where cuDNN has no one-graph
+ * engine, and the oracle of the one it has. */
+lam_status cpu_conv2d_fwd_stats(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x,
+                                const void *W, void *y, float *sums, int force, void *ws, size_t ws_bytes, int *one_pass) {
+  (void)force;
+  *one_pass = 0;
+  LAM_TRY(conv_im2col_fwd(ctx, f, g, OC, B, x, W, y, ws, ws_bytes));
+  return cpu_bn_sums(ctx, f, B, OC, g->OH * g->OW, y, NULL, NULL, NULL, sums, NULL, NULL);
+}
 lam_status cpu_conv2d_bwd_data(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *dy,
                                const void *W, void *dx, int accumulate, void *ws, size_t ws_bytes) {
   return conv_im2col_bwd_data(ctx, f, g, OC, B, dy, W, dx, accumulate, ws, ws_bytes);

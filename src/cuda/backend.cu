@@ -335,6 +335,10 @@ static int cuda_supports(int prim, lam_fmt f, const char **why) {
     *why = "BatchNorm synchronized over ranks runs on NHWC activations on CUDA (the default layout for models with "
            "convs; unset LAMINA_LAYOUT=nchw)";
     return 0;
+  case LAM_PRIM_conv2d_fwd_stats:
+    *why = "a conv summing the next BatchNorm's statistics runs on NHWC activations on CUDA (the default layout for "
+           "models with convs; unset LAMINA_LAYOUT=nchw, or LAMINA_CONV_STATS=0)";
+    return 0;
   case LAM_PRIM_conv2d_workspace: case LAM_PRIM_conv2d_fwd: case LAM_PRIM_conv2d_bwd_data:
   case LAM_PRIM_conv2d_bwd_filter: case LAM_PRIM_channel_bias_fwd: case LAM_PRIM_channel_bias_bwd:
   case LAM_PRIM_maxpool_fwd: case LAM_PRIM_maxpool_bwd: case LAM_PRIM_avgpool_fwd: case LAM_PRIM_avgpool_bwd:
@@ -399,6 +403,7 @@ static const lam_backend cuda_backend = {
     .name = "cuda",
     .direct_first_conv = 1,
     .nhwc_convs = 1,
+    .conv_stats_one_pass = cuda_conv_stats_one_pass,
     .mem = &cuda_mem,
     .queue = &cuda_queue,
     .prim = &cuda_prim,

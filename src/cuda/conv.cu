@@ -39,6 +39,19 @@ typedef struct conv_plan {
   size_t ws[3];
 } conv_plan;
 
+/* conv2d_fwd_stats's one cuDNN graph for a geometry (conv + GenStats, below): its plan and the descriptors it was
+ * built from (kept while the plan lives), or none where cuDNN built none. */
+enum { STATS_DESCS = 12 };
+typedef struct stats_plan {
+  lam_conv_geom g;
+  int OC, B;
+  cudnnBackendDescriptor_t plan, desc[STATS_DESCS]; /* plan NULL: no engine took the graph */
+  int ndesc;
+  int64_t ws;  /* the plan's workspace */
+  int choice;  /* 0 not measured yet; 1 the one graph measured faster; 2 the conv and a pass after it */
+  float ms[2]; /* what the measurement found: one graph, two steps */
+} stats_plan;
+
 typedef struct cudnn_state {
   cudnnHandle_t h;
   cudnnTensorDescriptor_t x, y;
@@ -46,6 +59,8 @@ typedef struct cudnn_state {
   cudnnConvolutionDescriptor_t c;
   conv_plan plan[CONV_CACHE];
   int nplan, next;
+  stats_plan stats[CONV_CACHE];
+  int nstats, next_stats;
 } cudnn_state;
 
 static lam_status cudnn_status(cudnnStatus_t s, const char *expr, const char *file, int line) {
@@ -74,9 +89,16 @@ static cudnn_state *cudnn_of(lam_ctx *ctx) {
   return c;
 }
 
+static void stats_plan_free(stats_plan *p) {
+  if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
+  for (int i = p->ndesc - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->desc[i]);
+  p->plan = NULL, p->ndesc = 0;
+}
+
 void cuda_conv_destroy(cuda_state *st) {
   cudnn_state *c = (cudnn_state *)st->cudnn;
   if (!c) return;
+  for (int i = 0; i < c->nstats; i++) stats_plan_free(&c->stats[i]);
   cudnnDestroyTensorDescriptor(c->x);
   cudnnDestroyTensorDescriptor(c->y);
   cudnnDestroyFilterDescriptor(c->w);
@@ -365,6 +387,250 @@ lam_status cuda_conv2d_fwd(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int 
   }
 #endif
   return conv_im2col_fwd(ctx, f, g, OC, B, x, W, y, ws, ws_bytes);
+}
+
+/* ---- the conv with its output's channel statistics (conv2d_fwd_stats) ----
+ * BatchNorm after a conv reads the conv's whole output once more only to sum it per channel. cuDNN can take those
+ * sums in the conv's own epilogue: its graph API's GenStats after ConvolutionFwd, a precompiled engine on sm80+ in
+ * float16 NHWC (the developer guide's ConvBNfprop without its prologue). The graph is built as cudnn-frontend's
+ * sample "conv + genstats" builds it (X, W, Y half, NHWC / KRSC; the sums FLOAT [1, OC, 1, 1]; FLOAT compute;
+ * 16-byte aligned): dev/cudnn_convbn.cu, which found it on the H200 and the H100 at +9.6 to +10 us over the plain
+ * conv at batch 512 on res's shapes, where BatchNorm's own statistics pass took 14 to 30 us; at batch 64 it lost.
+ * So the first call of a geometry outside a capture times both routes and keeps the faster (force: the graph
+ * wherever an engine takes it); one met first inside a capture runs the two steps. */
+#ifdef LAMINA_WITH_CUDNN
+typedef cudnnBackendDescriptor_t bdesc;
+
+/* A graph being built: the first failure's status is kept and every later step is skipped. */
+typedef struct gbuild {
+  cudnnStatus_t s;
+  stats_plan *p;
+} gbuild;
+static bdesc gb_make(gbuild *b, cudnnBackendDescriptorType_t t) {
+  bdesc d = NULL;
+  if (b->s != CUDNN_STATUS_SUCCESS) return NULL;
+  if (b->p->ndesc == STATS_DESCS) {
+    b->s = CUDNN_STATUS_INTERNAL_ERROR;
+    return NULL;
+  }
+  b->s = cudnnBackendCreateDescriptor(t, &d);
+  if (b->s == CUDNN_STATUS_SUCCESS) b->p->desc[b->p->ndesc++] = d;
+  return d;
+}
+static void gb_set(gbuild *b, bdesc d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n,
+                   const void *v) {
+  if (b->s == CUDNN_STATUS_SUCCESS) b->s = cudnnBackendSetAttribute(d, a, t, n, v);
+}
+static void gb_fin(gbuild *b, bdesc d) {
+  if (b->s == CUDNN_STATUS_SUCCESS) b->s = cudnnBackendFinalize(d);
+}
+/* Logical dims (n, c, h, w) laid out NHWC (a filter's (K, C, R, S): KRSC), 16-byte aligned. */
+static bdesc gb_tensor(gbuild *b, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h, int64_t w) {
+  bdesc d = gb_make(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const int64_t dims[4] = {n, c, h, w}, str[4] = {c * h * w, 1, w * c, c}, align = 16;
+  gb_set(b, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+  gb_set(b, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+  gb_set(b, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str);
+  gb_set(b, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+  gb_set(b, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+  gb_fin(b, d);
+  return d;
+}
+enum { UID_X = 1, UID_W, UID_Y, UID_SUM, UID_SQ };
+
+/* The plan of y = conv(x, W) with GenStats on y, from cuDNN's heuristics (mode A, then its fallback list): the
+ * first config whose plan builds, as cudnn-frontend takes them. p->plan stays NULL where none does. */
+static void stats_plan_build(cudnn_state *c, stats_plan *p, const lam_conv_geom *gp) {
+  gbuild b = {CUDNN_STATUS_SUCCESS, p};
+  const cudnnDataType_t half = CUDNN_DATA_HALF, fl = CUDNN_DATA_FLOAT;
+  bdesc X = gb_tensor(&b, UID_X, half, p->B, gp->C, gp->H, gp->W);
+  bdesc W = gb_tensor(&b, UID_W, half, p->OC, gp->C, gp->K, gp->K);
+  bdesc Y = gb_tensor(&b, UID_Y, half, p->B, p->OC, gp->OH, gp->OW);
+  bdesc S = gb_tensor(&b, UID_SUM, fl, 1, p->OC, 1, 1), Q = gb_tensor(&b, UID_SQ, fl, 1, p->OC, 1, 1);
+  bdesc cd = gb_make(&b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const int64_t sd = 2, one[2] = {1, 1}, st[2] = {gp->stride, gp->stride}, pad[2] = {gp->pad, gp->pad};
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  gb_set(&b, cd, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &fl);
+  gb_set(&b, cd, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+  gb_set(&b, cd, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd);
+  gb_set(&b, cd, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, one);
+  gb_set(&b, cd, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, st);
+  gb_set(&b, cd, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+  gb_set(&b, cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+  gb_fin(&b, cd);
+  bdesc conv = gb_make(&b, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  const float alpha = 1.0f, beta = 0.0f;
+  gb_set(&b, conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &X);
+  gb_set(&b, conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &W);
+  gb_set(&b, conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &Y);
+  gb_set(&b, conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd);
+  gb_set(&b, conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+  gb_set(&b, conv, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+  gb_fin(&b, conv);
+  bdesc gs = gb_make(&b, CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+  const cudnnGenStatsMode_t gm = CUDNN_GENSTATS_SUM_SQSUM;
+  gb_set(&b, gs, CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &gm);
+  gb_set(&b, gs, CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &fl);
+  gb_set(&b, gs, CUDNN_ATTR_OPERATION_GENSTATS_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &Y);
+  gb_set(&b, gs, CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &S);
+  gb_set(&b, gs, CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &Q);
+  gb_fin(&b, gs);
+  bdesc graph = gb_make(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  const bdesc ops[2] = {conv, gs};
+  gb_set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 2, ops);
+  gb_set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->h);
+  gb_fin(&b, graph);
+  const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+  for (int m = 0; m < 2 && b.s == CUDNN_STATUS_SUCCESS && !p->plan; m++) {
+    bdesc h = NULL;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &h) != CUDNN_STATUS_SUCCESS) break;
+    int64_t n = 0, got = 0;
+    enum { CFGS = 8 };
+    bdesc cfg[CFGS] = {NULL};
+    if (cudnnBackendSetAttribute(h, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendSetAttribute(h, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[m]) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendFinalize(h) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(h, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL) ==
+            CUDNN_STATUS_SUCCESS) {
+      if (n > CFGS) n = CFGS;
+      int made = 0;
+      while (made < n && cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[made]) == CUDNN_STATUS_SUCCESS)
+        made++;
+      if (made == n && n > 0 &&
+          cudnnBackendGetAttribute(h, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfg) !=
+              CUDNN_STATUS_SUCCESS)
+        got = 0;
+      for (int64_t i = 0; i < got && !p->plan && p->ndesc < STATS_DESCS; i++) {
+        bdesc plan = NULL;
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS) break;
+        int64_t ws = 0, k = 0;
+        if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->h) ==
+                CUDNN_STATUS_SUCCESS &&
+            cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                     &cfg[i]) == CUDNN_STATUS_SUCCESS &&
+            cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
+            cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &k, &ws) ==
+                CUDNN_STATUS_SUCCESS) {
+          p->plan = plan, p->ws = ws;
+          p->desc[p->ndesc++] = cfg[i]; /* kept with the plan */
+          cfg[i] = NULL;
+        } else {
+          cudnnBackendDestroyDescriptor(plan);
+        }
+      }
+      for (int i = 0; i < made; i++)
+        if (cfg[i]) cudnnBackendDestroyDescriptor(cfg[i]);
+    }
+    cudnnBackendDestroyDescriptor(h);
+  }
+  char drop[8];
+  cudnnGetLastErrorString(drop, sizeof drop); /* a refused graph or config is an answer, not a later call's error */
+}
+
+static lam_status stats_plan_of(cudnn_state *c, const lam_conv_geom *g, const lam_conv_geom *gp, int OC, int B,
+                                stats_plan **out) {
+  for (int i = 0; i < c->nstats; i++) {
+    stats_plan *p = &c->stats[i];
+    if (!memcmp(&p->g, g, sizeof *g) && p->OC == OC && p->B == B) {
+      *out = p;
+      return LAM_OK;
+    }
+  }
+  const int slot = c->nstats < CONV_CACHE ? c->nstats++ : (c->next_stats++ % CONV_CACHE);
+  stats_plan *p = &c->stats[slot];
+  stats_plan_free(p);
+  memset(p, 0, sizeof *p);
+  p->g = *g, p->OC = OC, p->B = B;
+  stats_plan_build(c, p, gp);
+  *out = p;
+  return LAM_OK;
+}
+
+static lam_status stats_execute(cudnn_state *c, const stats_plan *p, const void *x, const void *W, void *y,
+                                float *sums, void *ws) {
+  bdesc v = NULL;
+  void *ptrs[5] = {(void *)x, (void *)W, y, sums, sums + p->OC};
+  const int64_t uids[5] = {UID_X, UID_W, UID_Y, UID_SUM, UID_SQ};
+  CUDNN_TRY(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &v));
+  cudnnStatus_t s = cudnnBackendSetAttribute(v, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 5, uids);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(v, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 5, ptrs);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendSetAttribute(v, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(v);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(c->h, p->plan, v);
+  cudnnBackendDestroyDescriptor(v);
+  return cudnn_status(s, "cudnnBackendExecute (conv + GenStats)", __FILE__, __LINE__);
+}
+
+#endif
+
+int cuda_conv_stats_one_pass(lam_fmt f) {
+#ifdef LAMINA_WITH_CUDNN
+  return f.nhwc && f.dt == LAM_DT_F16;
+#else
+  (void)f;
+  return 0;
+#endif
+}
+
+/* The two steps: the conv, then BatchNorm's statistics pass (norm.cu) over its output. */
+static lam_status conv_then_sums(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x,
+                                 const void *W, void *y, float *sums, void *ws, size_t ws_bytes) {
+  LAM_TRY(cuda_conv2d_fwd(ctx, f, g, OC, B, x, W, y, ws, ws_bytes));
+  return nhwc_bn_sums(ctx, f, (size_t)B * g->OH * g->OW, OC, y, NULL, NULL, NULL, sums, NULL, NULL);
+}
+
+lam_status cuda_conv2d_fwd_stats(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *x,
+                                 const void *W, void *y, float *sums, int force, void *ws, size_t ws_bytes, int *one_pass) {
+  *one_pass = 0;
+  if (!f.nhwc) return LAM_FAIL(LAM_ERR_UNSUPPORTED, "conv2d_fwd_stats: runs on NHWC activations on CUDA");
+#ifdef LAMINA_WITH_CUDNN
+  cudnn_state *c = cuda_conv_stats_one_pass(f) && OC % 8 == 0 ? cudnn_of(ctx) : NULL;
+  if (c && aligned16(y) && aligned16(sums) && aligned16(sums + OC)) {
+    cuda_state *st = cuda_st(ctx);
+    const lam_conv_geom gp = cudnn_geom(f, g);
+    const size_t cw = cudnn_part(f, g, OC, B, ws_bytes);
+    stats_plan *p;
+    LAM_TRY(stats_plan_of(c, g, &gp, OC, B, &p));
+    const int measure = p->plan && !p->choice && !force && !st->capturing;
+    if (p->plan && (size_t)p->ws <= cw && (force || p->choice == 1 || measure)) {
+      const conv_ws parts = ws_parts(f, g, OC, ws, cw);
+      const void *Wc, *xc;
+      LAM_TRY(filter_in(ctx, f, g, OC, W, &parts, &Wc));
+      LAM_TRY(input_in(ctx, f, g, B, x, &parts, &xc));
+      if (!aligned16(xc) || !aligned16(Wc)) return conv_then_sums(ctx, f, g, OC, B, x, W, y, sums, ws, ws_bytes);
+      if (measure) { /* once per geometry: each route warmed, then 5 calls of each timed back to back */
+        cudaEvent_t e[3] = {NULL, NULL, NULL};
+        for (int i = 0; i < 3; i++) CUDA_TRY(cudaEventCreate(&e[i]));
+        lam_status s = stats_execute(c, p, xc, Wc, y, sums, ws);
+        if (s == LAM_OK) s = conv_then_sums(ctx, f, g, OC, B, x, W, y, sums, ws, ws_bytes);
+        if (s == LAM_OK) s = cuda_status(cudaEventRecord(e[0], st->stream), "cudaEventRecord", __FILE__, __LINE__);
+        for (int i = 0; i < 5 && s == LAM_OK; i++) s = stats_execute(c, p, xc, Wc, y, sums, ws);
+        if (s == LAM_OK) s = cuda_status(cudaEventRecord(e[1], st->stream), "cudaEventRecord", __FILE__, __LINE__);
+        for (int i = 0; i < 5 && s == LAM_OK; i++) s = conv_then_sums(ctx, f, g, OC, B, x, W, y, sums, ws, ws_bytes);
+        if (s == LAM_OK) s = cuda_status(cudaEventRecord(e[2], st->stream), "cudaEventRecord", __FILE__, __LINE__);
+        if (s == LAM_OK) s = cuda_status(cudaEventSynchronize(e[2]), "timing conv + GenStats", __FILE__, __LINE__);
+        if (s == LAM_OK) {
+          cudaEventElapsedTime(&p->ms[0], e[0], e[1]);
+          cudaEventElapsedTime(&p->ms[1], e[1], e[2]);
+          p->choice = p->ms[0] < p->ms[1] ? 1 : 2;
+        }
+        for (int i = 0; i < 3; i++) cudaEventDestroy(e[i]);
+        LAM_TRY(s);
+        if (p->choice == 2) return conv_then_sums(ctx, f, g, OC, B, x, W, y, sums, ws, ws_bytes);
+        LAM_TRY(filter_in(ctx, f, g, OC, W, &parts, &Wc)); /* the two steps laid them out again, alike */
+        LAM_TRY(input_in(ctx, f, g, B, x, &parts, &xc));
+      }
+      LAM_TRY(stats_execute(c, p, xc, Wc, y, sums, ws));
+      cuda_mark_written(st->stream, y, (size_t)B * g->OH * g->OW * OC * lam_dt_size(f.dt));
+      cuda_mark_written(st->stream, sums, 2 * (size_t)OC * sizeof(float));
+      *one_pass = 1;
+      return cuda_after_launch(st, st->stream, "cudnnBackendExecute (conv + GenStats)", __FILE__, __LINE__);
+    }
+  }
+#endif
+  (void)force;
+  return conv_then_sums(ctx, f, g, OC, B, x, W, y, sums, ws, ws_bytes);
 }
 
 lam_status cuda_conv2d_bwd_data(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g, int OC, int B, const void *dy,

@@ -126,6 +126,7 @@ lam_status nhwc_upsample(lam_ctx *ctx, lam_fmt f, int bwd, int B, int C, int H, 
   LAM_FAIL(LAM_ERR_UNSUPPORTED, "%s: NCHW bfloat16 activations are not a CUDA format (NHWC bfloat16 or NCHW " \
                                 "float32 are)", what)
 void cuda_conv_destroy(cuda_state *st); /* conv.cu */
+int cuda_conv_stats_one_pass(lam_fmt f);  /* conv.cu: lam_backend.conv_stats_one_pass */
 
 /* hidden.cu: the hidden layer's state — LAMINA_STREAMS and LAMINA_CHUNK read (a bad value is LAM_ERR_INVALID_ARG),
  * its streams and events made; its sync waits for its streams; its free (after that work) frees everything, pinned

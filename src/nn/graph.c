@@ -57,6 +57,25 @@ static void fuse(lam_model *m) {
     }
 }
 
+/* A training BatchNorm whose input a conv wrote takes its batch statistics from that conv (m->conv_stats: 1 where
+ * the backend can sum them in the conv's own kernel in this format, 2 wherever it runs conv2d_fwd_stats): the
+ * BatchNorm's pass over its input for them is then not run. Not with sync BN, whose sums come from every rank. */
+static void pair_conv_stats(lam_model *m) {
+  const lam_backend *be = m->ctx->be;
+  const char *why = "";
+  if (!m->fuse || !m->conv_stats || m->sync_sum) return;
+  if (m->conv_stats == 1 && !(be->conv_stats_one_pass && be->conv_stats_one_pass(m->fmt))) return;
+  if (be->prim->supports && !be->prim->supports(LAM_PRIM_conv2d_fwd_stats, m->fmt, &why)) return;
+  for (int i = 0; i < m->nnodes; i++) {
+    nn_node *bn = &m->node[i];
+    const nn_tensor *x = &m->tensor[bn->in[0]];
+    if (bn->op != &nn_op_bn || bn->absorbed || bn->in[0] == 0 || x->view_of >= 0 || x->fused_away) continue;
+    nn_node *c = &m->node[x->producer];
+    if (c->out != bn->in[0] || c->stats_for || !nn_conv_can_sum_stats(m, c)) continue;
+    c->stats_for = i + 1, bn->stats_from = x->producer + 1;
+  }
+}
+
 /* An activation whose backward reads only its output (relu, leakyrelu, tanh, sigmoid) runs in place where
  * its input has no other reader and nobody else needs that input's values: its output is the input's memory,
  * its backward turns the output's gradient into the input's in the same buffer. */
@@ -83,6 +102,7 @@ static void finish(lam_model *m, lam_fmt f) {
     n->fuse = n->tail = n->absorbed = n->fused_by = n->inplace = 0;
     n->fusion = NULL;
     n->accum[0] = n->accum[1] = 0;
+    n->stats_for = n->stats_from = n->stats_one_pass = 0;
     int need = n->nw + n->nb > 0;
     for (int j = 0; j < n->nin; j++) need |= m->tensor[n->in[j]].need_grad;
     m->tensor[n->out].need_grad = need;
@@ -93,6 +113,7 @@ static void finish(lam_model *m, lam_fmt f) {
     if (n->view) m->tensor[n->out].view_of = n->in[0];
   }
   fuse(m);
+  pair_conv_stats(m);
   for (int i = 0; i < m->nnodes; i++) /* conv2d_bwd_filter reads the input of a conv on its own */
     m->node[i].keep_input = (m->node[i].op == &nn_op_conv || m->node[i].op == &nn_op_convt) && !m->node[i].fuse;
   run_in_place(m);

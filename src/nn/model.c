@@ -32,7 +32,7 @@ lam_status lam_model_create_clip(lam_ctx *ctx, const char *spec, int T, int in_c
    * as im2col + GEMM (bit for bit the fused block's arithmetic: test_fused compares the two) instead of the
    * backend's conv2d, and a layout forced for every model instead of nn_choose_fmt's */
   const lam_model_options *mo = &ctx->model_opts;
-  m->fuse = mo->fuse, m->conv_im2col = mo->conv_im2col, m->layout = mo->layout;
+  m->fuse = mo->fuse, m->conv_im2col = mo->conv_im2col, m->layout = mo->layout, m->conv_stats = mo->conv_stats;
   m->in_c = in_c, m->in_h = in_h, m->in_w = in_w, m->in_t = T;
   /* as torchvision's ToTensor + Normalize(0.5, 0.5) per channel, until the caller says otherwise */
   m->norm.c = in_c;
@@ -231,6 +231,7 @@ lam_status lam_model_nodes(const lam_model *m, int batch, lam_node_info *nodes, 
     o->fused = n->absorbed ? 1 : n->fuse ? 2 : 0;
     const nn_fusion *f = n->absorbed ? m->node[n->fused_by].fusion : n->fusion;
     snprintf(o->fusion, sizeof o->fusion, "%s", o->fused && f ? f->name : "");
+    o->stats = n->stats_for ? 1 + n->stats_one_pass : n->stats_from ? 3 : 0;
   }
   if (planned_bytes) {
     /* the plan is made on a copy: the model's own buffers stay as they are */

@@ -138,6 +138,11 @@ typedef struct nn_node {
   int keep_input; /* backward reads the input's data (besides NN_IN_BWD ops: a conv on its own) */
   int view;       /* an NN_VIEW op that is a view in the model's format (flatten of an image in NHWC is not) */
   int inplace;    /* an activation that writes over its input, and its input's gradient over its own */
+  /* A conv whose output a training BatchNorm normalizes may compute that BatchNorm's statistics (m->conv_stats):
+   * stats_for (on the conv) and stats_from (on the BatchNorm) are the other node's index + 1, else 0. The sums
+   * (sum and sum of squares per channel) are the conv's aux; stats_one_pass: its last forward computed them in
+   * the conv's own kernel (cuDNN's GenStats), not in a pass after it. */
+  int stats_for, stats_from, stats_one_pass;
 } nn_node;
 
 struct lam_model {
@@ -192,6 +197,8 @@ struct lam_model {
   int fuse;                /* conv -> relu -> maxpool: 0 op by op, 1 fused after the GEMM, 2 also direct at the
                             * input, 3 (default) direct where the backend prefers it (LAMINA_FUSE) */
   int conv_im2col;         /* LAMINA_CONV=im2col: a conv on its own is im2col + GEMM too, not conv2d (to compare) */
+  int conv_stats;          /* lam_model_options.conv_stats (LAMINA_CONV_STATS): which convs sum the next BatchNorm's
+                            * statistics */
   unsigned gen;            /* bumped whenever buffers a captured step uses move (a graph of them is then stale) */
   struct lam_prof *prof;   /* when profiling: a mark after every op (nn/prof.h) */
   /* Sync BN (lam_trainer_set_sync_bn) where sync_sum is set: a training BatchNorm's statistics, and its
@@ -281,6 +288,8 @@ int nn_readers(const lam_model *m, int t, int *last);
 /* Whether conv node i heads conv -> relu -> maxpool (windows that do not overlap, each intermediate with one reader):
  * 2, with the relu and pool in a; else 0 (nn_choose_fmt keeps such models NCHW). */
 int nn_conv_block_shape(const lam_model *m, int i, int a[2]);
+/* Whether conv node n can sum its output's statistics for a BatchNorm (conv.c): a whole conv without bias. */
+int nn_conv_can_sum_stats(const lam_model *m, const nn_node *n);
 
 /* Builds the graph from the spec (spec.c): nodes, tensors, shapes, parameter and state offsets. */
 lam_status nn_parse_spec(lam_model *m, const char *spec);

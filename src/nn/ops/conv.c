@@ -169,11 +169,21 @@ static const void *conv_weights(const lam_model *m, const nn_node *n) {
   return m->fmt.dt == LAM_DT_F32 ? (const void *)(m->params + n->w_off) : (const void *)(m->params_lo + n->w_off);
 }
 
+int nn_conv_can_sum_stats(const lam_model *m, const nn_node *n) {
+  return n->op == &nn_op_conv && !n->absorbed && !n->fuse && !n->nb && whole_conv(m, n);
+}
+
 static lam_status conv_fwd(lam_model *m, nn_node *n, int B, int train) {
-  (void)train;
   if (whole_conv(m, n)) {
     lam_conv_geom g = conv_geom(m, n);
     nn_tensor *y = nn_out(m, n);
+    if (train && n->stats_for) { /* and the next BatchNorm's statistics, into this node's aux (no bias here) */
+      LAM_TRY(m->ctx->be->prim->conv2d_fwd_stats(m->ctx, m->fmt, &g, n->a.conv.oc, B, nn_in(m, n, 0)->data,
+                                                 conv_weights(m, n), y->data, (float *)n->aux, m->conv_stats == 2,
+                                                 m->scratch, m->scratch_bytes, &n->stats_one_pass));
+      NN_PROF(m, n->stats_one_pass ? "conv.conv2d_genstats" : "conv.conv2d_stats", nn_index(m, n) + 1);
+      return LAM_OK;
+    }
     LAM_TRY(m->ctx->be->prim->conv2d_fwd(m->ctx, m->fmt, &g, n->a.conv.oc, B, nn_in(m, n, 0)->data, conv_weights(m, n), y->data,
                                    m->scratch,
                                    m->scratch_bytes));
@@ -276,10 +286,12 @@ const nn_fusion nn_fusion_conv_block = {.name = "conv_relu_pool", .kind = NN_FUS
                                         .setup = conv_block_setup, .fwd = conv_block_fwd, .bwd = conv_block_bwd,
                                         .prims = NN_PRIMS(LAM_PRIM_conv_pool_fwd, LAM_PRIM_conv_pool_bwd, LAM_PRIM_conv_pool_direct_fwd, LAM_PRIM_conv_pool_direct_bwd, LAM_PRIM_im2col, LAM_PRIM_col2im, LAM_PRIM_gemm, LAM_PRIM_gemm_half, LAM_PRIM_to_half)};
 
-/* im2col (K, B*P) as float; the half precisions use the first half. None for the direct block and for a
- * whole conv (which keeps its input instead). */
+/* im2col (K, B*P) as float; the half precisions use the first half. None for the direct block; for a whole conv
+ * (which keeps its input instead) only the sums of the BatchNorm it computes statistics for (2 OC floats; they
+ * live from this forward to that BatchNorm's). */
 static size_t conv_aux(const lam_model *m, const nn_node *n, int B) {
-  return n->fuse == NN_FUSE_DIRECT || whole_conv(m, n) ? 0 : taps(m, n) * planes(m, n, B) * sizeof(float);
+  if (whole_conv(m, n)) return n->stats_for ? 2 * (size_t)n->a.conv.oc * sizeof(float) : 0;
+  return n->fuse == NN_FUSE_DIRECT ? 0 : taps(m, n) * planes(m, n, B) * sizeof(float);
 }
 /* fp32: dyT (OC, BP) then dcol (K, BP); bf16/fp16: dyT, then (16-byte aligned) dyT and dcol as 16-bit;
  * the direct block's partial sums. */

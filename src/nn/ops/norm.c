@@ -64,10 +64,28 @@ static lam_status bn_sync_bwd(lam_model *m, nn_node *n, int B) {
   return be->prim->bn_sync_dx(m->ctx, m->fmt, B, C, P, x->data, dy, gamma, mean, invstd, sums, (double)B * P, din);
 }
 
+/* Training with the statistics its conv summed (stats_from: the conv's aux holds sum(x), sum(x^2)): mean, invstd
+ * and the biased var (aux) from them, the running ones updated, as sync BN does with the ranks' sums; the
+ * normalization is then the evaluation path's with those. */
+static lam_status bn_given_stats(lam_model *m, nn_node *n, int B, float **mean, float **var) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const int C = x->c;
+  float *run = m->state + n->s_off;
+  *mean = n->aux, *var = *mean + 2 * C;
+  return m->ctx->be->prim->bn_sync_stats(m->ctx, C, (double)B * x->h * x->w, m->node[n->stats_from - 1].aux,
+                                         n->a.bn.eps, n->a.bn.momentum, *mean, *mean + C, *var, run, run + C);
+}
 static lam_status bn_fwd(lam_model *m, nn_node *n, int B, int train) {
   if (train && m->sync_sum) return bn_sync_fwd(m, n, B);
   const nn_tensor *x = nn_in(m, n, 0);
   float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
+  if (train && n->stats_from) {
+    float *mu, *var;
+    LAM_TRY(bn_given_stats(m, n, B, &mu, &var));
+    return m->ctx->be->prim->bn_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, m->params + n->w_off,
+                                    m->params + n->b_off, nn_out(m, n)->data, NULL, NULL, mu, var, n->a.bn.momentum,
+                                    n->a.bn.eps, 0);
+  }
   return m->ctx->be->prim->bn_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, x->data, m->params + n->w_off, m->params + n->b_off,
                             nn_out(m, n)->data, mean, invstd, run, run + x->c, n->a.bn.momentum, n->a.bn.eps, train);
 }
@@ -82,14 +100,20 @@ static lam_status bn_bwd(lam_model *m, nn_node *n, int B) {
 }
 /* With the activation after it (the graph's fusion pass): y = act(bn(x)) in one pass, the BatchNorm's own
  * output never stored; backward recomputes what it needs from x and y. */
-static lam_status bn_act_fwd(lam_model *m, nn_node *n, int B, int train) {
+/* y = act(bn(x) [+ r]): its own statistics, or (stats_from) those its conv summed */
+static lam_status bn_act_run(lam_model *m, nn_node *n, int B, int train, const void *r) {
   const nn_tensor *x = nn_in(m, n, 0);
   const nn_node *act = &m->node[n->tail];
-  float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
-  return m->ctx->be->prim->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, NULL,
-                                m->params + n->w_off, m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run, run + x->c, n->a.bn.momentum,
-                                n->a.bn.eps, train);
+  float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off, *run_var = run + x->c;
+  if (train && n->stats_from) {
+    LAM_TRY(bn_given_stats(m, n, B, &run, &run_var));
+    mean = invstd = NULL, train = 0;
+  }
+  return m->ctx->be->prim->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, r,
+                                m->params + n->w_off, m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run, run_var,
+                                n->a.bn.momentum, n->a.bn.eps, train);
 }
+static lam_status bn_act_fwd(lam_model *m, nn_node *n, int B, int train) { return bn_act_run(m, n, B, train, NULL); }
 
 static lam_status bn_act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
@@ -120,13 +144,7 @@ const nn_fusion nn_fusion_bn_act = {.name = "bn_act", .fwd_mark = "bn_act.fwd", 
 static const nn_node *fused_add(const lam_model *m, const nn_node *n) { return &m->node[n->tail - 1]; }
 static int residual_slot(const lam_model *m, const nn_node *n) { return fused_add(m, n)->in[0] == n->out ? 1 : 0; }
 static lam_status bn_add_act_fwd(lam_model *m, nn_node *n, int B, int train) {
-  const nn_tensor *x = nn_in(m, n, 0);
-  const nn_node *act = &m->node[n->tail];
-  const void *r = m->tensor[fused_add(m, n)->in[residual_slot(m, n)]].data;
-  float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off;
-  return m->ctx->be->prim->bn_act_fwd(m->ctx, m->fmt, B, x->c, x->h * x->w, act->a.act.kind, act->a.act.alpha, x->data, r,
-                                m->params + n->w_off, m->params + n->b_off, nn_out(m, act)->data, mean, invstd, run,
-                                run + x->c, n->a.bn.momentum, n->a.bn.eps, train);
+  return bn_act_run(m, n, B, train, m->tensor[fused_add(m, n)->in[residual_slot(m, n)]].data);
 }
 static lam_status bn_add_act_bwd(lam_model *m, nn_node *n, int B) {
   const nn_tensor *x = nn_in(m, n, 0);
@@ -155,7 +173,8 @@ const nn_fusion nn_fusion_bn_add_act = {.name = "bn_add_act", .fwd_mark = "bn_ad
 
 static size_t bn_aux(const lam_model *m, const nn_node *n, int B) {
   (void)B;
-  return (m->sync_sum ? 5 : 2) * (size_t)m->tensor[n->in[0]].c * sizeof(float); /* sync: and sums, var */
+  /* mean, invstd; sync: and sums, var; statistics from its conv: and var */
+  return (m->sync_sum ? 5 : n->stats_from ? 3 : 2) * (size_t)m->tensor[n->in[0]].c * sizeof(float);
 }
 static size_t bn_scratch(const lam_model *m, const nn_node *n, int B) { /* room for an unwanted dx */
   return m->tensor[n->in[0]].need_grad ? 0 : ((size_t)B * nn_size(&m->tensor[n->in[0]]) * nn_esize(m) + 3) / 4;
