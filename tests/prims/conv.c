@@ -184,6 +184,96 @@ static void test_conv2d(void **state) {
       }
 }
 
+/* ---- a conv with its output's channel statistics (conv2d_fwd_stats) ----
+ * y and the sums against float64 (the sums of the reference y, each on the scale of sum |y| or sum y^2), in the
+ * format under test and in NHWC bfloat16 and float16; on CUDA both with force (cuDNN's one graph wherever it has
+ * an engine: float16, OC a multiple of 8) and without (the first call of a geometry times the routes). NCHW on
+ * CUDA is not a format of the primitive (it says so). */
+static void run_conv_stats(lam_ctx *ctx, const lam_conv_geom *g, int OC, int B, const float *x, const float *W, int force,
+                           float *y, float *sums, int *one_pass) {
+  size_t nx = (size_t)B * g->C * g->H * g->W, ny = (size_t)B * OC * g->OH * g->OW, nw = (size_t)OC * g->C * g->K * g->K;
+  size_t ws_bytes = 0;
+  TU_OK(BE(ctx)->conv2d_workspace(ctx, g_fmt, g, OC, B, &ws_bytes));
+  void *ws = NULL;
+  TU_OK(lam_mem_alloc(ctx, &ws, ws_bytes ? ws_bytes : 1));
+  float *dx = dput(ctx, x, nx * 4), *dW = dput(ctx, W, nw * 4), *dy = dput(ctx, y, ny * 4), *ds = dput(ctx, sums, 2 * (size_t)OC * 4);
+  void *fx = fin(ctx, dx, B, g->C, (size_t)g->H * g->W), *fy = fin(ctx, dy, B, OC, (size_t)g->OH * g->OW),
+       *fW = fin_flat(ctx, dW, nw);
+  TU_OK(BE(ctx)->conv2d_fwd_stats(ctx, g_fmt, g, OC, B, fx, fW, fy, ds, force, ws, ws_bytes, one_pass));
+  fout(ctx, fy, dy, B, OC, (size_t)g->OH * g->OW, "conv2d_fwd_stats y (format)");
+  fout(ctx, fx, dx, B, g->C, (size_t)g->H * g->W, "conv2d_fwd_stats x (format)");
+  fout_flat(ctx, fW, dW, nw, "conv2d_fwd_stats W (format)");
+  dget(ctx, y, dy, ny * 4, "conv2d_fwd_stats y");
+  dget(ctx, sums, ds, 2 * (size_t)OC * 4, "conv2d_fwd_stats sums");
+  dfree(ctx, dx), dfree(ctx, dW), dfree(ctx, dy), dfree(ctx, ds);
+  TU_OK(lam_mem_free(ctx, ws));
+}
+
+static void test_conv2d_fwd_stats(void **state) {
+  (void)state;
+  static const struct { int B, C, H, W, K, stride, pad, OC; } k_cs[] = {
+      {2, 3, 8, 8, 3, 1, 1, 8}, {3, 16, 6, 5, 3, 1, 1, 16}, {2, 64, 4, 4, 1, 1, 0, 64}, {1, 5, 5, 7, 3, 1, 1, 5},
+      {2, 8, 9, 9, 3, 2, 1, 16}};
+  const lam_fmt keep = g_fmt;
+  const int keep_half = g_half;
+  int ran_one_pass = 0;
+  for (size_t s = 0; s < sizeof k_cs / sizeof k_cs[0]; s++)
+    for (int fi = 0; fi < 3; fi++) {
+      g_fmt = fi == 0 ? keep : lam_fmt_of(fi == 1 ? LAM_DT_BF16 : LAM_DT_F16, 1);
+      const char *why = "";
+      if (BE(g_ctx)->supports && !BE(g_ctx)->supports(LAM_PRIM_conv2d_fwd_stats, g_fmt, &why)) {
+        print_message("  conv2d_fwd_stats: not a format here (%s)\n", why);
+        continue;
+      }
+      seed_case("conv2d_fwd_stats", 3 * s + (uint64_t)fi);
+      const int B = k_cs[s].B, OC = k_cs[s].OC;
+      lam_conv_geom g = {k_cs[s].C, k_cs[s].H, k_cs[s].W, k_cs[s].K, k_cs[s].stride, k_cs[s].pad, 0, 0};
+      g.OH = (g.H + 2 * g.pad - g.K) / g.stride + 1, g.OW = (g.W + 2 * g.pad - g.K) / g.stride + 1;
+      const size_t P = (size_t)g.OH * g.OW, ny = (size_t)B * OC * P, rows = (size_t)g.C * g.K * g.K,
+                   nx = (size_t)B * g.C * g.H * g.W, nw = (size_t)OC * rows;
+      float *x = frand16(nx, -1, 1), *W = frand16(nw, -0.5, 0.5); /* 16-bit values: every format reads them alike */
+      double *yref = dzero(ny), *ys = dzero(ny), *sref = dzero(2 * (size_t)OC), *ss = dzero(2 * (size_t)OC);
+      for (int b = 0; b < B; b++)
+        for (size_t p = 0; p < P; p++)
+          for (size_t r = 0; r < rows; r++) {
+            long xi = col_src(&g, B, r, (size_t)b * P + p);
+            if (xi < 0) continue;
+            for (int oc = 0; oc < OC; oc++) {
+              const double xw = (double)x[xi] * W[(size_t)oc * rows + r];
+              yref[((size_t)b * OC + oc) * P + p] += xw, ys[((size_t)b * OC + oc) * P + p] += fabs(xw);
+            }
+          }
+      for (int b = 0; b < B; b++)
+        for (int oc = 0; oc < OC; oc++)
+          for (size_t p = 0; p < P; p++) {
+            const double v = yref[((size_t)b * OC + oc) * P + p];
+            sref[oc] += v, ss[oc] += fabs(v), sref[OC + oc] += v * v, ss[OC + oc] += v * v;
+          }
+      /* float32: the GEMM's sums; 16-bit: y rounded (2^-9 or 2^-12 of it), the sums of y before or after */
+      const double tol = g_fmt.dt == LAM_DT_F32 ? 1e-5 : g_fmt.dt == LAM_DT_BF16 ? 8e-3 : 1.5e-3;
+      for (int force = 0; force < 2; force++) {
+        float *y = fnan(ny), *sums = fnan(2 * (size_t)OC);
+        int one_pass = -1;
+        run_conv_stats(g_ctx, &g, OC, B, x, W, force, y, sums, &one_pass);
+        char what[160];
+        snprintf(what, sizeof what, "conv2d_fwd_stats %s C=%d %dx%d K=%d stride=%d OC=%d B=%d force=%d (%s)",
+                 g_fmt.dt == LAM_DT_F32 ? "f32" : g_fmt.dt == LAM_DT_BF16 ? "bf16" : "f16", g.C, g.H, g.W, g.K, g.stride,
+                 OC, B, force, one_pass ? "one graph" : "two steps");
+        assert_true(one_pass == 0 || one_pass == 1);
+        if (!g_cuda) assert_int_equal(one_pass, 0);
+        ran_one_pass += one_pass;
+        cmp_f(what, ny, y, yref, ys, tol);
+        char w2[200];
+        snprintf(w2, sizeof w2, "%s sums", what);
+        cmp_f(w2, 2 * (size_t)OC, sums, sref, ss, tol);
+        free(y), free(sums);
+      }
+      free(x), free(W), free(yref), free(ys), free(sref), free(ss);
+    }
+  g_fmt = keep, g_half = keep_half;
+  print_message("  conv2d_fwd_stats: %d call(s) ran cuDNN's one graph\n", ran_one_pass);
+}
+
 /* ---- layout changes with bias; biases ---- */
 
 /* (B, C, P): odd sizes, C = 1, P = 1, 3 and 64 channels; the last ones split a channel's reduction over
@@ -459,7 +549,7 @@ IN_F16_TEST(test_conv_pool_null)
 const struct CMUnitTest *prims_conv_tests(size_t *n) {
   static const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_im2col_col2im),
-      cmocka_unit_test(test_conv2d),
+      cmocka_unit_test(test_conv2d), cmocka_unit_test(test_conv2d_fwd_stats),
       cmocka_unit_test(test_layout),
       cmocka_unit_test(test_channel_bias),
       cmocka_unit_test(test_conv_pool_null),

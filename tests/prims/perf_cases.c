@@ -110,6 +110,16 @@ static lam_status pc_conv2d_fwd(perf_run *r) {
   if (r->setup) return conv_setup(r);
   return BEC->conv2d_fwd(CTX, r->f, &r->cg, r->OC, r->B, r->x, r->w, r->y, r->ws, r->ws_bytes);
 }
+static lam_status pc_conv2d_fwd_stats(perf_run *r) { /* as measured (force 0): cuDNN's one graph or two steps */
+  if (r->setup) {
+    lam_status s = conv_setup(r);
+    r->work = f32(r, 2 * (size_t)r->OC);
+    return s;
+  }
+  int one_pass;
+  return BEC->conv2d_fwd_stats(CTX, r->f, &r->cg, r->OC, r->B, r->x, r->w, r->y, r->work, 0, r->ws, r->ws_bytes,
+                               &one_pass);
+}
 static lam_status pc_conv2d_bwd_data(perf_run *r) { /* y is dy, x is dx */
   if (r->setup) return conv_setup(r);
   return BEC->conv2d_bwd_data(CTX, r->f, &r->cg, r->OC, r->B, r->y, r->w, r->x, 0, r->ws, r->ws_bytes);
@@ -631,6 +641,7 @@ const perf_case k_perf[] = {
     {"bcp_to_cbp", "bias", FM_NONE, 0, pc_bcp_to_cbp},
     {"conv2d_workspace", "3x3", FM_IMG, P_HOST, pc_conv2d_workspace},
     {"conv2d_fwd", "3x3", FM_IMG, 0, pc_conv2d_fwd},
+    {"conv2d_fwd_stats", "3x3", FM_IMG, 0, pc_conv2d_fwd_stats},
     {"conv2d_bwd_data", "3x3", FM_IMG, 0, pc_conv2d_bwd_data},
     {"conv2d_bwd_filter", "3x3", FM_IMG, 0, pc_conv2d_bwd_filter},
     {"add_bias", "", FM_NONE, 0, pc_add_bias},
