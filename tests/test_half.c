@@ -440,8 +440,10 @@ static void test_half_fused_vs_plain(void **state) {
 
 /* On the GPU in fp16, cuDNN's one graph (conv + GenStats) for each conv -> bn pair, forced (conv_stats 2) and as
  * measured (1), against BatchNorm's own statistics pass (0), everything else alike (fuse 3), on 64 channels as
- * the benchmark nets have them (the first conv's 3 input channels padded to 8): 20 Adam steps give the same losses
- * to fp16's rounding, and with conv_stats 2 every conv ran the one graph (lam_model_nodes says so). */
+ * the benchmark nets have them (the first conv's 3 input channels padded to 8): the first step's loss (one forward
+ * from the same weights) agrees to 1e-3, and 20 Adam steps give the same losses to 1e-2 of the first loss (the net
+ * learns its two batches to a loss of 0.05, where fp16's rounding, carried over the steps, moved the loss by 2.3% of
+ * itself at most on the H100), and with conv_stats 2 every conv ran the one graph (lam_model_nodes says so). */
 static void test_fp16_conv_genstats(void **state) {
   (void)state;
   const char *spec = "conv 64 3 pad 1 nobias, bn, r: relu, conv 64 3 pad 1 nobias, bn, relu, conv 64 3 pad 1 nobias, "
@@ -466,12 +468,16 @@ static void test_fp16_conv_genstats(void **state) {
   lam_model_options mo = lam_model_options_default();
   TU_OK(lam_ctx_set_model_options(g_dev, &mo));
   g_p = LAM_PRECISION_BF16;
-  double worst[3] = {0, 0, 0};
-  for (int k = 1; k < 3; k++)
-    for (int s = 0; s < STEPS; s++) worst[k] = fmax(worst[k], fabs((double)loss[k][s] - loss[0][s]) / fabs(loss[0][s]));
+  double worst[3] = {0, 0, 0}, first[3] = {0, 0, 0};
+  for (int k = 1; k < 3; k++) {
+    first[k] = fabs((double)loss[k][0] - loss[0][0]) / fabs(loss[0][0]);
+    for (int s = 0; s < STEPS; s++) worst[k] = fmax(worst[k], fabs((double)loss[k][s] - loss[0][s]) / fabs(loss[0][0]));
+  }
   print_message("  cuda fp16, 64 channels, %d Adam steps: BatchNorm's own pass %.4f -> %.4f; measured choice (%d of 3 "
-                "convs in one graph) worst %.2e relative; one graph forced (%d of 3) worst %.2e\n", STEPS, loss[0][0],
-                loss[0][STEPS - 1], stats[1][2], worst[1], stats[2][2], worst[2]);
+                "convs in one graph) first step %.2e, worst %.2e of the first loss; one graph forced (%d of 3) %.2e, "
+                "%.2e\n", STEPS, loss[0][0], loss[0][STEPS - 1], stats[1][2], first[1], worst[1], stats[2][2], first[2],
+                worst[2]);
+  assert_true(first[1] <= 1e-3 && first[2] <= 1e-3);
   assert_int_equal(stats[0][1] + stats[0][2] + stats[0][3], 0);
   assert_int_equal(stats[1][1] + stats[1][2], 3);
   assert_int_equal(stats[2][2], 3); /* cuDNN took the graph at each conv */

@@ -613,7 +613,7 @@ lam_status cuda_conv2d_fwd_stats(lam_ctx *ctx, lam_fmt f, const lam_conv_geom *g
         if (s == LAM_OK) {
           cudaEventElapsedTime(&p->ms[0], e[0], e[1]);
           cudaEventElapsedTime(&p->ms[1], e[1], e[2]);
-          p->choice = p->ms[0] < p->ms[1] ? 1 : 2;
+          p->choice = p->ms[0] < 0.98f * p->ms[1] ? 1 : 2; /* by a margin: a tie at a small shape stays two steps */
         }
         for (int i = 0; i < 3; i++) cudaEventDestroy(e[i]);
         LAM_TRY(s);
