@@ -372,6 +372,16 @@ static void test_fp16_overflow_at_the_floor(void **state) {
 /* Runs spec for STEPS Adam steps on two batches in turn (x, y: STEPS batches of B images of C x S x S) with model
  * options mo, the losses into loss; returns how many nodes lam_model_nodes gave each stats value (0 to 3) after. */
 enum { FV_STEPS = 20 };
+/* FV_STEPS batches of B random images (C x S x S, uniform in [-1, 1)) and labels of 5 classes, from case seed. */
+static void fused_batches(uint64_t seed, int B, int C, int S, float **x, uint8_t **y) {
+  const size_t n = (size_t)FV_STEPS * B * C * S * S;
+  tu_rng rng;
+  *x = malloc(n * sizeof **x), *y = malloc((size_t)FV_STEPS * B);
+  assert_true(*x && *y);
+  tu_rng_seed(&rng, tu_case_seed(seed));
+  for (size_t i = 0; i < n; i++) (*x)[i] = (float)tu_uniform(&rng, -1, 1);
+  for (int i = 0; i < FV_STEPS * B; i++) (*y)[i] = (uint8_t)(tu_next(&rng) % 5);
+}
 static void fused_run(lam_ctx *ctx, const char *spec, lam_model_options mo, int B, int C, int S, const float *x,
                       const uint8_t *y, float *loss, int stats[4]) {
   TU_OK(lam_ctx_set_model_options(ctx, &mo));
@@ -406,13 +416,9 @@ static void test_half_fused_vs_plain(void **state) {
                      "add @r, relu, gap, dense 5";
   enum { B = 8, C = 3, S = 8, STEPS = FV_STEPS };
   float loss[2][STEPS];
-  tu_rng rng;
-  float *x = malloc((size_t)STEPS * B * C * S * S * sizeof *x);
-  uint8_t *y = malloc((size_t)STEPS * B);
-  assert_true(x && y);
-  tu_rng_seed(&rng, tu_case_seed(700));
-  for (size_t i = 0; i < (size_t)STEPS * B * C * S * S; i++) x[i] = (float)tu_uniform(&rng, -1, 1);
-  for (int i = 0; i < STEPS * B; i++) y[i] = (uint8_t)(tu_next(&rng) % 5);
+  float *x;
+  uint8_t *y;
+  fused_batches(700, B, C, S, &x, &y);
   int stats[2][4];
   for (int fused = 0; fused < 2; fused++) {
     lam_model_options mo = lam_model_options_default();
@@ -452,13 +458,9 @@ static void test_fp16_conv_genstats(void **state) {
   g_p = LAM_PRECISION_FP16;
   float loss[3][STEPS];
   int stats[3][4];
-  tu_rng rng;
-  float *x = malloc((size_t)STEPS * B * C * S * S * sizeof *x);
-  uint8_t *y = malloc((size_t)STEPS * B);
-  assert_true(x && y);
-  tu_rng_seed(&rng, tu_case_seed(701));
-  for (size_t i = 0; i < (size_t)STEPS * B * C * S * S; i++) x[i] = (float)tu_uniform(&rng, -1, 1);
-  for (int i = 0; i < STEPS * B; i++) y[i] = (uint8_t)(tu_next(&rng) % 5);
+  float *x;
+  uint8_t *y;
+  fused_batches(701, B, C, S, &x, &y);
   for (int k = 0; k < 3; k++) {
     lam_model_options mo = lam_model_options_default();
     mo.layout = 2, mo.conv_stats = k;
