@@ -22,7 +22,7 @@ PyTorch: (B, T, 1, H, W) -> (B*T, 1, H, W) -> per-frame layers -> (B, T, C, h, w
          train --augment, and on PyTorch's side the same crop and flip of each uint8 batch on the GPU before it is
          normalized (bench/trainbench.py crop_flip), outside its captured step.
   /usr/bin/python3 bench/clips.py --lamina build/lamina [--net late|early] [--augment crop:P,flip] [--n 20000] [--test 2000] [--frames 16] [--epochs 10]
-      [--batch 100] [--lr 2e-3] [--precision bf16|tf32] [--ways eager,compile] [--json FILE]"""
+      [--batch 100] [--lr 2e-3] [--precision bf16|fp16|tf32] [--torch-precision P] [--ways eager,compile] [--json FILE]"""
 import argparse, json, os, subprocess, sys, tempfile, time
 
 import numpy as np
@@ -45,7 +45,10 @@ ap.add_argument("--frames", type=int, default=16)
 ap.add_argument("--epochs", type=int, default=10)
 ap.add_argument("--batch", type=int, default=100)
 ap.add_argument("--lr", type=float, default=2e-3)
-ap.add_argument("--precision", default="bf16", choices=["bf16", "tf32"])
+ap.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "tf32"], help="lamina's (fp16: its loss "
+                "scaling on the device)")
+ap.add_argument("--torch-precision", choices=["bf16", "fp16", "tf32"], help="PyTorch's (default: --precision; "
+                "fp16: autocast float16 and GradScaler); #34 compares lamina fp16 with PyTorch bf16")
 ap.add_argument("--ways", default="eager,compile", help="PyTorch's ways (eager, compile)")
 ap.add_argument("--augment", default="none", help="both sides: crop:P,flip as lamina train --augment (default none)")
 ap.add_argument("--cosine", type=float, metavar="W", help="both sides: the rate on lamina's --lr-schedule cosine "
@@ -53,6 +56,7 @@ ap.add_argument("--cosine", type=float, metavar="W", help="both sides: the rate 
 ap.add_argument("--single", type=int, default=1, help="also lamina on one-frame clips (default 1)")
 ap.add_argument("--json")
 a = ap.parse_args()
+a.torch_precision = a.torch_precision or a.precision
 a.spec = a.spec or os.path.join(HERE, "nets", {"late": "clip.txt", "early": "clip_early.txt", "max": "clip_max.txt"}[a.net])
 a.single = a.single and a.net == "late"  # the one-frame figure is the per-frame net's
 assert a.n % a.batch == 0 and a.test % a.batch == 0, "--n and --test must be multiples of --batch"
@@ -89,7 +93,7 @@ import torch, torch.nn as nn
 out["meta"].update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0))
 say(f"PyTorch {torch.__version__}, {out['meta']['gpu']}")
 torch.backends.cudnn.benchmark = True
-torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.torch_precision == "tf32"
 dev = "cuda"
 X = torch.from_numpy(idx(os.path.join(data, "train-images-idx5-ubyte")).copy()).to(dev)  # (N, T, H, W, 1)
 Y = torch.from_numpy(idx(os.path.join(data, "train-labels-idx1-ubyte")).astype(np.int64)).to(dev)
@@ -161,7 +165,7 @@ def torch_run(way):
         (m,) = crop_flip([(x[..., 0], 0)], pad, flip)
         return m[..., None], y
 
-    return torch_train(way, net, X, Y, norm, a.epochs, a.batch, a.lr, a.precision, evaluate,
+    return torch_train(way, net, X, Y, norm, a.epochs, a.batch, a.lr, a.torch_precision, evaluate,
                        augment=augment if pad or flip else None,
                        schedule=("cosine", a.cosine) if a.cosine is not None else None)
 
@@ -184,7 +188,7 @@ if L["status"] == "ok" and ok:
     say(f"{'lamina ' + a.precision:24s}{L['epoch_s']:10.3f}{100 * L['acc']:10.2f}{L['peak_bytes'] / 1e6:10.0f}")
     for w in ok:
         r = out["torch"][w]
-        say(f"{'PyTorch ' + w:24s}{r['epoch_s']:10.3f}{100 * r['acc']:10.2f}{r['peak_bytes'] / 1e6:10.0f}")
+        say(f"{'PyTorch ' + w + ' ' + a.torch_precision:24s}{r['epoch_s']:10.3f}{100 * r['acc']:10.2f}{r['peak_bytes'] / 1e6:10.0f}")
     if a.single and out["lamina"]["single_frame"].get("status") == "ok":
         say(f"{'lamina one frame':24s}{out['lamina']['single_frame']['epoch_s']:10.3f}"
             f"{100 * out['lamina']['single_frame']['acc']:10.2f}")

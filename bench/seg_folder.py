@@ -410,7 +410,7 @@ def torch_run(way):
         xs.copy_(norm(torch.stack([t[0] for t in first]).to(dev))), ys.copy_(torch.stack([t[1] for t in first]))
         step_c = step_of(torch.compile(net, mode="max-autotune-no-cudagraphs"), xs, ys)
         graph = capture_graph(step_c)
-    if cuda:
+    if cuda and way != "compile":  # capture_graph reset it before it captured
         torch.cuda.reset_peak_memory_stats()
     times, ips, waits, mious = [], [], [], []
     for ep in range(a.train_epochs):

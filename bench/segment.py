@@ -17,7 +17,7 @@ PyTorch: Conv2d(bias=False), BatchNorm2d, ReLU, MaxPool2d(2), ConvTranspose2d(2,
 Mean IoU, both sides: over the whole test set, IoU = TP / (TP + FP + FN) of each class that is in the truth or the
          predictions, averaged over those classes (as lamina eval).
   /usr/bin/python3 bench/segment.py --lamina build/lamina [--n 19200] [--test 2000] [--epochs 10] [--batch 64]
-      [--lr 1e-3] [--precision bf16|tf32] [--ways eager,compile] [--augment crop:P,flip] [--grid FILE.png]
+      [--lr 1e-3] [--precision bf16|fp16|tf32] [--torch-precision P] [--ways eager,compile] [--augment crop:P,flip] [--grid FILE.png]
       [--json FILE]"""
 import argparse, json, os, subprocess, sys, tempfile, time
 
@@ -36,12 +36,16 @@ ap.add_argument("--test", type=int, default=2000)
 ap.add_argument("--epochs", type=int, default=10)
 ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--lr", type=float, default=1e-3)
-ap.add_argument("--precision", default="bf16", choices=["bf16", "tf32"])
+ap.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "tf32"], help="lamina's (fp16: its loss "
+                "scaling on the device)")
+ap.add_argument("--torch-precision", choices=["bf16", "fp16", "tf32"], help="PyTorch's (default: --precision; "
+                "fp16: autocast float16 and GradScaler); #34 compares lamina fp16 with PyTorch bf16")
 ap.add_argument("--ways", default="eager,compile", help="PyTorch's ways (eager, compile)")
 ap.add_argument("--grid", help="write lamina's predict --grid picture here")
 ap.add_argument("--augment", default="none", help="both sides: crop:P,flip as lamina train --augment (default none)")
 ap.add_argument("--json")
 a = ap.parse_args()
+a.torch_precision = a.torch_precision or a.precision
 assert a.n % a.batch == 0, "--n must be a multiple of --batch"
 K = 11
 
@@ -85,7 +89,7 @@ import torch, torch.nn as nn  # noqa: E402
 out["meta"].update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0))
 say(f"PyTorch {torch.__version__}, {out['meta']['gpu']}")
 torch.backends.cudnn.benchmark = True
-torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.torch_precision == "tf32"
 dev = "cuda"
 X = torch.from_numpy(idx(os.path.join(data, "train-images-idx3-ubyte")).copy()).to(dev)  # (N, H, W)
 Y = torch.from_numpy(idx(os.path.join(data, "train-labels-idx3-ubyte")).astype(np.int64)).to(dev)  # (N, H, W)
@@ -117,7 +121,7 @@ def torch_run(way):
         return xm[:, 0], ym[:, 0]
 
     loss = lambda logits, t: nn.functional.cross_entropy(logits, t, ignore_index=255)  # noqa: E731 (as lamina's)
-    return torch_train(way, net, X, Y, norm, a.epochs, a.batch, a.lr, a.precision, evaluate, loss_fn=loss,
+    return torch_train(way, net, X, Y, norm, a.epochs, a.batch, a.lr, a.torch_precision, evaluate, loss_fn=loss,
                        augment=augment if pad or flip else None)
 
 
@@ -133,7 +137,7 @@ if L["status"] == "ok" and ok:
         f"{L['peak_bytes'] / 1e6:10.0f}")
     for w in ok:
         r = out["torch"][w]
-        say(f"{'PyTorch ' + w:24s}{r['epoch_s']:10.3f}{100 * r['miou']:10.2f}{100 * r['acc']:11.2f}"
+        say(f"{'PyTorch ' + w + ' ' + a.torch_precision:24s}{r['epoch_s']:10.3f}{100 * r['miou']:10.2f}{100 * r['acc']:11.2f}"
             f"{r['peak_bytes'] / 1e6:10.0f}")
     out["ratio_vs_fastest"] = tb["epoch_s"] / L["epoch_s"]
     out["miou_gap_points"] = 100 * ((L["miou"] or 0) - tb["miou"])

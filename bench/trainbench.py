@@ -228,13 +228,18 @@ class LoaderEpoch:
 
 def capture_graph(step):
     """A CUDA graph of step() (a compiled training step on static tensors): three warm-up runs on a side stream
-    (compiling and autotuning), then the capture."""
+    (compiling and autotuning), then the capture. The peak-memory counter is reset between the two, so the caller's
+    peak covers the capture: the step's activations live in the graph's private pool, allocated while it is captured
+    and never again (a reset after the capture would leave them out, as lamina's peak does not), and autotuning's
+    scratch stays out."""
     import torch
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(3): step()
     torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
@@ -247,14 +252,19 @@ def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, lo
     float batch; evaluate(net, autocast) -> dict with 'acc' (and whatever else) after each epoch. augment(x, y) ->
     (x, y), if given, moves each uint8 batch before norm (outside the captured step, as a PyTorch user's transform).
     schedule: None (a constant rate) or ("cosine", warmup epochs), as lamina's; the rate is a tensor the captured
-    step reads, filled before each step."""
+    step reads, filled before each step. precision "fp16" is PyTorch's fp16 recipe: float16 autocast and
+    torch.amp.GradScaler, with a fused Adam that takes the scale and the found-inf flag on the device (so the step
+    needs no host synchronisation and can be captured; GradScaler.update is device ops too)."""
     import torch, torch.nn.functional as F
 
     dev = X.device
     loss_fn = loss_fn or F.cross_entropy
+    fp16 = precision == "fp16"
     lr_t = torch.tensor(lr, dtype=torch.float32, device=dev) if schedule and way == "compile" else lr
-    opt = torch.optim.Adam(net.parameters(), lr=lr_t, capturable=(way == "compile"))
-    ac = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
+    opt = torch.optim.Adam(net.parameters(), lr=lr_t, capturable=(way == "compile"), **({"fused": True} if fp16 else {}))
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    ac = torch.autocast("cuda", dtype=half or torch.bfloat16, enabled=half is not None)
+    scaler = torch.amp.GradScaler("cuda", enabled=fp16)
     N, B = X.shape[0], batch
     xs = torch.empty(norm(X[:B]).shape, device=dev)  # contiguous, whatever norm's strides
     ys = torch.empty(Y[:B].shape, dtype=Y.dtype, device=dev)
@@ -263,8 +273,9 @@ def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, lo
         def step():
             with ac:
                 loss = loss_fn(model(xs), ys)
-            loss.backward()
-            opt.step()
+            scaler.scale(loss).backward()  # without fp16 the scaler is off: the loss as it is, a plain opt.step()
+            scaler.step(opt)
+            scaler.update()
             opt.zero_grad(set_to_none=False)
         return step
 
@@ -272,8 +283,9 @@ def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, lo
     if way == "compile":
         step_c = make_step(torch.compile(net, mode="max-autotune-no-cudagraphs"))
         xs.copy_(norm(X[:B])), ys.copy_(Y[:B])
-        fn = capture_graph(step_c).replay
-    torch.cuda.reset_peak_memory_stats()
+        fn = capture_graph(step_c).replay  # resets the peak before it captures
+    else:
+        torch.cuda.reset_peak_memory_stats()
     times, evals = [], []
     steps = N // B
     for ep in range(epochs):
@@ -299,6 +311,8 @@ def torch_train(way, net, X, Y, norm, epochs, batch, lr, precision, evaluate, lo
             f"  {times[-1]:.3f} s")
     out = dict(status="ok", evals=evals, epoch_times=times, epoch_s=statistics.median(times[1:] or times),
                peak_bytes=torch.cuda.max_memory_allocated())
+    if fp16:
+        out["scale"] = float(scaler.get_scale())
     out.update(evals[-1])
     out["accs"] = [e["acc"] for e in evals]
     return out
