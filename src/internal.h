@@ -271,6 +271,18 @@ void lam_prefault(void *p, size_t bytes);
  * is the cost, and it divides over the cores. */
 void lam_parallel_touch(void *p, size_t bytes);
 
+/* What bn_act_pool_fwd/bwd take (prims.h), checked alike by both twins: a K×K window of stride K with its offset in a
+ * byte (K <= 15) and the floor's output size, and an activation whose backward can come from z. */
+static inline lam_status lam_bn_act_pool_check(const char *what, const lam_pool_geom *g, int act) {
+  if (g->stride != g->K || g->K * g->K > 255 || g->OH != g->H / g->K || g->OW != g->W / g->K)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: the window must be K×K with stride K (K <= 15, output H/K × W/K); got K %d, "
+                    "stride %d, %dx%d -> %dx%d", what, g->K, g->stride, g->H, g->W, g->OH, g->OW);
+  if (act != LAM_ACT_RELU && act != LAM_ACT_LEAKY && act != LAM_ACT_GELU)
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "%s: the activation must be relu, leaky or gelu (its backward recomputes z), not %d",
+                    what, act);
+  return LAM_OK;
+}
+
 #ifdef __cplusplus
 }
 #endif

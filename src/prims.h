@@ -205,6 +205,19 @@ typedef struct lam_scaler {
   X(bn_act_bwd, (lam_ctx * ctx, lam_fmt f, int B, int C, int P, int act, float alpha, const void *x, const void *y, \
                  const void *dy, const float *gamma, const float *beta, const float *mean, const float *invstd,     \
                  void *dx, void *dr, int dr_add, float *dgamma, float *dbeta))                                      \
+  /* BatchNorm, its activation and a K×K maxpool of stride K after them, fused (graph fusion bn_act_pool): y =       \
+   * maxpool(act(z)), z as bn_act_fwd's (statistics, running ones and train alike), act(z) rounded to f's type as   \
+   * the stored activation would be, and never stored. x (B, C, H, W) as g gives it (g->stride == g->K, K*K <= 255); \
+   * y (B, C, OH, OW); arg one byte per output value: the max's offset kh K + kw in its window (the first maximum   \
+   * in row order, NaN wins, as maxpool_fwd picks it). act: relu, leaky or gelu (the backward recomputes z). */     \
+  X(bn_act_pool_fwd, (lam_ctx * ctx, lam_fmt f, const lam_pool_geom *g, int B, int act, float alpha, const void *x, \
+                      const float *gamma, const float *beta, void *y, uint8_t *arg, float *mean, float *invstd,      \
+                      float *run_mean, float *run_var, float momentum, float eps, int train))                        \
+  /* Its training-mode backward: act(z)'s gradient is dy routed to each window's max (arg; 0 elsewhere and outside   \
+   * every window), formed on the fly, then bn_act_bwd's from z: dgamma, dbeta added, dx overwritten. */            \
+  X(bn_act_pool_bwd, (lam_ctx * ctx, lam_fmt f, const lam_pool_geom *g, int B, int act, float alpha, const void *x, \
+                      const void *dy, const uint8_t *arg, const float *gamma, const float *beta, const float *mean,  \
+                      const float *invstd, void *dx, float *dgamma, float *dbeta))                                   \
   /* BatchNorm whose statistics are those of all ranks (sync BN: nn/ops/norm.c sums between these). bn_sums:      \
    * per channel, dy NULL: out[c] = sum(x), out[C + c] = sum(x^2); else out[c] = sum(dy), out[C + c] =             \
    * sum(dy xhat), xhat = (x - mean) invstd, also added into dbeta and dgamma where given. bn_sync_stats: from       \

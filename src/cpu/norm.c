@@ -1,13 +1,16 @@
 /* norm.c — the CPU twins of the normalization primitives (prims.h): BatchNorm (alone, followed by an activation,
- * with a residual add, and synchronized over ranks: bn_sums, bn_sync_stats, bn_sync_dx), and GroupNorm, with
+ * with a residual add, with its activation and a maxpool, and synchronized over ranks: bn_sums, bn_sync_stats,
+ * bn_sync_dx), and GroupNorm, with
  * LayerNorm as its one group. The CUDA twins are in cuda/norm.cu under the same names. This is the tests'
  * oracle: plain loops, statistics and gradient sums in double, OpenMP with a static schedule; the same bits
  * every run and thread count. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "cpu.h"
 #include "kernels.h"
 #include "../math/act.h"
+#include "../math/half.h"
 #include "../math/norm.h"
 
 /* ---- BatchNorm, and BatchNorm followed by an activation ---- */
@@ -259,6 +262,97 @@ lam_status cpu_bn_act_bwd(lam_ctx *ctx, lam_fmt f, int B, int C, int P, int act,
   return cpu_fmt_end(&j, j.status ? j.status
                                   : plain_bn_act_bwd(ctx, B, C, P, act, alpha, lam_act_zero_bound(f.dt), tx, ty, tdy,
                                                      gamma, beta, mean, invstd, tdx, tdr, dr_add, dgamma, dbeta));
+}
+
+/* ---- BatchNorm, its activation and a K×K maxpool of stride K (bn_act_pool): act(z) as plain_bn_act_fwd computes it,
+ * rounded to dt as the stored activation would be (so each window's max and its position are the unfused ops'), then
+ * the first max of each window; backward routes dy to those maxima and runs plain_bn_act_bwd from z. act(z) and its
+ * gradient live in a host temporary here: the CUDA twin never forms them. ---- */
+
+/* Output value (b, c, o) of OP per plane: its index in NCHW or NHWC */
+static size_t pool_at(int nhwc, int C, size_t OP, int b, int c, size_t o) {
+  return nhwc ? ((size_t)b * OP + o) * C + c : ((size_t)b * C + c) * OP + o;
+}
+
+static lam_status plain_bn_act_pool_fwd(lam_ctx *ctx, int dt, int arg_nhwc, const lam_pool_geom *g, int B, int act,
+                                        float alpha, const float *x, const float *gamma, const float *beta, float *y,
+                                        uint8_t *arg, float *mean, float *invstd, float *run_mean, float *run_var,
+                                        float momentum, float eps, int train) {
+  const int C = g->C, K = g->K;
+  const size_t P = (size_t)g->H * g->W, OP = (size_t)g->OH * g->OW, n = (size_t)B * C * P;
+  float *a = malloc((n ? n : 1) * sizeof *a);
+  if (!a) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "bn_act_pool_fwd: no host memory for act(z) (%zu values)", n);
+  lam_status s = plain_bn_act_fwd(ctx, B, C, (int)P, act, alpha, x, NULL, gamma, beta, a, mean, invstd, run_mean, run_var,
+                                  momentum, eps, train);
+  if (s == LAM_OK) {
+#pragma omp parallel for collapse(2) schedule(static) if (n > PAR_MIN)
+    for (int b = 0; b < B; b++)
+      for (int c = 0; c < C; c++) {
+        float *as = a + ((size_t)b * C + c) * P;
+        if (dt != LAM_DT_F32)
+          for (size_t p = 0; p < P; p++) as[p] = lam_half_to_f32(dt, lam_f32_to_half(dt, as[p]));
+        for (int oh = 0; oh < g->OH; oh++)
+          for (int ow = 0; ow < g->OW; ow++) {
+            const float *w0 = as + (size_t)oh * K * g->W + (size_t)ow * K;
+            float m = w0[0];
+            int best = 0;
+            for (int i = 0; i < K; i++)
+              for (int j = 0; j < K; j++) {
+                const float v = w0[(size_t)i * g->W + j];
+                if (v > m || v != v) m = v, best = i * K + j; /* NaN wins, as maxpool_fwd */
+              }
+            const size_t o = (size_t)oh * g->OW + ow;
+            y[((size_t)b * C + c) * OP + o] = m;
+            arg[pool_at(arg_nhwc, C, OP, b, c, o)] = (uint8_t)best;
+          }
+      }
+  }
+  free(a);
+  return s;
+}
+
+static lam_status plain_bn_act_pool_bwd(lam_ctx *ctx, int dt, int arg_nhwc, const lam_pool_geom *g, int B, int act,
+                                        float alpha, const float *x, const float *dy, const uint8_t *arg,
+                                        const float *gamma, const float *beta, const float *mean, const float *invstd,
+                                        float *dx, float *dgamma, float *dbeta) {
+  const int C = g->C, K = g->K;
+  const size_t P = (size_t)g->H * g->W, OP = (size_t)g->OH * g->OW, n = (size_t)B * C * P;
+  float *da = calloc(n ? n : 1, sizeof *da);
+  if (!da) return LAM_FAIL(LAM_ERR_OUT_OF_MEMORY, "bn_act_pool_bwd: no host memory for act(z)'s gradient (%zu values)", n);
+#pragma omp parallel for collapse(2) schedule(static) if (n > PAR_MIN)
+  for (int b = 0; b < B; b++)
+    for (int c = 0; c < C; c++)
+      for (size_t o = 0; o < OP; o++) {
+        const int k = arg[pool_at(arg_nhwc, C, OP, b, c, o)], oh = (int)(o / g->OW), ow = (int)(o % g->OW);
+        da[((size_t)b * C + c) * P + (size_t)(oh * K + k / K) * g->W + ow * K + k % K] = dy[((size_t)b * C + c) * OP + o];
+      }
+  lam_status s = plain_bn_act_bwd(ctx, B, C, (int)P, act, alpha, lam_act_zero_bound(dt), x, NULL, da, gamma, beta, mean,
+                                  invstd, dx, NULL, 0, dgamma, dbeta);
+  free(da);
+  return s;
+}
+
+lam_status cpu_bn_act_pool_fwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, int act, float alpha, const void *x,
+                               const float *gamma, const float *beta, void *y, uint8_t *arg, float *mean, float *invstd,
+                               float *run_mean, float *run_var, float momentum, float eps, int train) {
+  LAM_TRY(lam_bn_act_pool_check("bn_act_pool_fwd", g, act));
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, g->C, (size_t)g->H * g->W, x);
+  float *ty = cpu_fmt_out(&j, B, g->C, (size_t)g->OH * g->OW, y, 0);
+  return cpu_fmt_end(&j, j.status ? j.status
+                                  : plain_bn_act_pool_fwd(ctx, f.dt, f.nhwc, g, B, act, alpha, tx, gamma, beta, ty, arg,
+                                                          mean, invstd, run_mean, run_var, momentum, eps, train));
+}
+lam_status cpu_bn_act_pool_bwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, int act, float alpha, const void *x,
+                               const void *dy, const uint8_t *arg, const float *gamma, const float *beta,
+                               const float *mean, const float *invstd, void *dx, float *dgamma, float *dbeta) {
+  LAM_TRY(lam_bn_act_pool_check("bn_act_pool_bwd", g, act));
+  cpu_fmt_job j = cpu_fmt_begin(f);
+  const float *tx = cpu_fmt_in(&j, B, g->C, (size_t)g->H * g->W, x), *tdy = cpu_fmt_in(&j, B, g->C, (size_t)g->OH * g->OW, dy);
+  float *tdx = cpu_fmt_out(&j, B, g->C, (size_t)g->H * g->W, dx, 0);
+  return cpu_fmt_end(&j, j.status ? j.status
+                                  : plain_bn_act_pool_bwd(ctx, f.dt, f.nhwc, g, B, act, alpha, tx, tdy, arg, gamma, beta,
+                                                          mean, invstd, tdx, dgamma, dbeta));
 }
 
 /* ---- GroupNorm, and LayerNorm as its one group: OpenMP over the (sample, group) pairs; the parameter gradients

@@ -335,6 +335,11 @@ static int cuda_supports(int prim, lam_fmt f, const char **why) {
     *why = "BatchNorm synchronized over ranks runs on NHWC activations on CUDA (the default layout for models with "
            "convs; unset LAMINA_LAYOUT=nchw)";
     return 0;
+  case LAM_PRIM_bn_act_pool_fwd:
+  case LAM_PRIM_bn_act_pool_bwd:
+    *why = "BatchNorm + activation + maxpool in one pass runs on NHWC activations on CUDA (the graph then runs them "
+           "apart)";
+    return 0;
   case LAM_PRIM_conv2d_fwd_stats:
     *why = "a conv summing the next BatchNorm's statistics runs on NHWC activations on CUDA (the default layout for "
            "models with convs; unset LAMINA_LAYOUT=nchw, or LAMINA_CONV_STATS=0)";

@@ -337,18 +337,21 @@ struct nbn_fwd_args {
   int train;
 };
 
+/* Training: the batch statistics of x's N rows, saved, and the running ones updated. */
+template <typename T, int V> static lam_status nhwc_bn_train_stats(cuda_state *st, const nbn_fwd_args &a) {
+  nred_args r = {a.N, a.C, a.x, NULL, NULL, NULL, NULL, NULL, NULL, 0.0f};
+  chan_grid g;
+  LAM_TRY(nred_grid("bn_fwd", a.N, a.C, V, &g));
+  LAM_TRY((nred_launch<T, V, NR_STATS, BN_ACT_NONE>(st, r, g)));
+  nhwc_bn_stats_final_kernel<T><<<final_blocks(a.C), 32 * FINAL_WARPS, 0, st->stream>>>(
+      a.C, g.S, (double)a.N, st->nhwc_part, (const T *)a.x, a.eps, a.momentum, a.mean, a.invstd, a.run_mean, a.run_var);
+  LAUNCH_CHECK(st, "nhwc_bn_stats_final_kernel");
+  return LAM_OK;
+}
+
 template <typename T, int V, int ACT> static lam_status nhwc_bn_fwd_launch(cuda_state *st, const nbn_fwd_args &a,
                                                                            bn_act<ACT> act) {
-  if (a.train) {
-    nred_args r = {a.N, a.C, a.x, NULL, NULL, NULL, NULL, NULL, NULL, 0.0f};
-    chan_grid g;
-    LAM_TRY(nred_grid("bn_fwd", a.N, a.C, V, &g));
-    LAM_TRY((nred_launch<T, V, NR_STATS, BN_ACT_NONE>(st, r, g)));
-    nhwc_bn_stats_final_kernel<T><<<final_blocks(a.C), 32 * FINAL_WARPS, 0, st->stream>>>(
-        a.C, g.S, (double)a.N, st->nhwc_part, (const T *)a.x, a.eps, a.momentum, a.mean, a.invstd, a.run_mean,
-        a.run_var);
-    LAUNCH_CHECK(st, "nhwc_bn_stats_final_kernel");
-  }
+  if (a.train) LAM_TRY((nhwc_bn_train_stats<T, V>(st, a)));
   chan_grid g = chan_grid_for(a.N, a.C / V, 4096, 16, 65535);
   nhwc_bn_apply_kernel<T, V, ACT><<<dim3(g.S, g.groups), NT, 0, st->stream>>>(
       a.N, a.C, g.TX, g.TY, act, (const T *)a.x, (const T *)a.r, a.gamma, a.beta, (T *)a.y, a.mean, a.invstd, a.run_mean, a.run_var,
@@ -397,10 +400,11 @@ __global__ void nhwc_bn_bwd_final_kernel(int C, int S, double N, const float *pa
 }
 
 /* dx = gamma invstd (dz - mean(dz) - xhat mean(dz xhat)); dx may be dy. dr (may be NULL) = dz, or += with dr_add. */
-template <typename T, int V, int ACT>
+template <typename T, int V, int ACT, bool POOL = false>
 __global__ void nhwc_bn_bwd_apply_kernel(size_t N, int C, int TX, int TY, bn_act<ACT> act, const T *x, const T *y,
                                          const T *dy, const float *gamma, const float *beta, const float *mean,
-                                         const float *invstd, const float *fin, T *dx, T *dr, int dr_add) {
+                                         const float *invstd, const float *fin, T *dx, T *dr, int dr_add,
+                                         nred_pool pool) {
   const int CV = C / V;
   size_t r0, r1;
   int ty;
@@ -417,7 +421,8 @@ __global__ void nhwc_bn_bwd_apply_kernel(size_t N, int C, int TX, int TY, bn_act
     const size_t o = row * CV + cv;
     float xv[V], gv[V], yv[V];
     tload<T, V>(xv, x, o);
-    tload<T, V>(gv, dy, o);
+    if constexpr (POOL) pool_grad<T, V>(gv, pool, dy, CV, row, cv);
+    else tload<T, V>(gv, dy, o);
     if (bn_act<ACT>::from_y) tload<T, V>(yv, y, o);
     nhwc_dz<ACT, V>(act, xv, yv, gv, m, sc, bt);
     if (dr) {
@@ -441,22 +446,23 @@ struct nbn_bwd_args {
   void *dx, *dr;
   int dr_add;
   float *dgamma, *dbeta;
+  nred_pool pool; /* POOL: dy is a maxpool's (bn_act_pool_bwd) */
 };
 
-template <typename T, int V, int ACT> static lam_status nhwc_bn_bwd_launch(cuda_state *st, const nbn_bwd_args &a,
-                                                                           bn_act<ACT> act) {
-  nred_args r = {a.N, a.C, a.x, a.dy, a.y, a.mean, a.invstd, a.gamma, a.beta, act.alpha, act.zt};
+template <typename T, int V, int ACT, bool POOL = false>
+static lam_status nhwc_bn_bwd_launch(cuda_state *st, const nbn_bwd_args &a, bn_act<ACT> act) {
+  nred_args r = {a.N, a.C, a.x, a.dy, a.y, a.mean, a.invstd, a.gamma, a.beta, act.alpha, act.zt, a.pool};
   chan_grid g;
   LAM_TRY(nred_grid("bn_bwd", a.N, a.C, V, &g));
-  LAM_TRY((nred_launch<T, V, NR_BWD, ACT>(st, r, g)));
+  LAM_TRY((nred_launch<T, V, NR_BWD, ACT, POOL>(st, r, g)));
   float *fin = st->nhwc_part + (size_t)g.S * a.C * 2;
   nhwc_bn_bwd_final_kernel<<<final_blocks(a.C), 32 * FINAL_WARPS, 0, st->stream>>>(a.C, g.S, (double)a.N, st->nhwc_part, fin,
                                                                       a.dgamma, a.dbeta);
   LAUNCH_CHECK(st, "nhwc_bn_bwd_final_kernel");
   chan_grid ga = chan_grid_for(a.N, a.C / V, 4096, 16, 65535);
-  nhwc_bn_bwd_apply_kernel<T, V, ACT><<<dim3(ga.S, ga.groups), NT, 0, st->stream>>>(
+  nhwc_bn_bwd_apply_kernel<T, V, ACT, POOL><<<dim3(ga.S, ga.groups), NT, 0, st->stream>>>(
       a.N, a.C, ga.TX, ga.TY, act, (const T *)a.x, (const T *)a.y, (const T *)a.dy, a.gamma, a.beta, a.mean, a.invstd,
-      fin, (T *)a.dx, (T *)a.dr, a.dr_add);
+      fin, (T *)a.dx, (T *)a.dr, a.dr_add, a.pool);
   LAUNCH_CHECK(st, "nhwc_bn_bwd_apply_kernel");
   return LAM_OK;
 }
@@ -491,6 +497,139 @@ lam_status nhwc_bn_bwd(lam_ctx *ctx, lam_fmt f, size_t N, int C, int act, float 
     case LAM_ACT_TANH: return nhwc_bn_bwd_act<LAM_ACT_TANH>(st, f, a, alpha);
     case LAM_ACT_GELU: return nhwc_bn_bwd_act<LAM_ACT_GELU>(st, f, a, alpha);
     default: return nhwc_bn_bwd_act<LAM_ACT_SIGMOID>(st, f, a, alpha);
+  }
+}
+
+/* ---- BatchNorm, its activation and a K×K maxpool of stride K, NHWC (bn_act_pool_fwd/bwd): the statistics and the
+ * backward's sums and apply as bn_act's; act(z) is formed per window in the forward, rounded to T as the stored
+ * activation would be and never stored, and its gradient in the backward from the pooled one and the maxima's
+ * offsets (reduce.cuh's pool_grad), so neither full-size tensor is written or read. ---- */
+
+/* A thread per pooled row's V channels (the chan_thread grid over the NO pooled rows): z = (x - m) sc + bt and a =
+ * act(z) in T for each value of the row's window, as nhwc_bn_apply_kernel computes y; y the window's first max (NaN
+ * wins, as nhwc_pool_fwd_kernel), arg its offset kh K + kw. */
+template <typename T, int V, int ACT>
+__global__ void nhwc_bn_act_pool_kernel(size_t NO, int C, int TX, int TY, bn_act<ACT> act, nred_pool p, const T *x,
+                                        const float *gamma, const float *beta, T *y, uint8_t *arg, const float *mean,
+                                        const float *invstd, const float *run_mean, const float *run_var, float eps,
+                                        int train) {
+  const int CV = C / V;
+  size_t r0, r1;
+  int ty;
+  const int cv = chan_thread(NO, CV, TX, TY, &r0, &r1, &ty);
+  if (cv < 0) return;
+  float m[V], sc[V], bt[V];
+#pragma unroll
+  for (int q = 0; q < V; q++) {
+    const int c = cv * V + q;
+    m[q] = train ? mean[c] : run_mean[c];
+    const float is = train ? invstd[c] : lam_bn_invstd_running(run_var[c], eps);
+    sc[q] = is * gamma_of(gamma, c), bt[q] = beta_of(beta, c);
+  }
+  const size_t OHW = (size_t)p.OH * p.OW;
+  for (size_t row = r0 + ty; row < r1; row += TY) {
+    const size_t b = row / OHW;
+    const int ohw = (int)(row - b * OHW), oh = ohw / p.OW, ow = ohw - oh * p.OW;
+    const size_t in0 = (b * p.H + (size_t)oh * p.K) * p.W + (size_t)ow * p.K;
+    float best[V];
+    int at[V];
+    for (int i = 0; i < p.K; i++)
+      for (int j = 0; j < p.K; j++) {
+        float v[V];
+        tload<T, V>(v, x, (in0 + (size_t)i * p.W + j) * CV + cv);
+#pragma unroll
+        for (int q = 0; q < V; q++) {
+          const float a = tval(tfrom<T>(act.of((v[q] - m[q]) * sc[q] + bt[q])));
+          if ((i | j) == 0 || a > best[q] || a != a) best[q] = a, at[q] = i * p.K + j;
+        }
+      }
+    tstore<T, V>(y, row * CV + cv, best);
+    const size_t o = row * CV + cv;
+    if constexpr (V == 8) {
+      unsigned wd[2] = {0u, 0u};
+#pragma unroll
+      for (int q = 0; q < 8; q++) wd[q / 4] |= (unsigned)at[q] << (8 * (q % 4));
+      reinterpret_cast<uint2 *>(arg)[o] = make_uint2(wd[0], wd[1]);
+    } else if constexpr (V == 4) {
+      unsigned wd = 0u;
+#pragma unroll
+      for (int q = 0; q < 4; q++) wd |= (unsigned)at[q] << (8 * q);
+      reinterpret_cast<unsigned *>(arg)[o] = wd;
+    } else {
+#pragma unroll
+      for (int q = 0; q < V; q++) arg[o * V + q] = (uint8_t)at[q];
+    }
+  }
+}
+
+template <typename T, int V, int ACT>
+static lam_status nhwc_bn_act_pool_launch(cuda_state *st, const nbn_fwd_args &a, const nred_pool &p, uint8_t *arg,
+                                          bn_act<ACT> act) {
+  if (a.train) LAM_TRY((nhwc_bn_train_stats<T, V>(st, a)));
+  const size_t NO = a.N / ((size_t)p.H * p.W) * p.OH * p.OW;
+  chan_grid g = chan_grid_for(NO, a.C / V, 4096, 16, 65535);
+  nhwc_bn_act_pool_kernel<T, V, ACT><<<dim3(g.S, g.groups), NT, 0, st->stream>>>(
+      NO, a.C, g.TX, g.TY, act, p, (const T *)a.x, a.gamma, a.beta, (T *)a.y, arg, a.mean, a.invstd, a.run_mean,
+      a.run_var, a.eps, a.train);
+  LAUNCH_CHECK(st, "nhwc_bn_act_pool_kernel");
+  return LAM_OK;
+}
+template <int ACT>
+static lam_status nhwc_bn_act_pool_act(cuda_state *st, lam_fmt f, const nbn_fwd_args &a, const nred_pool &p,
+                                       uint8_t *arg, float alpha) {
+  const bool v = vec_ok(f.dt, a.C, a.x, a.y, arg);
+  const bn_act<ACT> act = {alpha};
+  LAM_DT_DISPATCH(f.dt, T, return v ? nhwc_bn_act_pool_launch<T, lam_vw<T>::value, ACT>(st, a, p, arg, act)
+                                     : nhwc_bn_act_pool_launch<T, 1, ACT>(st, a, p, arg, act));
+  return LAM_OK; /* not reached */
+}
+template <int ACT> static lam_status nhwc_bn_pool_bwd_act(cuda_state *st, lam_fmt f, const nbn_bwd_args &a, float alpha) {
+  const bool v = vec_ok(f.dt, a.C, a.x, a.dy, a.dx, a.pool.arg);
+  const bn_act<ACT> act = {alpha, lam_act_zero_bound(f.dt)};
+  LAM_DT_DISPATCH(f.dt, T, return v ? nhwc_bn_bwd_launch<T, lam_vw<T>::value, ACT, true>(st, a, act)
+                                     : nhwc_bn_bwd_launch<T, 1, ACT, true>(st, a, act));
+  return LAM_OK; /* not reached */
+}
+
+static lam_status bn_pool_nhwc(const char *what, lam_fmt f) {
+  if (f.nhwc) return LAM_OK;
+  return LAM_FAIL(LAM_ERR_UNSUPPORTED, "%s: BatchNorm + activation + maxpool in one pass runs on NHWC activations on "
+                  "CUDA (the default layout for models with convs); unset LAMINA_LAYOUT=nchw, or LAMINA_FUSE=0", what);
+}
+lam_status cuda_bn_act_pool_fwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, int act, float alpha,
+                                const void *x, const float *gamma, const float *beta, void *y, uint8_t *arg,
+                                float *mean, float *invstd, float *run_mean, float *run_var, float momentum, float eps,
+                                int train) {
+  LAM_TRY(lam_bn_act_pool_check("bn_act_pool_fwd", g, act));
+  LAM_TRY(bn_pool_nhwc("bn_act_pool_fwd", f));
+  const size_t N = (size_t)B * g->H * g->W;
+  if (!N || g->C <= 0) return LAM_OK;
+  if (train && (!mean || !invstd))
+    return LAM_FAIL(LAM_ERR_INVALID_ARG, "bn_act_pool_fwd: training needs mean and invstd to save the batch statistics in");
+  cuda_state *st = cuda_st(ctx);
+  const nbn_fwd_args a = {N, g->C, x, NULL, gamma, beta, y, mean, invstd, run_mean, run_var, momentum, eps, train};
+  const nred_pool p = {arg, g->H, g->W, g->K, g->OH, g->OW};
+  switch (act) { /* lam_bn_act_pool_check took these three */
+    case LAM_ACT_RELU: return nhwc_bn_act_pool_act<LAM_ACT_RELU>(st, f, a, p, arg, alpha);
+    case LAM_ACT_LEAKY: return nhwc_bn_act_pool_act<LAM_ACT_LEAKY>(st, f, a, p, arg, alpha);
+    default: return nhwc_bn_act_pool_act<LAM_ACT_GELU>(st, f, a, p, arg, alpha);
+  }
+}
+lam_status cuda_bn_act_pool_bwd(lam_ctx *ctx, lam_fmt f, const lam_pool_geom *g, int B, int act, float alpha,
+                                const void *x, const void *dy, const uint8_t *arg, const float *gamma,
+                                const float *beta, const float *mean, const float *invstd, void *dx, float *dgamma,
+                                float *dbeta) {
+  LAM_TRY(lam_bn_act_pool_check("bn_act_pool_bwd", g, act));
+  LAM_TRY(bn_pool_nhwc("bn_act_pool_bwd", f));
+  const size_t N = (size_t)B * g->H * g->W;
+  if (!N || g->C <= 0) return LAM_OK;
+  cuda_state *st = cuda_st(ctx);
+  const nbn_bwd_args a = {N, g->C, x, NULL, dy, gamma, beta, mean, invstd, dx, NULL, 0, dgamma, dbeta,
+                          {arg, g->H, g->W, g->K, g->OH, g->OW}};
+  switch (act) { /* relu's and leaky's mask from z, as bn_act_bwd's without y */
+    case LAM_ACT_RELU: return nhwc_bn_pool_bwd_act<BN_ACT_RELU_Z>(st, f, a, alpha);
+    case LAM_ACT_LEAKY: return nhwc_bn_pool_bwd_act<BN_ACT_LEAKY_Z>(st, f, a, alpha);
+    default: return nhwc_bn_pool_bwd_act<LAM_ACT_GELU>(st, f, a, alpha);
   }
 }
 
@@ -556,7 +695,7 @@ static void nhwc_bn_sync_dx_launch(lam_status *s, cuda_state *st, size_t N, int 
   chan_grid ga = chan_grid_for(N, C / V, 4096, 16, 65535);
   nhwc_bn_bwd_apply_kernel<T, V, BN_ACT_NONE><<<dim3(ga.S, ga.groups), NT, 0, st->stream>>>(
       N, C, ga.TX, ga.TY, bn_act<BN_ACT_NONE>{0.0f}, (const T *)x, NULL, (const T *)dy, gamma, NULL, mean, invstd, fin,
-      (T *)dx, (T *)NULL, 0);
+      (T *)dx, (T *)NULL, 0, nred_pool{});
   *s = cuda_after_launch(st, st->stream, "nhwc_bn_bwd_apply_kernel", __FILE__, __LINE__);
 }
 

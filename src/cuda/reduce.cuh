@@ -198,13 +198,56 @@ __device__ __forceinline__ void chan_block_sum(float (&a)[V], float (&b)[V], int
 /* ---- sums per channel over the rows: a bias's gradient, BatchNorm's statistics and backward sums ---- */
 
 enum { NR_SUM = 0, NR_STATS, NR_BWD };
+/* bn_act_pool's backward: dy is the gradient of a K×K maxpool (stride K) of the H×W rows, arg its maxima's offsets in
+ * their windows (a byte per pooled value); the gradient of a row is formed from them (pool_grad). */
+struct nred_pool {
+  const uint8_t *arg;
+  int H, W, K, OH, OW;
+};
 struct nred_args {
   size_t N;
   int C;
   const void *x, *dy, *y; /* x: NR_STATS, NR_BWD; dy: NR_SUM, NR_BWD; y: NR_BWD after relu, leaky, tanh, sigmoid */
   const float *mean, *invstd, *gamma, *beta; /* NR_BWD (gamma, beta: z's, where dz is formed from z) */
   float alpha, zt; /* bn_act's */
+  nred_pool pool;  /* POOL kernels' */
 };
+
+/* The gradient of row `row` (pixel (b, h, w) of H×W planes), channels cv V .. cv V + V - 1, under a maxpool: dy of the
+ * pooled value whose window holds the pixel, where that value's max is this pixel, else 0 (and 0 outside every
+ * window). Four rows of a 2×2 window read the same dy and arg vectors, from L1 or L2 after the first. */
+template <typename T, int V>
+__device__ __forceinline__ void pool_grad(float (&gv)[V], const nred_pool &p, const T *dy, int CV, size_t row, int cv) {
+  const size_t HW = (size_t)p.H * p.W, b = row / HW;
+  const int hw = (int)(row - b * HW), h = hw / p.W, w = hw - h * p.W, oh = h / p.K, ow = w / p.K;
+#pragma unroll
+  for (int q = 0; q < V; q++) gv[q] = 0.0f;
+  if (oh >= p.OH || ow >= p.OW) return;
+  const int self = (h - oh * p.K) * p.K + (w - ow * p.K);
+  const size_t o = ((b * p.OH + oh) * p.OW + ow) * CV + cv;
+  uint8_t a[V];
+  if constexpr (V == 8) {
+    const uint2 u = reinterpret_cast<const uint2 *>(p.arg)[o];
+    const unsigned wd[2] = {u.x, u.y};
+#pragma unroll
+    for (int q = 0; q < 8; q++) a[q] = (uint8_t)(wd[q / 4] >> (8 * (q % 4)));
+  } else if constexpr (V == 4) {
+    const unsigned u = reinterpret_cast<const unsigned *>(p.arg)[o];
+#pragma unroll
+    for (int q = 0; q < 4; q++) a[q] = (uint8_t)(u >> (8 * q));
+  } else {
+#pragma unroll
+    for (int q = 0; q < V; q++) a[q] = p.arg[o * V + q];
+  }
+  bool any = false;
+#pragma unroll
+  for (int q = 0; q < V; q++) any |= a[q] == self;
+  if (!any) return; /* no channel's max is here: dy is not read */
+  float d[V];
+  tload<T, V>(d, dy, o);
+#pragma unroll
+  for (int q = 0; q < V; q++) gv[q] = a[q] == self ? d[q] : 0.0f;
+}
 
 /* dz = dy act'(.) (ACT after a BatchNorm), from y or from z = (x - m) sc + bt, as the NCHW kernels form it. */
 template <int ACT, int V>
@@ -231,9 +274,10 @@ __device__ __forceinline__ void nhwc_dz(const bn_act<ACT> &act, const float (&xv
 /* Block (s, group): its rows' sums of its channels, to part[(c * S + s) * 2 + {0, 1}]: dy (NR_SUM); x - K and
  * (x - K)^2 with K the channel's first value (NR_STATS: shifted, as the NCHW kernels); dz and dz xhat (NR_BWD).
  * Each thread takes rows ty, ty + TY, ... of the block's, U at a time: their loads first, then their sums. */
-template <typename T, int V, int MODE, int ACT,
+template <typename T, int V, int MODE, int ACT, bool POOL = false,
           int U = (lam_vec16<T, V>::value && MODE == NR_STATS ? NRED_ROWS : 1)>
 __global__ void nred_part_kernel(nred_args r, int TX, int TY, float *part) {
+  static_assert(!POOL || (MODE == NR_BWD && U == 1), "the pooled gradient is BatchNorm's backward's, a row at a time");
   __shared__ float sh[2 * NT * V];
   const int CV = r.C / V;
   size_t r0, r1;
@@ -292,7 +336,8 @@ __global__ void nred_part_kernel(nred_args r, int TX, int TY, float *part) {
       const size_t o = row * CV + cv;
       float xv[V], gv[V], yv[V];
       if (LX) tload<T, V>(xv, (const T *)r.x, o);
-      if (LG) tload<T, V>(gv, (const T *)r.dy, o);
+      if constexpr (POOL) pool_grad<T, V>(gv, r.pool, (const T *)r.dy, CV, row, cv);
+      else if (LG) tload<T, V>(gv, (const T *)r.dy, o);
       if (LY) tload<T, V>(yv, (const T *)r.y, o);
       add(xv, gv, yv);
     }
@@ -335,9 +380,9 @@ static lam_status nred_grid(const char *what, size_t N, int C, int V, chan_grid 
   return LAM_OK;
 }
 
-template <typename T, int V, int MODE, int ACT>
+template <typename T, int V, int MODE, int ACT, bool POOL = false>
 static lam_status nred_launch(cuda_state *st, const nred_args &r, const chan_grid &g) {
-  nred_part_kernel<T, V, MODE, ACT><<<dim3(g.S, g.groups), NT, 0, st->stream>>>(r, g.TX, g.TY, st->nhwc_part);
+  nred_part_kernel<T, V, MODE, ACT, POOL><<<dim3(g.S, g.groups), NT, 0, st->stream>>>(r, g.TX, g.TY, st->nhwc_part);
   LAUNCH_CHECK(st, "nred_part_kernel");
   return LAM_OK;
 }

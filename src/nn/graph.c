@@ -37,7 +37,8 @@ lam_fmt nn_choose_fmt(const lam_model *m) {
 }
 
 /* The fusions, in the order they are tried (a node that one takes is not offered to the next). */
-static const nn_fusion *const fusions[] = {&nn_fusion_bn_add_act, &nn_fusion_bn_act, &nn_fusion_conv_block};
+static const nn_fusion *const fusions[] = {&nn_fusion_bn_add_act, &nn_fusion_bn_act_pool, &nn_fusion_bn_act,
+                                           &nn_fusion_conv_block};
 
 /* Each node that heads a fusion's pattern (its match) runs the nodes it absorbs, unless LAMINA_FUSE=0: their
  * outputs but the last are never stored. */

@@ -282,7 +282,7 @@ const nn_op *nn_op_find(const char *name, int len);
 /* The i-th op of the spec grammar (spec.c's ops[]), or NULL past the last: the one list of layers. */
 const nn_op *nn_op_at(int i);
 /* The fusions: conv -> relu -> maxpool (ops/conv.c), BatchNorm -> activation (ops/norm.c). */
-extern const nn_fusion nn_fusion_conv_block, nn_fusion_bn_act, nn_fusion_bn_add_act;
+extern const nn_fusion nn_fusion_conv_block, nn_fusion_bn_act, nn_fusion_bn_add_act, nn_fusion_bn_act_pool;
 /* The nodes that read tensor t (*last: the last of them, where not NULL). */
 int nn_readers(const lam_model *m, int t, int *last);
 /* Whether conv node i heads conv -> relu -> maxpool (windows that do not overlap, each intermediate with one reader):

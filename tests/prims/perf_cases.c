@@ -321,6 +321,29 @@ static lam_status pc_bn_act_bwd(perf_run *r) {
   return BEC->bn_act_bwd(CTX, r->f, r->B, r->C, r->P, LAM_ACT_RELU, 0.0f, r->x, r->y, r->dy, r->gamma, r->beta, r->mean,
                          r->invstd, r->dx, NULL, 0, r->dw, r->db);
 }
+/* bn_act_pool relu, 2x2 stride 2: x read, y (n/4) and arg (n/4 bytes) written; its backward x, dy (n/4) and arg
+ * read, dx written (arg from the forward here) */
+static void bn_pool_bufs(perf_run *r) {
+  norm_bufs(r), r->pg = (lam_pool_geom){r->C, r->H, r->W, 2, 2, r->H / 2, r->W / 2}, r->aux = perf_alloc(r, r->n / 4);
+}
+static lam_status pc_bn_act_pool_fwd(perf_run *r) {
+  if (r->setup) {
+    bn_pool_bufs(r), r->bytes = NB(r->n + r->n / 4) + r->n / 4;
+    return LAM_OK;
+  }
+  return BEC->bn_act_pool_fwd(CTX, r->f, &r->pg, r->B, LAM_ACT_RELU, 0.0f, r->x, r->gamma, r->beta, r->y, r->aux,
+                              r->mean, r->invstd, r->rm, r->rv, 0.1f, 1e-5f, 1);
+}
+static lam_status pc_bn_act_pool_bwd(perf_run *r) { /* y is the pooled dy */
+  if (r->setup) {
+    bn_pool_bufs(r), r->bytes = NB(2 * r->n + r->n / 4) + r->n / 4;
+    SETUP_CALL(BEC->bn_act_pool_fwd(CTX, r->f, &r->pg, r->B, LAM_ACT_RELU, 0.0f, r->x, r->gamma, r->beta, r->y, r->aux,
+                                    r->mean, r->invstd, r->rm, r->rv, 0.1f, 1e-5f, 1));
+    return LAM_OK;
+  }
+  return BEC->bn_act_pool_bwd(CTX, r->f, &r->pg, r->B, LAM_ACT_RELU, 0.0f, r->x, r->y, r->aux, r->gamma, r->beta,
+                              r->mean, r->invstd, r->dx, r->dw, r->db);
+}
 /* bn_sums of x (sum, sum of squares): x read; of dy: x and dy read */
 static lam_status pc_bn_sums_x(perf_run *r) {
   if (r->setup) {
@@ -666,6 +689,8 @@ const perf_case k_perf[] = {
     {"bn_act_fwd", "relu", FM_IMG, 0, pc_bn_act_fwd},
     {"bn_act_fwd", "relu+res", FM_IMG, 0, pc_bn_act_fwd_res},
     {"bn_act_bwd", "relu", FM_IMG, 0, pc_bn_act_bwd},
+    {"bn_act_pool_fwd", "relu 2/2", FM_IMG, 0, pc_bn_act_pool_fwd},
+    {"bn_act_pool_bwd", "relu 2/2", FM_IMG, 0, pc_bn_act_pool_bwd},
     {"bn_sums", "x", FM_IMG, 0, pc_bn_sums_x},
     {"bn_sums", "dy", FM_IMG, 0, pc_bn_sums_dy},
     {"bn_sync_stats", "", FM_NONE, P_ONE, pc_bn_sync_stats},

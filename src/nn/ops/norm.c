@@ -171,6 +171,58 @@ const nn_fusion nn_fusion_bn_add_act = {.name = "bn_add_act", .fwd_mark = "bn_ad
                                         .fwd = bn_add_act_fwd, .bwd = bn_add_act_bwd,
                                         .prims = NN_PRIMS(LAM_PRIM_bn_act_fwd, LAM_PRIM_bn_act_bwd)};
 
+/* A BatchNorm, its activation and a maxpool of stride K after them ("bn, relu, maxpool 2": a block's end where the
+ * image shrinks): y = maxpool(act(bn(x))) in one pass, neither act(bn(x)) nor its gradient ever stored; the pool's
+ * aux holds each max's offset in its window, a byte. The three nodes follow each other; the activation is one whose
+ * backward the BatchNorm's can form from x (relu, leaky, gelu); not where the backend runs the pair apart (CUDA in
+ * NCHW). */
+static lam_pool_geom bn_pool_geom(const lam_model *m, const nn_node *pool) {
+  const nn_tensor *x = &m->tensor[pool->in[0]], *y = &m->tensor[pool->out];
+  return (lam_pool_geom){x->c, x->h, x->w, pool->a.pool.k, pool->a.pool.stride, y->h, y->w};
+}
+static lam_status bn_act_pool_fwd(lam_model *m, nn_node *n, int B, int train) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const nn_node *act = &m->node[n->tail - 1], *pool = &m->node[n->tail];
+  const lam_pool_geom g = bn_pool_geom(m, pool);
+  float *mean = n->aux, *invstd = mean + x->c, *run = m->state + n->s_off, *run_var = run + x->c;
+  if (train && n->stats_from) {
+    LAM_TRY(bn_given_stats(m, n, B, &run, &run_var));
+    mean = invstd = NULL, train = 0;
+  }
+  return m->ctx->be->prim->bn_act_pool_fwd(m->ctx, m->fmt, &g, B, act->a.act.kind, act->a.act.alpha, x->data,
+                                           m->params + n->w_off, m->params + n->b_off, nn_out(m, pool)->data, pool->aux,
+                                           mean, invstd, run, run_var, n->a.bn.momentum, n->a.bn.eps, train);
+}
+static lam_status bn_act_pool_bwd(lam_model *m, nn_node *n, int B) {
+  const nn_tensor *x = nn_in(m, n, 0);
+  const nn_node *act = &m->node[n->tail - 1], *pool = &m->node[n->tail];
+  const lam_pool_geom g = bn_pool_geom(m, pool);
+  const float *mean = n->aux, *invstd = mean + x->c;
+  void *din = nn_din(m, n, 0);
+  return m->ctx->be->prim->bn_act_pool_bwd(m->ctx, m->fmt, &g, B, act->a.act.kind, act->a.act.alpha, x->data,
+                                           nn_out(m, pool)->grad, pool->aux, m->params + n->w_off, m->params + n->b_off,
+                                           mean, invstd, din ? din : m->scratch, m->grads + n->w_off,
+                                           m->grads + n->b_off);
+}
+static int bn_act_pool_match(const lam_model *m, int i, int a[2]) {
+  const nn_node *bn = &m->node[i];
+  const char *why = "";
+  if (bn->op != &nn_op_bn || m->sync_sum || bn->out == m->output || i + 2 >= m->nnodes) return 0;
+  if (nn_readers(m, bn->out, &a[0]) != 1 || a[0] != i + 1) return 0;
+  const nn_node *act = &m->node[a[0]];
+  const int kind = act->a.act.kind;
+  if (!(act->op->flags & NN_ACT) || (kind != LAM_ACT_RELU && kind != LAM_ACT_LEAKY && kind != LAM_ACT_GELU)) return 0;
+  if (act->out == m->output || nn_readers(m, act->out, &a[1]) != 1 || a[1] != i + 2) return 0;
+  const nn_node *pool = &m->node[a[1]];
+  if (pool->op != &nn_op_maxpool || pool->a.pool.stride != pool->a.pool.k || pool->a.pool.k > 15) return 0;
+  const lam_backend *be = m->ctx->be;
+  return !be->prim->supports || be->prim->supports(LAM_PRIM_bn_act_pool_fwd, m->fmt, &why) ? 2 : 0;
+}
+const nn_fusion nn_fusion_bn_act_pool = {.name = "bn_act_pool", .fwd_mark = "bn_act_pool.fwd",
+                                         .bwd_mark = "bn_act_pool.bwd", .kind = NN_FUSE_ACT, .match = bn_act_pool_match,
+                                         .fwd = bn_act_pool_fwd, .bwd = bn_act_pool_bwd,
+                                         .prims = NN_PRIMS(LAM_PRIM_bn_act_pool_fwd, LAM_PRIM_bn_act_pool_bwd)};
+
 static size_t bn_aux(const lam_model *m, const nn_node *n, int B) {
   (void)B;
   /* mean, invstd; sync: and sums, var; statistics from its conv: and var */

@@ -38,8 +38,10 @@ static lam_status maxpool_bwd(lam_model *m, nn_node *n, int B) {
   lam_pool_geom g = pool_geom(m, n);
   return m->ctx->be->prim->maxpool_bwd(m->ctx, m->fmt, &g, B, nn_out(m, n)->grad, n->aux, nn_din(m, n, 0));
 }
-static size_t maxpool_aux(const lam_model *m, const nn_node *n, int B) { /* the argmax of every output */
-  return (size_t)B * nn_size(&m->tensor[n->out]) * sizeof(int32_t);
+/* the argmax of every output: its index in the input plane, or (run by bn_act_pool) its offset in the window, a byte */
+static size_t maxpool_aux(const lam_model *m, const nn_node *n, int B) {
+  const int in_window = n->absorbed && m->node[n->fused_by].fusion == &nn_fusion_bn_act_pool;
+  return (size_t)B * nn_size(&m->tensor[n->out]) * (in_window ? sizeof(uint8_t) : sizeof(int32_t));
 }
 static double pool_macs(const lam_model *m, const nn_node *n) {
   return (double)nn_size(&m->tensor[n->out]) * n->a.pool.k * n->a.pool.k;
