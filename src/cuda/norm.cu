@@ -292,6 +292,21 @@ __global__ void nhwc_bn_stats_final_kernel(int C, int S, double N, const float *
     bn_finish(c, a, b, N, tget(x, (size_t)c), eps, momentum, mean, invstd, run_mean, run_var, &m, &is);
 }
 
+/* Channel vector cv's mean m and z = (x - m) sc + bt's scale and shift: the saved statistics (train) or the running
+ * ones (eval: invstd = 1 / sqrtf(run_var + eps)), as the forward's apply kernels take them. */
+template <int V>
+__device__ __forceinline__ void nhwc_bn_coeffs(int cv, const float *gamma, const float *beta, const float *mean,
+                                               const float *invstd, const float *run_mean, const float *run_var,
+                                               float eps, int train, float (&m)[V], float (&sc)[V], float (&bt)[V]) {
+#pragma unroll
+  for (int q = 0; q < V; q++) {
+    const int c = cv * V + q;
+    m[q] = train ? mean[c] : run_mean[c];
+    const float is = train ? invstd[c] : lam_bn_invstd_running(run_var[c], eps);
+    sc[q] = is * gamma_of(gamma, c), bt[q] = beta_of(beta, c);
+  }
+}
+
 /* y = act((x - mean) invstd gamma + beta [+ r]), mean and invstd the saved ones (train) or the running ones (eval:
  * invstd = 1 / sqrtf(run_var + eps), as the NCHW kernel); x may be y (each value is read, then written, by
  * one thread). */
@@ -306,13 +321,7 @@ __global__ void nhwc_bn_apply_kernel(size_t N, int C, int TX, int TY, bn_act<ACT
   const int cv = chan_thread(N, CV, TX, TY, &r0, &r1, &ty);
   if (cv < 0) return;
   float m[V], sc[V], bt[V];
-#pragma unroll
-  for (int q = 0; q < V; q++) {
-    const int c = cv * V + q;
-    m[q] = train ? mean[c] : run_mean[c];
-    const float is = train ? invstd[c] : lam_bn_invstd_running(run_var[c], eps);
-    sc[q] = is * gamma_of(gamma, c), bt[q] = beta_of(beta, c);
-  }
+  nhwc_bn_coeffs<V>(cv, gamma, beta, mean, invstd, run_mean, run_var, eps, train, m, sc, bt);
   for (size_t row = r0 + ty; row < r1; row += TY) {
     float v[V], rv[V];
     tload<T, V>(v, x, row * CV + cv);
@@ -519,13 +528,7 @@ __global__ void nhwc_bn_act_pool_kernel(size_t NO, int C, int TX, int TY, bn_act
   const int cv = chan_thread(NO, CV, TX, TY, &r0, &r1, &ty);
   if (cv < 0) return;
   float m[V], sc[V], bt[V];
-#pragma unroll
-  for (int q = 0; q < V; q++) {
-    const int c = cv * V + q;
-    m[q] = train ? mean[c] : run_mean[c];
-    const float is = train ? invstd[c] : lam_bn_invstd_running(run_var[c], eps);
-    sc[q] = is * gamma_of(gamma, c), bt[q] = beta_of(beta, c);
-  }
+  nhwc_bn_coeffs<V>(cv, gamma, beta, mean, invstd, run_mean, run_var, eps, train, m, sc, bt);
   const size_t OHW = (size_t)p.OH * p.OW;
   for (size_t row = r0 + ty; row < r1; row += TY) {
     const size_t b = row / OHW;
